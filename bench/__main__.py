@@ -1,0 +1,33 @@
+"""Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`.
+
+Each prints one summary line and writes JSON to bench/out/<name>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import burndown
+
+COMMANDS = {"burndown": burndown}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, module in COMMANDS.items():
+        module.add_arguments(sub.add_parser(name, help=module.__doc__.splitlines()[0]))
+    args = parser.parse_args(argv)
+    result = COMMANDS[args.command].run(args)
+    out = Path(args.out) if getattr(args, "out", None) else Path(__file__).parent / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{args.command}.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(result["summary"])
+    return 0 if result.get("ok", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""Burn-down: N pre-submitted no-op jobs run by one worker process (this one).
+
+Measures submit_many throughput, execution throughput, and CPU per job: this process's own
+CPU time and Redis's (INFO cpu) over the run. Checks every handler ran exactly once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+from collections import Counter
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from scheduler import Client, Context, Registry
+from scheduler.worker import Worker, WorkerConfig
+
+from .common import drop_namespace, fresh_namespace, machine, redis_cpu_s
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=200_000)
+    p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
+    p.add_argument("--concurrency", type=int, default=1000)
+    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--out", default=None)
+
+
+async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int) -> dict[str, float]:
+    registry = Registry()
+    seen: Counter[str] = Counter()
+    finished = asyncio.Event()
+
+    @registry.task("bench.noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        seen[ctx.slot_id] += 1
+        if len(seen) == n:
+            finished.set()
+
+    client = redis.asyncio.Redis.from_url(url)
+    sync = redis.Redis.from_url(url)
+    worker = Worker(client, registry, namespace=ns,
+                    config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100))
+    await worker.setup()
+    cpu0, rcpu0, t0 = time.process_time(), redis_cpu_s(sync), time.perf_counter()
+    task = asyncio.create_task(worker.run())
+    await finished.wait()
+    elapsed = time.perf_counter() - t0
+    cpu, rcpu = time.process_time() - cpu0, redis_cpu_s(sync) - rcpu0
+    worker.stop()
+    await task
+    await client.aclose()
+    sync.close()
+    dupes = sum(1 for c in seen.values() if c != 1)
+    return {"seconds": elapsed, "per_s": n / elapsed, "worker_us_per_job": cpu / n * 1e6,
+            "redis_us_per_job": rcpu / n * 1e6, "duplicates": dupes,
+            "committed": worker.committer.committed}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import uvloop
+
+    r = redis.Redis.from_url(args.redis_url)
+    runs = []
+    for _ in range(args.runs):
+        ns = fresh_namespace("burn")
+        try:
+            with Client(args.redis_url, ns) as client:
+                t = time.perf_counter()
+                for i in range(0, args.jobs, 10_000):
+                    client.submit_many([{"task": "bench.noop", "payload": j}
+                                        for j in range(i, min(args.jobs, i + 10_000))])
+                submit_s = time.perf_counter() - t
+            result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
+                                      args.batch))
+            result["submit_per_s"] = args.jobs / submit_s
+            runs.append(result)
+        finally:
+            drop_namespace(r, ns)
+
+    def med(key: str) -> float:
+        return statistics.median(x[key] for x in runs)
+
+    ok = all(x["duplicates"] == 0 and x["committed"] == args.jobs for x in runs)
+    summary = (f"burndown: {args.jobs} jobs x{args.runs}: {med('per_s'):,.0f} executions/s "
+               f"(median), worker {med('worker_us_per_job'):.1f} us/job + redis "
+               f"{med('redis_us_per_job'):.1f} us/job CPU; submit_many {med('submit_per_s'):,.0f}"
+               f" jobs/s; exactly once: {'yes' if ok else 'NO'}")
+    return {"summary": summary, "ok": ok, "jobs": args.jobs, "runs": runs,
+            "median_per_s": med("per_s"), "median_submit_per_s": med("submit_per_s"),
+            "machine": machine(r)}

@@ -1,0 +1,1 @@
+"""The `sched` command line: a thin layer over the `scheduler` SDK."""

@@ -1,0 +1,88 @@
+"""Read-only commands: `sched jobs show`, `sched runs`. Each has `--json`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import msgspec
+
+
+def when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def echo_json(value: Any) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+def table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@click.group()
+def jobs() -> None:
+    """Inspect job definitions."""
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def jobs_show(obj: dict[str, str], job_id: str, as_json: bool) -> None:
+    """Show one job's definition and its slots."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        job = client.get_job(job_id)
+        slots = client.slots(job_id)
+    if as_json:
+        echo_json({"job": job, "slots": slots})
+        return
+    policy = job.retry
+    for label, value in [
+        ("job", job.job_id), ("task", job.task), ("queue", job.queue), ("kind", job.kind),
+        ("fire time", when(job.fire_ms)), ("created", when(job.created_ms)),
+        ("delivery", job.delivery.value),
+        ("timeout", f"{job.timeout_s:g}s" if job.timeout_s else "none"),
+        ("retry", f"max {policy.max_attempts} attempts, backoff {policy.base_s:g}s.."
+                  f"{policy.max_s:g}s, jitter {policy.jitter:g}"),
+        ("dedupe key", job.dedupe_key or "-"),
+        ("payload", msgspec.json.encode(job.payload).decode()[:200]),
+    ]:
+        click.echo(f"{label + ':':<12}{value}")
+    click.echo("")
+    table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms)] for s in slots],
+          ["slot", "status", "attempts", "fire time"])
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def runs(obj: dict[str, str], job_id: str, as_json: bool) -> None:
+    """Show a job's slots and every attempt of each."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        slots = client.slots(job_id)
+    if as_json:
+        echo_json(slots)
+        return
+    rows = []
+    for s in slots:
+        rows.append([s.slot_id, s.status.value, "", "", "", "", ""])
+        for a in s.attempts:
+            ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
+            rows.append(["", f"#{a.number}", a.outcome.value if a.outcome else "-",
+                         a.worker or "-", when(a.started_ms),
+                         f"{ms}ms" if ms is not None else "-", a.error or ""])
+        if s.status.value == "running":
+            rows.append(["", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
+    table(rows, ["slot", "attempt", "outcome", "worker", "started", "took", "error"])

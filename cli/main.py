@@ -1,0 +1,101 @@
+"""`sched`: parses options, calls the SDK, prints a table for people or JSON for programs.
+
+Every error a user can cause ends as one line on stderr and a non-zero exit code, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import msgspec
+import redis
+
+from scheduler.errors import SchedulerError, ValidationError
+
+from . import inspect as inspect_cmds
+from . import run as run_cmds
+
+
+def _decode_json(value: str) -> Any:
+    if value.startswith("@"):
+        path = value[1:]
+        try:
+            with open(path, "rb") as f:
+                value = f.read().decode()
+        except OSError as exc:
+            raise ValidationError("payload", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return msgspec.json.decode(value.encode())
+    except msgspec.DecodeError as exc:
+        raise ValidationError("payload", f"is not valid JSON ({exc})") from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.option("--redis-url", envvar="SCHED_REDIS_URL", default="redis://127.0.0.1:6379/0",
+              help="Redis to use (env SCHED_REDIS_URL).")
+@click.option("--namespace", envvar="SCHED_NAMESPACE", default="sched",
+              help="Key prefix isolating one scheduler from others (env SCHED_NAMESPACE).")
+@click.pass_context
+def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
+    """A Redis-native distributed job scheduler."""
+    ctx.obj = {"redis_url": redis_url, "namespace": namespace}
+
+
+@cli.command()
+@click.argument("task")
+@click.option("--payload", default="null", help="JSON value, or @FILE to read it from a file.")
+@click.option("--queue", default="default")
+@click.option("--timeout", type=float, default=None, help="Seconds before a run is cancelled.")
+@click.option("--max-attempts", type=int, default=3, help="Attempts before the dead-letter queue.")
+@click.option("--delivery", default="at_least_once",
+              help="at_least_once | at_most_once | exactly_once")
+@click.option("--dedupe-key", default=None, help="A repeat with the same key returns the first job.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: float | None,
+           max_attempts: int, delivery: str, dedupe_key: str | None, as_json: bool) -> None:
+    """Submit a job that runs now."""
+    from scheduler import Client, RetryPolicy
+
+    value = _decode_json(payload)
+    retry = RetryPolicy(max_attempts=max_attempts)
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        job_id = client.submit(task, value, queue=queue, timeout=timeout, retry=retry,
+                               delivery=delivery, dedupe_key=dedupe_key)
+        if as_json:
+            job = client.get_job(job_id)
+            click.echo(msgspec.json.encode({"job_id": job_id,
+                                            "slot_id": f"{job_id}:{job.fire_ms}"}).decode())
+        else:
+            click.echo(job_id)
+
+
+cli.add_command(run_cmds.worker)
+cli.add_command(run_cmds.scheduler)
+cli.add_command(inspect_cmds.jobs)
+cli.add_command(inspect_cmds.runs)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the `sched` console script."""
+    try:
+        code = cli.main(args=argv, prog_name="sched", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        code = 130
+    except click.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        code = exc.exit_code
+    except SchedulerError as exc:
+        click.echo(f"error: {exc}", err=True)
+        code = 1
+    except redis.exceptions.ConnectionError as exc:
+        click.echo(f"error: cannot reach Redis ({exc}); check --redis-url / SCHED_REDIS_URL",
+                   err=True)
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

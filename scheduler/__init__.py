@@ -1,0 +1,14 @@
+"""A Redis-native distributed job scheduler."""
+
+from .client import AsyncClient, Client, JobSpec
+from .errors import Cancel, Retry, SchedulerError, ValidationError
+from .models import Attempt, Job, RetryPolicy, Slot
+from .registry import Context, Registry
+from .states import Delivery, Outcome, SlotStatus
+
+__all__ = [
+    "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Job", "JobSpec",
+    "Outcome", "Registry", "Retry", "RetryPolicy", "SchedulerError", "Slot", "SlotStatus",
+    "ValidationError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,57 @@
+"""One clock: Redis TIME (DESIGN.md invariant 6).
+
+A service reads `now_ms()` once per loop and passes it to Lua. `RedisClock` anchors to Redis
+TIME and advances with the local monotonic clock between re-syncs, so the hot path pays no
+extra round trip; the node's wall clock is never used. Tests use `ManualClock`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int: ...
+
+    def stale(self) -> bool: ...
+
+    def anchor(self, redis_time: Any) -> None: ...
+
+
+class RedisClock:
+    def __init__(self, resync_s: float = 5.0) -> None:
+        self.resync_s = resync_s
+        self._base_ms = 0.0
+        self._mono = -1e18
+
+    def stale(self) -> bool:
+        return time.monotonic() - self._mono > self.resync_s
+
+    def anchor(self, redis_time: Any) -> None:
+        """Take a reply of Redis TIME: (seconds, microseconds)."""
+        sec, usec = redis_time
+        self._base_ms = int(sec) * 1000 + int(usec) / 1000
+        self._mono = time.monotonic()
+
+    def now_ms(self) -> int:
+        return int(self._base_ms + (time.monotonic() - self._mono) * 1000)
+
+
+class ManualClock:
+    """A clock a test sets and advances; never stale."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.ms = now_ms
+
+    def stale(self) -> bool:
+        return False
+
+    def anchor(self, redis_time: Any) -> None:
+        pass
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> None:
+        self.ms += int(seconds * 1000)

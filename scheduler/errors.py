@@ -1,0 +1,66 @@
+"""Every exception the library raises, and the two a handler raises to steer its own slot."""
+
+from __future__ import annotations
+
+
+class SchedulerError(Exception):
+    """Base class of every error this library raises."""
+
+
+class ValidationError(SchedulerError, ValueError):
+    """Bad input from a caller. Raised before anything is written to Redis."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"{field}: {problem}")
+
+
+class ConfigError(SchedulerError, ValueError):
+    """A component was configured with a value it cannot run with."""
+
+
+class NamespaceError(SchedulerError):
+    """The namespace in Redis disagrees with what the caller asked for."""
+
+
+class JobNotFound(SchedulerError, LookupError):
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
+        super().__init__(f"no job {job_id!r} in this namespace (check --namespace and the id)")
+
+
+class SlotNotFound(SchedulerError, LookupError):
+    def __init__(self, slot_id: str) -> None:
+        self.slot_id = slot_id
+        super().__init__(f"no slot {slot_id!r} in this namespace (check --namespace and the id)")
+
+
+class ScriptError(SchedulerError):
+    """A Lua transition replied with a code the wrapper does not know; a bug, not bad input."""
+
+
+# --- raised by handlers ---------------------------------------------------------------------
+
+
+class Retry(Exception):
+    """Raise from a handler to fail this attempt and retry after `after` seconds.
+
+    The retry still counts against the job's max_attempts; when they are exhausted the slot
+    goes to the dead-letter queue as with any other failure.
+    """
+
+    def __init__(self, after: float | None = None, reason: str = "retry requested") -> None:
+        if after is not None and after < 0:
+            raise ValueError("Retry(after=...) must be >= 0 seconds")
+        self.after = after
+        self.reason = reason
+        super().__init__(reason)
+
+
+class Cancel(Exception):
+    """Raise from a handler to end this slot `cancelled` without further attempts."""
+
+    def __init__(self, reason: str = "cancelled by handler") -> None:
+        self.reason = reason
+        super().__init__(reason)

@@ -1,0 +1,113 @@
+"""The only module that formats Redis key names.
+
+Layout (DESIGN.md). Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
+which only ever touches one shard, maps to a single Redis Cluster slot:
+
+    <ns>:meta                     hash    shard count, creation time, layout version
+    <ns>:queues                   set     queue names ever submitted to (for status/metrics)
+    <ns>:workers                  zset    worker id -> last heartbeat (ms)
+    <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
+    <ns>:{sNN}:job:<job_id>       hash    job definition
+    <ns>:{sNN}:slot:<slot_id>     hash    slot state, lease, fencing token, attempts (`a:<n>`)
+    <ns>:{sNN}:due                zset    slot ids scored by available-at (ms)
+    <ns>:{sNN}:cron               zset    recurring job ids scored by next fire time
+    <ns>:{sNN}:q:<queue>          stream  dispatch; consumer group `workers`
+    <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
+    <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
+    <ns>:{sNN}:owner              string  scheduler-node lease on the shard
+
+The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
+below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys.py checks that the
+keys the scripts create are the keys this module names).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+from .errors import ValidationError
+
+DEFAULT_SHARDS = 8
+DISPATCH_GROUP = "workers"
+HISTORY_GROUP = "history"
+
+SUFFIX_JOB = "job:"
+SUFFIX_SLOT = "slot:"
+SUFFIX_QUEUE = "q:"
+
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+def check_name(field: str, value: str) -> str:
+    """Namespaces and queue names end up inside key names: no braces, colons or spaces."""
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValidationError(
+            field, f"{value!r} is not allowed; use 1-64 characters from A-Z a-z 0-9 _ . -"
+        )
+    return value
+
+
+def check_job_id(value: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise ValidationError("job_id", f"{value!r} is not a job id")
+    return value
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    """Stable across processes and Python versions (unlike hash())."""
+    return zlib.crc32(job_id.encode()) % shards
+
+
+def slot_id(job_id: str, fire_ms: int) -> str:
+    return f"{job_id}:{fire_ms}"
+
+
+def split_slot_id(slot: str) -> tuple[str, int]:
+    job_id, sep, fire = slot.rpartition(":")
+    if not sep or not fire.isdigit() or not _ID.match(job_id):
+        raise ValidationError("slot_id", f"{slot!r} is not a slot id (expected JOB_ID:FIRE_MS)")
+    return job_id, int(fire)
+
+
+class Keys:
+    """Key names of one namespace."""
+
+    __slots__ = ("ns", "meta", "queues", "workers")
+
+    def __init__(self, namespace: str) -> None:
+        self.ns = check_name("namespace", namespace)
+        self.meta = f"{namespace}:meta"  # hash
+        self.queues = f"{namespace}:queues"  # set
+        self.workers = f"{namespace}:workers"  # zset
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.ns}:worker:{worker_id}"  # hash
+
+    def prefix(self, shard: int) -> str:
+        return f"{self.ns}:{{s{shard:02d}}}:"
+
+    def job(self, shard: int, job_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_JOB}{job_id}"  # hash
+
+    def slot(self, shard: int, slot: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_SLOT}{slot}"  # hash
+
+    def due(self, shard: int) -> str:
+        return f"{self.prefix(shard)}due"  # zset
+
+    def cron(self, shard: int) -> str:
+        return f"{self.prefix(shard)}cron"  # zset
+
+    def queue(self, shard: int, queue: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_QUEUE}{queue}"  # stream
+
+    def events(self, shard: int) -> str:
+        return f"{self.prefix(shard)}events"  # stream
+
+    def dlq(self, shard: int) -> str:
+        return f"{self.prefix(shard)}dlq"  # zset
+
+    def owner(self, shard: int) -> str:
+        return f"{self.prefix(shard)}owner"  # string

@@ -1,0 +1,227 @@
+"""Records: msgspec Structs for jobs, slots, attempts and retry policies, with validation.
+
+Validation happens here, before anything is written to Redis; every error names the field and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from .errors import ValidationError
+from .keys import check_name
+from .states import Delivery, Outcome, SlotStatus
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+_DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
+
+
+def _finite_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Exponential backoff with jitter: delay(n) = min(max_s, base_s * 2**(n-1)) * (1 - jitter*u),
+    u uniform in [0, 1), n the number of failed attempts so far."""
+
+    max_attempts: int = 3
+    base_s: float = 1.0
+    max_s: float = 300.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool):
+            raise ValidationError("max_attempts", "must be an integer >= 1")
+        if self.max_attempts < 1:
+            raise ValidationError("max_attempts", f"{self.max_attempts} is not allowed; must be >= 1")
+        for field in ("base_s", "max_s"):
+            value = getattr(self, field)
+            if not _finite_number(value) or value < 0:
+                raise ValidationError(field, f"{value!r} is not allowed; must be a number >= 0")
+        if self.max_s < self.base_s:
+            raise ValidationError("max_s", f"{self.max_s} is below base_s {self.base_s}")
+        if not _finite_number(self.jitter) or not 0 <= self.jitter <= 1:
+            raise ValidationError("jitter", f"{self.jitter!r} is not allowed; must be in [0, 1]")
+
+    def delay_s(self, failures: int, u: float) -> float:
+        raw: float = min(self.max_s, self.base_s * 2 ** max(failures - 1, 0))
+        return raw * (1 - self.jitter * u)
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    task: str
+    queue: str = "default"
+    payload: Any = None
+    timeout_s: float | None = None
+    retry: RetryPolicy = RetryPolicy()
+    delivery: Delivery = Delivery.AT_LEAST_ONCE
+    dedupe_key: str | None = None
+    kind: str = "immediate"
+    created_ms: int = 0
+    fire_ms: int = 0
+
+
+class Attempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    number: int
+    worker: str | None = None
+    token: int | None = None
+    claimed_ms: int | None = None
+    lease_until_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+
+
+class Slot(msgspec.Struct, frozen=True, kw_only=True):
+    slot_id: str
+    job_id: str
+    fire_ms: int
+    status: SlotStatus
+    attempt: int = 0
+    failures: int = 0
+    queue: str = "default"
+    task: str = ""
+    token: int = 0
+    worker: str | None = None
+    lease_until_ms: int | None = None
+    available_ms: int | None = None
+    attempts: list[Attempt] = []
+
+
+_attempt_decoder = msgspec.json.Decoder(Attempt)
+_payload_encoder = msgspec.json.Encoder()
+
+
+def check_task(task: object) -> str:
+    if not isinstance(task, str) or not task or len(task) > 200 or task != task.strip():
+        raise ValidationError("task", f"{task!r} is not a task name (a non-empty string, at most 200 characters)")
+    return task
+
+
+def check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if not _finite_number(timeout) or float(timeout) <= 0:
+        raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of seconds > 0")
+    return float(timeout)
+
+
+def check_delivery(delivery: Any) -> Delivery:
+    try:
+        return Delivery(delivery)
+    except ValueError:
+        raise ValidationError(
+            "delivery", f"{delivery!r} is not a delivery mode; use one of {_DELIVERY_VALUES}"
+        ) from None
+
+
+def check_dedupe_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise ValidationError("dedupe_key", "must be a non-empty string of at most 512 characters")
+    return key
+
+
+def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
+    """JSON-compatible values only; nothing is pickled."""
+    try:
+        data = _payload_encoder.encode(payload)
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ValidationError("payload", f"is not JSON-serializable: {exc}") from None
+    if len(data) > max_bytes:
+        raise ValidationError(
+            "payload", f"is {len(data)} bytes encoded, over the limit of {max_bytes} bytes"
+        )
+    return data
+
+
+def decode_payload(data: bytes | None) -> Any:
+    if not data:
+        return None
+    return msgspec.json.decode(data)
+
+
+def check_queue(queue: object) -> str:
+    return check_name("queue", queue)  # type: ignore[arg-type]
+
+
+# --- Redis hash <-> Struct -------------------------------------------------------------------
+
+
+def job_fields(job: Job, payload: bytes) -> dict[str, str | bytes | int | float]:
+    """The job hash as the submit script writes it (flat, so Lua can read single fields)."""
+    return {
+        "task": job.task,
+        "queue": job.queue,
+        "payload": payload,
+        "timeout_ms": int(job.timeout_s * 1000) if job.timeout_s else 0,
+        "max_attempts": job.retry.max_attempts,
+        "backoff_base_ms": int(job.retry.base_s * 1000),
+        "backoff_max_ms": int(job.retry.max_s * 1000),
+        "jitter": job.retry.jitter,
+        "delivery": job.delivery.value,
+        "dedupe_key": job.dedupe_key or "",
+        "kind": job.kind,
+    }
+
+
+def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
+    value = raw.get(name.encode())
+    return value.decode() if value is not None else default
+
+
+def _i(raw: dict[bytes, bytes], name: str, default: int = 0) -> int:
+    value = raw.get(name.encode())
+    return int(value) if value not in (None, b"") else default
+
+
+def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
+    timeout_ms = _i(raw, "timeout_ms")
+    return Job(
+        job_id=job_id,
+        task=_s(raw, "task"),
+        queue=_s(raw, "queue", "default"),
+        payload=decode_payload(raw.get(b"payload")),
+        timeout_s=timeout_ms / 1000 if timeout_ms else None,
+        retry=RetryPolicy(
+            max_attempts=_i(raw, "max_attempts", 1),
+            base_s=_i(raw, "backoff_base_ms") / 1000,
+            max_s=_i(raw, "backoff_max_ms") / 1000,
+            jitter=float(_s(raw, "jitter", "0")),
+        ),
+        delivery=Delivery(_s(raw, "delivery", Delivery.AT_LEAST_ONCE.value)),
+        dedupe_key=_s(raw, "dedupe_key") or None,
+        kind=_s(raw, "kind", "immediate"),
+        created_ms=_i(raw, "created_ms"),
+        fire_ms=_i(raw, "fire_ms"),
+    )
+
+
+def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
+    attempts = sorted(
+        (_attempt_decoder.decode(v) for k, v in raw.items() if k.startswith(b"a:")),
+        key=lambda a: a.number,
+    )
+    lease = _i(raw, "lease_until", -1)
+    available = _i(raw, "available_ms", -1)
+    return Slot(
+        slot_id=slot,
+        job_id=_s(raw, "job_id"),
+        fire_ms=_i(raw, "fire_ms"),
+        status=SlotStatus(_s(raw, "status")),
+        attempt=_i(raw, "attempt"),
+        failures=_i(raw, "failures"),
+        queue=_s(raw, "queue", "default"),
+        task=_s(raw, "task"),
+        token=_i(raw, "token"),
+        worker=_s(raw, "worker") or None,
+        lease_until_ms=lease if lease >= 0 else None,
+        available_ms=available if available >= 0 else None,
+        attempts=attempts,
+    )

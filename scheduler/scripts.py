@@ -1,0 +1,216 @@
+"""The Lua transitions: loading, argument building, and reply decoding, in one place.
+
+Each script in `lua/` is loaded once per connection pool (SCRIPT LOAD) and called by SHA; a
+NOSCRIPT reply (Redis restarted or flushed its script cache) reloads and retries the calls
+that did not run. Calls are batched: `Call` values are built here and run by `run_sync` /
+`run_async` in one pipelined round trip, whatever shards they touch.
+
+`--- @include "_lib.lua"` inside a script is replaced by that file's text at load time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from .errors import ScriptError
+
+NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat")
+_INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
+
+
+def read_source(name: str) -> str:
+    text = resources.files("scheduler").joinpath("lua", f"{name}.lua").read_text()
+    return _INCLUDE.sub(lambda m: read_source(m.group(1).removesuffix(".lua")), text)
+
+
+def header_keys(name: str) -> int:
+    """How many KEYS the script's header documents (a test compares it with the wrappers)."""
+    header = read_source(name).split("]]", 1)[0]
+    return len(set(re.findall(r"KEYS\[(\d+)\]", header)))
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    text: str
+    sha: str
+
+
+SOURCES = {
+    n: _Source(n, t, hashlib.sha1(t.encode()).hexdigest())
+    for n, t in ((n, read_source(n)) for n in NAMES)
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+# --- reply codes ---------------------------------------------------------------------------
+
+
+class Claimed(IntEnum):
+    STALE = 0
+    HELD = -1
+    OK = 1
+
+
+class Commit(IntEnum):
+    REFUSED = 0
+    OK = 1
+
+
+class Failed(IntEnum):
+    REFUSED = 0
+    RETRY = 1
+    DEAD = 2
+    CANCELLED = 3
+
+
+class Beat(IntEnum):
+    LOST = 0
+    OK = 1
+    CANCEL = 2
+
+
+def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
+    try:
+        return [kind(int(c)) for c in reply]
+    except ValueError as exc:
+        raise ScriptError(f"unexpected reply code from Lua ({kind.__name__}): {exc}") from None
+
+
+# --- argument builders (one per transition; KEYS are always the shard prefix) --------------
+
+
+def submit(prefix: str, now_ms: int, maxlen: int, rows: Sequence[Sequence[Any]]) -> Call:
+    """rows: (job_id, task, queue, payload, timeout_ms, max_attempts, backoff_base_ms,
+    backoff_max_ms, jitter, delivery, dedupe_key, kind, fire_ms)."""
+    args: list[Any] = [now_ms, maxlen, len(rows)]
+    for row in rows:
+        args.extend(row)
+    return Call("submit", (prefix,), tuple(args))
+
+
+def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
+          entries: Iterable[tuple[str, bytes, str]]) -> Call:
+    """entries: (queue, msg_id, slot_id)."""
+    args: list[Any] = [now_ms, maxlen, worker, lease_ms, 0]
+    for entry in entries:
+        args.extend(entry)
+    args[4] = (len(args) - 5) // 3
+    return Call("claim", (prefix,), tuple(args))
+
+
+def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
+             items: Sequence[tuple[str, int, int, int]]) -> Call:
+    """items: (slot_id, token, started_ms, finished_ms)."""
+    args: list[Any] = [now_ms, maxlen, worker, len(items)]
+    for item in items:
+        args.extend(item)
+    return Call("complete", (prefix,), tuple(args))
+
+
+def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
+         items: Sequence[tuple[str, int, str, str, int, float, int, int]]) -> Call:
+    """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms)."""
+    args: list[Any] = [now_ms, maxlen, worker, len(items)]
+    for item in items:
+        args.extend(item)
+    return Call("fail", (prefix,), tuple(args))
+
+
+def release(prefix: str, now_ms: int, maxlen: int, worker: str,
+            items: Sequence[tuple[str, int, int]]) -> Call:
+    """items: (slot_id, token, started_ms)."""
+    args: list[Any] = [now_ms, maxlen, worker, len(items)]
+    for item in items:
+        args.extend(item)
+    return Call("release", (prefix,), tuple(args))
+
+
+def promote(prefix: str, now_ms: int, maxlen: int, limit: int) -> Call:
+    return Call("promote", (prefix,), (now_ms, maxlen, limit))
+
+
+def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
+              items: Sequence[tuple[str, int]]) -> Call:
+    args: list[Any] = [now_ms, lease_ms, worker, len(items)]
+    for item in items:
+        args.extend(item)
+    return Call("heartbeat", (prefix,), tuple(args))
+
+
+# --- execution -----------------------------------------------------------------------------
+
+
+class _Batch:
+    """Tracks which calls of a pipelined batch still have to run (NOSCRIPT is retried once)."""
+
+    def __init__(self, calls: Sequence[Call]) -> None:
+        self.calls = calls
+        self.results: list[Any] = [None] * len(calls)
+        self.todo = list(range(len(calls)))
+        self.reloaded = False
+
+    def fill(self, pipe: Any) -> None:
+        for i in self.todo:
+            c = self.calls[i]
+            pipe.evalsha(SOURCES[c.script].sha, len(c.keys), *c.keys, *c.args)
+
+    def absorb(self, out: list[Any]) -> bool:
+        """Store replies; True when scripts must be loaded and the rest run again."""
+        for i, r in zip(self.todo, out, strict=True):
+            self.results[i] = r
+        self.todo = [
+            i for i, r in zip(self.todo, out, strict=True)
+            if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if not self.todo or self.reloaded:
+            return False
+        self.reloaded = True
+        return True
+
+    def finish(self) -> list[Any]:
+        for r in self.results:
+            if isinstance(r, Exception):
+                raise r
+        return self.results
+
+
+def run_sync(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Run calls in one pipelined round trip; reload scripts once on NOSCRIPT."""
+    batch = _Batch(calls)
+    while batch.todo:
+        pipe = client.pipeline(transaction=False)
+        batch.fill(pipe)
+        if not batch.absorb(pipe.execute(raise_on_error=False)):
+            break
+        for s in SOURCES.values():
+            client.script_load(s.text)
+    return batch.finish()
+
+
+async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call]) -> list[Any]:
+    """Async twin of run_sync."""
+    batch = _Batch(calls)
+    while batch.todo:
+        pipe = client.pipeline(transaction=False)
+        batch.fill(pipe)
+        if not batch.absorb(await pipe.execute(raise_on_error=False)):
+            break
+        for s in SOURCES.values():
+            await client.script_load(s.text)
+    return batch.finish()

@@ -1,0 +1,50 @@
+"""The states of a slot. The same strings are written by the Lua transitions (a test checks)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class SlotStatus(StrEnum):
+    SCHEDULED = "scheduled"
+    """In the shard's `due` set; the promoter moves it to a dispatch stream when due."""
+
+    QUEUED = "queued"
+    """In a dispatch stream; a worker's `claim` moves it to running."""
+
+    RUNNING = "running"
+    """Leased by one worker (token); its `complete`/`fail`/`release` moves it on, or the
+    reclaimer when the lease expires."""
+
+    SUCCEEDED = "succeeded"
+    """Terminal: one committed success."""
+
+    DEAD = "dead"
+    """Terminal: attempts exhausted; in the shard's dead-letter set until replayed."""
+
+    CANCELLED = "cancelled"
+    """Terminal: cancelled by an operator or by the handler raising Cancel."""
+
+    LOST = "lost"
+    """Terminal: an at-most-once slot whose worker vanished; never re-run."""
+
+
+TERMINAL = frozenset({SlotStatus.SUCCEEDED, SlotStatus.DEAD, SlotStatus.CANCELLED, SlotStatus.LOST})
+ACTIVE = frozenset({SlotStatus.SCHEDULED, SlotStatus.QUEUED, SlotStatus.RUNNING})
+
+
+class Outcome(StrEnum):
+    """How one attempt ended."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    CANCELLED = "cancelled"
+    RELEASED = "released"  # handed back at shutdown; does not count as a failure
+    LOST = "lost"
+
+
+class Delivery(StrEnum):
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+    EXACTLY_ONCE = "exactly_once"

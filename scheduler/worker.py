@@ -1,0 +1,339 @@
+"""The worker: reads dispatch streams, claims in batches, runs handlers, commits in batches.
+
+Shutdown order (`stop()`, e.g. on SIGTERM):
+  1. the reader stops reading (it finishes the XREADGROUP in flight and claims what it got);
+  2. in-flight runs get `grace_s` to finish;
+  3. runs still going are cancelled and released for redelivery (a new stream entry; the
+     attempt is recorded `released` and does not count as a failure);
+  4. the committer flushes every outcome, then the heartbeat stops and the worker leaves the
+     registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import traceback
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import msgspec
+import redis.asyncio
+
+from . import scripts
+from .clock import Clock, RedisClock
+from .committer import Committer
+from .errors import Cancel, ConfigError, Retry
+from .heartbeat import Heartbeat
+from .keys import DEFAULT_SHARDS, DISPATCH_GROUP, Keys, check_name
+from .models import decode_payload
+from .registry import Context, Registry
+from .states import Outcome
+
+log = logging.getLogger("scheduler.worker")
+
+
+class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
+    concurrency: int = 100
+    queues: tuple[str, ...] = ("default",)
+    batch: int = 500  # most entries claimed per read
+    block_ms: int = 1000  # XREADGROUP BLOCK; also bounds how long stop() waits for the reader
+    lease_s: float = 30.0
+    grace_s: float = 10.0
+    events_maxlen: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, not {self.concurrency}")
+        if not self.queues:
+            raise ConfigError("a worker needs at least one queue")
+        for q in self.queues:
+            check_name("queue", q)
+        if self.batch < 1 or self.block_ms < 1:
+            raise ConfigError("batch and block_ms must be >= 1")
+        if self.lease_s < 1:
+            raise ConfigError(f"lease must be >= 1 s, not {self.lease_s}")
+        if self.grace_s < 0:
+            raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
+
+
+class Run:
+    """One claimed slot while this worker holds its lease."""
+
+    __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
+                 "delivery", "fire_ms", "started_ms", "job", "stop_reason", "timer")
+
+    def __init__(self, shard: int, slot_id: str, reply: list[Any]) -> None:
+        self.shard = shard
+        self.slot_id = slot_id
+        self.token = int(reply[1])
+        self.attempt = int(reply[2])
+        self.task = reply[3].decode() if reply[3] else ""
+        self.payload = reply[4]
+        self.timeout_ms = int(reply[5] or 0)
+        self.delivery = reply[6].decode() if reply[6] else "at_least_once"
+        self.fire_ms = int(reply[7])
+        self.started_ms = 0
+        self.job: asyncio.Task[None] | None = None
+        self.stop_reason: str | None = None  # why we cancelled it: timeout, lost, cancel, release
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class Worker:
+    def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
+                 namespace: str = "sched", config: WorkerConfig | None = None,
+                 clock: Clock | None = None, worker_id: str | None = None) -> None:
+        self.redis = client
+        self.registry = registry
+        self.config = config or WorkerConfig()
+        self.keys = Keys(namespace)
+        self.clock = clock or RedisClock()
+        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.shards = 0
+        self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, queue)
+        self.running: dict[str, Run] = {}
+        self.stopping = asyncio.Event()
+        self.capacity = asyncio.Event()
+        self.executor = ThreadPoolExecutor(max_workers=min(self.config.concurrency, 64),
+                                           thread_name_prefix="sched-handler")
+        lease_ms = int(self.config.lease_s * 1000)
+        self.lease_ms = lease_ms
+        self.committer = Committer(client, self.keys, self.clock, self.worker_id,
+                                   self.config.events_maxlen)
+        self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
+                                   self.config.concurrency, self.config.queues, self._inflight,
+                                   self._lost, self._cancel_requested)
+        self._rotation = 0
+
+    # --- setup ---------------------------------------------------------------------------
+
+    async def setup(self) -> None:
+        """Learn the shard count and make sure every stream this worker reads has the group."""
+        await self.redis.hsetnx(self.keys.meta, "shards", DEFAULT_SHARDS)
+        self.shards = int(await self.redis.hget(self.keys.meta, "shards") or DEFAULT_SHARDS)
+        self.streams = [(self.keys.queue(s, q).encode(), s, q)
+                        for q in self.config.queues for s in range(self.shards)]
+        await self._create_groups()
+        await self._sync_clock()
+
+    async def _create_groups(self) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        for key, _, _ in self.streams:
+            pipe.xgroup_create(key, DISPATCH_GROUP, id="0", mkstream=True)
+        for result in await pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
+                raise result
+
+    async def _sync_clock(self) -> None:
+        if self.clock.stale():
+            self.clock.anchor(await self.redis.time())
+
+    # --- reading and claiming ------------------------------------------------------------
+
+    def _read_plan(self, free: int) -> tuple[dict[Any, Any], int]:
+        """COUNT applies per stream: read from at most `free` streams, rotating, so one read
+        never returns more entries than there are free run slots."""
+        n = len(self.streams)
+        width = min(n, free)
+        start = self._rotation % n
+        self._rotation += width
+        chosen = [self.streams[(start + i) % n][0] for i in range(width)]
+        return {key: ">" for key in chosen}, max(1, min(self.config.batch, free) // width)
+
+    async def run_once(self, block_ms: int | None = None) -> int:
+        """Read one batch, claim it, and start its handlers; returns how many started."""
+        free = self.config.concurrency - len(self.running)
+        if free <= 0:
+            return 0
+        await self._sync_clock()
+        streams, count = self._read_plan(free)
+        try:
+            reply: Any = await self.redis.xreadgroup(DISPATCH_GROUP, self.worker_id, streams,
+                                                count=count, block=block_ms)
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self._create_groups()
+            return 0
+        if not reply:
+            return 0
+        by_key = {key: (shard, queue) for key, shard, queue in self.streams}
+        entries: dict[int, list[tuple[str, bytes, str]]] = {}
+        for key, messages in reply:
+            shard, queue = by_key[key]
+            entries.setdefault(shard, []).extend(
+                (queue, msg_id, fields[b"s"].decode()) for msg_id, fields in messages)
+        return await self._claim(entries)
+
+    async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]]) -> int:
+        now = self.clock.now_ms()
+        shards = list(entries)
+        calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
+                               self.worker_id, self.lease_ms, entries[s]) for s in shards]
+        replies = await scripts.run_async(self.redis, calls)
+        started = 0
+        loop = asyncio.get_running_loop()
+        for shard, reply in zip(shards, replies, strict=True):
+            for (_, _, slot_id), item in zip(entries[shard], reply, strict=True):
+                if int(item[0]) != scripts.Claimed.OK:
+                    continue
+                run = Run(shard, slot_id, item)
+                run.started_ms = now
+                self.running[slot_id] = run
+                run.job = loop.create_task(self._execute(run))
+                if run.timeout_ms:
+                    run.timer = loop.call_later(run.timeout_ms / 1000, self._stop_run, run,
+                                                "timeout")
+                started += 1
+        return started
+
+    # --- running -------------------------------------------------------------------------
+
+    async def _execute(self, run: Run) -> None:
+        outcome: tuple[str, str, int] | None = None  # (outcome, error, retry_ms)
+        try:
+            task = self.registry.get(run.task)
+            if task is None:
+                raise LookupError(
+                    f"unknown task {run.task!r}: no handler is registered for it in this "
+                    f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
+            job_id = run.slot_id.rpartition(":")[0]
+            ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task, run.delivery)
+            payload = decode_payload(run.payload)
+            if task.is_async:
+                await task.fn(ctx, payload)
+            else:
+                await asyncio.get_running_loop().run_in_executor(self.executor, task.fn, ctx,
+                                                                 payload)
+        except asyncio.CancelledError:
+            reason = run.stop_reason
+            if reason is None:
+                raise  # not ours: never swallow a cancellation we did not start
+            if reason == "timeout":
+                outcome = (Outcome.TIMED_OUT, f"timed out after {run.timeout_ms / 1000:g}s", -1)
+            elif reason == "cancel":
+                outcome = (Outcome.CANCELLED, "cancelled on request", -1)
+            elif reason == "release":
+                self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
+            # "lost": the lease is gone; a commit would be refused, so send none.
+        except Retry as exc:
+            outcome = (Outcome.FAILED, exc.reason,
+                       -1 if exc.after is None else int(exc.after * 1000))
+        except Cancel as exc:
+            outcome = (Outcome.CANCELLED, exc.reason, -1)
+        except Exception as exc:
+            outcome = (Outcome.FAILED, _one_line(exc), -1)
+        else:
+            self.committer.add_done(run.shard, (run.slot_id, run.token, run.started_ms,
+                                                self.clock.now_ms()))
+        finally:
+            if run.timer is not None:
+                run.timer.cancel()
+            del self.running[run.slot_id]
+            self.capacity.set()
+        if outcome is not None:
+            kind, error, retry_ms = outcome
+            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,
+                                                  random.random(), run.started_ms,
+                                                  self.clock.now_ms()))
+
+    def _stop_run(self, run: Run, reason: str) -> None:
+        if run.stop_reason is None and run.job is not None and not run.job.done():
+            run.stop_reason = reason
+            run.job.cancel()
+
+    def _inflight(self) -> list[tuple[int, str, int]]:
+        return [(r.shard, r.slot_id, r.token) for r in self.running.values()]
+
+    def _lost(self, shard: int, slot_id: str, token: int) -> None:
+        run = self.running.get(slot_id)
+        if run is not None and run.token == token:
+            log.warning("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
+            self._stop_run(run, "lost")
+
+    def _cancel_requested(self, shard: int, slot_id: str, token: int) -> None:
+        run = self.running.get(slot_id)
+        if run is not None and run.token == token:
+            self._stop_run(run, "cancel")
+
+    # --- the loops -----------------------------------------------------------------------
+
+    async def _read_loop(self) -> None:
+        backoff = 0.05
+        while not self.stopping.is_set():
+            if len(self.running) >= self.config.concurrency:
+                self.capacity.clear()
+                await self.capacity.wait()
+                continue
+            try:
+                await self.run_once(block_ms=self.config.block_ms)
+                backoff = 0.05
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                log.warning("reading from Redis failed (%s); retrying in %.2fs", exc, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def run(self) -> None:
+        """Run until stop(); then shut down in the order the module docstring gives."""
+        await self.setup()
+        log.info("worker %s reading %s across %d shards (concurrency %d)", self.worker_id,
+                 ",".join(self.config.queues), self.shards, self.config.concurrency)
+        committer = asyncio.create_task(self.committer.run(), name="committer")
+        heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
+        reader = asyncio.create_task(self._read_loop(), name="reader")
+        stopped = asyncio.create_task(self.stopping.wait())
+        try:
+            await asyncio.wait({reader, stopped, committer}, return_when=asyncio.FIRST_COMPLETED)
+            for task in (reader, committer):  # a loop that died takes the worker down
+                if task.done() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            self.capacity.set()
+            await reader
+            await self._drain()
+        finally:
+            stopped.cancel()
+            self.committer.stop()
+            try:
+                await asyncio.wait_for(committer, timeout=max(self.config.grace_s, 5.0))
+            except TimeoutError:
+                log.error("could not commit %d outcome(s) before exit; their leases will "
+                          "expire and the slots will be reclaimed", len(self.committer.pending))
+            self.heartbeat.stop()
+            await heartbeat
+            try:
+                await self.heartbeat.leave()
+            except redis.exceptions.RedisError:
+                pass
+            self.executor.shutdown(wait=False, cancel_futures=True)
+            log.info("worker %s stopped", self.worker_id)
+
+    async def _drain(self) -> None:
+        runs = [r.job for r in self.running.values() if r.job is not None]
+        if runs:
+            log.info("waiting up to %.1fs for %d run(s) in flight", self.config.grace_s,
+                     len(runs))
+            await asyncio.wait(runs, timeout=self.config.grace_s)
+        leftover = list(self.running.values())
+        for run in leftover:
+            self._stop_run(run, "release")
+        if leftover:
+            log.warning("released %d run(s) still going after the grace period",
+                        len(leftover))
+            await asyncio.wait([r.job for r in leftover if r.job is not None])
+
+    def stop(self) -> None:
+        """Idempotent; safe to call from a signal handler."""
+        self.stopping.set()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        last = frames[-1]
+        text += f" (at {os.path.basename(last.filename)}:{last.lineno})"
+    return text[:1000]

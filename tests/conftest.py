@@ -1,0 +1,59 @@
+"""Shared fixtures: the real Redis on 127.0.0.1:6379 (SCHED_TEST_REDIS_URL to change), a fresh
+namespace per test, and its keys removed afterwards."""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+REDIS_URL = os.environ.get("SCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        client.ping()
+    except redis.exceptions.ConnectionError:
+        pytest.fail(f"tests need a Redis at {REDIS_URL} (start one, or set SCHED_TEST_REDIS_URL)")
+    finally:
+        client.close()
+    return REDIS_URL
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def ns(r: redis.Redis) -> Iterator[str]:
+    name = "t" + uuid.uuid4().hex[:10]
+    yield name
+    keys = list(r.scan_iter(match=f"{name}:*", count=1000))
+    for i in range(0, len(keys), 500):
+        r.delete(*keys[i:i + 500])
+
+
+def ns_keys(r: redis.Redis, ns: str) -> list[bytes]:
+    return sorted(r.scan_iter(match=f"{ns}:*", count=1000))
+
+
+@pytest.fixture
+def app_env() -> dict[str, str]:
+    """Environment for subprocesses that import the test app (tests/app_tasks.py)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")])
+    return env
+
+
+SCHED = [sys.executable, "-m", "cli"]

@@ -1,0 +1,20 @@
+"""The benchmarks run (tiny N): their commands and output format stay working."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_burndown_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "burndown", "--jobs", "300", "--runs", "1", "--out",
+         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("burndown: 300 jobs x1:") and "exactly once: yes" in out.stdout
+    result = json.loads((tmp_path / "burndown.json").read_text())
+    assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300

@@ -1,0 +1,96 @@
+"""The SDK: submit, submit_many, dedupe, reading jobs and slots, and bad input."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import redis
+
+from conftest import ns_keys
+from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus
+from scheduler.errors import JobNotFound, NamespaceError, ValidationError
+
+
+def evalsha_calls(r: redis.Redis) -> int:
+    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def test_submit_many_is_one_script_call_per_shard(r: redis.Redis, redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns, shards=4) as client:
+        client.submit("warm", None)
+        before = evalsha_calls(r)
+        ids = client.submit_many([{"task": "t", "payload": i} for i in range(400)])
+        assert evalsha_calls(r) - before == 4
+        assert len(set(ids)) == 400
+        assert [client.get_job(i).payload for i in ids[:5]] == [0, 1, 2, 3, 4]
+        assert all(s.status is SlotStatus.QUEUED for i in ids[:20] for s in client.slots(i))
+
+
+def test_a_dedupe_key_returns_the_first_job(redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        first = client.submit("t", {"v": 1}, dedupe_key="invoice-42")
+        again = client.submit("t", {"v": 2}, dedupe_key="invoice-42")
+        both = client.submit_many([JobSpec(task="t", dedupe_key="k2"),
+                                   JobSpec(task="t", dedupe_key="k2")])
+        assert first == again and both[0] == both[1]
+        assert client.get_job(first).payload == {"v": 1}
+        assert len(client.slots(first)) == 1
+
+
+def test_job_definition_round_trips(redis_url: str, ns: str) -> None:
+    policy = RetryPolicy(max_attempts=5, base_s=0.5, max_s=30, jitter=0.1)
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("emails.send", {"to": "x@y.z"}, queue="mail", timeout=2.5,
+                               retry=policy, delivery="exactly_once")
+        job = client.get_job(job_id)
+    assert (job.task, job.queue, job.timeout_s, job.retry, job.delivery) == (
+        "emails.send", "mail", 2.5, policy, "exactly_once")
+    assert job.payload == {"to": "x@y.z"} and job.created_ms == job.fire_ms > 0
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"delivery": "twice"}, "delivery"),
+    ({"timeout": -1}, "timeout"),
+    ({"queue": "a b"}, "queue"),
+    ({"payload": {"x": object()}}, "payload"),
+    ({"payload": "x" * (1024 * 1024 + 1)}, "payload"),
+])
+def test_bad_input_raises_and_writes_nothing(r: redis.Redis, redis_url: str, ns: str,
+                                             kwargs: dict[str, object], field: str) -> None:
+    with Client(redis_url, ns) as client:
+        with pytest.raises(ValidationError) as err:
+            client.submit("t", **kwargs)  # type: ignore[arg-type]
+        assert err.value.field == field
+        with pytest.raises(ValidationError):
+            client.submit_many([{"task": "ok"}, {"task": "t", **kwargs}])
+    assert ns_keys(r, ns) == []
+
+
+def test_the_shard_count_is_fixed_when_a_namespace_is_created(redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns, shards=3) as client:
+        client.submit("t")
+    with Client(redis_url, ns) as client:
+        assert client.shards == 3
+    with pytest.raises(NamespaceError, match="has 3 shards"):
+        Client(redis_url, ns, shards=5).submit("t")
+
+
+def test_unknown_ids_raise_not_found(redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        with pytest.raises(JobNotFound, match="no job 'nope'"):
+            client.get_job("nope")
+        with pytest.raises(ValidationError):
+            client.get_job("bad id!")
+
+
+def test_async_client_matches_the_blocking_one(redis_url: str, ns: str) -> None:
+    async def main() -> None:
+        async with AsyncClient(redis_url, ns) as client:
+            ids = await client.submit_many([JobSpec(task="t", payload=i) for i in range(10)])
+            again = await client.submit("t", dedupe_key="same")
+            assert again == await client.submit("t", dedupe_key="same")
+            assert (await client.get_job(ids[3])).payload == 3
+            [slot] = await client.slots(ids[3])
+            assert slot.status is SlotStatus.QUEUED
+    asyncio.run(main())

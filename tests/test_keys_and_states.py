@@ -1,0 +1,90 @@
+"""keys.py is the only source of key names; Lua and Python agree on names and state strings."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import redis
+
+from scheduler import Client, SlotStatus, scripts
+from scheduler.clock import ManualClock
+from scheduler.errors import ValidationError
+from scheduler.keys import Keys, shard_of, slot_id, split_slot_id
+from scheduler.states import Outcome
+
+LUA = Path(scripts.__file__).parent / "lua"
+
+
+def test_shard_keys_share_one_hash_tag() -> None:
+    k = Keys("sched")
+    names = [k.job(3, "j"), k.slot(3, "j:1"), k.due(3), k.cron(3), k.queue(3, "default"),
+             k.events(3), k.dlq(3), k.owner(3)]
+    tags = {re.search(r"\{([^}]*)\}", n).group(1) for n in names}  # type: ignore[union-attr]
+    assert tags == {"s03"}
+    assert all(n.startswith("sched:{s03}:") for n in names)
+
+
+def test_shard_of_is_stable_and_spreads() -> None:
+    assert shard_of("abc", 8) == shard_of("abc", 8) == 2  # crc32: same in every process
+    counts = [0] * 8
+    for i in range(8000):
+        counts[shard_of(f"job{i}", 8)] += 1
+    assert min(counts) > 800
+
+
+@pytest.mark.parametrize("bad", ["a b", "a:b", "{x}", "", "x" * 65])
+def test_names_that_would_break_keys_are_refused(bad: str) -> None:
+    with pytest.raises(ValidationError, match="namespace"):
+        Keys(bad)
+
+
+def test_slot_ids_round_trip() -> None:
+    assert split_slot_id(slot_id("abc", 1234)) == ("abc", 1234)
+    with pytest.raises(ValidationError, match="slot_id"):
+        split_slot_id("nocolon")
+
+
+@pytest.mark.parametrize("name", scripts.NAMES)
+def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> None:
+    builders = {
+        "submit": lambda p: scripts.submit(p, 1, 10, []),
+        "claim": lambda p: scripts.claim(p, 1, 10, "w", 1000, []),
+        "complete": lambda p: scripts.complete(p, 1, 10, "w", []),
+        "fail": lambda p: scripts.fail(p, 1, 10, "w", []),
+        "release": lambda p: scripts.release(p, 1, 10, "w", []),
+        "promote": lambda p: scripts.promote(p, 1, 10, 10),
+        "heartbeat": lambda p: scripts.heartbeat(p, 1, 1000, "w", []),
+    }
+    call = builders[name]("ns:{s00}:")
+    assert call.script == name
+    assert len(call.keys) == scripts.header_keys(name)
+    source = scripts.read_source(name)
+    assert "ARGV[1]" in source.split("]]", 1)[0] and "Reply" in source
+
+
+def test_lua_uses_only_the_state_and_outcome_names_python_knows() -> None:
+    statuses, outcomes = set(), set()
+    for path in LUA.glob("*.lua"):
+        text = "\n".join(ln for ln in path.read_text().splitlines() if "HMGET" not in ln)
+        statuses |= set(re.findall(r"'status', '(\w+)'", text))
+        statuses |= set(re.findall(r"st\[1\] [=~]= '(\w+)'", text))
+        statuses |= set(re.findall(r"status = '(\w+)'", text))
+        outcomes |= set(re.findall(r"record_attempt\([^)]*'(\w+)'", text))
+    assert statuses and statuses <= {s.value for s in SlotStatus}
+    assert outcomes and outcomes <= {o.value for o in Outcome}
+
+
+def test_the_keys_the_scripts_create_are_the_keys_keys_py_names(
+        r: redis.Redis, ns: str, redis_url: str) -> None:
+    clock = ManualClock()
+    with Client(redis_url, ns, shards=4, clock=clock) as client:
+        job_id = client.submit("t", {"x": 1}, queue="mail")
+        job = client.get_job(job_id)
+    k = Keys(ns)
+    shard = shard_of(job_id, 4)
+    expected = {k.meta, k.queues, k.job(shard, job_id), k.slot(shard, slot_id(job_id, job.fire_ms)),
+                k.queue(shard, "mail"), k.events(shard)}
+    actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
+    assert actual == expected

@@ -1,0 +1,229 @@
+"""Each Lua transition on a seeded shard: seed with the SDK, run one script, assert the keys."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import redis
+
+from scheduler import Client, RetryPolicy, SlotStatus, scripts
+from scheduler.clock import ManualClock
+from scheduler.keys import DISPATCH_GROUP, Keys, shard_of
+
+W = "worker-1"
+LEASE = 30_000
+
+
+class Shard:
+    """One job's shard, with helpers that run transitions the way a worker does."""
+
+    def __init__(self, r: redis.Redis, client: Client, clock: ManualClock, job_id: str) -> None:
+        self.r, self.client, self.clock, self.job_id = r, client, clock, job_id
+        self.keys = client.keys
+        self.shard = shard_of(job_id, client.shards)
+        self.prefix = self.keys.prefix(self.shard)
+        self.slot_id = client.slots(job_id)[0].slot_id
+        self.stream = self.keys.queue(self.shard, client.get_job(job_id).queue)
+        r.xgroup_create(self.stream, DISPATCH_GROUP, id="0", mkstream=True)
+
+    def run(self, call: scripts.Call) -> Any:
+        return scripts.run_sync(self.r, [call])[0]
+
+    def read(self, consumer: str = W) -> list[tuple[str, bytes, str]]:
+        reply = self.r.xreadgroup(DISPATCH_GROUP, consumer, {self.stream: ">"}, count=10)
+        return [("default", mid, f[b"s"].decode()) for _, msgs in reply for mid, f in msgs]
+
+    def claim(self, entries: list[tuple[str, bytes, str]], worker: str = W) -> list[Any]:
+        return self.run(scripts.claim(self.prefix, self.clock.now_ms(), 1000, worker, LEASE,
+                                      entries))
+
+    def slot(self) -> Any:
+        return self.client.get_slot(self.slot_id)
+
+    def events(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        out = []
+        for _, f in self.r.xrange(self.keys.events(self.shard)):
+            out.append((f[b"type"].decode(), json.loads(f[b"data"])))
+        return out
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def client(redis_url: str, ns: str, clock: ManualClock) -> Client:
+    return Client(redis_url, ns, shards=4, clock=clock)
+
+
+def make(r: redis.Redis, client: Client, clock: ManualClock, **kw: Any) -> Shard:
+    return Shard(r, client, clock, client.submit("t", {"n": 1}, **kw))
+
+
+def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
+                                                 clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    slot = s.slot()
+    assert slot.status is SlotStatus.QUEUED and slot.attempt == 0
+    assert slot.fire_ms == clock.now_ms()
+    assert r.xlen(s.stream) == 1
+    assert s.events()[0][0] == "submitted"
+
+
+def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    [reply] = s.claim(s.read())
+    assert reply[0] == scripts.Claimed.OK and reply[1] == 1 and reply[2] == 1
+    assert reply[3] == b"t" and json.loads(reply[4]) == {"n": 1}
+    slot = s.slot()
+    assert slot.status is SlotStatus.RUNNING and slot.lease_until_ms == clock.now_ms() + LEASE
+    clock.advance(1)
+    assert s.run(scripts.complete(s.prefix, clock.now_ms(), 1000, W,
+                                  [(s.slot_id, 1, clock.now_ms() - 5, clock.now_ms())])) == [1]
+    slot = s.slot()
+    assert slot.status is SlotStatus.SUCCEEDED
+    assert [a.outcome for a in slot.attempts] == ["succeeded"]
+    assert r.xlen(s.stream) == 0 and r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    assert [e[0] for e in s.events()] == ["submitted", "claimed", "succeeded"]
+
+
+def test_a_commit_with_a_stale_token_is_refused_and_recorded(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    now = clock.now_ms()
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 7, now, now)])) == [0]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W,
+                              [(s.slot_id, 7, "failed", "x", -1, 0.5, now, now)])) == [0]
+    assert s.slot().status is SlotStatus.RUNNING
+    refused = [data for kind, data in s.events() if kind == "refused"]
+    assert refused[0][0]["token"] == 7 and refused[0][0]["current_token"] == 1
+
+
+def test_a_second_success_for_the_same_slot_is_refused(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    now = clock.now_ms()
+    item = [(s.slot_id, 1, now, now)]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [1]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [0]
+    assert len(s.slot().attempts) == 1
+
+
+def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=2, max_s=60, jitter=0))
+    s.claim(s.read())
+    now = clock.now_ms()
+    assert s.run(scripts.fail(s.prefix, now, 1000, W,
+                              [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)])) == [1]
+    slot = s.slot()
+    assert slot.status is SlotStatus.SCHEDULED and slot.available_ms == now + 2000
+    assert r.zscore(s.keys.due(s.shard), s.slot_id) == now + 2000
+    assert r.xlen(s.stream) == 0  # the old entry left with the attempt
+    clock.advance(1.999)
+    assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [0, now + 2000]
+    clock.advance(0.001)
+    assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1]
+    assert s.slot().status is SlotStatus.QUEUED
+    [reply] = s.claim(s.read())
+    assert reply[:3] == [1, 2, 2]  # token 2, attempt 2
+
+
+def test_failures_past_max_attempts_go_to_the_dead_letter_set(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=2, base_s=0, jitter=0))
+    for attempt, expected in ((1, 1), (2, 2)):
+        [reply] = s.claim(s.read())
+        now = clock.now_ms()
+        assert s.run(scripts.fail(s.prefix, now, 1000, W, [
+            (s.slot_id, reply[1], "failed", f"boom {attempt}", -1, 0.0, now, now)])) == [expected]
+        s.run(scripts.promote(s.prefix, now, 1000, 100))
+    slot = s.slot()
+    assert slot.status is SlotStatus.DEAD and slot.failures == 2
+    assert [a.error for a in slot.attempts] == ["boom 1", "boom 2"]
+    assert r.zscore(s.keys.dlq(s.shard), s.slot_id) is not None
+    assert "dead" in [kind for kind, _ in s.events()]
+
+
+def test_explicit_retry_delay_and_handler_cancel(r: redis.Redis, client: Client,
+                                                 clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    [reply] = s.claim(s.read())
+    now = clock.now_ms()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "later", 500, 0, now,
+                                                 now)]))
+    assert s.slot().available_ms == now + 500
+    clock.advance(1)
+    s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100))
+    [reply] = s.claim(s.read())
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, [
+        (s.slot_id, reply[1], "cancelled", "no longer needed", -1, 0, now, now)])) == [3]
+    assert s.slot().status is SlotStatus.CANCELLED
+
+
+def test_at_most_once_is_acked_at_claim(r: redis.Redis, client: Client,
+                                        clock: ManualClock) -> None:
+    s = make(r, client, clock, delivery="at_most_once")
+    s.claim(s.read())
+    assert r.xlen(s.stream) == 0 and r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    assert s.slot().status is SlotStatus.RUNNING
+
+
+def test_stale_entries_are_dropped_and_held_ones_left(r: redis.Redis, client: Client,
+                                                      clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    entries = s.read()
+    s.claim(entries)
+    assert s.claim(entries, worker="other") == [[-1]]  # running under this entry: leave it
+    assert r.xlen(s.stream) == 1
+    bogus = r.xadd(s.stream, {"s": s.slot_id})
+    assert s.claim([("default", bogus, s.slot_id)]) == [[0]]
+    assert r.xlen(s.stream) == 1  # the duplicate entry was deleted
+    ghost = r.xadd(s.stream, {"s": "nope:1"})
+    assert s.claim([("default", ghost, "nope:1")]) == [[0]]
+
+
+def test_release_redispatches_without_counting_a_failure(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    now = clock.now_ms()
+    assert s.run(scripts.release(s.prefix, now, 1000, W, [(s.slot_id, 1, now)])) == [1]
+    slot = s.slot()
+    assert slot.status is SlotStatus.QUEUED and slot.failures == 0
+    assert slot.attempts[0].outcome == "released"
+    [reply] = s.claim(s.read(consumer="w2"), worker="w2")
+    assert reply[:3] == [1, 2, 2]
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 1
+
+
+def test_heartbeat_extends_the_lease_and_reports_lost_ones(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    clock.advance(10)
+    reply = s.run(scripts.heartbeat(s.prefix, clock.now_ms(), LEASE, W,
+                                    [(s.slot_id, 1), (s.slot_id, 9)]))
+    assert reply == [1, 0]
+    assert s.slot().lease_until_ms == clock.now_ms() + LEASE
+
+
+def test_promote_skips_slots_that_are_no_longer_scheduled(
+        r: redis.Redis, client: Client, clock: ManualClock, ns: str) -> None:
+    k = Keys(ns)
+    prefix = k.prefix(0)
+    r.zadd(k.due(0), {"gone:1": clock.now_ms()})
+    assert scripts.run_sync(r, [scripts.promote(prefix, clock.now_ms(), 1000, 10)])[0] == [0, -1]
+    assert r.zcard(k.due(0)) == 0
+
+
+def test_scripts_reload_after_the_script_cache_is_flushed(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    r.script_flush()
+    assert s.claim(s.read())[0][0] == 1

@@ -1,0 +1,209 @@
+"""The worker end to end in-process: exactly-once effects, failures, timeouts, the
+concurrency limit, and tasks it does not know."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis.asyncio
+
+from scheduler import Cancel, Client, Context, Registry, Retry, RetryPolicy, SlotStatus
+from scheduler.node import SchedulerNode
+from scheduler.worker import Worker, WorkerConfig
+
+
+async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
+                    timeout: float = 30, node: bool = False, **config: Any) -> Worker:
+    """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    config.setdefault("block_ms", 50)
+    worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
+    services: list[Any] = [worker]
+    if node:
+        services.append(SchedulerNode(client, namespace=ns))
+    tasks = [asyncio.create_task(s.run()) for s in services]
+    deadline = time.monotonic() + timeout
+    try:
+        while not done():
+            assert time.monotonic() < deadline, "timed out waiting for the runs"
+            for t in tasks:
+                if t.done():
+                    t.result()
+            await asyncio.sleep(0.01)
+    finally:
+        for s in services:
+            s.stop()
+        await asyncio.gather(*tasks)
+        await client.aclose()
+    return worker
+
+
+def statuses(client: Client, ids: list[str]) -> Counter[str]:
+    return Counter(s.status.value for i in ids for s in client.slots(i))
+
+
+def test_every_job_runs_once_and_succeeds(redis_url: str, ns: str) -> None:
+    registry = Registry()
+    effects: Counter[str] = Counter()
+
+    @registry.task("noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        effects[ctx.slot_id] += 1
+
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": "noop", "payload": i} for i in range(3000)])
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(effects) == 3000,
+                              concurrency=200))
+        assert statuses(client, ids) == {"succeeded": 3000}
+    assert set(effects.values()) == {1}
+
+
+def test_handlers_get_their_context_and_sync_handlers_run_in_threads(
+        redis_url: str, ns: str) -> None:
+    registry = Registry()
+    seen: list[tuple[Any, ...]] = []
+
+    @registry.task("sync")
+    def sync(ctx: Context, payload: Any) -> None:
+        seen.append((ctx.job_id, ctx.attempt, ctx.idempotency_key, payload,
+                     threading.current_thread().name))
+
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("sync", {"a": 1})
+        asyncio.run(run_until(redis_url, ns, registry, lambda: bool(seen)))
+        [slot] = client.slots(job_id)
+    assert seen[0][:4] == (job_id, 1, slot.slot_id, {"a": 1})
+    assert seen[0][4].startswith("sched-handler")
+
+
+def test_concurrency_limit_holds(redis_url: str, ns: str) -> None:
+    registry = Registry()
+    now, peak, finished = [0], [0], [0]
+
+    @registry.task("slow")
+    async def slow(ctx: Context, payload: Any) -> None:
+        now[0] += 1
+        peak[0] = max(peak[0], now[0])
+        await asyncio.sleep(0.02)
+        now[0] -= 1
+        finished[0] += 1
+
+    with Client(redis_url, ns) as client:
+        client.submit_many([{"task": "slow"} for _ in range(200)])
+        asyncio.run(run_until(redis_url, ns, registry, lambda: finished[0] == 200,
+                              concurrency=7))
+    assert peak[0] == 7
+
+
+def test_unknown_task_fails_the_slot_with_a_clear_error(redis_url: str, ns: str) -> None:
+    registry = Registry()
+
+    @registry.task("known")
+    async def known(ctx: Context, payload: Any) -> None:
+        pass
+
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("missing.task", retry=RetryPolicy(max_attempts=1))
+        ok = client.submit("known")
+        asyncio.run(run_until(redis_url, ns, registry, lambda: (
+            client.slots(job_id)[0].status is SlotStatus.DEAD
+            and client.slots(ok)[0].status is SlotStatus.SUCCEEDED)))
+        [slot] = client.slots(job_id)
+    assert "unknown task 'missing.task'" in (slot.attempts[0].error or "")
+    assert "known" in (slot.attempts[0].error or "")
+
+
+def test_failures_retry_through_the_due_set_then_dead_letter(redis_url: str, ns: str) -> None:
+    registry = Registry()
+    calls: Counter[str] = Counter()
+
+    @registry.task("flaky")
+    async def flaky(ctx: Context, payload: Any) -> None:
+        calls[ctx.slot_id] += 1
+        if ctx.attempt < payload["succeed_on"]:
+            raise RuntimeError(f"attempt {ctx.attempt} fails")
+
+    policy = RetryPolicy(max_attempts=3, base_s=0.05, max_s=1, jitter=0)
+    with Client(redis_url, ns) as client:
+        good = client.submit("flaky", {"succeed_on": 3}, retry=policy)
+        bad = client.submit("flaky", {"succeed_on": 9}, retry=policy)
+
+        def settled() -> bool:
+            return {s.status for i in (good, bad) for s in client.slots(i)} == {
+                SlotStatus.SUCCEEDED, SlotStatus.DEAD}
+
+        asyncio.run(run_until(redis_url, ns, registry, settled, node=True))
+        [g], [b] = client.slots(good), client.slots(bad)
+    assert [a.outcome for a in g.attempts] == ["failed", "failed", "succeeded"]
+    assert [a.error for a in b.attempts] == [
+        f"RuntimeError: attempt {n} fails (at test_worker.py:{_line(flaky)})" for n in (1, 2, 3)]
+
+
+def _line(fn: Callable[..., Any]) -> int:
+    return fn.__code__.co_firstlineno + 4
+
+
+def test_timeouts_retry_and_cancel_raised_by_handlers(redis_url: str, ns: str) -> None:
+    registry = Registry()
+
+    @registry.task("hang")
+    async def hang(ctx: Context, payload: Any) -> None:
+        await asyncio.sleep(3600)
+
+    @registry.task("steer")
+    async def steer(ctx: Context, payload: Any) -> None:
+        if payload == "cancel":
+            raise Cancel("not needed any more")
+        if ctx.attempt == 1:
+            raise Retry(after=0.05, reason="upstream busy")
+
+    with Client(redis_url, ns) as client:
+        hung = client.submit("hang", timeout=0.2, retry=RetryPolicy(max_attempts=2, base_s=0.05))
+        retried = client.submit("steer", "retry")
+        cancelled = client.submit("steer", "cancel")
+        ids = [hung, retried, cancelled]
+        asyncio.run(run_until(redis_url, ns, registry, lambda: statuses(client, ids) == {
+            "dead": 1, "succeeded": 1, "cancelled": 1}, node=True))
+        [h], [r], [c] = (client.slots(i) for i in ids)
+    assert [a.outcome for a in h.attempts] == ["timed_out", "timed_out"]
+    assert h.attempts[0].error == "timed out after 0.2s"
+    assert [a.outcome for a in r.attempts] == ["failed", "succeeded"]
+    assert r.attempts[0].error == "upstream busy"
+    assert c.status is SlotStatus.CANCELLED and c.attempts[0].error == "not needed any more"
+
+
+def test_a_worker_with_nothing_to_do_stops_promptly(redis_url: str, ns: str) -> None:
+    async def main() -> float:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        worker = Worker(client, Registry(), namespace=ns, config=WorkerConfig(block_ms=200))
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.3)
+        t = time.monotonic()
+        worker.stop()
+        worker.stop()  # idempotent
+        await task
+        await client.aclose()
+        return time.monotonic() - t
+    assert asyncio.run(main()) < 1.5
+
+
+@pytest.mark.parametrize("delivery", ["at_most_once", "exactly_once"])
+def test_other_delivery_modes_run_once(redis_url: str, ns: str, delivery: str) -> None:
+    registry = Registry()
+    seen: Counter[str] = Counter()
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        seen[ctx.idempotency_key] += 1
+
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": "t", "delivery": delivery} for _ in range(50)])
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(seen) == 50))
+        assert statuses(client, ids) == {"succeeded": 50}
+    assert set(seen.values()) == {1}
