@@ -26,6 +26,7 @@ from .models import (
     check_task,
     check_timeout,
     encode_payload,
+    job_fields,
     job_from_hash,
     slot_from_hash,
 )
@@ -80,7 +81,7 @@ class _Core:
             )
         self.shards = count
 
-    def row(self, spec: JobSpec, fire_ms: int) -> tuple[int, tuple[Any, ...]]:
+    def row(self, spec: JobSpec, fire_ms: int) -> tuple[int, tuple[str, str, str, int, list[Any]]]:
         """Validate one job; return its shard and its submit row. Raises ValidationError."""
         task = check_task(spec.task)
         queue = check_queue(spec.queue)
@@ -92,17 +93,15 @@ class _Core:
             raise ValidationError("retry", "must be a RetryPolicy")
         payload = encode_payload(spec.payload, self.max_payload_bytes)
         job_id = dedupe_job_id(dedupe) if dedupe else uuid.uuid4().hex
-        row = (job_id, task, queue, payload, int(timeout * 1000) if timeout else 0,
-               retry.max_attempts, int(retry.base_s * 1000), int(retry.max_s * 1000),
-               retry.jitter, delivery.value, dedupe or "", "immediate", fire_ms)
-        return shard_of(job_id, self.shards), row
+        fields = job_fields(payload, timeout, retry, delivery, dedupe, "immediate")
+        return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
 
     def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]]
                      ) -> tuple[list[str], list[scripts.Call]]:
         """Validate every job first (bad input writes nothing), then group by shard."""
         now = self.clock.now_ms()
         ids: list[str] = []
-        by_shard: dict[int, list[tuple[Any, ...]]] = {}
+        by_shard: dict[int, list[tuple[str, str, str, int, list[Any]]]] = {}
         for raw in specs:
             spec = raw if isinstance(raw, JobSpec) else _spec(raw)
             shard, row = self.row(spec, now)

@@ -154,21 +154,41 @@ def check_queue(queue: object) -> str:
 # --- Redis hash <-> Struct -------------------------------------------------------------------
 
 
-def job_fields(job: Job, payload: bytes) -> dict[str, str | bytes | int | float]:
-    """The job hash as the submit script writes it (flat, so Lua can read single fields)."""
-    return {
-        "task": job.task,
-        "queue": job.queue,
-        "payload": payload,
-        "timeout_ms": int(job.timeout_s * 1000) if job.timeout_s else 0,
-        "max_attempts": job.retry.max_attempts,
-        "backoff_base_ms": int(job.retry.base_s * 1000),
-        "backoff_max_ms": int(job.retry.max_s * 1000),
-        "jitter": job.retry.jitter,
-        "delivery": job.delivery.value,
-        "dedupe_key": job.dedupe_key or "",
-        "kind": job.kind,
+# Fields of the job hash that Lua reads, with the value a missing field stands for. submit
+# writes only fields that differ, and fail.lua falls back to the same numbers.
+JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
+    "timeout_ms": 0,
+    "max_attempts": 3,
+    "backoff_base_ms": 1000,
+    "backoff_max_ms": 300_000,
+    "jitter": 0.2,
+    "delivery": Delivery.AT_LEAST_ONCE.value,
+    "dedupe_key": "",
+    "kind": "immediate",
+}
+
+
+def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
+               dedupe_key: str | None, kind: str) -> list[str | bytes | int | float]:
+    """The job hash beyond task/queue/fire_ms/created_ms, as flat field/value pairs, leaving
+    out every field equal to its default (less for Redis to store and the script to write)."""
+    values: dict[str, str | int | float] = {
+        "timeout_ms": int(timeout_s * 1000) if timeout_s else 0,
+        "max_attempts": retry.max_attempts,
+        "backoff_base_ms": int(retry.base_s * 1000),
+        "backoff_max_ms": int(retry.max_s * 1000),
+        "jitter": retry.jitter,
+        "delivery": delivery.value,
+        "dedupe_key": dedupe_key or "",
+        "kind": kind,
     }
+    out: list[str | bytes | int | float] = []
+    if payload != b"null":
+        out += ["payload", payload]
+    for name, value in values.items():
+        if value != JOB_FIELD_DEFAULTS[name]:
+            out += [name, value]
+    return out
 
 
 def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
@@ -182,6 +202,7 @@ def _i(raw: dict[bytes, bytes], name: str, default: int = 0) -> int:
 
 
 def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
+    raw = {**{k.encode(): str(v).encode() for k, v in JOB_FIELD_DEFAULTS.items()}, **raw}
     timeout_ms = _i(raw, "timeout_ms")
     return Job(
         job_id=job_id,
@@ -190,7 +211,7 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         payload=decode_payload(raw.get(b"payload")),
         timeout_s=timeout_ms / 1000 if timeout_ms else None,
         retry=RetryPolicy(
-            max_attempts=_i(raw, "max_attempts", 1),
+            max_attempts=_i(raw, "max_attempts"),
             base_s=_i(raw, "backoff_base_ms") / 1000,
             max_s=_i(raw, "backoff_max_ms") / 1000,
             jitter=float(_s(raw, "jitter", "0")),
@@ -204,24 +225,35 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
 
 
 def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
-    attempts = sorted(
-        (_attempt_decoder.decode(v) for k, v in raw.items() if k.startswith(b"a:")),
-        key=lambda a: a.number,
-    )
-    lease = _i(raw, "lease_until", -1)
-    available = _i(raw, "available_ms", -1)
+    """Archived attempts are JSON in fields `a:<n>`; the latest attempt, when not archived,
+    is read from the slot's own fields (complete.lua keeps the hot path free of JSON)."""
+    attempts = {a.number: a for a in (_attempt_decoder.decode(v)
+                                      for k, v in raw.items() if k.startswith(b"a:"))}
+    current = _i(raw, "attempt")
+    if current and current not in attempts:
+        attempts[current] = Attempt(
+            number=current, worker=_s(raw, "worker") or None,
+            claimed_ms=_opt(raw, "claimed_ms"), lease_until_ms=_opt(raw, "lease_until"),
+            started_ms=_opt(raw, "started_ms"), finished_ms=_opt(raw, "finished_ms"),
+            outcome=Outcome(_s(raw, "outcome")) if raw.get(b"outcome") else None)
+    status = SlotStatus(_s(raw, "status"))
     return Slot(
         slot_id=slot,
         job_id=_s(raw, "job_id"),
         fire_ms=_i(raw, "fire_ms"),
-        status=SlotStatus(_s(raw, "status")),
-        attempt=_i(raw, "attempt"),
+        status=status,
+        attempt=current,
         failures=_i(raw, "failures"),
         queue=_s(raw, "queue", "default"),
         task=_s(raw, "task"),
-        token=_i(raw, "token"),
+        token=current,
         worker=_s(raw, "worker") or None,
-        lease_until_ms=lease if lease >= 0 else None,
-        available_ms=available if available >= 0 else None,
-        attempts=attempts,
+        lease_until_ms=_opt(raw, "lease_until") if status is SlotStatus.RUNNING else None,
+        available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
+        attempts=[attempts[n] for n in sorted(attempts)],
     )
+
+
+def _opt(raw: dict[bytes, bytes], name: str) -> int | None:
+    value = raw.get(name.encode())
+    return int(value) if value not in (None, b"") else None

@@ -95,12 +95,13 @@ def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
 # --- argument builders (one per transition; KEYS are always the shard prefix) --------------
 
 
-def submit(prefix: str, now_ms: int, maxlen: int, rows: Sequence[Sequence[Any]]) -> Call:
-    """rows: (job_id, task, queue, payload, timeout_ms, max_attempts, backoff_base_ms,
-    backoff_max_ms, jitter, delivery, dedupe_key, kind, fire_ms)."""
+def submit(prefix: str, now_ms: int, maxlen: int,
+           rows: Sequence[tuple[str, str, str, int, Sequence[Any]]]) -> Call:
+    """rows: (job_id, task, queue, fire_ms, job-hash field/value pairs)."""
     args: list[Any] = [now_ms, maxlen, len(rows)]
-    for row in rows:
-        args.extend(row)
+    for job_id, task, queue, fire_ms, fields in rows:
+        args += (job_id, task, queue, fire_ms, len(fields) // 2)
+        args += fields
     return Call("submit", (prefix,), tuple(args))
 
 

@@ -70,13 +70,12 @@ class Run:
     def __init__(self, shard: int, slot_id: str, reply: list[Any]) -> None:
         self.shard = shard
         self.slot_id = slot_id
-        self.token = int(reply[1])
-        self.attempt = int(reply[2])
-        self.task = reply[3].decode() if reply[3] else ""
-        self.payload = reply[4]
-        self.timeout_ms = int(reply[5] or 0)
-        self.delivery = reply[6].decode() if reply[6] else "at_least_once"
-        self.fire_ms = int(reply[7])
+        self.attempt = self.token = int(reply[1])  # the attempt number is the fencing token
+        self.task = reply[2].decode() if reply[2] else ""
+        self.payload = reply[3]
+        self.timeout_ms = int(reply[4] or 0)
+        self.delivery = reply[5].decode() if reply[5] else "at_least_once"
+        self.fire_ms = int(reply[6])
         self.started_ms = 0
         self.job: asyncio.Task[None] | None = None
         self.stop_reason: str | None = None  # why we cancelled it: timeout, lost, cancel, release

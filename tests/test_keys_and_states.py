@@ -71,7 +71,7 @@ def test_lua_uses_only_the_state_and_outcome_names_python_knows() -> None:
         statuses |= set(re.findall(r"'status', '(\w+)'", text))
         statuses |= set(re.findall(r"st\[1\] [=~]= '(\w+)'", text))
         statuses |= set(re.findall(r"status = '(\w+)'", text))
-        outcomes |= set(re.findall(r"record_attempt\([^)]*'(\w+)'", text))
+        outcomes |= set(re.findall(r"(?:attempt_record|refusal)\([^)]*'(\w+)'", text))
     assert statuses and statuses <= {s.value for s in SlotStatus}
     assert outcomes and outcomes <= {o.value for o in Outcome}
 

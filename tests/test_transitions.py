@@ -76,8 +76,8 @@ def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
 def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock)
     [reply] = s.claim(s.read())
-    assert reply[0] == scripts.Claimed.OK and reply[1] == 1 and reply[2] == 1
-    assert reply[3] == b"t" and json.loads(reply[4]) == {"n": 1}
+    assert reply[0] == scripts.Claimed.OK and reply[1] == 1  # attempt 1 is the token
+    assert reply[2] == b"t" and json.loads(reply[3]) == {"n": 1}
     slot = s.slot()
     assert slot.status is SlotStatus.RUNNING and slot.lease_until_ms == clock.now_ms() + LEASE
     clock.advance(1)
@@ -86,7 +86,7 @@ def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock)
     slot = s.slot()
     assert slot.status is SlotStatus.SUCCEEDED
     assert [a.outcome for a in slot.attempts] == ["succeeded"]
-    assert r.xlen(s.stream) == 0 and r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert [e[0] for e in s.events()] == ["submitted", "claimed", "succeeded"]
 
 
@@ -124,14 +124,14 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     slot = s.slot()
     assert slot.status is SlotStatus.SCHEDULED and slot.available_ms == now + 2000
     assert r.zscore(s.keys.due(s.shard), s.slot_id) == now + 2000
-    assert r.xlen(s.stream) == 0  # the old entry left with the attempt
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0  # the old entry was acked
     clock.advance(1.999)
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [0, now + 2000]
     clock.advance(0.001)
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1]
     assert s.slot().status is SlotStatus.QUEUED
     [reply] = s.claim(s.read())
-    assert reply[:3] == [1, 2, 2]  # token 2, attempt 2
+    assert reply[:2] == [1, 2]  # attempt 2, a new token
 
 
 def test_failures_past_max_attempts_go_to_the_dead_letter_set(
@@ -170,7 +170,7 @@ def test_at_most_once_is_acked_at_claim(r: redis.Redis, client: Client,
                                         clock: ManualClock) -> None:
     s = make(r, client, clock, delivery="at_most_once")
     s.claim(s.read())
-    assert r.xlen(s.stream) == 0 and r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert s.slot().status is SlotStatus.RUNNING
 
 
@@ -183,7 +183,7 @@ def test_stale_entries_are_dropped_and_held_ones_left(r: redis.Redis, client: Cl
     assert r.xlen(s.stream) == 1
     bogus = r.xadd(s.stream, {"s": s.slot_id})
     assert s.claim([("default", bogus, s.slot_id)]) == [[0]]
-    assert r.xlen(s.stream) == 1  # the duplicate entry was deleted
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 1  # the duplicate was acked
     ghost = r.xadd(s.stream, {"s": "nope:1"})
     assert s.claim([("default", ghost, "nope:1")]) == [[0]]
 
@@ -198,7 +198,7 @@ def test_release_redispatches_without_counting_a_failure(
     assert slot.status is SlotStatus.QUEUED and slot.failures == 0
     assert slot.attempts[0].outcome == "released"
     [reply] = s.claim(s.read(consumer="w2"), worker="w2")
-    assert reply[:3] == [1, 2, 2]
+    assert reply[:2] == [1, 2]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 1
 
 
@@ -227,3 +227,35 @@ def test_scripts_reload_after_the_script_cache_is_flushed(
     s = make(r, client, clock)
     r.script_flush()
     assert s.claim(s.read())[0][0] == 1
+
+
+def test_claim_trims_the_acked_head_of_the_stream(r: redis.Redis, redis_url: str,
+                                                   ns: str, clock: ManualClock) -> None:
+    with Client(redis_url, ns, shards=1, clock=clock) as client:
+        ids = client.submit_many([{"task": "t"} for _ in range(450)])
+        s = Shard(r, client, clock, ids[0])
+        reply = r.xreadgroup(DISPATCH_GROUP, W, {s.stream: ">"}, count=400)
+        entries = [("default", mid, f[b"s"].decode()) for _, msgs in reply for mid, f in msgs]
+        claimed = s.claim(entries)
+        now = clock.now_ms()
+        s.run(scripts.complete(s.prefix, now, 1000, W,
+                               [(e[2], c[1], now, now) for e, c in zip(entries, claimed, strict=True)]))
+        assert r.xlen(s.stream) == 450
+        s.claim(s.read())  # the next claim trims whole stream nodes of acked entries
+        assert r.xlen(s.stream) <= 150
+        assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 10
+        pending_ids = {e[1] for e in s.read()} | {
+            p["message_id"] for p in r.xpending_range(s.stream, DISPATCH_GROUP, "-", "+", 100)}
+        assert all(r.xrange(s.stream, m, m) for m in pending_ids)
+
+
+def test_missing_job_fields_mean_the_documented_defaults(r: redis.Redis, client: Client,
+                                                        clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    assert set(r.hkeys(s.keys.job(s.shard, s.job_id))) == {
+        b"task", b"queue", b"fire_ms", b"created_ms", b"payload"}
+    assert client.get_job(s.job_id).retry == RetryPolicy()
+    s.claim(s.read())
+    now = clock.now_ms()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "x", -1, 0, now, now)]))
+    assert s.slot().available_ms == now + int(RetryPolicy().base_s * 1000)

@@ -1,42 +1,70 @@
 --[[ _lib: helpers shared by the transitions; scripts.py inlines this file where a script
   says `--- @include "_lib.lua"`. Defines no keys or arguments of its own.
+
+  The fencing token of a slot is its attempt number: every claim increments it, so a worker
+  holding an older attempt can no longer commit.
 ]]
 
 -- Append one lifecycle event (a batch of records) to the shard's capped events stream.
 local function emit(prefix, maxlen, now, kind, records, worker)
   if #records == 0 then return end
-  if worker then
-    redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
-      'type', kind, 'ts', now, 'worker', worker, 'data', cjson.encode(records))
-  else
-    redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
-      'type', kind, 'ts', now, 'data', cjson.encode(records))
-  end
+  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
+    'type', kind, 'ts', now, 'worker', worker or '', 'data', cjson.encode(records))
 end
 
--- Ack and delete a dispatch-stream entry; a slot's entry leaves the stream when its attempt ends.
-local function drop_entry(prefix, queue, msg)
+-- Ack a dispatch-stream entry. Acked entries are trimmed in bulk by claim (trim_acked), which
+-- is far cheaper than an XDEL per entry.
+local function ack(prefix, queue, msg)
   if msg and msg ~= '' then
-    local stream = prefix .. 'q:' .. queue
-    redis.call('XACK', stream, 'workers', msg)
-    redis.call('XDEL', stream, msg)
+    redis.call('XACK', prefix .. 'q:' .. queue, 'workers', msg)
   end
 end
 
--- The fenced view of a running slot: nil unless it is running under `token`.
-local function leased(slot_key, token)
-  local st = redis.call('HMGET', slot_key, 'status', 'token', 'msg', 'queue', 'attempt',
-    'worker', 'claimed_ms', 'lease_until', 'job_id')
-  if st[1] ~= 'running' or st[2] ~= token then return nil, st end
-  return {msg = st[3], queue = st[4], attempt = tonumber(st[5]), worker = st[6],
-    claimed_ms = tonumber(st[7]), lease_until = tonumber(st[8]), job_id = st[9]}, st
+-- Drop the acked head of a dispatch stream: every entry older than both the oldest pending
+-- entry and the group's last-delivered id has been delivered and acked.
+local function trim_acked(stream)
+  local groups = redis.call('XINFO', 'GROUPS', stream)
+  local last
+  for _, g in ipairs(groups) do
+    local name, delivered
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then delivered = g[i + 1] end
+    end
+    if name == 'workers' then last = delivered end
+  end
+  if not last or last == '0-0' then return end
+  local pending = redis.call('XPENDING', stream, 'workers')
+  local floor = last
+  if pending[1] > 0 then
+    local a, b = string.match(pending[2], '(%d+)-(%d+)')
+    local c, d = string.match(last, '(%d+)-(%d+)')
+    if tonumber(a) < tonumber(c) or (a == c and tonumber(b) < tonumber(d)) then floor = pending[2] end
+  end
+  redis.call('XTRIM', stream, 'MINID', '~', floor)
 end
 
--- Record how the current attempt ended, as field `a:<n>` of the slot hash.
-local function record_attempt(slot_key, s, token, outcome, started, finished, err)
-  local rec = {number = s.attempt, worker = s.worker, token = tonumber(token),
-    claimed_ms = s.claimed_ms, lease_until_ms = s.lease_until, outcome = outcome,
-    started_ms = tonumber(started), finished_ms = tonumber(finished)}
+-- The fenced view of a running slot: nil unless it is running under `token` (its attempt).
+local function leased(slot_key, token)
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker',
+    'claimed_ms', 'lease_until', 'job_id')
+  if st[1] ~= 'running' or st[2] ~= token then return nil, st end
+  return {msg = st[3], queue = st[4], attempt = tonumber(st[2]), worker = st[5],
+    claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8]}, st
+end
+
+-- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
+-- slot's life on the hot path (complete) are not archived this way: the slot's own fields
+-- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.
+local function attempt_record(s, outcome, started, finished, err)
+  local rec = {number = s.attempt, worker = s.worker, claimed_ms = s.claimed_ms,
+    lease_until_ms = s.lease_until, outcome = outcome, started_ms = tonumber(started),
+    finished_ms = tonumber(finished)}
   if err and err ~= '' then rec.error = err end
-  redis.call('HSET', slot_key, 'a:' .. s.attempt, cjson.encode(rec))
+  return cjson.encode(rec)
+end
+
+-- The refusal of a commit whose token is not the slot's current one.
+local function refusal(slot_id, token, st, outcome)
+  return {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',
+    current_token = tonumber(st[2]), outcome = outcome}
 end

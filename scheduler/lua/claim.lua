@@ -10,16 +10,17 @@
            queue, msg_id (the stream entry id), slot_id
 
   Reply: one array per entry, in order
-     {1, token, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed
+     {1, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt number
+           is the fencing token that complete/fail/release/heartbeat must present
      {0}   not claimable: the slot is gone, or not queued under this entry (a stale or
-           duplicate entry, e.g. the slot was cancelled); the entry is acked and deleted
+           duplicate entry, e.g. the slot was cancelled); the entry is acked
      {-1}  the slot is running under this very entry (another consumer holds its lease);
            the entry is left alone
 
-  A new fencing token is issued on every claim; complete/fail/release/heartbeat must present
-  it. at_most_once slots are acked here, so a crash after this point never re-runs them.
+  at_most_once slots are acked here, so a crash after this point never re-runs them. Each
+  stream touched is trimmed of its acked head (trim_acked).
 
-  Event: type "claimed" (worker, lease_until, records {slot, attempt, token}).
+  Event: type "claimed" (worker, records {slot, attempt, lease_until}).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -28,37 +29,37 @@ local worker = ARGV[3]
 local lease_until = now + tonumber(ARGV[4])
 local n = tonumber(ARGV[5])
 
+--- @include "_lib.lua"
+
 local reply = {}
 local records = {}
+local touched = {}
 for i = 0, n - 1 do
   local b = 5 + i * 3
   local queue, msg, slot_id = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
-  local stream = prefix .. 'q:' .. queue
+  touched[queue] = true
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms')
   if st[1] == 'queued' and st[2] == msg then
-    local token = redis.call('HINCRBY', slot_key, 'token', 1)
     local attempt = redis.call('HINCRBY', slot_key, 'attempt', 1)
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
     redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
       'claimed_ms', now, 'lease_until', lease_until)
     if job[4] == 'at_most_once' then
-      redis.call('XACK', stream, 'workers', msg)
-      redis.call('XDEL', stream, msg)
-      redis.call('HSET', slot_key, 'msg', '')
+      ack(prefix, queue, msg)
     end
-    reply[#reply + 1] = {1, token, attempt, job[1], job[2], job[3], job[4], st[4]}
-    records[#records + 1] = {slot = slot_id, attempt = attempt, token = token}
+    reply[i + 1] = {1, attempt, job[1], job[2], job[3], job[4], st[4]}
+    records[#records + 1] = {slot = slot_id, attempt = attempt}
   elseif st[1] == 'running' and st[2] == msg then
-    reply[#reply + 1] = {-1}
+    reply[i + 1] = {-1}
   else
-    redis.call('XACK', stream, 'workers', msg)
-    redis.call('XDEL', stream, msg)
-    reply[#reply + 1] = {0}
+    ack(prefix, queue, msg)
+    reply[i + 1] = {0}
   end
 end
 
+for queue in pairs(touched) do trim_acked(prefix .. 'q:' .. queue) end
 if #records > 0 then
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
     'type', 'claimed', 'ts', now, 'worker', worker, 'lease_until', lease_until,

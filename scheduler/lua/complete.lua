@@ -6,15 +6,16 @@
   ARGV[2]  events_maxlen
   ARGV[3]  worker_id
   ARGV[4]  n               number of slots; then 4 fields per slot:
-           slot_id, token, started_ms, finished_ms
+           slot_id, token (the attempt number claim returned), started_ms, finished_ms
 
   Reply: one integer per slot, in order
-     1  committed: status succeeded, attempt recorded, stream entry acked and deleted
+     1  committed: status succeeded, the attempt's outcome and times in the slot's fields
+        (outcome, started_ms, finished_ms), stream entry acked
      0  refused: the slot is not running under this token (the lease was lost and the slot
         reclaimed, cancelled or already finished); nothing changed but the refusal event
 
-  Events: "succeeded" (records {slot, attempt, token}) and "refused" (records {slot, token,
-  status, current_token}), each only when non-empty.
+  Events: "succeeded" (records {slot, attempt}) and "refused" (records {slot, token, status,
+  current_token, outcome}), each only when non-empty.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -32,16 +33,15 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local s, st = leased(slot_key, token)
   if s then
-    record_attempt(slot_key, s, token, 'succeeded', ARGV[b + 3], ARGV[b + 4], nil)
-    redis.call('HSET', slot_key, 'status', 'succeeded', 'finished_ms', now, 'msg', '',
-      'lease_until', '')
-    drop_entry(prefix, s.queue, s.msg)
-    reply[#reply + 1] = 1
-    done[#done + 1] = {slot = slot_id, attempt = s.attempt, token = tonumber(token)}
+    -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
+    redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
+      'started_ms', ARGV[b + 3], 'finished_ms', ARGV[b + 4])
+    ack(prefix, s.queue, s.msg)
+    reply[i + 1] = 1
+    done[#done + 1] = {slot = slot_id, attempt = s.attempt}
   else
-    reply[#reply + 1] = 0
-    refused[#refused + 1] = {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',
-      current_token = tonumber(st[2]), outcome = 'succeeded'}
+    reply[i + 1] = 0
+    refused[#refused + 1] = refusal(slot_id, token, st, 'succeeded')
   end
 end
 

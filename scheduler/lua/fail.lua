@@ -7,7 +7,7 @@
   ARGV[2]  events_maxlen
   ARGV[3]  worker_id
   ARGV[4]  n               number of slots; then 8 fields per slot:
-           slot_id, token,
+           slot_id, token (the attempt number claim returned),
            outcome         "failed" | "timed_out" | "cancelled" (the handler raised Cancel)
            error           one line for people
            retry_ms        delay before the retry; -1 = from the job's retry policy
@@ -16,6 +16,7 @@
 
   The policy delay after f failures: min(backoff_max_ms, backoff_base_ms * 2^(f-1)) *
   (1 - jitter * u). A retry goes back through the `due` set (the promoter dispatches it).
+  Job fields missing from the hash take their defaults (scheduler/models.py, job_fields).
 
   Reply: one integer per slot, in order
      1  retry scheduled (status scheduled, in `due` at now + delay)
@@ -23,8 +24,9 @@
      3  cancelled (terminal)
      0  refused: not running under this token; nothing changed but the refusal event
 
-  Events: "retry" {slot, attempt, outcome, available_ms}, "dead" {slot, attempt, outcome},
-  "cancelled" {slot, attempt}, "refused" {slot, token, status, current_token}.
+  Events: "retry" {slot, attempt, outcome, available_ms, error}, "dead" {slot, attempt,
+  outcome, error}, "cancelled" {slot, attempt, error}, "refused" {slot, token, status,
+  current_token, outcome}.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -43,38 +45,35 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local s, st = leased(slot_key, token)
   if not s then
-    reply[#reply + 1] = 0
-    refused[#refused + 1] = {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',
-      current_token = tonumber(st[2]), outcome = outcome}
+    reply[i + 1] = 0
+    refused[#refused + 1] = refusal(slot_id, token, st, outcome)
   else
-    record_attempt(slot_key, s, token, outcome, ARGV[b + 7], ARGV[b + 8], err)
-    drop_entry(prefix, s.queue, s.msg)
+    local record = attempt_record(s, outcome, ARGV[b + 7], ARGV[b + 8], err)
+    ack(prefix, s.queue, s.msg)
     if outcome == 'cancelled' then
-      redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'msg', '',
-        'lease_until', '')
-      reply[#reply + 1] = 3
+      redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+      reply[i + 1] = 3
       cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = err}
     else
       local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
       local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'max_attempts',
         'backoff_base_ms', 'backoff_max_ms', 'jitter')
-      if failures < (tonumber(job[1]) or 1) then
+      if failures < (tonumber(job[1]) or 3) then
         if retry_ms < 0 then
-          local base, cap, jitter = tonumber(job[2]) or 0, tonumber(job[3]) or 0, tonumber(job[4]) or 0
+          local base, cap = tonumber(job[2]) or 1000, tonumber(job[3]) or 300000
+          local jitter = tonumber(job[4]) or 0.2
           retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)
         end
         local at = now + math.floor(retry_ms)
         redis.call('ZADD', prefix .. 'due', at, slot_id)
-        redis.call('HSET', slot_key, 'status', 'scheduled', 'available_ms', at, 'msg', '',
-          'lease_until', '')
-        reply[#reply + 1] = 1
+        redis.call('HSET', slot_key, 'status', 'scheduled', 'available_ms', at, 'a:' .. token, record)
+        reply[i + 1] = 1
         retried[#retried + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome,
           available_ms = at, error = err}
       else
         redis.call('ZADD', prefix .. 'dlq', now, slot_id)
-        redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'msg', '',
-          'lease_until', '')
-        reply[#reply + 1] = 2
+        redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+        reply[i + 1] = 2
         dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome, error = err}
       end
     end

@@ -5,7 +5,7 @@
   ARGV[1]  now_ms
   ARGV[2]  lease_ms        new lease_until = now + lease_ms
   ARGV[3]  worker_id       the consumer whose pending entries get their idle time reset
-  ARGV[4]  n               number of slots; then 2 fields per slot: slot_id, token
+  ARGV[4]  n               number of slots; then 2 fields per slot: slot_id, token (attempt)
 
   The stream entry's idle time is reset with XCLAIM ... JUSTID so that a reclaimer reading
   idle entries (XAUTOCLAIM, min-idle = lease) sees only expired leases.
@@ -24,7 +24,7 @@ for i = 0, n - 1 do
   local b = 4 + i * 2
   local slot_id, token = ARGV[b + 1], ARGV[b + 2]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'token', 'msg', 'queue', 'cancel')
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'cancel')
   if st[1] == 'running' and st[2] == token then
     redis.call('HSET', slot_key, 'lease_until', lease_until)
     if st[3] and st[3] ~= '' then

@@ -12,7 +12,7 @@
   Reply: one integer per slot: 1 re-dispatched under a new stream entry, 0 refused (not
   running under this token; nothing changed but the refusal event).
 
-  Events: "released" {slot, attempt}, "refused" {slot, token, status, current_token}.
+  Events: "released" {slot, attempt}, "refused" {slot, token, status, current_token, outcome}.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -30,17 +30,15 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local s, st = leased(slot_key, token)
   if s then
-    record_attempt(slot_key, s, token, 'released', ARGV[b + 3], now, 'worker shut down')
-    drop_entry(prefix, s.queue, s.msg)
+    ack(prefix, s.queue, s.msg)
     local msg = redis.call('XADD', prefix .. 'q:' .. s.queue, '*', 's', slot_id)
     redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'available_ms', now,
-      'lease_until', '')
-    reply[#reply + 1] = 1
+      'a:' .. token, attempt_record(s, 'released', ARGV[b + 3], now, 'worker shut down'))
+    reply[i + 1] = 1
     released[#released + 1] = {slot = slot_id, attempt = s.attempt}
   else
-    reply[#reply + 1] = 0
-    refused[#refused + 1] = {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',
-      current_token = tonumber(st[2]), outcome = 'released'}
+    reply[i + 1] = 0
+    refused[#refused + 1] = refusal(slot_id, token, st, 'released')
   end
 end
 
