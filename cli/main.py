@@ -16,6 +16,7 @@ import redis
 from scheduler.errors import SchedulerError, ValidationError
 
 from . import inspect as inspect_cmds
+from . import ops as ops_cmds
 from . import run as run_cmds
 
 
@@ -77,6 +78,8 @@ cli.add_command(run_cmds.worker)
 cli.add_command(run_cmds.scheduler)
 cli.add_command(inspect_cmds.jobs)
 cli.add_command(inspect_cmds.runs)
+cli.add_command(ops_cmds.cancel)
+cli.add_command(ops_cmds.dlq)
 
 
 def main(argv: list[str] | None = None) -> None:

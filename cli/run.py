@@ -90,10 +90,15 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 
 
 @click.command()
+@click.option("--lease", "lease_s", type=float, envvar="SCHED_LEASE_SECONDS", default=30.0,
+              help="Workers' lease in seconds: idle pending entries older than this are "
+                   "reclaimed (env SCHED_LEASE_SECONDS).")
+@click.option("--reclaim-interval", "reclaim_s", type=float, default=1.0,
+              help="Seconds between reclaim passes.")
 @click.option("--log-level", default="info")
 @click.pass_obj
-def scheduler(obj: dict[str, str], log_level: str) -> None:
-    """Run a scheduler node: promote due slots (retries) to the dispatch streams."""
+def scheduler(obj: dict[str, str], lease_s: float, reclaim_s: float, log_level: str) -> None:
+    """Run a scheduler node: promote due slots, reclaim expired leases."""
     from scheduler.node import SchedulerNode
 
     _setup_logging(log_level)
@@ -101,7 +106,8 @@ def scheduler(obj: dict[str, str], log_level: str) -> None:
 
     async def make() -> None:
         client = async_redis(obj["redis_url"])
-        node = SchedulerNode(client, namespace=obj["namespace"])
+        node = SchedulerNode(client, namespace=obj["namespace"], lease_s=lease_s,
+                             reclaim_interval_s=reclaim_s)
         holder.append(node)
         try:
             await node.run()

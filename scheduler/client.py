@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from . import scripts
+from . import admin, scripts
 from .clock import Clock, RedisClock
 from .connection import async_redis, sync_redis
 from .errors import ConfigError, JobNotFound, NamespaceError, SlotNotFound, ValidationError
@@ -215,6 +215,33 @@ class Client:
         if not raw:
             raise SlotNotFound(slot)
         return slot_from_hash(slot, raw)
+
+    # --- operator actions (scheduler/admin.py) ------------------------------------------
+
+    @property
+    def events_maxlen(self) -> int:
+        return self._core.events_maxlen
+
+    def now_ms(self) -> int:
+        """Redis time, as every transition sees it."""
+        self._ready()
+        return self._core.clock.now_ms()
+
+    def cancel(self, ids: str | Iterable[str], reason: str = "cancelled by operator"
+               ) -> dict[str, str]:
+        """Cancel slots (or every slot of a job id); returns what happened to each slot."""
+        return admin.cancel(self, [ids] if isinstance(ids, str) else ids, reason)
+
+    def dead_letters(self, limit: int = 100) -> list[admin.DeadLetter]:
+        return admin.dead_letters(self, limit)
+
+    def replay(self, slot_ids: Iterable[str] | None = None) -> int:
+        """Dispatch dead slots again as new attempts of the same slots (None: all)."""
+        return admin.replay(self, slot_ids)
+
+    def purge(self, slot_ids: Iterable[str] | None = None) -> int:
+        """Remove slots from the dead-letter queue (None: all); their history stays."""
+        return admin.purge(self, slot_ids)
 
     def close(self) -> None:
         self.redis.close()

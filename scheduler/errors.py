@@ -36,6 +36,11 @@ class SlotNotFound(SchedulerError, LookupError):
         super().__init__(f"no slot {slot_id!r} in this namespace (check --namespace and the id)")
 
 
+class LeaseLost(SchedulerError):
+    """This attempt no longer owns its slot (the lease expired and the slot was reclaimed or
+    cancelled). Raised by `ctx.once`; the handler should stop without its effect."""
+
+
 class ScriptError(SchedulerError):
     """A Lua transition replied with a code the wrapper does not know; a bug, not bad input."""
 

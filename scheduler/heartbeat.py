@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -66,12 +67,20 @@ class Heartbeat:
         await pipe.execute()
 
     async def run(self) -> None:
+        last_ok = time.monotonic()
         while not self._stop.is_set():
             try:
                 await self.run_once()
+                last_ok = time.monotonic()
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("heartbeat failed (%s); leases expire in %.0fs without one",
-                            exc, self.lease_ms / 1000)
+                silent_s = time.monotonic() - last_ok
+                log.warning("heartbeat failed (%s); no heartbeat for %.1fs, leases last %.0fs",
+                            exc, silent_s, self.lease_ms / 1000)
+                if silent_s * 1000 > self.lease_ms:
+                    # Our leases have expired and the reclaimer may have handed the slots to
+                    # another worker: stop running them rather than duplicate their effects.
+                    for shard, slot, token in self.inflight():
+                        self.on_lost(shard, slot, token)
             try:
                 await asyncio.wait_for(self._stop.wait(), self.interval_s)
             except TimeoutError:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .models import check_task
@@ -52,10 +52,11 @@ class Context:
     """What a handler knows about the run it is doing. `idempotency_key` is the slot id:
     stable across every attempt of this slot, distinct for every other slot."""
 
-    __slots__ = ("slot_id", "job_id", "attempt", "fire_ms", "task", "delivery", "_logger")
+    __slots__ = ("slot_id", "job_id", "attempt", "fire_ms", "task", "delivery", "_logger",
+                 "_once")
 
     def __init__(self, slot_id: str, job_id: str, attempt: int, fire_ms: int, task: str,
-                 delivery: str) -> None:
+                 delivery: str, once: Callable[[str], Awaitable[bool]] | None = None) -> None:
         self.slot_id = slot_id
         self.job_id = job_id
         self.attempt = attempt
@@ -63,6 +64,19 @@ class Context:
         self.task = task
         self.delivery = delivery
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+        self._once = once
+
+    async def once(self, name: str) -> bool:
+        """True only the first time the side effect `name` is recorded for this slot, across
+        all its attempts: `if await ctx.once("charge"): charge(...)`. Raises LeaseLost when
+        this attempt no longer owns the slot (it was reclaimed); stop without the effect.
+
+        The record and the effect are not one transaction: a crash between them loses the
+        effect (at most once per name). For exactly-once effects in another system, pass
+        `ctx.idempotency_key` to it as well."""
+        if self._once is None:
+            raise RuntimeError("ctx.once needs a running worker")
+        return await self._once(name)
 
     @property
     def idempotency_key(self) -> str:

@@ -23,7 +23,8 @@ import redis.asyncio
 
 from .errors import ScriptError
 
-NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat")
+NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
+         "cancel", "replay", "purge", "once")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -83,6 +84,25 @@ class Beat(IntEnum):
     LOST = 0
     OK = 1
     CANCEL = 2
+
+
+class Released(IntEnum):
+    REFUSED = 0
+    REQUEUED = 1
+    LOST = 2
+
+
+class Cancelled(IntEnum):
+    MISSING = -1
+    TERMINAL = 0
+    CANCELLED = 1
+    REQUESTED = 2
+
+
+class Once(IntEnum):
+    LEASE_LOST = -1
+    DONE_BEFORE = 0
+    FIRST = 1
 
 
 def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
@@ -152,6 +172,31 @@ def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
     for item in items:
         args.extend(item)
     return Call("heartbeat", (prefix,), tuple(args))
+
+
+def reclaim(prefix: str, now_ms: int, maxlen: int, limit: int, min_idle_ms: int,
+            cursors: Sequence[tuple[str, str]]) -> Call:
+    """cursors: (queue, XAUTOCLAIM cursor) for every queue of the namespace."""
+    args: list[Any] = [now_ms, maxlen, limit, min_idle_ms, len(cursors)]
+    for queue, cursor in cursors:
+        args += (queue, cursor)
+    return Call("reclaim", (prefix,), tuple(args))
+
+
+def cancel(prefix: str, now_ms: int, maxlen: int, reason: str, slots: Sequence[str]) -> Call:
+    return Call("cancel", (prefix,), (now_ms, maxlen, reason, len(slots), *slots))
+
+
+def replay(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
+    return Call("replay", (prefix,), (now_ms, maxlen, len(slots), *slots))
+
+
+def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
+    return Call("purge", (prefix,), (now_ms, maxlen, len(slots), *slots))
+
+
+def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
+    return Call("once", (prefix,), (slot_id, token, name))
 
 
 # --- execution -----------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import redis.asyncio
 from . import scripts
 from .clock import Clock, RedisClock
 from .committer import Committer
-from .errors import Cancel, ConfigError, Retry
+from .errors import Cancel, ConfigError, LeaseLost, Retry
 from .heartbeat import Heartbeat
 from .keys import DEFAULT_SHARDS, DISPATCH_GROUP, Keys, check_name
 from .models import decode_payload
@@ -201,7 +201,8 @@ class Worker:
                     f"unknown task {run.task!r}: no handler is registered for it in this "
                     f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
             job_id = run.slot_id.rpartition(":")[0]
-            ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task, run.delivery)
+            ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task, run.delivery,
+                          lambda name: self._once(run, name))
             payload = decode_payload(run.payload)
             if task.is_async:
                 await task.fn(ctx, payload)
@@ -219,6 +220,8 @@ class Worker:
             elif reason == "release":
                 self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
             # "lost": the lease is gone; a commit would be refused, so send none.
+        except LeaseLost:
+            pass  # the slot was reclaimed; its new owner commits, so send nothing
         except Retry as exc:
             outcome = (Outcome.FAILED, exc.reason,
                        -1 if exc.after is None else int(exc.after * 1000))
@@ -239,6 +242,13 @@ class Worker:
             self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,
                                                   random.random(), run.started_ms,
                                                   self.clock.now_ms()))
+
+    async def _once(self, run: Run, name: str) -> bool:
+        call = scripts.once(self.keys.prefix(run.shard), run.slot_id, run.token, name)
+        code = scripts.Once(int((await scripts.run_async(self.redis, [call]))[0]))
+        if code is scripts.Once.LEASE_LOST:
+            raise LeaseLost(f"slot {run.slot_id} attempt {run.attempt} lost its lease")
+        return code is scripts.Once.FIRST
 
     def _stop_run(self, run: Run, reason: str) -> None:
         if run.stop_reason is None and run.job is not None and not run.job.done():

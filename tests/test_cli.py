@@ -9,16 +9,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from cli.main import main
 from conftest import SCHED, ns_keys
-
-
-def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,
-          *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exit_:
-        main(["--redis-url", redis_url, "--namespace", ns, *args])
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
+from helpers import sched
 
 
 @pytest.mark.parametrize(("args", "message"), [

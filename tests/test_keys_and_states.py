@@ -20,7 +20,7 @@ LUA = Path(scripts.__file__).parent / "lua"
 def test_shard_keys_share_one_hash_tag() -> None:
     k = Keys("sched")
     names = [k.job(3, "j"), k.slot(3, "j:1"), k.due(3), k.cron(3), k.queue(3, "default"),
-             k.events(3), k.dlq(3), k.owner(3)]
+             k.events(3), k.dlq(3), k.owner(3), k.leases(3)]
     tags = {re.search(r"\{([^}]*)\}", n).group(1) for n in names}  # type: ignore[union-attr]
     assert tags == {"s03"}
     assert all(n.startswith("sched:{s03}:") for n in names)
@@ -56,6 +56,11 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "release": lambda p: scripts.release(p, 1, 10, "w", []),
         "promote": lambda p: scripts.promote(p, 1, 10, 10),
         "heartbeat": lambda p: scripts.heartbeat(p, 1, 1000, "w", []),
+        "reclaim": lambda p: scripts.reclaim(p, 1, 10, 10, 1000, []),
+        "cancel": lambda p: scripts.cancel(p, 1, 10, "why", []),
+        "replay": lambda p: scripts.replay(p, 1, 10, []),
+        "purge": lambda p: scripts.purge(p, 1, 10, []),
+        "once": lambda p: scripts.once(p, "s:1", 1, "x"),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name

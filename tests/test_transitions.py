@@ -3,50 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 import redis
 
+from helpers import LEASE, Shard, W, make
 from scheduler import Client, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
-from scheduler.keys import DISPATCH_GROUP, Keys, shard_of
-
-W = "worker-1"
-LEASE = 30_000
-
-
-class Shard:
-    """One job's shard, with helpers that run transitions the way a worker does."""
-
-    def __init__(self, r: redis.Redis, client: Client, clock: ManualClock, job_id: str) -> None:
-        self.r, self.client, self.clock, self.job_id = r, client, clock, job_id
-        self.keys = client.keys
-        self.shard = shard_of(job_id, client.shards)
-        self.prefix = self.keys.prefix(self.shard)
-        self.slot_id = client.slots(job_id)[0].slot_id
-        self.stream = self.keys.queue(self.shard, client.get_job(job_id).queue)
-        r.xgroup_create(self.stream, DISPATCH_GROUP, id="0", mkstream=True)
-
-    def run(self, call: scripts.Call) -> Any:
-        return scripts.run_sync(self.r, [call])[0]
-
-    def read(self, consumer: str = W) -> list[tuple[str, bytes, str]]:
-        reply = self.r.xreadgroup(DISPATCH_GROUP, consumer, {self.stream: ">"}, count=10)
-        return [("default", mid, f[b"s"].decode()) for _, msgs in reply for mid, f in msgs]
-
-    def claim(self, entries: list[tuple[str, bytes, str]], worker: str = W) -> list[Any]:
-        return self.run(scripts.claim(self.prefix, self.clock.now_ms(), 1000, worker, LEASE,
-                                      entries))
-
-    def slot(self) -> Any:
-        return self.client.get_slot(self.slot_id)
-
-    def events(self) -> list[tuple[str, list[dict[str, Any]]]]:
-        out = []
-        for _, f in self.r.xrange(self.keys.events(self.shard)):
-            out.append((f[b"type"].decode(), json.loads(f[b"data"])))
-        return out
+from scheduler.keys import DISPATCH_GROUP, Keys
 
 
 @pytest.fixture
@@ -57,10 +21,6 @@ def clock() -> ManualClock:
 @pytest.fixture
 def client(redis_url: str, ns: str, clock: ManualClock) -> Client:
     return Client(redis_url, ns, shards=4, clock=clock)
-
-
-def make(r: redis.Redis, client: Client, clock: ManualClock, **kw: Any) -> Shard:
-    return Shard(r, client, clock, client.submit("t", {"n": 1}, **kw))
 
 
 def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
@@ -182,10 +142,10 @@ def test_stale_entries_are_dropped_and_held_ones_left(r: redis.Redis, client: Cl
     assert s.claim(entries, worker="other") == [[-1]]  # running under this entry: leave it
     assert r.xlen(s.stream) == 1
     bogus = r.xadd(s.stream, {"s": s.slot_id})
-    assert s.claim([("default", bogus, s.slot_id)]) == [[0]]
+    assert s.claim([(s.queue, bogus, s.slot_id)]) == [[0]]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 1  # the duplicate was acked
     ghost = r.xadd(s.stream, {"s": "nope:1"})
-    assert s.claim([("default", ghost, "nope:1")]) == [[0]]
+    assert s.claim([(s.queue, ghost, "nope:1")]) == [[0]]
 
 
 def test_release_redispatches_without_counting_a_failure(

@@ -13,39 +13,9 @@ from typing import Any
 import pytest
 import redis.asyncio
 
+from helpers import run_until, statuses
 from scheduler import Cancel, Client, Context, Registry, Retry, RetryPolicy, SlotStatus
-from scheduler.node import SchedulerNode
 from scheduler.worker import Worker, WorkerConfig
-
-
-async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
-                    timeout: float = 30, node: bool = False, **config: Any) -> Worker:
-    """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
-    client = redis.asyncio.Redis.from_url(redis_url)
-    config.setdefault("block_ms", 50)
-    worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
-    services: list[Any] = [worker]
-    if node:
-        services.append(SchedulerNode(client, namespace=ns))
-    tasks = [asyncio.create_task(s.run()) for s in services]
-    deadline = time.monotonic() + timeout
-    try:
-        while not done():
-            assert time.monotonic() < deadline, "timed out waiting for the runs"
-            for t in tasks:
-                if t.done():
-                    t.result()
-            await asyncio.sleep(0.01)
-    finally:
-        for s in services:
-            s.stop()
-        await asyncio.gather(*tasks)
-        await client.aclose()
-    return worker
-
-
-def statuses(client: Client, ids: list[str]) -> Counter[str]:
-    return Counter(s.status.value for i in ids for s in client.slots(i))
 
 
 def test_every_job_runs_once_and_succeeds(redis_url: str, ns: str) -> None:

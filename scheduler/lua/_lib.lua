@@ -52,15 +52,28 @@ local function leased(slot_key, token)
     claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8]}, st
 end
 
+-- The attempt is over: the slot leaves the shard's lease set and its entry is acked.
+local function end_lease(prefix, slot_id, s)
+  redis.call('ZREM', prefix .. 'leases', slot_id)
+  ack(prefix, s.queue, s.msg)
+end
+
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
 -- slot's life on the hot path (complete) are not archived this way: the slot's own fields
 -- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.
 local function attempt_record(s, outcome, started, finished, err)
   local rec = {number = s.attempt, worker = s.worker, claimed_ms = s.claimed_ms,
-    lease_until_ms = s.lease_until, outcome = outcome, started_ms = tonumber(started),
-    finished_ms = tonumber(finished)}
+    lease_until_ms = s.lease_until, outcome = outcome,
+    started_ms = started and tonumber(started), finished_ms = finished and tonumber(finished)}
   if err and err ~= '' then rec.error = err end
   return cjson.encode(rec)
+end
+
+-- Put a slot (back) into its queue's dispatch stream under a new entry.
+local function dispatch(prefix, slot_key, slot_id, queue, now)
+  local msg = redis.call('XADD', prefix .. 'q:' .. queue, '*', 's', slot_id)
+  redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'available_ms', now)
+  return msg
 end
 
 -- The refusal of a commit whose token is not the slot's current one.

@@ -17,7 +17,8 @@
      {-1}  the slot is running under this very entry (another consumer holds its lease);
            the entry is left alone
 
-  at_most_once slots are acked here, so a crash after this point never re-runs them. Each
+  A claimed slot enters the shard's `leases` zset (scored by lease_until), which the reclaimer
+  reads. at_most_once slots are acked here, so a crash after this point never re-runs them. Each
   stream touched is trimmed of its acked head (trim_acked).
 
   Event: type "claimed" (worker, records {slot, attempt, lease_until}).
@@ -31,6 +32,7 @@ local n = tonumber(ARGV[5])
 
 --- @include "_lib.lua"
 
+local leases = prefix .. 'leases'
 local reply = {}
 local records = {}
 local touched = {}
@@ -46,6 +48,7 @@ for i = 0, n - 1 do
       'task', 'payload', 'timeout_ms', 'delivery')
     redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
       'claimed_ms', now, 'lease_until', lease_until)
+    redis.call('ZADD', leases, lease_until, slot_id)
     if job[4] == 'at_most_once' then
       ack(prefix, queue, msg)
     end

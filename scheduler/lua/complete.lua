@@ -36,7 +36,7 @@ for i = 0, n - 1 do
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', ARGV[b + 3], 'finished_ms', ARGV[b + 4])
-    ack(prefix, s.queue, s.msg)
+    end_lease(prefix, slot_id, s)
     reply[i + 1] = 1
     done[#done + 1] = {slot = slot_id, attempt = s.attempt}
   else

@@ -49,7 +49,7 @@ for i = 0, n - 1 do
     refused[#refused + 1] = refusal(slot_id, token, st, outcome)
   else
     local record = attempt_record(s, outcome, ARGV[b + 7], ARGV[b + 8], err)
-    ack(prefix, s.queue, s.msg)
+    end_lease(prefix, slot_id, s)
     if outcome == 'cancelled' then
       redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
       reply[i + 1] = 3

@@ -27,6 +27,7 @@ for i = 0, n - 1 do
   local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'cancel')
   if st[1] == 'running' and st[2] == token then
     redis.call('HSET', slot_key, 'lease_until', lease_until)
+    redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)
     if st[3] and st[3] ~= '' then
       redis.call('XCLAIM', prefix .. 'q:' .. st[4], 'workers', worker, 0, st[3], 'JUSTID')
     end

@@ -1,0 +1,106 @@
+"""Operator commands: `sched cancel` and `sched dlq list|show|replay|purge`."""
+
+from __future__ import annotations
+
+import click
+
+from .inspect import echo_json, table, when
+
+
+@click.command()
+@click.argument("ids", nargs=-1, required=True)
+@click.option("--reason", default="cancelled by operator", help="Recorded on each slot.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def cancel(obj: dict[str, str], ids: tuple[str, ...], reason: str, as_json: bool) -> None:
+    """Cancel slots (SLOT_ID) or every slot of a job (JOB_ID).
+
+    A scheduled or queued slot ends `cancelled` at once; a running one is stopped by its
+    worker at the next heartbeat (about a third of the lease)."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        result = client.cancel(ids, reason)
+    if as_json:
+        echo_json(result)
+        return
+    for slot, what in result.items():
+        click.echo(f"{slot}  {what}")
+    if any(what == "not found" for what in result.values()):
+        raise click.exceptions.Exit(1)
+
+
+@click.group()
+def dlq() -> None:
+    """The dead-letter queue: slots whose attempts ran out."""
+
+
+@dlq.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=50)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def dlq_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
+    """The most recent dead slots, newest first."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        dead = client.dead_letters(limit)
+    if as_json:
+        echo_json([{"slot": d.slot, "died_ms": d.died_ms, "error": d.error} for d in dead])
+        return
+    table([[d.slot.slot_id, d.slot.task, str(d.slot.attempt), when(d.died_ms),
+            (d.error or "")[:80]] for d in dead], ["slot", "task", "attempts", "died", "error"])
+
+
+@dlq.command("show")
+@click.argument("slot_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def dlq_show(obj: dict[str, str], slot_id: str, as_json: bool) -> None:
+    """One dead slot with its job and every attempt."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        slot = client.get_slot(slot_id)
+        job = client.get_job(slot.job_id)
+    if as_json:
+        echo_json({"slot": slot, "job": job})
+        return
+    click.echo(f"slot {slot.slot_id}: {slot.status.value}, task {job.task}, queue {job.queue}")
+    table([[f"#{a.number}", a.outcome.value if a.outcome else "-", a.worker or "-",
+            when(a.finished_ms), a.error or ""] for a in slot.attempts],
+          ["attempt", "outcome", "worker", "finished", "error"])
+
+
+def _targets(slot_ids: tuple[str, ...], all_: bool) -> list[str] | None:
+    if bool(slot_ids) == all_:
+        raise click.UsageError("give SLOT_IDs or --all (not both)")
+    return None if all_ else list(slot_ids)
+
+
+@dlq.command("replay")
+@click.argument("slot_ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead slot.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def dlq_replay(obj: dict[str, str], slot_ids: tuple[str, ...], all_: bool, as_json: bool) -> None:
+    """Run dead slots again: a new attempt of the same slot, with a fresh retry budget."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        count = client.replay(_targets(slot_ids, all_))
+    echo_json({"replayed": count}) if as_json else click.echo(f"replayed {count} slot(s)")
+
+
+@dlq.command("purge")
+@click.argument("slot_ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead slot.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def dlq_purge(obj: dict[str, str], slot_ids: tuple[str, ...], all_: bool, as_json: bool) -> None:
+    """Remove slots from the dead-letter queue; they stay `dead` with their history."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        count = client.purge(_targets(slot_ids, all_))
+    echo_json({"purged": count}) if as_json else click.echo(f"purged {count} slot(s)")

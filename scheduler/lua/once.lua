@@ -1,0 +1,18 @@
+--[[ once: record that a named side effect of a slot happened, at most once per slot
+  (`await ctx.once(name)` for exactly_once handlers). Not a state transition: no event.
+
+  KEYS[1]  shard prefix, e.g. "sched:{s03}:"
+
+  ARGV[1]  slot_id
+  ARGV[2]  token           the attempt number the caller holds
+  ARGV[3]  name            the side effect's name, chosen by the handler
+
+  Reply: 1 first time: recorded now (go ahead with the effect); 0 already recorded by an
+  earlier attempt (skip it); -1 the caller's lease is gone (stop; the slot was reclaimed).
+]]
+local prefix = KEYS[1]
+local slot_key = prefix .. 'slot:' .. ARGV[1]
+
+local st = redis.call('HMGET', slot_key, 'status', 'attempt')
+if st[1] ~= 'running' or st[2] ~= ARGV[2] then return -1 end
+return redis.call('HSETNX', slot_key, 'once:' .. ARGV[3], ARGV[2])

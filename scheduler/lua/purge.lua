@@ -1,0 +1,30 @@
+--[[ purge: drop slots from the dead-letter set. The slot itself stays, `dead`, with its
+  attempts, so its history is still there to read.
+
+  KEYS[1]  shard prefix, e.g. "sched:{s03}:"
+
+  ARGV[1]  now_ms
+  ARGV[2]  events_maxlen
+  ARGV[3]  n               number of slots; then n slot ids
+
+  Reply: one integer per slot: 1 removed from the dead-letter set, 0 it was not there.
+
+  Event: "purged" {slot}.
+]]
+local prefix = KEYS[1]
+local now = tonumber(ARGV[1])
+local maxlen = ARGV[2]
+local n = tonumber(ARGV[3])
+
+--- @include "_lib.lua"
+
+local reply = {}
+local purged = {}
+for i = 1, n do
+  local slot_id = ARGV[3 + i]
+  reply[i] = redis.call('ZREM', prefix .. 'dlq', slot_id)
+  if reply[i] == 1 then purged[#purged + 1] = {slot = slot_id} end
+end
+
+emit(prefix, maxlen, now, 'purged', purged, nil)
+return reply

@@ -1,0 +1,108 @@
+--[[ reclaim: recover slots whose worker stopped heartbeating (running -> queued | lost |
+  dead), and dispatch entries a worker read but never claimed (queued, stuck in its pending
+  list).
+
+  KEYS[1]  shard prefix, e.g. "sched:{s03}:"
+
+  ARGV[1]  now_ms
+  ARGV[2]  events_maxlen
+  ARGV[3]  limit           most slots per pass, per source
+  ARGV[4]  min_idle_ms     XAUTOCLAIM min-idle for pending entries (the lease length)
+  ARGV[5]  q               number of queues; then 2 fields per queue: queue, cursor (the
+                           XAUTOCLAIM cursor, "0-0" to start)
+
+  1. Expired leases, from the `leases` zset (score lease_until <= now), so slots with no
+     pending entry (at_most_once, acked at claim) are found too. The slot hash is the
+     authority: a slot no longer running just leaves the set. An expired attempt is recorded
+     with outcome "lost" and counts as a failure (a job that crashes its worker must not loop
+     forever): a slot whose cancellation was requested ends `cancelled`; at_most_once slots
+     end `lost`; others are dispatched again at once under a new
+     entry, or end `dead` (in `dlq`) when failures reach max_attempts. The slot's next claim
+     issues a new token, so the old worker's late commit is refused.
+  2. Pending entries idle past min_idle_ms (XAUTOCLAIM to consumer "reclaimer"): an entry whose
+     slot is still `queued` under it was read by a worker that died before claiming; it is
+     acked and dispatched again. Entries of running slots are left to step 1 (the owning worker
+     takes the entry back with its next heartbeat); entries of other slots are acked.
+
+  Reply: {reclaimed, lost, dead, redispatched, next cursors...}: counts for this pass, then one
+  cursor per queue for the next call ("0-0" when the scan wrapped around).
+
+  Events: "reclaimed" {slot, attempt, worker}, "lost" {slot, attempt, worker}, "dead" {slot,
+  attempt, outcome, error}, "redispatched" {slot}, "cancelled" {slot, attempt, error}.
+]]
+local prefix = KEYS[1]
+local now = tonumber(ARGV[1])
+local maxlen = ARGV[2]
+local limit = tonumber(ARGV[3])
+local min_idle = ARGV[4]
+local q = tonumber(ARGV[5])
+
+--- @include "_lib.lua"
+
+local leases = prefix .. 'leases'
+local reclaimed, lost, dead, redispatched, cancelled = {}, {}, {}, {}, {}
+
+local expired = redis.call('ZRANGE', leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+for _, slot_id in ipairs(expired) do
+  local slot_key = prefix .. 'slot:' .. slot_id
+  local token = redis.call('HGET', slot_key, 'attempt')
+  local s = token and leased(slot_key, token)
+  if not s then
+    redis.call('ZREM', leases, slot_id)
+  elseif s.lease_until and s.lease_until > now then
+    redis.call('ZADD', leases, s.lease_until, slot_id)  -- the hash knows a later lease
+  else
+    end_lease(prefix, slot_id, s)
+    local err = 'lease expired: worker ' .. (s.worker or '?') .. ' stopped heartbeating'
+    local record = attempt_record(s, 'lost', nil, now, err)
+    local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
+    if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
+      redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+      cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
+    elseif job[1] == 'at_most_once' then
+      redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
+      lost[#lost + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
+    else
+      local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
+      if failures >= (tonumber(job[2]) or 3) then
+        redis.call('ZADD', prefix .. 'dlq', now, slot_id)
+        redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+        dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
+      else
+        redis.call('HSET', slot_key, 'a:' .. token, record)
+        dispatch(prefix, slot_key, slot_id, s.queue, now)
+        reclaimed[#reclaimed + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
+      end
+    end
+  end
+end
+
+local cursors = {}
+for i = 0, q - 1 do
+  local queue, cursor = ARGV[6 + i * 2], ARGV[7 + i * 2]
+  local stream = prefix .. 'q:' .. queue
+  local out = redis.call('XAUTOCLAIM', stream, 'workers', 'reclaimer', min_idle, cursor,
+    'COUNT', limit)
+  cursors[#cursors + 1] = out[1]
+  for _, entry in ipairs(out[2]) do
+    local msg, fields = entry[1], entry[2]
+    local slot_id = fields and fields[2]
+    local st = slot_id and redis.call('HMGET', prefix .. 'slot:' .. slot_id, 'status', 'msg') or {}
+    if st[1] == 'queued' and st[2] == msg then
+      redis.call('XACK', stream, 'workers', msg)
+      dispatch(prefix, prefix .. 'slot:' .. slot_id, slot_id, queue, now)
+      redispatched[#redispatched + 1] = {slot = slot_id}
+    elseif not (st[1] == 'running' and st[2] == msg) then
+      redis.call('XACK', stream, 'workers', msg)
+    end
+  end
+end
+
+emit(prefix, maxlen, now, 'reclaimed', reclaimed, nil)
+emit(prefix, maxlen, now, 'lost', lost, nil)
+emit(prefix, maxlen, now, 'dead', dead, nil)
+emit(prefix, maxlen, now, 'redispatched', redispatched, nil)
+emit(prefix, maxlen, now, 'cancelled', cancelled, nil)
+local reply = {#reclaimed, #lost, #dead, #redispatched}
+for _, c in ipairs(cursors) do reply[#reply + 1] = c end
+return reply

@@ -1,0 +1,81 @@
+"""Recovers work whose worker vanished (DESIGN.md invariant 5: nothing stays running forever).
+
+`run_once()` runs `reclaim.lua` on every shard in one pipelined round trip: expired leases
+(from each shard's `leases` zset) are re-dispatched, ended `lost` (at_most_once) or dead-
+lettered; pending entries that a worker read but never claimed are dispatched again. Like the
+promoter it is safe to run on several nodes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import redis.asyncio
+
+from . import scripts
+from .clock import Clock
+from .keys import Keys
+
+log = logging.getLogger("scheduler.reclaimer")
+
+
+class Reclaimer:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, shards: Sequence[int],
+                 clock: Clock, *, lease_ms: int = 30_000, batch: int = 500,
+                 interval_s: float = 1.0, events_maxlen: int = 1_000_000) -> None:
+        self.redis = client
+        self.keys = keys
+        self.shards = list(shards)
+        self.clock = clock
+        self.lease_ms = lease_ms
+        self.batch = batch
+        self.interval_s = interval_s
+        self.events_maxlen = events_maxlen
+        self.cursors: dict[tuple[int, str], str] = {}
+        self.totals = {"reclaimed": 0, "lost": 0, "dead": 0, "redispatched": 0}
+        self._stop = asyncio.Event()
+
+    async def run_once(self) -> dict[str, int]:
+        """One pass over every shard; returns what it did."""
+        if self.clock.stale():
+            self.clock.anchor(await self.redis.time())
+        members: set[Any] = await self.redis.smembers(self.keys.queues)
+        queues = sorted(q.decode() for q in members)
+        now = self.clock.now_ms()
+        calls = [scripts.reclaim(self.keys.prefix(s), now, self.events_maxlen, self.batch,
+                                 self.lease_ms,
+                                 [(q, self.cursors.get((s, q), "0-0")) for q in queues])
+                 for s in self.shards]
+        replies = await scripts.run_async(self.redis, calls)
+        done = dict.fromkeys(self.totals, 0)
+        for shard, reply in zip(self.shards, replies, strict=True):
+            for name, count in zip(self.totals, reply[:4], strict=True):
+                done[name] += int(count)
+            for queue, cursor in zip(queues, reply[4:], strict=True):
+                self.cursors[(shard, queue)] = cursor.decode() if isinstance(cursor, bytes) else cursor
+        for name, count in done.items():
+            self.totals[name] += count
+        if any(done.values()):
+            log.warning("reclaimed expired leases: %s", ", ".join(
+                f"{count} {name}" for name, count in done.items() if count))
+        return done
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                done = await self.run_once()
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                log.warning("reclaim pass failed (%s); retrying", exc)
+                done = {}
+            if sum(done.values()) >= self.batch:
+                continue
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.interval_s)
+            except TimeoutError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()

@@ -1,0 +1,109 @@
+"""Helpers shared by the tests: run transitions on one job's shard, run a worker until a
+condition holds, and call the CLI in-process."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from cli.main import main
+from scheduler import Client, Registry, scripts
+from scheduler.clock import ManualClock
+from scheduler.keys import DISPATCH_GROUP, shard_of
+from scheduler.node import SchedulerNode
+from scheduler.worker import Worker, WorkerConfig
+
+W = "worker-1"
+LEASE = 30_000
+
+
+class Shard:
+    """One job's shard, with helpers that run transitions the way a worker does."""
+
+    def __init__(self, r: redis.Redis, client: Client, clock: ManualClock, job_id: str) -> None:
+        self.r, self.client, self.clock, self.job_id = r, client, clock, job_id
+        self.keys = client.keys
+        self.shard = shard_of(job_id, client.shards)
+        self.prefix = self.keys.prefix(self.shard)
+        self.slot_id = client.slots(job_id)[0].slot_id
+        self.queue = client.get_job(job_id).queue
+        self.stream = self.keys.queue(self.shard, self.queue)
+        r.xgroup_create(self.stream, DISPATCH_GROUP, id="0", mkstream=True)
+
+    def run(self, call: scripts.Call) -> Any:
+        return scripts.run_sync(self.r, [call])[0]
+
+    def read(self, consumer: str = W) -> list[tuple[str, bytes, str]]:
+        reply = self.r.xreadgroup(DISPATCH_GROUP, consumer, {self.stream: ">"}, count=10)
+        return [(self.queue, mid, f[b"s"].decode()) for _, msgs in reply for mid, f in msgs]
+
+    def claim(self, entries: list[tuple[str, bytes, str]], worker: str = W) -> list[Any]:
+        return self.run(scripts.claim(self.prefix, self.clock.now_ms(), 1000, worker, LEASE,
+                                      entries))
+
+    def slot(self) -> Any:
+        return self.client.get_slot(self.slot_id)
+
+    def events(self) -> list[tuple[str, list[dict[str, Any]]]]:
+        out = []
+        for _, f in self.r.xrange(self.keys.events(self.shard)):
+            out.append((f[b"type"].decode(), json.loads(f[b"data"])))
+        return out
+
+
+def make(r: redis.Redis, client: Client, clock: ManualClock, **kw: Any) -> Shard:
+    """A job in a queue of its own, so several in one test never share a stream."""
+    kw.setdefault("queue", f"q{next(_queues)}")
+    return Shard(r, client, clock, client.submit("t", {"n": 1}, **kw))
+
+
+_queues = itertools.count()
+
+
+async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
+                    timeout: float = 30, node: bool = False, **config: Any) -> Worker:
+    """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
+    client = redis.asyncio.Redis.from_url(redis_url)
+    config.setdefault("block_ms", 50)
+    worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
+    services: list[Any] = [worker]
+    if node:
+        services.append(SchedulerNode(client, namespace=ns))
+    tasks = [asyncio.create_task(s.run()) for s in services]
+    deadline = time.monotonic() + timeout
+    try:
+        while not done():
+            assert time.monotonic() < deadline, "timed out waiting for the runs"
+            for t in tasks:
+                if t.done():
+                    t.result()
+            await asyncio.sleep(0.01)
+    finally:
+        for s in services:
+            s.stop()
+        await asyncio.gather(*tasks)
+        await client.aclose()
+    return worker
+
+
+def statuses(client: Client, ids: list[str]) -> Counter[str]:
+    return Counter(s.status.value for i in ids for s in client.slots(i))
+
+
+def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,
+          *args: str) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--redis-url", redis_url, "--namespace", ns, *args])
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+

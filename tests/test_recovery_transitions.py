@@ -1,0 +1,158 @@
+"""reclaim, cancel, replay, purge and once on a seeded shard, with an injected clock."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from helpers import LEASE, Shard, W, make
+from scheduler import Client, RetryPolicy, SlotStatus, scripts
+from scheduler.clock import ManualClock
+from scheduler.keys import DISPATCH_GROUP
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def client(redis_url: str, ns: str, clock: ManualClock) -> Client:
+    return Client(redis_url, ns, shards=4, clock=clock)
+
+
+def reclaim(s: Shard, min_idle: int = LEASE) -> list[int]:
+    reply = s.run(scripts.reclaim(s.prefix, s.clock.now_ms(), 1000, 100, min_idle,
+                                  [(s.queue, "0-0")]))
+    return [int(x) for x in reply[:4]]
+
+
+def test_an_expired_lease_is_reclaimed_and_the_old_commit_refused(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    assert r.zscore(s.keys.leases(s.shard), s.slot_id) == clock.now_ms() + LEASE
+    clock.advance(LEASE / 1000 - 1)
+    assert reclaim(s) == [0, 0, 0, 0]  # not expired yet
+    clock.advance(2)
+    assert reclaim(s) == [1, 0, 0, 0]
+    slot = s.slot()
+    assert slot.status is SlotStatus.QUEUED and slot.failures == 1
+    assert slot.attempts[0].outcome == "lost" and "stopped heartbeating" in (slot.attempts[0].error or "")
+    assert r.zcard(s.keys.leases(s.shard)) == 0
+    [reply] = s.claim(s.read(consumer="w2"), worker="w2")
+    assert reply[:2] == [1, 2]
+    now = clock.now_ms()
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [0]
+    assert s.run(scripts.complete(s.prefix, now, 1000, "w2", [(s.slot_id, 2, now, now)])) == [1]
+    assert "refused" in [kind for kind, _ in s.events()]
+
+
+def test_heartbeats_keep_a_lease_from_being_reclaimed(r: redis.Redis, client: Client,
+                                                      clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    for _ in range(5):
+        clock.advance(LEASE / 1000 / 2)
+        assert s.run(scripts.heartbeat(s.prefix, clock.now_ms(), LEASE, W, [(s.slot_id, 1)])) == [1]
+        assert reclaim(s) == [0, 0, 0, 0]
+    assert s.slot().status is SlotStatus.RUNNING
+
+
+def test_at_most_once_slots_with_no_pending_entry_end_lost(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock, delivery="at_most_once")
+    s.claim(s.read())
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    clock.advance(LEASE / 1000 + 1)
+    assert reclaim(s) == [0, 1, 0, 0]
+    assert s.slot().status is SlotStatus.LOST
+    assert r.xlen(s.stream) == 1 and not s.read()  # never dispatched again
+
+
+def test_a_job_that_keeps_losing_its_worker_ends_dead(r: redis.Redis, client: Client,
+                                                      clock: ManualClock) -> None:
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=2))
+    for expected in ([1, 0, 0, 0], [0, 0, 1, 0]):
+        s.claim(s.read())
+        clock.advance(LEASE / 1000 + 1)
+        assert reclaim(s) == expected
+    assert s.slot().status is SlotStatus.DEAD
+    assert r.zscore(s.keys.dlq(s.shard), s.slot_id) is not None
+
+
+def test_entries_read_but_never_claimed_are_dispatched_again(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    [(_, msg, _)] = s.read()  # the worker dies here, before claim
+    assert reclaim(s, min_idle=0) == [0, 0, 0, 1]
+    [(_, new_msg, slot_id)] = s.read(consumer="w2")
+    assert new_msg != msg and slot_id == s.slot_id
+    assert s.claim([(s.queue, new_msg, slot_id)], worker="w2")[0][0] == 1
+    assert s.claim([(s.queue, msg, slot_id)]) == [[0]]  # the old entry is stale
+
+
+def test_cancel_each_state(r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    queued = make(r, client, clock)
+    running = make(r, client, clock)
+    running.claim(running.read())
+    done = make(r, client, clock)
+    [reply] = done.claim(done.read())
+    now = clock.now_ms()
+    done.run(scripts.complete(done.prefix, now, 1000, W, [(done.slot_id, 1, now, now)]))
+
+    def cancel(s: Shard) -> int:
+        return int(s.run(scripts.cancel(s.prefix, now, 1000, "operator", [s.slot_id]))[0])
+
+    assert cancel(queued) == scripts.Cancelled.CANCELLED
+    assert queued.slot().status is SlotStatus.CANCELLED
+    assert queued.claim(queued.read()) == [[0]]  # its entry, read later, is dropped as stale
+    assert cancel(running) == scripts.Cancelled.REQUESTED
+    assert running.run(scripts.heartbeat(running.prefix, now, LEASE, W, [(running.slot_id, 1)])) == [2]
+    assert cancel(done) == scripts.Cancelled.TERMINAL
+    assert done.slot().status is SlotStatus.SUCCEEDED
+
+
+def test_a_cancelled_running_slot_whose_worker_died_ends_cancelled(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock)
+    s.claim(s.read())
+    s.run(scripts.cancel(s.prefix, clock.now_ms(), 1000, "operator", [s.slot_id]))
+    clock.advance(LEASE / 1000 + 1)
+    reclaim(s)
+    assert s.slot().status is SlotStatus.CANCELLED
+
+
+def test_replay_is_a_new_attempt_of_the_same_slot_and_purge_keeps_history(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
+    s.claim(s.read())
+    now = clock.now_ms()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", -1, 0, now, now)]))
+    assert s.slot().status is SlotStatus.DEAD
+    assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id, "nope:1"])) == [1, 0]
+    assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id])) == [0]  # not dead any more
+    slot = s.slot()
+    assert slot.status is SlotStatus.QUEUED and slot.failures == 0
+    [reply] = s.claim(s.read())
+    assert reply[:2] == [1, 2]
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 2, "failed", "again", -1, 0, now, now)]))
+    assert s.run(scripts.purge(s.prefix, now, 1000, [s.slot_id])) == [1]
+    assert r.zcard(s.keys.dlq(s.shard)) == 0
+    slot = s.slot()
+    assert slot.status is SlotStatus.DEAD and [a.error for a in slot.attempts] == ["boom", "again"]
+    assert len(r.keys(f"{s.keys.ns}:*slot:*")) == 1  # never a second slot
+
+
+def test_once_records_a_named_effect_once_per_slot(r: redis.Redis, client: Client,
+                                                   clock: ManualClock) -> None:
+    s = make(r, client, clock, delivery="exactly_once")
+    s.claim(s.read())
+    once = [s.run(scripts.once(s.prefix, s.slot_id, 1, "charge")) for _ in range(2)]
+    assert once == [1, 0]
+    assert s.run(scripts.once(s.prefix, s.slot_id, 1, "email")) == 1
+    clock.advance(LEASE / 1000 + 1)
+    reclaim(s)
+    assert s.run(scripts.once(s.prefix, s.slot_id, 1, "other")) == -1  # lease lost
+    s.claim(s.read(consumer="w2"), worker="w2")
+    assert s.run(scripts.once(s.prefix, s.slot_id, 2, "charge")) == 0  # done by attempt 1
