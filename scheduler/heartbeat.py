@@ -81,6 +81,9 @@ class Heartbeat:
                     # another worker: stop running them rather than duplicate their effects.
                     for shard, slot, token in self.inflight():
                         self.on_lost(shard, slot, token)
+            except Exception:
+                # Without heartbeats every lease expires: never let a surprise end this loop.
+                log.exception("heartbeat failed unexpectedly; retrying")
             try:
                 await asyncio.wait_for(self._stop.wait(), self.interval_s)
             except TimeoutError:

@@ -51,6 +51,9 @@ class Promoter:
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 log.warning("promote failed (%s); retrying", exc)
                 promoted, next_due = 0, -1
+            except Exception:
+                log.exception("promote failed unexpectedly; retrying")
+                promoted, next_due = 0, -1
             if promoted >= self.batch:
                 continue  # a full batch: more may be due right now
             sleep = self.max_sleep_s

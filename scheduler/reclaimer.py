@@ -70,6 +70,10 @@ class Reclaimer:
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 log.warning("reclaim pass failed (%s); retrying", exc)
                 done = {}
+            except Exception:
+                # A pass is idempotent: log the surprise loudly and keep the loop alive.
+                log.exception("reclaim pass failed unexpectedly; retrying")
+                done = {}
             if sum(done.values()) >= self.batch:
                 continue
             try:

@@ -24,7 +24,7 @@ import redis.asyncio
 from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once")
+         "cancel", "replay", "purge", "once", "requeue")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -133,6 +133,16 @@ def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
         args.extend(entry)
     args[4] = (len(args) - 5) // 3
     return Call("claim", (prefix,), tuple(args))
+
+
+def requeue(prefix: str, now_ms: int, maxlen: int,
+            entries: Iterable[tuple[str, bytes, str]]) -> Call:
+    """entries: (queue, msg_id, slot_id) read but never claimed."""
+    args: list[Any] = [now_ms, maxlen, 0]
+    for entry in entries:
+        args.extend(entry)
+    args[2] = (len(args) - 3) // 3
+    return Call("requeue", (prefix,), tuple(args))
 
 
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,

@@ -18,6 +18,7 @@ import random
 import socket
 import traceback
 import uuid
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -94,6 +95,9 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.shards = 0
         self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, queue)
+        self._read_streams: dict[Any, Any] = {}
+        self._stream_of: dict[bytes, tuple[int, str]] = {}
+        self.backlog: deque[tuple[int, str, bytes, str]] = deque()
         self.running: dict[str, Run] = {}
         self.stopping = asyncio.Event()
         self.capacity = asyncio.Event()
@@ -106,7 +110,6 @@ class Worker:
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
                                    self.config.concurrency, self.config.queues, self._inflight,
                                    self._lost, self._cancel_requested)
-        self._rotation = 0
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -116,6 +119,8 @@ class Worker:
         self.shards = int(await self.redis.hget(self.keys.meta, "shards") or DEFAULT_SHARDS)
         self.streams = [(self.keys.queue(s, q).encode(), s, q)
                         for q in self.config.queues for s in range(self.shards)]
+        self._read_streams = {key: ">" for key, _, _ in self.streams}
+        self._stream_of = {key: (shard, queue) for key, shard, queue in self.streams}
         await self._create_groups()
         await self._sync_clock()
 
@@ -133,40 +138,53 @@ class Worker:
 
     # --- reading and claiming ------------------------------------------------------------
 
-    def _read_plan(self, free: int) -> tuple[dict[Any, Any], int]:
-        """COUNT applies per stream: read from at most `free` streams, rotating, so one read
-        never returns more entries than there are free run slots."""
-        n = len(self.streams)
-        width = min(n, free)
-        start = self._rotation % n
-        self._rotation += width
-        chosen = [self.streams[(start + i) % n][0] for i in range(width)]
-        return {key: ">" for key in chosen}, max(1, min(self.config.batch, free) // width)
-
     async def run_once(self, block_ms: int | None = None) -> int:
-        """Read one batch, claim it, and start its handlers; returns how many started."""
+        """Claim what the free run slots can take (reading one batch when the local backlog
+        is empty) and start their handlers; returns how many started."""
         free = self.config.concurrency - len(self.running)
         if free <= 0:
             return 0
         await self._sync_clock()
-        streams, count = self._read_plan(free)
+        if not self.backlog:
+            await self._read(free, block_ms)
+        take = [self.backlog.popleft() for _ in range(min(free, len(self.backlog)))]
+        if not take:
+            return 0
+        entries: dict[int, list[tuple[str, bytes, str]]] = {}
+        for shard, queue, msg_id, slot_id in take:
+            entries.setdefault(shard, []).append((queue, msg_id, slot_id))
+        return await self._claim(entries)
+
+    async def _read(self, free: int, block_ms: int | None) -> None:
+        """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
+        more entries than there are free run slots: the rest wait in `backlog`, unclaimed
+        (no lease runs down), and are claimed as runs finish."""
+        count = -(-min(self.config.batch, free) // len(self.streams))
         try:
-            reply: Any = await self.redis.xreadgroup(DISPATCH_GROUP, self.worker_id, streams,
-                                                count=count, block=block_ms)
+            reply: Any = await self.redis.xreadgroup(DISPATCH_GROUP, self.worker_id,
+                                                     self._read_streams, count=count,
+                                                     block=block_ms)
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             await self._create_groups()
-            return 0
-        if not reply:
-            return 0
-        by_key = {key: (shard, queue) for key, shard, queue in self.streams}
+            return
+        for key, messages in reply or ():
+            shard, queue = self._stream_of[key]
+            self.backlog.extend((shard, queue, msg_id, fields[b"s"].decode())
+                                for msg_id, fields in messages)
+
+    async def _requeue_backlog(self) -> None:
+        """Hand back entries read but never claimed, so another worker runs them now rather
+        than after the reclaimer's idle timeout."""
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
-        for key, messages in reply:
-            shard, queue = by_key[key]
-            entries.setdefault(shard, []).extend(
-                (queue, msg_id, fields[b"s"].decode()) for msg_id, fields in messages)
-        return await self._claim(entries)
+        while self.backlog:
+            shard, queue, msg_id, slot_id = self.backlog.popleft()
+            entries.setdefault(shard, []).append((queue, msg_id, slot_id))
+        now = self.clock.now_ms()
+        await scripts.run_async(self.redis, [
+            scripts.requeue(self.keys.prefix(s), now, self.config.events_maxlen, items)
+            for s, items in entries.items()])
 
     async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]]) -> int:
         now = self.clock.now_ms()
@@ -321,6 +339,12 @@ class Worker:
             log.info("worker %s stopped", self.worker_id)
 
     async def _drain(self) -> None:
+        if self.backlog:
+            try:
+                await self._requeue_backlog()
+            except redis.exceptions.RedisError as exc:
+                log.warning("could not hand back %d unclaimed entries (%s); the reclaimer "
+                            "will dispatch them after the lease", len(self.backlog), exc)
         runs = [r.job for r in self.running.values() if r.job is not None]
         if runs:
             log.info("waiting up to %.1fs for %d run(s) in flight", self.config.grace_s,

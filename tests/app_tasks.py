@@ -37,3 +37,39 @@ async def effect(ctx: Context, payload: Any) -> None:
 @registry.task("test.sync_sleep")
 def sync_sleep(ctx: Context, payload: Any) -> None:
     time.sleep(float(payload["seconds"]))
+
+
+# --- tasks for the fault-injection suite (tests/faults) ---------------------------------------
+# Each records its effect in the hash named by payload["effects"], keyed by slot id.
+
+
+@registry.task("chaos.noop")
+async def chaos_noop(ctx: Context, payload: Any) -> None:
+    await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+
+
+@registry.task("chaos.slow")
+async def chaos_slow(ctx: Context, payload: Any) -> None:
+    await asyncio.sleep(float(payload["seconds"]))
+    await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+
+
+@registry.task("chaos.flaky")
+async def chaos_flaky(ctx: Context, payload: Any) -> None:
+    """Fails its first `fail_first` attempts, then has its effect."""
+    if ctx.attempt <= int(payload["fail_first"]):
+        raise RuntimeError(f"flaky: attempt {ctx.attempt} fails on purpose")
+    await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+
+
+@registry.task("chaos.once")
+async def chaos_once(ctx: Context, payload: Any) -> None:
+    """exactly_once: the effect is guarded by ctx.once, so it happens once per slot."""
+    await asyncio.sleep(float(payload.get("seconds", 0)))
+    if await ctx.once("effect"):
+        await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+
+
+@registry.task("chaos.hang")
+async def chaos_hang(ctx: Context, payload: Any) -> None:
+    await asyncio.sleep(3600)

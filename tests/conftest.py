@@ -57,3 +57,10 @@ def app_env() -> dict[str, str]:
 
 
 SCHED = [sys.executable, "-m", "cli"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("chaos", "fault-injection rounds (tests/faults)")
+    group.addoption("--chaos-rounds", type=int, default=2, help="randomized chaos rounds")
+    group.addoption("--chaos-jobs", type=int, default=600, help="jobs per chaos round")
+    group.addoption("--chaos-seed", type=int, default=None, help="seed (default: random)")

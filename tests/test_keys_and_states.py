@@ -61,6 +61,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "replay": lambda p: scripts.replay(p, 1, 10, []),
         "purge": lambda p: scripts.purge(p, 1, 10, []),
         "once": lambda p: scripts.once(p, "s:1", 1, "x"),
+        "requeue": lambda p: scripts.requeue(p, 1, 10, []),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name

@@ -156,3 +156,12 @@ def test_once_records_a_named_effect_once_per_slot(r: redis.Redis, client: Clien
     assert s.run(scripts.once(s.prefix, s.slot_id, 1, "other")) == -1  # lease lost
     s.claim(s.read(consumer="w2"), worker="w2")
     assert s.run(scripts.once(s.prefix, s.slot_id, 2, "charge")) == 0  # done by attempt 1
+
+
+def test_reclaim_tolerates_a_queue_without_a_consumer_group(r: redis.Redis, client: Client,
+                                                            clock: ManualClock) -> None:
+    client.submit("t", queue="nobody-reads-this")  # the stream exists, its group does not
+    prefix = client.keys.prefix(0)
+    reply = scripts.run_sync(r, [scripts.reclaim(prefix, clock.now_ms(), 1000, 10, 0, [
+        ("nobody-reads-this", "0-0"), ("never-used", "0-0")])])[0]
+    assert [int(x) for x in reply[:4]] == [0, 0, 0, 0]

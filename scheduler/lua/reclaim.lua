@@ -81,8 +81,11 @@ local cursors = {}
 for i = 0, q - 1 do
   local queue, cursor = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local stream = prefix .. 'q:' .. queue
-  local out = redis.call('XAUTOCLAIM', stream, 'workers', 'reclaimer', min_idle, cursor,
+  -- pcall: until a worker has created the group (or anything was submitted to this queue in
+  -- this shard) there is nothing to reclaim, and XAUTOCLAIM would fail the whole script.
+  local out = redis.pcall('XAUTOCLAIM', stream, 'workers', 'reclaimer', min_idle, cursor,
     'COUNT', limit)
+  if out.err then out = {'0-0', {}} end
   cursors[#cursors + 1] = out[1]
   for _, entry in ipairs(out[2]) do
     local msg, fields = entry[1], entry[2]
