@@ -8,20 +8,25 @@ import pytest
 import redis
 
 from conftest import ns_keys
-from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus
+from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus, scripts
 from scheduler.errors import JobNotFound, NamespaceError, ValidationError
 
 
-def evalsha_calls(r: redis.Redis) -> int:
-    return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
+        redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    batches: list[list[scripts.Call]] = []
+    real = scripts.run_sync
 
+    def spy(client: redis.Redis, calls: list[scripts.Call]) -> list[object]:
+        batches.append(list(calls))
+        return real(client, calls)
 
-def test_submit_many_is_one_script_call_per_shard(r: redis.Redis, redis_url: str, ns: str) -> None:
     with Client(redis_url, ns, shards=4) as client:
         client.submit("warm", None)
-        before = evalsha_calls(r)
+        monkeypatch.setattr(scripts, "run_sync", spy)
         ids = client.submit_many([{"task": "t", "payload": i} for i in range(400)])
-        assert evalsha_calls(r) - before == 4
+        assert len(batches) == 1  # one pipelined round trip
+        assert sorted(c.keys[0] for c in batches[0]) == [client.keys.prefix(s) for s in range(4)]
         assert len(set(ids)) == 400
         assert [client.get_job(i).payload for i in ids[:5]] == [0, 1, 2, 3, 4]
         assert all(s.status is SlotStatus.QUEUED for i in ids[:20] for s in client.slots(i))
