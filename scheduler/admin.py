@@ -7,7 +7,7 @@ pipelined round trip.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -90,19 +90,20 @@ def _all_dead(client: Client) -> list[str]:
     return [m.decode() for rows in pipe.execute() for m in rows]
 
 
-def replay(client: Client, slot_ids: Iterable[str] | None) -> int:
-    """Dispatch dead slots again (None: every dead slot); returns how many were replayed."""
+def _on_dead(client: Client, build: Callable[..., scripts.Call],
+             slot_ids: Iterable[str] | None) -> int:
     groups = _by_shard(client, _all_dead(client) if slot_ids is None else slot_ids)
     now = client.now_ms()
-    calls = [scripts.replay(client.keys.prefix(s), now, client.events_maxlen, slots)
+    calls = [build(client.keys.prefix(s), now, client.events_maxlen, slots)
              for s, slots in groups.items()]
     return sum(int(c) for reply in scripts.run_sync(client.redis, calls) for c in reply)
+
+
+def replay(client: Client, slot_ids: Iterable[str] | None) -> int:
+    """Dispatch dead slots again (None: every dead slot); returns how many were replayed."""
+    return _on_dead(client, scripts.replay, slot_ids)
 
 
 def purge(client: Client, slot_ids: Iterable[str] | None) -> int:
     """Drop slots from the dead-letter queue (None: all); the slots keep their history."""
-    groups = _by_shard(client, _all_dead(client) if slot_ids is None else slot_ids)
-    now = client.now_ms()
-    calls = [scripts.purge(client.keys.prefix(s), now, client.events_maxlen, slots)
-             for s, slots in groups.items()]
-    return sum(int(c) for reply in scripts.run_sync(client.redis, calls) for c in reply)
+    return _on_dead(client, scripts.purge, slot_ids)

@@ -21,6 +21,7 @@ import redis.asyncio
 from . import scripts
 from .clock import Clock
 from .keys import Keys
+from .loops import pause
 
 log = logging.getLogger("scheduler.worker")
 
@@ -84,10 +85,7 @@ class Heartbeat:
             except Exception:
                 # Without heartbeats every lease expires: never let a surprise end this loop.
                 log.exception("heartbeat failed unexpectedly; retrying")
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+            await pause(self._stop, self.interval_s)
 
     def stop(self) -> None:
         self._stop.set()

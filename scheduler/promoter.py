@@ -15,6 +15,7 @@ import redis.asyncio
 
 from . import scripts
 from .clock import Clock
+from .loops import pause
 
 log = logging.getLogger("scheduler.promoter")
 
@@ -59,10 +60,7 @@ class Promoter:
             sleep = self.max_sleep_s
             if next_due >= 0:
                 sleep = min(sleep, max(0.0, (next_due - self.clock.now_ms()) / 1000))
-            try:
-                await asyncio.wait_for(self._stop.wait(), sleep)
-            except TimeoutError:
-                pass
+            await pause(self._stop, sleep)
 
     def stop(self) -> None:
         self._stop.set()

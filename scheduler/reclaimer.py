@@ -18,6 +18,7 @@ import redis.asyncio
 from . import scripts
 from .clock import Clock
 from .keys import Keys
+from .loops import pause
 
 log = logging.getLogger("scheduler.reclaimer")
 
@@ -76,10 +77,7 @@ class Reclaimer:
                 done = {}
             if sum(done.values()) >= self.batch:
                 continue
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+            await pause(self._stop, self.interval_s)
 
     def stop(self) -> None:
         self._stop.set()

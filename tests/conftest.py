@@ -12,6 +12,9 @@ from pathlib import Path
 import pytest
 import redis
 
+from scheduler import Client
+from scheduler.clock import ManualClock
+
 REDIS_URL = os.environ.get("SCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 TESTS = Path(__file__).parent
 
@@ -46,6 +49,19 @@ def ns(r: redis.Redis) -> Iterator[str]:
 
 def ns_keys(r: redis.Redis, ns: str) -> list[bytes]:
     return sorted(r.scan_iter(match=f"{ns}:*", count=1000))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """An injected clock: transitions see the time the test sets."""
+    return ManualClock()
+
+
+@pytest.fixture
+def client(redis_url: str, ns: str, clock: ManualClock) -> Iterator[Client]:
+    """A blocking client on the test's namespace (4 shards) with the injected clock."""
+    with Client(redis_url, ns, shards=4, clock=clock) as c:
+        yield c
 
 
 @pytest.fixture

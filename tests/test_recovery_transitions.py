@@ -2,23 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 import redis
 
 from helpers import LEASE, Shard, W, make
 from scheduler import Client, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
 from scheduler.keys import DISPATCH_GROUP
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def client(redis_url: str, ns: str, clock: ManualClock) -> Client:
-    return Client(redis_url, ns, shards=4, clock=clock)
 
 
 def reclaim(s: Shard, min_idle: int = LEASE) -> list[int]:

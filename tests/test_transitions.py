@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import redis
 
 from helpers import LEASE, Shard, W, make
 from scheduler import Client, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
 from scheduler.keys import DISPATCH_GROUP, Keys
-
-
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def client(redis_url: str, ns: str, clock: ManualClock) -> Client:
-    return Client(redis_url, ns, shards=4, clock=clock)
 
 
 def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,

@@ -76,6 +76,12 @@ local function dispatch(prefix, slot_key, slot_id, queue, now)
   return msg
 end
 
+-- Attempts ran out: the slot ends `dead` and enters the shard's dead-letter set.
+local function bury(prefix, slot_key, slot_id, now, token, record)
+  redis.call('ZADD', prefix .. 'dlq', now, slot_id)
+  redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+end
+
 -- The refusal of a commit whose token is not the slot's current one.
 local function refusal(slot_id, token, st, outcome)
   return {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',

@@ -71,8 +71,7 @@ for i = 0, n - 1 do
         retried[#retried + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome,
           available_ms = at, error = err}
       else
-        redis.call('ZADD', prefix .. 'dlq', now, slot_id)
-        redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+        bury(prefix, slot_key, slot_id, now, token, record)
         reply[i + 1] = 2
         dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome, error = err}
       end

@@ -65,8 +65,7 @@ for _, slot_id in ipairs(expired) do
     else
       local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
       if failures >= (tonumber(job[2]) or 3) then
-        redis.call('ZADD', prefix .. 'dlq', now, slot_id)
-        redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+        bury(prefix, slot_key, slot_id, now, token, record)
         dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
       else
         redis.call('HSET', slot_key, 'a:' .. token, record)

@@ -169,6 +169,7 @@ def test_a_network_cut_between_worker_and_redis(r: redis.Redis, redis_url: str,
         proxy.close()
 
 
+@pytest.mark.timeout(3600)  # each round bounds its own waits; the soak option runs long
 def test_chaos_rounds(request: pytest.FixtureRequest, r: redis.Redis, redis_url: str,
                       ns: str) -> None:
     rounds = request.config.getoption("--chaos-rounds")
