@@ -18,6 +18,7 @@ from .errors import ValidationError
 CATCHUP = ("all", "latest", "none")
 OVERLAP = ("allow", "skip")
 DEFAULT_CATCHUP_LIMIT = 1000
+MAX_CATCHUP_LIMIT = 100_000
 
 
 class Schedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,9 +78,10 @@ def _cron(now_ms: int, cron: Any, tz: Any, catchup: Any, catchup_limit: Any, ove
         raise ValidationError("catchup", f"{catchup!r} is not a catch-up policy; use one of "
                                          f"{', '.join(CATCHUP)}")
     limit = DEFAULT_CATCHUP_LIMIT if catchup_limit is None else catchup_limit
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+    if (not isinstance(limit, int) or isinstance(limit, bool)
+            or not 1 <= limit <= MAX_CATCHUP_LIMIT):
         raise ValidationError("catchup_limit", f"{limit!r} is not allowed; must be an integer "
-                                               f">= 1")
+                                               f"from 1 to {MAX_CATCHUP_LIMIT}")
     overlap = "allow" if overlap is None else overlap
     if overlap not in OVERLAP:
         raise ValidationError("overlap", f"{overlap!r} is not an overlap policy; use one of "

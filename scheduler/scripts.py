@@ -23,7 +23,8 @@ import redis.asyncio
 
 from .errors import ScriptError
 
-NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat")
+NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat",
+         "materialize", "lease")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -83,6 +84,16 @@ class Beat(IntEnum):
     LOST = 0
     OK = 1
     CANCEL = 2
+
+
+class Materialized(IntEnum):
+    REFUSED = 0  # the watermark moved: another node materialized this job first
+    OK = 1
+
+
+class Leased(IntEnum):
+    NOT_HELD = 0
+    HELD = 1
 
 
 def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
@@ -152,6 +163,18 @@ def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
     for item in items:
         args.extend(item)
     return Call("heartbeat", (prefix,), tuple(args))
+
+
+def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
+                next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job."""
+    return Call("materialize", (prefix,),
+                (now_ms, maxlen, job_id, expected_ms, next_ms, missed, len(fires), *fires))
+
+
+def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:
+    """op: "acquire" (take or renew) | "release"."""
+    return Call("lease", (prefix,), (now_ms, maxlen, node_id, ttl_ms, op))
 
 
 # --- execution -----------------------------------------------------------------------------

@@ -56,6 +56,8 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "release": lambda p: scripts.release(p, 1, 10, "w", []),
         "promote": lambda p: scripts.promote(p, 1, 10, 10),
         "heartbeat": lambda p: scripts.heartbeat(p, 1, 1000, "w", []),
+        "materialize": lambda p: scripts.materialize(p, 1, 10, "j", 1, 2, 0, []),
+        "lease": lambda p: scripts.lease(p, 1, 10, "n", 1000, "acquire"),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name
