@@ -166,7 +166,8 @@ class _Core:
         if job.cron:
             if watermark is not None:
                 spec = CronSpec(job.cron, job.tz or "UTC")
-                next_ms = min(int(float(watermark)), spec.next_after(now - 1))
+                ahead = spec.next_after(max(now, job.start_ms or 0) - 1)
+                next_ms = min(int(float(watermark)), ahead)
                 if job.end_ms and next_ms > job.end_ms:
                     next_ms = None
         elif job.fire_ms > now:
