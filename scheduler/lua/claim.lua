@@ -17,6 +17,11 @@
      {-1}  the slot is running under this very entry (another consumer holds its lease);
            the entry is left alone
 
+  claimed_ms is now_ms, but never earlier than the dispatch: the stream entry id carries the
+  time Redis itself stamped when the slot was queued, and a worker's estimate of Redis time
+  (anchored to TIME, see clock.py) can lag it by a few ms under load. So a slot's recorded
+  start never precedes its dispatch, which never precedes its fire time.
+
   at_most_once slots are acked here, so a crash after this point never re-runs them. Each
   stream touched is trimmed of its acked head (trim_acked).
 
@@ -45,7 +50,8 @@ for i = 0, n - 1 do
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
     redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
-      'claimed_ms', now, 'lease_until', lease_until)
+      'claimed_ms', math.max(now, tonumber(string.match(msg, '^(%d+)')) or 0),
+      'lease_until', lease_until)
     if job[4] == 'at_most_once' then
       ack(prefix, queue, msg)
     end
