@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import pytest
 import redis
 
 from conftest import SCHED
