@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -196,12 +197,9 @@ def _specs(task: str, payload: Any, queue: str, timeout: float | None,
                     delivery=delivery, dedupe_key=dedupe_key, **schedule)]
 
 
-def _schedule(options: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(options) - set(_SCHEDULE_OPTIONS))
-    if unknown:
-        raise ValidationError(unknown[0], f"is not a submit option; schedule options are "
-                                          f"{', '.join(_SCHEDULE_OPTIONS)}")
-    return options
+def _options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The schedule options among a submit call's arguments."""
+    return {name: arguments[name] for name in _SCHEDULE_OPTIONS}
 
 
 class Client:
@@ -241,13 +239,16 @@ class Client:
     def submit(self, task: str, payload: Any = None, *, queue: str = "default",
                timeout: float | None = None, retry: RetryPolicy | None = None,
                delivery: str = "at_least_once", dedupe_key: str | None = None,
-               **schedule: Any) -> str:
+               delay: float | timedelta | None = None, at: datetime | None = None,
+               cron: str | None = None, tz: str | None = None, catchup: str | None = None,
+               catchup_limit: int | None = None, overlap: str | None = None,
+               start_at: datetime | None = None, end_at: datetime | None = None) -> str:
         """Submit one job; returns its id (the first job's id for a repeated dedupe key).
 
-        Runs now unless `schedule` holds one of delay=, at=, cron= (with cron: tz=,
-        catchup=, catchup_limit=, overlap=, start_at=, end_at=); see JobSpec."""
+        Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
+        catchup_limit=, overlap=, start_at=, end_at=); see JobSpec."""
         return self.submit_many(_specs(task, payload, queue, timeout, retry, delivery,
-                                       dedupe_key, _schedule(schedule)))[0]
+                                       dedupe_key, _options(locals())))[0]
 
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[str]:
         """Submit a batch in one pipelined round trip; ids in input order. Every job is
@@ -349,10 +350,13 @@ class AsyncClient:
 
     async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
                      timeout: float | None = None, retry: RetryPolicy | None = None,
-                     delivery: str = "at_least_once", dedupe_key: str | None = None,
-                     **schedule: Any) -> str:
+               delivery: str = "at_least_once", dedupe_key: str | None = None,
+                     delay: float | timedelta | None = None, at: datetime | None = None,
+                     cron: str | None = None, tz: str | None = None, catchup: str | None = None,
+                     catchup_limit: int | None = None, overlap: str | None = None,
+                     start_at: datetime | None = None, end_at: datetime | None = None) -> str:
         return (await self.submit_many(_specs(task, payload, queue, timeout, retry, delivery,
-                                              dedupe_key, _schedule(schedule))))[0]
+                                              dedupe_key, _options(locals()))))[0]
 
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[str]:
         jobs = list(jobs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -194,5 +194,24 @@ def test_leases_rebalance_when_nodes_join_and_leave(r: redis.Redis, redis_url: s
         for s in a.owned:
             assert int(r.get(k.owner(s)).split(b":")[0]) > epochs[s]  # type: ignore[union-attr]
         await c.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_async_client_schedules_lists_and_reads_cron_slots(redis_url: str, ns: str) -> None:
+    from scheduler import AsyncClient
+
+    clock = ManualClock(T0)
+
+    async def scenario() -> None:
+        async with AsyncClient(redis_url, ns, shards=SHARDS, clock=clock) as client:
+            cron = await client.submit("t", cron="*/2 * * * * *", overlap="skip")
+            delayed = await client.submit("t", delay=timedelta(seconds=90))
+            await _materialize(redis_url, ns, clock)
+            assert [s.fire_ms for s in await client.slots(cron)] == [T0, T0 + 2000]
+            listed = {j.job_id: j for j in await client.list_jobs()}
+            assert listed[cron].next_fire_ms == T0 and listed[cron].overlap == "skip"
+            assert listed[delayed].next_fire_ms == T0 + 90_000
+            assert listed[delayed].delay_s == 90
 
     asyncio.run(scenario())
