@@ -215,3 +215,17 @@ def test_async_client_schedules_lists_and_reads_cron_slots(redis_url: str, ns: s
             assert listed[delayed].delay_s == 90
 
     asyncio.run(scenario())
+
+
+def test_a_very_long_outage_keeps_the_most_recent_and_counts_a_floor(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler import materializer
+
+    monkeypatch.setattr(materializer, "SCAN_LIMIT", 50)
+    job = materializer.Recurrence(spec=CronSpec("* * * * * *"), catchup="all", catchup_limit=10,
+                                  end_ms=0)
+    plan = materializer.plan(job, T0, T0 + 1_000_000, 3000, 5000)
+    late_before = T0 + 995_000
+    assert plan.fires[:10] == [late_before - i * 1000 for i in range(10, 0, -1)]
+    assert plan.fires[10:] == [T0 + i * 1000 for i in range(995, 1004)]
+    assert plan.missed == 50 and plan.next_ms == T0 + 1_004_000
