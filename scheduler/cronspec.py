@@ -45,9 +45,14 @@ def check_cron(expr: object) -> str:
     if fields not in (5, 6):
         raise ValidationError("cron", f"{expr!r} has {fields} fields; {_HINT}")
     try:
-        croniter(expr, datetime(2000, 1, 1), second_at_beginning=True)
+        it = croniter(expr, datetime(2000, 1, 1), second_at_beginning=True)
     except (CroniterError, ValueError, KeyError) as exc:
         raise ValidationError("cron", f"{expr!r} is not valid ({exc}); {_HINT}") from None
+    try:
+        it.get_next(datetime)
+    except CroniterError:
+        raise ValidationError("cron", f"{expr!r} matches no date (e.g. February 30); check "
+                                      f"the day and month fields") from None
     return expr
 
 
