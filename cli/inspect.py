@@ -1,4 +1,4 @@
-"""Read-only commands: `sched jobs show`, `sched runs`. Each has `--json`."""
+"""Read-only commands: `sched jobs list`, `sched jobs show`, `sched runs`. Each has `--json`."""
 
 from __future__ import annotations
 
@@ -31,6 +31,44 @@ def jobs() -> None:
     """Inspect job definitions."""
 
 
+def schedule_text(job: Any) -> str:
+    """One line for people: how the job fires."""
+    if job.kind == "cron":
+        text = f"cron {job.cron!r} {job.tz}, catchup {job.catchup}"
+        if job.catchup == "all":
+            text += f" (max {job.catchup_limit})"
+        text += f", overlap {job.overlap}"
+        if job.start_ms:
+            text += f", from {when(job.start_ms)}"
+        if job.end_ms:
+            text += f", until {when(job.end_ms)}"
+        return text
+    if job.kind == "delayed":
+        return f"delayed {job.delay_s:g}s"
+    if job.kind == "at":
+        return f"at {when(job.fire_ms)}"
+    return "immediate"
+
+
+@jobs.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=100, help="Most jobs shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
+    """List jobs that have a schedule (delayed, at, cron), newest first, with their next fire
+    time. Immediate jobs are not listed."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        found = client.list_jobs(limit)
+    if as_json:
+        echo_json(found)
+        return
+    table([[j.job_id, j.task, j.queue, schedule_text(j), when(j.next_fire_ms),
+            str(j.missed) if j.missed else ""] for j in found],
+          ["job", "task", "queue", "schedule", "next fire", "missed"])
+
+
 @jobs.command("show")
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -48,7 +86,9 @@ def jobs_show(obj: dict[str, str], job_id: str, as_json: bool) -> None:
     policy = job.retry
     for label, value in [
         ("job", job.job_id), ("task", job.task), ("queue", job.queue), ("kind", job.kind),
-        ("fire time", when(job.fire_ms)), ("created", when(job.created_ms)),
+        ("schedule", schedule_text(job)), ("fire time", when(job.fire_ms)),
+        ("next fire", when(job.next_fire_ms)), ("missed", str(job.missed)),
+        ("created", when(job.created_ms)),
         ("delivery", job.delivery.value),
         ("timeout", f"{job.timeout_s:g}s" if job.timeout_s else "none"),
         ("retry", f"max {policy.max_attempts} attempts, backoff {policy.base_s:g}s.."

@@ -6,7 +6,9 @@ traceback.
 
 from __future__ import annotations
 
+import re
 import sys
+from datetime import datetime
 from typing import Any
 
 import click
@@ -34,6 +36,31 @@ def _decode_json(value: str) -> Any:
         raise ValidationError("payload", f"is not valid JSON ({exc})") from None
 
 
+_DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def _duration_s(field: str, value: str | None) -> float | None:
+    if value is None:
+        return None
+    m = _DURATION.match(value.strip())
+    if not m:
+        raise ValidationError(field, f"{value!r} is not a duration; use e.g. 90 (seconds), "
+                                     f"30s, 5m, 1h, 2d")
+    return float(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _instant(field: str, value: str | None) -> datetime | None:
+    """ISO 8601; the SDK refuses a time without a zone, with a message that says so."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise ValidationError(field, f"{value!r} is not an ISO 8601 time; use e.g. "
+                                     f"2027-01-01T08:00:00Z") from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.option("--redis-url", envvar="SCHED_REDIS_URL", default="redis://127.0.0.1:6379/0",
               help="Redis to use (env SCHED_REDIS_URL).")
@@ -54,22 +81,45 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.option("--delivery", default="at_least_once",
               help="at_least_once | at_most_once | exactly_once")
 @click.option("--dedupe-key", default=None, help="A repeat with the same key returns the first job.")
+@click.option("--delay", default=None, help="Run after this long: 90 (seconds), 30s, 5m, 1h.")
+@click.option("--at", "at_", default=None, help="Run at this instant: 2027-01-01T08:00:00Z.")
+@click.option("--cron", default=None,
+              help='Recurring: 5 fields, or 6 with seconds first, e.g. "0 8 * * MON".')
+@click.option("--tz", default=None, help="IANA time zone of --cron (default UTC).")
+@click.option("--catchup", default=None,
+              help="Missed occurrences after downtime: all (default) | latest | none.")
+@click.option("--catchup-limit", type=int, default=None,
+              help="Most missed occurrences `all` backfills (default 1000).")
+@click.option("--overlap", default=None,
+              help="allow (default) | skip: skip an occurrence while the last still runs.")
+@click.option("--start-at", default=None, help="No occurrence of --cron before this instant.")
+@click.option("--end-at", default=None, help="No occurrence of --cron after this instant.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: float | None,
-           max_attempts: int, delivery: str, dedupe_key: str | None, as_json: bool) -> None:
-    """Submit a job that runs now."""
+           max_attempts: int, delivery: str, dedupe_key: str | None, delay: str | None,
+           at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
+           catchup_limit: int | None, overlap: str | None, start_at: str | None,
+           end_at: str | None, as_json: bool) -> None:
+    """Submit a job: now, after --delay, --at an instant, or on a --cron schedule."""
     from scheduler import Client, RetryPolicy
 
     value = _decode_json(payload)
     retry = RetryPolicy(max_attempts=max_attempts)
+    schedule = {"delay": _duration_s("delay", delay), "at": _instant("at", at_), "cron": cron,
+                "tz": tz, "catchup": catchup, "catchup_limit": catchup_limit,
+                "overlap": overlap, "start_at": _instant("start_at", start_at),
+                "end_at": _instant("end_at", end_at)}
     with Client(obj["redis_url"], obj["namespace"]) as client:
         job_id = client.submit(task, value, queue=queue, timeout=timeout, retry=retry,
-                               delivery=delivery, dedupe_key=dedupe_key)
+                               delivery=delivery, dedupe_key=dedupe_key, **schedule)
         if as_json:
             job = client.get_job(job_id)
-            click.echo(msgspec.json.encode({"job_id": job_id,
-                                            "slot_id": f"{job_id}:{job.fire_ms}"}).decode())
+            out: dict[str, Any] = {"job_id": job_id, "kind": job.kind,
+                                   "next_fire_ms": job.next_fire_ms}
+            if job.kind != "cron":
+                out["slot_id"] = f"{job_id}:{job.fire_ms}"
+            click.echo(msgspec.json.encode(out).decode())
         else:
             click.echo(job_id)
 

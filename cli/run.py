@@ -91,23 +91,33 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 
 @click.command()
 @click.option("--lease", "lease_s", type=float, envvar="SCHED_LEASE_SECONDS", default=30.0,
-              help="Workers' lease in seconds: idle pending entries older than this are "
-                   "reclaimed (env SCHED_LEASE_SECONDS).")
+              help="The workers' slot lease in seconds: pending entries idle this long are "
+                   "reclaimed (env SCHED_LEASE_SECONDS; give workers the same).")
+@click.option("--shard-lease", "shard_lease_s", type=float, default=5.0,
+              help="Shard lease ttl in seconds: how soon others take a dead node's shards.")
 @click.option("--reclaim-interval", "reclaim_s", type=float, default=1.0,
               help="Seconds between reclaim passes.")
+@click.option("--lookahead", "lookahead_s", type=float, default=3.0,
+              help="Seconds ahead of their fire time that cron slots are created.")
+@click.option("--misfire-grace", "misfire_grace_s", type=float, default=5.0,
+              help="Seconds late after which a cron occurrence counts as missed (catch-up).")
 @click.option("--log-level", default="info")
 @click.pass_obj
-def scheduler(obj: dict[str, str], lease_s: float, reclaim_s: float, log_level: str) -> None:
-    """Run a scheduler node: promote due slots, reclaim expired leases."""
-    from scheduler.node import SchedulerNode
+def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
+              lookahead_s: float, misfire_grace_s: float, log_level: str) -> None:
+    """Run a scheduler node: own a share of the shards, create cron slots, promote due
+    slots, reclaim expired leases. Run as many as you like; they share the shards."""
+    from scheduler.node import NodeConfig, SchedulerNode
 
+    config = NodeConfig(lease_s=lease_s, shard_lease_s=shard_lease_s,
+                        reclaim_interval_s=reclaim_s, lookahead_s=lookahead_s,
+                        misfire_grace_s=misfire_grace_s)
     _setup_logging(log_level)
     holder: list[SchedulerNode] = []
 
     async def make() -> None:
         client = async_redis(obj["redis_url"])
-        node = SchedulerNode(client, namespace=obj["namespace"], lease_s=lease_s,
-                             reclaim_interval_s=reclaim_s)
+        node = SchedulerNode(client, namespace=obj["namespace"], config=config)
         holder.append(node)
         try:
             await node.run()

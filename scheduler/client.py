@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -13,6 +14,7 @@ import msgspec
 from . import admin, scripts
 from .clock import Clock, RedisClock
 from .connection import async_redis, sync_redis
+from .cronspec import CronSpec
 from .errors import ConfigError, JobNotFound, NamespaceError, SlotNotFound, ValidationError
 from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, slot_id, split_slot_id
 from .models import (
@@ -30,6 +32,7 @@ from .models import (
     job_from_hash,
     slot_from_hash,
 )
+from .schedule import resolve
 
 MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
@@ -37,7 +40,13 @@ EVENTS_MAXLEN = 1_000_000
 
 
 class JobSpec(msgspec.Struct, kw_only=True):
-    """One job for `submit_many`; the fields are `submit`'s arguments."""
+    """One job for `submit_many`; the fields are `submit`'s arguments.
+
+    At most one of `delay` (seconds or timedelta), `at` (timezone-aware datetime) and `cron`
+    (5 fields, or 6 with seconds first); the rest apply to `cron` only: `tz` (IANA zone,
+    default UTC), `catchup` (all | latest | none, default all) with `catchup_limit` (default
+    1000), `overlap` (allow | skip, default allow), `start_at` / `end_at` (aware datetimes).
+    """
 
     task: str
     payload: Any = None
@@ -46,6 +55,22 @@ class JobSpec(msgspec.Struct, kw_only=True):
     retry: RetryPolicy | None = None
     delivery: str = "at_least_once"
     dedupe_key: str | None = None
+    delay: Any = None
+    at: Any = None
+    cron: str | None = None
+    tz: str | None = None
+    catchup: str | None = None
+    catchup_limit: int | None = None
+    overlap: str | None = None
+    start_at: Any = None
+    end_at: Any = None
+
+    def schedule_options(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in _SCHEDULE_OPTIONS}
+
+
+_SCHEDULE_OPTIONS = ("delay", "at", "cron", "tz", "catchup", "catchup_limit", "overlap",
+                     "start_at", "end_at")
 
 
 def dedupe_job_id(key: str) -> str:
@@ -81,9 +106,10 @@ class _Core:
             )
         self.shards = count
 
-    def row(self, spec: JobSpec, fire_ms: int) -> tuple[int, tuple[str, str, str, int, list[Any]]]:
+    def row(self, spec: JobSpec, now_ms: int) -> tuple[int, tuple[str, str, str, int, list[Any]]]:
         """Validate one job; return its shard and its submit row. Raises ValidationError."""
         task = check_task(spec.task)
+        schedule = resolve(now_ms, **spec.schedule_options())
         queue = check_queue(spec.queue)
         timeout = check_timeout(spec.timeout)
         delivery = check_delivery(spec.delivery)
@@ -93,8 +119,9 @@ class _Core:
             raise ValidationError("retry", "must be a RetryPolicy")
         payload = encode_payload(spec.payload, self.max_payload_bytes)
         job_id = dedupe_job_id(dedupe) if dedupe else uuid.uuid4().hex
-        fields = job_fields(payload, timeout, retry, delivery, dedupe, "immediate")
-        return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
+        fields = job_fields(payload, timeout, retry, delivery, dedupe, schedule.kind,
+                            schedule.fields)
+        return shard_of(job_id, self.shards), (job_id, task, queue, schedule.fire_ms, fields)
 
     def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]]
                      ) -> tuple[list[str], list[scripts.Call]]:
@@ -123,6 +150,37 @@ class _Core:
         job_id, _ = split_slot_id(slot)
         return self.keys.slot(shard_of(job_id, self.shards), slot)
 
+    def runs_key(self, job_id: str) -> str:
+        return self.keys.runs(shard_of(job_id, self.shards), job_id)
+
+    def cron_key(self, job_id: str) -> str:
+        return self.keys.cron(shard_of(job_id, self.shards))
+
+    def job(self, job_id: str, raw: Any, watermark: Any) -> Job:
+        """A job from its hash, with `next_fire_ms` from the clock and, for cron jobs, the
+        job's watermark in the `cron` set (None once the job has ended)."""
+        if not raw:
+            raise JobNotFound(job_id)
+        job = job_from_hash(job_id, raw)
+        now = self.clock.now_ms()
+        next_ms: int | None = None
+        if job.cron:
+            if watermark is not None:
+                spec = CronSpec(job.cron, job.tz or "UTC")
+                ahead = spec.next_after(max(now, job.start_ms or 0) - 1)
+                next_ms = min(int(float(watermark)), ahead)
+                if job.end_ms and next_ms > job.end_ms:
+                    next_ms = None
+        elif job.fire_ms > now:
+            next_ms = job.fire_ms
+        return msgspec.structs.replace(job, next_fire_ms=next_ms)
+
+    def list_order(self, replies: list[Any], limit: int) -> list[str]:
+        """Newest first across shards: replies are ZREVRANGE ... WITHSCORES per shard."""
+        pairs = [(float(score), member.decode()) for reply in replies for member, score in reply]
+        pairs.sort(reverse=True)
+        return [job_id for _, job_id in pairs[:limit]]
+
 
 def _spec(raw: Mapping[str, Any]) -> JobSpec:
     try:
@@ -133,9 +191,15 @@ def _spec(raw: Mapping[str, Any]) -> JobSpec:
 
 
 def _specs(task: str, payload: Any, queue: str, timeout: float | None,
-           retry: RetryPolicy | None, delivery: str, dedupe_key: str | None) -> list[JobSpec]:
+           retry: RetryPolicy | None, delivery: str, dedupe_key: str | None,
+           schedule: dict[str, Any]) -> list[JobSpec]:
     return [JobSpec(task=task, payload=payload, queue=queue, timeout=timeout, retry=retry,
-                    delivery=delivery, dedupe_key=dedupe_key)]
+                    delivery=delivery, dedupe_key=dedupe_key, **schedule)]
+
+
+def _options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The schedule options among a submit call's arguments."""
+    return {name: arguments[name] for name in _SCHEDULE_OPTIONS}
 
 
 class Client:
@@ -174,11 +238,17 @@ class Client:
 
     def submit(self, task: str, payload: Any = None, *, queue: str = "default",
                timeout: float | None = None, retry: RetryPolicy | None = None,
-               delivery: str = "at_least_once", dedupe_key: str | None = None) -> str:
-        """Submit one immediate job; returns its id (the first job's id for a repeated
-        dedupe key)."""
+               delivery: str = "at_least_once", dedupe_key: str | None = None,
+               delay: float | timedelta | None = None, at: datetime | None = None,
+               cron: str | None = None, tz: str | None = None, catchup: str | None = None,
+               catchup_limit: int | None = None, overlap: str | None = None,
+               start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+        """Submit one job; returns its id (the first job's id for a repeated dedupe key).
+
+        Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
+        catchup_limit=, overlap=, start_at=, end_at=); see JobSpec."""
         return self.submit_many(_specs(task, payload, queue, timeout, retry, delivery,
-                                       dedupe_key))[0]
+                                       dedupe_key, _options(locals())))[0]
 
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[str]:
         """Submit a batch in one pipelined round trip; ids in input order. Every job is
@@ -200,14 +270,39 @@ class Client:
 
     def get_job(self, job_id: str) -> Job:
         self._ready()
-        raw: Any = self.redis.hgetall(self._core.job_key(job_id))
-        if not raw:
-            raise JobNotFound(job_id)
-        return job_from_hash(job_id, raw)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self._core.job_key(job_id))
+        pipe.zscore(self._core.cron_key(job_id), job_id)
+        raw, watermark = pipe.execute()
+        return self._core.job(job_id, raw, watermark)
+
+    def list_jobs(self, limit: int = 100) -> list[Job]:
+        """Jobs with a schedule (delayed, at, cron), newest first, with their next fire
+        time. Immediate jobs are not indexed (see `sched runs` / `slots` for those)."""
+        self._ready()
+        core = self._core
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(core.shards):
+            pipe.zrevrange(self.keys.jobs(shard), 0, limit - 1, withscores=True)
+        ids = core.list_order(pipe.execute(), limit)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(core.job_key(job_id))
+            pipe.zscore(core.cron_key(job_id), job_id)
+        out = pipe.execute()
+        return [core.job(j, out[2 * i], out[2 * i + 1]) for i, j in enumerate(ids)]
 
     def slots(self, job_id: str) -> list[Slot]:
+        """Every slot of the job in fire-time order (one for a job that is not recurring)."""
         job = self.get_job(job_id)
-        return [self.get_slot(slot_id(job_id, job.fire_ms))]
+        if not job.cron:
+            return [self.get_slot(slot_id(job_id, job.fire_ms))]
+        ids: Any = self.redis.zrange(self._core.runs_key(job_id), 0, -1)
+        pipe = self.redis.pipeline(transaction=False)
+        for s in ids:
+            pipe.hgetall(self._core.slot_key(s.decode()))
+        return [slot_from_hash(s.decode(), raw)
+                for s, raw in zip(ids, pipe.execute(), strict=True) if raw]
 
     def get_slot(self, slot: str) -> Slot:
         self._ready()
@@ -282,9 +377,13 @@ class AsyncClient:
 
     async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
                      timeout: float | None = None, retry: RetryPolicy | None = None,
-                     delivery: str = "at_least_once", dedupe_key: str | None = None) -> str:
+               delivery: str = "at_least_once", dedupe_key: str | None = None,
+                     delay: float | timedelta | None = None, at: datetime | None = None,
+                     cron: str | None = None, tz: str | None = None, catchup: str | None = None,
+                     catchup_limit: int | None = None, overlap: str | None = None,
+                     start_at: datetime | None = None, end_at: datetime | None = None) -> str:
         return (await self.submit_many(_specs(task, payload, queue, timeout, retry, delivery,
-                                              dedupe_key)))[0]
+                                              dedupe_key, _options(locals()))))[0]
 
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[str]:
         jobs = list(jobs)
@@ -304,14 +403,36 @@ class AsyncClient:
 
     async def get_job(self, job_id: str) -> Job:
         await self._ready()
-        raw: Any = await self.redis.hgetall(self._core.job_key(job_id))
-        if not raw:
-            raise JobNotFound(job_id)
-        return job_from_hash(job_id, raw)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self._core.job_key(job_id))
+        pipe.zscore(self._core.cron_key(job_id), job_id)
+        raw, watermark = await pipe.execute()
+        return self._core.job(job_id, raw, watermark)
+
+    async def list_jobs(self, limit: int = 100) -> list[Job]:
+        await self._ready()
+        core = self._core
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(core.shards):
+            pipe.zrevrange(self.keys.jobs(shard), 0, limit - 1, withscores=True)
+        ids = core.list_order(await pipe.execute(), limit)
+        pipe = self.redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(core.job_key(job_id))
+            pipe.zscore(core.cron_key(job_id), job_id)
+        out = await pipe.execute()
+        return [core.job(j, out[2 * i], out[2 * i + 1]) for i, j in enumerate(ids)]
 
     async def slots(self, job_id: str) -> list[Slot]:
         job = await self.get_job(job_id)
-        return [await self.get_slot(slot_id(job_id, job.fire_ms))]
+        if not job.cron:
+            return [await self.get_slot(slot_id(job_id, job.fire_ms))]
+        ids: Any = await self.redis.zrange(self._core.runs_key(job_id), 0, -1)
+        pipe = self.redis.pipeline(transaction=False)
+        for s in ids:
+            pipe.hgetall(self._core.slot_key(s.decode()))
+        return [slot_from_hash(s.decode(), raw)
+                for s, raw in zip(ids, await pipe.execute(), strict=True) if raw]
 
     async def get_slot(self, slot: str) -> Slot:
         await self._ready()

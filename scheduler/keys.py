@@ -6,11 +6,15 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:meta                     hash    shard count, creation time, layout version
     <ns>:queues                   set     queue names ever submitted to (for status/metrics)
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
+    <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
     <ns>:{sNN}:job:<job_id>       hash    job definition
     <ns>:{sNN}:slot:<slot_id>     hash    slot state, lease, fencing token, attempts (`a:<n>`)
     <ns>:{sNN}:due                zset    slot ids scored by available-at (ms)
     <ns>:{sNN}:cron               zset    recurring job ids scored by next fire time
+    <ns>:{sNN}:jobs               zset    ids of jobs with a schedule (not immediate) by creation (ms)
+    <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
+    <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch)
     <ns>:{sNN}:q:<queue>          stream  dispatch; consumer group `workers`
     <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
     <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
@@ -37,6 +41,7 @@ HISTORY_GROUP = "history"
 SUFFIX_JOB = "job:"
 SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
+SUFFIX_RUNS = "runs:"
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -76,13 +81,14 @@ def split_slot_id(slot: str) -> tuple[str, int]:
 class Keys:
     """Key names of one namespace."""
 
-    __slots__ = ("ns", "meta", "queues", "workers")
+    __slots__ = ("ns", "meta", "queues", "workers", "schedulers")
 
     def __init__(self, namespace: str) -> None:
         self.ns = check_name("namespace", namespace)
         self.meta = f"{namespace}:meta"  # hash
         self.queues = f"{namespace}:queues"  # set
         self.workers = f"{namespace}:workers"  # zset
+        self.schedulers = f"{namespace}:schedulers"  # zset
 
     def worker(self, worker_id: str) -> str:
         return f"{self.ns}:worker:{worker_id}"  # hash
@@ -101,6 +107,15 @@ class Keys:
 
     def cron(self, shard: int) -> str:
         return f"{self.prefix(shard)}cron"  # zset
+
+    def jobs(self, shard: int) -> str:
+        return f"{self.prefix(shard)}jobs"  # zset
+
+    def runs(self, shard: int, job_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_RUNS}{job_id}"  # zset
+
+    def stats(self, shard: int) -> str:
+        return f"{self.prefix(shard)}stats"  # hash
 
     def queue(self, shard: int, queue: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_QUEUE}{queue}"  # stream

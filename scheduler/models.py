@@ -60,9 +60,19 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy = RetryPolicy()
     delivery: Delivery = Delivery.AT_LEAST_ONCE
     dedupe_key: str | None = None
-    kind: str = "immediate"
+    kind: str = "immediate"  # immediate | delayed | at | cron
     created_ms: int = 0
-    fire_ms: int = 0
+    fire_ms: int = 0  # the fire time of the first slot (cron: the first occurrence)
+    delay_s: float | None = None  # delayed jobs: the delay asked for
+    cron: str | None = None  # cron jobs: the expression, 5 fields or 6 with seconds first
+    tz: str | None = None  # cron jobs: IANA zone of the expression's wall-clock times
+    catchup: str | None = None  # cron jobs: all | latest | none
+    catchup_limit: int | None = None  # cron jobs: most missed occurrences `all` backfills
+    overlap: str | None = None  # cron jobs: allow | skip
+    start_ms: int | None = None
+    end_ms: int | None = None
+    missed: int = 0  # cron jobs: occurrences dropped by the catch-up policy
+    next_fire_ms: int | None = None  # the next fire time still ahead, None when there is none
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -165,11 +175,21 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "delivery": Delivery.AT_LEAST_ONCE.value,
     "dedupe_key": "",
     "kind": "immediate",
+    # schedules (scheduler/schedule.py); immediate jobs store none of them
+    "delay_ms": 0,
+    "cron": "",
+    "tz": "",
+    "catchup": "",
+    "catchup_limit": 0,
+    "overlap": "",
+    "start_ms": 0,
+    "end_ms": 0,
 }
 
 
 def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
-               dedupe_key: str | None, kind: str) -> list[str | bytes | int | float]:
+               dedupe_key: str | None, kind: str,
+               schedule: dict[str, str | int] | None = None) -> list[str | bytes | int | float]:
     """The job hash beyond task/queue/fire_ms/created_ms, as flat field/value pairs, leaving
     out every field equal to its default (less for Redis to store and the script to write)."""
     values: dict[str, str | int | float] = {
@@ -181,6 +201,7 @@ def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, deli
         "delivery": delivery.value,
         "dedupe_key": dedupe_key or "",
         "kind": kind,
+        **(schedule or {}),
     }
     out: list[str | bytes | int | float] = []
     if payload != b"null":
@@ -221,6 +242,15 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         kind=_s(raw, "kind", "immediate"),
         created_ms=_i(raw, "created_ms"),
         fire_ms=_i(raw, "fire_ms"),
+        delay_s=_i(raw, "delay_ms") / 1000 if _s(raw, "kind") == "delayed" else None,
+        cron=_s(raw, "cron") or None,
+        tz=(_s(raw, "tz") or "UTC") if raw.get(b"cron") not in (None, b"") else None,
+        catchup=_s(raw, "catchup") or None,
+        catchup_limit=_i(raw, "catchup_limit") or None,
+        overlap=_s(raw, "overlap") or None,
+        start_ms=_i(raw, "start_ms") or None,
+        end_ms=_i(raw, "end_ms") or None,
+        missed=_i(raw, "missed"),
     )
 
 

@@ -24,7 +24,7 @@ import redis.asyncio
 from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once", "requeue")
+         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -103,6 +103,14 @@ class Once(IntEnum):
     LEASE_LOST = -1
     DONE_BEFORE = 0
     FIRST = 1
+class Materialized(IntEnum):
+    REFUSED = 0  # the watermark moved: another node materialized this job first
+    OK = 1
+
+
+class Leased(IntEnum):
+    NOT_HELD = 0
+    HELD = 1
 
 
 def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
@@ -207,6 +215,16 @@ def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
 
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
     return Call("once", (prefix,), (slot_id, token, name))
+def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
+                next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job."""
+    return Call("materialize", (prefix,),
+                (now_ms, maxlen, job_id, expected_ms, next_ms, missed, len(fires), *fires))
+
+
+def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:
+    """op: "acquire" (take or renew) | "release"."""
+    return Call("lease", (prefix,), (now_ms, maxlen, node_id, ttl_ms, op))
 
 
 # --- execution -----------------------------------------------------------------------------

@@ -28,8 +28,13 @@ class SlotStatus(StrEnum):
     LOST = "lost"
     """Terminal: an at-most-once slot whose worker vanished; never re-run."""
 
+    SKIPPED = "skipped"
+    """Terminal: an occurrence of an `overlap="skip"` cron job that fell due while the job's
+    previous slot was still active; set by the promoter instead of dispatching it."""
 
-TERMINAL = frozenset({SlotStatus.SUCCEEDED, SlotStatus.DEAD, SlotStatus.CANCELLED, SlotStatus.LOST})
+
+TERMINAL = frozenset({SlotStatus.SUCCEEDED, SlotStatus.DEAD, SlotStatus.CANCELLED, SlotStatus.LOST,
+                      SlotStatus.SKIPPED})
 ACTIVE = frozenset({SlotStatus.SCHEDULED, SlotStatus.QUEUED, SlotStatus.RUNNING})
 
 

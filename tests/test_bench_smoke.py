@@ -18,3 +18,16 @@ def test_burndown_smoke(tmp_path: Path) -> None:
     assert out.stdout.startswith("burndown: 300 jobs x1:") and "exactly once: yes" in out.stdout
     result = json.loads((tmp_path / "burndown.json").read_text())
     assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300
+
+
+def test_delayed_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "delayed", "--burst", "300", "--rate", "50",
+         "--seconds", "1", "--runs", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("delayed: burst 300 due in one second: start lag p50 ")
+    assert "never early: yes" in out.stdout
+    run = json.loads((tmp_path / "delayed.json").read_text())["runs"][0]
+    assert run["burst"]["n"] == 300 and run["burst"]["min_ms"] >= 0
+    assert run["stream"]["n"] == 50 and run["stream"]["min_ms"] >= 0

@@ -62,6 +62,8 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "purge": lambda p: scripts.purge(p, 1, 10, []),
         "once": lambda p: scripts.once(p, "s:1", 1, "x"),
         "requeue": lambda p: scripts.requeue(p, 1, 10, []),
+        "materialize": lambda p: scripts.materialize(p, 1, 10, "j", 1, 2, 0, []),
+        "lease": lambda p: scripts.lease(p, 1, 10, "n", 1000, "acquire"),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name
@@ -92,5 +94,38 @@ def test_the_keys_the_scripts_create_are_the_keys_keys_py_names(
     shard = shard_of(job_id, 4)
     expected = {k.meta, k.queues, k.job(shard, job_id), k.slot(shard, slot_id(job_id, job.fire_ms)),
                 k.queue(shard, "mail"), k.events(shard)}
+    actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
+    assert actual == expected
+
+
+def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
+        r: redis.Redis, ns: str, redis_url: str) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    from scheduler.node import SchedulerNode
+
+    clock = ManualClock()
+    with Client(redis_url, ns, shards=1, clock=clock) as client:
+        delayed = client.submit("t", delay=60)
+        cron = client.submit("t", cron="* * * * * *")
+
+    async def one_round() -> None:
+        c = redis.asyncio.Redis.from_url(redis_url)
+        node = SchedulerNode(c, namespace=ns, clock=clock, node_id="n1")
+        await node.setup()
+        assert node.leases is not None
+        await node.leases.run_once()
+        await node.materializer.run_once()
+        await c.aclose()
+
+    asyncio.run(one_round())
+    k = Keys(ns)
+    fires = [clock.now_ms() + i * 1000 for i in range(4)]
+    expected = {k.meta, k.queues, k.schedulers, k.job(0, delayed), k.job(0, cron),
+                k.slot(0, slot_id(delayed, clock.now_ms() + 60_000)), k.due(0), k.cron(0),
+                k.jobs(0), k.runs(0, cron), k.stats(0), k.owner(0), k.events(0),
+                *(k.slot(0, slot_id(cron, f)) for f in fires)}
     actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
     assert actual == expected

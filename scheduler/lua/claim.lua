@@ -17,6 +17,12 @@
      {-1}  the slot is running under this very entry (another consumer holds its lease);
            the entry is left alone
 
+  claimed_ms is now_ms, but never earlier than the dispatch: the stream entry id carries the
+  time Redis itself stamped when the slot was queued, and a worker's estimate of Redis time
+  (anchored to TIME, see clock.py) can lag it by a few ms under load. So a slot's recorded
+  start never precedes its dispatch, which never precedes its fire time. Only a lag under
+  1 s is corrected: a clock further off is a test's injected clock and is taken as given.
+
   A claimed slot enters the shard's `leases` zset (scored by lease_until), which the reclaimer
   reads. at_most_once slots are acked here, so a crash after this point never re-runs them. Each
   stream touched is trimmed of its acked head (trim_acked).
@@ -33,6 +39,14 @@ local n = tonumber(ARGV[5])
 --- @include "_lib.lua"
 
 local leases = prefix .. 'leases'
+
+-- now, or the dispatch time in the entry id when now lags it by less than a second
+local function dispatched_after(t, entry)
+  local sent = tonumber(string.match(entry, '^(%d+)')) or 0
+  if sent > t and sent - t < 1000 then return sent end
+  return t
+end
+
 local reply = {}
 local records = {}
 local touched = {}
@@ -47,7 +61,7 @@ for i = 0, n - 1 do
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
     redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
-      'claimed_ms', now, 'lease_until', lease_until)
+      'claimed_ms', dispatched_after(now, msg), 'lease_until', lease_until)
     redis.call('ZADD', leases, lease_until, slot_id)
     if job[4] == 'at_most_once' then
       ack(prefix, queue, msg)

@@ -9,10 +9,15 @@
   Slots in `due` whose score is <= now are taken in score order. A slot that is no longer
   `scheduled` (cancelled, or gone) is only removed from `due`.
 
+  Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
+  overlap="skip") is dispatched only if the job's last dispatched slot (job field `active`)
+  is no longer scheduled, queued or running; otherwise it ends `skipped`. Checking at
+  dispatch time, not when the slot was created, is what makes "still running" mean now.
+
   Reply: {promoted, next_due_ms}: how many slots were dispatched, and the score of the
   earliest slot still in `due` (-1 when empty), so the caller can sleep until then.
 
-  Event: "queued" {slot, available_ms}.
+  Events: "queued" {slot, available_ms}, "skipped" {slot, active} (the slot still active).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -23,20 +28,41 @@ local limit = tonumber(ARGV[3])
 
 local due = prefix .. 'due'
 local ids = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
-local records = {}
+local records, skipped = {}, {}
+
+-- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active
+-- slot itself comes back through `due` and must not skip itself.)
+local function busy(job_key, slot_id)
+  local active = redis.call('HGET', job_key, 'active')
+  if not active or active == slot_id then return nil end
+  local status = redis.call('HGET', prefix .. 'slot:' .. active, 'status')
+  if status == 'scheduled' or status == 'queued' or status == 'running' then return active end
+  return nil
+end
+
 for i = 1, #ids, 2 do
   local slot_id = ids[i]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'queue')
+  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'job_id')
   if st[1] == 'scheduled' then
-    local msg = redis.call('XADD', prefix .. 'q:' .. st[2], '*', 's', slot_id)
-    redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
-    records[#records + 1] = {slot = slot_id, available_ms = tonumber(ids[i + 1])}
+    local job_key = prefix .. 'job:' .. (st[4] or '')
+    local active = nil
+    if st[3] == 'skip' then active = busy(job_key, slot_id) end
+    if active then
+      redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
+      skipped[#skipped + 1] = {slot = slot_id, active = active}
+    else
+      local msg = redis.call('XADD', prefix .. 'q:' .. st[2], '*', 's', slot_id)
+      redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
+      if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
+      records[#records + 1] = {slot = slot_id, available_ms = tonumber(ids[i + 1])}
+    end
   end
   redis.call('ZREM', due, slot_id)
 end
 
 emit(prefix, maxlen, now, 'queued', records, nil)
+emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 local next_due = -1
 if #head > 0 then next_due = tonumber(head[2]) end

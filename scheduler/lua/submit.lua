@@ -12,10 +12,14 @@
 
   Reply: one integer per job, in order
      1  created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now) or a
-        `due` entry (fire_ms > now)
+        `due` entry (fire_ms > now). A recurring job (field kind = "cron") gets no slot here:
+        it enters the shard's `cron` set scored by fire_ms, its first occurrence, and the
+        materializer creates its slots. Jobs of any kind but "immediate" are indexed in
+        the shard's `jobs` set (for listing).
      0  the job id already existed (a dedupe key repeated); nothing was written
 
-  Event: type "submitted", one record per created job.
+  Event: type "submitted", one record per created job; `late_ms` when fire_ms was already
+  past (an `at` instant in the past runs now, and its lag is visible here).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -39,20 +43,31 @@ for i = 1, n do
     local fire = tonumber(fire_ms)
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
       'created_ms', now, unpack(ARGV, first, last))
+    local kind = 'immediate'
+    for k = first, last, 2 do
+      if ARGV[k] == 'kind' then kind = ARGV[k + 1] end
+    end
+    if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now, job_id) end
     local slot_id = job_id .. ':' .. fire_ms
     local slot_key = prefix .. 'slot:' .. slot_id
     local status, msg = 'queued', ''
-    if fire <= now then
+    if kind == 'cron' then
+      redis.call('ZADD', prefix .. 'cron', fire, job_id)
+    elseif fire <= now then
       msg = redis.call('XADD', prefix .. 'q:' .. queue, '*', 's', slot_id)
     else
       status = 'scheduled'
       redis.call('ZADD', prefix .. 'due', fire, slot_id)
     end
-    redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire_ms, 'status', status,
-      'queue', queue, 'task', task, 'msg', msg)
+    if kind ~= 'cron' then
+      redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire_ms, 'status', status,
+        'queue', queue, 'task', task, 'msg', msg)
+    end
     reply[i] = 1
-    records[#records + 1] = {slot = slot_id, task = task, queue = queue, fire_ms = fire,
-      status = status}
+    local record = {slot = slot_id, task = task, queue = queue, fire_ms = fire, kind = kind}
+    if kind == 'cron' then record.slot = nil else record.status = status end
+    if fire < now then record.late_ms = now - fire end
+    records[#records + 1] = record
   end
 end
 

@@ -1,0 +1,149 @@
+"""Delayed jobs: start lag (attempt claimed_ms - fire_ms) under a burst and a steady stream.
+
+Real processes: one `sched scheduler` node and one `sched worker` (no-op handler); this
+process submits and then reads every slot's claim time from Redis.
+- burst: `--burst` jobs (default 10,000) due within the same second, submitted ahead of it;
+- stream: `--rate` delayed jobs per second (delay `--delay` s) for `--seconds`.
+Prints p50 / p99 / max start lag of each, the median over `--runs` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from scheduler import Client
+from scheduler.keys import Keys, shard_of, slot_id
+
+from .common import drop_namespace, fresh_namespace, machine
+
+ROOT = Path(__file__).parent.parent
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--burst", type=int, default=10_000, help="jobs due in one second")
+    p.add_argument("--rate", type=int, default=200, help="stream: delayed jobs submitted per s")
+    p.add_argument("--seconds", type=float, default=10.0, help="stream duration")
+    p.add_argument("--delay", type=float, default=1.0, help="stream: delay of each job (s)")
+    p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
+    p.add_argument("--concurrency", type=int, default=1000)
+    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--out", default=None)
+
+
+def _procs(url: str, ns: str, concurrency: int) -> list[subprocess.Popen[bytes]]:
+    base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
+    return [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT),
+            subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
+                              str(concurrency), "--log-level", "warning"], cwd=ROOT)]
+
+
+def _now_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()  # type: ignore[misc]
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def _lags(r: redis.Redis, ns: str, shards: int, jobs: list[tuple[str, int]],
+          timeout_s: float) -> list[int]:
+    """Wait for every slot to be claimed; return claimed_ms - fire_ms per slot."""
+    k = Keys(ns)
+    keys = [k.slot(shard_of(j, shards), slot_id(j, f)) for j, f in jobs]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pipe = r.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, "claimed_ms")
+        claimed = pipe.execute()
+        if all(claimed) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    missing = sum(1 for c in claimed if not c)
+    if missing:
+        raise SystemExit(f"delayed: {missing} of {len(jobs)} jobs never started")
+    return [int(c) - f for c, (_, f) in zip(claimed, jobs, strict=True)]
+
+
+def _stats(lags: list[int]) -> dict[str, float]:
+    lags = sorted(lags)
+    return {"p50_ms": lags[len(lags) // 2], "p99_ms": lags[int(len(lags) * 0.99) - 1 or 0],
+            "max_ms": lags[-1], "min_ms": lags[0], "n": len(lags)}
+
+
+def _one(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
+    ns = fresh_namespace("delayed")
+    procs = _procs(args.redis_url, ns, args.concurrency)
+    try:
+        with Client(args.redis_url, ns) as client:
+            shards = client.shards
+            time.sleep(1.5)  # the node takes its shards, the worker creates its groups
+            # burst: every job due within one second, 3 s from now
+            start = (_now_ms(r) // 1000 + 3) * 1000
+            burst: list[str] = []
+            for i in range(0, args.burst, 5000):
+                now = _now_ms(r)
+                n = min(5000, args.burst - i)
+                burst += client.submit_many(
+                    [{"task": "bench.noop",
+                      "delay": (start + (i + j) * 1000 // args.burst - now) / 1000}
+                     for j in range(n)])
+            fires = _fire_times(r, ns, shards, burst)
+            burst_lags = _stats(_lags(r, ns, shards, list(zip(burst, fires, strict=True)), 60))
+            # stream: a steady rate of delayed jobs
+            stream: list[str] = []
+            t_end = time.monotonic() + args.seconds
+            tick = 0.1
+            while time.monotonic() < t_end:
+                t = time.monotonic()
+                stream += client.submit_many([{"task": "bench.noop", "delay": args.delay}
+                                              for _ in range(max(1, int(args.rate * tick)))])
+                time.sleep(max(0.0, tick - (time.monotonic() - t)))
+            fires = _fire_times(r, ns, shards, stream)
+            stream_lags = _stats(_lags(r, ns, shards, list(zip(stream, fires, strict=True)),
+                                       60))
+        return {"burst": burst_lags, "stream": stream_lags}
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        drop_namespace(r, ns)
+
+
+def _fire_times(r: redis.Redis, ns: str, shards: int, ids: list[str]) -> list[int]:
+    k = Keys(ns)
+    pipe = r.pipeline(transaction=False)
+    for j in ids:
+        pipe.hget(k.job(shard_of(j, shards), j), "fire_ms")
+    return [int(f) for f in pipe.execute()]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    r = redis.Redis.from_url(args.redis_url)
+    os.environ.setdefault("PYTHONPATH", str(ROOT))
+    runs = [_one(args, r) for _ in range(args.runs)]
+
+    def med(part: str, key: str) -> float:
+        return statistics.median(x[part][key] for x in runs)
+
+    ok = med("burst", "p99_ms") < 2000 and all(x[p]["min_ms"] >= 0 for x in runs
+                                               for p in ("burst", "stream"))
+    summary = (f"delayed: burst {args.burst} due in one second: start lag p50 "
+               f"{med('burst', 'p50_ms'):.0f} ms, p99 {med('burst', 'p99_ms'):.0f} ms, max "
+               f"{med('burst', 'max_ms'):.0f} ms; stream {args.rate}/s for {args.seconds:g}s: "
+               f"p50 {med('stream', 'p50_ms'):.0f} ms, p99 {med('stream', 'p99_ms'):.0f} ms, "
+               f"max {med('stream', 'max_ms'):.0f} ms (median of {args.runs}); never early: "
+               f"{'yes' if ok else 'NO'}")
+    return {"summary": summary, "ok": ok, "runs": runs, "machine": machine(r),
+            "args": {k: v for k, v in vars(args).items() if k != "out"}}

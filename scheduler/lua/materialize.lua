@@ -1,0 +1,75 @@
+--[[ materialize: create the slots of one recurring job's due occurrences and advance its
+  watermark (its score in the shard's `cron` set), with a compare-and-set on the old score.
+
+  KEYS[1]  shard prefix, e.g. "sched:{s03}:"
+
+  ARGV[1]  now_ms
+  ARGV[2]  events_maxlen
+  ARGV[3]  job_id
+  ARGV[4]  expected_ms     the watermark the caller computed from; nothing happens unless
+                           the job's score in `cron` is still exactly this
+  ARGV[5]  next_ms         the new watermark: the first occurrence not created by this call;
+                           -1 ends the job (past end_at): it leaves the `cron` set
+  ARGV[6]  missed          occurrences the catch-up policy dropped (counted, not created)
+  ARGV[7]  n               number of occurrences to create; then n fire_ms values
+
+  Each occurrence's slot `<job_id>:<fire_ms>` is created only if absent, as status
+  `scheduled` in `due` at fire_ms (a past fire_ms is promoted at once), and indexed in the
+  job's `runs:<job_id>` set. The slot copies the job's queue and task, and overlap="skip".
+  Occurrences are computed by the caller (Python, croniter); this script only refuses work
+  done from a stale watermark, so two nodes doing the same job at once create each slot once.
+
+  Reply: {1, created}  watermark advanced, `created` slots new (others existed)
+         {0, 0}        refused: the watermark moved (another node did it) or the job left
+                       the `cron` set; nothing was written
+
+  Events: "materialized" {job, slots, next_ms}, and "missed" {job, missed}
+  when missed > 0 (also added to the job's `missed` field and the shard's stats `missed`).
+]]
+local prefix = KEYS[1]
+local now = tonumber(ARGV[1])
+local maxlen = ARGV[2]
+local job_id = ARGV[3]
+local expected = tonumber(ARGV[4])
+local next_ms = tonumber(ARGV[5])
+local missed = tonumber(ARGV[6])
+local n = tonumber(ARGV[7])
+
+--- @include "_lib.lua"
+
+local cron = prefix .. 'cron'
+local score = redis.call('ZSCORE', cron, job_id)
+if not score or tonumber(score) ~= expected then return {0, 0} end
+
+local job_key = prefix .. 'job:' .. job_id
+local job = redis.call('HMGET', job_key, 'queue', 'task', 'overlap')
+local runs = prefix .. 'runs:' .. job_id
+local created = {}
+for i = 1, n do
+  local fire = ARGV[7 + i]
+  local slot_id = job_id .. ':' .. fire
+  local slot_key = prefix .. 'slot:' .. slot_id
+  if redis.call('EXISTS', slot_key) == 0 then
+    redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire, 'status', 'scheduled',
+      'queue', job[1], 'task', job[2], 'msg', '')
+    if job[3] == 'skip' then redis.call('HSET', slot_key, 'overlap', 'skip') end
+    redis.call('ZADD', prefix .. 'due', fire, slot_id)
+    redis.call('ZADD', runs, fire, slot_id)
+    created[#created + 1] = slot_id
+  end
+end
+
+if next_ms < 0 then
+  redis.call('ZREM', cron, job_id)
+else
+  redis.call('ZADD', cron, next_ms, job_id)
+end
+if missed > 0 then
+  redis.call('HINCRBY', job_key, 'missed', missed)
+  redis.call('HINCRBY', prefix .. 'stats', 'missed', missed)
+  emit(prefix, maxlen, now, 'missed', {{job = job_id, missed = missed}}, nil)
+end
+if #created > 0 or next_ms < 0 then
+  emit(prefix, maxlen, now, 'materialized', {{job = job_id, slots = created, next_ms = next_ms}}, nil)
+end
+return {1, #created}

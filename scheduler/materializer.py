@@ -1,0 +1,165 @@
+"""Creates the slots of recurring jobs' occurrences shortly before they fall due, and
+backfills the ones missed while no scheduler node ran.
+
+Each job's score in its shard's `cron` set is its watermark: the first occurrence that has no
+slot yet. `run_once()` reads the jobs whose watermark is within `lookahead` of now, computes
+their occurrences here (croniter, scheduler/cronspec.py) and runs one `materialize` script
+per job, all in one pipelined round trip. The script creates the missing slots and moves the
+watermark with a compare-and-set, so nodes that do the same job at once create each slot
+once; the loser's call is a no-op.
+
+Catch-up: an occurrence more than `misfire_grace` before now was missed (no node ran in
+time). Per job policy, `all` creates the most recent `catchup_limit` of them, `latest` the
+most recent one, `none` none; the rest are counted (job field and shard stats `missed`, event
+"missed"). Occurrences less late than the grace run late rather than count as missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+import redis.asyncio
+
+from . import scripts
+from .clock import Clock
+from .cronspec import CronSpec
+
+log = logging.getLogger("scheduler.materializer")
+
+SCAN_LIMIT = 100_000  # missed occurrences counted one by one; beyond this the count is a floor
+_FIELDS = ("cron", "tz", "catchup", "catchup_limit", "end_ms")
+
+
+class Recurrence(msgspec.Struct, frozen=True):
+    """What the materializer needs of a cron job (job definitions do not change)."""
+
+    spec: CronSpec
+    catchup: str
+    catchup_limit: int
+    end_ms: int  # 0 = no end
+
+
+class Plan(msgspec.Struct, frozen=True):
+    fires: list[int]  # occurrences to create, ascending
+    missed: int  # occurrences dropped by the catch-up policy
+    next_ms: int  # the new watermark; -1 when the job has ended
+
+
+def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
+         grace_ms: int) -> Plan:
+    """The occurrences from the watermark (itself an occurrence) up to now + lookahead."""
+    horizon, late_before = now_ms + lookahead_ms, now_ms - grace_ms
+    end = job.end_ms or float("inf")
+    keep = {"all": job.catchup_limit, "latest": 1}.get(job.catchup, 0)
+    kept: deque[int] = deque(maxlen=keep)
+    missed = 0
+    fires: list[int] = []
+    next_ms = -1
+    t = watermark_ms
+    it = job.spec.after(watermark_ms)
+    while t <= end:
+        if t > horizon:
+            next_ms = t
+            break
+        if t < late_before:
+            missed += 1
+            kept.append(t)
+            if missed >= SCAN_LIMIT:
+                # A very long outage: keep the most recent occurrences, count the rest as at
+                # least what was scanned, and continue from the grace boundary.
+                kept = deque(sorted(x for _, x in zip(range(keep), job.spec.before(late_before),
+                                                      strict=False)), maxlen=keep)
+                missed += len(kept)
+                it = job.spec.after(late_before - 1)
+        else:
+            fires.append(t)
+        t = next(it)
+    dropped = missed - len(kept)
+    return Plan(fires=[*kept, *fires], missed=dropped, next_ms=next_ms)
+
+
+def _recurrence(raw: list[Any]) -> Recurrence | None:
+    cron, tz, catchup, limit, end = (v.decode() if v is not None else "" for v in raw)
+    if not cron:
+        return None
+    return Recurrence(spec=CronSpec(cron, tz or "UTC"), catchup=catchup or "all",
+                      catchup_limit=int(limit or 1000), end_ms=int(end or 0))
+
+
+class Materializer:
+    def __init__(self, client: redis.asyncio.Redis, prefixes: Sequence[str], clock: Clock, *,
+                 lookahead_s: float = 3.0, misfire_grace_s: float = 5.0, batch: int = 500,
+                 max_sleep_s: float = 0.5, events_maxlen: int = 1_000_000) -> None:
+        self.redis = client
+        self.prefixes = list(prefixes)  # the node replaces this when shard ownership moves
+        self.clock = clock
+        self.lookahead_ms = int(lookahead_s * 1000)
+        self.grace_ms = int(misfire_grace_s * 1000)
+        self.batch = batch
+        self.max_sleep_s = max_sleep_s
+        self.events_maxlen = events_maxlen
+        self.created = 0
+        self.refused = 0
+        self._jobs: dict[tuple[str, str], Recurrence | None] = {}
+        self._stop = asyncio.Event()
+
+    async def run_once(self) -> int:
+        """One batch per owned shard; returns how many jobs were due (a full batch means more
+        may be waiting)."""
+        if self.clock.stale():
+            self.clock.anchor(await self.redis.time())
+        now = self.clock.now_ms()
+        prefixes = list(self.prefixes)
+        pipe = self.redis.pipeline(transaction=False)
+        for p in prefixes:
+            pipe.zrange(p + "cron", "-inf", now + self.lookahead_ms, byscore=True, offset=0,
+                        num=self.batch, withscores=True)
+        due = [(p, m.decode(), int(score)) for p, reply in zip(prefixes, await pipe.execute(),
+                                                                strict=True)
+               for m, score in reply]
+        await self._learn([(p, j) for p, j, _ in due if (p, j) not in self._jobs])
+        calls = []
+        for prefix, job_id, watermark in due:
+            job = self._jobs.get((prefix, job_id))
+            if job is None:
+                continue  # no longer a cron job hash (removed); nothing to create
+            pl = plan(job, watermark, now, self.lookahead_ms, self.grace_ms)
+            calls.append(scripts.materialize(prefix, now, self.events_maxlen, job_id, watermark,
+                                             pl.next_ms, pl.missed, pl.fires))
+        for reply in await scripts.run_async(self.redis, calls):
+            if int(reply[0]) == scripts.Materialized.OK:
+                self.created += int(reply[1])
+            else:
+                self.refused += 1
+        return len(due)
+
+    async def _learn(self, jobs: list[tuple[str, str]]) -> None:
+        if not jobs:
+            return
+        if len(self._jobs) > 200_000:
+            self._jobs.clear()  # bounded memory; definitions are simply read again
+        pipe = self.redis.pipeline(transaction=False)
+        for prefix, job_id in jobs:
+            pipe.hmget(f"{prefix}job:{job_id}", *_FIELDS)
+        for key, raw in zip(jobs, await pipe.execute(), strict=True):
+            self._jobs[key] = _recurrence(raw)
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if await self.run_once() >= self.batch:
+                    continue
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+                log.warning("materialize failed (%s); retrying", exc)
+            try:
+                await asyncio.wait_for(self._stop.wait(), self.max_sleep_s)
+            except TimeoutError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
