@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock
 
 log = logging.getLogger("scheduler.promoter")
@@ -42,6 +42,8 @@ class Promoter:
         promoted = sum(int(r[0]) for r in replies)
         nexts = [int(r[1]) for r in replies if int(r[1]) >= 0]
         self.promoted += promoted
+        if promoted:
+            metrics.PROMOTED.inc(promoted)
         return promoted, min(nexts) if nexts else -1
 
     async def run(self) -> None:

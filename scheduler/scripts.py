@@ -23,7 +23,7 @@ import redis.asyncio
 
 from .errors import ScriptError
 
-NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat")
+NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "stats")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -152,6 +152,11 @@ def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
     for item in items:
         args.extend(item)
     return Call("heartbeat", (prefix,), tuple(args))
+
+
+def stats(prefix: str, now_ms: int, queues: Sequence[str]) -> Call:
+    """Read-only: one shard's gauges (lua/stats.lua documents the reply)."""
+    return Call("stats", (prefix,), (now_ms, len(queues), *queues))
 
 
 # --- execution -----------------------------------------------------------------------------

@@ -56,6 +56,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "release": lambda p: scripts.release(p, 1, 10, "w", []),
         "promote": lambda p: scripts.promote(p, 1, 10, 10),
         "heartbeat": lambda p: scripts.heartbeat(p, 1, 1000, "w", []),
+        "stats": lambda p: scripts.stats(p, 1, ["default"]),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name

@@ -1,0 +1,208 @@
+"""What a namespace looks like right now, read from Redis: the data behind `sched status`,
+`sched workers` and the exporter's gauges.
+
+Reading is bounded and batched whatever the load: one pipelined round trip for the topology
+(TIME, shard count, queue names, the most recent `MAX_WORKERS` workers), one for every shard's
+`stats` script (lua/stats.lua: O(queues) commands each), one for the worker hashes.
+
+Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
+worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
+queue's rate is the sum over live workers. That costs no Redis command beyond the heartbeat
+the worker sends anyway and nothing per job; the price is that a rate is an average over the
+last heartbeat interval (lease/3, 10 s by default). Prometheus computes finer rates from the
+workers' own `sched_runs_total` counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import redis
+
+from . import scripts
+from .keys import Keys
+
+MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
+
+
+class QueueShardStatus(msgspec.Struct, kw_only=True):
+    queue: str
+    shard: int
+    depth: int  # entries not yet delivered to the consumer group
+    pending: int  # delivered, not yet acked (running or about to be committed)
+    oldest_ready_age_s: float  # how long the oldest undelivered entry has waited; 0 if none
+
+
+class ShardStatus(msgspec.Struct, kw_only=True):
+    shard: int
+    due_slots: int  # everything in `due`: retries, delayed and cron slots
+    due_backlog: int  # due slots whose time has come but that are not promoted yet
+    oldest_overdue_s: float  # how late the oldest of those is; 0 if none
+    dead_letter_size: int
+    owner: str | None  # the shard's owner key as read (format owned by the scheduler node)
+    owner_ttl_s: float | None
+    snapshot_backlog_events: int | None  # events the snapshotter has not acked; None: no snapshotter
+    snapshot_lag_s: float | None  # age of the oldest event it has not read yet
+    queues: list[QueueShardStatus]
+
+
+class QueueStatus(msgspec.Struct, kw_only=True):
+    queue: str
+    depth: int
+    pending: int
+    oldest_ready_age_s: float
+    succeeded_per_s: float
+    failed_per_s: float
+
+
+class Rate(msgspec.Struct, kw_only=True):
+    succeeded_per_s: float
+    failed_per_s: float
+
+
+class WorkerStatus(msgspec.Struct, kw_only=True):
+    worker_id: str
+    alive: bool  # heartbeat younger than its lease
+    heartbeat_age_s: float
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    inflight: int
+    succeeded: int  # since the worker started
+    failed: int
+    succeeded_per_s: float
+    failed_per_s: float
+    by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
+
+
+class Status(msgspec.Struct, kw_only=True):
+    namespace: str
+    now_ms: int
+    shards: int
+    queues: list[QueueStatus]
+    workers: list[WorkerStatus]
+    workers_alive: int
+    workers_known: int  # entries in the registry, including dead ones not shown
+    due_slots: int
+    due_backlog: int
+    oldest_overdue_s: float
+    dead_letter_size: int
+    shards_owned: int
+    snapshot_lag_s: float | None
+    shard_details: list[ShardStatus]
+
+    def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
+                 ) -> list[str]:
+        """Why this namespace is unhealthy, one line each; empty when it is healthy."""
+        found = []
+        if self.workers_alive == 0:
+            found.append("no worker is alive: start one with `sched worker --app MODULE:REGISTRY`")
+        if max_lag_s is not None:
+            for q in self.queues:
+                if q.oldest_ready_age_s > max_lag_s:
+                    found.append(f"queue {q.queue}: the oldest ready job has waited "
+                                 f"{q.oldest_ready_age_s:.1f}s (over {max_lag_s:g}s): add workers")
+            if self.oldest_overdue_s > max_lag_s:
+                found.append(f"{self.due_backlog} due slot(s) not promoted, the oldest "
+                             f"{self.oldest_overdue_s:.1f}s late: is a `sched scheduler` running?")
+            if self.snapshot_lag_s is not None and self.snapshot_lag_s > max_lag_s:
+                found.append(f"the snapshotter is {self.snapshot_lag_s:.1f}s behind")
+        if max_dead_letter is not None and self.dead_letter_size > max_dead_letter:
+            found.append(f"{self.dead_letter_size} dead slot(s), over {max_dead_letter}")
+        return found
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _age_s(now_ms: int, then_ms: int) -> float:
+    return max(0.0, (now_ms - then_ms) / 1000) if then_ms >= 0 else 0.0
+
+
+def _shard(shard: int, now: int, queues: list[str], reply: list[Any]) -> ShardStatus:
+    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue = reply
+    lag, pending, oldest_unread = (int(x) for x in history)
+    return ShardStatus(
+        shard=shard, due_slots=int(due_slots), due_backlog=int(backlog),
+        oldest_overdue_s=_age_s(now, int(oldest_due)) if int(backlog) else 0.0,
+        dead_letter_size=int(dlq), owner=_s(owner) or None,
+        owner_ttl_s=int(pttl) / 1000 if int(pttl) >= 0 else None,
+        snapshot_backlog_events=lag + pending if lag >= 0 else None,
+        snapshot_lag_s=_age_s(now, oldest_unread) if lag >= 0 else None,
+        queues=[QueueShardStatus(queue=q, shard=shard, depth=int(d), pending=int(p),
+                                 oldest_ready_age_s=_age_s(now, int(o)))
+                for q, (d, p, o) in zip(queues, per_queue, strict=True)])
+
+
+def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
+    f = {k.decode(): v.decode() for k, v in raw.items()}
+    seen = int(f.get("seen_ms", seen_ms))
+    lease_ms = int(f.get("lease_ms", 30_000))
+    rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
+    return WorkerStatus(
+        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms,
+        heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
+        queues=[q for q in f.get("queues", "").split(",") if q],
+        concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
+        succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
+        succeeded_per_s=sum(r[0] for r in rates.values()),
+        failed_per_s=sum(r[1] for r in rates.values()),
+        by_queue={q: Rate(succeeded_per_s=r[0], failed_per_s=r[1]) for q, r in rates.items()})
+
+
+def read_status(client: redis.Redis, keys: Keys) -> Status:
+    """Three pipelined round trips (module docstring); nothing is written."""
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.hget(keys.meta, "shards")
+    pipe.smembers(keys.queues)
+    pipe.zrevrange(keys.workers, 0, MAX_WORKERS - 1, withscores=True)
+    pipe.zcard(keys.workers)
+    (sec, usec), shards_raw, queue_set, seen, workers_known = pipe.execute()
+    now = int(sec) * 1000 + int(usec) // 1000
+    shards = int(shards_raw or 0)
+    queues = sorted(_s(q) for q in queue_set)
+
+    replies = scripts.run_sync(client, [scripts.stats(keys.prefix(s), now, queues)
+                                        for s in range(shards)]) if shards else []
+    details = [_shard(s, now, queues, r) for s, r in enumerate(replies)]
+
+    pipe = client.pipeline(transaction=False)
+    for worker_id, _ in seen:
+        pipe.hgetall(keys.worker(_s(worker_id)))
+    hashes = pipe.execute() if seen else []
+    workers = [_worker(_s(w), int(score), now, raw)
+               for (w, score), raw in zip(seen, hashes, strict=True)]
+    return _summarize(keys.ns, now, shards, queues, details, workers, int(workers_known))
+
+
+def _summarize(namespace: str, now: int, shards: int, queues: list[str],
+               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
+               ) -> Status:
+    alive = [w for w in workers if w.alive]
+    rates: dict[str, list[float]] = {q: [0.0, 0.0] for q in queues}
+    for w in alive:
+        for q, rate in w.by_queue.items():
+            if q in rates:
+                rates[q][0] += rate.succeeded_per_s
+                rates[q][1] += rate.failed_per_s
+    by_queue = [QueueStatus(
+        queue=q,
+        depth=sum(qs.depth for d in details for qs in d.queues if qs.queue == q),
+        pending=sum(qs.pending for d in details for qs in d.queues if qs.queue == q),
+        oldest_ready_age_s=max([qs.oldest_ready_age_s for d in details for qs in d.queues
+                                if qs.queue == q], default=0.0),
+        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1]) for q in queues]
+    snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
+    return Status(
+        namespace=namespace, now_ms=now, shards=shards, queues=by_queue, workers=workers,
+        workers_alive=len(alive), workers_known=workers_known,
+        due_slots=sum(d.due_slots for d in details),
+        due_backlog=sum(d.due_backlog for d in details),
+        oldest_overdue_s=max([d.oldest_overdue_s for d in details], default=0.0),
+        dead_letter_size=sum(d.dead_letter_size for d in details),
+        shards_owned=sum(1 for d in details if d.owner),
+        snapshot_lag_s=max(snapshot) if snapshot else None, shard_details=details)
