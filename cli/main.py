@@ -15,7 +15,9 @@ import redis
 
 from scheduler.errors import SchedulerError, ValidationError
 
+from . import dev as dev_cmds
 from . import inspect as inspect_cmds
+from . import observe as observe_cmds
 from . import run as run_cmds
 
 
@@ -77,6 +79,10 @@ cli.add_command(run_cmds.worker)
 cli.add_command(run_cmds.scheduler)
 cli.add_command(inspect_cmds.jobs)
 cli.add_command(inspect_cmds.runs)
+cli.add_command(run_cmds.exporter)
+cli.add_command(observe_cmds.status)
+cli.add_command(observe_cmds.workers)
+cli.add_command(dev_cmds.dev)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Long-running commands: `sched worker` and `sched scheduler`."""
+"""Long-running commands: `sched worker`, `sched scheduler` and `sched exporter`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,36 @@ from collections.abc import Awaitable, Callable
 
 import click
 
-from scheduler.connection import async_redis
+from scheduler.connection import async_redis, sync_redis
 from scheduler.errors import ConfigError
 
+from .logs import log_options, setup_logging
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+log = logging.getLogger("scheduler.cli")
+
+metrics_port_option = click.option(
+    "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+    envvar="SCHED_METRICS_PORT",
+    help="Serve this process's metrics on http://0.0.0.0:PORT/metrics (and /healthz); "
+         "0 picks a free port (env SCHED_METRICS_PORT).")
+
+
+def start_metrics(port: int | None, registry: object = None) -> object | None:
+    """Start the process's metrics server when --metrics-port is given; a busy port is a
+    one-line error."""
+    if port is None:
+        return None
+    from prometheus_client import REGISTRY
+
+    from scheduler.exporter import MetricsServer
+
+    try:
+        server = MetricsServer(registry or REGISTRY, port=port).start()  # type: ignore[arg-type]
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on port {port} ({exc.strerror}); "
+                          f"choose another --metrics-port") from None
+    log.info("metrics on http://0.0.0.0:%d/metrics", server.port)
+    return server
 
 
 def load_app(spec: str) -> object:
@@ -64,17 +87,20 @@ def serve(make: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> None
 @click.option("--grace", "grace_s", type=float, default=10.0,
               help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
 @click.option("--batch", type=click.IntRange(min=1), default=500, help="Most entries per read.")
-@click.option("--log-level", default="info")
+@metrics_port_option
+@log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-           grace_s: float, batch: int, log_level: str) -> None:
+           grace_s: float, batch: int, metrics_port: int | None, log_level: str,
+           log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
-    _setup_logging(log_level)
+    setup_logging(log_level, log_format)
+    start_metrics(metrics_port)
     holder: list[Worker] = []
 
     async def make() -> None:
@@ -90,13 +116,16 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 
 
 @click.command()
-@click.option("--log-level", default="info")
+@metrics_port_option
+@log_options
 @click.pass_obj
-def scheduler(obj: dict[str, str], log_level: str) -> None:
+def scheduler(obj: dict[str, str], metrics_port: int | None, log_level: str,
+              log_format: str) -> None:
     """Run a scheduler node: promote due slots (retries) to the dispatch streams."""
     from scheduler.node import SchedulerNode
 
-    _setup_logging(log_level)
+    setup_logging(log_level, log_format)
+    start_metrics(metrics_port)
     holder: list[SchedulerNode] = []
 
     async def make() -> None:
@@ -109,3 +138,48 @@ def scheduler(obj: dict[str, str], log_level: str) -> None:
             await client.aclose()
 
     serve(make, lambda: holder[0].stop() if holder else None)
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=9464,
+              envvar="SCHED_EXPORTER_PORT", help="Port for /metrics and /healthz (env "
+                                                 "SCHED_EXPORTER_PORT); 0 picks a free one.")
+@click.option("--host", default="0.0.0.0", help="Address to listen on.")
+@log_options
+@click.pass_obj
+def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_format: str) -> None:
+    """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers) read from
+    Redis at each scrape. /healthz answers 503 while Redis does not."""
+    import threading
+
+    import redis
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.exporter import MetricsServer
+    from scheduler.metrics import NamespaceCollector
+
+    setup_logging(log_level, log_format)
+    client = sync_redis(obj["redis_url"])
+    registry = CollectorRegistry()
+    registry.register(NamespaceCollector(client, obj["namespace"]))
+
+    def healthy() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.exceptions.RedisError:
+            return False
+
+    try:
+        server = MetricsServer(registry, host=host, port=port, healthy=healthy).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                          f"--port") from None
+    log.info("exporter for namespace %r on http://%s:%d/metrics", obj["namespace"], host,
+             server.port)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    server.stop()
+    client.close()
+    log.info("exporter stopped")

@@ -30,6 +30,7 @@ from .models import (
     job_from_hash,
     slot_from_hash,
 )
+from .status import Status, WorkerStatus, read_status, read_workers
 
 MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
@@ -215,6 +216,15 @@ class Client:
         if not raw:
             raise SlotNotFound(slot)
         return slot_from_hash(slot, raw)
+
+    def status(self) -> Status:
+        """The namespace at a glance: queues (depth, lag, rates), due backlog, dead letters,
+        workers, shard owners. Read-only; a few pipelined round trips (scheduler/status.py)."""
+        return read_status(self.redis, self.keys)
+
+    def workers(self) -> list[WorkerStatus]:
+        """The most recently seen workers (alive first), with heartbeats and in-flight counts."""
+        return read_workers(self.redis, self.keys)
 
     def close(self) -> None:
         self.redis.close()

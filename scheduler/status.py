@@ -170,13 +170,28 @@ def read_status(client: redis.Redis, keys: Keys) -> Status:
                                         for s in range(shards)]) if shards else []
     details = [_shard(s, now, queues, r) for s, r in enumerate(replies)]
 
+    workers = _read_workers(client, keys, seen, now)
+    return _summarize(keys.ns, now, shards, queues, details, workers, int(workers_known))
+
+
+def _read_workers(client: redis.Redis, keys: Keys, seen: list[tuple[bytes, float]], now: int
+                  ) -> list[WorkerStatus]:
     pipe = client.pipeline(transaction=False)
     for worker_id, _ in seen:
         pipe.hgetall(keys.worker(_s(worker_id)))
     hashes = pipe.execute() if seen else []
-    workers = [_worker(_s(w), int(score), now, raw)
-               for (w, score), raw in zip(seen, hashes, strict=True)]
-    return _summarize(keys.ns, now, shards, queues, details, workers, int(workers_known))
+    return [_worker(_s(w), int(score), now, raw) for (w, score), raw in zip(seen, hashes,
+                                                                            strict=True)]
+
+
+def read_workers(client: redis.Redis, keys: Keys) -> list[WorkerStatus]:
+    """The most recently seen workers, alive first; two pipelined round trips."""
+    pipe = client.pipeline(transaction=False)
+    pipe.time()
+    pipe.zrevrange(keys.workers, 0, MAX_WORKERS - 1, withscores=True)
+    (sec, usec), seen = pipe.execute()
+    workers = _read_workers(client, keys, seen, int(sec) * 1000 + int(usec) // 1000)
+    return sorted(workers, key=lambda w: (not w.alive, w.heartbeat_age_s))
 
 
 def _summarize(namespace: str, now: int, shards: int, queues: list[str],
