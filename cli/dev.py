@@ -30,6 +30,9 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
               help="MODULE:ATTRIBUTE of your Registry.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=100)
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
+@click.option("--lease", "lease_s", type=float, default=6.0,
+              help="Lease per claim in seconds; heartbeats (and the rates `sched status` "
+                   "shows) refresh every lease/3.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464,
               help="Port for /metrics (this process's and the namespace's) and /healthz; "
                    "a free one is used when it is taken; 0 always picks a free one.")
@@ -38,8 +41,8 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
                    "(for scripts).")
 @log_options
 @click.pass_obj
-def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, metrics_port: int,
-        ready_file: str | None, log_level: str, log_format: str) -> None:
+def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
+        metrics_port: int, ready_file: str | None, log_level: str, log_format: str) -> None:
     """Run everything in one process: a scheduler node, a worker and the exporter, against the
     Redis at --redis-url, or a private redis-server (temp dir, free port) when none answers
     there. Ctrl-C stops it all."""
@@ -52,7 +55,7 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, metri
     from scheduler.worker import Worker, WorkerConfig
 
     registry = load_app(app_spec)
-    config = WorkerConfig(concurrency=concurrency,
+    config = WorkerConfig(concurrency=concurrency, lease_s=lease_s,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     namespace, url = obj["namespace"], obj["redis_url"]
