@@ -22,9 +22,9 @@ Everything counted per batch or per rare event uses prometheus_client's Counter.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -66,7 +66,7 @@ class HistogramChild:
         self.sum_ms = 0
 
     def observe_ms(self, value_ms: int) -> None:
-        self.counts[bisect.bisect_left(self.bounds_ms, value_ms)] += 1
+        self.counts[bisect_left(self.bounds_ms, value_ms)] += 1
         self.sum_ms += value_ms
 
 
