@@ -30,7 +30,14 @@ from .models import (
     job_from_hash,
     slot_from_hash,
 )
-from .status import Status, WorkerStatus, read_status, read_workers
+from .status import (
+    Status,
+    WorkerStatus,
+    read_status,
+    read_status_async,
+    read_workers,
+    read_workers_async,
+)
 
 MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
@@ -302,6 +309,12 @@ class AsyncClient:
         if not raw:
             raise SlotNotFound(slot)
         return slot_from_hash(slot, raw)
+
+    async def status(self) -> Status:
+        return await read_status_async(self.redis, self.keys)
+
+    async def workers(self) -> list[WorkerStatus]:
+        return await read_workers_async(self.redis, self.keys)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

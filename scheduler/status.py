@@ -1,9 +1,10 @@
 """What a namespace looks like right now, read from Redis: the data behind `sched status`,
 `sched workers` and the exporter's gauges.
 
-Reading is bounded and batched whatever the load: one pipelined round trip for the topology
-(TIME, shard count, queue names, the most recent `MAX_WORKERS` workers), one for every shard's
-`stats` script (lua/stats.lua: O(queues) commands each), one for the worker hashes.
+Reading is bounded and batched whatever the load: two pipelined round trips, one for the
+topology (TIME, shard count, queue names, the most recent `MAX_WORKERS` workers) and one for
+every shard's `stats` script (lua/stats.lua: O(queues) commands each) with the worker hashes.
+A third runs only when Redis lost its script cache.
 
 Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
 worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
@@ -19,6 +20,7 @@ from typing import Any
 
 import msgspec
 import redis
+import redis.asyncio
 
 from . import scripts
 from .keys import Keys
@@ -153,45 +155,97 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
         by_queue={q: Rate(succeeded_per_s=r[0], failed_per_s=r[1]) for q, r in rates.items()})
 
 
+class _Reader:
+    """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking
+    and the asyncio drivers below. Two round trips: the topology, then everything else."""
+
+    def __init__(self, keys: Keys) -> None:
+        self.keys = keys
+        self.now = self.shards = self.workers_known = 0
+        self.queues: list[str] = []
+        self.seen: list[tuple[bytes, float]] = []
+
+    def topology(self, pipe: Any) -> None:
+        pipe.time()
+        pipe.hget(self.keys.meta, "shards")
+        pipe.smembers(self.keys.queues)
+        pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
+        pipe.zcard(self.keys.workers)
+
+    def took_topology(self, replies: list[Any]) -> None:
+        (sec, usec), shards, queues, self.seen, known = replies
+        self.now = int(sec) * 1000 + int(usec) // 1000
+        self.shards, self.workers_known = int(shards or 0), int(known)
+        self.queues = sorted(_s(q) for q in queues)
+
+    def stats_calls(self) -> list[scripts.Call]:
+        return [scripts.stats(self.keys.prefix(s), self.now, self.queues)
+                for s in range(self.shards)]
+
+    def details(self, pipe: Any) -> None:
+        """Every shard's stats script by SHA, then every worker hash, in one pipeline."""
+        for call in self.stats_calls():
+            pipe.evalsha(scripts.SOURCES[call.script].sha, len(call.keys), *call.keys,
+                         *call.args)
+        for worker_id, _ in self.seen:
+            pipe.hgetall(self.keys.worker(_s(worker_id)))
+
+    def needs_scripts(self, replies: list[Any]) -> bool:
+        """True when Redis lost its script cache: the stats go through scripts.run_* (which
+        loads them) instead."""
+        return any(isinstance(r, redis.exceptions.NoScriptError)
+                   for r in replies[:self.shards])
+
+    def status(self, replies: list[Any], stats: list[Any] | None = None) -> Status:
+        stats = replies[:self.shards] if stats is None else stats
+        for r in [*stats, *replies[self.shards:]]:
+            if isinstance(r, Exception):
+                raise r
+        details = [_shard(s, self.now, self.queues, r) for s, r in enumerate(stats)]
+        workers = [_worker(_s(w), int(score), self.now, raw)
+                   for (w, score), raw in zip(self.seen, replies[self.shards:], strict=True)]
+        return _summarize(self.keys.ns, self.now, self.shards, self.queues, details, workers,
+                          self.workers_known)
+
+
 def read_status(client: redis.Redis, keys: Keys) -> Status:
-    """Three pipelined round trips (module docstring); nothing is written."""
+    """Two pipelined round trips (module docstring); nothing is written."""
+    reader = _Reader(keys)
     pipe = client.pipeline(transaction=False)
-    pipe.time()
-    pipe.hget(keys.meta, "shards")
-    pipe.smembers(keys.queues)
-    pipe.zrevrange(keys.workers, 0, MAX_WORKERS - 1, withscores=True)
-    pipe.zcard(keys.workers)
-    (sec, usec), shards_raw, queue_set, seen, workers_known = pipe.execute()
-    now = int(sec) * 1000 + int(usec) // 1000
-    shards = int(shards_raw or 0)
-    queues = sorted(_s(q) for q in queue_set)
-
-    replies = scripts.run_sync(client, [scripts.stats(keys.prefix(s), now, queues)
-                                        for s in range(shards)]) if shards else []
-    details = [_shard(s, now, queues, r) for s, r in enumerate(replies)]
-
-    workers = _read_workers(client, keys, seen, now)
-    return _summarize(keys.ns, now, shards, queues, details, workers, int(workers_known))
-
-
-def _read_workers(client: redis.Redis, keys: Keys, seen: list[tuple[bytes, float]], now: int
-                  ) -> list[WorkerStatus]:
+    reader.topology(pipe)
+    reader.took_topology(pipe.execute())
     pipe = client.pipeline(transaction=False)
-    for worker_id, _ in seen:
-        pipe.hgetall(keys.worker(_s(worker_id)))
-    hashes = pipe.execute() if seen else []
-    return [_worker(_s(w), int(score), now, raw) for (w, score), raw in zip(seen, hashes,
-                                                                            strict=True)]
+    reader.details(pipe)
+    replies = pipe.execute(raise_on_error=False)
+    stats = (scripts.run_sync(client, reader.stats_calls())
+             if reader.needs_scripts(replies) else None)
+    return reader.status(replies, stats)
+
+
+async def read_status_async(client: redis.asyncio.Redis, keys: Keys) -> Status:
+    reader = _Reader(keys)
+    pipe = client.pipeline(transaction=False)
+    reader.topology(pipe)
+    reader.took_topology(await pipe.execute())
+    pipe = client.pipeline(transaction=False)
+    reader.details(pipe)
+    replies = await pipe.execute(raise_on_error=False)
+    stats = (await scripts.run_async(client, reader.stats_calls())
+             if reader.needs_scripts(replies) else None)
+    return reader.status(replies, stats)
+
+
+def _by_heartbeat(workers: list[WorkerStatus]) -> list[WorkerStatus]:
+    return sorted(workers, key=lambda w: (not w.alive, w.heartbeat_age_s))
 
 
 def read_workers(client: redis.Redis, keys: Keys) -> list[WorkerStatus]:
-    """The most recently seen workers, alive first; two pipelined round trips."""
-    pipe = client.pipeline(transaction=False)
-    pipe.time()
-    pipe.zrevrange(keys.workers, 0, MAX_WORKERS - 1, withscores=True)
-    (sec, usec), seen = pipe.execute()
-    workers = _read_workers(client, keys, seen, int(sec) * 1000 + int(usec) // 1000)
-    return sorted(workers, key=lambda w: (not w.alive, w.heartbeat_age_s))
+    """The most recently seen workers, alive first."""
+    return _by_heartbeat(read_status(client, keys).workers)
+
+
+async def read_workers_async(client: redis.asyncio.Redis, keys: Keys) -> list[WorkerStatus]:
+    return _by_heartbeat((await read_status_async(client, keys)).workers)
 
 
 def _summarize(namespace: str, now: int, shards: int, queues: list[str],

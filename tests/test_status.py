@@ -13,7 +13,9 @@ import redis.asyncio
 
 from cli.main import main
 from cli.observe import UNHEALTHY
-from scheduler import Client, Context, Registry, RetryPolicy
+from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy
+from scheduler.keys import Keys
+from scheduler.status import _Reader
 from scheduler.worker import Worker, WorkerConfig
 
 
@@ -102,3 +104,25 @@ def test_status_and_workers_with_a_live_worker(capsys: pytest.CaptureFixture[str
     [w] = json.loads(workers_json)
     assert w["alive"] and w["queues"] == ["default"] and w["inflight"] == 0
     assert w["worker_id"] in workers_text and "1 alive" in workers_text
+
+
+def test_the_async_client_reads_the_same_status(redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        client.submit_many([{"task": "t", "queue": q} for q in ("a", "b", "b")])
+        sync = client.status()
+
+    async def read() -> Any:
+        async with AsyncClient(redis_url, ns) as client:
+            return await client.status(), await client.workers()
+
+    status, workers = asyncio.run(read())
+    assert [(q.queue, q.depth) for q in status.queues] == [("a", 1), ("b", 2)]
+    assert [(q.queue, q.depth) for q in sync.queues] == [("a", 1), ("b", 2)]
+    assert workers == []
+
+
+def test_a_lost_script_cache_falls_back_to_loading_the_scripts() -> None:
+    reader = _Reader(Keys("x"))
+    reader.shards = 2
+    assert reader.needs_scripts([[0], redis.exceptions.NoScriptError("NOSCRIPT"), {}])
+    assert not reader.needs_scripts([[0], [0], {}])
