@@ -1,4 +1,5 @@
-"""Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`.
+"""Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
+`python -m bench metrics_cost`.
 
 Each prints one summary line and writes JSON to bench/out/<name>.json.
 """
@@ -10,9 +11,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown
+from . import burndown, metrics_cost
 
-COMMANDS = {"burndown": burndown}
+COMMANDS = {"burndown": burndown, "metrics_cost": metrics_cost}
 
 
 def main(argv: list[str] | None = None) -> int:
