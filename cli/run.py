@@ -26,22 +26,21 @@ metrics_port_option = click.option(
          "0 picks a free port (env SCHED_METRICS_PORT).")
 
 
-def start_metrics(port: int | None, registry: object = None) -> object | None:
-    """Start the process's metrics server when --metrics-port is given; a busy port is a
-    one-line error."""
+def start_metrics(port: int | None) -> None:
+    """Serve the process's metrics (a daemon thread, for the life of the process) when
+    --metrics-port is given; a busy port is a one-line error."""
     if port is None:
-        return None
+        return
     from prometheus_client import REGISTRY
 
     from scheduler.exporter import MetricsServer
 
     try:
-        server = MetricsServer(registry or REGISTRY, port=port).start()  # type: ignore[arg-type]
+        server = MetricsServer(REGISTRY, port=port).start()
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on port {port} ({exc.strerror}); "
                           f"choose another --metrics-port") from None
     log.info("metrics on http://0.0.0.0:%d/metrics", server.port)
-    return server
 
 
 def load_app(spec: str) -> object:

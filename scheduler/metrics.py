@@ -253,12 +253,15 @@ def declared_names() -> set[str]:
 
 
 class NamespaceCollector(Collector):
-    """Gauges of one namespace's Redis state, read on every scrape."""
+    """Gauges of one namespace's Redis state, read on every scrape. It also logs what changed
+    since the previous scrape and deserves a person's attention: a worker that joined, one
+    that stopped heartbeating without leaving (a crash or a partition), one that left."""
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.redis = client
         self.keys = Keys(namespace)
         self._failing = False
+        self._alive: set[str] | None = None  # None until the first scrape
 
     def describe(self) -> Iterable[Metric]:
         return []  # names are in GAUGES; describing must not touch Redis
@@ -306,9 +309,26 @@ class NamespaceCollector(Collector):
                 g["sched_worker_succeeded_per_second"].add_metric([w.worker_id],
                                                                   w.succeeded_per_s)
                 g["sched_worker_failed_per_second"].add_metric([w.worker_id], w.failed_per_s)
+        self._log_worker_changes(status.workers)
         g["sched_workers_alive"].add_metric([], status.workers_alive)
         g["sched_shards_owned"].add_metric([], status.shards_owned)
         g["sched_shards"].add_metric([], status.shards)
         g["sched_exporter_up"].add_metric([], 1)
         g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
         return list(g.values())
+
+    def _log_worker_changes(self, workers: list[Any]) -> None:
+        alive = {w.worker_id for w in workers if w.alive}
+        if self._alive is not None:
+            listed = {w.worker_id: w for w in workers}
+            for worker_id in sorted(alive - self._alive):
+                log.info("worker %s is alive", worker_id)
+            for worker_id in sorted(self._alive - alive):
+                gone = listed.get(worker_id)
+                if gone is None:
+                    log.info("worker %s left", worker_id)
+                else:
+                    log.warning("worker %s missed its heartbeats (last seen %.0fs ago); its "
+                                "runs are reclaimed when their leases expire", worker_id,
+                                gone.heartbeat_age_s)
+        self._alive = alive

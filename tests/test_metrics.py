@@ -165,3 +165,24 @@ def test_healthz_and_an_unreachable_redis(ns: str) -> None:
     finally:
         srv.stop()
         client.close()
+
+
+def test_the_exporter_logs_workers_that_join_crash_or_leave(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from scheduler.status import WorkerStatus
+
+    def worker(worker_id: str, alive: bool) -> WorkerStatus:
+        return WorkerStatus(worker_id=worker_id, alive=alive, heartbeat_age_s=0 if alive else 95,
+                            host="h", pid=1, queues=["default"], concurrency=1, inflight=0,
+                            succeeded=0, failed=0, succeeded_per_s=0, failed_per_s=0,
+                            by_queue={})
+
+    collector = NamespaceCollector(redis.Redis(), "logs")
+    collector._log_worker_changes([worker("a", True), worker("b", True)])  # first scrape: quiet
+    caplog.set_level("INFO", logger="scheduler.metrics")
+    collector._log_worker_changes([worker("a", False), worker("c", True)])
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "worker c is alive"),
+        ("WARNING", "worker a missed its heartbeats (last seen 95s ago); its runs are reclaimed "
+                    "when their leases expire"),
+        ("INFO", "worker b left")]
