@@ -227,11 +227,11 @@ class Client:
     def status(self) -> Status:
         """The namespace at a glance: queues (depth, lag, rates), due backlog, dead letters,
         workers, shard owners. Read-only; a few pipelined round trips (scheduler/status.py)."""
-        return read_status(self.redis, self.keys)
+        return read_status(self.redis, self.keys, self._core.clock)[0]
 
     def workers(self) -> list[WorkerStatus]:
         """The most recently seen workers (alive first), with heartbeats and in-flight counts."""
-        return read_workers(self.redis, self.keys)
+        return read_workers(self.redis, self.keys, self._core.clock)
 
     def close(self) -> None:
         self.redis.close()
@@ -311,10 +311,10 @@ class AsyncClient:
         return slot_from_hash(slot, raw)
 
     async def status(self) -> Status:
-        return await read_status_async(self.redis, self.keys)
+        return await read_status_async(self.redis, self.keys, self._core.clock)
 
     async def workers(self) -> list[WorkerStatus]:
-        return await read_workers_async(self.redis, self.keys)
+        return await read_workers_async(self.redis, self.keys, self._core.clock)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

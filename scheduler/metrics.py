@@ -38,7 +38,9 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from .clock import RedisClock
 from .keys import Keys
+from .status import Topology, WorkerStatus, read_status
 
 log = logging.getLogger("scheduler.metrics")
 
@@ -262,18 +264,21 @@ class NamespaceCollector(Collector):
         self.keys = Keys(namespace)
         self._failing = False
         self._alive: set[str] | None = None  # None until the first scrape
+        # Anchored to Redis TIME; re-read every 5 minutes (the monotonic clock drifts far less
+        # than a scrape interval in that time), so most scrapes need no TIME round trip.
+        self._clock = RedisClock(resync_s=300)
+        self._topology: Topology | None = None
 
     def describe(self) -> Iterable[Metric]:
         return []  # names are in GAUGES; describing must not touch Redis
 
     def collect(self) -> Iterable[Metric]:
-        from .status import read_status
-
         started = time.perf_counter()
         g = {name: GaugeMetricFamily(name, doc, labels=labels)
              for name, (doc, labels) in GAUGES.items()}
         try:
-            status = read_status(self.redis, self.keys)
+            status, self._topology = read_status(self.redis, self.keys, self._clock,
+                                                 self._topology)
         except redis.exceptions.RedisError as exc:
             if not self._failing:
                 log.warning("exporter cannot read Redis (%s); reporting sched_exporter_up 0", exc)
@@ -317,7 +322,7 @@ class NamespaceCollector(Collector):
         g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
         return list(g.values())
 
-    def _log_worker_changes(self, workers: list[Any]) -> None:
+    def _log_worker_changes(self, workers: list[WorkerStatus]) -> None:
         alive = {w.worker_id for w in workers if w.alive}
         if self._alive is not None:
             listed = {w.worker_id: w for w in workers}

@@ -1,10 +1,11 @@
 """What a namespace looks like right now, read from Redis: the data behind `sched status`,
 `sched workers` and the exporter's gauges.
 
-Reading is bounded and batched whatever the load: two pipelined round trips, one for the
-topology (TIME, shard count, queue names, the most recent `MAX_WORKERS` workers) and one for
-every shard's `stats` script (lua/stats.lua: O(queues) commands each) with the worker hashes.
-A third runs only when Redis lost its script cache.
+Reading is bounded and batched whatever the load: the topology (shard count, queue names, the
+most recent `MAX_WORKERS` workers) and the details (every shard's `stats` script, lua/stats.lua,
+O(queues) commands each, and the worker hashes) in one pipelined round trip when the caller
+passes the topology it saw last time and nothing changed (the exporter does), in two
+otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
 
 Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
 worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
@@ -16,13 +17,14 @@ workers' own `sched_runs_total` counters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import redis
 import redis.asyncio
 
 from . import scripts
+from .clock import Clock
 from .keys import Keys
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
@@ -155,97 +157,128 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
         by_queue={q: Rate(succeeded_per_s=r[0], failed_per_s=r[1]) for q, r in rates.items()})
 
 
-class _Reader:
-    """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking
-    and the asyncio drivers below. Two round trips: the topology, then everything else."""
+class Topology(NamedTuple):
+    """What the detail reads depend on; a scraper keeps the last one so that, while it holds,
+    one round trip reads everything."""
 
-    def __init__(self, keys: Keys) -> None:
+    shards: int
+    queues: tuple[str, ...]
+    worker_ids: tuple[str, ...]
+
+
+class _Reader:
+    """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking and
+    the asyncio drivers below. The topology reads (shard count, queues, the most recent
+    `MAX_WORKERS` workers) go first; the details (each shard's stats script by SHA, each worker
+    hash) follow in the same pipeline when the topology is known from a previous read, or in a
+    second one."""
+
+    TOPOLOGY_COMMANDS = 4
+
+    def __init__(self, keys: Keys, now_ms: int) -> None:
         self.keys = keys
-        self.now = self.shards = self.workers_known = 0
-        self.queues: list[str] = []
+        self.now = now_ms
         self.seen: list[tuple[bytes, float]] = []
+        self.workers_known = 0
 
     def topology(self, pipe: Any) -> None:
-        pipe.time()
         pipe.hget(self.keys.meta, "shards")
         pipe.smembers(self.keys.queues)
         pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
         pipe.zcard(self.keys.workers)
 
-    def took_topology(self, replies: list[Any]) -> None:
-        (sec, usec), shards, queues, self.seen, known = replies
-        self.now = int(sec) * 1000 + int(usec) // 1000
-        self.shards, self.workers_known = int(shards or 0), int(known)
-        self.queues = sorted(_s(q) for q in queues)
-
-    def stats_calls(self) -> list[scripts.Call]:
-        return [scripts.stats(self.keys.prefix(s), self.now, self.queues)
-                for s in range(self.shards)]
-
-    def details(self, pipe: Any) -> None:
-        """Every shard's stats script by SHA, then every worker hash, in one pipeline."""
-        for call in self.stats_calls():
-            pipe.evalsha(scripts.SOURCES[call.script].sha, len(call.keys), *call.keys,
-                         *call.args)
-        for worker_id, _ in self.seen:
-            pipe.hgetall(self.keys.worker(_s(worker_id)))
-
-    def needs_scripts(self, replies: list[Any]) -> bool:
-        """True when Redis lost its script cache: the stats go through scripts.run_* (which
-        loads them) instead."""
-        return any(isinstance(r, redis.exceptions.NoScriptError)
-                   for r in replies[:self.shards])
-
-    def status(self, replies: list[Any], stats: list[Any] | None = None) -> Status:
-        stats = replies[:self.shards] if stats is None else stats
-        for r in [*stats, *replies[self.shards:]]:
+    def took_topology(self, replies: list[Any]) -> Topology:
+        for r in replies:
             if isinstance(r, Exception):
                 raise r
-        details = [_shard(s, self.now, self.queues, r) for s, r in enumerate(stats)]
+        shards, queues, self.seen, known = replies
+        self.workers_known = int(known)
+        return Topology(int(shards or 0), tuple(sorted(_s(q) for q in queues)),
+                        tuple(_s(w) for w, _ in self.seen))
+
+    def stats_calls(self, topo: Topology) -> list[scripts.Call]:
+        return [scripts.stats(self.keys.prefix(s), self.now, topo.queues)
+                for s in range(topo.shards)]
+
+    def details(self, pipe: Any, topo: Topology) -> None:
+        for call in self.stats_calls(topo):
+            pipe.evalsha(scripts.SOURCES[call.script].sha, len(call.keys), *call.keys,
+                         *call.args)
+        for worker_id in topo.worker_ids:
+            pipe.hgetall(self.keys.worker(worker_id))
+
+    @staticmethod
+    def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
+        """True when Redis lost its script cache: the stats then go through scripts.run_*,
+        which loads them."""
+        return any(isinstance(r, redis.exceptions.NoScriptError)
+                   for r in replies[:topo.shards])
+
+    def status(self, topo: Topology, replies: list[Any], stats: list[Any] | None = None
+               ) -> Status:
+        stats = replies[:topo.shards] if stats is None else stats
+        for r in [*stats, *replies[topo.shards:]]:
+            if isinstance(r, Exception):
+                raise r
+        details = [_shard(s, self.now, list(topo.queues), r) for s, r in enumerate(stats)]
         workers = [_worker(_s(w), int(score), self.now, raw)
-                   for (w, score), raw in zip(self.seen, replies[self.shards:], strict=True)]
-        return _summarize(self.keys.ns, self.now, self.shards, self.queues, details, workers,
-                          self.workers_known)
+                   for (w, score), raw in zip(self.seen, replies[topo.shards:], strict=True)]
+        return _summarize(self.keys.ns, self.now, topo.shards, list(topo.queues), details,
+                          workers, self.workers_known)
 
 
-def read_status(client: redis.Redis, keys: Keys) -> Status:
-    """Two pipelined round trips (module docstring); nothing is written."""
-    reader = _Reader(keys)
+def read_status(client: redis.Redis, keys: Keys, clock: Clock,
+                known: Topology | None = None) -> tuple[Status, Topology]:
+    """The namespace's status, and the topology to pass back next time: with it, one
+    pipelined round trip while no shard count, queue or worker changed; two otherwise. The
+    clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
+    if clock.stale():
+        clock.anchor(client.time())
+    reader = _Reader(keys, clock.now_ms())
     pipe = client.pipeline(transaction=False)
     reader.topology(pipe)
-    reader.took_topology(pipe.execute())
-    pipe = client.pipeline(transaction=False)
-    reader.details(pipe)
+    if known is not None:
+        reader.details(pipe, known)
     replies = pipe.execute(raise_on_error=False)
-    stats = (scripts.run_sync(client, reader.stats_calls())
-             if reader.needs_scripts(replies) else None)
-    return reader.status(replies, stats)
+    topo = reader.took_topology(replies[:reader.TOPOLOGY_COMMANDS])
+    details = replies[reader.TOPOLOGY_COMMANDS:]
+    if topo != known:
+        pipe = client.pipeline(transaction=False)
+        reader.details(pipe, topo)
+        details = pipe.execute(raise_on_error=False)
+    stats = (scripts.run_sync(client, reader.stats_calls(topo))
+             if reader.needs_scripts(topo, details) else None)
+    return reader.status(topo, details, stats), topo
 
 
-async def read_status_async(client: redis.asyncio.Redis, keys: Keys) -> Status:
-    reader = _Reader(keys)
+async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock) -> Status:
+    """The asyncio twin of read_status (two round trips; nothing cached)."""
+    if clock.stale():
+        clock.anchor(await client.time())
+    reader = _Reader(keys, clock.now_ms())
     pipe = client.pipeline(transaction=False)
     reader.topology(pipe)
-    reader.took_topology(await pipe.execute())
+    topo = reader.took_topology(await pipe.execute(raise_on_error=False))
     pipe = client.pipeline(transaction=False)
-    reader.details(pipe)
-    replies = await pipe.execute(raise_on_error=False)
-    stats = (await scripts.run_async(client, reader.stats_calls())
-             if reader.needs_scripts(replies) else None)
-    return reader.status(replies, stats)
+    reader.details(pipe, topo)
+    details = await pipe.execute(raise_on_error=False)
+    stats = (await scripts.run_async(client, reader.stats_calls(topo))
+             if reader.needs_scripts(topo, details) else None)
+    return reader.status(topo, details, stats)
 
 
 def _by_heartbeat(workers: list[WorkerStatus]) -> list[WorkerStatus]:
     return sorted(workers, key=lambda w: (not w.alive, w.heartbeat_age_s))
 
 
-def read_workers(client: redis.Redis, keys: Keys) -> list[WorkerStatus]:
+def read_workers(client: redis.Redis, keys: Keys, clock: Clock) -> list[WorkerStatus]:
     """The most recently seen workers, alive first."""
-    return _by_heartbeat(read_status(client, keys).workers)
+    return _by_heartbeat(read_status(client, keys, clock)[0].workers)
 
 
-async def read_workers_async(client: redis.asyncio.Redis, keys: Keys) -> list[WorkerStatus]:
-    return _by_heartbeat((await read_status_async(client, keys)).workers)
+async def read_workers_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock
+                             ) -> list[WorkerStatus]:
+    return _by_heartbeat((await read_status_async(client, keys, clock)).workers)
 
 
 def _summarize(namespace: str, now: int, shards: int, queues: list[str],

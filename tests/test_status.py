@@ -9,13 +9,15 @@ import time
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio
 
 from cli.main import main
 from cli.observe import UNHEALTHY
 from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy
+from scheduler.clock import RedisClock
 from scheduler.keys import Keys
-from scheduler.status import _Reader
+from scheduler.status import Topology, _Reader, read_status
 from scheduler.worker import Worker, WorkerConfig
 
 
@@ -122,7 +124,39 @@ def test_the_async_client_reads_the_same_status(redis_url: str, ns: str) -> None
 
 
 def test_a_lost_script_cache_falls_back_to_loading_the_scripts() -> None:
-    reader = _Reader(Keys("x"))
-    reader.shards = 2
-    assert reader.needs_scripts([[0], redis.exceptions.NoScriptError("NOSCRIPT"), {}])
-    assert not reader.needs_scripts([[0], [0], {}])
+    topo = Topology(2, ("default",), ())
+    assert _Reader.needs_scripts(topo, [[0], redis.exceptions.NoScriptError("NOSCRIPT"), {}])
+    assert not _Reader.needs_scripts(topo, [[0], [0], {}])
+
+
+def test_a_scrape_is_one_round_trip_while_the_topology_holds(
+        r: redis.Redis, redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Client(redis_url, ns) as client:
+        client.submit_many([{"task": "t", "queue": q} for q in ("a", "b")])
+    round_trips = [0]
+    pipeline = r.pipeline
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        pipe = pipeline(*args, **kwargs)
+        execute = pipe.execute
+
+        def counted(*a: Any, **k: Any) -> Any:
+            round_trips[0] += 1
+            return execute(*a, **k)
+
+        pipe.execute = counted  # type: ignore[method-assign]
+        return pipe
+
+    monkeypatch.setattr(r, "pipeline", counting)
+    clock = RedisClock(resync_s=300)
+    clock.anchor(r.time())
+    first, topo = read_status(r, Keys(ns), clock)
+    assert round_trips[0] == 2  # nothing known yet: topology, then details
+    second, again = read_status(r, Keys(ns), clock, topo)
+    assert round_trips[0] == 3 and again == topo
+    assert [(q.queue, q.depth) for q in second.queues] == [("a", 1), ("b", 1)]
+    with Client(redis_url, ns) as client:
+        client.submit("t", queue="c")
+    third, changed = read_status(r, Keys(ns), clock, topo)
+    assert round_trips[0] == 5 and changed.queues == ("a", "b", "c")
+    assert [q.depth for q in third.queues] == [1, 1, 1]
