@@ -99,10 +99,10 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
-    start_metrics(metrics_port)
     holder: list[Worker] = []
 
     async def make() -> None:
+        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
         client = async_redis(obj["redis_url"])
         w = Worker(client, registry, namespace=obj["namespace"], config=config)  # type: ignore[arg-type]
         holder.append(w)
@@ -124,10 +124,10 @@ def scheduler(obj: dict[str, str], metrics_port: int | None, log_level: str,
     from scheduler.node import SchedulerNode
 
     setup_logging(log_level, log_format)
-    start_metrics(metrics_port)
     holder: list[SchedulerNode] = []
 
     async def make() -> None:
+        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
         client = async_redis(obj["redis_url"])
         node = SchedulerNode(client, namespace=obj["namespace"])
         holder.append(node)
@@ -168,6 +168,9 @@ def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_form
         except redis.exceptions.RedisError:
             return False
 
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before serving: a scrape may mean "it is up"
+        signal.signal(sig, lambda *_: done.set())
     try:
         server = MetricsServer(registry, host=host, port=port, healthy=healthy).start()
     except OSError as exc:
@@ -175,9 +178,6 @@ def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_form
                           f"--port") from None
     log.info("exporter for namespace %r on http://%s:%d/metrics", obj["namespace"], host,
              server.port)
-    done = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: done.set())
     done.wait()
     server.stop()
     client.close()
