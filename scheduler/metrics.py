@@ -160,6 +160,9 @@ COMMITS_REFUSED = Counter(
     "Outcomes Redis refused because the worker's fencing token was no longer current.")
 LEASES_LOST = Counter("sched_leases_lost_total",
                       "Runs a worker stopped because its heartbeat found the lease gone.")
+# Wiring points for the reclaimer (issue 4) and the cron materializer (issue 3): they exist
+# now, at zero, so dashboards and alerts work before those land; `metrics.RECLAIMS.inc(n)` per
+# batch from the loop that does the work is all that is left to do.
 LEASE_TIMEOUTS = Counter("sched_lease_timeouts_total",
                          "Leases that expired without a heartbeat (counted by the reclaimer).")
 RECLAIMS = Counter("sched_reclaims_total",
