@@ -1,5 +1,6 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
-`python -m bench delayed [--burst N]`.
+`python -m bench delayed [--burst N]`,
+`python -m bench metrics_cost`.
 
 Each prints one summary line and writes JSON to bench/out/<name>.json.
 """
@@ -11,9 +12,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, delayed
+from . import burndown, delayed, metrics_cost
 
-COMMANDS = {"burndown": burndown, "delayed": delayed}
+COMMANDS = {"burndown": burndown, "delayed": delayed, "metrics_cost": metrics_cost}
 
 
 def main(argv: list[str] | None = None) -> int:

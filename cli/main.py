@@ -17,7 +17,9 @@ import redis
 
 from scheduler.errors import SchedulerError, ValidationError
 
+from . import dev as dev_cmds
 from . import inspect as inspect_cmds
+from . import observe as observe_cmds
 from . import ops as ops_cmds
 from . import run as run_cmds
 
@@ -130,6 +132,10 @@ cli.add_command(inspect_cmds.jobs)
 cli.add_command(inspect_cmds.runs)
 cli.add_command(ops_cmds.cancel)
 cli.add_command(ops_cmds.dlq)
+cli.add_command(run_cmds.exporter)
+cli.add_command(observe_cmds.status)
+cli.add_command(observe_cmds.workers)
+cli.add_command(dev_cmds.dev)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""Long-running commands: `sched worker` and `sched scheduler`."""
+"""Long-running commands: `sched worker`, `sched scheduler` and `sched exporter`."""
 
 from __future__ import annotations
 
@@ -12,13 +12,35 @@ from collections.abc import Awaitable, Callable
 
 import click
 
-from scheduler.connection import async_redis
+from scheduler.connection import async_redis, sync_redis
 from scheduler.errors import ConfigError
 
+from .logs import log_options, setup_logging
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level=getattr(logging, level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+log = logging.getLogger("scheduler.cli")
+
+metrics_port_option = click.option(
+    "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+    envvar="SCHED_METRICS_PORT",
+    help="Serve this process's metrics on http://0.0.0.0:PORT/metrics (and /healthz); "
+         "0 picks a free port (env SCHED_METRICS_PORT).")
+
+
+def start_metrics(port: int | None) -> None:
+    """Serve the process's metrics (a daemon thread, for the life of the process) when
+    --metrics-port is given; a busy port is a one-line error."""
+    if port is None:
+        return
+    from prometheus_client import REGISTRY
+
+    from scheduler.exporter import MetricsServer
+
+    try:
+        server = MetricsServer(REGISTRY, port=port).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on port {port} ({exc.strerror}); "
+                          f"choose another --metrics-port") from None
+    log.info("metrics on http://0.0.0.0:%d/metrics", server.port)
 
 
 def load_app(spec: str) -> object:
@@ -64,20 +86,23 @@ def serve(make: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> None
 @click.option("--grace", "grace_s", type=float, default=10.0,
               help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
 @click.option("--batch", type=click.IntRange(min=1), default=500, help="Most entries per read.")
-@click.option("--log-level", default="info")
+@metrics_port_option
+@log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-           grace_s: float, batch: int, log_level: str) -> None:
+           grace_s: float, batch: int, metrics_port: int | None, log_level: str,
+           log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
-    _setup_logging(log_level)
+    setup_logging(log_level, log_format)
     holder: list[Worker] = []
 
     async def make() -> None:
+        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
         client = async_redis(obj["redis_url"])
         w = Worker(client, registry, namespace=obj["namespace"], config=config)  # type: ignore[arg-type]
         holder.append(w)
@@ -101,10 +126,12 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
               help="Seconds ahead of their fire time that cron slots are created.")
 @click.option("--misfire-grace", "misfire_grace_s", type=float, default=5.0,
               help="Seconds late after which a cron occurrence counts as missed (catch-up).")
-@click.option("--log-level", default="info")
+@metrics_port_option
+@log_options
 @click.pass_obj
 def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
-              lookahead_s: float, misfire_grace_s: float, log_level: str) -> None:
+              lookahead_s: float, misfire_grace_s: float, metrics_port: int | None,
+              log_level: str, log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
     from scheduler.node import NodeConfig, SchedulerNode
@@ -112,10 +139,11 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
     config = NodeConfig(lease_s=lease_s, shard_lease_s=shard_lease_s,
                         reclaim_interval_s=reclaim_s, lookahead_s=lookahead_s,
                         misfire_grace_s=misfire_grace_s)
-    _setup_logging(log_level)
+    setup_logging(log_level, log_format)
     holder: list[SchedulerNode] = []
 
     async def make() -> None:
+        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
         client = async_redis(obj["redis_url"])
         node = SchedulerNode(client, namespace=obj["namespace"], config=config)
         holder.append(node)
@@ -125,3 +153,48 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
             await client.aclose()
 
     serve(make, lambda: holder[0].stop() if holder else None)
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=9464,
+              envvar="SCHED_EXPORTER_PORT", help="Port for /metrics and /healthz (env "
+                                                 "SCHED_EXPORTER_PORT); 0 picks a free one.")
+@click.option("--host", default="0.0.0.0", help="Address to listen on.")
+@log_options
+@click.pass_obj
+def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_format: str) -> None:
+    """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers) read from
+    Redis at each scrape. /healthz answers 503 while Redis does not."""
+    import threading
+
+    import redis
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.exporter import MetricsServer
+    from scheduler.metrics import NamespaceCollector
+
+    setup_logging(log_level, log_format)
+    client = sync_redis(obj["redis_url"])
+    registry = CollectorRegistry()
+    registry.register(NamespaceCollector(client, obj["namespace"]))
+
+    def healthy() -> bool:
+        try:
+            return bool(client.ping())
+        except redis.exceptions.RedisError:
+            return False
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before serving: a scrape may mean "it is up"
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        server = MetricsServer(registry, host=host, port=port, healthy=healthy).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                          f"--port") from None
+    log.info("exporter for namespace %r on http://%s:%d/metrics", obj["namespace"], host,
+             server.port)
+    done.wait()
+    server.stop()
+    client.close()
+    log.info("exporter stopped")

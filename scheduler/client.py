@@ -33,6 +33,14 @@ from .models import (
     slot_from_hash,
 )
 from .schedule import resolve
+from .status import (
+    Status,
+    WorkerStatus,
+    read_status,
+    read_status_async,
+    read_workers,
+    read_workers_async,
+)
 
 MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
@@ -337,6 +345,14 @@ class Client:
     def purge(self, slot_ids: Iterable[str] | None = None) -> int:
         """Remove slots from the dead-letter queue (None: all); their history stays."""
         return admin.purge(self, slot_ids)
+    def status(self) -> Status:
+        """The namespace at a glance: queues (depth, lag, rates), due backlog, dead letters,
+        workers, shard owners. Read-only; a few pipelined round trips (scheduler/status.py)."""
+        return read_status(self.redis, self.keys, self._core.clock)[0]
+
+    def workers(self) -> list[WorkerStatus]:
+        """The most recently seen workers (alive first), with heartbeats and in-flight counts."""
+        return read_workers(self.redis, self.keys, self._core.clock)
 
     def close(self) -> None:
         self.redis.close()
@@ -440,6 +456,12 @@ class AsyncClient:
         if not raw:
             raise SlotNotFound(slot)
         return slot_from_hash(slot, raw)
+
+    async def status(self) -> Status:
+        return await read_status_async(self.redis, self.keys, self._core.clock)
+
+    async def workers(self) -> list[WorkerStatus]:
+        return await read_workers_async(self.redis, self.keys, self._core.clock)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

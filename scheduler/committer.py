@@ -13,7 +13,7 @@ from typing import TypeVar
 
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
 
@@ -97,8 +97,14 @@ class Committer:
             self.pending = batch
             raise
         refused = sum(1 for reply in replies for code in reply if int(code) == 0)
+        fails = [int(code) for call, reply in zip(calls, replies, strict=True)
+                 if call.script == "fail" for code in reply]
+        if fails:
+            metrics.RETRIES.inc(fails.count(scripts.Failed.RETRY))
+            metrics.DEAD_LETTERED.inc(fails.count(scripts.Failed.DEAD))
         if refused:
             self.refused += refused
+            metrics.COMMITS_REFUSED.inc(refused)
             log.warning("%d commit(s) refused: their lease was lost before the outcome arrived "
                         "(the slots were reclaimed or cancelled); see the 'refused' events",
                         refused)

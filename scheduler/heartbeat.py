@@ -2,7 +2,9 @@
 
 Every ~lease/3: one `heartbeat` call per shard extends the lease of every in-flight slot
 (and resets its stream entry's idle time); slots whose lease was lost are reported so the
-worker stops them; the worker's entry in `<ns>:workers` is refreshed in the same round trip.
+worker stops them; the worker's entry in `<ns>:workers` is refreshed in the same round trip,
+with its in-flight count and its per-queue rates over the last interval (for `sched status`:
+rates cost no command beyond this one and nothing per job).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
 import redis.asyncio
 
 from . import scripts
@@ -31,7 +34,8 @@ class Heartbeat:
                  lease_ms: int, concurrency: int, queues: Iterable[str],
                  inflight: Callable[[], list[tuple[int, str, int]]],
                  on_lost: Callable[[int, str, int], None],
-                 on_cancel: Callable[[int, str, int], None]) -> None:
+                 on_cancel: Callable[[int, str, int], None],
+                 tallies: Callable[[], dict[str, tuple[int, int]]] | None = None) -> None:
         self.redis = client
         self.keys = keys
         self.clock = clock
@@ -41,8 +45,11 @@ class Heartbeat:
         self.inflight = inflight
         self.on_lost = on_lost
         self.on_cancel = on_cancel
+        self.tallies = tallies or dict
         self.info: dict[Any, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
-                     "concurrency": concurrency, "queues": ",".join(queues)}
+                     "concurrency": concurrency, "queues": ",".join(queues),
+                     "lease_ms": lease_ms}
+        self._last: tuple[int, dict[str, tuple[int, int]]] | None = None
         self._stop = asyncio.Event()
 
     async def run_once(self) -> None:
@@ -63,9 +70,26 @@ class Heartbeat:
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
-                  mapping={**self.info, "inflight": len(running), "seen_ms": now})
+                  mapping={**self.info, "inflight": len(running), "seen_ms": now,
+                           **self._counts(now)})
         pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
         await pipe.execute()
+
+    def _counts(self, now: int) -> dict[Any, Any]:
+        """Totals since start and per-queue rates (succeeded/s, failed/s) since the last beat."""
+        tallies = self.tallies()
+        rates: dict[str, tuple[float, float]] = {}
+        if self._last is not None and now > self._last[0]:
+            seconds = (now - self._last[0]) / 1000
+            before = self._last[1]
+            for queue, (ok, failed) in tallies.items():
+                ok0, failed0 = before.get(queue, (0, 0))
+                rates[queue] = (round((ok - ok0) / seconds, 3),
+                                round((failed - failed0) / seconds, 3))
+        self._last = (now, tallies)
+        return {"succeeded": sum(t[0] for t in tallies.values()),
+                "failed": sum(t[1] for t in tallies.values()),
+                "rates": msgspec.json.encode(rates)}
 
     async def run(self) -> None:
         last_ok = time.monotonic()

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock
 from .cronspec import CronSpec
 
@@ -123,7 +123,7 @@ class Materializer:
                                                                 strict=True)
                for m, score in reply]
         await self._learn([(p, j) for p, j, _ in due if (p, j) not in self._jobs])
-        calls = []
+        calls, misses = [], []
         for prefix, job_id, watermark in due:
             job = self._jobs.get((prefix, job_id))
             if job is None:
@@ -131,11 +131,17 @@ class Materializer:
             pl = plan(job, watermark, now, self.lookahead_ms, self.grace_ms)
             calls.append(scripts.materialize(prefix, now, self.events_maxlen, job_id, watermark,
                                              pl.next_ms, pl.missed, pl.fires))
-        for reply in await scripts.run_async(self.redis, calls):
+            misses.append(pl.missed)
+        missed = 0
+        for dropped, reply in zip(misses, await scripts.run_async(self.redis, calls),
+                                  strict=True):
             if int(reply[0]) == scripts.Materialized.OK:
                 self.created += int(reply[1])
+                missed += dropped
             else:
                 self.refused += 1
+        if missed:
+            metrics.OCCURRENCES_NOT_BACKFILLED.inc(missed)
         return len(due)
 
     async def _learn(self, jobs: list[tuple[str, str]]) -> None:
@@ -156,6 +162,8 @@ class Materializer:
                     continue
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
                 log.warning("materialize failed (%s); retrying", exc)
+            except Exception:
+                log.exception("materialize failed unexpectedly; retrying")
             try:
                 await asyncio.wait_for(self._stop.wait(), self.max_sleep_s)
             except TimeoutError:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock
 from .loops import pause
 
@@ -42,7 +42,12 @@ class Promoter:
         replies = await scripts.run_async(self.redis, calls)
         promoted = sum(int(r[0]) for r in replies)
         nexts = [int(r[1]) for r in replies if int(r[1]) >= 0]
+        skipped = sum(int(r[2]) for r in replies)
         self.promoted += promoted
+        if promoted:
+            metrics.PROMOTED.inc(promoted)
+        if skipped:
+            metrics.OCCURRENCES_SKIPPED.inc(skipped)
         return promoted, min(nexts) if nexts else -1
 
     async def run(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
 from .loops import pause
@@ -59,6 +59,11 @@ class Reclaimer:
                 self.cursors[(shard, queue)] = cursor.decode() if isinstance(cursor, bytes) else cursor
         for name, count in done.items():
             self.totals[name] += count
+        expired = done["reclaimed"] + done["lost"] + done["dead"]
+        if expired:
+            metrics.LEASE_TIMEOUTS.inc(expired)
+        if done["reclaimed"] + done["redispatched"]:
+            metrics.RECLAIMS.inc(done["reclaimed"] + done["redispatched"])
         if any(done.values()):
             log.warning("reclaimed expired leases: %s", ", ".join(
                 f"{count} {name}" for name, count in done.items() if count))

@@ -24,7 +24,7 @@ import redis.asyncio
 from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease")
+         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -225,6 +225,9 @@ def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms:
 def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:
     """op: "acquire" (take or renew) | "release"."""
     return Call("lease", (prefix,), (now_ms, maxlen, node_id, ttl_ms, op))
+def stats(prefix: str, now_ms: int, queues: Sequence[str]) -> Call:
+    """Read-only: one shard's gauges (lua/stats.lua documents the reply)."""
+    return Call("stats", (prefix,), (now_ms, len(queues), *queues))
 
 
 # --- execution -----------------------------------------------------------------------------

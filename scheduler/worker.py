@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock, RedisClock
 from .committer import Committer
 from .errors import Cancel, ConfigError, LeaseLost, Retry
@@ -66,7 +66,7 @@ class Run:
     """One claimed slot while this worker holds its lease."""
 
     __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
-                 "delivery", "fire_ms", "started_ms", "job", "stop_reason", "timer")
+                 "delivery", "fire_ms", "started_ms", "job", "stop_reason", "timer", "metrics")
 
     def __init__(self, shard: int, slot_id: str, reply: list[Any]) -> None:
         self.shard = shard
@@ -81,6 +81,7 @@ class Run:
         self.job: asyncio.Task[None] | None = None
         self.stop_reason: str | None = None  # why we cancelled it: timeout, lost, cancel, release
         self.timer: asyncio.TimerHandle | None = None
+        self.metrics: metrics.RunMetrics
 
 
 class Worker:
@@ -109,7 +110,8 @@ class Worker:
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
                                    self.config.concurrency, self.config.queues, self._inflight,
-                                   self._lost, self._cancel_requested)
+                                   self._lost, self._cancel_requested, self._tallies)
+        self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -194,12 +196,16 @@ class Worker:
         replies = await scripts.run_async(self.redis, calls)
         started = 0
         loop = asyncio.get_running_loop()
+        cache = self._run_metrics
         for shard, reply in zip(shards, replies, strict=True):
-            for (_, _, slot_id), item in zip(entries[shard], reply, strict=True):
+            for (queue, _, slot_id), item in zip(entries[shard], reply, strict=True):
                 if int(item[0]) != scripts.Claimed.OK:
                     continue
                 run = Run(shard, slot_id, item)
                 run.started_ms = now
+                m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
+                run.metrics = m
+                m.start_lag.observe_ms(now - run.fire_ms)
                 self.running[slot_id] = run
                 run.job = loop.create_task(self._execute(run))
                 if run.timeout_ms:
@@ -207,6 +213,21 @@ class Worker:
                                                 "timeout")
                 started += 1
         return started
+
+    def _metrics_for(self, queue: str, task: str) -> metrics.RunMetrics:
+        # Task names come from Redis: label only the ones this worker knows, so a flood of
+        # unknown names cannot grow the metrics without bound.
+        label = task if self.registry.get(task) is not None else "(unknown)"
+        m = self._run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
+        return m
+
+    def _tallies(self) -> dict[str, tuple[int, int]]:
+        """(succeeded, failed) per queue since this worker started, for its heartbeat."""
+        out: dict[str, tuple[int, int]] = {}
+        for (queue, _), m in self._run_metrics.items():
+            ok, failed = out.get(queue, (0, 0))
+            out[queue] = (ok + m.ok, failed + m.failed)
+        return out
 
     # --- running -------------------------------------------------------------------------
 
@@ -237,9 +258,12 @@ class Worker:
                 outcome = (Outcome.CANCELLED, "cancelled on request", -1)
             elif reason == "release":
                 self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
-            # "lost": the lease is gone; a commit would be refused, so send none.
+                run.metrics.ended("released", self.clock.now_ms() - run.started_ms)
+            else:  # "lost": the lease is gone; a commit would be refused, so send none.
+                run.metrics.ended("lost", self.clock.now_ms() - run.started_ms)
         except LeaseLost:
-            pass  # the slot was reclaimed; its new owner commits, so send nothing
+            # The slot was reclaimed (ctx.once found out); its new owner commits.
+            run.metrics.ended("lost", self.clock.now_ms() - run.started_ms)
         except Retry as exc:
             outcome = (Outcome.FAILED, exc.reason,
                        -1 if exc.after is None else int(exc.after * 1000))
@@ -248,8 +272,10 @@ class Worker:
         except Exception as exc:
             outcome = (Outcome.FAILED, _one_line(exc), -1)
         else:
+            finished = self.clock.now_ms()
             self.committer.add_done(run.shard, (run.slot_id, run.token, run.started_ms,
-                                                self.clock.now_ms()))
+                                                finished))
+            run.metrics.succeeded(finished - run.started_ms)
         finally:
             if run.timer is not None:
                 run.timer.cancel()
@@ -257,9 +283,10 @@ class Worker:
             self.capacity.set()
         if outcome is not None:
             kind, error, retry_ms = outcome
+            finished = self.clock.now_ms()
             self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,
-                                                  random.random(), run.started_ms,
-                                                  self.clock.now_ms()))
+                                                  random.random(), run.started_ms, finished))
+            run.metrics.ended(kind, finished - run.started_ms)
 
     async def _once(self, run: Run, name: str) -> bool:
         call = scripts.once(self.keys.prefix(run.shard), run.slot_id, run.token, name)
@@ -280,6 +307,7 @@ class Worker:
         run = self.running.get(slot_id)
         if run is not None and run.token == token:
             log.warning("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
+            metrics.LEASES_LOST.inc()
             self._stop_run(run, "lost")
 
     def _cancel_requested(self, shard: int, slot_id: str, token: int) -> None:

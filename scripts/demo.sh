@@ -1,31 +1,45 @@
 #!/usr/bin/env bash
-# The demo: installs, starts a worker and a scheduler node, submits jobs, shows them run.
+# The demo: installs into .venv, starts `sched dev` (a scheduler node, a worker and the exporter
+# in one process; it starts a private redis-server if none answers on 127.0.0.1:6379), submits
+# jobs, shows `sched status`, some metrics and `sched runs`, then stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
-ensure_redis
 ensure_venv
-export SCHED_NAMESPACE="demo-$$"
 export PATH="$PWD/.venv/bin:$PATH"
-pids=()
-cleanup() { kill -TERM "${pids[@]}" 2>/dev/null || true; wait "${pids[@]}" 2>/dev/null || true; }
+export SCHED_NAMESPACE="demo-$$"
+workdir=$(mktemp -d)
+ready="$workdir/ready.json"
+dev_pid=""
+cleanup() {
+  if [ -n "$dev_pid" ]; then kill -TERM "$dev_pid" 2>/dev/null || true; wait "$dev_pid" || true; fi
+  rm -rf "$workdir"
+}
 trap cleanup EXIT
 
-echo "== starting a worker and a scheduler node (namespace $SCHED_NAMESPACE)"
-sched worker --app scheduler.examples.tasks:registry --concurrency 200 --log-level warning &
-pids+=($!)
-sched scheduler --log-level warning &
-pids+=($!)
+echo "== sched dev --ready-file ... &   (namespace $SCHED_NAMESPACE)"
+sched dev --metrics-port 0 --ready-file "$ready" --log-level warning >"$workdir/dev.log" 2>&1 &
+dev_pid=$!
+for _ in $(seq 300); do
+  [ -f "$ready" ] && break
+  kill -0 "$dev_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ ! -f "$ready" ]; then echo "sched dev did not start:" >&2; cat "$workdir/dev.log" >&2; exit 1; fi
+field() { python -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$ready" "$1"; }
+export SCHED_REDIS_URL="$(field redis_url)"
+metrics_url="$(field metrics_url)"
+sed -n '/^sched dev:/,/Ctrl-C/p' "$workdir/dev.log"
 
-echo "== submitting jobs"
+echo; echo "== submitting jobs"
 hello=$(sched submit demo.hello --payload '{"name": "world"}')
 flaky=$(sched submit demo.flaky --payload '{"fail_rate": 0.7}' --max-attempts 5)
 slow=$(sched submit demo.sleep --payload '{"seconds": 1}' --timeout 0.3 --max-attempts 2)
 echo "hello=$hello flaky=$flaky slow=$slow"
-python - <<'PY'
-import time
+python - "$hello" "$flaky" "$slow" <<'PY'
+import os, sys, time
 from scheduler import Client
-with Client(namespace=__import__("os").environ["SCHED_NAMESPACE"]) as client:
+with Client(os.environ["SCHED_REDIS_URL"], os.environ["SCHED_NAMESPACE"]) as client:
     t = time.perf_counter()
     ids = client.submit_many([{"task": "demo.noop", "payload": i} for i in range(20_000)])
     print(f"submitted {len(ids)} no-op jobs in {time.perf_counter() - t:.2f}s")
@@ -34,8 +48,26 @@ with Client(namespace=__import__("os").environ["SCHED_NAMESPACE"]) as client:
             client.slots(ids[0])[0].status.value != "succeeded":
         time.sleep(0.05)
     print(f"... and the worker ran them in about {time.perf_counter() - t:.2f}s")
+    deadline = time.monotonic() + 5  # for `sched status`: the worker's next heartbeat
+    while time.monotonic() < deadline and sum(w.succeeded for w in client.workers()) < len(ids):
+        time.sleep(0.1)
+    deadline = time.monotonic() + 20  # the flaky job retries with backoff: 1s, 2s, 4s, ...
+    while time.monotonic() < deadline and any(
+            client.slots(j)[0].status.value not in ("succeeded", "dead") for j in sys.argv[1:]):
+        time.sleep(0.2)
 PY
-sleep 3
+
+echo; echo "== sched status"
+sched status || echo "(sched status exited $?: unhealthy)"
+echo; echo "== a few lines of $metrics_url"
+python - "$metrics_url" <<'PY'
+import re, sys, urllib.request
+text = urllib.request.urlopen(sys.argv[1], timeout=10).read().decode()
+for line in text.splitlines():
+    if re.match(r'sched_(workers_alive|dead_letter_size\{shard="0"|queue_depth\{queue="default",shard="0"'
+                r'|runs_total\{outcome="(succeeded|failed)".*demo\.(noop|flaky))', line):
+        print(line)
+PY
 for job in "$hello" "$flaky" "$slow"; do
   echo; echo "== sched runs $job"; sched runs "$job"
 done

@@ -75,9 +75,9 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     assert r.zscore(s.keys.due(s.shard), s.slot_id) == now + 2000
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0  # the old entry was acked
     clock.advance(1.999)
-    assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [0, now + 2000]
+    assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [0, now + 2000, 0]
     clock.advance(0.001)
-    assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1]
+    assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1, 0]
     assert s.slot().status is SlotStatus.QUEUED
     [reply] = s.claim(s.read())
     assert reply[:2] == [1, 2]  # attempt 2, a new token
@@ -167,7 +167,7 @@ def test_promote_skips_slots_that_are_no_longer_scheduled(
     k = Keys(ns)
     prefix = k.prefix(0)
     r.zadd(k.due(0), {"gone:1": clock.now_ms()})
-    assert scripts.run_sync(r, [scripts.promote(prefix, clock.now_ms(), 1000, 10)])[0] == [0, -1]
+    assert scripts.run_sync(r, [scripts.promote(prefix, clock.now_ms(), 1000, 10)])[0] == [0, -1, 0]
     assert r.zcard(k.due(0)) == 0
 
 

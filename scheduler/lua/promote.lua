@@ -14,8 +14,9 @@
   is no longer scheduled, queued or running; otherwise it ends `skipped`. Checking at
   dispatch time, not when the slot was created, is what makes "still running" mean now.
 
-  Reply: {promoted, next_due_ms}: how many slots were dispatched, and the score of the
-  earliest slot still in `due` (-1 when empty), so the caller can sleep until then.
+  Reply: {promoted, next_due_ms, skipped}: how many slots were dispatched, the score of the
+  earliest slot still in `due` (-1 when empty), so the caller can sleep until then, and how
+  many occurrences ended `skipped`.
 
   Events: "queued" {slot, available_ms}, "skipped" {slot, active} (the slot still active).
 ]]
@@ -66,4 +67,4 @@ emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
 local next_due = -1
 if #head > 0 then next_due = tonumber(head[2]) end
-return {#records, next_due}
+return {#records, next_due, #skipped}

@@ -1,0 +1,125 @@
+"""`sched dev`: a scheduler node, a worker and the exporter in one process, for a laptop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from typing import Any
+
+import click
+
+from scheduler.connection import async_redis, sync_redis
+
+from .logs import log_options, setup_logging
+from .run import load_app, serve
+
+log = logging.getLogger("scheduler.dev")
+
+
+def _write_atomically(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+@click.command()
+@click.option("--app", "app_spec", default="scheduler.examples.tasks:registry",
+              help="MODULE:ATTRIBUTE of your Registry.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=100)
+@click.option("--queues", default="default", help="Comma-separated queues to read.")
+@click.option("--lease", "lease_s", type=float, default=6.0,
+              help="Lease per claim in seconds; heartbeats (and the rates `sched status` "
+                   "shows) refresh every lease/3.")
+@click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464,
+              help="Port for /metrics (this process's and the namespace's) and /healthz; "
+                   "a free one is used when it is taken; 0 always picks a free one.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help="Once running, write {redis_url, metrics_url, embedded_redis} here as JSON "
+                   "(for scripts).")
+@log_options
+@click.pass_obj
+def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
+        metrics_port: int, ready_file: str | None, log_level: str, log_format: str) -> None:
+    """Run everything in one process: a scheduler node, a worker and the exporter, against the
+    Redis at --redis-url, or a private redis-server (temp dir, free port) when none answers
+    there. Ctrl-C stops it all."""
+    from prometheus_client import REGISTRY
+
+    from scheduler.embedded import EmbeddedRedis, answers
+    from scheduler.exporter import MetricsServer
+    from scheduler.metrics import NamespaceCollector
+    from scheduler.node import SchedulerNode
+    from scheduler.worker import Worker, WorkerConfig
+
+    registry = load_app(app_spec)
+    config = WorkerConfig(concurrency=concurrency, lease_s=lease_s,
+                          queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+    setup_logging(log_level, log_format)
+    namespace, url = obj["namespace"], obj["redis_url"]
+    embedded = None
+    if not answers(url):
+        embedded = EmbeddedRedis().start()
+        log.info("no Redis answers at %s: started a private redis-server at %s (no "
+                 "persistence; it stops with sched dev)", url, embedded.url)
+        url = embedded.url
+    collector_client = sync_redis(url)
+    collector = NamespaceCollector(collector_client, namespace)
+    REGISTRY.register(collector)
+    server = None
+    try:
+        try:
+            server = MetricsServer(REGISTRY, host="127.0.0.1", port=metrics_port).start()
+        except OSError:
+            server = MetricsServer(REGISTRY, host="127.0.0.1", port=0).start()
+        metrics_url = f"http://127.0.0.1:{server.port}/metrics"
+        cli = f"sched --redis-url {url} --namespace {namespace}"
+        click.echo(f"sched dev: namespace {namespace!r} on {url}"
+                   + (" (private redis-server)" if embedded else ""))
+        click.echo(f"  running:  a scheduler node, a worker ({app_spec}, concurrency "
+                   f"{concurrency}, queues {','.join(config.queues)}), the exporter")
+        click.echo(f"  metrics:  {metrics_url}  (health: http://127.0.0.1:{server.port}/healthz)")
+        click.echo(f"  status:   {cli} status [--watch]")
+        click.echo(f"  submit:   {cli} submit demo.hello --payload '{{\"name\": \"you\"}}'")
+        click.echo("  Ctrl-C stops everything.", nl=True)
+        holder: list[Any] = []
+
+        async def make() -> None:
+            client = async_redis(url)
+            worker = Worker(client, registry, namespace=namespace,  # type: ignore[arg-type]
+                            config=config)
+            node = SchedulerNode(client, namespace=namespace)
+            holder.extend([worker, node])
+            tasks = [asyncio.create_task(worker.run(), name="worker"),
+                     asyncio.create_task(node.run(), name="scheduler-node")]
+            if ready_file:
+                _write_atomically(ready_file, {"redis_url": url, "metrics_url": metrics_url,
+                                               "namespace": namespace,
+                                               "embedded_redis": embedded is not None})
+            try:
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for service in holder:  # one ended (an error, or stop()): stop the other
+                    service.stop()
+                try:
+                    await asyncio.gather(*tasks)
+                finally:
+                    await client.aclose()
+
+        def stop() -> None:
+            for service in holder:
+                service.stop()
+
+        serve(make, stop)
+    finally:
+        if server is not None:
+            server.stop()
+        REGISTRY.unregister(collector)
+        collector_client.close()
+        if embedded is not None:
+            embedded.stop()
+        if ready_file and os.path.exists(ready_file):
+            os.remove(ready_file)
+        log.info("sched dev stopped")

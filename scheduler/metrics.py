@@ -1,0 +1,341 @@
+"""Every metric the scheduler exports is declared here, and only here (STYLE.md item 11).
+
+Two kinds:
+
+* Process metrics: counters and histograms that the process doing the work increments. They
+  are module-level objects; code that counts something imports this module and calls `.inc()`
+  (e.g. `metrics.RECLAIMS.inc(n)` in a reclaimer). `sched worker --metrics-port` and
+  `sched scheduler --metrics-port` serve them.
+* Namespace gauges: the state of Redis (depth, lag, backlog, dead letters, workers, shard
+  owners), read when Prometheus scrapes by `NamespaceCollector` (scheduler/status.py does the
+  reading, in a few pipelined round trips whatever the namespace's size). `sched exporter`
+  serves them.
+
+The worker's hot path runs tens of thousands of jobs a second, so the per-run metrics
+(`sched_runs_total`, `sched_start_lag_seconds`, `sched_run_duration_seconds`) are not
+prometheus_client's locked Counter and Histogram but the single-writer `FastCounter` and
+`FastHistogram` below: an increment is a plain attribute update (no lock: only the event loop
+thread writes them; a scrape thread reads a consistent-enough copy), and the worker looks label
+children up once per (queue, task) and keeps them (`RunMetrics`), never `.labels()` per job.
+Everything counted per batch or per rare event uses prometheus_client's Counter.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import redis
+from prometheus_client import REGISTRY, CollectorRegistry, Counter
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from .clock import RedisClock
+from .keys import Keys
+from .status import Topology, WorkerStatus, read_status
+
+log = logging.getLogger("scheduler.metrics")
+
+# --- single-writer families for the hot path ----------------------------------------------
+
+
+class CounterChild:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class HistogramChild:
+    """Observations in integer milliseconds (the unit the scheduler's clock has)."""
+
+    __slots__ = ("bounds_ms", "counts", "sum_ms")
+
+    def __init__(self, bounds_ms: list[float]) -> None:
+        self.bounds_ms = bounds_ms
+        self.counts = [0] * (len(bounds_ms) + 1)  # per bucket, not cumulative; last is +Inf
+        self.sum_ms = 0
+
+    def observe_ms(self, value_ms: int) -> None:
+        self.counts[bisect_left(self.bounds_ms, value_ms)] += 1
+        self.sum_ms += value_ms
+
+
+class _Family(Collector):
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 registry: CollectorRegistry | None) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self.children: dict[tuple[str, ...], Any] = {}
+        if registry is not None:
+            registry.register(self)
+
+    def describe(self) -> Iterable[Metric]:
+        return list(self._families({}))
+
+    def collect(self) -> Iterable[Metric]:
+        return list(self._families(dict(self.children)))
+
+    def _families(self, children: dict[tuple[str, ...], Any]) -> Iterator[Metric]:
+        raise NotImplementedError
+
+
+class FastCounter(_Family):
+    def labels(self, *values: str) -> CounterChild:
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = CounterChild()
+        return child
+
+    def _families(self, children: dict[tuple[str, ...], Any]) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in children.items():
+            family.add_metric(list(values), child.value)
+        yield family
+
+
+class FastHistogram(_Family):
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
+                 buckets_s: tuple[float, ...], registry: CollectorRegistry | None) -> None:
+        self.buckets_s = buckets_s
+        self.bounds_ms = [b * 1000 for b in buckets_s]
+        super().__init__(name, documentation, labelnames, registry)
+
+    def labels(self, *values: str) -> HistogramChild:
+        child = self.children.get(values)
+        if child is None:
+            child = self.children[values] = HistogramChild(self.bounds_ms)
+        return child
+
+    def _families(self, children: dict[tuple[str, ...], Any]) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in children.items():
+            counts, total_ms = list(child.counts), child.sum_ms
+            cumulative, buckets = 0, []
+            for bound, n in zip([*self.buckets_s, float("inf")], counts, strict=True):
+                cumulative += n
+                buckets.append((_le(bound), cumulative))
+            family.add_metric(list(values), buckets, total_ms / 1000)
+        yield family
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+# --- process metrics ------------------------------------------------------------------------
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+                     60.0, 300.0, 1800.0)
+OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "released", "lost")
+
+RUNS = FastCounter(
+    "sched_runs_total", "Attempts that ended in this worker, by queue, task and outcome "
+    "(succeeded, failed, timed_out, cancelled, released at shutdown, lost lease).",
+    ("queue", "task", "outcome"), REGISTRY)
+START_LAG = FastHistogram(
+    "sched_start_lag_seconds", "Claim time minus the slot's fire time, per claim (a retry's "
+    "lag includes its backoff).", ("queue",), LATENCY_BUCKETS_S, REGISTRY)
+RUN_DURATION = FastHistogram(
+    "sched_run_duration_seconds", "From claim to the handler's end.", ("queue", "task"),
+    LATENCY_BUCKETS_S, REGISTRY)
+RETRIES = Counter("sched_retries_total",
+                  "Failed attempts that Redis rescheduled for a retry (committed by a worker).")
+DEAD_LETTERED = Counter("sched_dead_lettered_total",
+                        "Slots moved to the dead-letter set (attempts exhausted).")
+COMMITS_REFUSED = Counter(
+    "sched_commits_refused_total",
+    "Outcomes Redis refused because the worker's fencing token was no longer current.")
+LEASES_LOST = Counter("sched_leases_lost_total",
+                      "Runs a worker stopped because its heartbeat found the lease gone.")
+# Counted per pass by the reclaimer, the promoter and the materializer.
+LEASE_TIMEOUTS = Counter("sched_lease_timeouts_total",
+                         "Leases that expired without a heartbeat (counted by the reclaimer).")
+RECLAIMS = Counter("sched_reclaims_total",
+                   "Slots the reclaimer took back from a worker whose lease expired.")
+PROMOTED = Counter("sched_promoted_total", "Due slots the promoter moved to dispatch streams.")
+OCCURRENCES_SKIPPED = Counter(
+    "sched_occurrences_skipped_total",
+    "Cron occurrences recorded `skipped`: their predecessor was still running (overlap=skip).")
+OCCURRENCES_NOT_BACKFILLED = Counter(
+    "sched_occurrences_not_backfilled_total",
+    "Missed cron occurrences the catch-up policy did not backfill (latest, none, or past the "
+    "cap of all); counted on the job and in a `missed` event.")
+
+PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
+                   LEASES_LOST, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, OCCURRENCES_SKIPPED,
+                   OCCURRENCES_NOT_BACKFILLED)
+
+
+class RunMetrics:
+    """The label children of one (queue, task), looked up once per worker and kept on each
+    run; `ok`/`failed` are this worker's own tallies, which its heartbeat turns into rates."""
+
+    __slots__ = ("start_lag", "duration", "outcomes", "succeeded_child", "ok", "failed")
+
+    def __init__(self, queue: str, task: str) -> None:
+        self.start_lag = START_LAG.labels(queue)
+        self.duration = RUN_DURATION.labels(queue, task)
+        self.outcomes = {o: RUNS.labels(queue, task, o) for o in OUTCOMES}
+        self.succeeded_child = self.outcomes["succeeded"]
+        self.ok = 0
+        self.failed = 0
+
+    def succeeded(self, duration_ms: int) -> None:
+        # The hot path: HistogramChild.observe_ms inlined (a method call is ~15% of this).
+        self.succeeded_child.value += 1
+        d = self.duration
+        d.counts[bisect_left(d.bounds_ms, duration_ms)] += 1
+        d.sum_ms += duration_ms
+        self.ok += 1
+
+    def ended(self, outcome: str, duration_ms: int) -> None:
+        self.outcomes[outcome].value += 1
+        self.duration.observe_ms(duration_ms)
+        if outcome not in ("released", "lost"):
+            self.failed += 1
+
+
+# --- namespace gauges, read from Redis at scrape time --------------------------------------
+
+GAUGES = {
+    "sched_queue_depth": ("Entries not yet delivered to the consumer group (stream lag).",
+                          ("queue", "shard")),
+    "sched_queue_pending": ("Entries delivered and not acked yet.", ("queue", "shard")),
+    "sched_queue_oldest_ready_age_seconds": ("How long the oldest undelivered entry has waited.",
+                                             ("queue", "shard")),
+    "sched_due_backlog": ("Slots in `due` whose time has come, not promoted yet (missed-fire "
+                          "backlog).", ("shard",)),
+    "sched_due_backlog_oldest_age_seconds": ("How late the oldest due, unpromoted slot is.",
+                                             ("shard",)),
+    "sched_due_slots": ("Every slot in `due` (retries, delayed, cron).", ("shard",)),
+    "sched_dead_letter_size": ("Slots in the dead-letter set.", ("shard",)),
+    "sched_workers_alive": ("Workers whose heartbeat is younger than their lease.", ()),
+    "sched_worker_inflight": ("Runs in flight per live worker.", ("worker",)),
+    "sched_worker_concurrency": ("Concurrency limit per live worker.", ("worker",)),
+    "sched_worker_heartbeat_age_seconds": ("Age of each live worker's last heartbeat.",
+                                           ("worker",)),
+    "sched_worker_succeeded_per_second": ("Successes per second per live worker over its last "
+                                          "heartbeat interval.", ("worker",)),
+    "sched_worker_failed_per_second": ("Failures per second per live worker over its last "
+                                       "heartbeat interval.", ("worker",)),
+    "sched_shard_owner": ("1 for the shard's current owner (the owner key's value).",
+                          ("shard", "owner")),
+    "sched_shards_owned": ("Shards that have an owner.", ()),
+    "sched_shards": ("The namespace's shard count.", ()),
+    "sched_snapshotter_lag_seconds": ("Age of the oldest event the snapshotter has not read; "
+                                      "absent while no snapshotter group exists.", ("shard",)),
+    "sched_snapshotter_backlog_events": ("Events the snapshotter has not acked.", ("shard",)),
+    "sched_exporter_up": ("1 when the last scrape could read Redis.", ()),
+    "sched_exporter_scrape_seconds": ("Time the last scrape spent reading Redis.", ()),
+}
+
+
+def declared_names() -> set[str]:
+    """Every sample name this module can produce (for tests of dashboards and alerts)."""
+    names = set(GAUGES)
+    for m in PROCESS_METRICS:
+        if isinstance(m, FastHistogram):
+            names |= {f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count"}
+        elif isinstance(m, FastCounter):
+            names.add(m.name)
+        else:
+            names.add(f"{m._name}_total")
+    return names
+
+
+class NamespaceCollector(Collector):
+    """Gauges of one namespace's Redis state, read on every scrape. It also logs what changed
+    since the previous scrape and deserves a person's attention: a worker that joined, one
+    that stopped heartbeating without leaving (a crash or a partition), one that left."""
+
+    def __init__(self, client: redis.Redis, namespace: str) -> None:
+        self.redis = client
+        self.keys = Keys(namespace)
+        self._failing = False
+        self._alive: set[str] | None = None  # None until the first scrape
+        # Anchored to Redis TIME; re-read every 5 minutes (the monotonic clock drifts far less
+        # than a scrape interval in that time), so most scrapes need no TIME round trip.
+        self._clock = RedisClock(resync_s=300)
+        self._topology: Topology | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # names are in GAUGES; describing must not touch Redis
+
+    def collect(self) -> Iterable[Metric]:
+        started = time.perf_counter()
+        g = {name: GaugeMetricFamily(name, doc, labels=labels)
+             for name, (doc, labels) in GAUGES.items()}
+        try:
+            status, self._topology = read_status(self.redis, self.keys, self._clock,
+                                                 self._topology)
+        except redis.exceptions.RedisError as exc:
+            if not self._failing:
+                log.warning("exporter cannot read Redis (%s); reporting sched_exporter_up 0", exc)
+            self._failing = True
+            g["sched_exporter_up"].add_metric([], 0)
+            return [g["sched_exporter_up"]]
+        if self._failing:
+            log.info("exporter reads Redis again")
+        self._failing = False
+        for d in status.shard_details:
+            s = str(d.shard)
+            for q in d.queues:
+                g["sched_queue_depth"].add_metric([q.queue, s], q.depth)
+                g["sched_queue_pending"].add_metric([q.queue, s], q.pending)
+                g["sched_queue_oldest_ready_age_seconds"].add_metric([q.queue, s],
+                                                                     q.oldest_ready_age_s)
+            g["sched_due_backlog"].add_metric([s], d.due_backlog)
+            g["sched_due_backlog_oldest_age_seconds"].add_metric([s], d.oldest_overdue_s)
+            g["sched_due_slots"].add_metric([s], d.due_slots)
+            g["sched_dead_letter_size"].add_metric([s], d.dead_letter_size)
+            if d.owner:
+                g["sched_shard_owner"].add_metric([s, d.owner], 1)
+            if d.snapshot_lag_s is not None:
+                g["sched_snapshotter_lag_seconds"].add_metric([s], d.snapshot_lag_s)
+                g["sched_snapshotter_backlog_events"].add_metric(
+                    [s], d.snapshot_backlog_events or 0)
+        for w in status.workers:
+            if w.alive:
+                g["sched_worker_inflight"].add_metric([w.worker_id], w.inflight)
+                g["sched_worker_concurrency"].add_metric([w.worker_id], w.concurrency)
+                g["sched_worker_heartbeat_age_seconds"].add_metric([w.worker_id],
+                                                                   w.heartbeat_age_s)
+                g["sched_worker_succeeded_per_second"].add_metric([w.worker_id],
+                                                                  w.succeeded_per_s)
+                g["sched_worker_failed_per_second"].add_metric([w.worker_id], w.failed_per_s)
+        self._log_worker_changes(status.workers)
+        g["sched_workers_alive"].add_metric([], status.workers_alive)
+        g["sched_shards_owned"].add_metric([], status.shards_owned)
+        g["sched_shards"].add_metric([], status.shards)
+        g["sched_exporter_up"].add_metric([], 1)
+        g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
+        return list(g.values())
+
+    def _log_worker_changes(self, workers: list[WorkerStatus]) -> None:
+        alive = {w.worker_id for w in workers if w.alive}
+        if self._alive is not None:
+            listed = {w.worker_id: w for w in workers}
+            for worker_id in sorted(alive - self._alive):
+                log.info("worker %s is alive", worker_id)
+            for worker_id in sorted(self._alive - alive):
+                gone = listed.get(worker_id)
+                if gone is None:
+                    log.info("worker %s left", worker_id)
+                else:
+                    log.warning("worker %s missed its heartbeats (last seen %.0fs ago); its "
+                                "runs are reclaimed when their leases expire", worker_id,
+                                gone.heartbeat_age_s)
+        self._alive = alive

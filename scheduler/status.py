@@ -1,0 +1,320 @@
+"""What a namespace looks like right now, read from Redis: the data behind `sched status`,
+`sched workers` and the exporter's gauges.
+
+Reading is bounded and batched whatever the load: the topology (shard count, queue names, the
+most recent `MAX_WORKERS` workers) and the details (every shard's `stats` script, lua/stats.lua,
+O(queues) commands each, and the worker hashes) in one pipelined round trip when the caller
+passes the topology it saw last time and nothing changed (the exporter does), in two
+otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
+
+Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
+worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
+queue's rate is the sum over live workers. That costs no Redis command beyond the heartbeat
+the worker sends anyway and nothing per job; the price is that a rate is an average over the
+last heartbeat interval (lease/3, 10 s by default). Prometheus computes finer rates from the
+workers' own `sched_runs_total` counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+import redis
+import redis.asyncio
+
+from . import scripts
+from .clock import Clock
+from .keys import Keys
+
+MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
+
+
+class QueueShardStatus(msgspec.Struct, kw_only=True):
+    queue: str
+    shard: int
+    depth: int  # entries not yet delivered to the consumer group
+    pending: int  # delivered, not yet acked (running or about to be committed)
+    oldest_ready_age_s: float  # how long the oldest undelivered entry has waited; 0 if none
+
+
+class ShardStatus(msgspec.Struct, kw_only=True):
+    shard: int
+    due_slots: int  # everything in `due`: retries, delayed and cron slots
+    due_backlog: int  # due slots whose time has come but that are not promoted yet
+    oldest_overdue_s: float  # how late the oldest of those is; 0 if none
+    dead_letter_size: int
+    owner: str | None  # the node id holding the shard's lease (the key is "<epoch>:<node_id>")
+    owner_epoch: int | None
+    owner_ttl_s: float | None
+    snapshot_backlog_events: int | None  # events the snapshotter has not acked; None: no snapshotter
+    snapshot_lag_s: float | None  # age of the oldest event it has not read yet
+    queues: list[QueueShardStatus]
+
+
+class QueueStatus(msgspec.Struct, kw_only=True):
+    queue: str
+    depth: int
+    pending: int
+    oldest_ready_age_s: float
+    succeeded_per_s: float
+    failed_per_s: float
+
+
+class Rate(msgspec.Struct, kw_only=True):
+    succeeded_per_s: float
+    failed_per_s: float
+
+
+class WorkerStatus(msgspec.Struct, kw_only=True):
+    worker_id: str
+    alive: bool  # heartbeat younger than its lease
+    heartbeat_age_s: float
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int
+    inflight: int
+    succeeded: int  # since the worker started
+    failed: int
+    succeeded_per_s: float
+    failed_per_s: float
+    by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
+
+
+class Status(msgspec.Struct, kw_only=True):
+    namespace: str
+    now_ms: int
+    shards: int
+    queues: list[QueueStatus]
+    workers: list[WorkerStatus]
+    workers_alive: int
+    workers_known: int  # entries in the registry, including dead ones not shown
+    due_slots: int
+    due_backlog: int
+    oldest_overdue_s: float
+    dead_letter_size: int
+    shards_owned: int
+    snapshot_lag_s: float | None
+    shard_details: list[ShardStatus]
+
+    def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
+                 ) -> list[str]:
+        """Why this namespace is unhealthy, one line each; empty when it is healthy."""
+        found = []
+        if self.workers_alive == 0:
+            found.append("no worker is alive: start one with `sched worker --app MODULE:REGISTRY`")
+        if max_lag_s is not None:
+            for q in self.queues:
+                if q.oldest_ready_age_s > max_lag_s:
+                    found.append(f"queue {q.queue}: the oldest ready job has waited "
+                                 f"{q.oldest_ready_age_s:.1f}s (over {max_lag_s:g}s): add workers")
+            if self.oldest_overdue_s > max_lag_s:
+                found.append(f"{self.due_backlog} due slot(s) not promoted, the oldest "
+                             f"{self.oldest_overdue_s:.1f}s late: is a `sched scheduler` running?")
+            if self.snapshot_lag_s is not None and self.snapshot_lag_s > max_lag_s:
+                found.append(f"the snapshotter is {self.snapshot_lag_s:.1f}s behind")
+        if max_dead_letter is not None and self.dead_letter_size > max_dead_letter:
+            found.append(f"{self.dead_letter_size} dead slot(s), over {max_dead_letter}")
+        return found
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _age_s(now_ms: int, then_ms: int) -> float:
+    return max(0.0, (now_ms - then_ms) / 1000) if then_ms >= 0 else 0.0
+
+
+def _shard(shard: int, now: int, queues: list[str], reply: list[Any]) -> ShardStatus:
+    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue = reply
+    lag, pending, oldest_unread = (int(x) for x in history)
+    return ShardStatus(
+        shard=shard, due_slots=int(due_slots), due_backlog=int(backlog),
+        oldest_overdue_s=_age_s(now, int(oldest_due)) if int(backlog) else 0.0,
+        dead_letter_size=int(dlq), owner=_owner(_s(owner))[1], owner_epoch=_owner(_s(owner))[0],
+        owner_ttl_s=int(pttl) / 1000 if int(pttl) >= 0 else None,
+        snapshot_backlog_events=lag + pending if lag >= 0 else None,
+        snapshot_lag_s=_age_s(now, oldest_unread) if lag >= 0 else None,
+        queues=[QueueShardStatus(queue=q, shard=shard, depth=int(d), pending=int(p),
+                                 oldest_ready_age_s=_age_s(now, int(o)))
+                for q, (d, p, o) in zip(queues, per_queue, strict=True)])
+
+
+def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
+    f = {k.decode(): v.decode() for k, v in raw.items()}
+    seen = int(f.get("seen_ms", seen_ms))
+    lease_ms = int(f.get("lease_ms", 30_000))
+    rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
+    return WorkerStatus(
+        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms,
+        heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
+        queues=[q for q in f.get("queues", "").split(",") if q],
+        concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
+        succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
+        succeeded_per_s=sum(r[0] for r in rates.values()),
+        failed_per_s=sum(r[1] for r in rates.values()),
+        by_queue={q: Rate(succeeded_per_s=r[0], failed_per_s=r[1]) for q, r in rates.items()})
+
+
+class Topology(NamedTuple):
+    """What the detail reads depend on; a scraper keeps the last one so that, while it holds,
+    one round trip reads everything."""
+
+    shards: int
+    queues: tuple[str, ...]
+    worker_ids: tuple[str, ...]
+
+
+class _Reader:
+    """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking and
+    the asyncio drivers below. The topology reads (shard count, queues, the most recent
+    `MAX_WORKERS` workers) go first; the details (each shard's stats script by SHA, each worker
+    hash) follow in the same pipeline when the topology is known from a previous read, or in a
+    second one."""
+
+    TOPOLOGY_COMMANDS = 4
+
+    def __init__(self, keys: Keys, now_ms: int) -> None:
+        self.keys = keys
+        self.now = now_ms
+        self.seen: list[tuple[bytes, float]] = []
+        self.workers_known = 0
+
+    def topology(self, pipe: Any) -> None:
+        pipe.hget(self.keys.meta, "shards")
+        pipe.smembers(self.keys.queues)
+        pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
+        pipe.zcard(self.keys.workers)
+
+    def took_topology(self, replies: list[Any]) -> Topology:
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        shards, queues, self.seen, known = replies
+        self.workers_known = int(known)
+        return Topology(int(shards or 0), tuple(sorted(_s(q) for q in queues)),
+                        tuple(_s(w) for w, _ in self.seen))
+
+    def stats_calls(self, topo: Topology) -> list[scripts.Call]:
+        return [scripts.stats(self.keys.prefix(s), self.now, topo.queues)
+                for s in range(topo.shards)]
+
+    def details(self, pipe: Any, topo: Topology) -> None:
+        for call in self.stats_calls(topo):
+            pipe.evalsha(scripts.SOURCES[call.script].sha, len(call.keys), *call.keys,
+                         *call.args)
+        for worker_id in topo.worker_ids:
+            pipe.hgetall(self.keys.worker(worker_id))
+
+    @staticmethod
+    def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
+        """True when Redis lost its script cache: the stats then go through scripts.run_*,
+        which loads them."""
+        return any(isinstance(r, redis.exceptions.NoScriptError)
+                   for r in replies[:topo.shards])
+
+    def status(self, topo: Topology, replies: list[Any], stats: list[Any] | None = None
+               ) -> Status:
+        stats = replies[:topo.shards] if stats is None else stats
+        for r in [*stats, *replies[topo.shards:]]:
+            if isinstance(r, Exception):
+                raise r
+        details = [_shard(s, self.now, list(topo.queues), r) for s, r in enumerate(stats)]
+        workers = [_worker(_s(w), int(score), self.now, raw)
+                   for (w, score), raw in zip(self.seen, replies[topo.shards:], strict=True)]
+        return _summarize(self.keys.ns, self.now, topo.shards, list(topo.queues), details,
+                          workers, self.workers_known)
+
+
+def read_status(client: redis.Redis, keys: Keys, clock: Clock,
+                known: Topology | None = None) -> tuple[Status, Topology]:
+    """The namespace's status, and the topology to pass back next time: with it, one
+    pipelined round trip while no shard count, queue or worker changed; two otherwise. The
+    clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
+    if clock.stale():
+        clock.anchor(client.time())
+    reader = _Reader(keys, clock.now_ms())
+    pipe = client.pipeline(transaction=False)
+    reader.topology(pipe)
+    if known is not None:
+        reader.details(pipe, known)
+    replies = pipe.execute(raise_on_error=False)
+    topo = reader.took_topology(replies[:reader.TOPOLOGY_COMMANDS])
+    details = replies[reader.TOPOLOGY_COMMANDS:]
+    if topo != known:
+        pipe = client.pipeline(transaction=False)
+        reader.details(pipe, topo)
+        details = pipe.execute(raise_on_error=False)
+    stats = (scripts.run_sync(client, reader.stats_calls(topo))
+             if reader.needs_scripts(topo, details) else None)
+    return reader.status(topo, details, stats), topo
+
+
+async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock) -> Status:
+    """The asyncio twin of read_status (two round trips; nothing cached)."""
+    if clock.stale():
+        clock.anchor(await client.time())
+    reader = _Reader(keys, clock.now_ms())
+    pipe = client.pipeline(transaction=False)
+    reader.topology(pipe)
+    topo = reader.took_topology(await pipe.execute(raise_on_error=False))
+    pipe = client.pipeline(transaction=False)
+    reader.details(pipe, topo)
+    details = await pipe.execute(raise_on_error=False)
+    stats = (await scripts.run_async(client, reader.stats_calls(topo))
+             if reader.needs_scripts(topo, details) else None)
+    return reader.status(topo, details, stats)
+
+
+def _by_heartbeat(workers: list[WorkerStatus]) -> list[WorkerStatus]:
+    return sorted(workers, key=lambda w: (not w.alive, w.heartbeat_age_s))
+
+
+def read_workers(client: redis.Redis, keys: Keys, clock: Clock) -> list[WorkerStatus]:
+    """The most recently seen workers, alive first."""
+    return _by_heartbeat(read_status(client, keys, clock)[0].workers)
+
+
+async def read_workers_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock
+                             ) -> list[WorkerStatus]:
+    return _by_heartbeat((await read_status_async(client, keys, clock)).workers)
+
+
+def _summarize(namespace: str, now: int, shards: int, queues: list[str],
+               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
+               ) -> Status:
+    alive = [w for w in workers if w.alive]
+    rates: dict[str, list[float]] = {q: [0.0, 0.0] for q in queues}
+    for w in alive:
+        for q, rate in w.by_queue.items():
+            if q in rates:
+                rates[q][0] += rate.succeeded_per_s
+                rates[q][1] += rate.failed_per_s
+    by_queue = [QueueStatus(
+        queue=q,
+        depth=sum(qs.depth for d in details for qs in d.queues if qs.queue == q),
+        pending=sum(qs.pending for d in details for qs in d.queues if qs.queue == q),
+        oldest_ready_age_s=max([qs.oldest_ready_age_s for d in details for qs in d.queues
+                                if qs.queue == q], default=0.0),
+        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1]) for q in queues]
+    snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
+    return Status(
+        namespace=namespace, now_ms=now, shards=shards, queues=by_queue, workers=workers,
+        workers_alive=len(alive), workers_known=workers_known,
+        due_slots=sum(d.due_slots for d in details),
+        due_backlog=sum(d.due_backlog for d in details),
+        oldest_overdue_s=max([d.oldest_overdue_s for d in details], default=0.0),
+        dead_letter_size=sum(d.dead_letter_size for d in details),
+        shards_owned=sum(1 for d in details if d.owner),
+        snapshot_lag_s=max(snapshot) if snapshot else None, shard_details=details)
+
+
+def _owner(value: str) -> tuple[int | None, str | None]:
+    """Split lease.lua's "<epoch>:<node_id>"; the epoch stays out of metric labels, which
+    would otherwise grow a new series at every change of hands."""
+    epoch, sep, node = value.partition(":")
+    if sep and epoch.isdigit():
+        return int(epoch), node or None
+    return None, value or None

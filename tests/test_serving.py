@@ -1,0 +1,110 @@
+"""The long-running commands serve metrics as processes: `sched exporter`, `--metrics-port` on
+`sched worker`, and `sched status --watch` until Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import SCHED
+from scheduler.embedded import free_port
+
+
+def get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return resp.read().decode()  # type: ignore[no-any-return]
+
+
+def wait_until_served(url: str, proc: subprocess.Popen[bytes], timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, proc.communicate()[0].decode()
+        try:
+            return get(url)
+        except (urllib.error.URLError, ConnectionError):
+            assert time.monotonic() < deadline, f"nothing served at {url}"
+            time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> str:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out.decode()
+    return out.decode()
+
+
+def test_exporter_process(redis_url: str, ns: str) -> None:
+    port = free_port()
+    proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "exporter",
+                             "--port", str(port), "--host", "127.0.0.1", "--log-format", "json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert wait_until_served(f"http://127.0.0.1:{port}/healthz", proc) == "ok\n"
+        text = get(f"http://127.0.0.1:{port}/metrics")
+    finally:
+        out = stop(proc)
+    assert "sched_exporter_up 1.0" in text and "sched_workers_alive 0.0" in text
+    assert "sched_runs_total" not in text  # the exporter serves the namespace, not itself
+    assert json.loads(out.splitlines()[0])["message"].startswith("exporter for namespace")
+
+
+def test_worker_metrics_port(redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    port = free_port()
+    proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker",
+                             "--app", "app_tasks:registry", "--metrics-port", str(port),
+                             "--log-level", "warning"],
+                            env=app_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        text = wait_until_served(f"http://127.0.0.1:{port}/metrics", proc)
+    finally:
+        stop(proc)
+    for name in ("sched_retries_total 0.0", "sched_commits_refused_total 0.0",
+                 "# TYPE sched_runs_total counter", "# TYPE sched_start_lag_seconds histogram"):
+        assert name in text
+
+
+def test_status_watch_refreshes_until_interrupted(redis_url: str, ns: str) -> None:
+    proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "status",
+                             "--watch", "--interval", "0.2"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 20
+        screens = 0
+        while screens < 2:
+            line = proc.stdout.readline().decode()
+            screens += line.startswith("namespace ")
+            assert line and time.monotonic() < deadline
+        proc.send_signal(signal.SIGINT)
+        out, _ = proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 3  # the last screen's verdict: no worker alive
+    assert b"Traceback" not in out
+
+
+@pytest.mark.parametrize("command", [["exporter", "--port"], ["worker", "--app",
+                                                              "app_tasks:registry",
+                                                              "--metrics-port"]])
+def test_a_busy_port_is_one_line(redis_url: str, ns: str, app_env: dict[str, str],
+                                 command: list[str]) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        proc = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, *command,
+                               str(port)], env=app_env, capture_output=True, text=True,
+                              timeout=30)
+    assert proc.returncode == 1 and proc.stderr.startswith("error: ") and \
+        proc.stderr.count("\n") == 1, proc.stderr
