@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import takewhile
 from typing import Any
 
 import redis
 
-from scheduler.keys import Keys
+from scheduler.cronspec import CronSpec
+from scheduler.keys import Keys, shard_of
 from scheduler.models import Slot, slot_from_hash
 from scheduler.states import TERMINAL, SlotStatus
 
@@ -50,6 +52,32 @@ def read(r: redis.Redis, ns: str) -> Report:
     return report
 
 
+def check_cron_series(r: redis.Redis, ns: str, report: Report) -> None:
+    """Every occurrence of a finished cron job, from its first fire time to its end, has a
+    slot (catch-up `all`): a gap is a violation."""
+    keys = Keys(ns)
+    shards = int(r.hget(keys.meta, "shards") or 0)
+    fires: dict[str, set[int]] = {}
+    for slot in report.slots.values():
+        fires.setdefault(slot.job_id, set()).add(slot.fire_ms)
+    pipe = r.pipeline(transaction=False)
+    job_ids = sorted(fires)
+    for job_id in job_ids:
+        pipe.hmget(keys.job(shard_of(job_id, shards), job_id), "kind", "cron", "tz", "fire_ms",
+                   "end_ms", "catchup")
+    for job_id, (kind, cron, tz, first, end, catchup) in zip(job_ids, pipe.execute(),
+                                                             strict=True):
+        if kind != b"cron" or not end or (catchup or b"all") != b"all":
+            continue
+        last = int(end)
+        expected = set(takewhile(lambda t, last=last: t <= last, CronSpec(
+            cron.decode(), (tz or b"UTC").decode()).after(int(first) - 1)))
+        missing, extra = expected - fires[job_id], fires[job_id] - expected
+        if missing or extra:
+            report.violations.append(f"cron job {job_id}: {len(missing)} occurrences without "
+                                     f"a slot, {len(extra)} unexpected slots")
+
+
 def check(r: redis.Redis, ns: str, *, expected_slots: set[str], now_ms: int, lease_ms: int,
           grace_ms: int = 5000, settled: bool = True, effects_key: str | None = None,
           once_slots: set[str] = frozenset(),  # type: ignore[assignment]
@@ -57,8 +85,9 @@ def check(r: redis.Redis, ns: str, *, expected_slots: set[str], now_ms: int, lea
     """Violations of: one committed success per slot; accepted intent reaches a terminal
     state (when `settled`); nothing running past its lease plus grace; at-most-once slots
     never run twice; effects of exactly_once slots happen once; every success had its
-    effect."""
+    effect; no gap in a finished cron series."""
     report = read(r, ns)
+    check_cron_series(r, ns, report)
     v = report.violations
     effects = {k.decode(): int(c) for k, c in r.hgetall(effects_key).items()} if effects_key else {}
     for slot_id in expected_slots - report.slots.keys():
