@@ -8,11 +8,13 @@ Each prints one summary line and writes JSON to bench/out/<name>.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
 
 from . import burndown, delayed, metrics_cost
+from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "delayed": delayed, "metrics_cost": metrics_cost}
 
@@ -23,7 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     for name, module in COMMANDS.items():
         module.add_arguments(sub.add_parser(name, help=module.__doc__.splitlines()[0]))
     args = parser.parse_args(argv)
-    result = COMMANDS[args.command].run(args)
+    with contextlib.ExitStack() as stack:
+        if getattr(args, "redis_url", None) == "private":
+            args.redis_url = stack.enter_context(private_redis())
+        result = COMMANDS[args.command].run(args)
     out = Path(args.out) if getattr(args, "out", None) else Path(__file__).parent / "out"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.command}.json").write_text(json.dumps(result, indent=2) + "\n")

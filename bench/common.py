@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
+import shutil
+import socket
+import subprocess
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -37,3 +43,32 @@ def machine(r: redis.Redis) -> dict[str, Any]:
     return {"python": platform.python_version(), "redis": info["redis_version"],
             "cpus": os.cpu_count(), "platform": platform.platform(), "at": time.strftime(
                 "%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server on a free loopback port, no persistence, stopped afterwards."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", workdir],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(port=port)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("could not start a private redis-server") from None
+                time.sleep(0.05)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)

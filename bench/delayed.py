@@ -36,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--delay", type=float, default=1.0, help="stream: delay of each job (s)")
     p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
     p.add_argument("--concurrency", type=int, default=1000)
-    p.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
+    p.add_argument("--redis-url", default="private",
+                   help="'private' (default): a redis-server of the bench's own, so other "
+                        "users of a shared Redis neither slow it nor blur its CPU figures")
     p.add_argument("--out", default=None)
 
 

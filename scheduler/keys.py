@@ -18,8 +18,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:q:<queue>          stream  dispatch; consumer group `workers`
     <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
     <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
-    <ns>:{sNN}:leases             zset    running slot ids scored by lease_until (ms): what the
-                                          reclaimer checks, whether or not a stream entry is pending
+    <ns>:{sNN}:leases             zset    running at_most_once slot ids scored by lease_until (ms):
+                                          they have no pending stream entry for the reclaimer
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
 
 The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes

@@ -10,7 +10,9 @@ from scheduler.clock import ManualClock
 from scheduler.keys import DISPATCH_GROUP
 
 
-def reclaim(s: Shard, min_idle: int = LEASE) -> list[int]:
+def reclaim(s: Shard, min_idle: int = 0) -> list[int]:
+    """One reclaim pass. min_idle 0: the stream's idle clock is real time, the test's clock is
+    injected; the slot's lease_until (injected time) decides what has expired."""
     reply = s.run(scripts.reclaim(s.prefix, s.clock.now_ms(), 1000, 100, min_idle,
                                   [(s.queue, "0-0")]))
     return [int(x) for x in reply[:4]]
@@ -20,7 +22,7 @@ def test_an_expired_lease_is_reclaimed_and_the_old_commit_refused(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock)
     s.claim(s.read())
-    assert r.zscore(s.keys.leases(s.shard), s.slot_id) == clock.now_ms() + LEASE
+    assert r.zcard(s.keys.leases(s.shard)) == 0  # its pending entry shows the lease
     clock.advance(LEASE / 1000 - 1)
     assert reclaim(s) == [0, 0, 0, 0]  # not expired yet
     clock.advance(2)
@@ -34,6 +36,7 @@ def test_an_expired_lease_is_reclaimed_and_the_old_commit_refused(
     now = clock.now_ms()
     assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [0]
     assert s.run(scripts.complete(s.prefix, now, 1000, "w2", [(s.slot_id, 2, now, now)])) == [1]
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert "refused" in [kind for kind, _ in s.events()]
 
 
@@ -53,6 +56,10 @@ def test_at_most_once_slots_with_no_pending_entry_end_lost(
     s = make(r, client, clock, delivery="at_most_once")
     s.claim(s.read())
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    assert r.zscore(s.keys.leases(s.shard), s.slot_id) == clock.now_ms() + LEASE
+    clock.advance(LEASE / 1000 / 2)
+    assert s.run(scripts.heartbeat(s.prefix, clock.now_ms(), LEASE, W, [(s.slot_id, 1)])) == [1]
+    assert r.zscore(s.keys.leases(s.shard), s.slot_id) == clock.now_ms() + LEASE
     clock.advance(LEASE / 1000 + 1)
     assert reclaim(s) == [0, 1, 0, 0]
     assert s.slot().status is SlotStatus.LOST

@@ -52,10 +52,20 @@ local function leased(slot_key, token)
     claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8]}, st
 end
 
--- The attempt is over: the slot leaves the shard's lease set and its entry is acked.
+-- The attempt is over: its stream entry is acked, or it leaves the shard's lease set.
 local function end_lease(prefix, slot_id, s)
-  redis.call('ZREM', prefix .. 'leases', slot_id)
-  ack(prefix, s.queue, s.msg)
+  if s.msg and s.msg ~= '' then
+    ack(prefix, s.queue, s.msg)
+  else  -- at_most_once: acked at claim, tracked in `leases` instead
+    redis.call('ZREM', prefix .. 'leases', slot_id)
+  end
+end
+
+-- leased() for the hot path (complete): only what ending the lease needs.
+local function leased_brief(slot_key, token)
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue')
+  if st[1] ~= 'running' or st[2] ~= token then return nil, st end
+  return {msg = st[3], queue = st[4], attempt = tonumber(st[2])}, st
 end
 
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the

@@ -6,8 +6,8 @@
   ARGV[2]  events_maxlen
   ARGV[3]  worker_id       also the worker's consumer name in group "workers"
   ARGV[4]  lease_ms        the lease granted: lease_until = now + lease_ms
-  ARGV[5]  n               number of stream entries; then 3 fields per entry:
-           queue, msg_id (the stream entry id), slot_id
+  ARGV[5]  entries         msgpack array, 3 strings per entry: queue, msg_id (the stream
+                           entry id), slot_id
 
   Reply: one array per entry, in order
      {1, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt number
@@ -23,8 +23,10 @@
   start never precedes its dispatch, which never precedes its fire time. Only a lag under
   1 s is corrected: a clock further off is a test's injected clock and is taken as given.
 
-  A claimed slot enters the shard's `leases` zset (scored by lease_until), which the reclaimer
-  reads. at_most_once slots are acked here, so a crash after this point never re-runs them. Each
+  The lease of a running slot is visible to the reclaimer through its pending stream entry
+  (XAUTOCLAIM), except for at_most_once slots: they are acked here, so a crash after this
+  point never re-runs them, and enter the shard's `leases` zset instead (scored by
+  lease_until; their `msg` field is emptied). Each
   stream touched is trimmed of its acked head (trim_acked).
 
   Event: type "claimed" (worker, records {slot, attempt, lease_until}).
@@ -34,7 +36,8 @@ local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local worker = ARGV[3]
 local lease_until = now + tonumber(ARGV[4])
-local n = tonumber(ARGV[5])
+local items = cmsgpack.unpack(ARGV[5])
+local n = #items / 3
 
 --- @include "_lib.lua"
 
@@ -51,8 +54,8 @@ local reply = {}
 local records = {}
 local touched = {}
 for i = 0, n - 1 do
-  local b = 5 + i * 3
-  local queue, msg, slot_id = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local b = i * 3
+  local queue, msg, slot_id = items[b + 1], items[b + 2], items[b + 3]
   touched[queue] = true
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms')
@@ -60,11 +63,16 @@ for i = 0, n - 1 do
     local attempt = redis.call('HINCRBY', slot_key, 'attempt', 1)
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
-    redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
-      'claimed_ms', dispatched_after(now, msg), 'lease_until', lease_until)
-    redis.call('ZADD', leases, lease_until, slot_id)
+    local claimed = dispatched_after(now, msg)
     if job[4] == 'at_most_once' then
+      -- Acked now, so no pending entry can show the lease: the `leases` zset does.
+      redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
+        'claimed_ms', claimed, 'lease_until', lease_until, 'msg', '')
+      redis.call('ZADD', leases, lease_until, slot_id)
       ack(prefix, queue, msg)
+    else
+      redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
+        'claimed_ms', claimed, 'lease_until', lease_until)
     end
     reply[i + 1] = {1, attempt, job[1], job[2], job[3], job[4], st[4]}
     records[#records + 1] = {slot = slot_id, attempt = attempt}

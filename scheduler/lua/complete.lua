@@ -5,8 +5,8 @@
   ARGV[1]  now_ms
   ARGV[2]  events_maxlen
   ARGV[3]  worker_id
-  ARGV[4]  n               number of slots; then 4 fields per slot:
-           slot_id, token (the attempt number claim returned), started_ms, finished_ms
+  ARGV[4]  slots           msgpack array, 4 per slot: slot_id, token (the attempt number
+                           claim returned, as a string), started_ms, finished_ms
 
   Reply: one integer per slot, in order
      1  committed: status succeeded, the attempt's outcome and times in the slot's fields
@@ -21,21 +21,22 @@ local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local worker = ARGV[3]
-local n = tonumber(ARGV[4])
+local items = cmsgpack.unpack(ARGV[4])
+local n = #items / 4
 
 --- @include "_lib.lua"
 
 local reply = {}
 local done, refused = {}, {}
 for i = 0, n - 1 do
-  local b = 4 + i * 4
-  local slot_id, token = ARGV[b + 1], ARGV[b + 2]
+  local b = i * 4
+  local slot_id, token = items[b + 1], items[b + 2]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local s, st = leased(slot_key, token)
+  local s, st = leased_brief(slot_key, token)
   if s then
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
-      'started_ms', ARGV[b + 3], 'finished_ms', ARGV[b + 4])
+      'started_ms', items[b + 3], 'finished_ms', items[b + 4])
     end_lease(prefix, slot_id, s)
     reply[i + 1] = 1
     done[#done + 1] = {slot = slot_id, attempt = s.attempt}

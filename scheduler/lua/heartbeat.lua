@@ -27,9 +27,10 @@ for i = 0, n - 1 do
   local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'cancel')
   if st[1] == 'running' and st[2] == token then
     redis.call('HSET', slot_key, 'lease_until', lease_until)
-    redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)
     if st[3] and st[3] ~= '' then
       redis.call('XCLAIM', prefix .. 'q:' .. st[4], 'workers', worker, 0, st[3], 'JUSTID')
+    else  -- at_most_once: no pending entry; its lease lives in the `leases` zset
+      redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)
     end
     if st[5] and st[5] ~= '' then reply[#reply + 1] = 2 else reply[#reply + 1] = 1 end
   else

@@ -1,6 +1,6 @@
 --[[ reclaim: recover slots whose worker stopped heartbeating (running -> queued | lost |
-  dead), and dispatch entries a worker read but never claimed (queued, stuck in its pending
-  list).
+  dead | cancelled), and dispatch entries a worker read but never claimed (queued, stuck in
+  its pending list).
 
   KEYS[1]  shard prefix, e.g. "sched:{s03}:"
 
@@ -11,18 +11,22 @@
   ARGV[5]  q               number of queues; then 2 fields per queue: queue, cursor (the
                            XAUTOCLAIM cursor, "0-0" to start)
 
-  1. Expired leases, from the `leases` zset (score lease_until <= now), so slots with no
-     pending entry (at_most_once, acked at claim) are found too. The slot hash is the
-     authority: a slot no longer running just leaves the set. An expired attempt is recorded
-     with outcome "lost" and counts as a failure (a job that crashes its worker must not loop
-     forever): a slot whose cancellation was requested ends `cancelled`; at_most_once slots
-     end `lost`; others are dispatched again at once under a new
-     entry, or end `dead` (in `dlq`) when failures reach max_attempts. The slot's next claim
-     issues a new token, so the old worker's late commit is refused.
-  2. Pending entries idle past min_idle_ms (XAUTOCLAIM to consumer "reclaimer"): an entry whose
-     slot is still `queued` under it was read by a worker that died before claiming; it is
-     acked and dispatched again. Entries of running slots are left to step 1 (the owning worker
-     takes the entry back with its next heartbeat); entries of other slots are acked.
+  Where running slots are found:
+  1. at_least_once / exactly_once slots keep their stream entry pending while they run, and
+     workers reset its idle time with every heartbeat: XAUTOCLAIM (to consumer "reclaimer")
+     returns the entries idle past min_idle_ms. Such an entry whose slot is running under it
+     with an expired lease is reclaimed; one whose slot is still `queued` under it was read by
+     a worker that died before claiming, and is acked and dispatched again; one whose slot is
+     running under it with a live lease is left (the worker takes it back at its next
+     heartbeat); any other entry is acked.
+  2. at_most_once slots are acked at claim, so they have no pending entry: claim puts them
+     in the shard's `leases` zset (score lease_until) and this script reads it.
+  The slot hash is the authority for the lease. An expired attempt is recorded with outcome
+  "lost" and counts as a failure (a job that crashes its worker must not loop forever): a
+  slot whose cancellation was requested ends `cancelled`; at_most_once slots end `lost`;
+  others are dispatched again at once under a new entry, or end `dead` (in `dlq`) when
+  failures reach max_attempts. The slot's next claim issues a new token, so the old worker's
+  late commit is refused.
 
   Reply: {reclaimed, lost, dead, redispatched, next cursors...}: counts for this pass, then one
   cursor per queue for the next call ("0-0" when the scan wrapped around).
@@ -42,37 +46,48 @@ local q = tonumber(ARGV[5])
 local leases = prefix .. 'leases'
 local reclaimed, lost, dead, redispatched, cancelled = {}, {}, {}, {}, {}
 
-local expired = redis.call('ZRANGE', leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
-for _, slot_id in ipairs(expired) do
-  local slot_key = prefix .. 'slot:' .. slot_id
+-- End the expired attempt of a running slot `s` (see leased) per the rules above.
+local function expire(slot_id, slot_key, s)
+  local token = tostring(s.attempt)
+  end_lease(prefix, slot_id, s)
+  local err = 'lease expired: worker ' .. (s.worker or '?') .. ' stopped heartbeating'
+  local record = attempt_record(s, 'lost', nil, now, err)
+  local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
+  if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
+    redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+    cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
+  elseif job[1] == 'at_most_once' then
+    redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
+    lost[#lost + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
+  else
+    local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
+    if failures >= (tonumber(job[2]) or 3) then
+      bury(prefix, slot_key, slot_id, now, token, record)
+      dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
+    else
+      redis.call('HSET', slot_key, 'a:' .. token, record)
+      dispatch(prefix, slot_key, slot_id, s.queue, now)
+      reclaimed[#reclaimed + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
+    end
+  end
+end
+
+-- The running view of a slot, or nil.
+local function running(slot_key)
   local token = redis.call('HGET', slot_key, 'attempt')
-  local s = token and leased(slot_key, token)
+  if not token then return nil end
+  return (leased(slot_key, token))
+end
+
+for _, slot_id in ipairs(redis.call('ZRANGE', leases, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)) do
+  local slot_key = prefix .. 'slot:' .. slot_id
+  local s = running(slot_key)
   if not s then
     redis.call('ZREM', leases, slot_id)
   elseif s.lease_until and s.lease_until > now then
     redis.call('ZADD', leases, s.lease_until, slot_id)  -- the hash knows a later lease
   else
-    end_lease(prefix, slot_id, s)
-    local err = 'lease expired: worker ' .. (s.worker or '?') .. ' stopped heartbeating'
-    local record = attempt_record(s, 'lost', nil, now, err)
-    local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
-    if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
-      redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
-      cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
-    elseif job[1] == 'at_most_once' then
-      redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
-      lost[#lost + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
-    else
-      local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
-      if failures >= (tonumber(job[2]) or 3) then
-        bury(prefix, slot_key, slot_id, now, token, record)
-        dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
-      else
-        redis.call('HSET', slot_key, 'a:' .. token, record)
-        dispatch(prefix, slot_key, slot_id, s.queue, now)
-        reclaimed[#reclaimed + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
-      end
-    end
+    expire(slot_id, slot_key, s)
   end
 end
 
@@ -89,12 +104,16 @@ for i = 0, q - 1 do
   for _, entry in ipairs(out[2]) do
     local msg, fields = entry[1], entry[2]
     local slot_id = fields and fields[2]
-    local st = slot_id and redis.call('HMGET', prefix .. 'slot:' .. slot_id, 'status', 'msg') or {}
+    local slot_key = slot_id and prefix .. 'slot:' .. slot_id
+    local st = slot_key and redis.call('HMGET', slot_key, 'status', 'msg') or {}
     if st[1] == 'queued' and st[2] == msg then
       redis.call('XACK', stream, 'workers', msg)
-      dispatch(prefix, prefix .. 'slot:' .. slot_id, slot_id, queue, now)
+      dispatch(prefix, slot_key, slot_id, queue, now)
       redispatched[#redispatched + 1] = {slot = slot_id}
-    elseif not (st[1] == 'running' and st[2] == msg) then
+    elseif st[1] == 'running' and st[2] == msg then
+      local s = running(slot_key)
+      if s and not (s.lease_until and s.lease_until > now) then expire(slot_id, slot_key, s) end
+    else
       redis.call('XACK', stream, 'workers', msg)
     end
   end

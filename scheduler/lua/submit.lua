@@ -6,7 +6,8 @@
 
   ARGV[1]  now_ms          Redis time in ms, read by the caller
   ARGV[2]  events_maxlen   approximate cap of the shard's events stream
-  ARGV[3]  n               number of jobs; then per job:
+  ARGV[3]  n               number of jobs
+  ARGV[4]  jobs            msgpack array (strings and numbers; see scripts.pack), per job:
            job_id, task, queue, fire_ms, f (number of job-hash fields), then f field/value
            pairs for the job hash (only fields that differ from their defaults)
 
@@ -25,15 +26,16 @@ local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local n = tonumber(ARGV[3])
+local items = cmsgpack.unpack(ARGV[4])
 
 --- @include "_lib.lua"
 
 local reply = {}
 local records = {}
-local b = 3
+local b = 0
 for i = 1, n do
-  local job_id, task, queue, fire_ms = ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]
-  local f = tonumber(ARGV[b + 5])
+  local job_id, task, queue, fire_ms = items[b + 1], items[b + 2], items[b + 3], items[b + 4]
+  local f = items[b + 5]
   local first, last = b + 6, b + 5 + 2 * f
   b = last
   local job_key = prefix .. 'job:' .. job_id
@@ -42,10 +44,10 @@ for i = 1, n do
   else
     local fire = tonumber(fire_ms)
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
-      'created_ms', now, unpack(ARGV, first, last))
+      'created_ms', now, unpack(items, first, last))
     local kind = 'immediate'
     for k = first, last, 2 do
-      if ARGV[k] == 'kind' then kind = ARGV[k + 1] end
+      if items[k] == 'kind' then kind = items[k + 1] end
     end
     if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now, job_id) end
     local slot_id = job_id .. ':' .. fire_ms
