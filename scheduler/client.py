@@ -4,7 +4,7 @@ input, builds the Lua calls and decodes replies; the two classes only do the I/O
 from __future__ import annotations
 
 import hashlib
-import uuid
+import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,7 +32,7 @@ from .models import (
     job_from_hash,
     slot_from_hash,
 )
-from .schedule import resolve
+from .schedule import Schedule, resolve
 from .status import (
     Status,
     WorkerStatus,
@@ -73,10 +73,15 @@ class JobSpec(msgspec.Struct, kw_only=True):
     start_at: Any = None
     end_at: Any = None
 
-    def schedule_options(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in _SCHEDULE_OPTIONS}
+    def schedule_options(self) -> dict[str, Any] | None:
+        """The schedule arguments given, or None for a plain immediate job (the common case
+        of submit_many, kept off the slower path)."""
+        options = {name: getattr(self, name) for name in _SCHEDULE_OPTIONS}
+        return options if any(v is not None for v in options.values()) else None
 
 
+DEFAULT_RETRY = RetryPolicy()
+IMMEDIATE = Schedule(kind="immediate", fire_ms=0, fields={})  # fire_ms: the submit's now
 _SCHEDULE_OPTIONS = ("delay", "at", "cron", "tz", "catchup", "catchup_limit", "overlap",
                      "start_at", "end_at")
 
@@ -99,6 +104,8 @@ class _Core:
         self.max_payload_bytes = max_payload_bytes
         self.events_maxlen = events_maxlen
         self.known_queues: set[str] = set()
+        # Job-hash fields of the options most jobs share, computed once per distinct set.
+        self._fields: dict[tuple[Any, ...], list[Any]] = {}
 
     def adopt_shards(self, stored: Any, *, written: bool) -> None:
         """Take the shard count stored in Redis. Before the namespace's first write nothing is
@@ -117,19 +124,29 @@ class _Core:
     def row(self, spec: JobSpec, now_ms: int) -> tuple[int, tuple[str, str, str, int, list[Any]]]:
         """Validate one job; return its shard and its submit row. Raises ValidationError."""
         task = check_task(spec.task)
-        schedule = resolve(now_ms, **spec.schedule_options())
+        options = spec.schedule_options()
+        schedule = IMMEDIATE if options is None else resolve(now_ms, **options)
         queue = check_queue(spec.queue)
         timeout = check_timeout(spec.timeout)
         delivery = check_delivery(spec.delivery)
         dedupe = check_dedupe_key(spec.dedupe_key)
-        retry = spec.retry or RetryPolicy()
+        retry = spec.retry or DEFAULT_RETRY
         if not isinstance(retry, RetryPolicy):
             raise ValidationError("retry", "must be a RetryPolicy")
         payload = encode_payload(spec.payload, self.max_payload_bytes)
-        job_id = dedupe_job_id(dedupe) if dedupe else uuid.uuid4().hex
-        fields = job_fields(payload, timeout, retry, delivery, dedupe, schedule.kind,
-                            schedule.fields)
-        return shard_of(job_id, self.shards), (job_id, task, queue, schedule.fire_ms, fields)
+        job_id = dedupe_job_id(dedupe) if dedupe else os.urandom(16).hex()
+        if dedupe is None and not schedule.fields:
+            key = (timeout, retry, delivery, schedule.kind)
+            rest = self._fields.get(key)
+            if rest is None:
+                rest = self._fields[key] = job_fields(b"null", timeout, retry, delivery, None,
+                                                      schedule.kind)
+            fields = ["payload", payload, *rest] if payload != b"null" else list(rest)
+        else:
+            fields = job_fields(payload, timeout, retry, delivery, dedupe, schedule.kind,
+                                schedule.fields)
+        fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
+        return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
 
     def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]]
                      ) -> tuple[list[str], list[scripts.Call]]:
