@@ -61,12 +61,17 @@ class Heartbeat:
         calls = [scripts.heartbeat(self.keys.prefix(s), now, self.lease_ms, self.worker_id, items)
                  for s, items in by_shard.items()]
         replies = await scripts.run_async(self.redis, calls)
+        lost = 0
         for (shard, items), reply in zip(by_shard.items(), replies, strict=True):
             for (slot, token), code in zip(items, scripts.codes(reply, scripts.Beat), strict=True):
                 if code is scripts.Beat.LOST:
+                    lost += 1
                     self.on_lost(shard, slot, token)
                 elif code is scripts.Beat.CANCEL:
                     self.on_cancel(shard, slot, token)
+        if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds
+            log.warning("%d lease(s) lost (the slots were reclaimed or finished elsewhere); "
+                        "stopping those runs", lost)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
@@ -104,7 +109,11 @@ class Heartbeat:
                 if silent_s * 1000 > self.lease_ms:
                     # Our leases have expired and the reclaimer may have handed the slots to
                     # another worker: stop running them rather than duplicate their effects.
-                    for shard, slot, token in self.inflight():
+                    running = self.inflight()
+                    if running:
+                        log.warning("no heartbeat for a whole lease: stopping %d run(s)",
+                                    len(running))
+                    for shard, slot, token in running:
                         self.on_lost(shard, slot, token)
             except Exception:
                 # Without heartbeats every lease expires: never let a surprise end this loop.

@@ -23,7 +23,7 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
 
 The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
-below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys.py checks that the
+below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys_and_states.py checks that the
 keys the scripts create are the keys this module names).
 """
 

@@ -21,6 +21,7 @@ from .keys import Keys
 from .loops import pause
 
 log = logging.getLogger("scheduler.reclaimer")
+WORKER_FORGET_LEASES = 10
 
 
 class Reclaimer:
@@ -51,6 +52,10 @@ class Reclaimer:
                                  [(q, self.cursors.get((s, q), "0-0")) for q in queues])
                  for s in self.shards]
         replies = await scripts.run_async(self.redis, calls)
+        # Workers that vanished without a clean stop stay in the registry; after many leases
+        # of silence they are surely gone (their hash already expired).
+        await self.redis.zremrangebyscore(self.keys.workers, "-inf",
+                                          now - WORKER_FORGET_LEASES * self.lease_ms)
         done = dict.fromkeys(self.totals, 0)
         for shard, reply in zip(self.shards, replies, strict=True):
             for name, count in zip(self.totals, reply[:4], strict=True):

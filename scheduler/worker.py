@@ -306,7 +306,7 @@ class Worker:
     def _lost(self, shard: int, slot_id: str, token: int) -> None:
         run = self.running.get(slot_id)
         if run is not None and run.token == token:
-            log.warning("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
+            log.debug("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
             metrics.LEASES_LOST.inc()
             self._stop_run(run, "lost")
 

@@ -42,13 +42,13 @@ def r(redis_url: str) -> Iterator[redis.Redis]:
 def ns(r: redis.Redis) -> Iterator[str]:
     name = "t" + uuid.uuid4().hex[:10]
     yield name
-    keys = list(r.scan_iter(match=f"{name}:*", count=1000))
+    keys = list(r.scan_iter(match=f"{name}:*", count=10_000))
     for i in range(0, len(keys), 500):
         r.delete(*keys[i:i + 500])
 
 
 def ns_keys(r: redis.Redis, ns: str) -> list[bytes]:
-    return sorted(r.scan_iter(match=f"{ns}:*", count=1000))
+    return sorted(r.scan_iter(match=f"{ns}:*", count=10_000))
 
 
 @pytest.fixture

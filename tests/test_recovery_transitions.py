@@ -161,3 +161,25 @@ def test_reclaim_tolerates_a_queue_without_a_consumer_group(r: redis.Redis, clie
     reply = scripts.run_sync(r, [scripts.reclaim(prefix, clock.now_ms(), 1000, 10, 0, [
         ("nobody-reads-this", "0-0"), ("never-used", "0-0")])])[0]
     assert [int(x) for x in reply[:4]] == [0, 0, 0, 0]
+
+
+def test_the_reclaimer_forgets_workers_silent_for_many_leases(
+        r: redis.Redis, redis_url: str, ns: str, clock: ManualClock) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    from scheduler.keys import Keys
+    from scheduler.reclaimer import WORKER_FORGET_LEASES, Reclaimer
+
+    keys = Keys(ns)
+    now = clock.now_ms()
+    r.zadd(keys.workers, {"gone": now - WORKER_FORGET_LEASES * LEASE - 1, "alive": now - 1000})
+
+    async def once() -> None:
+        client = redis.asyncio.Redis.from_url(redis_url)
+        await Reclaimer(client, keys, [0], clock, lease_ms=LEASE).run_once()
+        await client.aclose()
+
+    asyncio.run(once())
+    assert r.zrange(keys.workers, 0, -1) == [b"alive"]
