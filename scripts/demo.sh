@@ -35,8 +35,11 @@ echo; echo "== submitting jobs"
 hello=$(sched submit demo.hello --payload '{"name": "world"}')
 flaky=$(sched submit demo.flaky --payload '{"fail_rate": 0.7}' --max-attempts 5)
 slow=$(sched submit demo.sleep --payload '{"seconds": 1}' --timeout 0.3 --max-attempts 2)
-echo "hello=$hello flaky=$flaky slow=$slow"
-python - "$hello" "$flaky" "$slow" <<'PY'
+later=$(sched submit demo.hello --payload '{"name": "later"}' --delay 3s)
+every2s=$(sched submit demo.hello --payload '{"name": "cron"}' --cron "*/2 * * * * *" \
+          --end-at "$(date -u -d '+7 seconds' +%Y-%m-%dT%H:%M:%SZ)")
+echo "hello=$hello flaky=$flaky slow=$slow later=$later every2s=$every2s"
+python - "$hello" "$flaky" "$slow" "$later" <<'PY'
 import os, sys, time
 from scheduler import Client
 with Client(os.environ["SCHED_REDIS_URL"], os.environ["SCHED_NAMESPACE"]) as client:
@@ -68,7 +71,9 @@ for line in text.splitlines():
                 r'|runs_total\{outcome="(succeeded|failed)".*demo\.(noop|flaky))', line):
         print(line)
 PY
-for job in "$hello" "$flaky" "$slow"; do
+sleep 2  # the cron job's last occurrences
+echo; echo "== sched jobs list"; sched jobs list
+for job in "$hello" "$flaky" "$slow" "$later" "$every2s"; do
   echo; echo "== sched runs $job"; sched runs "$job"
 done
 echo; echo "== sched jobs show $flaky"; sched jobs show "$flaky"
