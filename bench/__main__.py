@@ -13,10 +13,11 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, delayed, metrics_cost
+from . import burndown, burst, delayed, metrics_cost
 from .common import private_redis
 
-COMMANDS = {"burndown": burndown, "delayed": delayed, "metrics_cost": metrics_cost}
+COMMANDS = {"burndown": burndown, "burst": burst, "delayed": delayed,
+            "metrics_cost": metrics_cost}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -54,20 +54,41 @@ def _now_ms(r: redis.Redis) -> int:
     return int(sec) * 1000 + int(usec) // 1000
 
 
+def _drained(r: redis.Redis, ns: str, shards: int) -> bool:
+    """Nothing due, nothing undelivered or pending in any stream: a few commands per poll, so
+    polling does not load the Redis being measured (reading every slot each time did)."""
+    k = Keys(ns)
+    pipe = r.pipeline(transaction=False)
+    for s in range(shards):
+        pipe.zcard(k.due(s))
+        pipe.xinfo_groups(k.queue(s, "default"))
+    replies = pipe.execute(raise_on_error=False)
+    for due, groups in zip(replies[::2], replies[1::2], strict=True):
+        if isinstance(due, Exception) or due:
+            return False
+        if isinstance(groups, Exception):
+            continue  # no stream in this shard yet
+        for g in groups:
+            if (g.get("lag") or 0) or g.get("pending"):
+                return False
+    return True
+
+
 def _lags(r: redis.Redis, ns: str, shards: int, jobs: list[tuple[str, int]],
           timeout_s: float) -> list[int]:
     """Wait for every slot to be claimed; return claimed_ms - fire_ms per slot."""
     k = Keys(ns)
     keys = [k.slot(shard_of(j, shards), slot_id(j, f)) for j, f in jobs]
+    last_fire = max(f for _, f in jobs)
     deadline = time.monotonic() + timeout_s
-    while True:
-        pipe = r.pipeline(transaction=False)
-        for key in keys:
-            pipe.hget(key, "claimed_ms")
-        claimed = pipe.execute()
-        if all(claimed) or time.monotonic() > deadline:
+    while time.monotonic() < deadline:
+        if _now_ms(r) > last_fire and _drained(r, ns, shards):
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
+    pipe = r.pipeline(transaction=False)
+    for key in keys:
+        pipe.hget(key, "claimed_ms")
+    claimed = pipe.execute()
     missing = sum(1 for c in claimed if not c)
     if missing:
         raise SystemExit(f"delayed: {missing} of {len(jobs)} jobs never started")

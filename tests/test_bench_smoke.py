@@ -31,3 +31,13 @@ def test_delayed_smoke(tmp_path: Path) -> None:
     run = json.loads((tmp_path / "delayed.json").read_text())["runs"][0]
     assert run["burst"]["n"] == 300 and run["burst"]["min_ms"] >= 0
     assert run["stream"]["n"] == 50 and run["stream"]["min_ms"] >= 0
+
+
+def test_burst_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "burst", "--sizes", "200", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("burst: 200 due at once: start lag p50 ")
+    [res] = json.loads((tmp_path / "burst.json").read_text())["results"]
+    assert res["n"] == 200 and 0 <= res["p50_ms"] <= res["p99_ms"] <= res["all_started_ms"]
