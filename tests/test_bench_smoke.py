@@ -41,3 +41,14 @@ def test_burst_smoke(tmp_path: Path) -> None:
     assert out.stdout.startswith("burst: 200 due at once: start lag p50 ")
     [res] = json.loads((tmp_path / "burst.json").read_text())["results"]
     assert res["n"] == 200 and 0 <= res["p50_ms"] <= res["p99_ms"] <= res["all_started_ms"]
+
+
+def test_sustained_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "sustained", "--rate", "200", "--seconds", "2",
+         "--sample", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("sustained: ") and "start lag p50 " in out.stdout
+    result = json.loads((tmp_path / "sustained.json").read_text())
+    assert result["lag"]["n"] == result["submitted"] and result["lag"]["min_ms"] >= 0
