@@ -17,6 +17,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:leases             zset    running slot ids scored by lease_until (ms): what the
                                           reclaimer checks, whether or not a stream entry is pending
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
+    <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
+                                          by when their hash may leave Redis (ms)
 
 The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
 below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys.py checks that the
@@ -116,3 +118,6 @@ class Keys:
 
     def owner(self, shard: int) -> str:
         return f"{self.prefix(shard)}owner"  # string
+
+    def retain(self, shard: int) -> str:
+        return f"{self.prefix(shard)}retain"  # zset

@@ -24,7 +24,7 @@ import redis.asyncio
 from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once", "requeue")
+         "cancel", "replay", "purge", "once", "requeue", "trim_history", "expire", "restore")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -207,6 +207,28 @@ def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
 
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
     return Call("once", (prefix,), (slot_id, token, name))
+
+
+def trim_history(prefix: str, exact: bool = False) -> Call:
+    return Call("trim_history", (prefix,), (1 if exact else 0,))
+
+
+def expire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
+    return Call("expire", (prefix,), (now_ms, retention_ms, limit))
+
+
+def restore(prefix: str, now_ms: int, maxlen: int,
+            jobs: Sequence[tuple[str, int, Sequence[str]]],
+            slots: Sequence[tuple[str, Sequence[str]]]) -> Call:
+    """jobs: (job_id, cron watermark ms or -1, job-hash field/value pairs);
+    slots: (slot_id, slot-hash field/value pairs)."""
+    args: list[Any] = [now_ms, maxlen, len(jobs)]
+    for job_id, cron_ms, fields in jobs:
+        args += (job_id, cron_ms, len(fields) // 2, *fields)
+    args.append(len(slots))
+    for slot, fields in slots:
+        args += (slot, len(fields) // 2, *fields)
+    return Call("restore", (prefix,), tuple(args))
 
 
 # --- execution -----------------------------------------------------------------------------

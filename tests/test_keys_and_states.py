@@ -62,6 +62,9 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "purge": lambda p: scripts.purge(p, 1, 10, []),
         "once": lambda p: scripts.once(p, "s:1", 1, "x"),
         "requeue": lambda p: scripts.requeue(p, 1, 10, []),
+        "trim_history": lambda p: scripts.trim_history(p),
+        "expire": lambda p: scripts.expire(p, 1, 1000, 10),
+        "restore": lambda p: scripts.restore(p, 1, 10, [], []),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name
