@@ -11,10 +11,12 @@ from typing import Any
 
 import click
 import msgspec
+import psycopg
 import redis
 
 from scheduler.errors import SchedulerError, ValidationError
 
+from . import history as history_cmds
 from . import inspect as inspect_cmds
 from . import ops as ops_cmds
 from . import run as run_cmds
@@ -80,6 +82,10 @@ cli.add_command(inspect_cmds.jobs)
 cli.add_command(inspect_cmds.runs)
 cli.add_command(ops_cmds.cancel)
 cli.add_command(ops_cmds.dlq)
+cli.add_command(history_cmds.db)
+cli.add_command(history_cmds.snapshotter)
+cli.add_command(history_cmds.history)
+cli.add_command(history_cmds.recover)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,6 +102,14 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except SchedulerError as exc:
         click.echo(f"error: {exc}", err=True)
+        code = 1
+    except psycopg.OperationalError as exc:
+        first = (str(exc).strip().splitlines() or ["connection failed"])[0]
+        click.echo(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
+                   f"SCHED_POSTGRES_DSN", err=True)
+        code = 1
+    except psycopg.Error as exc:
+        click.echo(f"error: history store: {exc}", err=True)
         code = 1
     except redis.exceptions.ConnectionError as exc:
         click.echo(f"error: cannot reach Redis ({exc}); check --redis-url / SCHED_REDIS_URL",

@@ -14,7 +14,14 @@ import msgspec
 from . import admin, scripts
 from .clock import Clock, RedisClock
 from .connection import async_redis, sync_redis
-from .errors import ConfigError, JobNotFound, NamespaceError, SlotNotFound, ValidationError
+from .errors import (
+    ConfigError,
+    JobNotFound,
+    NamespaceError,
+    SlotNotFound,
+    StoreUnavailable,
+    ValidationError,
+)
 from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, slot_id, split_slot_id
 from .models import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -278,7 +285,13 @@ class Client:
         except JobNotFound:
             live = []
         have = {s.slot_id for s in live}
-        past = [s for s in self.history(job_id=job_id, limit=10_000) if s.slot_id not in have]
+        try:
+            past = [s for s in self.history(job_id=job_id, limit=10_000)
+                    if s.slot_id not in have]
+        except StoreUnavailable:
+            if not live:
+                raise
+            past = []  # Redis alone still answers for the slots it holds
         if not live and not past:
             raise JobNotFound(job_id)
         return sorted(live + past, key=lambda s: s.fire_ms)

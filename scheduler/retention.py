@@ -45,7 +45,7 @@ class RetentionConfig(msgspec.Struct, kw_only=True, frozen=True):
 
 
 class Retention:
-    def __init__(self, client: redis.asyncio.Redis, shards: int, *, namespace: str = "sched",
+    def __init__(self, client: redis.asyncio.Redis, shards: int = 0, *, namespace: str = "sched",
                  store: HistoryStore | None = None, config: RetentionConfig | None = None,
                  clock: Clock | None = None) -> None:
         self.redis = client
@@ -61,6 +61,10 @@ class Retention:
 
     async def run_once(self) -> int:
         """Returns the number of slot hashes deleted."""
+        if not self.shards:  # 0: the namespace's count, once it has one
+            self.shards = int(await self.redis.hget(self.keys.meta, "shards") or 0)
+            if not self.shards:
+                return 0
         if self.clock.stale():
             self.clock.anchor(await self.redis.time())
         now = self.clock.now_ms()
