@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
 
-from helpers import run_until, statuses
+from helpers import drain, pending, run_until, statuses
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
-from scheduler.keys import HISTORY_GROUP
 from scheduler.retention import Retention, RetentionConfig
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
-from scheduler.store import open_store
 
 
 def _registry() -> Registry:
@@ -47,26 +44,6 @@ def _run_jobs(redis_url: str, ns: str, ok: int, bad: int) -> tuple[list[str], li
 
         asyncio.run(run_until(redis_url, ns, _registry(), done, node=True))
     return ok_ids, bad_ids
-
-
-def pending(r: redis.Redis, ns: str, shards: int = 2) -> int:
-    return sum(int(r.xpending(f"{ns}:{{s{s:02d}}}:events", HISTORY_GROUP)["pending"])
-               for s in range(shards))
-
-
-async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterConfig,
-                hook: Callable[[Snapshotter], None] | None = None) -> Snapshotter:
-    client = redis.asyncio.Redis.from_url(redis_url)
-    snap = Snapshotter(client, open_store(store_dsn), namespace=ns, config=config)
-    if hook:
-        hook(snap)
-    try:
-        while await snap.run_once():
-            pass
-    finally:
-        await client.aclose()
-        snap.store.close()
-    return snap
 
 
 def test_every_slot_and_attempt_reaches_the_store(redis_url: str, ns: str, r: redis.Redis,
