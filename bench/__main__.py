@@ -10,9 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown
+from . import burndown, snapshot
 
-COMMANDS = {"burndown": burndown}
+COMMANDS = {"burndown": burndown, "snapshot": snapshot}
 
 
 def main(argv: list[str] | None = None) -> int:

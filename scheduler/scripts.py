@@ -24,7 +24,8 @@ import redis.asyncio
 from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once", "requeue", "trim_history", "expire", "restore")
+         "cancel", "replay", "purge", "once", "requeue", "trim_history", "expire", "restore",
+         "history_read")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -211,6 +212,10 @@ def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
 
 def trim_history(prefix: str, exact: bool = False) -> Call:
     return Call("trim_history", (prefix,), (1 if exact else 0,))
+
+
+def history_read(prefix: str, slots: Sequence[str], jobs: Sequence[str]) -> Call:
+    return Call("history_read", (prefix,), (len(slots), *slots, len(jobs), *jobs))
 
 
 def expire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:

@@ -59,6 +59,13 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"retention_s must be >= 0 or None, not {self.retention_s}")
 
 
+READ_CHUNK = 2000  # hashes per history_read call: bounds how long one call holds Redis
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _version(entry_id: bytes | str) -> int:
     ms, _, seq = (entry_id.decode() if isinstance(entry_id, bytes) else entry_id).partition("-")
     return int(ms) * 1_000_000 + int(seq or 0)
@@ -169,28 +176,24 @@ class Snapshotter:
                     w.jobs.add(slot.rpartition(":")[0])
 
     async def _fetch(self, work: dict[int, _Work]) -> tuple[Batch, list[tuple[int, str, int]]]:
-        """Read the hashes. The version is read first, so a state is never older than the
-        version written with it (any later transition has a later event to bring it in)."""
-        pipe = self.redis.pipeline(transaction=False)
-        plan: list[tuple[int, list[str], list[str]]] = []
+        """Read the hashes, one script call per shard (chunked), all in one round trip. The
+        version is read with them, so a row's state is the state at its version."""
+        calls, plan = [], []
         for shard, w in work.items():
             slots, jobs = list(w.slots), sorted(w.jobs)
-            pipe.xrevrange(self.keys.events(shard), count=1)
-            for slot in slots:
-                pipe.hgetall(self.keys.slot(shard, slot))
-            for job_id in jobs:
-                pipe.hgetall(self.keys.job(shard, job_id))
-            plan.append((shard, slots, jobs))
-        replies = iter(await pipe.execute())
+            for i in range(0, max(len(slots), len(jobs), 1), READ_CHUNK):
+                part_slots, part_jobs = slots[i:i + READ_CHUNK], jobs[i:i + READ_CHUNK]
+                calls.append(scripts.history_read(self.keys.prefix(shard), part_slots,
+                                                  part_jobs))
+                plan.append((shard, part_slots, part_jobs))
+        replies = await scripts.run_async(self.redis, calls)
         batch = Batch(jobs=[], slots=[], attempts=[])
         finished: list[tuple[int, str, int]] = []
-        for shard, slots, jobs in plan:
-            top = next(replies)
-            version = _version(top[0][0]) if top else 0
-            for slot in slots:
-                raw = next(replies)
-                if raw:
-                    row, attempts = slot_rows(self.namespace, slot, raw, version)
+        for (shard, slots, jobs), (top, slot_raws, job_raws) in zip(plan, replies, strict=True):
+            version = _version(top)
+            for slot, flat in zip(slots, slot_raws, strict=True):
+                if flat:
+                    row, attempts = slot_rows(self.namespace, slot, _pairs(flat), version)
                     batch.slots.append(row)
                     batch.attempts.extend(attempts)
                     if row.finished_ms is not None and is_terminal(row.status):
@@ -200,10 +203,9 @@ class Snapshotter:
                     gone = event_slot_row(self.namespace, slot, kind, record)
                     if gone is not None:
                         batch.slots.append(gone)
-            for job_id in jobs:
-                raw = next(replies)
-                if raw:
-                    batch.jobs.append(job_row(self.namespace, job_id, raw))
+            for job_id, flat in zip(jobs, job_raws, strict=True):
+                if flat:
+                    batch.jobs.append(job_row(self.namespace, job_id, _pairs(flat)))
         return batch, finished
 
     async def run_once(self) -> int:

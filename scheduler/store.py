@@ -28,6 +28,7 @@ EVENT_STATUS = {"succeeded": "succeeded", "dead": "dead", "cancelled": "cancelle
                 "lost": "lost", "purged": "dead"}
 
 _json = msgspec.json.Encoder()
+_TERMINAL = frozenset(s.value for s in TERMINAL)
 _state_decoder = msgspec.json.Decoder(dict[str, str])
 
 
@@ -160,16 +161,24 @@ def job_row(namespace: str, job_id: str, raw: dict[bytes, bytes]) -> JobRow:
 
 def slot_rows(namespace: str, slot_id: str, raw: dict[bytes, bytes], version: int
               ) -> tuple[SlotRow, list[AttemptRow]]:
-    slot = slot_from_hash(slot_id, raw)
     h = _text(raw)
-    finished = int(h["finished_ms"]) if slot.status in TERMINAL and h.get("finished_ms") else None
-    row = SlotRow(namespace, slot.job_id, slot.fire_ms, slot.status.value, slot.task, slot.queue,
-                  slot.attempt, slot.failures, slot.available_ms, finished, version,
+    status = h.get("status", "")
+    attempt = int(h.get("attempt") or 0)
+    if attempt:
+        slot = slot_from_hash(slot_id, raw)
+        attempts = [AttemptRow(namespace, slot.job_id, slot.fire_ms, a.number, a.worker,
+                               a.claimed_ms, a.lease_until_ms, a.started_ms, a.finished_ms,
+                               a.outcome.value if a.outcome else None, a.error, version)
+                    for a in slot.attempts]
+    else:
+        attempts = []  # never claimed (most slots at submission): skip the model
+    fire_ms = int(h.get("fire_ms") or 0)
+    finished = int(h["finished_ms"]) if status in _TERMINAL and h.get("finished_ms") else None
+    available = h.get("available_ms")
+    row = SlotRow(namespace, h.get("job_id", ""), fire_ms, status, h.get("task", ""),
+                  h.get("queue", "default"), attempt, int(h.get("failures") or 0),
+                  int(available) if available else fire_ms, finished, version,
                   _json.encode(h).decode())
-    attempts = [AttemptRow(namespace, slot.job_id, slot.fire_ms, a.number, a.worker,
-                           a.claimed_ms, a.lease_until_ms, a.started_ms, a.finished_ms,
-                           a.outcome.value if a.outcome else None, a.error, version)
-                for a in slot.attempts]
     return row, attempts
 
 
