@@ -10,9 +10,9 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, snapshot
+from . import burndown, retention, snapshot
 
-COMMANDS = {"burndown": burndown, "snapshot": snapshot}
+COMMANDS = {"burndown": burndown, "snapshot": snapshot, "retention": retention}
 
 
 def main(argv: list[str] | None = None) -> int:

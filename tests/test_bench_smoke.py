@@ -18,3 +18,26 @@ def test_burndown_smoke(tmp_path: Path) -> None:
     assert out.stdout.startswith("burndown: 300 jobs x1:") and "exactly once: yes" in out.stdout
     result = json.loads((tmp_path / "burndown.json").read_text())
     assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300
+
+
+def test_snapshot_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "snapshot", "--events", "2000", "--runs", "1",
+         "--load-rate", "500", "--load-seconds", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("snapshot: 2000 events x1: ") and "rows/s" in out.stdout
+    result = json.loads((tmp_path / "snapshot.json").read_text())
+    assert result["runs"][0]["rows"] == 4000  # a job row and a slot row per submission
+    assert result["load"]["jobs"] >= 400
+
+
+def test_retention_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "retention", "--rate", "300", "--seconds", "4",
+         "--retention", "0.5", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    assert out.stdout.startswith("retention: 300 jobs/s for 4s")
+    result = json.loads((tmp_path / "retention.json").read_text())
+    assert result["on"]["deleted_slots"] > 0 and result["off"]["deleted_slots"] == 0
