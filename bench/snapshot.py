@@ -2,7 +2,11 @@
 
 1. Throughput: `--events` submissions (one event record each) are made with submit_many,
    then one in-process Snapshotter drains them; rows/s counts job + slot rows committed.
-2. Keeping up (`--load-rate` jobs/s for `--load-seconds`, 0 to skip): submit_many and a
+2. Lifecycle capacity (`--lifecycle-jobs`, 0 to skip): that many jobs are submitted and run to
+   success first (no snapshotter), then the snapshotter drains their whole lifecycle
+   (submitted, claimed, succeeded); jobs/s is how many jobs' history it writes per second, to
+   compare with the 10,000 jobs/s target when it has a core of its own.
+3. Keeping up (`--load-rate` jobs/s for `--load-seconds`, 0 to skip): submit_many and a
    worker run jobs in this process while a `sched snapshotter` process writes history;
    reports the events backlog (consumer-group lag + pending) during the load and how long it
    takes to drain after it.
@@ -36,6 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
     p.add_argument("--read-count", type=int, default=20)
+    p.add_argument("--lifecycle-jobs", type=int, default=100_000)
     p.add_argument("--load-rate", type=int, default=10_000, help="jobs/s; 0 skips part 2")
     p.add_argument("--load-seconds", type=float, default=20.0)
     p.add_argument("--postgres-dsn", default=DEFAULT_DSN)
@@ -69,6 +74,47 @@ def _throughput(args: argparse.Namespace, r: redis.Redis) -> dict[str, float]:
             seconds, rows, _ = asyncio.run(_drain(args.redis_url, ns, dsn, args.read_count))
         return {"seconds": seconds, "rows": rows, "rows_per_s": rows / seconds,
                 "events_per_s": args.events / seconds}
+    finally:
+        drop_namespace(r, ns)
+
+
+async def _run_all(url: str, ns: str, n: int) -> None:
+    registry = Registry()
+    done = asyncio.Event()
+    count = [0]
+
+    @registry.task("bench.noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        count[0] += 1
+        if count[0] == n:
+            done.set()
+
+    conn = redis.asyncio.Redis.from_url(url)
+    worker = Worker(conn, registry, namespace=ns,
+                    config=WorkerConfig(concurrency=1000, batch=500, block_ms=100))
+    task = asyncio.create_task(worker.run())
+    await done.wait()
+    worker.stop()
+    await task
+    await conn.aclose()
+
+
+def _lifecycle(args: argparse.Namespace, r: redis.Redis) -> dict[str, float]:
+    import uvloop
+
+    ns = fresh_namespace("snaplife")
+    n = args.lifecycle_jobs
+    try:
+        with Client(args.redis_url, ns) as client:
+            for i in range(0, n, 10_000):
+                client.submit_many([{"task": "bench.noop"}] * min(10_000, n - i))
+        uvloop.run(_run_all(args.redis_url, ns, n))
+        with pg_schema(args.postgres_dsn) as dsn:
+            open_store(dsn).upgrade()
+            seconds, rows, entries = uvloop.run(_drain(args.redis_url, ns, dsn,
+                                                       args.read_count))
+        return {"jobs": n, "seconds": seconds, "jobs_per_s": n / seconds, "rows": rows,
+                "rows_per_s": rows / seconds}
     finally:
         drop_namespace(r, ns)
 
@@ -145,6 +191,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     med = statistics.median(x["rows_per_s"] for x in runs)
     summary = (f"snapshot: {args.events} events x{args.runs}: {med:,.0f} rows/s into Postgres "
                f"(median; {statistics.median(x['events_per_s'] for x in runs):,.0f} events/s)")
+    lifecycle: list[dict[str, float]] = []
+    if args.lifecycle_jobs:
+        lifecycle = [_lifecycle(args, r) for _ in range(args.runs)]
+        summary += (f"; lifecycle of {args.lifecycle_jobs} jobs: "
+                    f"{statistics.median(x['jobs_per_s'] for x in lifecycle):,.0f} jobs/s "
+                    f"(median)")
     load: dict[str, Any] | None = None
     if args.load_rate:
         ns = fresh_namespace("snapload")
@@ -157,5 +209,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         summary += (f"; load {args.load_rate} jobs/s for {args.load_seconds:g}s: backlog max "
                     f"{load['backlog_max']} events entries, drained "
                     f"{load['drain_after_load_s']:.1f}s after the load")
-    return {"summary": summary, "runs": runs, "median_rows_per_s": med, "load": load,
+    return {"summary": summary, "runs": runs, "median_rows_per_s": med,
+            "lifecycle": lifecycle, "load": load,
             "machine": machine(r)}

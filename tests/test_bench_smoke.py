@@ -23,7 +23,8 @@ def test_burndown_smoke(tmp_path: Path) -> None:
 def test_snapshot_smoke(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench", "snapshot", "--events", "2000", "--runs", "1",
-         "--load-rate", "500", "--load-seconds", "1", "--out", str(tmp_path)],
+         "--lifecycle-jobs", "500", "--load-rate", "500", "--load-seconds", "1",
+         "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("snapshot: 2000 events x1: ") and "rows/s" in out.stdout
