@@ -109,7 +109,8 @@ def main(argv: list[str] | None = None) -> None:
                    f"SCHED_POSTGRES_DSN", err=True)
         code = 1
     except psycopg.Error as exc:
-        click.echo(f"error: history store: {exc}", err=True)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        click.echo(f"error: history store: {first}", err=True)
         code = 1
     except redis.exceptions.ConnectionError as exc:
         click.echo(f"error: cannot reach Redis ({exc}); check --redis-url / SCHED_REDIS_URL",
