@@ -56,6 +56,7 @@ async def _drain(url: str, ns: str, dsn: str, read_count: int) -> tuple[float, i
     t = time.perf_counter()
     while await snap.run_once():
         pass
+    await snap.settle()
     elapsed = time.perf_counter() - t
     await client.aclose()
     store.close()

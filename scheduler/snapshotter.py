@@ -49,6 +49,9 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     retention_s: float | None = 3600.0
     """How long a finished slot stays in Redis once it is in the store; None keeps it."""
     consumer: str = ""
+    overlap_writes: bool = True
+    """Write batch N to the store while reading batch N+1 from Redis (acks still follow each
+    commit)."""
 
     def __post_init__(self) -> None:
         if self.read_count < 1:
@@ -99,6 +102,8 @@ class Snapshotter:
         self._cursors: dict[int, bytes] = {}
         self._last_claim = 0.0
         self._own_pending = True  # at start and after a failed batch: re-read our own first
+        self._inflight: tuple[asyncio.Task[None], dict[int, _Work],
+                              list[tuple[int, str, int]], int] | None = None
         self._stop = asyncio.Event()
 
     async def setup(self) -> None:
@@ -209,33 +214,61 @@ class Snapshotter:
         return batch, finished
 
     async def run_once(self) -> int:
-        """One batch over every shard; returns the number of events entries written."""
+        """One batch over every shard; returns the number of events entries taken. With
+        `overlap_writes` the batch's store write still runs when this returns, overlapping
+        the next batch's reads; its acks follow its commit (the next call, or settle())."""
         if not self.shards:
             await self.setup()
         await self._sync_clock()
+        if self._own_pending:
+            await self.settle()  # "0" re-reads unacked entries: the write in flight's too
         try:
             work = await self._read()
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
             self.shards = 0  # Redis lost the groups (flushed, restored): set up again
+            await self._drop_inflight()
             return 0
         if not any(w.ids for w in work.values()):
+            await self.settle()
             if self._own_pending:
                 self._own_pending = False
                 return await self.run_once()
             return 0
         try:
             batch, finished = await self._fetch(work)
-            await asyncio.to_thread(self.store.write, batch)
+            await self.settle()
+            write = asyncio.create_task(asyncio.to_thread(self.store.write, batch))
+            self._inflight = (write, work, finished, len(batch))
+            if not self.config.overlap_writes:
+                await self.settle()
+        except BaseException:
+            self._own_pending = True
+            raise
+        return sum(len(w.ids) for w in work.values())
+
+    async def settle(self) -> None:
+        """Wait for the write in flight, then ack it. A failed write leaves its entries (and
+        any read since) pending: they are read again from the group's pending list."""
+        if self._inflight is None:
+            return
+        write, work, finished, rows = self._inflight
+        self._inflight = None
+        try:
+            await write
             await self._after_commit(work, finished)
         except BaseException:
             self._own_pending = True
             raise
-        entries = sum(len(w.ids) for w in work.values())
-        self.events += entries
-        self.rows += len(batch)
-        return entries
+        self.events += sum(len(w.ids) for w in work.values())
+        self.rows += rows
+
+    async def _drop_inflight(self) -> None:
+        if self._inflight is not None:
+            write = self._inflight[0]
+            self._inflight = None
+            await asyncio.gather(write, return_exceptions=True)  # its acks have no group
 
     async def _after_commit(self, work: dict[int, _Work],
                             finished: list[tuple[int, str, int]]) -> None:
@@ -271,6 +304,10 @@ class Snapshotter:
                 written = 0
             if not written:
                 await pause(self._stop, self.config.idle_sleep_s)
+        try:
+            await self.settle()  # shutdown: commit and ack the last batch before returning
+        except Exception:
+            log.exception("the last batch failed; it stays pending and is retried")
 
     def stop(self) -> None:
         self._stop.set()

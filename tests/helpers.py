@@ -131,6 +131,7 @@ async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterC
     try:
         while await snap.run_once():
             pass
+        await snap.settle()
     finally:
         await client.aclose()
         snap.store.close()
