@@ -13,11 +13,12 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, burst, delayed, metrics_cost, sustained
+from . import burndown, burst, delayed, metrics_cost, retention, snapshot, sustained
 from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "delayed": delayed,
-            "metrics_cost": metrics_cost, "sustained": sustained}
+            "metrics_cost": metrics_cost, "retention": retention, "snapshot": snapshot,
+            "sustained": sustained}
 
 
 def main(argv: list[str] | None = None) -> int:

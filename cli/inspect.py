@@ -8,6 +8,8 @@ from typing import Any
 import click
 import msgspec
 
+from .options import history_source, store_options
+
 
 def when(ms: int | None) -> str:
     if not ms:
@@ -105,13 +107,17 @@ def jobs_show(obj: dict[str, str], job_id: str, as_json: bool) -> None:
 @click.command()
 @click.argument("job_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@store_options
 @click.pass_obj
-def runs(obj: dict[str, str], job_id: str, as_json: bool) -> None:
-    """Show a job's slots and every attempt of each."""
+def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | None,
+         history_file: str) -> None:
+    """Show a job's slots and every attempt of each (from the history store for slots that
+    have left Redis)."""
     from scheduler import Client
 
-    with Client(obj["redis_url"], obj["namespace"]) as client:
-        slots = client.slots(job_id)
+    with Client(obj["redis_url"], obj["namespace"],
+                history=history_source(postgres_dsn, history_file)) as client:
+        slots = client.runs(job_id)
     if as_json:
         echo_json(slots)
         return

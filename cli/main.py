@@ -13,11 +13,13 @@ from typing import Any
 
 import click
 import msgspec
+import psycopg
 import redis
 
 from scheduler.errors import SchedulerError, ValidationError
 
 from . import dev as dev_cmds
+from . import history as history_cmds
 from . import inspect as inspect_cmds
 from . import observe as observe_cmds
 from . import ops as ops_cmds
@@ -136,6 +138,10 @@ cli.add_command(run_cmds.exporter)
 cli.add_command(observe_cmds.status)
 cli.add_command(observe_cmds.workers)
 cli.add_command(dev_cmds.dev)
+cli.add_command(history_cmds.db)
+cli.add_command(history_cmds.snapshotter)
+cli.add_command(history_cmds.history)
+cli.add_command(history_cmds.recover)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -152,6 +158,15 @@ def main(argv: list[str] | None = None) -> None:
         code = exc.exit_code
     except SchedulerError as exc:
         click.echo(f"error: {exc}", err=True)
+        code = 1
+    except psycopg.OperationalError as exc:
+        first = (str(exc).strip().splitlines() or ["connection failed"])[0]
+        click.echo(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
+                   f"SCHED_POSTGRES_DSN", err=True)
+        code = 1
+    except psycopg.Error as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        click.echo(f"error: history store: {first}", err=True)
         code = 1
     except redis.exceptions.ConnectionError as exc:
         click.echo(f"error: cannot reach Redis ({exc}); check --redis-url / SCHED_REDIS_URL",

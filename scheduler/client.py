@@ -7,7 +7,7 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -15,7 +15,14 @@ from . import admin, scripts
 from .clock import Clock, RedisClock
 from .connection import async_redis, sync_redis
 from .cronspec import CronSpec
-from .errors import ConfigError, JobNotFound, NamespaceError, SlotNotFound, ValidationError
+from .errors import (
+    ConfigError,
+    JobNotFound,
+    NamespaceError,
+    SlotNotFound,
+    StoreUnavailable,
+    ValidationError,
+)
 from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, slot_id, split_slot_id
 from .models import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -33,6 +40,7 @@ from .models import (
     slot_from_hash,
 )
 from .schedule import Schedule, resolve
+from .states import SlotStatus
 from .status import (
     Status,
     WorkerStatus,
@@ -41,6 +49,9 @@ from .status import (
     read_workers,
     read_workers_async,
 )
+
+if TYPE_CHECKING:
+    from .store import HistoryStore
 
 MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
@@ -207,6 +218,18 @@ class _Core:
         return [job_id for _, job_id in pairs[:limit]]
 
 
+def _ms(value: datetime | int | None, default: int) -> int:
+    if value is None:
+        return default
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValidationError("since/until", "datetimes must be timezone-aware (UTC)")
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValidationError("since/until", f"{value!r} is not a datetime or a time in ms")
+
+
 def _spec(raw: Mapping[str, Any]) -> JobSpec:
     try:
         return JobSpec(**raw)
@@ -233,11 +256,16 @@ class Client:
     def __init__(self, redis_url: str = "redis://127.0.0.1:6379/0", namespace: str = "sched", *,
                  shards: int | None = None, clock: Clock | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 events_maxlen: int = EVENTS_MAXLEN) -> None:
+                 events_maxlen: int = EVENTS_MAXLEN,
+                 history: str | HistoryStore | None = None) -> None:
+        """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
+        is the embedded default file, opened on first use."""
         self._core = _Core(namespace, shards, clock, max_payload_bytes, events_maxlen)
         self.redis = sync_redis(redis_url)
         self.keys = self._core.keys
         self._registered: set[str] | None = None
+        self._history_source = history
+        self._store: HistoryStore | None = None
 
     @property
     def shards(self) -> int:
@@ -336,6 +364,57 @@ class Client:
             raise SlotNotFound(slot)
         return slot_from_hash(slot, raw)
 
+    # --- history (scheduler/store.py) ---------------------------------------------------
+
+    @property
+    def store(self) -> HistoryStore:
+        if self._store is None:
+            from .store import open_store
+
+            source = self._history_source
+            self._store = source if source is not None and not isinstance(source, str) \
+                else open_store(source)
+            self._store.check()
+        return self._store
+
+    def history(self, *, job_id: str | None = None, status: str | None = None,
+                since: datetime | int | None = None, until: datetime | int | None = None,
+                limit: int = 100) -> list[Slot]:
+        """Slots from the history store, newest fire time first. since/until bound the fire
+        time (aware datetimes or ms); status is a slot status."""
+        if job_id is not None:
+            check_job_id(job_id)
+        if status is not None:
+            try:
+                status = SlotStatus(status).value
+            except ValueError:
+                raise ValidationError("status", f"{status!r} is not a slot status; use one of "
+                                      + ", ".join(s.value for s in SlotStatus)) from None
+        if not isinstance(limit, int) or limit < 1:
+            raise ValidationError("limit", f"{limit!r} is not allowed; must be an integer >= 1")
+        return self.store.history(self._core.namespace, job_id=job_id, status=status,
+                                  since_ms=_ms(since, 0), until_ms=_ms(until, 2**62),
+                                  limit=limit)
+
+    def runs(self, job_id: str) -> list[Slot]:
+        """A job's slots: those still in Redis, and from the history store those that have
+        left it (retention); JobNotFound when neither knows the job."""
+        try:
+            live = self.slots(job_id)
+        except JobNotFound:
+            live = []
+        have = {s.slot_id for s in live}
+        try:
+            past = [s for s in self.history(job_id=job_id, limit=10_000)
+                    if s.slot_id not in have]
+        except StoreUnavailable:
+            if not live:
+                raise
+            past = []  # Redis alone still answers for the slots it holds
+        if not live and not past:
+            raise JobNotFound(job_id)
+        return sorted(live + past, key=lambda s: s.fire_ms)
+
     # --- operator actions (scheduler/admin.py) ------------------------------------------
 
     @property
@@ -373,6 +452,8 @@ class Client:
 
     def close(self) -> None:
         self.redis.close()
+        if self._store is not None and self._store is not self._history_source:
+            self._store.close()
 
     def __enter__(self) -> Client:
         return self

@@ -69,3 +69,8 @@ class Cancel(Exception):
     def __init__(self, reason: str = "cancelled by handler") -> None:
         self.reason = reason
         super().__init__(reason)
+
+
+class StoreUnavailable(SchedulerError):
+    """The history store cannot be reached or opened (Postgres down, a wrong DSN, a path that
+    cannot be written)."""

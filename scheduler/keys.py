@@ -21,6 +21,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:leases             zset    running at_most_once slot ids scored by lease_until (ms):
                                           they have no pending stream entry for the reclaimer
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
+    <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
+                                          by when their hash may leave Redis (ms)
 
 The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
 below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys_and_states.py checks that the
@@ -131,3 +133,6 @@ class Keys:
 
     def owner(self, shard: int) -> str:
         return f"{self.prefix(shard)}owner"  # string
+
+    def retain(self, shard: int) -> str:
+        return f"{self.prefix(shard)}retain"  # zset

@@ -25,7 +25,8 @@ import redis.asyncio
 from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats")
+         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
+         "trim_history", "expire", "restore", "history_read")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -41,6 +42,8 @@ def header_keys(name: str) -> int:
 
 
 @dataclass(frozen=True)
+
+
 class _Source:
     name: str
     text: str
@@ -54,6 +57,8 @@ SOURCES = {
 
 
 @dataclass(frozen=True, slots=True)
+
+
 class Call:
     script: str
     keys: tuple[str, ...]
@@ -231,6 +236,8 @@ def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
 
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
     return Call("once", (prefix,), (slot_id, token, name))
+
+
 def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
                 next_ms: int, missed: int, fires: Sequence[int]) -> Call:
     """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job."""
@@ -241,9 +248,37 @@ def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms:
 def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:
     """op: "acquire" (take or renew) | "release"."""
     return Call("lease", (prefix,), (now_ms, maxlen, node_id, ttl_ms, op))
+
+
 def stats(prefix: str, now_ms: int, queues: Sequence[str]) -> Call:
     """Read-only: one shard's gauges (lua/stats.lua documents the reply)."""
     return Call("stats", (prefix,), (now_ms, len(queues), *queues))
+
+
+def trim_history(prefix: str, exact: bool = False) -> Call:
+    return Call("trim_history", (prefix,), (1 if exact else 0,))
+
+
+def history_read(prefix: str, slots: Sequence[str], jobs: Sequence[str]) -> Call:
+    return Call("history_read", (prefix,), (len(slots), *slots, len(jobs), *jobs))
+
+
+def expire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
+    return Call("expire", (prefix,), (now_ms, retention_ms, limit))
+
+
+def restore(prefix: str, now_ms: int, maxlen: int,
+            jobs: Sequence[tuple[str, int, Sequence[str]]],
+            slots: Sequence[tuple[str, Sequence[str]]]) -> Call:
+    """jobs: (job_id, cron watermark ms or -1, job-hash field/value pairs);
+    slots: (slot_id, slot-hash field/value pairs)."""
+    args: list[Any] = [now_ms, maxlen, len(jobs)]
+    for job_id, cron_ms, fields in jobs:
+        args += (job_id, cron_ms, len(fields) // 2, *fields)
+    args.append(len(slots))
+    for slot, fields in slots:
+        args += (slot, len(fields) // 2, *fields)
+    return Call("restore", (prefix,), tuple(args))
 
 
 # --- execution -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -80,3 +81,53 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--chaos-rounds", type=int, default=2, help="randomized chaos rounds")
     group.addoption("--chaos-jobs", type=int, default=600, help="jobs per chaos round")
     group.addoption("--chaos-seed", type=int, default=None, help="seed (default: random)")
+
+
+# --- PostgreSQL (history store) -----------------------------------------------------------
+
+POSTGRES_DSN = os.environ.get("SCHED_TEST_POSTGRES_DSN",
+                              "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def pg_dsn() -> Iterator[str]:
+    """A DSN whose search_path is a schema of this test's own, dropped afterwards, so parallel
+    runs and tests never see each other's tables."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        admin = psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        pytest.fail(f"tests need PostgreSQL at {POSTGRES_DSN} ({exc})")
+    admin.execute(f'CREATE SCHEMA "{schema}"')
+    sep = "&" if "?" in POSTGRES_DSN else "?"
+    try:
+        yield f"{POSTGRES_DSN}{sep}options=-csearch_path%3D{schema}"
+    finally:
+        admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        admin.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each history-store test runs against both stores (schema migrated)."""
+    from scheduler.store import open_store
+
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'history.sqlite3'}"
+    dsn = str(request.getfixturevalue("pg_dsn"))
+    s = open_store(dsn)
+    s.upgrade()
+    s.close()
+    return dsn
+
+
+@pytest.fixture
+def store(store_dsn: str) -> Iterator[Any]:
+    from scheduler.store import open_store
+
+    s = open_store(store_dsn)
+    s.upgrade()
+    yield s
+    s.close()

@@ -18,8 +18,10 @@ import redis.asyncio
 from cli.main import main
 from scheduler import Client, Registry, scripts
 from scheduler.clock import ManualClock
-from scheduler.keys import DISPATCH_GROUP, shard_of
+from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, shard_of
 from scheduler.node import SchedulerNode
+from scheduler.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler.store import open_store
 from scheduler.worker import Worker, WorkerConfig
 
 W = "worker-1"
@@ -107,3 +109,30 @@ def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,
     return int(exit_.value.code or 0), out, err
 
 
+
+
+def pending(r: redis.Redis, ns: str, shards: int = 2) -> int:
+    """Events delivered to snapshotters and not acked yet (0 before the group exists)."""
+    total = 0
+    for s in range(shards):
+        try:
+            total += int(r.xpending(f"{ns}:{{s{s:02d}}}:events", HISTORY_GROUP)["pending"])
+        except redis.exceptions.ResponseError:
+            pass
+    return total
+
+
+async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterConfig,
+                hook: Callable[[Snapshotter], None] | None = None) -> Snapshotter:
+    client = redis.asyncio.Redis.from_url(redis_url)
+    snap = Snapshotter(client, open_store(store_dsn), namespace=ns, config=config)
+    if hook:
+        hook(snap)
+    try:
+        while await snap.run_once():
+            pass
+        await snap.settle()
+    finally:
+        await client.aclose()
+        snap.store.close()
+    return snap

@@ -52,3 +52,25 @@ def test_sustained_smoke(tmp_path: Path) -> None:
     assert out.stdout.startswith("sustained: ") and "start lag p50 " in out.stdout
     result = json.loads((tmp_path / "sustained.json").read_text())
     assert result["lag"]["n"] == result["submitted"] and result["lag"]["min_ms"] >= 0
+def test_snapshot_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "snapshot", "--events", "2000", "--runs", "1",
+         "--lifecycle-jobs", "500", "--load-rate", "500", "--load-seconds", "1",
+         "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("snapshot: 2000 events x1: ") and "rows/s" in out.stdout
+    result = json.loads((tmp_path / "snapshot.json").read_text())
+    assert result["runs"][0]["rows"] == 4000  # a job row and a slot row per submission
+    assert result["load"]["jobs"] >= 400
+
+
+def test_retention_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "retention", "--rate", "300", "--seconds", "4",
+         "--retention", "0.5", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode in (0, 1), out.stderr
+    assert out.stdout.startswith("retention: 300 jobs/s for 4s")
+    result = json.loads((tmp_path / "retention.json").read_text())
+    assert result["on"]["deleted_slots"] > 0 and result["off"]["deleted_slots"] == 0

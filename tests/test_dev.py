@@ -89,4 +89,5 @@ def test_the_readme_demo_works_on_a_machine_without_a_running_redis() -> None:
     assert "... and the worker ran them in about" in out
     assert "== sched status" in out and "\nhealthy\n" in out
     assert 'sched_runs_total{outcome="succeeded",queue="default",task="demo.noop"} 20000.0' in out
-    assert out.count("== sched runs ") == 3
+    assert out.count("== sched runs ") == 5  # immediate, flaky, timed out, delayed, cron
+    assert "== sched jobs list" in out and "cron '*/2 * * * * *' UTC" in out

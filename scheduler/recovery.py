@@ -1,0 +1,107 @@
+"""Rebuild what a lost Redis held from the history store (`sched recover`).
+
+Restores the namespace's shard count, every job that recurs or still has an unfinished slot
+(its hash, verbatim), each recurring job's watermark in the shard's `cron` set (the last fire
+time the store knows + 1 ms, or the job's creation time), and every slot whose last known
+status is not terminal, re-dispatched by `restore.lua`. Nothing that exists in Redis is
+overwritten, so running it twice, or against a Redis that lost only part of its data, is safe.
+
+What it cannot restore is what never reached the store: transitions in the snapshotter's lag
+at the moment of the loss. A slot whose success was not yet snapshotted runs again
+(at-least-once); an at_most_once slot known as running ends `lost`, never re-run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+import redis
+
+from . import scripts
+from .client import EVENTS_MAXLEN
+from .clock import Clock, RedisClock
+from .errors import NamespaceError
+from .keys import DISPATCH_GROUP, Keys, shard_of
+from .store import HistoryStore
+
+T = TypeVar("T")
+
+
+class RecoveryReport(msgspec.Struct, kw_only=True):
+    shards: int
+    jobs_restored: int = 0
+    cron_watermarks_restored: int = 0
+    slots_scheduled: int = 0
+    slots_dispatched: int = 0
+    slots_ended: int = 0
+
+
+def _pairs(h: dict[str, str]) -> list[str]:
+    return [x for kv in h.items() for x in kv]
+
+
+def _chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
+            clock: Clock | None = None, events_maxlen: int = EVENTS_MAXLEN,
+            chunk: int = 200) -> RecoveryReport:
+    keys = Keys(namespace)
+    shards = store.get_namespace(namespace)
+    if shards is None:
+        raise NamespaceError(f"the history store knows no namespace {namespace!r} (check "
+                             f"--namespace, and that a snapshotter ran for it)")
+    client.hsetnx(keys.meta, "shards", shards)
+    stored: Any = client.hget(keys.meta, "shards")
+    if int(stored) != shards:
+        raise NamespaceError(f"namespace {namespace!r} has {int(stored)} shards in Redis but "
+                             f"{shards} in the history store; refusing to mix them")
+    clock = clock or RedisClock()
+    if clock.stale():
+        clock.anchor(client.time())
+    now = clock.now_ms()
+
+    jobs: dict[int, list[tuple[str, int, list[str]]]] = {}
+    queues: set[tuple[int, str]] = set()
+    for job in store.recovery_jobs(namespace):
+        shard = shard_of(job.job_id, shards)
+        cron_ms = -1
+        if job.kind == "cron":
+            cron_ms = job.last_fire_ms + 1 if job.last_fire_ms is not None else job.created_ms
+        jobs.setdefault(shard, []).append((job.job_id, cron_ms, _pairs(job.definition)))
+        queues.add((shard, job.definition.get("queue", "default")))
+    slots: dict[int, list[tuple[str, list[str]]]] = {}
+    for slot, state in store.recovery_slots(namespace):
+        shard = shard_of(slot.rpartition(":")[0], shards)
+        slots.setdefault(shard, []).append((slot, _pairs(state)))
+        queues.add((shard, state.get("queue", "default")))
+
+    if queues:
+        client.sadd(keys.queues, *{q for _, q in queues})
+        pipe = client.pipeline(transaction=False)
+        for shard, queue in sorted(queues):
+            pipe.xgroup_create(keys.queue(shard, queue), DISPATCH_GROUP, id="0", mkstream=True)
+        for result in pipe.execute(raise_on_error=False):
+            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
+                raise result
+
+    calls = []
+    for shard in sorted(set(jobs) | set(slots)):
+        prefix = keys.prefix(shard)
+        for part in _chunks(jobs.get(shard, []), chunk):
+            calls.append(scripts.restore(prefix, now, events_maxlen, part, []))
+        for slot_part in _chunks(slots.get(shard, []), chunk):
+            calls.append(scripts.restore(prefix, now, events_maxlen, [], slot_part))
+    report = RecoveryReport(shards=shards)
+    for group in _chunks(calls, 50):
+        for reply in scripts.run_sync(client, group):
+            report.jobs_restored += int(reply[0])
+            report.cron_watermarks_restored += int(reply[1])
+            report.slots_scheduled += int(reply[2])
+            report.slots_dispatched += int(reply[3])
+            report.slots_ended += int(reply[4])
+    return report

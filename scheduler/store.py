@@ -1,0 +1,216 @@
+"""The history store: one small interface, two implementations (Postgres for production,
+SQLite as the embedded default), and the rows the snapshotter writes.
+
+Rows are built from the Redis hashes the events point at, so the store holds each slot's
+latest known state (`state` is the slot hash, attempts included) plus one row per attempt
+for SQL users. Upserts are keyed by (namespace, job_id[, fire_ms[, number]]) and guarded by
+`version` (the shard's last events-stream id at read time), so replaying a batch, or two
+snapshotters racing on one slot, never moves a row back to an older state.
+
+Rows are NamedTuples rather than Structs: COPY and executemany take tuples as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+
+from .models import Slot, slot_from_hash
+from .states import TERMINAL, SlotStatus
+
+DAY_MS = 86_400_000
+DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
+SCHEMA_VERSION = 1
+# What an event says about a slot whose hash is already gone.
+EVENT_STATUS = {"succeeded": "succeeded", "dead": "dead", "cancelled": "cancelled",
+                "lost": "lost", "purged": "dead"}
+
+_json = msgspec.json.Encoder()
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+_state_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+class JobRow(NamedTuple):
+    namespace: str
+    job_id: str
+    task: str
+    queue: str
+    kind: str
+    created_ms: int
+    fire_ms: int
+    definition: str  # the job hash as a JSON object
+
+
+class SlotRow(NamedTuple):
+    namespace: str
+    job_id: str
+    fire_ms: int
+    status: str
+    task: str
+    queue: str
+    attempt: int
+    failures: int
+    available_ms: int | None
+    finished_ms: int | None
+    version: int
+    state: str  # the slot hash as a JSON object
+
+
+class AttemptRow(NamedTuple):
+    namespace: str
+    job_id: str
+    fire_ms: int
+    number: int
+    worker: str | None
+    claimed_ms: int | None
+    lease_until_ms: int | None
+    started_ms: int | None
+    finished_ms: int | None
+    outcome: str | None
+    error: str | None
+    version: int
+
+
+class Batch(msgspec.Struct):
+    jobs: list[JobRow] = []
+    slots: list[SlotRow] = []
+    attempts: list[AttemptRow] = []
+
+    def __len__(self) -> int:
+        return len(self.jobs) + len(self.slots) + len(self.attempts)
+
+
+class RecoveryJob(NamedTuple):
+    job_id: str
+    definition: dict[str, str]
+    kind: str
+    created_ms: int
+    last_fire_ms: int | None
+
+
+class HistoryStore(Protocol):
+    dialect: str
+
+    def upgrade(self) -> int:
+        """Apply the migrations not applied yet; returns the schema version."""
+
+    def schema_version(self) -> int: ...
+
+    def check(self) -> None:
+        """Raise StoreUnavailable unless the schema is current."""
+
+    def write(self, batch: Batch) -> None:
+        """Upsert a batch in one transaction; committed when this returns."""
+
+    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None: ...
+
+    def get_namespace(self, namespace: str) -> int | None: ...
+
+    def history(self, namespace: str, *, job_id: str | None, status: str | None,
+                since_ms: int, until_ms: int, limit: int) -> list[Slot]: ...
+
+    def recovery_jobs(self, namespace: str) -> list[RecoveryJob]: ...
+
+    def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        """(slot_id, slot hash) of every slot whose last known status is not terminal."""
+
+    def drop_before(self, cutoff_ms: int) -> None:
+        """Forget slots (and their attempts) that fired before cutoff_ms."""
+
+    def close(self) -> None: ...
+
+
+def is_postgres(dsn: str) -> bool:
+    return dsn.startswith(("postgres://", "postgresql://")) or "dbname=" in dsn or "host=" in dsn
+
+
+def open_store(dsn: str | None = None) -> HistoryStore:
+    """`postgresql://...` (or a keyword DSN) -> Postgres; `sqlite:///abs/path`, a file path, or
+    None (the embedded default file) -> SQLite, migrated on open. A Postgres schema is migrated by
+    `sched db upgrade`, never implicitly; opening one that is behind raises StoreUnavailable."""
+    if dsn and is_postgres(dsn):
+        from .store_postgres import PostgresStore
+
+        return PostgresStore(dsn)
+    from .store_sqlite import SqliteStore
+
+    if dsn and dsn.startswith("sqlite://"):
+        path = Path(dsn.removeprefix("sqlite://"))  # sqlite:///var/lib/x.db -> /var/lib/x.db
+    else:
+        path = Path(dsn) if dsn else DEFAULT_SQLITE_PATH
+    store = SqliteStore(path)
+    store.upgrade()
+    return store
+
+
+# --- rows from Redis hashes ----------------------------------------------------------------
+
+
+def _text(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
+def job_row(namespace: str, job_id: str, raw: dict[bytes, bytes]) -> JobRow:
+    h = _text(raw)
+    return JobRow(namespace, job_id, h.get("task", ""), h.get("queue", "default"),
+                  h.get("kind", "immediate"), int(h.get("created_ms") or 0),
+                  int(h.get("fire_ms") or 0), _json.encode(h).decode())
+
+
+def slot_rows(namespace: str, slot_id: str, raw: dict[bytes, bytes], version: int
+              ) -> tuple[SlotRow, list[AttemptRow]]:
+    h = _text(raw)
+    status = h.get("status", "")
+    attempt = int(h.get("attempt") or 0)
+    if attempt:
+        slot = slot_from_hash(slot_id, raw)
+        attempts = [AttemptRow(namespace, slot.job_id, slot.fire_ms, a.number, a.worker,
+                               a.claimed_ms, a.lease_until_ms, a.started_ms, a.finished_ms,
+                               a.outcome.value if a.outcome else None, a.error, version)
+                    for a in slot.attempts]
+    else:
+        attempts = []  # never claimed (most slots at submission): skip the model
+    fire_ms = int(h.get("fire_ms") or 0)
+    finished = int(h["finished_ms"]) if status in _TERMINAL and h.get("finished_ms") else None
+    available = h.get("available_ms")
+    row = SlotRow(namespace, h.get("job_id", ""), fire_ms, status, h.get("task", ""),
+                  h.get("queue", "default"), attempt, int(h.get("failures") or 0),
+                  int(available) if available else fire_ms, finished, version,
+                  _json.encode(h).decode())
+    return row, attempts
+
+
+def event_slot_row(namespace: str, slot_id: str, kind: str, record: dict[str, Any]
+                   ) -> SlotRow | None:
+    """What an event alone says about a slot whose hash is gone. Version 0: such a row is
+    only inserted when the store has none, never replaces a row read from the hash."""
+    status = EVENT_STATUS.get(kind)
+    if status is None:
+        return None
+    job_id, _, fire = slot_id.rpartition(":")
+    state = {"job_id": job_id, "fire_ms": fire, "status": status}
+    return SlotRow(namespace, job_id, int(fire), status, str(record.get("task", "")),
+                   str(record.get("queue", "default")), int(record.get("attempt") or 0), 0,
+                   None, None, 0, _json.encode(state).decode())
+
+
+def slot_from_state(job_id: str, fire_ms: int, state: str | dict[str, str]) -> Slot:
+    h = _state_decoder.decode(state) if isinstance(state, str | bytes) else state
+    return slot_from_hash(f"{job_id}:{fire_ms}",
+                          {k.encode(): str(v).encode() for k, v in h.items()})
+
+
+def decode_state(state: str | dict[str, str]) -> dict[str, str]:
+    if isinstance(state, str | bytes):
+        return _state_decoder.decode(state)
+    return {k: str(v) for k, v in state.items()}
+
+
+def days_of(batch: Batch) -> set[int]:
+    return {r.fire_ms // DAY_MS for r in batch.slots} | {r.fire_ms // DAY_MS for r in batch.attempts}
+
+
+def is_terminal(status: str) -> bool:
+    return SlotStatus(status) in TERMINAL

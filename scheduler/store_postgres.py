@@ -1,0 +1,185 @@
+"""The Postgres history store: COPY each batch into temp staging tables, then one upsert per
+table, in one transaction. Slots and attempts are partitioned by fire day; the partitions a
+batch needs are created before it is written (under an advisory lock, since two snapshotters
+may need the same day), and retention drops whole days."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from . import sqlfiles
+from .errors import StoreUnavailable
+from .models import Slot
+from .store import (
+    DAY_MS,
+    SCHEMA_VERSION,
+    Batch,
+    RecoveryJob,
+    days_of,
+    decode_state,
+    slot_from_state,
+)
+
+_LOCK = 7_301_946_117  # advisory lock id for migrations and partition DDL
+_PART = re.compile(r"^(slots|attempts)_d(\d{8})$")
+Q = sqlfiles.queries("postgres")
+M = sqlfiles.queries("postgres", "migrations.sql")
+
+
+def unreachable(dsn: str, exc: Exception) -> StoreUnavailable:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StoreUnavailable(f"cannot reach Postgres ({first}); check --postgres-dsn / "
+                            f"SCHED_POSTGRES_DSN")
+
+
+def _day_name(table: str, day: int) -> str:
+    return f"{table}_d{datetime.fromtimestamp(day * 86_400, UTC):%Y%m%d}"
+
+
+class PostgresStore:
+    dialect = "postgres"
+
+    def __init__(self, dsn: str, *, connect_timeout_s: int = 5) -> None:
+        self.dsn = dsn
+        try:
+            self.conn = psycopg.connect(dsn, connect_timeout=connect_timeout_s)
+        except psycopg.Error as exc:
+            raise unreachable(dsn, exc) from None
+        self._days: set[int] = set()
+        self._staged = False
+
+    # --- schema ------------------------------------------------------------------------
+
+    def schema_version(self) -> int:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute("SELECT to_regclass('schema_migrations') IS NOT NULL")
+            row = cur.fetchone()
+            if not row or not row[0]:
+                return 0
+            cur.execute(M["applied"])
+            return max((r[0] for r in cur.fetchall()), default=0)
+
+    def upgrade(self) -> int:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+            cur.execute(M["create_versions"])
+            cur.execute(M["applied"])
+            applied = {r[0] for r in cur.fetchall()}
+            for version, script in sqlfiles.migrations("postgres"):
+                if version not in applied:
+                    cur.execute(script.encode())
+                    cur.execute(M["record"], {"version": version})
+        return self.schema_version()
+
+    def check(self) -> None:
+        found = self.schema_version()
+        if found < SCHEMA_VERSION:
+            raise StoreUnavailable(f"the history schema is at version {found}, this code needs "
+                                   f"{SCHEMA_VERSION}: run `sched db upgrade` first")
+
+    # --- writing -----------------------------------------------------------------------
+
+    def _ensure_partitions(self, days: set[int]) -> None:
+        missing = days - self._days
+        if not missing:
+            return
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+            for day in sorted(missing):
+                cur.execute(sql.SQL(Q["create_partition"]).format(
+                    slots_part=sql.Identifier(_day_name("slots", day)),
+                    attempts_part=sql.Identifier(_day_name("attempts", day)),
+                    start=sql.Literal(day * DAY_MS), end=sql.Literal((day + 1) * DAY_MS)))
+        self._days |= missing
+
+    def write(self, batch: Batch) -> None:
+        if not len(batch):
+            return
+        # One day ahead too, so the first rows of tomorrow never wait on DDL.
+        days = days_of(batch)
+        self._ensure_partitions(days | {d + 1 for d in days})
+        try:
+            self._write(batch)
+        except psycopg.errors.CheckViolation:
+            # Another store's retention dropped a partition this one thought it had.
+            self._days.clear()
+            self._ensure_partitions(days)
+            self._write(batch)
+        except psycopg.OperationalError as exc:
+            raise unreachable(self.dsn, exc) from None
+
+    def _write(self, batch: Batch) -> None:
+        try:
+            self._write_once(batch)
+        except BaseException:
+            self._staged = False  # temp tables created in a rolled-back transaction are gone
+            raise
+
+    def _write_once(self, batch: Batch) -> None:
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            if not self._staged:
+                cur.execute(Q["stage"])
+                self._staged = True
+            for rows, copy, upsert in ((batch.jobs, "copy_jobs", "upsert_jobs"),
+                                       (batch.slots, "copy_slots", "upsert_slots"),
+                                       (batch.attempts, "copy_attempts", "upsert_attempts")):
+                if not rows:
+                    continue
+                with cur.copy(Q[copy]) as out:
+                    for row in rows:
+                        out.write_row(row)
+                cur.execute(Q[upsert])
+
+    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None:
+        with self.conn.transaction():
+            self.conn.execute(Q["put_namespace"],
+                              {"namespace": namespace, "shards": shards, "now_ms": now_ms})
+
+    def get_namespace(self, namespace: str) -> int | None:
+        with self.conn.transaction():
+            row = self.conn.execute(Q["get_namespace"], {"namespace": namespace}).fetchone()
+        return int(row[0]) if row else None
+
+    # --- reading -----------------------------------------------------------------------
+
+    def _rows(self, query: str, params: dict[str, Any]) -> list[Any]:
+        with self.conn.transaction():
+            return self.conn.execute(Q[query], params).fetchall()
+
+    def history(self, namespace: str, *, job_id: str | None, status: str | None,
+                since_ms: int, until_ms: int, limit: int) -> list[Slot]:
+        rows = self._rows("history", {"namespace": namespace, "job_id": job_id,
+                                      "status": status, "since_ms": since_ms,
+                                      "until_ms": until_ms, "limit": limit})
+        return [slot_from_state(j, f, s) for j, f, s in rows]
+
+    def recovery_jobs(self, namespace: str) -> list[RecoveryJob]:
+        rows = self._rows("recovery_jobs", {"namespace": namespace})
+        return [RecoveryJob(j, decode_state(d), k, c, last) for j, d, k, c, last in rows]
+
+    def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self._rows("recovery_slots", {"namespace": namespace})
+        return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    # --- retention ---------------------------------------------------------------------
+
+    def drop_before(self, cutoff_ms: int) -> None:
+        """Drop each day partition that ends at or before the cutoff (no DELETE)."""
+        cutoff_day = datetime.fromtimestamp(cutoff_ms / 1000, UTC).strftime("%Y%m%d")
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+            cur.execute(Q["partitions"])
+            for (name,) in cur.fetchall():
+                m = _PART.match(name)
+                if m and m.group(2) < cutoff_day:
+                    cur.execute(sql.SQL(Q["drop_partition"]).format(part=sql.Identifier(name)))
+            cur.execute(Q["drop_orphan_jobs"], {"cutoff_ms": cutoff_ms})
+        self._days.clear()
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,60 @@
+"""`sched history`, `sched runs` falling back to history, `sched db upgrade`, and the one-line
+errors of the history commands."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from helpers import drain, run_until, sched
+from scheduler import Client, Context, Registry
+from scheduler.snapshotter import SnapshotterConfig
+
+
+def test_history_and_runs_read_the_store(redis_url: str, ns: str, r: redis.Redis,
+                                         tmp_path: Path, capsys: Any) -> None:
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(ctx.slot_id)
+
+    file = str(tmp_path / "h.db")
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": "t"} for _ in range(3)])
+    asyncio.run(run_until(redis_url, ns, registry, lambda: len(ran) == 3))
+    asyncio.run(drain(redis_url, ns, f"sqlite://{file}",
+                      config=SnapshotterConfig(retention_s=None)))
+    code, out, _ = sched(capsys, redis_url, ns, "history", "--history-file", file, "--json")
+    assert code == 0 and {s["job_id"] for s in json.loads(out)} == set(ids)
+    code, out, _ = sched(capsys, redis_url, ns, "history", "--history-file", file,
+                         "--status", "succeeded", "--job", ids[0])
+    assert code == 0 and ids[0] in out and ids[1] not in out and "succeeded" in out
+    for key in r.scan_iter(match=f"{ns}:*:{ids[0]}*"):  # as retention would
+        r.delete(key)
+    code, out, _ = sched(capsys, redis_url, ns, "runs", ids[0], "--history-file", file, "--json")
+    assert code == 0 and json.loads(out)[0]["status"] == "succeeded"
+    code, _, err = sched(capsys, redis_url, ns, "runs", "nosuchjob", "--history-file", file)
+    assert code == 1 and err.startswith("error: no job 'nosuchjob'")
+
+
+def test_db_upgrade_is_idempotent(pg_dsn: str, redis_url: str, ns: str, capsys: Any) -> None:
+    for _ in range(2):
+        code, out, _ = sched(capsys, redis_url, ns, "db", "upgrade", "--postgres-dsn", pg_dsn)
+        assert code == 0 and out.strip() == "history schema at version 1 (postgres)"
+
+
+def test_history_errors_are_one_line(redis_url: str, ns: str, tmp_path: Path,
+                                     capsys: Any) -> None:
+    file = str(tmp_path / "h.db")
+    for args, start in [(["--status", "nope"], "error: status: 'nope' is not a slot status"),
+                        (["--since", "yesterday"], "error: since: 'yesterday'"),
+                        (["--postgres-dsn", "postgresql://x@127.0.0.1:1/n?connect_timeout=1"],
+                         "error: cannot reach Postgres")]:
+        code, _, err = sched(capsys, redis_url, ns, "history", "--history-file", file, *args)
+        assert code == 1 and err.startswith(start) and err.count("\n") == 1, err

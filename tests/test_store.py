@@ -1,0 +1,145 @@
+"""One conformance suite for both history stores (SQLite, Postgres): migrations, versioned
+upserts, replay, reading history, what recovery reads, and retention."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from scheduler import sqlfiles
+from scheduler.states import SlotStatus
+from scheduler.store import DAY_MS, SCHEMA_VERSION, Batch, event_slot_row, job_row, slot_rows
+
+NS = "ns1"
+DAY0 = 1_700_006_400_000  # 2023-11-15T00:00Z, a day boundary
+
+
+def _raw(d: dict[str, Any]) -> dict[bytes, bytes]:
+    return {k.encode(): str(v).encode() for k, v in d.items()}
+
+
+def job(job_id: str, fire_ms: int, kind: str = "immediate") -> Any:
+    return job_row(NS, job_id, _raw({"task": "t", "queue": "q", "fire_ms": fire_ms,
+                                     "created_ms": fire_ms - 5, "kind": kind,
+                                     "payload": '{"n": 1}'}))
+
+
+def slot(job_id: str, fire_ms: int, status: str, version: int, attempt: int = 0,
+         **extra: Any) -> tuple[Any, list[Any]]:
+    fields = {"job_id": job_id, "fire_ms": fire_ms, "status": status, "queue": "q", "task": "t",
+              "attempt": attempt, **extra}
+    if attempt:
+        fields.setdefault("worker", "w1")
+        fields.setdefault("claimed_ms", fire_ms + 1)
+    return slot_rows(NS, f"{job_id}:{fire_ms}", _raw(fields), version)
+
+
+def write(store: Any, jobs: list[Any] = (), slots: list[tuple[Any, list[Any]]] = ()) -> None:  # type: ignore[assignment]
+    store.write(Batch(jobs=list(jobs), slots=[s for s, _ in slots],
+                      attempts=[a for _, atts in slots for a in atts]))
+
+
+def test_the_sql_status_check_names_the_same_states_as_the_enum() -> None:
+    for dialect in ("postgres", "sqlite"):
+        text = dict(sqlfiles.migrations(dialect))[1]
+        listed = re.search(r"status\s+\w+ NOT NULL CHECK \(status IN\s*\(([^)]*)\)", text)
+        assert listed, dialect
+        assert set(re.findall(r"'(\w+)'", listed.group(1))) == {s.value for s in SlotStatus}
+
+
+def test_upgrade_is_idempotent_and_records_its_version(store: Any) -> None:
+    assert store.schema_version() == SCHEMA_VERSION
+    assert store.upgrade() == SCHEMA_VERSION
+    store.check()
+
+
+def test_a_newer_reading_wins_and_an_older_one_never_replaces_it(store: Any) -> None:
+    write(store, [job("j1", DAY0)], [slot("j1", DAY0, "queued", 10)])
+    done = slot("j1", DAY0, "succeeded", 30, attempt=1, outcome="succeeded",
+                started_ms=DAY0 + 2, finished_ms=DAY0 + 9)
+    write(store, [], [done])
+    write(store, [], [slot("j1", DAY0, "running", 20, attempt=1)])  # a late, older reading
+    gone = event_slot_row(NS, f"j1:{DAY0}", "dead", {"slot": f"j1:{DAY0}"})
+    store.write(Batch(jobs=[], slots=[gone], attempts=[]))  # version 0: never replaces a row
+    [s] = store.history(NS, job_id="j1", status=None, since_ms=0, until_ms=2**62, limit=10)
+    assert s.status is SlotStatus.SUCCEEDED and s.attempt == 1
+    assert [(a.number, a.outcome and a.outcome.value, a.finished_ms) for a in s.attempts] == [
+        (1, "succeeded", DAY0 + 9)]
+
+
+def test_replaying_a_batch_changes_nothing(store: Any) -> None:
+    rows = [slot(f"j{i}", DAY0 + i, "dead", 5, attempt=3, finished_ms=DAY0 + 100,
+                 **{f"a:{n}": json.dumps({"number": n, "outcome": "failed", "error": "boom"})
+                    for n in (1, 2)}) for i in range(50)]
+    for _ in range(2):
+        write(store, [job(f"j{i}", DAY0 + i) for i in range(50)], rows)
+    got = store.history(NS, job_id=None, status=None, since_ms=0, until_ms=2**62, limit=1000)
+    assert len(got) == 50 and {s.status for s in got} == {SlotStatus.DEAD}
+    assert all([a.number for a in s.attempts] == [1, 2, 3] for s in got)
+
+
+def test_history_filters_by_job_status_time_and_limit(store: Any) -> None:
+    write(store, [job("a", DAY0), job("b", DAY0 + DAY_MS)],
+          [slot("a", DAY0, "succeeded", 1, attempt=1, finished_ms=DAY0 + 5),
+           slot("b", DAY0 + DAY_MS, "dead", 1, attempt=1, finished_ms=DAY0 + DAY_MS + 5),
+           slot("b", DAY0 + 2 * DAY_MS, "queued", 1)])
+
+    def ids(**kw: Any) -> list[str]:
+        args = {"job_id": None, "status": None, "since_ms": 0, "until_ms": 2**62, "limit": 10}
+        return [s.slot_id for s in store.history(NS, **{**args, **kw})]
+
+    assert ids() == [f"b:{DAY0 + 2 * DAY_MS}", f"b:{DAY0 + DAY_MS}", f"a:{DAY0}"]
+    assert ids(job_id="a") == [f"a:{DAY0}"]
+    assert ids(status="dead") == [f"b:{DAY0 + DAY_MS}"]
+    assert ids(since_ms=DAY0 + 1, until_ms=DAY0 + 2 * DAY_MS) == [f"b:{DAY0 + DAY_MS}"]
+    assert ids(limit=1) == [f"b:{DAY0 + 2 * DAY_MS}"]
+    assert store.history("other-ns", job_id=None, status=None, since_ms=0, until_ms=2**62,
+                         limit=10) == []
+
+
+def test_recovery_reads_recurring_jobs_and_unfinished_slots(store: Any) -> None:
+    write(store, [job("done", DAY0), job("live", DAY0), job("c", DAY0, kind="cron"),
+                  job("c2", DAY0, kind="cron")],
+          [slot("done", DAY0, "succeeded", 1, attempt=1, finished_ms=DAY0 + 3),
+           slot("live", DAY0, "running", 1, attempt=2),
+           slot("c", DAY0, "succeeded", 1, attempt=1, finished_ms=DAY0 + 3),
+           slot("c", DAY0 + 60_000, "scheduled", 1)])
+    jobs = {j.job_id: j for j in store.recovery_jobs(NS)}
+    assert set(jobs) == {"live", "c", "c2"}
+    assert jobs["c"].last_fire_ms == DAY0 + 60_000 and jobs["c2"].last_fire_ms is None
+    assert jobs["c"].kind == "cron" and jobs["live"].definition["payload"] == '{"n": 1}'
+    slots = dict(store.recovery_slots(NS))
+    assert set(slots) == {f"live:{DAY0}", f"c:{DAY0 + 60_000}"}
+    assert slots[f"live:{DAY0}"]["status"] == "running"
+    assert slots[f"live:{DAY0}"]["attempt"] == "2"
+
+
+def test_namespaces_keep_their_shard_count(store: Any) -> None:
+    assert store.get_namespace(NS) is None
+    store.put_namespace(NS, 8, DAY0)
+    store.put_namespace(NS, 8, DAY0 + 1)
+    assert store.get_namespace(NS) == 8
+
+
+def test_retention_forgets_whole_days_before_the_cutoff(store: Any) -> None:
+    write(store, [job("old", DAY0), job("new", DAY0 + 3 * DAY_MS)],
+          [slot("old", DAY0 + 10, "succeeded", 1, attempt=1, finished_ms=DAY0 + 20),
+           slot("new", DAY0 + 3 * DAY_MS, "succeeded", 1, attempt=1,
+                finished_ms=DAY0 + 3 * DAY_MS + 5)])
+    store.drop_before(DAY0 + 2 * DAY_MS)
+    left = store.history(NS, job_id=None, status=None, since_ms=0, until_ms=2**62, limit=10)
+    assert [s.job_id for s in left] == ["new"]
+    write(store, [], [slot("old2", DAY0 + 5, "queued", 1)])  # a dropped day can be written again
+    assert len(store.history(NS, job_id="old2", status=None, since_ms=0, until_ms=2**62,
+                             limit=10)) == 1
+
+
+def test_postgres_unreachable_is_one_clear_error() -> None:
+    from scheduler.errors import StoreUnavailable
+    from scheduler.store import open_store
+
+    with pytest.raises(StoreUnavailable, match="cannot reach Postgres.*SCHED_POSTGRES_DSN"):
+        open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
