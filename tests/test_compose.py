@@ -26,7 +26,7 @@ def compose() -> dict[str, Any]:
 
 def test_compose_services_run_real_cli_commands() -> None:
     services = compose()["services"]
-    assert {"redis", "postgres", "scheduler", "worker", "exporter", "prometheus", "grafana",
+    assert {"redis", "postgres", "scheduler", "worker", "exporter", "snapshotter", "prometheus", "grafana",
             "redisinsight"} <= set(services)
     assert "--appendonly" in services["redis"]["command"]
     for name, service in services.items():
@@ -54,7 +54,7 @@ def test_compose_mounts_exist_and_prometheus_scrapes_the_ports_compose_serves() 
             for target in static["targets"]:
                 host, port = target.split(":")
                 ports[host] = port
-    assert set(ports) == {"exporter", "worker", "scheduler"}
+    assert set(ports) == {"exporter", "worker", "scheduler", "snapshotter"}
     for host, port in ports.items():
         command = services[host]["command"]
         flag = "--port" if host == "exporter" else "--metrics-port"
