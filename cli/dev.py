@@ -13,6 +13,7 @@ import click
 from scheduler.connection import async_redis, sync_redis
 
 from .logs import log_options, setup_logging
+from .options import history_source, store_options
 from .run import load_app, serve
 
 log = logging.getLogger("scheduler.dev")
@@ -39,25 +40,36 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Once running, write {redis_url, metrics_url, embedded_redis} here as JSON "
                    "(for scripts).")
+@click.option("--no-history", is_flag=True,
+              help="Run no snapshotter (by default history goes to --history-file, or to "
+                   "Postgres with --postgres-dsn).")
+@store_options
 @log_options
 @click.pass_obj
 def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-        metrics_port: int, ready_file: str | None, log_level: str, log_format: str) -> None:
-    """Run everything in one process: a scheduler node, a worker and the exporter, against the
-    Redis at --redis-url, or a private redis-server (temp dir, free port) when none answers
-    there. Ctrl-C stops it all."""
+        metrics_port: int, ready_file: str | None, no_history: bool, postgres_dsn: str | None,
+        history_file: str, log_level: str, log_format: str) -> None:
+    """Run everything in one process: a scheduler node, a worker, the snapshotter (history in
+    an embedded SQLite file unless --postgres-dsn) and the exporter, against the Redis at
+    --redis-url, or a private redis-server (temp dir, free port) when none answers there.
+    Ctrl-C stops it all."""
     from prometheus_client import REGISTRY
 
     from scheduler.embedded import EmbeddedRedis, answers
     from scheduler.exporter import MetricsServer
     from scheduler.metrics import NamespaceCollector
-    from scheduler.node import SchedulerNode
+    from scheduler.node import NodeConfig, SchedulerNode
+    from scheduler.snapshotter import Snapshotter, SnapshotterConfig
+    from scheduler.store import open_store
     from scheduler.worker import Worker, WorkerConfig
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
+    store = None if no_history else open_store(history_source(postgres_dsn, history_file))
+    if store is not None:
+        store.check()
     namespace, url = obj["namespace"], obj["redis_url"]
     embedded = None
     if not answers(url):
@@ -79,7 +91,10 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
         click.echo(f"sched dev: namespace {namespace!r} on {url}"
                    + (" (private redis-server)" if embedded else ""))
         click.echo(f"  running:  a scheduler node, a worker ({app_spec}, concurrency "
-                   f"{concurrency}, queues {','.join(config.queues)}), the exporter")
+                   f"{concurrency}, queues {','.join(config.queues)}), the exporter"
+                   + ("" if store is None else ", the snapshotter"))
+        if store is not None:
+            click.echo(f"  history:  {postgres_dsn or history_file}  ({cli} history)")
         click.echo(f"  metrics:  {metrics_url}  (health: http://127.0.0.1:{server.port}/healthz)")
         click.echo(f"  status:   {cli} status [--watch]")
         click.echo(f"  submit:   {cli} submit demo.hello --payload '{{\"name\": \"you\"}}'")
@@ -90,10 +105,17 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
             client = async_redis(url)
             worker = Worker(client, registry, namespace=namespace,  # type: ignore[arg-type]
                             config=config)
-            node = SchedulerNode(client, namespace=namespace)
+            node = SchedulerNode(client, namespace=namespace,
+                                 config=NodeConfig(lease_s=max(lease_s, 1.0)))
             holder.extend([worker, node])
             tasks = [asyncio.create_task(worker.run(), name="worker"),
                      asyncio.create_task(node.run(), name="scheduler-node")]
+            if store is not None:
+                # A laptop keeps finished slots in Redis too (no retention loop here).
+                snapshotter = Snapshotter(client, store, namespace=namespace,
+                                          config=SnapshotterConfig(retention_s=None))
+                holder.append(snapshotter)
+                tasks.append(asyncio.create_task(snapshotter.run(), name="snapshotter"))
             if ready_file:
                 _write_atomically(ready_file, {"redis_url": url, "metrics_url": metrics_url,
                                                "namespace": namespace,
@@ -118,6 +140,8 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
             server.stop()
         REGISTRY.unregister(collector)
         collector_client.close()
+        if store is not None:
+            store.close()
         if embedded is not None:
             embedded.stop()
         if ready_file and os.path.exists(ready_file):

@@ -18,6 +18,7 @@ cleanup() {
 trap cleanup EXIT
 
 echo "== sched dev --ready-file ... &   (namespace $SCHED_NAMESPACE)"
+export SCHED_HISTORY_FILE="$workdir/history.sqlite3"
 sched dev --metrics-port 0 --ready-file "$ready" --log-level warning >"$workdir/dev.log" 2>&1 &
 dev_pid=$!
 for _ in $(seq 300); do
@@ -77,3 +78,5 @@ for job in "$hello" "$flaky" "$slow" "$later" "$every2s"; do
   echo; echo "== sched runs $job"; sched runs "$job"
 done
 echo; echo "== sched jobs show $flaky"; sched jobs show "$flaky"
+echo; echo "== sched history --status dead   (the snapshotter's copy, in $SCHED_HISTORY_FILE)"
+sched history --status dead

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,9 @@ from scheduler import Client
 from scheduler.clock import ManualClock
 
 REDIS_URL = os.environ.get("SCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+# Commands the tests run keep their embedded history out of the user's home directory.
+os.environ.setdefault("SCHED_HISTORY_FILE",
+                      os.path.join(tempfile.mkdtemp(prefix="sched-tests-"), "history.sqlite3"))
 TESTS = Path(__file__).parent
 
 
