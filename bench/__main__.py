@@ -1,6 +1,7 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
 `python -m bench delayed [--burst N]`,
-`python -m bench metrics_cost`.
+`python -m bench metrics_cost`,
+`python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`.
 
 Each prints one summary line and writes JSON to bench/out/<name>.json.
 """
@@ -12,9 +13,10 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, delayed, metrics_cost
+from . import burndown, delayed, metrics_cost, peers
 
-COMMANDS = {"burndown": burndown, "delayed": delayed, "metrics_cost": metrics_cost}
+COMMANDS = {"burndown": burndown, "delayed": delayed, "metrics_cost": metrics_cost,
+            "peers": peers}
 
 
 def main(argv: list[str] | None = None) -> int:
