@@ -26,9 +26,9 @@ def python(peer: str) -> Path:
 # peer -> the distributions it needs (the first one's version is reported)
 PY_PACKAGES = {"arq": ["arq"], "celery": ["celery"], "dramatiq": ["dramatiq"], "rq": ["rq"],
                "saq": ["saq"], "taskiq": ["taskiq<0.13", "taskiq-redis"]}
-# taskiq-redis 1.0.9 imports taskiq.compat.model_dump, gone in taskiq 0.13; kombu 5.7's redis
-# transport imports `packaging` without requiring it.
-COMMON = ["redis[hiredis]", "uvloop", "packaging"]
+# taskiq-redis (1.2.3) imports taskiq.compat.model_dump, gone in taskiq 0.13; kombu 5.7's redis
+# transport imports `packaging` and saq 0.26 imports `typing_extensions` without requiring them.
+COMMON = ["hiredis", "uvloop", "packaging", "typing-extensions"]  # redis-py: whichever version the peer wants
 NODE_PEERS = {"bullmq"}
 
 
@@ -69,7 +69,7 @@ def setup(peers: list[str]) -> dict[str, str]:
     """Install what `peers` need if missing; returns {peer: reason} for those unavailable."""
     unavailable: dict[str, str] = {}
     for peer in (p for p in peers if p in PY_PACKAGES):
-        wanted = [*COMMON, *PY_PACKAGES[peer]]
+        wanted = [*PY_PACKAGES[peer], *COMMON]
         if all(py_version(peer, _dist(d)) for d in wanted):
             continue
         if not python(peer).exists():

@@ -10,8 +10,10 @@ import asyncio
 import logging
 from typing import Any
 
+import redis.asyncio
 from probe import PROBE, main, redis_url
 from saq import Queue, Worker
+from saq.queue.redis import RedisQueue
 
 CONCURRENCY = 100
 
@@ -35,7 +37,8 @@ def enqueue(n: int, due: float | None) -> None:
 
 
 async def _work() -> None:
-    queue = Queue.from_url(redis_url())
+    # each of the `concurrency` dequeue loops holds a connection while it blocks: leave room
+    queue = RedisQueue(redis.asyncio.from_url(redis_url(), max_connections=CONCURRENCY * 2 + 50))
     worker = Worker(queue, functions=[noop], concurrency=CONCURRENCY)
     await queue.connect()
     try:
