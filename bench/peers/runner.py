@@ -124,7 +124,8 @@ def burn(peer: str, url: str, jobs: int, timeout_s: float) -> dict[str, Any]:
     r.close()
     n = int(state["count"])
     if n < 2:
-        raise RuntimeError(f"{peer}: {n} jobs ran in {timeout_s:g} s; worker log: {log}")
+        raise RuntimeError(f"{peer}: {n} jobs ran before the worker exited or {timeout_s:g} s "
+                           f"passed; worker log: {log}")
     span = state["t_last"] - state["t_first"]
     return {"jobs": jobs, "done": n, "finished": n >= jobs, "seconds": span,
             "per_s": (n - 1) / span if span > 0 else 0.0,
