@@ -1,6 +1,7 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
 `python -m bench delayed [--burst N]`,
-`python -m bench metrics_cost`.
+`python -m bench metrics_cost`,
+`python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`.
 
 Each prints one summary line and writes JSON to bench/out/<name>.json.
 """
@@ -13,12 +14,12 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, burst, delayed, metrics_cost, retention, snapshot, sustained
+from . import burndown, burst, delayed, metrics_cost, peers, retention, snapshot, sustained
 from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "delayed": delayed,
-            "metrics_cost": metrics_cost, "retention": retention, "snapshot": snapshot,
-            "sustained": sustained}
+            "metrics_cost": metrics_cost, "peers": peers, "retention": retention,
+            "snapshot": snapshot, "sustained": sustained}
 
 
 def main(argv: list[str] | None = None) -> int:

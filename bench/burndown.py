@@ -64,6 +64,16 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int) -> dict
             "committed": worker.committer.committed}
 
 
+def submit(url: str, ns: str, n: int) -> float:
+    """Pre-submit `n` no-op jobs with `submit_many`; returns the seconds it took."""
+    with Client(url, ns) as client:
+        t = time.perf_counter()
+        for i in range(0, n, 10_000):
+            client.submit_many([{"task": "bench.noop", "payload": j}
+                                for j in range(i, min(n, i + 10_000))])
+        return time.perf_counter() - t
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     import uvloop
 
@@ -72,12 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.runs):
         ns = fresh_namespace("burn")
         try:
-            with Client(args.redis_url, ns) as client:
-                t = time.perf_counter()
-                for i in range(0, args.jobs, 10_000):
-                    client.submit_many([{"task": "bench.noop", "payload": j}
-                                        for j in range(i, min(args.jobs, i + 10_000))])
-                submit_s = time.perf_counter() - t
+            submit_s = submit(args.redis_url, ns, args.jobs)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
                                       args.batch))
             result["submit_per_s"] = args.jobs / submit_s

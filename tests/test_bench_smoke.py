@@ -74,3 +74,24 @@ def test_retention_smoke(tmp_path: Path) -> None:
     assert out.stdout.startswith("retention: 300 jobs/s for 4s")
     result = json.loads((tmp_path / "retention.json").read_text())
     assert result["on"]["deleted_slots"] > 0 and result["off"]["deleted_slots"] == 0
+def test_peers_smoke_ours_only(tmp_path: Path) -> None:
+    """`bench peers` through its own code path with only ours (CI downloads no peer)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "peers", "--only", "ours", "--jobs", "300", "--runs",
+         "1", "--delayed", "100", "--lead", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("peers: burn-down executions/s, median (ours/theirs): ours ")
+    assert "delayed start lag p99: ours " in out.stdout and "unavailable: none" in out.stdout
+    result = json.loads((tmp_path / "peers.json").read_text())
+    run = result["burn_runs"]["ours"][0]
+    assert run["done"] == 300 and run["duplicates"] == 0
+    lag = result["delayed_runs"]["ours"][0]
+    assert lag["n"] == 100 and lag["min_ms"] >= 0
+    assert result["table"].splitlines()[2].startswith("| ours | this commit | 300 |")
+
+
+def test_peers_rejects_an_unknown_peer(tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "bench", "peers", "--only", "nope", "--out",
+                          str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "unknown nope" in out.stderr
