@@ -1,9 +1,10 @@
 """Recovers work whose worker vanished (DESIGN.md invariant 5: nothing stays running forever).
 
 `run_once()` runs `reclaim.lua` on every shard in one pipelined round trip: expired leases
-(from each shard's `leases` zset) are re-dispatched, ended `lost` (at_most_once) or dead-
-lettered; pending entries that a worker read but never claimed are dispatched again. Like the
-promoter it is safe to run on several nodes at once.
+(found through stream entries idle past the lease, and for at_most_once slots through each
+shard's `leases` zset) are re-dispatched, ended `lost` (at_most_once) or dead-lettered;
+pending entries that a worker read but never claimed are dispatched again. Like the promoter
+it is safe to run on several nodes at once.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class Reclaimer:
         now = self.clock.now_ms()
         calls = [scripts.reclaim(self.keys.prefix(s), now, self.events_maxlen, self.batch,
                                  self.lease_ms,
-                                 [(q, self.cursors.get((s, q), "0-0")) for q in queues])
+                                 [(q, self.cursors.get((s, q), "-")) for q in queues])
                  for s in self.shards]
         replies = await scripts.run_async(self.redis, calls)
         # Workers that vanished without a clean stop stay in the registry; after many leases

@@ -215,7 +215,7 @@ def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
 
 def reclaim(prefix: str, now_ms: int, maxlen: int, limit: int, min_idle_ms: int,
             cursors: Sequence[tuple[str, str]]) -> Call:
-    """cursors: (queue, XAUTOCLAIM cursor) for every queue of the namespace."""
+    """cursors: (queue, first pending id to look at, "-" to start) for every queue of the namespace."""
     args: list[Any] = [now_ms, maxlen, limit, min_idle_ms, len(cursors)]
     for queue, cursor in cursors:
         args += (queue, cursor)

@@ -14,7 +14,7 @@ def reclaim(s: Shard, min_idle: int = 0) -> list[int]:
     """One reclaim pass. min_idle 0: the stream's idle clock is real time, the test's clock is
     injected; the slot's lease_until (injected time) decides what has expired."""
     reply = s.run(scripts.reclaim(s.prefix, s.clock.now_ms(), 1000, 100, min_idle,
-                                  [(s.queue, "0-0")]))
+                                  [(s.queue, "-")]))
     return [int(x) for x in reply[:4]]
 
 
@@ -159,7 +159,7 @@ def test_reclaim_tolerates_a_queue_without_a_consumer_group(r: redis.Redis, clie
     client.submit("t", queue="nobody-reads-this")  # the stream exists, its group does not
     prefix = client.keys.prefix(0)
     reply = scripts.run_sync(r, [scripts.reclaim(prefix, clock.now_ms(), 1000, 10, 0, [
-        ("nobody-reads-this", "0-0"), ("never-used", "0-0")])])[0]
+        ("nobody-reads-this", "-"), ("never-used", "-")])])[0]
     assert [int(x) for x in reply[:4]] == [0, 0, 0, 0]
 
 
@@ -183,3 +183,25 @@ def test_the_reclaimer_forgets_workers_silent_for_many_leases(
 
     asyncio.run(once())
     assert r.zrange(keys.workers, 0, -1) == [b"alive"]
+
+
+def test_reclaim_pages_through_many_idle_entries(r: redis.Redis, client: Client,
+                                                 clock: ManualClock) -> None:
+    client.submit_many([{"task": "t", "queue": "paged"} for _ in range(5)])
+    counts, cursors = [], {}
+    prefixes = {client.keys.prefix(s) for s in range(client.shards)}
+    for prefix in prefixes:  # read every entry without claiming (workers died)
+        stream = prefix + "q:paged"
+        if r.exists(stream):
+            r.xgroup_create(stream, DISPATCH_GROUP, id="0")
+            r.xreadgroup(DISPATCH_GROUP, W, {stream: ">"}, count=100)
+    for _ in range(4):
+        total = 0
+        for prefix in prefixes:
+            reply = scripts.run_sync(r, [scripts.reclaim(
+                prefix, clock.now_ms(), 1000, 2, 0, [("paged", cursors.get(prefix, "-"))])])[0]
+            total += int(reply[3])
+            cursors[prefix] = reply[4].decode() if isinstance(reply[4], bytes) else reply[4]
+        counts.append(total)
+    assert sum(counts) == 5 and counts[-1] == 0
+    assert all(c == "-" for c in cursors.values())

@@ -24,7 +24,7 @@
   1 s is corrected: a clock further off is a test's injected clock and is taken as given.
 
   The lease of a running slot is visible to the reclaimer through its pending stream entry
-  (XAUTOCLAIM), except for at_most_once slots: they are acked here, so a crash after this
+  (XPENDING ... IDLE), except for at_most_once slots: they are acked here, so a crash after this
   point never re-runs them, and enter the shard's `leases` zset instead (scored by
   lease_until; their `msg` field is emptied). Each
   stream touched is trimmed of its acked head (trim_acked).

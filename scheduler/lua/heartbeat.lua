@@ -8,7 +8,7 @@
   ARGV[4]  n               number of slots; then 2 fields per slot: slot_id, token (attempt)
 
   The stream entry's idle time is reset with XCLAIM ... JUSTID so that a reclaimer reading
-  idle entries (XAUTOCLAIM, min-idle = lease) sees only expired leases.
+  idle entries (XPENDING ... IDLE, min-idle = lease) sees only expired leases.
 
   Reply: one integer per slot: 1 lease extended, 0 lease lost (not running under this token;
   the worker must stop and not commit), 2 extended but cancellation was requested.

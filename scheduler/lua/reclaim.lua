@@ -7,14 +7,14 @@
   ARGV[1]  now_ms
   ARGV[2]  events_maxlen
   ARGV[3]  limit           most slots per pass, per source
-  ARGV[4]  min_idle_ms     XAUTOCLAIM min-idle for pending entries (the lease length)
+  ARGV[4]  min_idle_ms     min idle time of pending entries (the lease length)
   ARGV[5]  q               number of queues; then 2 fields per queue: queue, cursor (the
-                           XAUTOCLAIM cursor, "0-0" to start)
+                           first pending id to look at, "-" to start)
 
   Where running slots are found:
   1. at_least_once / exactly_once slots keep their stream entry pending while they run, and
-     workers reset its idle time with every heartbeat: XAUTOCLAIM (to consumer "reclaimer")
-     returns the entries idle past min_idle_ms. Such an entry whose slot is running under it
+     workers reset its idle time with every heartbeat: XPENDING ... IDLE returns the entries
+     idle past min_idle_ms (paged by the cursor when there are more than `limit`). Such an entry whose slot is running under it
      with an expired lease is reclaimed; one whose slot is still `queued` under it was read by
      a worker that died before claiming, and is acked and dispatched again; one whose slot is
      running under it with a live lease is left (the worker takes it back at its next
@@ -29,7 +29,7 @@
   late commit is refused.
 
   Reply: {reclaimed, lost, dead, redispatched, next cursors...}: counts for this pass, then one
-  cursor per queue for the next call ("0-0" when the scan wrapped around).
+  cursor per queue for the next call ("-" when the scan reached the end).
 
   Events: "reclaimed" {slot, attempt, worker}, "lost" {slot, attempt, worker}, "dead" {slot,
   attempt, outcome, error}, "redispatched" {slot}, "cancelled" {slot, attempt, error}.
@@ -95,15 +95,17 @@ local cursors = {}
 for i = 0, q - 1 do
   local queue, cursor = ARGV[6 + i * 2], ARGV[7 + i * 2]
   local stream = prefix .. 'q:' .. queue
-  -- pcall: until a worker has created the group (or anything was submitted to this queue in
-  -- this shard) there is nothing to reclaim, and XAUTOCLAIM would fail the whole script.
-  local out = redis.pcall('XAUTOCLAIM', stream, 'workers', 'reclaimer', min_idle, cursor,
-    'COUNT', limit)
-  if out.err then out = {'0-0', {}} end
-  cursors[#cursors + 1] = out[1]
-  for _, entry in ipairs(out[2]) do
-    local msg, fields = entry[1], entry[2]
-    local slot_id = fields and fields[2]
+  -- XPENDING ... IDLE reads the idle entries without claiming them: an entry whose lease
+  -- turns out to be live keeps its idle time and owner (XAUTOCLAIM would reset both and hide
+  -- the entry for another whole lease). pcall: until a worker has created the group there is
+  -- nothing to reclaim, and the command would fail the whole script.
+  local out = redis.pcall('XPENDING', stream, 'workers', 'IDLE', min_idle, cursor, '+', limit)
+  if out.err then out = {} end
+  cursors[#cursors + 1] = #out == tonumber(limit) and ('(' .. out[#out][1]) or '-'
+  for _, pending in ipairs(out) do
+    local msg = pending[1]
+    local entry = redis.call('XRANGE', stream, msg, msg)[1]
+    local slot_id = entry and entry[2][2]
     local slot_key = slot_id and prefix .. 'slot:' .. slot_id
     local st = slot_key and redis.call('HMGET', slot_key, 'status', 'msg') or {}
     if st[1] == 'queued' and st[2] == msg then
