@@ -20,9 +20,10 @@ from typing import Any
 import redis
 
 from scheduler import Client
+from scheduler.keys import Keys, shard_of, slot_id
 
 from .common import drop_namespace, fresh_namespace, machine
-from .delayed import ROOT, _fire_times, _lags, _now_ms, _stats
+from .delayed import ROOT, _fire_times, _now_ms, _stats
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -31,14 +32,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes")
     p.add_argument("--concurrency", type=int, default=1000)
     p.add_argument("--sample", type=int, default=10, help="measure every Nth job's lag")
+    p.add_argument("--history", default=None, metavar="DSN",
+                   help="also run `sched snapshotter` into this store (a Postgres DSN or "
+                        "sqlite://PATH) with --retention seconds of finished slots in Redis")
+    p.add_argument("--retention", type=float, default=10.0)
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
     p.add_argument("--out", default=None)
 
 
-def _start(url: str, ns: str, workers: int, concurrency: int) -> list[subprocess.Popen[bytes]]:
+def _start(url: str, ns: str, workers: int, concurrency: int, history: str | None,
+           retention: float) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
     procs = [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT)]
+    if history:
+        store = (["--postgres-dsn", history] if not history.startswith("sqlite://")
+                 else ["--history-file", history.removeprefix("sqlite://")])
+        subprocess.run([*base, "db", "upgrade", *store], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL)
+        procs.append(subprocess.Popen([*base, "snapshotter", *store, "--retention",
+                                       str(retention), "--log-level", "warning"], cwd=ROOT))
     procs += [subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
                                 str(concurrency), "--log-level", "warning"], cwd=ROOT)
               for _ in range(workers)]
@@ -48,14 +61,34 @@ def _start(url: str, ns: str, workers: int, concurrency: int) -> list[subprocess
 def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
     ns = fresh_namespace("sustained")
-    procs = _start(args.redis_url, ns, args.workers, args.concurrency)
-    sampled: list[tuple[str, int]] = []
+    procs = _start(args.redis_url, ns, args.workers, args.concurrency, args.history,
+                   args.retention)
+    pending: list[tuple[str, int]] = []  # sampled (job id, fire_ms) not yet seen claimed
+    results: list[tuple[int, int]] = []  # (fire_ms, start lag ms) of sampled slots
     memory: list[tuple[float, int]] = []
     submitted = 0
     try:
         with Client(args.redis_url, ns) as client:
             shards = client.shards
+            keys = Keys(ns)
             time.sleep(1.5)  # the node takes its shards, the workers create their groups
+
+            def harvest(final: bool) -> None:
+                """Read the claim times of sampled slots already due: as the run goes, since
+                with retention on a finished slot leaves Redis after a few seconds."""
+                nonlocal pending
+                now_ms = _now_ms(r)
+                due = [(j, f) for j, f in pending if final or f < now_ms - 500]
+                pipe = r.pipeline(transaction=False)
+                for j, f in due:
+                    pipe.hget(keys.slot(shard_of(j, shards), slot_id(j, f)), "claimed_ms")
+                seen = set()
+                for (j, f), claimed in zip(due, pipe.execute(), strict=True):
+                    if claimed:
+                        seen.add(j)
+                        results.append((f, int(claimed) - f))
+                pending = [(j, f) for j, f in pending if j not in seen]
+
             tick = 0.1
             per_tick = max(2, int(args.rate * tick))
             t0 = time.monotonic()
@@ -64,18 +97,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 batch = [{"task": "bench.noop"} if i % 2 else {"task": "bench.noop", "delay": 1}
                          for i in range(per_tick)]
                 ids = client.submit_many(batch)
+                chosen = [j for i, j in enumerate(ids) if (submitted + i) % args.sample == 0]
                 submitted += len(ids)
-                fire_now = _now_ms(r)
-                sampled += [(j, fire_now + (1000 if i % 2 == 0 else 0))
-                            for i, j in enumerate(ids) if (submitted + i) % args.sample == 0]
+                pending += list(zip(chosen, _fire_times(r, ns, shards, chosen), strict=True))
                 if int(now - t0) >= len(memory):
                     memory.append((now - t0, int(r.info("memory")["used_memory"])))
+                    harvest(final=False)
                 next_tick += tick
                 time.sleep(max(0.0, next_tick - time.monotonic()))
             elapsed = time.monotonic() - t0
-            fires = _fire_times(r, ns, shards, [j for j, _ in sampled])
-            jobs = [(j, f) for (j, _), f in zip(sampled, fires, strict=True)]
-            lags = _lags(r, ns, shards, jobs, 120)
+            deadline = time.monotonic() + 60
+            while pending and time.monotonic() < deadline:
+                harvest(final=True)
+                time.sleep(0.2)
+            if pending:
+                raise SystemExit(f"sustained: {len(pending)} sampled jobs never started")
     finally:
         for p in procs:
             p.send_signal(signal.SIGTERM)
@@ -86,16 +122,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 p.kill()
         drop_namespace(r, ns)
     by_second: dict[int, list[int]] = {}
-    start = min(f for _, f in jobs)
-    for (_, f), lag in zip(jobs, lags, strict=True):
+    start = min(f for f, _ in results)
+    for f, lag in results:
         by_second.setdefault((f - start) // 1000, []).append(lag)
+    lags = [lag for _, lag in results]
     curve = [(s, _stats(v)["p99_ms"]) for s, v in sorted(by_second.items())]
     stats = _stats(lags)
     out = Path(args.out) if args.out else Path(__file__).parent / "out"
     out.mkdir(parents=True, exist_ok=True)
     png = _plot(curve, memory, out / "sustained.png", args.rate)
     summary = (f"sustained: {submitted / elapsed:,.0f} jobs/s submitted for {elapsed:.0f}s "
-               f"({args.workers} worker(s)): start lag p50 {stats['p50_ms']} ms, "
+               f"({args.workers} worker(s), "
+               + (f"snapshotter with {args.retention:g}s retention" if args.history
+                  else "no snapshotter") + f"): start lag p50 {stats['p50_ms']} ms, "
                f"p99 {stats['p99_ms']} ms, max {stats['max_ms']} ms; Redis memory "
                f"{memory[0][1] / 2**20:.0f} -> {memory[-1][1] / 2**20:.0f} MiB")
     return {"summary": summary, "submitted": submitted, "seconds": elapsed, "lag": stats,
