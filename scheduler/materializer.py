@@ -52,7 +52,9 @@ class Plan(msgspec.Struct, frozen=True):
 
 def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
          grace_ms: int) -> Plan:
-    """The occurrences from the watermark (itself an occurrence) up to now + lookahead."""
+    """The occurrences from the watermark up to now + lookahead. The watermark is normally
+    itself an occurrence; one that is not (`sched recover` restores "last fire + 1 ms", or a
+    job's creation time) starts at the first occurrence after it, never at itself."""
     horizon, late_before = now_ms + lookahead_ms, now_ms - grace_ms
     end = job.end_ms or float("inf")
     keep = {"all": job.catchup_limit, "latest": 1}.get(job.catchup, 0)
@@ -60,8 +62,8 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
     missed = 0
     fires: list[int] = []
     next_ms = -1
-    t = watermark_ms
-    it = job.spec.after(watermark_ms)
+    it = job.spec.after(watermark_ms - 1)
+    t = next(it)
     while t <= end:
         if t > horizon:
             next_ms = t

@@ -229,3 +229,18 @@ def test_a_very_long_outage_keeps_the_most_recent_and_counts_a_floor(
     assert plan.fires[:10] == [late_before - i * 1000 for i in range(10, 0, -1)]
     assert plan.fires[10:] == [T0 + i * 1000 for i in range(995, 1004)]
     assert plan.missed == 50 and plan.next_ms == T0 + 1_004_000
+
+
+def test_a_watermark_between_occurrences_never_becomes_a_slot() -> None:
+    """`sched recover` restores a recurring job's watermark as its last known fire + 1 ms:
+    the next slot is the next real occurrence, not that instant."""
+    from scheduler.cronspec import CronSpec
+    from scheduler.materializer import Recurrence, plan
+
+    job = Recurrence(spec=CronSpec("*/10 * * * * *"), catchup="all", catchup_limit=1000,
+                     end_ms=0)
+    last = 1_800_000_000_000  # a multiple of 10 s
+    p = plan(job, last + 1, now_ms=last + 35_000, lookahead_ms=3000, grace_ms=5000)
+    assert p.fires == [last + 10_000, last + 20_000, last + 30_000]
+    assert p.next_ms == last + 40_000
+    assert plan(job, last, now_ms=last, lookahead_ms=0, grace_ms=0).fires == [last]
