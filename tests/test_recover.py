@@ -3,8 +3,9 @@ every kind in flight; `sched recover` rebuilds it from Postgres: every unfinishe
 terminal, nothing that had succeeded runs again, at_most_once slots are never re-run, and
 recurring jobs get their watermark back.
 
-Cron jobs are not on this branch (another issue adds them): their watermark restoration is
-tested at the Redis-key level, from job and slot rows written straight into the store."""
+A recurring job's watermark restoration is tested at the Redis-key level, from job and slot
+rows written straight into the store; tests/test_materializer.py checks that such a
+watermark (last fire + 1 ms) resumes at the next real occurrence."""
 
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def test_recover_restores_a_recurring_jobs_watermark(redis_url: str, ns: str, r:
     store.put_namespace(ns, 4, created)
     raw = {b"task": b"report", b"queue": b"default", b"kind": b"cron",
            b"created_ms": str(created).encode(), b"fire_ms": str(created).encode(),
-           b"cron": b"*/1 * * * *", b"catch_up": b"all"}
+           b"cron": b"*/1 * * * *", b"catchup": b"all"}
     batch = Batch(jobs=[job_row(ns, "nightly", raw)], slots=[], attempts=[])
     if last_fire_ms:
         row, _ = slot_rows(ns, f"nightly:{last_fire_ms}", {
