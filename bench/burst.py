@@ -11,8 +11,6 @@ as bench/out/burst.png when matplotlib is installed (`pip install '.[bench]'`).
 from __future__ import annotations
 
 import argparse
-import signal
-import subprocess
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +20,7 @@ import redis
 
 from scheduler import Client
 
-from .common import drop_namespace, fresh_namespace, machine
+from .common import drop_namespace, fresh_namespace, machine, stop_processes
 from .delayed import _lags, _now_ms, _procs, _stats
 
 
@@ -54,13 +52,7 @@ def _one(args: argparse.Namespace, r: redis.Redis, n: int) -> dict[str, Any]:
         stats = _stats(lags)
         return {"n": n, **stats, "all_started_ms": lags[-1], "curve_ms": lags[:: max(1, n // 500)]}
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         drop_namespace(r, ns)
 
 

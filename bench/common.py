@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -72,3 +73,14 @@ def private_redis() -> Iterator[str]:
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM every process (a graceful stop), then wait; kill what does not stop in 30 s."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()

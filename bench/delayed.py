@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import redis
 from scheduler import Client
 from scheduler.keys import Keys, shard_of, slot_id
 
-from .common import drop_namespace, fresh_namespace, machine
+from .common import drop_namespace, fresh_namespace, machine, stop_processes
 
 ROOT = Path(__file__).parent.parent
 
@@ -134,13 +133,7 @@ def _one(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
                                        60))
         return {"burst": burst_lags, "stream": stream_lags}
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         drop_namespace(r, ns)
 
 

@@ -10,7 +10,6 @@ matplotlib is installed (`pip install '.[bench]'`).
 from __future__ import annotations
 
 import argparse
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ import redis
 from scheduler import Client
 from scheduler.keys import Keys, shard_of, slot_id
 
-from .common import drop_namespace, fresh_namespace, machine
+from .common import drop_namespace, fresh_namespace, machine, stop_processes
 from .delayed import ROOT, _fire_times, _now_ms, _stats
 
 
@@ -113,13 +112,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if pending:
                 raise SystemExit(f"sustained: {len(pending)} sampled jobs never started")
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         drop_namespace(r, ns)
     by_second: dict[int, list[int]] = {}
     start = min(f for f, _ in results)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
-import subprocess
 import time
 from typing import Any
 
@@ -20,7 +18,7 @@ from scheduler import Client
 
 from .. import burndown
 from .. import delayed as delayed_bench
-from ..common import drop_namespace, fresh_namespace
+from ..common import drop_namespace, fresh_namespace, stop_processes
 from .runner import lag_stats
 
 
@@ -63,12 +61,6 @@ def delayed(url: str, jobs: int, lead_s: float, timeout_s: float) -> dict[str, A
         return {**lag_stats([float(x) for x in lags]), "jobs": jobs, "done": len(lags),
                 "enqueue_finished_after_due": late}
     finally:
-        for p in procs:
-            p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
         drop_namespace(r, ns)
         r.close()
