@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from importlib import resources
@@ -329,6 +329,25 @@ def run_sync(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
         for s in SOURCES.values():
             client.script_load(s.text)
     return batch.finish()
+
+
+async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
+                         tail: Callable[[Any], int]) -> tuple[list[Any], list[Any]]:
+    """run_async, plus the commands `tail` appends to the same pipeline (it returns how
+    many), in the same round trip; their replies (or errors) come back as the second list."""
+    batch = _Batch(calls)
+    pipe = client.pipeline(transaction=False)
+    batch.fill(pipe)
+    n = tail(pipe)
+    out = await pipe.execute(raise_on_error=False)
+    extra = out[len(out) - n:]
+    if batch.absorb(out[:len(out) - n]):
+        for s in SOURCES.values():
+            await client.script_load(s.text)
+        pipe = client.pipeline(transaction=False)
+        batch.fill(pipe)
+        batch.absorb(await pipe.execute(raise_on_error=False))
+    return batch.finish(), extra
 
 
 async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call]) -> list[Any]:

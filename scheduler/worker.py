@@ -155,7 +155,10 @@ class Worker:
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
         for shard, queue, msg_id, slot_id in take:
             entries.setdefault(shard, []).append((queue, msg_id, slot_id))
-        return await self._claim(entries)
+        # While busy, the next batch is read (without blocking) in the claim's round trip,
+        # so a busy worker pays one round trip per batch instead of two.
+        prefetch = len(self.backlog) < self.config.batch and not self.stopping.is_set()
+        return await self._claim(entries, prefetch)
 
     async def _read(self, free: int, block_ms: int | None) -> None:
         """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
@@ -171,10 +174,7 @@ class Worker:
                 raise
             await self._create_groups()
             return
-        for key, messages in reply or ():
-            shard, queue = self._stream_of[key]
-            self.backlog.extend((shard, queue, msg_id, fields[b"s"].decode())
-                                for msg_id, fields in messages)
+        self._backlog_add(reply)
 
     async def _requeue_backlog(self) -> None:
         """Hand back entries read but never claimed, so another worker runs them now rather
@@ -188,12 +188,29 @@ class Worker:
             scripts.requeue(self.keys.prefix(s), now, self.config.events_maxlen, items)
             for s, items in entries.items()])
 
-    async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]]) -> int:
+    def _prefetch(self, pipe: Any) -> int:
+        count = -(-self.config.batch // len(self.streams))
+        pipe.xreadgroup(DISPATCH_GROUP, self.worker_id, self._read_streams, count=count)
+        return 1
+
+    def _backlog_add(self, reply: Any) -> None:
+        for key, messages in reply or ():
+            shard, queue = self._stream_of[key]
+            self.backlog.extend((shard, queue, msg_id, fields[b"s"].decode())
+                                for msg_id, fields in messages)
+
+    async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
+                     prefetch: bool = False) -> int:
         now = self.clock.now_ms()
         shards = list(entries)
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
-        replies = await scripts.run_async(self.redis, calls)
+        if prefetch:
+            replies, (read,) = await scripts.run_async_then(self.redis, calls, self._prefetch)
+            if not isinstance(read, Exception):  # NOGROUP etc.: the next blocking read says
+                self._backlog_add(read)
+        else:
+            replies = await scripts.run_async(self.redis, calls)
         started = 0
         loop = asyncio.get_running_loop()
         cache = self._run_metrics
