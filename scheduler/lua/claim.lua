@@ -17,11 +17,11 @@
      {-1}  the slot is running under this very entry (another consumer holds its lease);
            the entry is left alone
 
-  claimed_ms is now_ms, but never earlier than the dispatch: the stream entry id carries the
-  time Redis itself stamped when the slot was queued, and a worker's estimate of Redis time
-  (anchored to TIME, see clock.py) can lag it by a few ms under load. So a slot's recorded
-  start never precedes its dispatch, which never precedes its fire time. Only a lag under
-  1 s is corrected: a clock further off is a test's injected clock and is taken as given.
+  claimed_ms is now_ms. The worker passes the later of its estimate of Redis time (anchored
+  to TIME, see clock.py; it can lag by a few ms under load) and the newest dispatch time in
+  the batch (a stream entry id carries the time Redis stamped when the slot was queued), so a
+  slot's recorded start never precedes its dispatch, which never precedes its fire time
+  (worker.py, `_claim_time`).
 
   The lease of a running slot is visible to the reclaimer through its pending stream entry
   (XPENDING ... IDLE), except for at_most_once slots: they are acked here, so a crash after this
@@ -43,13 +43,6 @@ local n = #items / 3
 
 local leases = prefix .. 'leases'
 
--- now, or the dispatch time in the entry id when now lags it by less than a second
-local function dispatched_after(t, entry)
-  local sent = tonumber(string.match(entry, '^(%d+)')) or 0
-  if sent > t and sent - t < 1000 then return sent end
-  return t
-end
-
 local reply = {}
 local records = {}
 local touched = {}
@@ -63,7 +56,7 @@ for i = 0, n - 1 do
     local attempt = redis.call('HINCRBY', slot_key, 'attempt', 1)
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
-    local claimed = dispatched_after(now, msg)
+    local claimed = now
     if job[4] == 'at_most_once' then
       -- Acked now, so no pending entry can show the lease: the `leases` zset does.
       redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
