@@ -35,13 +35,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="also run `sched snapshotter` into this store (a Postgres DSN or "
                         "sqlite://PATH) with --retention seconds of finished slots in Redis")
     p.add_argument("--retention", type=float, default=10.0)
+    p.add_argument("--snapshotters", type=int, default=1, help="snapshotter processes")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
     p.add_argument("--out", default=None)
 
 
 def _start(url: str, ns: str, workers: int, concurrency: int, history: str | None,
-           retention: float) -> list[subprocess.Popen[bytes]]:
+           retention: float, snapshotters: int) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
     procs = [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT)]
     if history:
@@ -49,8 +50,9 @@ def _start(url: str, ns: str, workers: int, concurrency: int, history: str | Non
                  else ["--history-file", history.removeprefix("sqlite://")])
         subprocess.run([*base, "db", "upgrade", *store], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL)
-        procs.append(subprocess.Popen([*base, "snapshotter", *store, "--retention",
-                                       str(retention), "--log-level", "warning"], cwd=ROOT))
+        procs += [subprocess.Popen([*base, "snapshotter", *store, "--retention",
+                                    str(retention), "--log-level", "warning"], cwd=ROOT)
+                  for _ in range(snapshotters)]
     procs += [subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
                                 str(concurrency), "--log-level", "warning"], cwd=ROOT)
               for _ in range(workers)]
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
     ns = fresh_namespace("sustained")
     procs = _start(args.redis_url, ns, args.workers, args.concurrency, args.history,
-                   args.retention)
+                   args.retention, args.snapshotters)
     pending: list[tuple[str, int]] = []  # sampled (job id, fire_ms) not yet seen claimed
     results: list[tuple[int, int]] = []  # (fire_ms, start lag ms) of sampled slots
     memory: list[tuple[float, int]] = []
@@ -126,7 +128,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     png = _plot(curve, memory, out / "sustained.png", args.rate)
     summary = (f"sustained: {submitted / elapsed:,.0f} jobs/s submitted for {elapsed:.0f}s "
                f"({args.workers} worker(s), "
-               + (f"snapshotter with {args.retention:g}s retention" if args.history
+               + (f"{args.snapshotters} snapshotter(s) with {args.retention:g}s retention"
+                  if args.history
                   else "no snapshotter") + f"): start lag p50 {stats['p50_ms']} ms, "
                f"p99 {stats['p99_ms']} ms, max {stats['max_ms']} ms; Redis memory "
                f"{memory[0][1] / 2**20:.0f} -> {memory[-1][1] / 2**20:.0f} MiB")

@@ -104,7 +104,7 @@ class PostgresStore:
         days = days_of(batch)
         self._ensure_partitions(days | {d + 1 for d in days})
         try:
-            self._write(batch)
+            self._write_retrying(batch)
         except psycopg.errors.CheckViolation:
             # Another store's retention dropped a partition this one thought it had.
             self._days.clear()
@@ -112,6 +112,17 @@ class PostgresStore:
             self._write(batch)
         except psycopg.OperationalError as exc:
             raise unreachable(self.dsn, exc) from None
+
+    def _write_retrying(self, batch: Batch) -> None:
+        """Several snapshotters upsert overlapping rows (in key order, which makes deadlocks
+        rare); Postgres still rolls one back now and then: that is a retry, not an outage."""
+        for attempt in range(3):
+            try:
+                self._write(batch)
+                return
+            except psycopg.errors.TransactionRollback:
+                if attempt == 2:
+                    raise
 
     def _write(self, batch: Batch) -> None:
         try:

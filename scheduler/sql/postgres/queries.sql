@@ -21,14 +21,14 @@ COPY stage_attempts (namespace, job_id, fire_ms, number, worker, claimed_ms, lea
 FROM STDIN
 
 -- name: upsert_jobs
-INSERT INTO jobs SELECT * FROM stage_jobs
+INSERT INTO jobs SELECT * FROM stage_jobs ORDER BY namespace, job_id
 ON CONFLICT (namespace, job_id) DO UPDATE SET
     task = excluded.task, queue = excluded.queue, kind = excluded.kind,
     created_ms = excluded.created_ms, fire_ms = excluded.fire_ms,
     definition = excluded.definition;
 
 -- name: upsert_slots
-INSERT INTO slots SELECT * FROM stage_slots
+INSERT INTO slots SELECT * FROM stage_slots ORDER BY namespace, job_id, fire_ms
 ON CONFLICT (namespace, job_id, fire_ms) DO UPDATE SET
     status = excluded.status, task = excluded.task, queue = excluded.queue,
     attempt = excluded.attempt, failures = excluded.failures,
@@ -37,7 +37,7 @@ ON CONFLICT (namespace, job_id, fire_ms) DO UPDATE SET
 WHERE slots.version <= excluded.version;
 
 -- name: upsert_attempts
-INSERT INTO attempts SELECT * FROM stage_attempts
+INSERT INTO attempts SELECT * FROM stage_attempts ORDER BY namespace, job_id, fire_ms, number
 ON CONFLICT (namespace, job_id, fire_ms, number) DO UPDATE SET
     worker = excluded.worker, claimed_ms = excluded.claimed_ms,
     lease_until_ms = excluded.lease_until_ms, started_ms = excluded.started_ms,
