@@ -173,7 +173,12 @@ class Snapshotter:
                 log.error("shard %d: event %s has unreadable data; skipped", shard, entry_id)
                 continue
             for record in records if isinstance(records, list) else []:
-                slot = record.get("slot") if isinstance(record, dict) else None
+                if not isinstance(record, dict):
+                    continue
+                job = record.get("job")  # submitted and materialized: cron jobs have no slot
+                if isinstance(job, str):
+                    w.jobs.add(job)
+                slot = record.get("slot")
                 if not isinstance(slot, str):
                     continue
                 w.slots[slot] = (kind, record)

@@ -19,8 +19,9 @@
         the shard's `jobs` set (for listing).
      0  the job id already existed (a dedupe key repeated); nothing was written
 
-  Event: type "submitted", one record per created job; `late_ms` when fire_ms was already
-  past (an `at` instant in the past runs now, and its lag is visible here).
+  Event: type "submitted", one record per created job {job, slot (none for a cron job: its
+  slots come from materialize), task, queue, fire_ms, kind, status}; `late_ms` when fire_ms
+  was already past (an `at` instant in the past runs now, and its lag is visible here).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -66,7 +67,8 @@ for i = 1, n do
         'queue', queue, 'task', task, 'msg', msg)
     end
     reply[i] = 1
-    local record = {slot = slot_id, task = task, queue = queue, fire_ms = fire, kind = kind}
+    local record = {slot = slot_id, job = job_id, task = task, queue = queue, fire_ms = fire,
+      kind = kind}
     if kind == 'cron' then record.slot = nil else record.status = status end
     if fire < now then record.late_ms = now - fire end
     records[#records + 1] = record
