@@ -11,17 +11,14 @@ as bench/out/burst.png when matplotlib is installed (`pip install '.[bench]'`).
 from __future__ import annotations
 
 import argparse
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from scheduler import Client
-
-from .common import drop_namespace, fresh_namespace, machine, stop_processes
-from .delayed import _lags, _now_ms, _procs, _stats
+from .common import machine
+from .delayed import _lags, _now_ms, _stats, fleet
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,27 +30,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _one(args: argparse.Namespace, r: redis.Redis, n: int) -> dict[str, Any]:
-    ns = fresh_namespace("burst")
-    procs = _procs(args.redis_url, ns, args.concurrency)
-    try:
-        with Client(args.redis_url, ns) as client:
-            shards = client.shards
-            time.sleep(1.5)  # the node takes its shards, the worker creates its groups
-            lead_s = 3 + n / 40_000  # time to submit them all before the instant
-            fire_ms = (_now_ms(r) + int(lead_s * 1000)) // 1000 * 1000 + 1000
-            at = datetime.fromtimestamp(fire_ms / 1000, UTC)
-            ids: list[str] = []
-            for i in range(0, n, 10_000):
-                ids += client.submit_many([{"task": "bench.noop", "at": at}
-                                           for _ in range(min(10_000, n - i))])
-            if _now_ms(r) >= fire_ms:
-                raise SystemExit("burst: submitting took longer than the lead; lower the size")
-            lags = sorted(_lags(r, ns, shards, [(j, fire_ms) for j in ids], 120))
-        stats = _stats(lags)
-        return {"n": n, **stats, "all_started_ms": lags[-1], "curve_ms": lags[:: max(1, n // 500)]}
-    finally:
-        stop_processes(procs)
-        drop_namespace(r, ns)
+    with fleet(r, args.redis_url, "burst", args.concurrency) as (ns, client):
+        shards = client.shards
+        lead_s = 3 + n / 40_000  # time to submit them all before the instant
+        fire_ms = (_now_ms(r) + int(lead_s * 1000)) // 1000 * 1000 + 1000
+        at = datetime.fromtimestamp(fire_ms / 1000, UTC)
+        ids: list[str] = []
+        for i in range(0, n, 10_000):
+            ids += client.submit_many([{"task": "bench.noop", "at": at}
+                                       for _ in range(min(10_000, n - i))])
+        if _now_ms(r) >= fire_ms:
+            raise SystemExit("burst: submitting took longer than the lead; lower the size")
+        lags = sorted(_lags(r, ns, shards, [(j, fire_ms) for j in ids], 120))
+    stats = _stats(lags)
+    return {"n": n, **stats, "all_started_ms": lags[-1], "curve_ms": lags[:: max(1, n // 500)]}
 
 
 def _plot(results: list[dict[str, Any]], path: Path) -> str | None:

@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,21 @@ def _procs(url: str, ns: str, concurrency: int) -> list[subprocess.Popen[bytes]]
     return [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT),
             subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
                               str(concurrency), "--log-level", "warning"], cwd=ROOT)]
+
+
+@contextmanager
+def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int) -> Iterator[tuple[str, Client]]:
+    """A fresh namespace with a scheduler node and a worker running on it, ready to take work;
+    stopped and dropped afterwards. Yields (namespace, client)."""
+    ns = fresh_namespace(prefix)
+    procs = _procs(url, ns, concurrency)
+    try:
+        with Client(url, ns) as client:
+            time.sleep(1.5)  # the node takes its shards, the worker creates its groups
+            yield ns, client
+    finally:
+        stop_processes(procs)
+        drop_namespace(r, ns)
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -101,40 +118,33 @@ def _stats(lags: list[int]) -> dict[str, float]:
 
 
 def _one(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
-    ns = fresh_namespace("delayed")
-    procs = _procs(args.redis_url, ns, args.concurrency)
-    try:
-        with Client(args.redis_url, ns) as client:
-            shards = client.shards
-            time.sleep(1.5)  # the node takes its shards, the worker creates its groups
-            # burst: every job due within one second, 3 s from now
-            start = (_now_ms(r) // 1000 + 3) * 1000
-            burst: list[str] = []
-            for i in range(0, args.burst, 5000):
-                now = _now_ms(r)
-                n = min(5000, args.burst - i)
-                burst += client.submit_many(
-                    [{"task": "bench.noop",
-                      "delay": (start + (i + j) * 1000 // args.burst - now) / 1000}
-                     for j in range(n)])
-            fires = _fire_times(r, ns, shards, burst)
-            burst_lags = _stats(_lags(r, ns, shards, list(zip(burst, fires, strict=True)), 60))
-            # stream: a steady rate of delayed jobs
-            stream: list[str] = []
-            t_end = time.monotonic() + args.seconds
-            tick = 0.1
-            while time.monotonic() < t_end:
-                t = time.monotonic()
-                stream += client.submit_many([{"task": "bench.noop", "delay": args.delay}
-                                              for _ in range(max(1, int(args.rate * tick)))])
-                time.sleep(max(0.0, tick - (time.monotonic() - t)))
-            fires = _fire_times(r, ns, shards, stream)
-            stream_lags = _stats(_lags(r, ns, shards, list(zip(stream, fires, strict=True)),
-                                       60))
+    with fleet(r, args.redis_url, "delayed", args.concurrency) as (ns, client):
+        shards = client.shards
+        # burst: every job due within one second, 3 s from now
+        start = (_now_ms(r) // 1000 + 3) * 1000
+        burst: list[str] = []
+        for i in range(0, args.burst, 5000):
+            now = _now_ms(r)
+            n = min(5000, args.burst - i)
+            burst += client.submit_many(
+                [{"task": "bench.noop",
+                  "delay": (start + (i + j) * 1000 // args.burst - now) / 1000}
+                 for j in range(n)])
+        fires = _fire_times(r, ns, shards, burst)
+        burst_lags = _stats(_lags(r, ns, shards, list(zip(burst, fires, strict=True)), 60))
+        # stream: a steady rate of delayed jobs
+        stream: list[str] = []
+        t_end = time.monotonic() + args.seconds
+        tick = 0.1
+        while time.monotonic() < t_end:
+            t = time.monotonic()
+            stream += client.submit_many([{"task": "bench.noop", "delay": args.delay}
+                                          for _ in range(max(1, int(args.rate * tick)))])
+            time.sleep(max(0.0, tick - (time.monotonic() - t)))
+        fires = _fire_times(r, ns, shards, stream)
+        stream_lags = _stats(_lags(r, ns, shards, list(zip(stream, fires, strict=True)),
+                                   60))
         return {"burst": burst_lags, "stream": stream_lags}
-    finally:
-        stop_processes(procs)
-        drop_namespace(r, ns)
 
 
 def _fire_times(r: redis.Redis, ns: str, shards: int, ids: list[str]) -> list[int]:
