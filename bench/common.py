@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
 import shutil
 import signal
@@ -12,6 +13,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -26,6 +28,35 @@ def redis_cpu_s(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def postgres_cpu_s() -> float:
+    """CPU seconds of every postgres process, plus what exited backends left in the
+    postmaster's children counters: a connection's backend dies with it."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name, _, rest = text.partition("(")[2].rpartition(")")
+        if not name.startswith("postgres"):
+            continue
+        f = rest.split()
+        total += (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / _TICK
+    return total
+
+
 def drop_namespace(r: redis.Redis, ns: str) -> None:
     batch = []
     for key in r.scan_iter(match=f"{ns}:*", count=5000):
@@ -38,8 +69,6 @@ def drop_namespace(r: redis.Redis, ns: str) -> None:
 
 
 def machine(r: redis.Redis) -> dict[str, Any]:
-    import os
-
     info: Any = r.info("server")
     return {"python": platform.python_version(), "redis": info["redis_version"],
             "cpus": os.cpu_count(), "platform": platform.platform(), "at": time.strftime(

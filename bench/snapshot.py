@@ -39,7 +39,7 @@ from .history import DEFAULT_DSN, pg_schema
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--events", type=int, default=1_000_000)
     p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
-    p.add_argument("--read-count", type=int, default=20)
+    p.add_argument("--read-count", type=int, default=100)
     p.add_argument("--lifecycle-jobs", type=int, default=100_000)
     p.add_argument("--load-rate", type=int, default=10_000, help="jobs/s; 0 skips part 2")
     p.add_argument("--load-seconds", type=float, default=20.0)

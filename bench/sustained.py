@@ -21,7 +21,15 @@ import redis
 from scheduler import Client
 from scheduler.keys import Keys, shard_of, slot_id
 
-from .common import drop_namespace, fresh_namespace, machine, stop_processes
+from .common import (
+    drop_namespace,
+    fresh_namespace,
+    machine,
+    postgres_cpu_s,
+    process_cpu_s,
+    redis_cpu_s,
+    stop_processes,
+)
 from .delayed import ROOT, _fire_times, _now_ms, _stats
 
 
@@ -42,20 +50,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _start(url: str, ns: str, workers: int, concurrency: int, history: str | None,
-           retention: float, snapshotters: int) -> list[subprocess.Popen[bytes]]:
+           retention: float, snapshotters: int) -> list[tuple[str, subprocess.Popen[bytes]]]:
+    """(role, process) of the node, the snapshotters and the workers."""
     base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
-    procs = [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT)]
+    procs = [("node", subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT))]
     if history:
         store = (["--postgres-dsn", history] if not history.startswith("sqlite://")
                  else ["--history-file", history.removeprefix("sqlite://")])
         subprocess.run([*base, "db", "upgrade", *store], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL)
-        procs += [subprocess.Popen([*base, "snapshotter", *store, "--retention",
-                                    str(retention), "--log-level", "warning"], cwd=ROOT)
-                  for _ in range(snapshotters)]
-    procs += [subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
-                                str(concurrency), "--log-level", "warning"], cwd=ROOT)
-              for _ in range(workers)]
+        procs += [("snapshotter", subprocess.Popen(
+            [*base, "snapshotter", *store, "--retention", str(retention), "--log-level",
+             "warning"], cwd=ROOT)) for _ in range(snapshotters)]
+    procs += [("worker", subprocess.Popen(
+        [*base, "worker", "--app", "bench.app:registry", "--concurrency", str(concurrency),
+         "--log-level", "warning"], cwd=ROOT)) for _ in range(workers)]
     return procs
 
 
@@ -73,6 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shards = client.shards
             keys = Keys(ns)
             time.sleep(1.5)  # the node takes its shards, the workers create their groups
+            cpu0 = _cpu(r, procs)
 
             def harvest(final: bool) -> None:
                 """Read the claim times of sampled slots already due: as the run goes, since
@@ -113,8 +123,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(0.2)
             if pending:
                 raise SystemExit(f"sustained: {len(pending)} sampled jobs never started")
+            cpu = {k: round(1e6 * (v - cpu0[k]) / submitted, 1)
+                   for k, v in _cpu(r, procs).items()}
     finally:
-        stop_processes(procs)
+        stop_processes([p for _, p in procs])
         drop_namespace(r, ns)
     by_second: dict[int, list[int]] = {}
     start = min(f for f, _ in results)
@@ -132,9 +144,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   if args.history
                   else "no snapshotter") + f"): start lag p50 {stats['p50_ms']} ms, "
                f"p99 {stats['p99_ms']} ms, max {stats['max_ms']} ms; Redis memory "
-               f"{memory[0][1] / 2**20:.0f} -> {memory[-1][1] / 2**20:.0f} MiB")
+               f"{memory[0][1] / 2**20:.0f} -> {memory[-1][1] / 2**20:.0f} MiB; CPU us/job "
+               + ", ".join(f"{k} {v:g}" for k, v in cpu.items()))
     return {"summary": summary, "submitted": submitted, "seconds": elapsed, "lag": stats,
+            "cpu_us_per_job": cpu,
             "p99_by_second": curve, "memory": memory, "plot": png, "machine": machine(r)}
+
+
+def _cpu(r: redis.Redis, procs: list[tuple[str, subprocess.Popen[bytes]]]
+         ) -> dict[str, float]:
+    """CPU seconds so far by role; the run's difference over jobs submitted is its cost."""
+    out = {"redis": redis_cpu_s(r), "producer": time.process_time()}
+    for role, proc in procs:
+        out[role] = out.get(role, 0.0) + process_cpu_s(proc.pid)
+    if any(role == "snapshotter" for role, _ in procs):
+        out["postgres"] = postgres_cpu_s()
+    return out
 
 
 def _plot(curve: list[tuple[int, float]], memory: list[tuple[float, int]], path: Path,

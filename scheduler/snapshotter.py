@@ -7,12 +7,20 @@ events, schedules the terminal slots for removal from Redis (`retain`), and trim
 head of each events stream. A crash between commit and ack replays the batch, which the
 versioned upserts make a no-op. Several snapshotters share the group; entries a dead one left
 pending are taken over with XAUTOCLAIM once idle for `claim_idle_s`.
+
+A hash read at version V (the shard's last events id, read atomically with it) already holds
+the effect of every event up to V. So the snapshotter remembers, per slot and per job, the
+version of its last read, and skips any later-read event whose id is not above it: a job that
+ran its whole life before the snapshotter got to its `submitted` event costs one read and one
+row instead of one per event. The memory is bounded (`seen_capacity`); forgetting a slot only
+costs a redundant, harmless rewrite. It is cleared whenever a batch fails, because a skip is
+only sound once the batch that read the hash commits (acks follow commits in order).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
+import itertools
 import logging
 import os
 import socket
@@ -28,7 +36,15 @@ from .clock import Clock, RedisClock
 from .errors import ConfigError, NamespaceError
 from .keys import HISTORY_GROUP, Keys
 from .loops import pause
-from .store import Batch, HistoryStore, event_slot_row, is_terminal, job_row, slot_rows
+from .store import (
+    Batch,
+    HistoryStore,
+    event_slot_row,
+    is_terminal,
+    job_row,
+    slot_rows,
+    text_hash,
+)
 
 log = logging.getLogger("scheduler.snapshotter")
 
@@ -41,32 +57,50 @@ SLOT_ONLY = frozenset({
 
 
 class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
-    read_count: int = 20
+    read_count: int = 100
     """Events entries per shard per batch (one entry holds a whole Lua batch of records)."""
     claim_idle_s: float = 30.0
     """Pending entries idle this long belong to a dead snapshotter and are taken over."""
     idle_sleep_s: float = 0.2
+    settle_s: float = 0.5
+    """After a batch that reached the head of every events stream, wait this long before the
+    next: by then most of the slots it will name have finished, and each costs one read and
+    one row instead of one per step. History trails Redis by about this much."""
     retention_s: float | None = 3600.0
     """How long a finished slot stays in Redis once it is in the store; None keeps it."""
     consumer: str = ""
     overlap_writes: bool = True
     """Write batch N to the store while reading batch N+1 from Redis (acks still follow each
     commit)."""
+    seen_capacity: int = 250_000
+    """Slots and jobs whose last read version is remembered, to skip events that read already
+    covered (about 150 bytes each)."""
 
     def __post_init__(self) -> None:
         if self.read_count < 1:
             raise ConfigError(f"read_count must be >= 1, not {self.read_count}")
+        if self.settle_s < 0 or self.idle_sleep_s < 0:
+            raise ConfigError("settle_s and idle_sleep_s must be >= 0")
         if self.claim_idle_s <= 0:
             raise ConfigError(f"claim_idle_s must be > 0, not {self.claim_idle_s}")
+        if self.seen_capacity < 0:
+            raise ConfigError(f"seen_capacity must be >= 0, not {self.seen_capacity}")
         if self.retention_s is not None and self.retention_s < 0:
             raise ConfigError(f"retention_s must be >= 0 or None, not {self.retention_s}")
 
 
+class _Record(msgspec.Struct):
+    """The fields of an event record the snapshotter uses (the rest are skipped unparsed)."""
+
+    slot: Any = None
+    job: Any = None
+    task: Any = None
+    queue: Any = None
+    attempt: Any = None
+
+
+_records = msgspec.json.Decoder(list[_Record])
 READ_CHUNK = 2000  # hashes per history_read call: bounds how long one call holds Redis
-
-
-def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
-    return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
 def _version(entry_id: bytes | str) -> int:
@@ -81,7 +115,7 @@ class _Work:
 
     def __init__(self) -> None:
         self.ids: list[bytes] = []
-        self.slots: dict[str, tuple[str, dict[str, Any]]] = {}  # slot -> (event type, record)
+        self.slots: dict[str, tuple[str, _Record]] = {}  # slot -> (event type, record)
         self.jobs: set[str] = set()
 
 
@@ -105,6 +139,9 @@ class Snapshotter:
         self._inflight: tuple[asyncio.Task[None], dict[int, _Work],
                               list[tuple[int, str, int]], int] | None = None
         self._stop = asyncio.Event()
+        self._seen: dict[str, int] = {}  # slot id or "job:" + job id -> version last read
+        self.caught_up = False  # the last read reached the head of every events stream
+        self.skipped = 0  # event records already covered by an earlier read
 
     async def setup(self) -> None:
         shards = await self.redis.hget(self.keys.meta, "shards")
@@ -143,9 +180,12 @@ class Snapshotter:
                                 self._cursors.get(shard, b"0-0"), count=self.config.read_count)
         replies = await pipe.execute()
         work: dict[int, _Work] = {}
+        self.caught_up = True
         for shard, reply in enumerate(replies[:self.shards]):
             for _, entries in reply or []:
                 self._take(work, shard, entries)
+                if len(entries) >= self.config.read_count:
+                    self.caught_up = False
         if claim:
             for shard, (cursor, entries, *deleted) in enumerate(replies[self.shards:]):
                 self._cursors[shard] = cursor
@@ -162,28 +202,30 @@ class Snapshotter:
     def _take(self, work: dict[int, _Work], shard: int,
               entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
         w = work.setdefault(shard, _Work())
+        seen = self._seen
         for entry_id, fields in entries:
             w.ids.append(entry_id)
             if not fields:
                 continue
+            version = _version(entry_id)
             kind = fields.get(b"type", b"").decode()
             try:
-                records = json.loads(fields.get(b"data") or b"[]")
-            except ValueError:
+                records = _records.decode(fields.get(b"data") or b"[]")
+            except (msgspec.DecodeError, msgspec.ValidationError):
                 log.error("shard %d: event %s has unreadable data; skipped", shard, entry_id)
                 continue
-            for record in records if isinstance(records, list) else []:
-                if not isinstance(record, dict):
-                    continue
-                job = record.get("job")  # submitted and materialized: cron jobs have no slot
-                if isinstance(job, str):
+            for record in records:
+                job = record.job  # submitted and materialized: cron jobs have no slot
+                slot = record.slot
+                if isinstance(slot, str):
+                    if kind not in SLOT_ONLY and not isinstance(job, str):
+                        job = slot.rpartition(":")[0]
+                    if seen.get(slot, -1) >= version:
+                        self.skipped += 1
+                    else:
+                        w.slots[slot] = (kind, record)
+                if isinstance(job, str) and seen.get("job:" + job, -1) < version:
                     w.jobs.add(job)
-                slot = record.get("slot")
-                if not isinstance(slot, str):
-                    continue
-                w.slots[slot] = (kind, record)
-                if kind not in SLOT_ONLY:
-                    w.jobs.add(slot.rpartition(":")[0])
 
     async def _fetch(self, work: dict[int, _Work]) -> tuple[Batch, list[tuple[int, str, int]]]:
         """Read the hashes, one script call per shard (chunked), all in one round trip. The
@@ -197,26 +239,47 @@ class Snapshotter:
                                                   part_jobs))
                 plan.append((shard, part_slots, part_jobs))
         replies = await scripts.run_async(self.redis, calls)
-        batch = Batch(jobs=[], slots=[], attempts=[])
+        batch = Batch(jobs=[], slots=[], attempts=[], new_jobs=[], new_slots=[],
+                      new_attempts=[])
         finished: list[tuple[int, str, int]] = []
+        seen = self._seen
         for (shard, slots, jobs), (top, slot_raws, job_raws) in zip(plan, replies, strict=True):
             version = _version(top)
             for slot, flat in zip(slots, slot_raws, strict=True):
+                fresh = slot not in seen  # never written by this process: most likely new
+                seen[slot] = version
                 if flat:
-                    row, attempts = slot_rows(self.namespace, slot, _pairs(flat), version)
-                    batch.slots.append(row)
-                    batch.attempts.extend(attempts)
+                    row, attempts = slot_rows(self.namespace, slot, text_hash(flat), version)
+                    (batch.new_slots if fresh else batch.slots).append(row)
+                    (batch.new_attempts if fresh else batch.attempts).extend(attempts)
                     if row.finished_ms is not None and is_terminal(row.status):
                         finished.append((shard, slot, row.finished_ms))
                 else:
                     kind, record = work[shard].slots[slot]
-                    gone = event_slot_row(self.namespace, slot, kind, record)
+                    gone = event_slot_row(self.namespace, slot, kind, msgspec.structs.asdict(
+                        record))
                     if gone is not None:
                         batch.slots.append(gone)
             for job_id, flat in zip(jobs, job_raws, strict=True):
+                key = "job:" + job_id
+                fresh = key not in seen
+                seen[key] = version
                 if flat:
-                    batch.jobs.append(job_row(self.namespace, job_id, _pairs(flat)))
+                    (batch.new_jobs if fresh else batch.jobs).append(
+                        job_row(self.namespace, job_id, text_hash(flat)))
+        self._forget_oldest()
         return batch, finished
+
+    def _forget_oldest(self) -> None:
+        excess = len(self._seen) - self.config.seen_capacity
+        if excess > 0:  # dicts keep insertion order: drop the oldest tenth past the bound
+            for key in list(itertools.islice(self._seen, excess + self.config.seen_capacity
+                                             // 10)):
+                del self._seen[key]
+
+    def _failed(self) -> None:
+        self._own_pending = True
+        self._seen.clear()  # what the failed batches read was never committed
 
     async def run_once(self) -> int:
         """One batch over every shard; returns the number of events entries taken. With
@@ -233,6 +296,7 @@ class Snapshotter:
             if "NOGROUP" not in str(exc):
                 raise
             self.shards = 0  # Redis lost the groups (flushed, restored): set up again
+            self._seen.clear()
             await self._drop_inflight()
             return 0
         if not any(w.ids for w in work.values()):
@@ -249,7 +313,7 @@ class Snapshotter:
             if not self.config.overlap_writes:
                 await self.settle()
         except BaseException:
-            self._own_pending = True
+            self._failed()
             raise
         return sum(len(w.ids) for w in work.values())
 
@@ -264,7 +328,7 @@ class Snapshotter:
             await write
             await self._after_commit(work, finished)
         except BaseException:
-            self._own_pending = True
+            self._failed()
             raise
         self.events += sum(len(w.ids) for w in work.values())
         self.rows += rows
@@ -309,6 +373,8 @@ class Snapshotter:
                 written = 0
             if not written:
                 await pause(self._stop, self.config.idle_sleep_s)
+            elif self.caught_up and self.config.settle_s:
+                await pause(self._stop, self.config.settle_s)
         try:
             await self.settle()  # shutdown: commit and ack the last batch before returning
         except Exception:

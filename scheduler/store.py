@@ -18,7 +18,7 @@ from typing import Any, NamedTuple, Protocol
 import msgspec
 
 from .models import Slot, slot_from_hash
-from .states import TERMINAL, SlotStatus
+from .states import TERMINAL, Outcome
 
 DAY_MS = 86_400_000
 DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
@@ -29,6 +29,7 @@ EVENT_STATUS = {"succeeded": "succeeded", "dead": "dead", "cancelled": "cancelle
 
 _json = msgspec.json.Encoder()
 _TERMINAL = frozenset(s.value for s in TERMINAL)
+_OUTCOMES = frozenset(o.value for o in Outcome)
 _state_decoder = msgspec.json.Decoder(dict[str, str])
 
 
@@ -74,12 +75,27 @@ class AttemptRow(NamedTuple):
 
 
 class Batch(msgspec.Struct):
+    """Rows to upsert, and rows the writer believes are new (`new_*`: it has not written them
+    before). A store may insert the new rows without the upsert's conflict handling, as long
+    as it falls back to upserting everything when one of them exists after all."""
+
     jobs: list[JobRow] = []
     slots: list[SlotRow] = []
     attempts: list[AttemptRow] = []
+    new_jobs: list[JobRow] = []
+    new_slots: list[SlotRow] = []
+    new_attempts: list[AttemptRow] = []
 
     def __len__(self) -> int:
-        return len(self.jobs) + len(self.slots) + len(self.attempts)
+        return (len(self.jobs) + len(self.slots) + len(self.attempts) + len(self.new_jobs)
+                + len(self.new_slots) + len(self.new_attempts))
+
+    def merged(self) -> Batch:
+        """Every row as an upsert."""
+        if not (self.new_jobs or self.new_slots or self.new_attempts):
+            return self
+        return Batch(jobs=self.jobs + self.new_jobs, slots=self.slots + self.new_slots,
+                     attempts=self.attempts + self.new_attempts)
 
 
 class RecoveryJob(NamedTuple):
@@ -148,34 +164,55 @@ def open_store(dsn: str | None = None) -> HistoryStore:
 # --- rows from Redis hashes ----------------------------------------------------------------
 
 
-def _text(raw: dict[bytes, bytes]) -> dict[str, str]:
-    return {k.decode(): v.decode() for k, v in raw.items()}
+def text_hash(flat: list[bytes]) -> dict[str, str]:
+    """An HGETALL reply (alternating field and value) as text. Every field the scheduler
+    writes is UTF-8 text (payloads are JSON)."""
+    it = iter(flat)
+    return {k.decode(): v.decode() for k, v in zip(it, it, strict=True)}
 
 
-def job_row(namespace: str, job_id: str, raw: dict[bytes, bytes]) -> JobRow:
-    h = _text(raw)
+def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:
     return JobRow(namespace, job_id, h.get("task", ""), h.get("queue", "default"),
                   h.get("kind", "immediate"), int(h.get("created_ms") or 0),
                   int(h.get("fire_ms") or 0), _json.encode(h).decode())
 
 
-def slot_rows(namespace: str, slot_id: str, raw: dict[bytes, bytes], version: int
+def _outcome(value: str | None) -> str | None:
+    if value and value not in _OUTCOMES:
+        raise ValueError(f"unknown attempt outcome {value!r}")
+    return value or None
+
+
+def _opt(h: dict[str, str], name: str) -> int | None:
+    value = h.get(name)
+    return int(value) if value else None
+
+
+def slot_rows(namespace: str, slot_id: str, h: dict[str, str], version: int
               ) -> tuple[SlotRow, list[AttemptRow]]:
-    h = _text(raw)
     status = h.get("status", "")
     attempt = int(h.get("attempt") or 0)
-    if attempt:
-        slot = slot_from_hash(slot_id, raw)
+    job_id = h.get("job_id", "")
+    fire_ms = int(h.get("fire_ms") or 0)
+    if not attempt:
+        attempts = []  # never claimed (most slots at submission)
+    elif attempt == 1 and "a:1" not in h:
+        # The common case, read straight from the hash: one attempt, still in the slot's own
+        # fields (complete.lua archives an attempt as JSON only when another one starts).
+        outcome = h.get("outcome") or None
+        attempts = [AttemptRow(namespace, job_id, fire_ms, 1, h.get("worker") or None,
+                               _opt(h, "claimed_ms"), _opt(h, "lease_until"),
+                               _opt(h, "started_ms"), _opt(h, "finished_ms"),
+                               _outcome(outcome), None, version)]
+    else:
+        slot = slot_from_hash(slot_id, {k.encode(): v.encode() for k, v in h.items()})
         attempts = [AttemptRow(namespace, slot.job_id, slot.fire_ms, a.number, a.worker,
                                a.claimed_ms, a.lease_until_ms, a.started_ms, a.finished_ms,
                                a.outcome.value if a.outcome else None, a.error, version)
                     for a in slot.attempts]
-    else:
-        attempts = []  # never claimed (most slots at submission): skip the model
-    fire_ms = int(h.get("fire_ms") or 0)
     finished = int(h["finished_ms"]) if status in _TERMINAL and h.get("finished_ms") else None
     available = h.get("available_ms")
-    row = SlotRow(namespace, h.get("job_id", ""), fire_ms, status, h.get("task", ""),
+    row = SlotRow(namespace, job_id, fire_ms, status, h.get("task", ""),
                   h.get("queue", "default"), attempt, int(h.get("failures") or 0),
                   int(available) if available else fire_ms, finished, version,
                   _json.encode(h).decode())
@@ -191,8 +228,8 @@ def event_slot_row(namespace: str, slot_id: str, kind: str, record: dict[str, An
         return None
     job_id, _, fire = slot_id.rpartition(":")
     state = {"job_id": job_id, "fire_ms": fire, "status": status}
-    return SlotRow(namespace, job_id, int(fire), status, str(record.get("task", "")),
-                   str(record.get("queue", "default")), int(record.get("attempt") or 0), 0,
+    return SlotRow(namespace, job_id, int(fire), status, str(record.get("task") or ""),
+                   str(record.get("queue") or "default"), int(record.get("attempt") or 0), 0,
                    None, None, 0, _json.encode(state).decode())
 
 
@@ -209,8 +246,9 @@ def decode_state(state: str | dict[str, str]) -> dict[str, str]:
 
 
 def days_of(batch: Batch) -> set[int]:
-    return {r.fire_ms // DAY_MS for r in batch.slots} | {r.fire_ms // DAY_MS for r in batch.attempts}
+    return {r.fire_ms // DAY_MS for rows in (batch.slots, batch.attempts, batch.new_slots,
+                                             batch.new_attempts) for r in rows}
 
 
 def is_terminal(status: str) -> bool:
-    return SlotStatus(status) in TERMINAL
+    return status in _TERMINAL

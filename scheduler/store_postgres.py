@@ -1,7 +1,11 @@
 """The Postgres history store: COPY each batch into temp staging tables, then one upsert per
-table, in one transaction. Slots and attempts are partitioned by fire day; the partitions a
-batch needs are created before it is written (under an advisory lock, since two snapshotters
-may need the same day), and retention drops whole days."""
+table, in one transaction. Rows the batch marks new are COPYed straight into their tables
+instead, which costs Postgres about half as much as the upsert; if one exists after all (a
+replay after a crash, another snapshotter, a forgotten slot), the unique violation rolls the
+transaction back and the whole batch is upserted, and the next batches upsert everything
+for a while. Slots and attempts are partitioned by fire day; the partitions a batch needs are
+created before it is written (under an advisory lock, since two snapshotters may need the
+same day), and retention drops whole days."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from .store import (
     slot_from_state,
 )
 
+UPSERT_ONLY_BATCHES = 50
 _LOCK = 7_301_946_117  # advisory lock id for migrations and partition DDL
 _PART = re.compile(r"^(slots|attempts)_d(\d{8})$")
 Q = sqlfiles.queries("postgres")
@@ -52,6 +57,8 @@ class PostgresStore:
             raise unreachable(dsn, exc) from None
         self._days: set[int] = set()
         self._staged = False
+        self._upsert_only = 0  # batches left that upsert their new rows too
+        self.conflicts = 0  # batches whose "new" rows were not all new
 
     # --- schema ------------------------------------------------------------------------
 
@@ -116,13 +123,21 @@ class PostgresStore:
     def _write_retrying(self, batch: Batch) -> None:
         """Several snapshotters upsert overlapping rows (in key order, which makes deadlocks
         rare); Postgres still rolls one back now and then: that is a retry, not an outage."""
+        if self._upsert_only:
+            self._upsert_only -= 1
+            batch = batch.merged()
         for attempt in range(3):
             try:
                 self._write(batch)
                 return
+            except psycopg.errors.UniqueViolation:
+                self.conflicts += 1
+                self._upsert_only = UPSERT_ONLY_BATCHES
+                batch = batch.merged()
             except psycopg.errors.TransactionRollback:
                 if attempt == 2:
                     raise
+        self._write(batch)
 
     def _write(self, batch: Batch) -> None:
         try:
@@ -136,6 +151,12 @@ class PostgresStore:
             if not self._staged:
                 cur.execute(Q["stage"])
                 self._staged = True
+            for rows, copy in ((batch.new_jobs, "insert_jobs"), (batch.new_slots, "insert_slots"),
+                               (batch.new_attempts, "insert_attempts")):
+                if rows:
+                    with cur.copy(Q[copy]) as out:
+                        for row in rows:
+                            out.write_row(row)
             for rows, copy, upsert in ((batch.jobs, "copy_jobs", "upsert_jobs"),
                                        (batch.slots, "copy_slots", "upsert_slots"),
                                        (batch.attempts, "copy_attempts", "upsert_attempts")):

@@ -72,6 +72,7 @@ class SqliteStore:
         pass  # migrated on open
 
     def write(self, batch: Batch) -> None:
+        batch = batch.merged()  # SQLite upserts are cheap enough: one path
         if not len(batch):
             return
 

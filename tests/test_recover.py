@@ -118,14 +118,13 @@ def test_recover_restores_a_recurring_jobs_watermark(redis_url: str, ns: str, r:
     store = open_store(pg_dsn)
     store.upgrade()
     store.put_namespace(ns, 4, created)
-    raw = {b"task": b"report", b"queue": b"default", b"kind": b"cron",
-           b"created_ms": str(created).encode(), b"fire_ms": str(created).encode(),
-           b"cron": b"*/1 * * * *", b"catchup": b"all"}
+    raw = {"task": "report", "queue": "default", "kind": "cron", "created_ms": str(created),
+           "fire_ms": str(created), "cron": "*/1 * * * *", "catchup": "all"}
     batch = Batch(jobs=[job_row(ns, "nightly", raw)], slots=[], attempts=[])
     if last_fire_ms:
         row, _ = slot_rows(ns, f"nightly:{last_fire_ms}", {
-            b"job_id": b"nightly", b"fire_ms": str(last_fire_ms).encode(),
-            b"status": b"succeeded", b"attempt": b"1", b"finished_ms": b"1"}, 1)
+            "job_id": "nightly", "fire_ms": str(last_fire_ms), "status": "succeeded",
+            "attempt": "1", "finished_ms": "1"}, 1)
         batch.slots.append(row)
     store.write(batch)
     store.close()

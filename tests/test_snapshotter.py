@@ -64,6 +64,22 @@ def test_every_slot_and_attempt_reaches_the_store(redis_url: str, ns: str, r: re
         assert client.runs(ok_ids[0])[0].attempts[0].worker
 
 
+def test_events_a_finished_slots_read_already_covers_cost_nothing(
+        redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
+    """Jobs that ran to the end before the snapshotter reached their `submitted` event: that
+    first read finds them finished, so their `claimed` and `succeeded` events are skipped."""
+    ok_ids, _ = _run_jobs(redis_url, ns, 60, 0)
+    snap = asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(
+        retention_s=None, read_count=1)))  # one events entry per shard per batch
+    assert snap.skipped >= 2 * 60  # one claimed and one succeeded record per job at least
+    assert snap.rows == 3 * 60  # job, slot and attempt rows, each written once
+    with Client(redis_url, ns, history=store_dsn) as client:
+        slots = client.history(limit=1000)
+    assert {s.job_id for s in slots} == set(ok_ids)
+    assert {s.status for s in slots} == {SlotStatus.SUCCEEDED}
+    assert all(len(s.attempts) == 1 and s.attempts[0].finished_ms for s in slots)
+
+
 def test_a_crash_between_commit_and_ack_replays_to_the_same_rows(
         redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
     _run_jobs(redis_url, ns, 30, 3)

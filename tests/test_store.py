@@ -17,8 +17,8 @@ NS = "ns1"
 DAY0 = 1_700_006_400_000  # 2023-11-15T00:00Z, a day boundary
 
 
-def _raw(d: dict[str, Any]) -> dict[bytes, bytes]:
-    return {k.encode(): str(v).encode() for k, v in d.items()}
+def _raw(d: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in d.items()}
 
 
 def job(job_id: str, fire_ms: int, kind: str = "immediate") -> Any:
@@ -79,6 +79,33 @@ def test_replaying_a_batch_changes_nothing(store: Any) -> None:
     got = store.history(NS, job_id=None, status=None, since_ms=0, until_ms=2**62, limit=1000)
     assert len(got) == 50 and {s.status for s in got} == {SlotStatus.DEAD}
     assert all([a.number for a in s.attempts] == [1, 2, 3] for s in got)
+
+
+def test_rows_marked_new_that_exist_after_all_are_upserted_under_the_version_guard(
+        store: Any) -> None:
+    """A writer believes rows are new when it has not written them itself (Postgres COPYs
+    them straight in); after a crash, or with a second snapshotter, they may exist: then the
+    batch is upserted and an older reading still loses."""
+    def new(jobs: list[Any], slots: list[tuple[Any, list[Any]]]) -> Batch:
+        return Batch(jobs=[], slots=[], attempts=[], new_jobs=jobs,
+                     new_slots=[s for s, _ in slots],
+                     new_attempts=[a for _, atts in slots for a in atts])
+
+    done = [slot(f"j{i}", DAY0 + i, "succeeded", 30, attempt=1, outcome="succeeded",
+                 finished_ms=DAY0 + 50) for i in range(20)]
+    store.write(new([job(f"j{i}", DAY0 + i) for i in range(20)], done))
+    older = [slot(f"j{i}", DAY0 + i, "running", 20, attempt=1) for i in range(20)]
+    store.write(new([job(f"j{i}", DAY0 + i) for i in range(20)], older))  # all exist
+    fresh = [slot(f"k{i}", DAY0 + i, "queued", 40) for i in range(5)]
+    store.write(new([job(f"k{i}", DAY0 + i) for i in range(5)], fresh + done[:1]))  # one exists
+    got = {s.job_id: s for s in store.history(NS, job_id=None, status=None, since_ms=0,
+                                               until_ms=2**62, limit=1000)}
+    assert len(got) == 25
+    assert {got[f"j{i}"].status for i in range(20)} == {SlotStatus.SUCCEEDED}
+    assert all(got[f"j{i}"].attempts[0].outcome == "succeeded" for i in range(20))
+    assert {got[f"k{i}"].status for i in range(5)} == {SlotStatus.QUEUED}
+    if store.dialect == "postgres":  # the first conflict; the next batches upsert everything
+        assert store.conflicts == 1 and store._upsert_only > 0
 
 
 def test_history_filters_by_job_status_time_and_limit(store: Any) -> None:

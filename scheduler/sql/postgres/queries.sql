@@ -20,6 +20,19 @@ COPY stage_attempts (namespace, job_id, fire_ms, number, worker, claimed_ms, lea
                      started_ms, finished_ms, outcome, error, version)
 FROM STDIN
 
+-- name: insert_jobs
+COPY jobs (namespace, job_id, task, queue, kind, created_ms, fire_ms, definition) FROM STDIN
+
+-- name: insert_slots
+COPY slots (namespace, job_id, fire_ms, status, task, queue, attempt, failures, available_ms,
+            finished_ms, version, state)
+FROM STDIN
+
+-- name: insert_attempts
+COPY attempts (namespace, job_id, fire_ms, number, worker, claimed_ms, lease_until_ms,
+               started_ms, finished_ms, outcome, error, version)
+FROM STDIN
+
 -- name: upsert_jobs
 INSERT INTO jobs SELECT * FROM stage_jobs ORDER BY namespace, job_id
 ON CONFLICT (namespace, job_id) DO UPDATE SET
