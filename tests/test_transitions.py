@@ -208,3 +208,33 @@ def test_missing_job_fields_mean_the_documented_defaults(r: redis.Redis, client:
     now = clock.now_ms()
     s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "x", -1, 0, now, now)]))
     assert s.slot().available_ms == now + int(RetryPolicy().base_s * 1000)
+
+
+def test_expire_removes_due_finished_slots_with_their_indexes(r: redis.Redis, ns: str) -> None:
+    p = f"{ns}:{{s00}}:"
+    now = 1_000_000
+    done = {"status": "succeeded", "finished_ms": now - 5000}
+    r.hset(f"{p}job:once", mapping={"fire_ms": 1})  # immediate: no kind field, not indexed
+    r.hset(f"{p}slot:once:1", mapping={**done, "job_id": "once"})
+    r.hset(f"{p}job:later", mapping={"fire_ms": 2, "kind": "delayed"})
+    r.hset(f"{p}slot:later:2", mapping={**done, "job_id": "later"})
+    r.zadd(f"{p}jobs", {"later": 1, "nightly": 1})
+    r.hset(f"{p}job:nightly", mapping={"fire_ms": 3, "kind": "cron"})
+    r.hset(f"{p}slot:nightly:60", mapping={**done, "job_id": "nightly"})
+    r.zadd(f"{p}runs:nightly", {"nightly:60": 60, "nightly:120": 120})
+    r.hset(f"{p}slot:fresh:4", mapping={"status": "succeeded", "finished_ms": now - 10,
+                                        "job_id": "fresh"})
+    r.hset(f"{p}slot:replayed:5", mapping={"status": "queued", "job_id": "replayed"})
+    r.zadd(f"{p}retain", {"once:1": 1, "later:2": 2, "nightly:60": 3, "fresh:4": 4,
+                          "replayed:5": 5, "future:6": now + 1})
+    slots, jobs, head = scripts.run_sync(r, [scripts.expire(p, now, 1000, 100)])[0]
+    assert (slots, jobs) == (3, 2)
+    assert not r.exists(f"{p}slot:once:1", f"{p}job:once", f"{p}slot:later:2", f"{p}job:later",
+                        f"{p}slot:nightly:60")
+    assert r.exists(f"{p}job:nightly") and r.exists(f"{p}slot:fresh:4", f"{p}slot:replayed:5") == 2
+    assert r.zrange(f"{p}jobs", 0, -1) == [b"nightly"]
+    assert r.zrange(f"{p}runs:nightly", 0, -1) == [b"nightly:120"]
+    # The recently finished slot is re-scored for later; the replayed one leaves `retain`.
+    assert r.zrange(f"{p}retain", 0, -1, withscores=True) == [(b"future:6", now + 1),
+                                                             (b"fresh:4", now - 10 + 1000)]
+    assert head == now + 1

@@ -51,20 +51,20 @@ for i = 0, n - 1 do
   local queue, msg, slot_id = items[b + 1], items[b + 2], items[b + 3]
   touched[queue] = true
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms')
+  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms', 'attempt')
   if st[1] == 'queued' and st[2] == msg then
-    local attempt = redis.call('HINCRBY', slot_key, 'attempt', 1)
+    local attempt = (tonumber(st[5]) or 0) + 1
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
     local claimed = now
     if job[4] == 'at_most_once' then
       -- Acked now, so no pending entry can show the lease: the `leases` zset does.
-      redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
+      redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker', worker,
         'claimed_ms', claimed, 'lease_until', lease_until, 'msg', '')
       redis.call('ZADD', leases, lease_until, slot_id)
       ack(prefix, queue, msg)
     else
-      redis.call('HSET', slot_key, 'status', 'running', 'worker', worker,
+      redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker', worker,
         'claimed_ms', claimed, 'lease_until', lease_until)
     end
     reply[i + 1] = {1, attempt, job[1], job[2], job[3], job[4], st[4]}

@@ -26,8 +26,12 @@ local terminal = {succeeded = true, dead = true, cancelled = true, lost = true, 
 local retain = prefix .. 'retain'
 local slots, jobs = 0, 0
 
-for _, slot_id in ipairs(redis.call('ZRANGE', retain, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)) do
-  redis.call('ZREM', retain, slot_id)
+-- The entries due are the lowest-ranked ones: they leave `retain` in one call, and the few
+-- that must stay are added back below.
+local due = redis.call('ZRANGE', retain, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+if #due > 0 then redis.call('ZREMRANGEBYRANK', retain, 0, #due - 1) end
+
+for _, slot_id in ipairs(due) do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'finished_ms', 'job_id')
   local finished = tonumber(st[2])
@@ -38,15 +42,19 @@ for _, slot_id in ipairs(redis.call('ZRANGE', retain, '-inf', now, 'BYSCORE', 'L
   elseif finished and finished + retention > now then
     redis.call('ZADD', retain, finished + retention, slot_id)
   else
-    redis.call('DEL', slot_key)
-    redis.call('ZREM', prefix .. 'runs:' .. st[3], slot_id)
+    local job_id = st[3]
+    local job_key = prefix .. 'job:' .. job_id
+    local job = redis.call('HMGET', job_key, 'kind', 'fire_ms')  -- kind is absent: immediate
     slots = slots + 1
-    local job_key = prefix .. 'job:' .. st[3]
-    local job = redis.call('HMGET', job_key, 'kind', 'fire_ms')
-    if job[1] ~= 'cron' and job[2] and (st[3] .. ':' .. job[2]) == slot_id then
-      redis.call('DEL', job_key)
-      redis.call('ZREM', prefix .. 'jobs', st[3])
+    if job[1] == 'cron' then
+      redis.call('DEL', slot_key)
+      redis.call('ZREM', prefix .. 'runs:' .. job_id, slot_id)
+    elseif job[2] and (job_id .. ':' .. job[2]) == slot_id then
+      redis.call('DEL', slot_key, job_key)
+      if job[1] then redis.call('ZREM', prefix .. 'jobs', job_id) end  -- immediate: not indexed
       jobs = jobs + 1
+    else
+      redis.call('DEL', slot_key)
     end
   end
 end
