@@ -3,6 +3,7 @@ input, builds the Lua calls and decodes replies; the two classes only do the I/O
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 from collections.abc import Iterable, Mapping
@@ -218,6 +219,42 @@ class _Core:
         return [job_id for _, job_id in pairs[:limit]]
 
 
+def _history_query(namespace: str, job_id: str | None, status: str | None,
+                   since: datetime | int | None, until: datetime | int | None,
+                   limit: int) -> dict[str, Any]:
+    """The store.history() arguments, validated (a bad one raises and nothing is read)."""
+    if job_id is not None:
+        check_job_id(job_id)
+    if status is not None:
+        try:
+            status = SlotStatus(status).value
+        except ValueError:
+            raise ValidationError("status", f"{status!r} is not a slot status; use one of "
+                                  + ", ".join(s.value for s in SlotStatus)) from None
+    if not isinstance(limit, int) or limit < 1:
+        raise ValidationError("limit", f"{limit!r} is not allowed; must be an integer >= 1")
+    return {"namespace": namespace, "job_id": job_id, "status": status,
+            "since_ms": _ms(since, 0), "until_ms": _ms(until, 2**62), "limit": limit}
+
+
+def _merge_runs(job_id: str, live: list[Slot], past: list[Slot]) -> list[Slot]:
+    have = {s.slot_id for s in live}
+    merged = live + [s for s in past if s.slot_id not in have]
+    if not merged:
+        raise JobNotFound(job_id)
+    return sorted(merged, key=lambda s: s.fire_ms)
+
+
+def _open_history(source: str | HistoryStore | None) -> HistoryStore:
+    if source is not None and not isinstance(source, str):
+        return source
+    from .store import open_store
+
+    store = open_store(source)
+    store.check()
+    return store
+
+
 def _ms(value: datetime | int | None, default: int) -> int:
     if value is None:
         return default
@@ -369,12 +406,7 @@ class Client:
     @property
     def store(self) -> HistoryStore:
         if self._store is None:
-            from .store import open_store
-
-            source = self._history_source
-            self._store = source if source is not None and not isinstance(source, str) \
-                else open_store(source)
-            self._store.check()
+            self._store = _open_history(self._history_source)
         return self._store
 
     def history(self, *, job_id: str | None = None, status: str | None = None,
@@ -382,19 +414,8 @@ class Client:
                 limit: int = 100) -> list[Slot]:
         """Slots from the history store, newest fire time first. since/until bound the fire
         time (aware datetimes or ms); status is a slot status."""
-        if job_id is not None:
-            check_job_id(job_id)
-        if status is not None:
-            try:
-                status = SlotStatus(status).value
-            except ValueError:
-                raise ValidationError("status", f"{status!r} is not a slot status; use one of "
-                                      + ", ".join(s.value for s in SlotStatus)) from None
-        if not isinstance(limit, int) or limit < 1:
-            raise ValidationError("limit", f"{limit!r} is not allowed; must be an integer >= 1")
-        return self.store.history(self._core.namespace, job_id=job_id, status=status,
-                                  since_ms=_ms(since, 0), until_ms=_ms(until, 2**62),
-                                  limit=limit)
+        query = _history_query(self._core.namespace, job_id, status, since, until, limit)
+        return self.store.history(query.pop("namespace"), **query)
 
     def runs(self, job_id: str) -> list[Slot]:
         """A job's slots: those still in Redis, and from the history store those that have
@@ -403,17 +424,13 @@ class Client:
             live = self.slots(job_id)
         except JobNotFound:
             live = []
-        have = {s.slot_id for s in live}
         try:
-            past = [s for s in self.history(job_id=job_id, limit=10_000)
-                    if s.slot_id not in have]
+            past = self.history(job_id=job_id, limit=10_000)
         except StoreUnavailable:
             if not live:
                 raise
             past = []  # Redis alone still answers for the slots it holds
-        if not live and not past:
-            raise JobNotFound(job_id)
-        return sorted(live + past, key=lambda s: s.fire_ms)
+        return _merge_runs(job_id, live, past)
 
     # --- operator actions (scheduler/admin.py) ------------------------------------------
 
@@ -468,11 +485,15 @@ class AsyncClient:
     def __init__(self, redis_url: str = "redis://127.0.0.1:6379/0", namespace: str = "sched", *,
                  shards: int | None = None, clock: Clock | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 events_maxlen: int = EVENTS_MAXLEN) -> None:
+                 events_maxlen: int = EVENTS_MAXLEN,
+                 history: str | HistoryStore | None = None) -> None:
+        """`history`: as for `Client`; store calls run in a thread, off the event loop."""
         self._core = _Core(namespace, shards, clock, max_payload_bytes, events_maxlen)
         self.redis = async_redis(redis_url)
         self.keys = self._core.keys
         self._registered: set[str] | None = None
+        self._history_source = history
+        self._store: HistoryStore | None = None
 
     async def _ready(self) -> None:
         core = self._core
@@ -558,11 +579,34 @@ class AsyncClient:
     async def status(self) -> Status:
         return await read_status_async(self.redis, self.keys, self._core.clock)
 
+    async def history(self, *, job_id: str | None = None, status: str | None = None,
+                      since: datetime | int | None = None, until: datetime | int | None = None,
+                      limit: int = 100) -> list[Slot]:
+        query = _history_query(self._core.namespace, job_id, status, since, until, limit)
+        if self._store is None:
+            self._store = await asyncio.to_thread(_open_history, self._history_source)
+        return await asyncio.to_thread(self._store.history, query.pop("namespace"), **query)
+
+    async def runs(self, job_id: str) -> list[Slot]:
+        try:
+            live = await self.slots(job_id)
+        except JobNotFound:
+            live = []
+        try:
+            past = await self.history(job_id=job_id, limit=10_000)
+        except StoreUnavailable:
+            if not live:
+                raise
+            past = []
+        return _merge_runs(job_id, live, past)
+
     async def workers(self) -> list[WorkerStatus]:
         return await read_workers_async(self.redis, self.keys, self._core.clock)
 
     async def aclose(self) -> None:
         await self.redis.aclose()
+        if self._store is not None and self._store is not self._history_source:
+            await asyncio.to_thread(self._store.close)
 
     async def __aenter__(self) -> AsyncClient:
         return self

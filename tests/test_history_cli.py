@@ -8,10 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import redis
 
 from helpers import drain, run_until, sched
-from scheduler import Client, Context, Registry
+from scheduler import AsyncClient, Client, Context, Registry, Slot, ValidationError
 from scheduler.snapshotter import SnapshotterConfig
 
 
@@ -41,6 +42,36 @@ def test_history_and_runs_read_the_store(redis_url: str, ns: str, r: redis.Redis
     assert code == 0 and json.loads(out)[0]["status"] == "succeeded"
     code, _, err = sched(capsys, redis_url, ns, "runs", "nosuchjob", "--history-file", file)
     assert code == 1 and err.startswith("error: no job 'nosuchjob'")
+
+
+def test_the_async_client_reads_history_and_runs_too(redis_url: str, ns: str, r: redis.Redis,
+                                                     tmp_path: Path) -> None:
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(ctx.slot_id)
+
+    file = f"sqlite://{tmp_path / 'h.db'}"
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": "t"} for _ in range(3)])
+    asyncio.run(run_until(redis_url, ns, registry, lambda: len(ran) == 3))
+    asyncio.run(drain(redis_url, ns, file, config=SnapshotterConfig(retention_s=None)))
+    for key in r.scan_iter(match=f"{ns}:*:{ids[0]}*"):  # as retention would
+        r.delete(key)
+
+    async def read() -> tuple[list[Slot], list[Slot], list[Slot]]:
+        async with AsyncClient(redis_url, ns, history=file) as client:
+            everything = await client.history(status="succeeded")
+            with pytest.raises(ValidationError):
+                await client.history(status="finished")
+            return everything, await client.runs(ids[0]), await client.runs(ids[1])
+
+    everything, gone, live = asyncio.run(read())
+    assert {s.job_id for s in everything} == set(ids)
+    assert [(s.job_id, s.status.value) for s in gone] == [(ids[0], "succeeded")]
+    assert [(s.job_id, s.status.value) for s in live] == [(ids[1], "succeeded")]
 
 
 def test_db_upgrade_is_idempotent(pg_dsn: str, redis_url: str, ns: str, capsys: Any) -> None:
