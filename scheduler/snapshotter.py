@@ -187,6 +187,7 @@ class Snapshotter:
                 if len(entries) >= self.config.read_count:
                     self.caught_up = False
         if claim:
+            await self._forget_consumers()
             for shard, (cursor, entries, *deleted) in enumerate(replies[self.shards:]):
                 self._cursors[shard] = cursor
                 self._take(work, shard, entries)
@@ -198,6 +199,24 @@ class Snapshotter:
                                 len(gone))
                     work.setdefault(shard, _Work()).ids.extend(gone)
         return work
+
+    async def _forget_consumers(self) -> None:
+        """Drop the group's consumers that hold nothing and were idle past `claim_idle_s`
+        (snapshotters that exited; their entries were taken over). One holding entries is
+        never dropped: that would drop its entries from the group. A live one that was only
+        slow is created again by its next read."""
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.shards):
+            pipe.xinfo_consumers(self.keys.events(shard), HISTORY_GROUP)
+        idle_ms = self.config.claim_idle_s * 1000
+        drop = self.redis.pipeline(transaction=False)
+        for shard, consumers in enumerate(await pipe.execute(raise_on_error=False)):
+            for c in consumers if isinstance(consumers, list) else []:
+                name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
+                if name != self.consumer and not c["pending"] and c["idle"] > idle_ms:
+                    drop.xgroup_delconsumer(self.keys.events(shard), HISTORY_GROUP, name)
+        if len(drop):
+            await drop.execute(raise_on_error=False)
 
     def _take(self, work: dict[int, _Work], shard: int,
               entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:

@@ -104,6 +104,10 @@ def test_a_crash_between_commit_and_ack_replays_to_the_same_rows(
         again = sorted((s.slot_id, s.status, len(s.attempts)) for s in client.history(limit=999))
     assert pending(r, ns) == 0
     assert len(again) == 33 and set(first) <= set(again)  # nothing lost, nothing duplicated
+    # The dead consumer, its entries taken over, has left the group.
+    for shard in range(2):
+        names = {c["name"] for c in r.xinfo_consumers(f"{ns}:{{s{shard:02d}}}:events", "history")}
+        assert names <= {b"b"}
 
 
 def test_trim_history_drops_only_what_every_group_acked(redis_url: str, ns: str,
