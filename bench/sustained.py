@@ -44,13 +44,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "sqlite://PATH) with --retention seconds of finished slots in Redis")
     p.add_argument("--retention", type=float, default=10.0)
     p.add_argument("--snapshotters", type=int, default=1, help="snapshotter processes")
+    p.add_argument("--settle", type=float, default=0.5,
+                   help="the snapshotters' --settle (seconds between caught-up batches)")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
     p.add_argument("--out", default=None)
 
 
 def _start(url: str, ns: str, workers: int, concurrency: int, history: str | None,
-           retention: float, snapshotters: int) -> list[tuple[str, subprocess.Popen[bytes]]]:
+           retention: float, snapshotters: int, settle: float = 0.5
+           ) -> list[tuple[str, subprocess.Popen[bytes]]]:
     """(role, process) of the node, the snapshotters and the workers."""
     base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
     procs = [("node", subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT))]
@@ -60,8 +63,8 @@ def _start(url: str, ns: str, workers: int, concurrency: int, history: str | Non
         subprocess.run([*base, "db", "upgrade", *store], cwd=ROOT, check=True,
                        stdout=subprocess.DEVNULL)
         procs += [("snapshotter", subprocess.Popen(
-            [*base, "snapshotter", *store, "--retention", str(retention), "--log-level",
-             "warning"], cwd=ROOT)) for _ in range(snapshotters)]
+            [*base, "snapshotter", *store, "--retention", str(retention), "--settle",
+             str(settle), "--log-level", "warning"], cwd=ROOT)) for _ in range(snapshotters)]
     procs += [("worker", subprocess.Popen(
         [*base, "worker", "--app", "bench.app:registry", "--concurrency", str(concurrency),
          "--log-level", "warning"], cwd=ROOT)) for _ in range(workers)]
@@ -72,7 +75,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
     ns = fresh_namespace("sustained")
     procs = _start(args.redis_url, ns, args.workers, args.concurrency, args.history,
-                   args.retention, args.snapshotters)
+                   args.retention, args.snapshotters, args.settle)
     pending: list[tuple[str, int]] = []  # sampled (job id, fire_ms) not yet seen claimed
     results: list[tuple[int, int]] = []  # (fire_ms, start lag ms) of sampled slots
     memory: list[tuple[float, int]] = []
