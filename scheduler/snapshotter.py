@@ -58,7 +58,11 @@ SLOT_ONLY = frozenset({
 
 class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     read_count: int = 100
-    """Events entries per shard per batch (one entry holds a whole Lua batch of records)."""
+    """Most events entries per shard per batch (one entry holds a whole Lua batch of records:
+    from one to thousands)."""
+    batch_records: int = 20_000
+    """About how many slots and jobs one batch should hold: the entries read per shard adapt
+    (from 1 up to read_count) to keep batches near this size."""
     claim_idle_s: float = 30.0
     """Pending entries idle this long belong to a dead snapshotter and are taken over."""
     idle_sleep_s: float = 0.2
@@ -77,8 +81,9 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     covered (about 150 bytes each)."""
 
     def __post_init__(self) -> None:
-        if self.read_count < 1:
-            raise ConfigError(f"read_count must be >= 1, not {self.read_count}")
+        if self.read_count < 1 or self.batch_records < 1:
+            raise ConfigError(f"read_count and batch_records must be >= 1, not "
+                              f"{self.read_count} and {self.batch_records}")
         if self.settle_s < 0 or self.idle_sleep_s < 0:
             raise ConfigError("settle_s and idle_sleep_s must be >= 0")
         if self.claim_idle_s <= 0:
@@ -141,6 +146,7 @@ class Snapshotter:
         self._stop = asyncio.Event()
         self._seen: dict[str, int] = {}  # slot id or "job:" + job id -> version last read
         self.caught_up = False  # the last read reached the head of every events stream
+        self._count = 1  # entries per shard per read: grows and shrinks with their size
         self.skipped = 0  # event records already covered by an earlier read
 
     async def setup(self) -> None:
@@ -170,21 +176,21 @@ class Snapshotter:
         start = "0" if self._own_pending else ">"
         for shard in range(self.shards):
             pipe.xreadgroup(HISTORY_GROUP, self.consumer, {self.keys.events(shard): start},
-                            count=self.config.read_count)
+                            count=self._count)
         claim = time.monotonic() - self._last_claim >= self.config.claim_idle_s / 2
         if claim:
             self._last_claim = time.monotonic()
             for shard in range(self.shards):
                 pipe.xautoclaim(self.keys.events(shard), HISTORY_GROUP, self.consumer,
                                 int(self.config.claim_idle_s * 1000),
-                                self._cursors.get(shard, b"0-0"), count=self.config.read_count)
+                                self._cursors.get(shard, b"0-0"), count=self._count)
         replies = await pipe.execute()
         work: dict[int, _Work] = {}
         self.caught_up = True
         for shard, reply in enumerate(replies[:self.shards]):
             for _, entries in reply or []:
                 self._take(work, shard, entries)
-                if len(entries) >= self.config.read_count:
+                if len(entries) >= self._count:
                     self.caught_up = False
         if claim:
             await self._forget_consumers()
@@ -198,6 +204,11 @@ class Snapshotter:
                     log.warning("shard %d: %d pending events were trimmed unread", shard,
                                 len(gone))
                     work.setdefault(shard, _Work()).ids.extend(gone)
+        size = sum(len(w.slots) + len(w.jobs) for w in work.values())
+        if size > self.config.batch_records:
+            self._count = max(1, self._count // 2)
+        elif not self.caught_up and size * 2 < self.config.batch_records:
+            self._count = min(self.config.read_count, self._count * 2)
         return work
 
     async def _forget_consumers(self) -> None:

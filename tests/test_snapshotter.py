@@ -152,3 +152,26 @@ def test_finished_slots_leave_redis_after_retention_and_stay_in_history(
     assert asyncio.run(expire(now + 60_000)).deleted_slots == 2
     left = {k.decode() for k in r.scan_iter(match=f"{ns}:*:slot:*")}
     assert left == set()
+
+
+def test_batches_keep_near_batch_records_whatever_the_entries_hold(
+        redis_url: str, ns: str, store_dsn: str) -> None:
+    """An events entry holds one Lua call's records (1 to thousands): the entries read per
+    shard adapt so that a batch stays near batch_records."""
+    with Client(redis_url, ns, shards=1) as client:
+        for _ in range(100):
+            client.submit_many([{"task": "ok"}] * 10)  # 100 entries of 10 records
+    sizes: list[int] = []
+
+    def count_batches(snap: Snapshotter) -> None:
+        write = snap.store.write
+
+        def counted(batch: Any) -> None:
+            sizes.append(len(batch.slots) + len(batch.new_slots))
+            write(batch)
+        snap.store.write = counted  # type: ignore[method-assign]
+
+    snap = asyncio.run(drain(redis_url, ns, store_dsn, hook=count_batches, config=SnapshotterConfig(
+        retention_s=None, read_count=64, batch_records=40)))
+    assert sum(sizes) == 1000 and snap.rows == 2000
+    assert max(sizes) <= 80 and len(sizes) >= 1000 // 80
