@@ -24,13 +24,14 @@ from .delayed import _lags, _now_ms, _stats, fleet
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="5000,100000", help="comma-separated burst sizes")
     p.add_argument("--concurrency", type=int, default=1000)
+    p.add_argument("--workers", type=int, default=1, help="worker processes")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
     p.add_argument("--out", default=None)
 
 
 def _one(args: argparse.Namespace, r: redis.Redis, n: int) -> dict[str, Any]:
-    with fleet(r, args.redis_url, "burst", args.concurrency) as (ns, client):
+    with fleet(r, args.redis_url, "burst", args.concurrency, args.workers) as (ns, client):
         shards = client.shards
         lead_s = 3 + n / 40_000  # time to submit them all before the instant
         fire_ms = (_now_ms(r) + int(lead_s * 1000)) // 1000 * 1000 + 1000
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out) if args.out else Path(__file__).parent / "out"
     out.mkdir(parents=True, exist_ok=True)
     png = _plot(results, out / "burst.png")
-    summary = "burst: " + "; ".join(
+    summary = f"burst ({args.workers} worker(s), concurrency {args.concurrency}): " + "; ".join(
         f"{x['n']:,} due at once: start lag p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, "
         f"all started by {x['all_started_ms']} ms" for x in results)
     return {"summary": summary, "results": results, "plot": png, "machine": machine(r)}

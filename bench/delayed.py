@@ -43,19 +43,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None)
 
 
-def _procs(url: str, ns: str, concurrency: int) -> list[subprocess.Popen[bytes]]:
+def _procs(url: str, ns: str, concurrency: int, workers: int = 1
+           ) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
-    return [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT),
-            subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
-                              str(concurrency), "--log-level", "warning"], cwd=ROOT)]
+    return [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT)] + [
+        subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
+                          str(concurrency), "--log-level", "warning"], cwd=ROOT)
+        for _ in range(workers)]
 
 
 @contextmanager
-def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int) -> Iterator[tuple[str, Client]]:
-    """A fresh namespace with a scheduler node and a worker running on it, ready to take work;
-    stopped and dropped afterwards. Yields (namespace, client)."""
+def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int, workers: int = 1
+          ) -> Iterator[tuple[str, Client]]:
+    """A fresh namespace with a scheduler node and `workers` worker processes running on it,
+    ready to take work; stopped and dropped afterwards. Yields (namespace, client)."""
     ns = fresh_namespace(prefix)
-    procs = _procs(url, ns, concurrency)
+    procs = _procs(url, ns, concurrency, workers)
     try:
         with Client(url, ns) as client:
             time.sleep(1.5)  # the node takes its shards, the worker creates its groups
