@@ -10,7 +10,8 @@
 
   Reply: one integer per slot, in order
      1  committed: status succeeded, the attempt's outcome and times in the slot's fields
-        (outcome, started_ms, finished_ms), stream entry acked
+        (outcome, started_ms, finished_ms), stream entry acked (one XACK per queue for the
+        whole batch)
      0  refused: the slot is not running under this token (the lease was lost and the slot
         reclaimed, cancelled or already finished); nothing changed but the refusal event
 
@@ -28,6 +29,7 @@ local n = #items / 4
 
 local reply = {}
 local done, refused = {}, {}
+local acks = {}  -- queue -> entry ids, acked together after the loop
 for i = 0, n - 1 do
   local b = i * 4
   local slot_id, token = items[b + 1], items[b + 2]
@@ -37,12 +39,24 @@ for i = 0, n - 1 do
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
-    end_lease(prefix, slot_id, s)
+    if s.msg and s.msg ~= '' then
+      local ids = acks[s.queue]
+      if not ids then ids = {}; acks[s.queue] = ids end
+      ids[#ids + 1] = s.msg
+    else
+      end_lease(prefix, slot_id, s)  -- at_most_once: leaves the leases set
+    end
     reply[i + 1] = 1
     done[#done + 1] = {slot = slot_id, attempt = s.attempt}
   else
     reply[i + 1] = 0
     refused[#refused + 1] = refusal(slot_id, token, st, 'succeeded')
+  end
+end
+
+for queue, ids in pairs(acks) do
+  for i = 1, #ids, 1000 do  -- bounded: unpack puts every id on the Lua stack
+    redis.call('XACK', prefix .. 'q:' .. queue, 'workers', unpack(ids, i, math.min(i + 999, #ids)))
   end
 end
 
