@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.out) if args.out else Path(__file__).parent / "out"
     out.mkdir(parents=True, exist_ok=True)
     png = _plot(results, out / "burst.png")
-    summary = f"burst ({args.workers} worker(s), concurrency {args.concurrency}): " + "; ".join(
+    summary = "burst: " + "; ".join(
         f"{x['n']:,} due at once: start lag p50 {x['p50_ms']} ms, p99 {x['p99_ms']} ms, "
-        f"all started by {x['all_started_ms']} ms" for x in results)
+        f"all started by {x['all_started_ms']} ms" for x in results) + (
+        f" ({args.workers} worker(s), concurrency {args.concurrency})")
     return {"summary": summary, "results": results, "plot": png, "machine": machine(r)}
