@@ -15,6 +15,10 @@ ran its whole life before the snapshotter got to its `submitted` event costs one
 row instead of one per event. The memory is bounded (`seen_capacity`); forgetting a slot only
 costs a redundant, harmless rewrite. It is cleared whenever a batch fails, because a skip is
 only sound once the batch that read the hash commits (acks follow commits in order).
+
+The rows of slots and jobs submitted within the batch, and not written before by this
+process, go to the store as new (`Batch.new_*`: Postgres COPYs them without the upsert);
+everything else is upserted.
 """
 
 from __future__ import annotations
@@ -116,12 +120,13 @@ def _version(entry_id: bytes | str) -> int:
 class _Work:
     """What one batch touches in one shard."""
 
-    __slots__ = ("ids", "slots", "jobs")
+    __slots__ = ("ids", "slots", "jobs", "created")
 
     def __init__(self) -> None:
         self.ids: list[bytes] = []
         self.slots: dict[str, tuple[str, _Record]] = {}  # slot -> (event type, record)
         self.jobs: set[str] = set()
+        self.created: set[str] = set()  # slots and "job:" ids whose `submitted` event is here
 
 
 class Snapshotter:
@@ -254,8 +259,12 @@ class Snapshotter:
                         self.skipped += 1
                     else:
                         w.slots[slot] = (kind, record)
+                        if kind == "submitted":
+                            w.created.add(slot)
                 if isinstance(job, str) and seen.get("job:" + job, -1) < version:
                     w.jobs.add(job)
+                    if kind == "submitted":
+                        w.created.add("job:" + job)
 
     async def _fetch(self, work: dict[int, _Work]) -> tuple[Batch, list[tuple[int, str, int]]]:
         """Read the hashes, one script call per shard (chunked), all in one round trip. The
@@ -275,8 +284,11 @@ class Snapshotter:
         seen = self._seen
         for (shard, slots, jobs), (top, slot_raws, job_raws) in zip(plan, replies, strict=True):
             version = _version(top)
+            created = work[shard].created
             for slot, flat in zip(slots, slot_raws, strict=True):
-                fresh = slot not in seen  # never written by this process: most likely new
+                # Created by an event of this batch and never written by this process: new,
+                # unless this is a replay (after a crash, or another snapshotter's entries).
+                fresh = slot in created and slot not in seen
                 seen[slot] = version
                 if flat:
                     row, attempts = slot_rows(self.namespace, slot, text_hash(flat), version)
@@ -292,7 +304,7 @@ class Snapshotter:
                         batch.slots.append(gone)
             for job_id, flat in zip(jobs, job_raws, strict=True):
                 key = "job:" + job_id
-                fresh = key not in seen
+                fresh = key in created and key not in seen
                 seen[key] = version
                 if flat:
                     (batch.new_jobs if fresh else batch.jobs).append(

@@ -175,3 +175,24 @@ def test_batches_keep_near_batch_records_whatever_the_entries_hold(
         retention_s=None, read_count=64, batch_records=40)))
     assert sum(sizes) == 1000 and snap.rows == 2000
     assert max(sizes) <= 80 and len(sizes) >= 1000 // 80
+
+
+def test_only_slots_created_in_the_batch_take_the_insert_path(
+        redis_url: str, ns: str, pg_dsn: str) -> None:
+    """A slot whose `submitted` event came in an earlier batch is upserted even when the
+    snapshotter has forgotten it (seen_capacity 0): no unique-violation rollbacks."""
+    from scheduler.store import open_store
+
+    setup = open_store(pg_dsn)
+    setup.upgrade()
+    setup.close()
+    _run_jobs(redis_url, ns, 30, 3)
+    stores: list[Any] = []
+    snap = asyncio.run(drain(redis_url, ns, pg_dsn, hook=lambda s: stores.append(s.store),
+                             config=SnapshotterConfig(retention_s=None, read_count=1,
+                                                      seen_capacity=0)))
+    assert stores[0].conflicts == 0 and snap.skipped == 0
+    with Client(redis_url, ns, history=pg_dsn) as client:
+        slots = client.history(limit=100)
+    assert len(slots) == 33 and {s.status for s in slots} == {SlotStatus.SUCCEEDED,
+                                                               SlotStatus.DEAD}
