@@ -17,7 +17,8 @@
         it enters the shard's `cron` set scored by fire_ms, its first occurrence, and the
         materializer creates its slots. Jobs of any kind but "immediate" are indexed in
         the shard's `jobs` set (for listing).
-     0  the job id already existed (a dedupe key repeated); nothing was written
+     0  the job id already existed (a dedupe key repeated, or this very call run again by a
+        client retry after a lost reply: random ids need the check too); nothing was written
 
   Event: type "submitted", one record per created job {job, slot (none for a cron job: its
   slots come from materialize), task, queue, fire_ms, kind, status}; `late_ms` when fire_ms
