@@ -176,10 +176,11 @@ def requeue(prefix: str, now_ms: int, maxlen: int,
 
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
              items: Sequence[tuple[str, int, int, int]]) -> Call:
-    """items: (slot_id, token, started_ms, finished_ms)."""
+    """items: (slot_id, token, started_ms, finished_ms). Times travel as strings: Lua would
+    print numbers back with "%.14g", which costs Redis more than the msgpack bytes."""
     flat: list[Any] = []
     for slot, token, started, finished in items:
-        flat += (slot, str(token), started, finished)
+        flat += (slot, str(token), str(int(started)), str(int(finished)))
     return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat)))
 
 

@@ -26,6 +26,7 @@
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
+local now_s = string.format('%d', now)  -- a Lua number given to redis.call is printed "%.14g"
 local maxlen = ARGV[2]
 local n = tonumber(ARGV[3])
 local items = cmsgpack.unpack(ARGV[4])
@@ -46,22 +47,22 @@ for i = 1, n do
   else
     local fire = tonumber(fire_ms)
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
-      'created_ms', now, unpack(items, first, last))
+      'created_ms', now_s, unpack(items, first, last))
     local kind = 'immediate'
     for k = first, last, 2 do
       if items[k] == 'kind' then kind = items[k + 1] end
     end
-    if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now, job_id) end
+    if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now_s, job_id) end
     local slot_id = job_id .. ':' .. fire_ms
     local slot_key = prefix .. 'slot:' .. slot_id
     local status, msg = 'queued', ''
     if kind == 'cron' then
-      redis.call('ZADD', prefix .. 'cron', fire, job_id)
+      redis.call('ZADD', prefix .. 'cron', fire_ms, job_id)
     elseif fire <= now then
       msg = redis.call('XADD', prefix .. 'q:' .. queue, '*', 's', slot_id)
     else
       status = 'scheduled'
-      redis.call('ZADD', prefix .. 'due', fire, slot_id)
+      redis.call('ZADD', prefix .. 'due', fire_ms, slot_id)
     end
     if kind ~= 'cron' then
       redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire_ms, 'status', status,
