@@ -238,3 +238,17 @@ def test_expire_removes_due_finished_slots_with_their_indexes(r: redis.Redis, ns
     assert r.zrange(f"{p}retain", 0, -1, withscores=True) == [(b"future:6", now + 1),
                                                              (b"fresh:4", now - 10 + 1000)]
     assert head == now + 1
+
+
+def test_promote_takes_the_earliest_due_slots_up_to_its_limit(r: redis.Redis, ns: str) -> None:
+    p = f"{ns}:{{s00}}:"
+    for i, fire in enumerate((10, 20, 30, 500, 600)):
+        r.hset(f"{p}slot:j{i}:{fire}", mapping={"status": "scheduled", "queue": "default",
+                                                "job_id": f"j{i}", "fire_ms": fire})
+        r.zadd(f"{p}due", {f"j{i}:{fire}": fire})
+    moved, next_due, skipped = scripts.run_sync(r, [scripts.promote(p, 100, 1000, 2)])[0]
+    assert (moved, next_due, skipped) == (2, 30, 0)
+    assert r.zrange(f"{p}due", 0, -1) == [b"j2:30", b"j3:500", b"j4:600"]
+    assert [r.hget(f"{p}slot:j{i}:{f}", "status") for i, f in ((0, 10), (1, 20), (2, 30))] == [
+        b"queued", b"queued", b"scheduled"]
+    assert r.xlen(f"{p}q:default") == 2
