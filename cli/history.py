@@ -55,7 +55,8 @@ def db_upgrade(postgres_dsn: str | None, history_file: str) -> None:
 @click.command()
 @store_options
 @click.option("--read-count", type=click.IntRange(min=1), default=100,
-              help="Events entries per shard per batch.")
+              help="Most events entries per shard per batch (fewer when entries are big: a "
+                   "batch holds about 20,000 slots and jobs).")
 @click.option("--settle", "settle_s", type=click.FloatRange(min=0), default=0.5,
               help="Seconds to wait after a batch that caught up with the events: slots "
                    "that finish meanwhile are written once, not once per step.")
