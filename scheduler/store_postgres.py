@@ -122,7 +122,8 @@ class PostgresStore:
 
     def _write_retrying(self, batch: Batch) -> None:
         """Several snapshotters upsert overlapping rows (in key order, which makes deadlocks
-        rare); Postgres still rolls one back now and then: that is a retry, not an outage."""
+        rare); Postgres still rolls one back now and then: that is a retry, not an outage. A
+        unique violation means a row marked new existed: the batch is upserted whole."""
         if self._upsert_only:
             self._upsert_only -= 1
             batch = batch.merged()
@@ -137,7 +138,7 @@ class PostgresStore:
             except psycopg.errors.TransactionRollback:
                 if attempt == 2:
                     raise
-        self._write(batch)
+        self._write(batch)  # the third try met a unique violation: the merged batch once more
 
     def _write(self, batch: Batch) -> None:
         try:
