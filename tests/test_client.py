@@ -72,6 +72,20 @@ def test_bad_input_raises_and_writes_nothing(r: redis.Redis, redis_url: str, ns:
     assert ns_keys(r, ns) == []
 
 
+def test_names_checked_once_are_still_checked_for_every_job(r: redis.Redis, redis_url: str,
+                                                           ns: str) -> None:
+    """submit_many checks each distinct (task, queue, delivery) once: a bad or unhashable
+    value after good ones is still one clear error, and nothing is written."""
+    with Client(redis_url, ns) as client:
+        good = {"task": "t", "queue": "q", "delivery": "at_most_once"}
+        for bad, field in (({"task": ["t"]}, "task"), ({"queue": {"q": 1}}, "queue"),
+                           ({"delivery": "twice"}, "delivery"), ({"task": " t"}, "task")):
+            with pytest.raises(ValidationError) as err:
+                client.submit_many([good, good, {**good, **bad}])
+            assert err.value.field == field
+    assert ns_keys(r, ns) == []
+
+
 def test_the_shard_count_is_fixed_when_a_namespace_is_created(redis_url: str, ns: str) -> None:
     with Client(redis_url, ns, shards=3) as client:
         client.submit("t")
