@@ -75,9 +75,10 @@ class AttemptRow(NamedTuple):
 
 
 class Batch(msgspec.Struct):
-    """Rows to upsert, and rows the writer believes are new (`new_*`: it has not written them
-    before). A store may insert the new rows without the upsert's conflict handling, as long
-    as it falls back to upserting everything when one of them exists after all."""
+    """Rows to upsert, and rows the writer believes are new (`new_*`: the snapshotter puts
+    there the slots and jobs submitted within the batch that it has not written before). A
+    store may insert the new rows without the upsert's conflict handling, as long as it falls
+    back to upserting everything when one of them exists after all."""
 
     jobs: list[JobRow] = []
     slots: list[SlotRow] = []
