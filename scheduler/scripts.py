@@ -261,7 +261,7 @@ def trim_history(prefix: str, exact: bool = False) -> Call:
 
 
 def history_read(prefix: str, slots: Sequence[str], jobs: Sequence[str]) -> Call:
-    return Call("history_read", (prefix,), (len(slots), *slots, len(jobs), *jobs))
+    return Call("history_read", (prefix,), (pack(list(slots)), pack(list(jobs))))
 
 
 def expire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
