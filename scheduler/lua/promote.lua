@@ -18,7 +18,8 @@
   earliest slot still in `due` (-1 when empty), so the caller can sleep until then, and how
   many occurrences ended `skipped`.
 
-  Events: "queued" {slot, available_ms}, "skipped" {slot, active} (the slot still active).
+  Events: "queued" {slot} (the slot hash holds the rest), "skipped" {slot, active} (the slot
+  still active).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -28,7 +29,7 @@ local limit = tonumber(ARGV[3])
 --- @include "_lib.lua"
 
 local due = prefix .. 'due'
-local ids = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit, 'WITHSCORES')
+local ids = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
 local records, skipped = {}, {}
 
 -- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active
@@ -41,8 +42,7 @@ local function busy(job_key, slot_id)
   return nil
 end
 
-for i = 1, #ids, 2 do
-  local slot_id = ids[i]
+for _, slot_id in ipairs(ids) do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'job_id')
   if st[1] == 'scheduled' then
@@ -56,13 +56,13 @@ for i = 1, #ids, 2 do
       local msg = redis.call('XADD', prefix .. 'q:' .. st[2], '*', 's', slot_id)
       redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
       if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
-      records[#records + 1] = {slot = slot_id, available_ms = tonumber(ids[i + 1])}
+      records[#records + 1] = {slot = slot_id}
     end
   end
 end
 -- The slots taken are the lowest-ranked entries of `due` (nothing above adds to it): they
 -- leave in one call rather than one ZREM each.
-if #ids > 0 then redis.call('ZREMRANGEBYRANK', due, 0, #ids / 2 - 1) end
+if #ids > 0 then redis.call('ZREMRANGEBYRANK', due, 0, #ids - 1) end
 
 emit(prefix, maxlen, now, 'queued', records, nil)
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
