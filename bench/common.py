@@ -28,6 +28,25 @@ def redis_cpu_s(r: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def commandstats(r: redis.Redis) -> dict[str, tuple[int, int]]:
+    """(calls, usec) per command from INFO commandstats. Commands a script runs count both
+    under their own name and inside the script's evalsha, so the two overlap."""
+    info: Any = r.info("commandstats")
+    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+            for k, v in info.items()}
+
+
+def commandstats_per_job(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+                         jobs: int, top: int = 12) -> dict[str, dict[str, float]]:
+    """The commands that cost Redis the most over a run, as calls and microseconds per job."""
+    out = {}
+    for name, (calls, usec) in after.items():
+        c0, u0 = before.get(name, (0, 0))
+        if usec - u0 > 0:
+            out[name] = {"calls": round((calls - c0) / jobs, 2), "us": round((usec - u0) / jobs, 2)}
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["us"])[:top])
+
+
 _TICK = os.sysconf("SC_CLK_TCK")
 
 

@@ -52,7 +52,8 @@ async def _drain(url: str, ns: str, dsn: str, read_count: int) -> tuple[float, i
     client = redis.asyncio.Redis.from_url(url)
     store = open_store(dsn)
     snap = Snapshotter(client, store, namespace=ns,
-                       config=SnapshotterConfig(read_count=read_count, retention_s=None))
+                       config=SnapshotterConfig(read_count=read_count, retention_s=None,
+                                                defer_s=0))
     t = time.perf_counter()
     while await snap.run_once():
         pass

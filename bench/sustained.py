@@ -22,6 +22,8 @@ from scheduler import Client
 from scheduler.keys import Keys, shard_of, slot_id
 
 from .common import (
+    commandstats,
+    commandstats_per_job,
     drop_namespace,
     fresh_namespace,
     machine,
@@ -85,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shards = client.shards
             keys = Keys(ns)
             time.sleep(1.5)  # the node takes its shards, the workers create their groups
-            cpu0 = _cpu(r, procs)
+            cpu0, stats0 = _cpu(r, procs), commandstats(r)
 
             def harvest(final: bool) -> None:
                 """Read the claim times of sampled slots already due: as the run goes, since
@@ -128,6 +130,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise SystemExit(f"sustained: {len(pending)} sampled jobs never started")
             cpu = {k: round(1e6 * (v - cpu0[k]) / submitted, 1)
                    for k, v in _cpu(r, procs).items()}
+            commands = commandstats_per_job(stats0, commandstats(r), submitted)
     finally:
         stop_processes([p for _, p in procs])
         drop_namespace(r, ns)
@@ -150,7 +153,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"{memory[0][1] / 2**20:.0f} -> {memory[-1][1] / 2**20:.0f} MiB; CPU us/job "
                + ", ".join(f"{k} {v:g}" for k, v in cpu.items()))
     return {"summary": summary, "submitted": submitted, "seconds": elapsed, "lag": stats,
-            "cpu_us_per_job": cpu,
+            "cpu_us_per_job": cpu, "redis_commands_per_job": commands,
             "p99_by_second": curve, "memory": memory, "plot": png, "machine": machine(r)}
 
 

@@ -60,6 +60,10 @@ def db_upgrade(postgres_dsn: str | None, history_file: str) -> None:
 @click.option("--settle", "settle_s", type=click.FloatRange(min=0), default=0.5,
               help="Seconds to wait after a batch that caught up with the events: slots "
                    "that finish meanwhile are written once, not once per step.")
+@click.option("--defer", "defer_s", type=click.FloatRange(min=0), default=2.0,
+              help="Seconds a slot just submitted, due within that long and not finished, "
+                   "may wait for its next event before its row is written (then it is "
+                   "written once, not twice); 0 writes every slot at once.")
 @click.option("--claim-idle", "claim_idle_s", type=float, default=30.0,
               help="Seconds after which a dead snapshotter's pending events are taken over.")
 @click.option("--retention", "retention_s", type=float, default=3600.0,
@@ -71,7 +75,8 @@ def db_upgrade(postgres_dsn: str | None, history_file: str) -> None:
 @log_options
 @click.pass_obj
 def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
-                read_count: int, settle_s: float, claim_idle_s: float, retention_s: float, keep_redis: bool,
+                read_count: int, settle_s: float, defer_s: float, claim_idle_s: float,
+                retention_s: float, keep_redis: bool,
                 history_days: int, metrics_port: int | None, log_level: str,
                 log_format: str) -> None:
     """Copy slot and job state into the history store, and apply retention."""
@@ -88,7 +93,7 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
     # Retention gets a connection of its own: the two loops write from different threads.
     retention_store = open_store(source)
     snap_config = SnapshotterConfig(read_count=read_count, settle_s=settle_s,
-                                    claim_idle_s=claim_idle_s,
+                                    defer_s=defer_s, claim_idle_s=claim_idle_s,
                                     retention_s=None if keep_redis else retention_s)
     ret_config = RetentionConfig(retention_s=retention_s, history_days=history_days)
     setup_logging(log_level, log_format)

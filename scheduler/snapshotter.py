@@ -19,6 +19,14 @@ only sound once the batch that read the hash commits (acks follow commits in ord
 The rows of slots and jobs submitted within the batch, and not written before by this
 process, go to the store as new (`Batch.new_*`: Postgres COPYs them without the upsert);
 everything else is upserted.
+
+A slot whose `submitted` event comes with no later event of it in the batch, and that is due
+within `defer_s` (an immediate job, a delayed one about to run), is held back unread: its
+next event (queued, claimed, succeeded...) brings it into a later batch, where it is still
+new and is written once, in its later state, instead of twice. One that no event brought back
+within `defer_s` (no worker took it) is written then; `flush()`, also run when the
+snapshotter stops, writes them all. If the process dies holding some, each is written with
+its next event; until then `sched recover` would not know it.
 """
 
 from __future__ import annotations
@@ -83,13 +91,16 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     seen_capacity: int = 250_000
     """Slots and jobs whose last read version is remembered, to skip events that read already
     covered (about 150 bytes each)."""
+    defer_s: float = 2.0
+    """Hold back the row of a slot just submitted, unfinished and due within this long, until
+    its next event or this long has passed (see the module docstring); 0 writes at once."""
 
     def __post_init__(self) -> None:
         if self.read_count < 1 or self.batch_records < 1:
             raise ConfigError(f"read_count and batch_records must be >= 1, not "
                               f"{self.read_count} and {self.batch_records}")
-        if self.settle_s < 0 or self.idle_sleep_s < 0:
-            raise ConfigError("settle_s and idle_sleep_s must be >= 0")
+        if self.settle_s < 0 or self.idle_sleep_s < 0 or self.defer_s < 0:
+            raise ConfigError("settle_s, idle_sleep_s and defer_s must be >= 0")
         if self.claim_idle_s <= 0:
             raise ConfigError(f"claim_idle_s must be > 0, not {self.claim_idle_s}")
         if self.seen_capacity < 0:
@@ -110,6 +121,14 @@ class _Record(msgspec.Struct):
 
 _records = msgspec.json.Decoder(list[_Record])
 READ_CHUNK = 2000  # hashes per history_read call: bounds how long one call holds Redis
+
+
+def _fire_ms(slot_id: str) -> int:
+    """A slot id is `<job id>:<fire_ms>`."""
+    try:
+        return int(slot_id.rpartition(":")[2])
+    except ValueError:
+        return 0
 
 
 def _version(entry_id: bytes | str) -> int:
@@ -153,6 +172,10 @@ class Snapshotter:
         self.caught_up = False  # the last read reached the head of every events stream
         self._count = 1  # entries per shard per read: grows and shrinks with their size
         self.skipped = 0  # event records already covered by an earlier read
+        # Slots held back (defer_s) and never written: slot -> (shard, monotonic deadline).
+        # Insertion order is deadline order.
+        self._deferred: dict[str, tuple[int, float]] = {}
+        self.deferred = 0  # slots held back so far
 
     async def setup(self) -> None:
         shards = await self.redis.hget(self.keys.meta, "shards")
@@ -210,11 +233,27 @@ class Snapshotter:
                                 len(gone))
                     work.setdefault(shard, _Work()).ids.extend(gone)
         size = sum(len(w.slots) + len(w.jobs) for w in work.values())
+        size += self._take_deferred(work, False, max(0, self.config.batch_records - size))
         if size > self.config.batch_records:
             self._count = max(1, self._count // 2)
         elif not self.caught_up and size * 2 < self.config.batch_records:
             self._count = min(self.config.read_count, self._count * 2)
         return work
+
+    def _take_deferred(self, work: dict[int, _Work], everything: bool, limit: int) -> int:
+        """Add up to `limit` held-back slots whose deadline passed (or any, oldest first) to
+        the batch, as new rows; returns how many."""
+        now, taken = time.monotonic(), 0
+        while self._deferred and taken < limit:
+            slot, (shard, deadline) = next(iter(self._deferred.items()))
+            if deadline > now and not everything:
+                break
+            del self._deferred[slot]
+            w = work.setdefault(shard, _Work())
+            w.slots.setdefault(slot, ("deferred", _Record(slot=slot)))
+            w.created.add(slot)
+            taken += 1
+        return taken
 
     async def _forget_consumers(self) -> None:
         """Drop the group's consumers that hold nothing and were idle past `claim_idle_s`
@@ -238,6 +277,9 @@ class Snapshotter:
               entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
         w = work.setdefault(shard, _Work())
         seen = self._seen
+        defer = self.config.defer_s > 0
+        horizon = self.clock.now_ms() + int(self.config.defer_s * 1000)
+        deadline = time.monotonic() + self.config.defer_s
         for entry_id, fields in entries:
             w.ids.append(entry_id)
             if not fields:
@@ -257,10 +299,17 @@ class Snapshotter:
                         job = slot.rpartition(":")[0]
                     if seen.get(slot, -1) >= version:
                         self.skipped += 1
+                    elif kind == "submitted" and defer and _fire_ms(slot) <= horizon:
+                        # Due soon: its next event (or the deadline) brings it, still new.
+                        # Unread: whatever it did since, a later event of it is unread too.
+                        self._deferred[slot] = (shard, deadline)
+                        self.deferred += 1
                     else:
                         w.slots[slot] = (kind, record)
                         if kind == "submitted":
                             w.created.add(slot)
+                        elif self._deferred.pop(slot, None) is not None:
+                            w.created.add(slot)  # held back, never written: still new
                 if isinstance(job, str) and seen.get("job:" + job, -1) < version:
                     w.jobs.add(job)
                     if kind == "submitted":
@@ -285,6 +334,7 @@ class Snapshotter:
         for (shard, slots, jobs), (top, slot_raws, job_raws) in zip(plan, replies, strict=True):
             version = _version(top)
             created = work[shard].created
+            events = work[shard].slots
             for slot, flat in zip(slots, slot_raws, strict=True):
                 # Created by an event of this batch and never written by this process: new,
                 # unless this is a replay (after a crash, or another snapshotter's entries).
@@ -297,7 +347,7 @@ class Snapshotter:
                     if row.finished_ms is not None and is_terminal(row.status):
                         finished.append((shard, slot, row.finished_ms))
                 else:
-                    kind, record = work[shard].slots[slot]
+                    kind, record = events[slot]
                     gone = event_slot_row(self.namespace, slot, kind, msgspec.structs.asdict(
                         record))
                     if gone is not None:
@@ -341,7 +391,7 @@ class Snapshotter:
             self._seen.clear()
             await self._drop_inflight()
             return 0
-        if not any(w.ids for w in work.values()):
+        if not any(w.ids or w.slots for w in work.values()):
             await self.settle()
             if self._own_pending:
                 self._own_pending = False
@@ -357,7 +407,21 @@ class Snapshotter:
         except BaseException:
             self._failed()
             raise
-        return sum(len(w.ids) for w in work.values())
+        return sum(len(w.ids) + (not w.ids and len(w.slots)) for w in work.values())
+
+    async def flush(self) -> int:
+        """Write every held-back slot now (see `defer_s`) and wait for every commit; returns
+        how many were written."""
+        await self.settle()
+        total = 0
+        while self._deferred:
+            work: dict[int, _Work] = {}
+            total += self._take_deferred(work, True, self.config.batch_records)
+            batch, finished = await self._fetch(work)  # "deferred" slots are never held again
+            await asyncio.to_thread(self.store.write, batch)
+            await self._after_commit(work, finished)
+            self.rows += len(batch)
+        return total
 
     async def settle(self) -> None:
         """Wait for the write in flight, then ack it. A failed write leaves its entries (and
@@ -419,6 +483,7 @@ class Snapshotter:
                 await pause(self._stop, self.config.settle_s)
         try:
             await self.settle()  # shutdown: commit and ack the last batch before returning
+            await self.flush()
         except Exception:
             log.exception("the last batch failed; it stays pending and is retried")
 

@@ -37,6 +37,8 @@ from .states import Outcome
 
 log = logging.getLogger("scheduler.worker")
 
+_CLAIMED = int(scripts.Claimed.OK)  # a plain int: comparing with the IntEnum costs ~5% here
+
 
 class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     concurrency: int = 100
@@ -222,18 +224,20 @@ class Worker:
             replies = await scripts.run_async(self.redis, calls)
         started = 0
         loop = asyncio.get_running_loop()
-        cache = self._run_metrics
+        # Locals: this loop runs once per claimed slot.
+        create_task, execute, running, cache = (loop.create_task, self._execute, self.running,
+                                                self._run_metrics)
         for shard, reply in zip(shards, replies, strict=True):
             for (queue, _, slot_id), item in zip(entries[shard], reply, strict=True):
-                if int(item[0]) != scripts.Claimed.OK:
+                if item[0] != _CLAIMED:
                     continue
                 run = Run(shard, slot_id, item)
                 run.started_ms = now
                 m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
                 run.metrics = m
                 m.start_lag.observe_ms(now - run.fire_ms)
-                self.running[slot_id] = run
-                run.job = loop.create_task(self._execute(run))
+                running[slot_id] = run
+                run.job = create_task(execute(run))
                 if run.timeout_ms:
                     run.timer = loop.call_later(run.timeout_ms / 1000, self._stop_run, run,
                                                 "timeout")

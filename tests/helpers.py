@@ -131,7 +131,7 @@ async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterC
     try:
         while await snap.run_once():
             pass
-        await snap.settle()
+        await snap.flush()
     finally:
         await client.aclose()
         snap.store.close()

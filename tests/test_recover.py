@@ -31,12 +31,14 @@ def drop_ns(r: redis.Redis, ns: str) -> None:
         r.delete(key)
 
 
-def _registry(effects: Counter[str]) -> Registry:
+def _registry(effects: Counter[str], payloads: dict[str, Any] | None = None) -> Registry:
     registry = Registry()
     for name in ("a", "b", "c", "d", "e"):
         @registry.task(name)
         async def handler(ctx: Context, payload: Any) -> None:
             effects[ctx.slot_id] += 1
+            if payloads is not None:
+                payloads[ctx.slot_id] = payload
     return registry
 
 
@@ -68,7 +70,8 @@ def test_recover_after_redis_loses_everything(redis_url: str, ns: str, r: redis.
         done = client.submit_many([{"task": "a", "queue": "qa"} for _ in range(10)])
         asyncio.run(run_until(redis_url, ns, _registry(effects),
                               lambda: len(effects) == 10, queues=("qa",)))
-        queued = client.submit_many([{"task": "b", "queue": "qb"} for _ in range(10)])
+        queued = client.submit_many([{"task": "b", "queue": "qb", "payload": {"i": i}}
+                                     for i in range(10)])
         running = client.submit_many([{"task": "c", "queue": "qc"} for _ in range(3)])
         at_most_once = client.submit_many([{"task": "d", "queue": "qd",
                                             "delivery": "at_most_once"} for _ in range(3)])
@@ -96,8 +99,12 @@ def test_recover_after_redis_loses_everything(redis_url: str, ns: str, r: redis.
             return all(client.slots(j)[0].status.value in ("succeeded", "lost")
                        for j in unfinished)
 
-        asyncio.run(run_until(redis_url, ns, _registry(effects), all_terminal, node=True,
-                              queues=("qa", "qb", "qc", "qd", "qe"), timeout=60))
+        payloads: dict[str, Any] = {}
+        asyncio.run(run_until(redis_url, ns, _registry(effects, payloads), all_terminal,
+                              node=True, queues=("qa", "qb", "qc", "qd", "qe"), timeout=60))
+        # A restored slot has no copy of its job's definition: claim read the job hash.
+        assert sorted(payloads[client.slots(j)[0].slot_id]["i"] for j in queued) == list(
+            range(10))
         for j in at_most_once:
             slot = client.slots(j)[0]
             assert slot.status is SlotStatus.LOST and slot.attempts[-1].outcome == "lost"

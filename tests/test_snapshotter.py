@@ -70,7 +70,7 @@ def test_events_a_finished_slots_read_already_covers_cost_nothing(
     first read finds them finished, so their `claimed` and `succeeded` events are skipped."""
     ok_ids, _ = _run_jobs(redis_url, ns, 60, 0)
     snap = asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(
-        retention_s=None, read_count=1)))  # one events entry per shard per batch
+        retention_s=None, read_count=1, defer_s=0)))  # one events entry per shard per batch
     assert snap.skipped >= 2 * 60  # one claimed and one succeeded record per job at least
     assert snap.rows == 3 * 60  # job, slot and attempt rows, each written once
     with Client(redis_url, ns, history=store_dsn) as client:
@@ -91,7 +91,7 @@ def test_a_crash_between_commit_and_ack_replays_to_the_same_rows(
 
     with pytest.raises(ConnectionError):
         asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(
-            retention_s=None, consumer="a"), hook=crash_after_commit))
+            retention_s=None, consumer="a", defer_s=0), hook=crash_after_commit))
     with Client(redis_url, ns, history=store_dsn) as client:
         first = sorted((s.slot_id, s.status, len(s.attempts)) for s in client.history(limit=999))
     assert first and pending(r, ns) > 0
@@ -196,3 +196,81 @@ def test_only_slots_created_in_the_batch_take_the_insert_path(
         slots = client.history(limit=100)
     assert len(slots) == 33 and {s.status for s in slots} == {SlotStatus.SUCCEEDED,
                                                                SlotStatus.DEAD}
+
+
+def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
+        redis_url: str, ns: str, pg_dsn: str) -> None:
+    from scheduler.store import open_store
+
+    setup = open_store(pg_dsn)
+    setup.upgrade()
+    setup.close()
+    with Client(redis_url, ns, shards=2) as client:
+        soon = client.submit_many([{"task": "ok"} for _ in range(10)])
+        later = client.submit("ok", delay=600)  # not due within defer_s: written at once
+
+    async def scenario(client: Client) -> tuple[Snapshotter, list[Any], list[Any]]:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        snap = Snapshotter(conn, open_store(pg_dsn), namespace=ns, config=SnapshotterConfig(
+            retention_s=None, defer_s=60, settle_s=0))
+
+        async def drain_events() -> list[Any]:
+            while await snap.run_once():
+                pass
+            await snap.settle()
+            return client.history(limit=100)
+
+        try:
+            before = await drain_events()
+            await run_until(redis_url, ns, _registry(), lambda: all(
+                client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in soon))
+            return snap, before, await drain_events()
+        finally:
+            await conn.aclose()
+            snap.store.close()
+
+    with Client(redis_url, ns, history=pg_dsn) as client:
+        snap, before, after = asyncio.run(scenario(client))
+    # Held back while queued: only the far-off slot was written in the first pass.
+    assert [s.job_id for s in before] == [later] and snap.deferred == 10
+    # Their `claimed`/`succeeded` events brought them back, still new: one insert each, in
+    # their final state, and no rollback.
+    assert {s.job_id: s.status for s in after} == {
+        **{j: SlotStatus.SUCCEEDED for j in soon}, later: SlotStatus.SCHEDULED}
+    assert snap.store.conflicts == 0 and snap.rows == 11 + 11 + 10  # jobs, slots, attempts
+
+
+def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
+        redis_url: str, ns: str, store_dsn: str) -> None:
+    with Client(redis_url, ns, shards=2) as client:
+        first = client.submit_many([{"task": "ok"} for _ in range(3)])
+
+    async def scenario() -> list[int]:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        from scheduler.store import open_store
+
+        snap = Snapshotter(conn, open_store(store_dsn), namespace=ns, config=SnapshotterConfig(
+            retention_s=None, defer_s=0.3, settle_s=0))
+        counts = []
+        try:
+            with Client(redis_url, ns, history=store_dsn) as c:
+                while await snap.run_once():
+                    pass
+                await snap.settle()
+                counts.append(len(c.history(limit=100)))  # all three held back
+                await asyncio.sleep(0.4)
+                await snap.run_once()  # no new events: the deadline alone brings them
+                await snap.settle()
+                counts.append(len(c.history(limit=100)))
+                c.submit_many([{"task": "ok"} for _ in range(2)])
+                await snap.run_once()
+                await snap.settle()
+                counts.append(len(c.history(limit=100)))  # the two new ones wait
+                assert await snap.flush() == 2
+                counts.append(len(c.history(limit=100)))
+        finally:
+            await conn.aclose()
+            snap.store.close()
+        return counts
+
+    assert first and asyncio.run(scenario()) == [0, 3, 3, 5]
