@@ -27,13 +27,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
     p.add_argument("--concurrency", type=int, default=1000)
     p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--pipelines", type=int, default=2, help="claim round trips in flight")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own, so other "
                         "users of a shared Redis neither slow it nor blur its CPU figures")
     p.add_argument("--out", default=None)
 
 
-async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int) -> dict[str, float]:
+async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
+                pipelines: int = 2) -> dict[str, float]:
     registry = Registry()
     seen: Counter[str] = Counter()
     finished = asyncio.Event()
@@ -47,7 +49,8 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int) -> dict
     client = redis.asyncio.Redis.from_url(url)
     sync = redis.Redis.from_url(url)
     worker = Worker(client, registry, namespace=ns,
-                    config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100))
+                    config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100,
+                                        pipelines=pipelines))
     await worker.setup()
     cpu0, rcpu0, t0 = time.process_time(), redis_cpu_s(sync), time.perf_counter()
     task = asyncio.create_task(worker.run())
@@ -84,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         try:
             submit_s = submit(args.redis_url, ns, args.jobs)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
-                                      args.batch))
+                                      args.batch, args.pipelines))
             result["submit_per_s"] = args.jobs / submit_s
             runs.append(result)
         finally:

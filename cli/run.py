@@ -86,18 +86,21 @@ def serve(make: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> None
 @click.option("--grace", "grace_s", type=float, default=10.0,
               help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
 @click.option("--batch", type=click.IntRange(min=1), default=500, help="Most entries per read.")
+@click.option("--pipelines", type=click.IntRange(min=1), default=2,
+              help="Claim round trips in flight at once (Redis claims one batch while the "
+                   "worker starts another's runs).")
 @metrics_port_option
 @log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-           grace_s: float, batch: int, metrics_port: int | None, log_level: str,
-           log_format: str) -> None:
+           grace_s: float, batch: int, pipelines: int, metrics_port: int | None,
+           log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
-                          queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+                          pipelines=pipelines, queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 

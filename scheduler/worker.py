@@ -44,6 +44,9 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     concurrency: int = 100
     queues: tuple[str, ...] = ("default",)
     batch: int = 500  # most entries claimed per read
+    pipelines: int = 2
+    """Claim round trips in flight at once: while Redis runs one batch's claim, the worker
+    starts the runs of another (one pipeline leaves each side idle half the time)."""
     block_ms: int = 1000  # XREADGROUP BLOCK; also bounds how long stop() waits for the reader
     lease_s: float = 30.0
     grace_s: float = 10.0
@@ -56,8 +59,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("a worker needs at least one queue")
         for q in self.queues:
             check_name("queue", q)
-        if self.batch < 1 or self.block_ms < 1:
-            raise ConfigError("batch and block_ms must be >= 1")
+        if self.batch < 1 or self.block_ms < 1 or self.pipelines < 1:
+            raise ConfigError("batch, block_ms and pipelines must be >= 1")
         if self.lease_s < 1:
             raise ConfigError(f"lease must be >= 1 s, not {self.lease_s}")
         if self.grace_s < 0:
@@ -102,6 +105,7 @@ class Worker:
         self._stream_of: dict[bytes, tuple[int, str]] = {}
         self.backlog: deque[tuple[int, str, bytes, str]] = deque()
         self.running: dict[str, Run] = {}
+        self.claiming = 0  # entries taken from the backlog whose claim has not returned yet
         self.stopping = asyncio.Event()
         self.capacity = asyncio.Event()
         self.executor = ThreadPoolExecutor(max_workers=min(self.config.concurrency, 64),
@@ -145,13 +149,15 @@ class Worker:
     async def run_once(self, block_ms: int | None = None) -> int:
         """Claim what the free run slots can take (reading one batch when the local backlog
         is empty) and start their handlers; returns how many started."""
-        free = self.config.concurrency - len(self.running)
+        free = self._free()
         if free <= 0:
             return 0
         await self._sync_clock()
         if not self.backlog:
             await self._read(free, block_ms)
-        take = [self.backlog.popleft() for _ in range(min(free, len(self.backlog)))]
+        # Another pipeline may have claimed while this one read: take only what still fits.
+        take = [self.backlog.popleft()
+                for _ in range(min(self._free(), self.config.batch, len(self.backlog)))]
         if not take:
             return 0
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
@@ -160,7 +166,14 @@ class Worker:
         # While busy, the next batch is read (without blocking) in the claim's round trip,
         # so a busy worker pays one round trip per batch instead of two.
         prefetch = len(self.backlog) < self.config.batch and not self.stopping.is_set()
-        return await self._claim(entries, prefetch)
+        self.claiming += len(take)
+        try:
+            return await self._claim(entries, prefetch)
+        finally:
+            self.claiming -= len(take)
+
+    def _free(self) -> int:
+        return self.config.concurrency - len(self.running) - self.claiming
 
     async def _read(self, free: int, block_ms: int | None) -> None:
         """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
@@ -350,7 +363,7 @@ class Worker:
     async def _read_loop(self) -> None:
         backoff = 0.05
         while not self.stopping.is_set():
-            if len(self.running) >= self.config.concurrency:
+            if self._free() <= 0:
                 self.capacity.clear()
                 await self.capacity.wait()
                 continue
@@ -369,18 +382,22 @@ class Worker:
                  ",".join(self.config.queues), self.shards, self.config.concurrency)
         committer = asyncio.create_task(self.committer.run(), name="committer")
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
-        reader = asyncio.create_task(self._read_loop(), name="reader")
+        readers = [asyncio.create_task(self._read_loop(), name=f"reader-{i}")
+                   for i in range(self.config.pipelines)]
         stopped = asyncio.create_task(self.stopping.wait())
         try:
-            await asyncio.wait({reader, stopped, committer}, return_when=asyncio.FIRST_COMPLETED)
-            for task in (reader, committer):  # a loop that died takes the worker down
+            await asyncio.wait({*readers, stopped, committer},
+                               return_when=asyncio.FIRST_COMPLETED)
+            for task in (*readers, committer):  # a loop that died takes the worker down
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
             self.capacity.set()
-            await reader
+            await asyncio.gather(*readers)
             await self._drain()
         finally:
             stopped.cancel()
+            for task in readers:
+                task.cancel()
             self.committer.stop()
             try:
                 await asyncio.wait_for(committer, timeout=max(self.config.grace_s, 5.0))

@@ -52,7 +52,9 @@ def test_handlers_get_their_context_and_sync_handlers_run_in_threads(
     assert seen[0][4].startswith("sched-handler")
 
 
-def test_concurrency_limit_holds(redis_url: str, ns: str) -> None:
+@pytest.mark.parametrize("pipelines,batch", [(2, 500), (1, 3), (3, 3)])
+def test_concurrency_limit_holds(redis_url: str, ns: str, pipelines: int, batch: int) -> None:
+    """Claims in flight at once (pipelines) count against the limit before they return."""
     registry = Registry()
     now, peak, finished = [0], [0], [0]
 
@@ -67,7 +69,7 @@ def test_concurrency_limit_holds(redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
         client.submit_many([{"task": "slow"} for _ in range(200)])
         asyncio.run(run_until(redis_url, ns, registry, lambda: finished[0] == 200,
-                              concurrency=7))
+                              concurrency=7, pipelines=pipelines, batch=batch))
     assert peak[0] == 7
 
 
