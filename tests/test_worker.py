@@ -18,7 +18,9 @@ from scheduler import Cancel, Client, Context, Registry, Retry, RetryPolicy, Slo
 from scheduler.worker import Worker, WorkerConfig
 
 
-def test_every_job_runs_once_and_succeeds(redis_url: str, ns: str) -> None:
+@pytest.mark.parametrize("protocol", [3, 2])
+def test_every_job_runs_once_and_succeeds(redis_url: str, ns: str, protocol: int) -> None:
+    """With either reply protocol: the worker reads its streams' raw replies."""
     registry = Registry()
     effects: Counter[str] = Counter()
 
@@ -28,8 +30,8 @@ def test_every_job_runs_once_and_succeeds(redis_url: str, ns: str) -> None:
 
     with Client(redis_url, ns) as client:
         ids = client.submit_many([{"task": "noop", "payload": i} for i in range(3000)])
-        asyncio.run(run_until(redis_url, ns, registry, lambda: len(effects) == 3000,
-                              concurrency=200))
+        asyncio.run(run_until(f"{redis_url}?protocol={protocol}", ns, registry,
+                              lambda: len(effects) == 3000, concurrency=200))
         assert statuses(client, ids) == {"succeeded": 3000}
     assert set(effects.values()) == {1}
 
