@@ -113,3 +113,23 @@ def test_async_client_matches_the_blocking_one(redis_url: str, ns: str) -> None:
             [slot] = await client.slots(ids[3])
             assert slot.status is SlotStatus.QUEUED
     asyncio.run(main())
+
+
+def test_random_job_ids_are_distinct_and_a_forked_child_never_repeats_its_parent() -> None:
+    import os
+
+    from scheduler.client import _random_ids
+
+    first = [_random_ids.next() for _ in range(5000)]  # crosses a refill of the pool
+    assert len(set(first)) == 5000 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next ids, to the parent
+        os.write(write, "".join(_random_ids.next() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    child = os.read(read, 1000).decode()
+    os.close(read)
+    parent = "".join(_random_ids.next() for _ in range(10))
+    assert len(child) == 320 and child != parent
