@@ -1,7 +1,8 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
-`python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`.
+`python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
+`python -m bench submit [--jobs N] [--batch B] [--singles M]`.
 
 Each prints one summary line and writes JSON to bench/out/<name>.json.
 """
@@ -14,12 +15,22 @@ import json
 import sys
 from pathlib import Path
 
-from . import burndown, burst, delayed, metrics_cost, peers, retention, snapshot, sustained
+from . import (
+    burndown,
+    burst,
+    delayed,
+    metrics_cost,
+    peers,
+    retention,
+    snapshot,
+    submit,
+    sustained,
+)
 from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "delayed": delayed,
             "metrics_cost": metrics_cost, "peers": peers, "retention": retention,
-            "snapshot": snapshot, "sustained": sustained}
+            "snapshot": snapshot, "submit": submit, "sustained": sustained}
 
 
 def main(argv: list[str] | None = None) -> int:

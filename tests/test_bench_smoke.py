@@ -20,6 +20,17 @@ def test_burndown_smoke(tmp_path: Path) -> None:
     assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300
 
 
+def test_submit_smoke(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "submit", "--jobs", "500", "--batch", "200",
+         "--singles", "20", "--runs", "1", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("submit: submit_many ") and "every job written: yes" in out.stdout
+    run = json.loads((tmp_path / "submit.json").read_text())["runs"][0]
+    assert 0 < run["single_p50_us"] <= run["single_p99_us"] <= run["single_max_us"]
+
+
 def test_delayed_smoke(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "bench", "delayed", "--burst", "300", "--rate", "50",

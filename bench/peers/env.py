@@ -24,10 +24,11 @@ def python(peer: str) -> Path:
     return PEERS_DIR / f"venv-{peer}" / "bin" / "python"
 
 # peer -> the distributions it needs (the first one's version is reported)
-PY_PACKAGES = {"arq": ["arq"], "celery": ["celery"], "dramatiq": ["dramatiq"], "rq": ["rq"],
-               "saq": ["saq"], "taskiq": ["taskiq<0.13", "taskiq-redis"]}
+PY_PACKAGES = {"arq": ["arq"], "celery": ["celery", "redis"], "dramatiq": ["dramatiq", "redis"],
+               "rq": ["rq"], "saq": ["saq", "redis"], "taskiq": ["taskiq<0.13", "taskiq-redis"]}
 # taskiq-redis (1.2.3) imports taskiq.compat.model_dump, gone in taskiq 0.13; kombu 5.7's redis
-# transport imports `packaging` and saq 0.26 imports `typing_extensions` without requiring them.
+# transport imports `packaging` and saq 0.26 imports `typing_extensions` without requiring them;
+# celery, dramatiq and saq leave redis-py to an extra (a fresh venv had none).
 COMMON = ["hiredis", "uvloop", "packaging", "typing-extensions"]  # redis-py: whichever version the peer wants
 NODE_PEERS = {"bullmq"}
 
