@@ -6,95 +6,81 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).parent.parent
 
 
+def bench(tmp_path: Path, command: str, *args: str, codes: tuple[int, ...] = (0,)
+          ) -> tuple[str, dict[str, Any]]:
+    """Run `python -m bench COMMAND ARGS --out tmp_path`; its summary line and its JSON."""
+    out = subprocess.run([sys.executable, "-m", "bench", command, *args, "--out", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode in codes, out.stderr
+    return out.stdout, json.loads((tmp_path / f"{command}.json").read_text())
+
+
 def test_burndown_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "burndown", "--jobs", "300", "--runs", "1", "--out",
-         str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("burndown: 300 jobs x1:") and "exactly once: yes" in out.stdout
-    result = json.loads((tmp_path / "burndown.json").read_text())
+    stdout, result = bench(tmp_path, "burndown", "--jobs", "300", "--runs", "1")
+    assert stdout.startswith("burndown: 300 jobs x1:") and "exactly once: yes" in stdout
     assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300
 
 
 def test_submit_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "submit", "--jobs", "500", "--batch", "200",
-         "--singles", "20", "--runs", "1", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("submit: submit_many ") and "every job written: yes" in out.stdout
-    run = json.loads((tmp_path / "submit.json").read_text())["runs"][0]
+    stdout, result = bench(tmp_path, "submit", "--jobs", "500", "--batch", "200",
+                           "--singles", "20", "--runs", "1")
+    assert stdout.startswith("submit: submit_many ") and "every job written: yes" in stdout
+    run = result["runs"][0]
     assert 0 < run["single_p50_us"] <= run["single_p99_us"] <= run["single_max_us"]
 
 
 def test_delayed_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "delayed", "--burst", "300", "--rate", "50",
-         "--seconds", "1", "--runs", "1", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("delayed: burst 300 due in one second: start lag p50 ")
-    assert "never early: yes" in out.stdout
-    run = json.loads((tmp_path / "delayed.json").read_text())["runs"][0]
+    stdout, result = bench(tmp_path, "delayed", "--burst", "300", "--rate", "50",
+                           "--seconds", "1", "--runs", "1")
+    assert stdout.startswith("delayed: burst 300 due in one second: start lag p50 ")
+    assert "never early: yes" in stdout
+    run = result["runs"][0]
     assert run["burst"]["n"] == 300 and run["burst"]["min_ms"] >= 0
     assert run["stream"]["n"] == 50 and run["stream"]["min_ms"] >= 0
 
 
 def test_burst_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "burst", "--sizes", "200", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("burst: 200 due at once: start lag p50 ")
-    [res] = json.loads((tmp_path / "burst.json").read_text())["results"]
+    stdout, result = bench(tmp_path, "burst", "--sizes", "200")
+    assert stdout.startswith("burst: 200 due at once: start lag p50 ")
+    [res] = result["results"]
     assert res["n"] == 200 and 0 <= res["p50_ms"] <= res["p99_ms"] <= res["all_started_ms"]
 
 
 def test_sustained_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "sustained", "--rate", "200", "--seconds", "2",
-         "--sample", "1", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("sustained: ") and "start lag p50 " in out.stdout
-    result = json.loads((tmp_path / "sustained.json").read_text())
+    stdout, result = bench(tmp_path, "sustained", "--rate", "200", "--seconds", "2",
+                           "--sample", "1")
+    assert stdout.startswith("sustained: ") and "start lag p50 " in stdout
     assert result["lag"]["n"] == result["submitted"] and result["lag"]["min_ms"] >= 0
+    assert "evalsha" in result["redis_commands_per_job"]
+
+
 def test_snapshot_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "snapshot", "--events", "2000", "--runs", "1",
-         "--lifecycle-jobs", "500", "--load-rate", "500", "--load-seconds", "1",
-         "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("snapshot: 2000 events x1: ") and "rows/s" in out.stdout
-    result = json.loads((tmp_path / "snapshot.json").read_text())
+    stdout, result = bench(tmp_path, "snapshot", "--events", "2000", "--runs", "1",
+                           "--lifecycle-jobs", "500", "--load-rate", "500",
+                           "--load-seconds", "1")
+    assert stdout.startswith("snapshot: 2000 events x1: ") and "rows/s" in stdout
     assert result["runs"][0]["rows"] == 4000  # a job row and a slot row per submission
     assert result["load"]["jobs"] >= 400
 
 
 def test_retention_smoke(tmp_path: Path) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "retention", "--rate", "300", "--seconds", "4",
-         "--retention", "0.5", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode in (0, 1), out.stderr
-    assert out.stdout.startswith("retention: 300 jobs/s for 4s")
-    result = json.loads((tmp_path / "retention.json").read_text())
+    stdout, result = bench(tmp_path, "retention", "--rate", "300", "--seconds", "4",
+                           "--retention", "0.5", codes=(0, 1))
+    assert stdout.startswith("retention: 300 jobs/s for 4s")
     assert result["on"]["deleted_slots"] > 0 and result["off"]["deleted_slots"] == 0
+
+
 def test_peers_smoke_ours_only(tmp_path: Path) -> None:
     """`bench peers` through its own code path with only ours (CI downloads no peer)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "bench", "peers", "--only", "ours", "--jobs", "300", "--runs",
-         "1", "--delayed", "100", "--lead", "1", "--out", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("peers: burn-down executions/s, median (ours/theirs): ours ")
-    assert "delayed start lag p99: ours " in out.stdout and "unavailable: none" in out.stdout
-    result = json.loads((tmp_path / "peers.json").read_text())
+    stdout, result = bench(tmp_path, "peers", "--only", "ours", "--jobs", "300", "--runs", "1",
+                           "--delayed", "100", "--lead", "1")
+    assert stdout.startswith("peers: burn-down executions/s, median (ours/theirs): ours ")
+    assert "delayed start lag p99: ours " in stdout and "unavailable: none" in stdout
     run = result["burn_runs"]["ours"][0]
     assert run["done"] == 300 and run["duplicates"] == 0
     lag = result["delayed_runs"]["ours"][0]
