@@ -61,9 +61,9 @@ def db_upgrade(postgres_dsn: str | None, history_file: str) -> None:
               help="Seconds to wait after a batch that caught up with the events: slots "
                    "that finish meanwhile are written once, not once per step.")
 @click.option("--defer", "defer_s", type=click.FloatRange(min=0), default=2.0,
-              help="Seconds a slot just submitted, due within that long and not finished, "
-                   "may wait for its next event before its row is written (then it is "
-                   "written once, not twice); 0 writes every slot at once.")
+              help="Seconds a slot just submitted and due within that long may wait for its "
+                   "next event before its row is written (then it is written once, not "
+                   "twice); 0 writes every slot at once.")
 @click.option("--claim-idle", "claim_idle_s", type=float, default=30.0,
               help="Seconds after which a dead snapshotter's pending events are taken over.")
 @click.option("--retention", "retention_s", type=float, default=3600.0,

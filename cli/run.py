@@ -100,7 +100,8 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
-                          pipelines=pipelines, queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+                          pipelines=pipelines,
+                          queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 

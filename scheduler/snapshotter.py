@@ -92,8 +92,9 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     """Slots and jobs whose last read version is remembered, to skip events that read already
     covered (about 150 bytes each)."""
     defer_s: float = 2.0
-    """Hold back the row of a slot just submitted, unfinished and due within this long, until
-    its next event or this long has passed (see the module docstring); 0 writes at once."""
+    """Hold back a slot whose `submitted` event comes alone and that is due within this long,
+    until its next event or this long has passed (see the module docstring); 0 writes at
+    once."""
 
     def __post_init__(self) -> None:
         if self.read_count < 1 or self.batch_records < 1:
@@ -121,6 +122,9 @@ class _Record(msgspec.Struct):
 
 _records = msgspec.json.Decoder(list[_Record])
 READ_CHUNK = 2000  # hashes per history_read call: bounds how long one call holds Redis
+# Most slots held back at once (defer_s): ~100 bytes each. Past it (a long backlog of
+# submissions no worker takes), slots are written at once.
+DEFER_MAX = 200_000
 
 
 def _fire_ms(slot_id: str) -> int:
@@ -233,7 +237,10 @@ class Snapshotter:
                                 len(gone))
                     work.setdefault(shard, _Work()).ids.extend(gone)
         size = sum(len(w.slots) + len(w.jobs) for w in work.values())
-        size += self._take_deferred(work, False, max(0, self.config.batch_records - size))
+        # Held-back slots past their deadline get room even in a full batch, so a backlog of
+        # new events cannot keep them waiting.
+        room = max(self.config.batch_records // 4, self.config.batch_records - size)
+        size += self._take_deferred(work, False, room)
         if size > self.config.batch_records:
             self._count = max(1, self._count // 2)
         elif not self.caught_up and size * 2 < self.config.batch_records:
@@ -278,6 +285,7 @@ class Snapshotter:
         w = work.setdefault(shard, _Work())
         seen = self._seen
         defer = self.config.defer_s > 0
+        deferred = self._deferred
         horizon = self.clock.now_ms() + int(self.config.defer_s * 1000)
         deadline = time.monotonic() + self.config.defer_s
         for entry_id, fields in entries:
@@ -299,16 +307,17 @@ class Snapshotter:
                         job = slot.rpartition(":")[0]
                     if seen.get(slot, -1) >= version:
                         self.skipped += 1
-                    elif kind == "submitted" and defer and _fire_ms(slot) <= horizon:
+                    elif (kind == "submitted" and defer and _fire_ms(slot) <= horizon
+                          and len(deferred) < DEFER_MAX):
                         # Due soon: its next event (or the deadline) brings it, still new.
                         # Unread: whatever it did since, a later event of it is unread too.
-                        self._deferred[slot] = (shard, deadline)
+                        deferred[slot] = (shard, deadline)
                         self.deferred += 1
                     else:
                         w.slots[slot] = (kind, record)
                         if kind == "submitted":
                             w.created.add(slot)
-                        elif self._deferred.pop(slot, None) is not None:
+                        elif deferred.pop(slot, None) is not None:
                             w.created.add(slot)  # held back, never written: still new
                 if isinstance(job, str) and seen.get("job:" + job, -1) < version:
                     w.jobs.add(job)
@@ -407,7 +416,8 @@ class Snapshotter:
         except BaseException:
             self._failed()
             raise
-        return sum(len(w.ids) + (not w.ids and len(w.slots)) for w in work.values())
+        # Entries taken; a shard with none had only held-back slots past their deadline.
+        return sum(len(w.ids) or len(w.slots) for w in work.values())
 
     async def flush(self) -> int:
         """Write every held-back slot now (see `defer_s`) and wait for every commit; returns

@@ -274,3 +274,18 @@ def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
         return counts
 
     assert first and asyncio.run(scenario()) == [0, 3, 3, 5]
+
+
+def test_past_the_bound_slots_are_written_at_once(redis_url: str, ns: str, store_dsn: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler import snapshotter
+
+    monkeypatch.setattr(snapshotter, "DEFER_MAX", 3)
+    with Client(redis_url, ns, shards=2) as client:
+        client.submit_many([{"task": "ok"} for _ in range(10)])
+    snap = asyncio.run(drain(redis_url, ns, store_dsn,
+                             config=SnapshotterConfig(retention_s=None, defer_s=60)))
+    assert snap.deferred == 3  # the other 7 were written at once
+    with Client(redis_url, ns, history=store_dsn) as client:
+        assert len(client.history(limit=100)) == 10  # drain's flush wrote the 3
+
