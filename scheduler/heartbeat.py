@@ -33,7 +33,7 @@ class Heartbeat:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
                  lease_ms: int, concurrency: int, queues: Iterable[str],
                  inflight: Callable[[], list[tuple[int, str, int]]],
-                 on_lost: Callable[[int, str, int], None],
+                 on_lost: Callable[[int, str, int], bool],
                  on_cancel: Callable[[int, str, int], None],
                  tallies: Callable[[], dict[str, tuple[int, int]]] | None = None) -> None:
         self.redis = client
@@ -64,9 +64,11 @@ class Heartbeat:
         lost = 0
         for (shard, items), reply in zip(by_shard.items(), replies, strict=True):
             for (slot, token), code in zip(items, scripts.codes(reply, scripts.Beat), strict=True):
-                if code is scripts.Beat.LOST:
+                # A run that finished after `inflight()` was taken may be committed before
+                # this heartbeat ran: its slot is no longer running, yet nothing was lost.
+                # on_lost says whether it stopped a run still going.
+                if code is scripts.Beat.LOST and self.on_lost(shard, slot, token):
                     lost += 1
-                    self.on_lost(shard, slot, token)
                 elif code is scripts.Beat.CANCEL:
                     self.on_cancel(shard, slot, token)
         if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds

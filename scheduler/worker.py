@@ -355,12 +355,15 @@ class Worker:
     def _inflight(self) -> list[tuple[int, str, int]]:
         return [(r.shard, r.slot_id, r.token) for r in self.running.values()]
 
-    def _lost(self, shard: int, slot_id: str, token: int) -> None:
+    def _lost(self, shard: int, slot_id: str, token: int) -> bool:
+        """Stop the run if it is still going; False when it already ended."""
         run = self.running.get(slot_id)
-        if run is not None and run.token == token:
-            log.debug("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
-            metrics.LEASES_LOST.inc()
-            self._stop_run(run, "lost")
+        if run is None or run.token != token:
+            return False
+        log.debug("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
+        metrics.LEASES_LOST.inc()
+        self._stop_run(run, "lost")
+        return True
 
     def _cancel_requested(self, shard: int, slot_id: str, token: int) -> None:
         run = self.running.get(slot_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 
 from helpers import LEASE, Shard, W, make
@@ -252,3 +253,45 @@ def test_promote_takes_the_earliest_due_slots_up_to_its_limit(r: redis.Redis, ns
     assert [r.hget(f"{p}slot:j{i}:{f}", "status") for i, f in ((0, 10), (1, 20), (2, 30))] == [
         b"queued", b"queued", b"scheduled"]
     assert r.xlen(f"{p}q:default") == 2
+
+
+def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
+        r: redis.Redis, redis_url: str, client: Client, clock: ManualClock,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The run was in flight when the heartbeat listed it, then finished and was committed
+    before the heartbeat reached Redis: no lease was lost, and none is reported."""
+    import asyncio
+
+    import redis.asyncio
+
+    from scheduler.heartbeat import Heartbeat
+
+    s = make(r, client, clock)
+    s.claim(s.read())
+    now = clock.now_ms()
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [1]
+    stopped: list[str] = []
+    still_running: set[str] = set()  # the worker's view: the run has ended
+
+    def on_lost(shard: int, slot: str, token: int) -> bool:
+        if slot not in still_running:
+            return False
+        stopped.append(slot)
+        return True
+
+    async def beat() -> None:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        hb = Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"],
+                       lambda: [(s.shard, s.slot_id, 1)], on_lost, lambda *a: None)
+        try:
+            await hb.run_once()
+            still_running.add(s.slot_id)  # now one that is still going: really lost
+            await hb.run_once()
+        finally:
+            await conn.aclose()
+
+    with caplog.at_level("WARNING", logger="scheduler.heartbeat"):
+        asyncio.run(beat())
+    assert stopped == [s.slot_id]
+    assert [m for m in caplog.messages if "lost" in m] == [
+        "1 lease(s) lost (the slots were reclaimed or finished elsewhere); stopping those runs"]
