@@ -26,6 +26,7 @@ from .common import (
     commandstats_per_job,
     drop_namespace,
     fresh_namespace,
+    history_schema,
     machine,
     postgres_cpu_s,
     process_cpu_s,
@@ -43,7 +44,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample", type=int, default=10, help="measure every Nth job's lag")
     p.add_argument("--history", default=None, metavar="DSN",
                    help="also run `sched snapshotter` into this store (a Postgres DSN or "
-                        "sqlite://PATH) with --retention seconds of finished slots in Redis")
+                        "sqlite://PATH) with --retention seconds of finished slots in Redis; "
+                        "in Postgres, into a schema of the run's own, dropped afterwards")
+    p.add_argument("--keep-history", action="store_true",
+                   help="keep the run's Postgres schema (named after its namespace)")
     p.add_argument("--retention", type=float, default=10.0)
     p.add_argument("--snapshotters", type=int, default=1, help="snapshotter processes")
     p.add_argument("--settle", type=float, default=0.5,
@@ -74,9 +78,14 @@ def _start(url: str, ns: str, workers: int, concurrency: int, history: str | Non
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    r = redis.Redis.from_url(args.redis_url)
     ns = fresh_namespace("sustained")
-    procs = _start(args.redis_url, ns, args.workers, args.concurrency, args.history,
+    with history_schema(args.history, ns, args.keep_history) as history:
+        return _run(args, ns, history)
+
+
+def _run(args: argparse.Namespace, ns: str, history: str | None) -> dict[str, Any]:
+    r = redis.Redis.from_url(args.redis_url)
+    procs = _start(args.redis_url, ns, args.workers, args.concurrency, history,
                    args.retention, args.snapshotters, args.settle)
     pending: list[tuple[str, int]] = []  # sampled (job id, fire_ms) not yet seen claimed
     results: list[tuple[int, int]] = []  # (fire_ms, start lag ms) of sampled slots

@@ -92,3 +92,22 @@ def test_peers_rejects_an_unknown_peer(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "bench", "peers", "--only", "nope", "--out",
                           str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and "unknown nope" in out.stderr
+
+
+def test_sustained_with_history_writes_into_a_schema_of_its_own(tmp_path: Path) -> None:
+    import psycopg
+
+    from conftest import POSTGRES_DSN
+
+    stdout, result = bench(tmp_path, "sustained", "--rate", "200", "--seconds", "2",
+                           "--sample", "1", "--history", POSTGRES_DSN, "--retention", "30",
+                           "--keep-history")
+    assert "1 snapshotter(s) with 30s retention" in stdout and result["lag"]["n"] > 0
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        [(schema,)] = conn.execute("SELECT schema_name FROM information_schema.schemata "
+                                   "WHERE schema_name LIKE 'bench_sustained_%'").fetchall()
+        try:
+            jobs = conn.execute(f'SELECT count(*) FROM "{schema}".jobs').fetchone()
+            assert jobs == (result["submitted"],)  # every job, in the run's own schema
+        finally:
+            conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
