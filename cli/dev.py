@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from scheduler.connection import async_redis, sync_redis
+from scheduler.connection import process_redis, sync_redis
 
 from .logs import log_options, setup_logging
 from .options import history_source, store_options
@@ -102,7 +102,7 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
         holder: list[Any] = []
 
         async def make() -> None:
-            client = async_redis(url)
+            client = process_redis(url, max(lease_s, 1.0))
             worker = Worker(client, registry, namespace=namespace,  # type: ignore[arg-type]
                             config=config)
             node = SchedulerNode(client, namespace=namespace,

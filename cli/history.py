@@ -80,7 +80,7 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
                 history_days: int, metrics_port: int | None, log_level: str,
                 log_format: str) -> None:
     """Copy slot and job state into the history store, and apply retention."""
-    from scheduler.connection import async_redis
+    from scheduler.connection import process_redis
     from scheduler.retention import Retention, RetentionConfig
     from scheduler.snapshotter import Snapshotter, SnapshotterConfig
     from scheduler.store import open_store
@@ -103,7 +103,7 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
         import asyncio
 
         start_metrics(metrics_port)
-        client = async_redis(obj["redis_url"])
+        client = process_redis(obj["redis_url"], lease_s=30.0)
         snap = Snapshotter(client, store, namespace=obj["namespace"], config=snap_config)
         retention = Retention(client, namespace=obj["namespace"], store=retention_store,
                               config=ret_config)

@@ -16,7 +16,7 @@ import msgspec
 import psycopg
 import redis
 
-from scheduler.errors import SchedulerError, ValidationError
+from scheduler.errors import RedisUnavailable, SchedulerError, ValidationError
 
 from . import dev as dev_cmds
 from . import history as history_cmds
@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         code = exc.exit_code
+    except RedisUnavailable as exc:
+        click.echo(f"error: {exc}; check --redis-url / SCHED_REDIS_URL", err=True)
+        code = 1
     except SchedulerError as exc:
         click.echo(f"error: {exc}", err=True)
         code = 1
@@ -168,8 +171,9 @@ def main(argv: list[str] | None = None) -> None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         click.echo(f"error: history store: {first}", err=True)
         code = 1
-    except redis.exceptions.ConnectionError as exc:
-        click.echo(f"error: cannot reach Redis ({exc}); check --redis-url / SCHED_REDIS_URL",
-                   err=True)
+    except redis.exceptions.RedisError as exc:  # a command that talks to Redis outside the SDK
+        from scheduler.connection import translate
+
+        click.echo(f"error: {translate(exc, 'the --redis-url')}", err=True)
         code = 1
     sys.exit(code if isinstance(code, int) else 0)

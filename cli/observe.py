@@ -46,6 +46,11 @@ def render(s: Any, problems: list[str]) -> None:
     snap = ("not running" if s.snapshot_lag_s is None else f"{_age(s.snapshot_lag_s)} behind, "
             f"{sum(d.snapshot_backlog_events or 0 for d in s.shard_details):,} events")
     click.echo(f"snapshotter:  {snap}")
+    if s.orphans_recovered or s.orphans_waiting:
+        last = (f", the last {_age(s.orphans_last_age_s)} ago"
+                if s.orphans_last_age_s is not None else "")
+        click.echo(f"orphans:      {s.orphans_recovered:,} stranded slot(s) repaired{last}; "
+                   f"{s.orphans_waiting:,} waiting for their lease")
     click.echo("")
     render_workers(s.workers, s.workers_alive, s.workers_known)
     click.echo("")

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import click
 
-from scheduler.connection import async_redis, sync_redis
+from scheduler.connection import process_redis, sync_redis
 from scheduler.errors import ConfigError
 
 from .logs import log_options, setup_logging
@@ -64,16 +64,40 @@ def load_app(spec: str) -> object:
 
 
 def serve(make: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> None:
-    """Run a service on uvloop until SIGTERM/SIGINT, which call its stop()."""
+    """Run a service on uvloop until SIGTERM/SIGINT, which call its stop(). SIGUSR1 logs
+    where every task of the process is waiting (what a stuck process is stuck on)."""
     import uvloop
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
         await make()
 
     uvloop.run(main())
+
+
+def dump_tasks() -> None:
+    tasks = asyncio.all_tasks()
+    lines = [f"{len(tasks)} task(s):"]
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        lines.append(f"  {task.get_name()}: {' -> '.join(_awaiting(task.get_coro()))}")
+    log.warning("\n".join(lines))
+
+
+def _awaiting(coro: object) -> list[str]:
+    """Where a coroutine waits: its frame, then what it awaits, down to the innermost."""
+    out = []
+    while coro is not None and len(out) < 20:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            out.append(type(coro).__name__)
+            break
+        out.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} "
+                   f"{frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return out
 
 
 @click.command()
@@ -107,7 +131,7 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 
     async def make() -> None:
         start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
-        client = async_redis(obj["redis_url"])
+        client = process_redis(obj["redis_url"], lease_s)
         w = Worker(client, registry, namespace=obj["namespace"], config=config)  # type: ignore[arg-type]
         holder.append(w)
         try:
@@ -126,6 +150,9 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
               help="Shard lease ttl in seconds: how soon others take a dead node's shards.")
 @click.option("--reclaim-interval", "reclaim_s", type=float, default=1.0,
               help="Seconds between reclaim passes.")
+@click.option("--sweep-interval", "sweep_s", type=click.FloatRange(min=0.1), default=10.0,
+              help="Seconds between the starts of two sweeps for orphaned slots (slots that "
+                   "fell out of every index, e.g. a deleted stream entry).")
 @click.option("--lookahead", "lookahead_s", type=float, default=3.0,
               help="Seconds ahead of their fire time that cron slots are created.")
 @click.option("--misfire-grace", "misfire_grace_s", type=float, default=5.0,
@@ -134,21 +161,22 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 @log_options
 @click.pass_obj
 def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
-              lookahead_s: float, misfire_grace_s: float, metrics_port: int | None,
+              sweep_s: float, lookahead_s: float, misfire_grace_s: float, metrics_port: int | None,
               log_level: str, log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
     from scheduler.node import NodeConfig, SchedulerNode
 
     config = NodeConfig(lease_s=lease_s, shard_lease_s=shard_lease_s,
-                        reclaim_interval_s=reclaim_s, lookahead_s=lookahead_s,
+                        reclaim_interval_s=reclaim_s, sweep_interval_s=sweep_s,
+                        lookahead_s=lookahead_s,
                         misfire_grace_s=misfire_grace_s)
     setup_logging(log_level, log_format)
     holder: list[SchedulerNode] = []
 
     async def make() -> None:
         start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
-        client = async_redis(obj["redis_url"])
+        client = process_redis(obj["redis_url"], lease_s)
         node = SchedulerNode(client, namespace=obj["namespace"], config=config)
         holder.append(node)
         try:

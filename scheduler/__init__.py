@@ -1,14 +1,23 @@
 """A Redis-native distributed job scheduler."""
 
 from .client import AsyncClient, Client, JobSpec
-from .errors import Cancel, Retry, SchedulerError, ValidationError
+from .errors import (
+    Cancel,
+    RedisFailure,
+    RedisRefused,
+    RedisUnavailable,
+    Retry,
+    SchedulerError,
+    SubmitError,
+    ValidationError,
+)
 from .models import Attempt, Job, RetryPolicy, Slot
 from .registry import Context, Registry
 from .states import Delivery, Outcome, SlotStatus
 
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Job", "JobSpec",
-    "Outcome", "Registry", "Retry", "RetryPolicy", "SchedulerError", "Slot", "SlotStatus",
-    "ValidationError",
+    "Outcome", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "Retry",
+    "RetryPolicy", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "ValidationError",
 ]
 __version__ = "0.1.0"

@@ -1,28 +1,40 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio) share `_Core`, which validates
-input, builds the Lua calls and decodes replies; the two classes only do the I/O."""
+input, builds the Lua calls and decodes replies; the two classes only do the I/O.
+
+Every Redis failure leaves the SDK as a `scheduler.errors.RedisFailure` (`RedisUnavailable`:
+unreachable, too slow, not Redis; `RedisRefused`: out of memory, read-only, no such
+database...), with the redis-py exception chained as its cause; never as a redis-py one.
+`submit_many` writes a batch as one atomic script per shard chunk: it either wrote every job,
+or raises `SubmitError`, whose `written` holds exactly the ids that are in Redis.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import msgspec
+import redis
 
 from . import admin, scripts
 from .clock import Clock, RedisClock
-from .connection import async_redis, sync_redis
+from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, translate, where
 from .cronspec import CronSpec
 from .errors import (
     ConfigError,
     JobNotFound,
     NamespaceError,
+    RedisUnavailable,
     SlotNotFound,
     StoreUnavailable,
+    SubmitError,
     ValidationError,
+    submit_error,
 )
 from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, slot_id, split_slot_id
 from .models import (
@@ -54,6 +66,8 @@ from .status import (
 if TYPE_CHECKING:
     from .store import HistoryStore
 
+P = ParamSpec("P")
+R = TypeVar("R")
 MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
 EVENTS_MAXLEN = 1_000_000
@@ -147,9 +161,16 @@ class _Core:
         self._fields: dict[tuple[Any, ...], list[Any]] = {}
         self._checked: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
 
+    def adopt(self, meta: Any, *, written: bool) -> None:
+        """Take the shard count and payload limit stored in Redis (HMGET meta shards
+        max_payload_bytes). Before the namespace's first write nothing is stored yet: reads
+        use the count it will be created with, and payloads this client's own limit."""
+        stored, limit = meta
+        if limit is not None:
+            self.max_payload_bytes = int(limit)
+        self.adopt_shards(stored, written=written)
+
     def adopt_shards(self, stored: Any, *, written: bool) -> None:
-        """Take the shard count stored in Redis. Before the namespace's first write nothing is
-        stored yet and reads use the count it will be created with."""
         if stored is None and not written:
             self.shards = self.requested_shards or DEFAULT_SHARDS
             return
@@ -199,23 +220,72 @@ class _Core:
         return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
 
     def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]]
-                     ) -> tuple[list[str], list[scripts.Call]]:
-        """Validate every job first (bad input writes nothing), then group by shard."""
+                     ) -> tuple[list[str], list[scripts.Call], list[list[int]]]:
+        """Validate every job first (bad input writes nothing), then group by shard. Returns
+        the ids in input order, the calls, and which jobs (input indexes) each call holds."""
         now = self.clock.now_ms()
         ids: list[str] = []
         by_shard: dict[int, list[tuple[str, str, str, int, list[Any]]]] = {}
-        for raw in specs:
+        index: dict[int, list[int]] = {}
+        for i, raw in enumerate(specs):
             spec = raw if isinstance(raw, JobSpec) else _spec(raw)
             shard, row = self.row(spec, now)
             ids.append(row[0])
             by_shard.setdefault(shard, []).append(row)
+            index.setdefault(shard, []).append(i)
             self.known_queues.add(row[2])
-        calls = []
+        calls, members = [], []
         for shard, rows in by_shard.items():
             for i in range(0, len(rows), SUBMIT_CHUNK):
                 calls.append(scripts.submit(self.keys.prefix(shard), now, self.events_maxlen,
                                             rows[i:i + SUBMIT_CHUNK]))
-        return ids, calls
+                members.append(index[shard][i:i + SUBMIT_CHUNK])
+        return ids, calls, members
+
+    def namespace_writes(self, pipe: Any) -> None:
+        """The first write of a client: fix the shard count and payload limit (HSETNX: the
+        first writer of a namespace wins, everyone after adopts its values), read them back."""
+        pipe.hsetnx(self.keys.meta, "shards", self.shards)
+        pipe.hsetnx(self.keys.meta, "max_payload_bytes", self.max_payload_bytes)
+        pipe.hmget(self.keys.meta, "shards", "max_payload_bytes")
+
+    def ask_exist(self, pipe: Any, ids: list[str]) -> None:
+        """After a broken submit round trip: which of its jobs are there?"""
+        for job_id in ids:
+            pipe.exists(self.job_key(job_id))
+
+    def config_writes(self, pipe: Any) -> None:
+        """Each shard's copy of the namespace's limits, which its scripts enforce."""
+        for shard in range(self.shards):
+            pipe.hset(self.keys.config(shard), "max_payload_bytes", self.max_payload_bytes)
+
+    def submit_outcome(self, ids: list[str], members: list[list[int]], results: list[Any],
+                       exists: list[Any] | None, at: str,
+                       cause: BaseException | None = None) -> None:
+        """Raise SubmitError unless every call succeeded. `results` has each call's reply or
+        exception (None: unknown, the round trip broke with `cause`); `exists`, when Redis
+        could be asked afterwards, whether each job id is there."""
+        failures = [r for r in results if not isinstance(r, list)]
+        if not failures:
+            return
+        written, not_written, unknown = [], [], []
+        for call_members, result in zip(members, results, strict=True):
+            for i in call_members:
+                if isinstance(result, list) or (exists is not None and exists[i]):
+                    written.append(i)
+                elif isinstance(result, BaseException) or exists is not None:
+                    not_written.append(i)
+                else:
+                    unknown.append(i)
+        cause = cause or next((r for r in failures if isinstance(r, BaseException)), None)
+        failure = (translate(cause, at) if isinstance(cause, redis.exceptions.RedisError)
+                   else RedisUnavailable(f"the connection to {at} broke ({cause})", at))
+        written.sort()
+        raise submit_error(
+            failure, f"{failure}; submit_many wrote {len(written)} of {len(ids)} jobs"
+            + (f", {len(unknown)} unknown" if unknown else "")
+            + " (SubmitError.written has their ids)", [ids[i] for i in written],
+            not_written, unknown) from cause
 
     def job_key(self, job_id: str) -> str:
         check_job_id(job_id)
@@ -325,6 +395,34 @@ def _options(arguments: dict[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in _SCHEDULE_OPTIONS}
 
 
+def _translated(method: Callable[P, R]) -> Callable[P, R]:
+    """A Client method whose redis-py errors leave as the library's (RedisFailure)."""
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return method(*args, **kwargs)
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc, where(args[0].redis)) from exc  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _translated_async(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """The same for an AsyncClient coroutine."""
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except redis.exceptions.RedisError as exc:
+            raise translate(exc, where(args[0].redis)) from exc  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _nothing_written(n: int, exc: redis.exceptions.RedisError, at: str) -> SubmitError:
+    failure = translate(exc, at)
+    return submit_error(failure, f"{failure}; submit_many wrote none of its {n} jobs", [],
+                        list(range(n)), [])
+
+
 class Client:
     """Blocking SDK. `Client("redis://localhost:6379/0", namespace="sched")`."""
 
@@ -332,17 +430,22 @@ class Client:
                  shards: int | None = None, clock: Clock | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  events_maxlen: int = EVENTS_MAXLEN,
-                 history: str | HistoryStore | None = None) -> None:
+                 history: str | HistoryStore | None = None,
+                 timeout_s: float = SDK_TIMEOUT_S) -> None:
         """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
-        is the embedded default file, opened on first use."""
+        is the embedded default file, opened on first use. `max_payload_bytes` is the
+        namespace's limit if this client creates it (its scripts enforce it); a client of an
+        existing namespace follows the limit stored there. `timeout_s`: how long one call
+        waits for Redis (to connect, and for each reply) before RedisUnavailable."""
         self._core = _Core(namespace, shards, clock, max_payload_bytes, events_maxlen)
-        self.redis = sync_redis(redis_url)
+        self.redis = sync_redis(redis_url, timeout_s=timeout_s)
         self.keys = self._core.keys
         self._registered: set[str] | None = None
         self._history_source = history
         self._store: HistoryStore | None = None
 
     @property
+    @_translated
     def shards(self) -> int:
         self._ready()
         return self._core.shards
@@ -350,20 +453,25 @@ class Client:
     def _ready(self) -> None:
         core = self._core
         if not core.shards:
-            core.adopt_shards(self.redis.hget(self.keys.meta, "shards"), written=False)
+            core.adopt(self.redis.hmget(self.keys.meta, "shards", "max_payload_bytes"),
+                       written=False)
         if core.clock.stale():
             core.clock.anchor(self.redis.time())
 
     def _ensure_namespace(self) -> None:
-        """Fix the shard count the first time this client writes (HSETNX: the first writer
-        of a namespace wins, everyone after adopts its count)."""
+        """Fix the namespace's shard count and limits the first time this client writes."""
         self._ready()
         if self._registered is None:
             core = self._core
-            self.redis.hsetnx(self.keys.meta, "shards", core.shards)
-            core.adopt_shards(self.redis.hget(self.keys.meta, "shards"), written=True)
+            pipe = self.redis.pipeline(transaction=False)
+            core.namespace_writes(pipe)
+            core.adopt(pipe.execute()[-1], written=True)
+            pipe = self.redis.pipeline(transaction=False)
+            core.config_writes(pipe)
+            pipe.execute()
             self._registered = set()
 
+    @_translated
     def submit(self, task: str, payload: Any = None, *, queue: str = "default",
                timeout: float | None = None, retry: RetryPolicy | None = None,
                delivery: str = "at_least_once", dedupe_key: str | None = None,
@@ -380,22 +488,41 @@ class Client:
 
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[str]:
         """Submit a batch in one pipelined round trip; ids in input order. Every job is
-        validated before anything is written."""
+        validated before anything is written. Each shard's part (up to 500 jobs) is written
+        atomically; if a Redis failure leaves any job unwritten, or its fate unknown,
+        SubmitError says which (`written` holds exactly the ids that are in Redis)."""
         jobs = list(jobs)
-        self._ready()
-        ids, calls = self._core.submit_calls(jobs)  # validates all before any write
-        shards = self._core.shards
-        self._ensure_namespace()
-        assert self._registered is not None
-        if self._core.shards != shards:  # another client created the namespace first
-            ids, calls = self._core.submit_calls(jobs)
-        new_queues = self._core.known_queues - self._registered
-        if new_queues:
-            self.redis.sadd(self.keys.queues, *new_queues)
-            self._registered |= new_queues
-        scripts.run_sync(self.redis, calls)
+        core, at = self._core, where(self.redis)
+        try:
+            self._ready()
+            ids, calls, members = core.submit_calls(jobs)  # validates all before any write
+            before = (core.shards, core.max_payload_bytes)
+            self._ensure_namespace()
+            assert self._registered is not None
+            if (core.shards, core.max_payload_bytes) != before:  # another client made it first
+                ids, calls, members = core.submit_calls(jobs)
+            new_queues = core.known_queues - self._registered
+            if new_queues:
+                self.redis.sadd(self.keys.queues, *new_queues)
+                self._registered |= new_queues
+        except redis.exceptions.RedisError as exc:
+            raise _nothing_written(len(jobs), exc, at) from exc
+        exists: list[bool] | None = None
+        cause: redis.exceptions.RedisError | None = None
+        try:
+            results: list[Any] = scripts.run_sync(self.redis, calls, raise_errors=False)
+        except redis.exceptions.RedisError as exc:  # unknown which calls ran: ask
+            results, cause = [None] * len(calls), exc
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                core.ask_exist(pipe, ids)
+                exists = [bool(x) for x in pipe.execute()]
+            except redis.exceptions.RedisError:
+                pass
+        core.submit_outcome(ids, members, results, exists, at, cause)
         return ids
 
+    @_translated
     def get_job(self, job_id: str) -> Job:
         self._ready()
         pipe = self.redis.pipeline(transaction=False)
@@ -404,6 +531,7 @@ class Client:
         raw, watermark = pipe.execute()
         return self._core.job(job_id, raw, watermark)
 
+    @_translated
     def list_jobs(self, limit: int = 100) -> list[Job]:
         """Jobs with a schedule (delayed, at, cron), newest first, with their next fire
         time. Immediate jobs are not indexed (see `sched runs` / `slots` for those)."""
@@ -420,6 +548,7 @@ class Client:
         out = pipe.execute()
         return [core.job(j, out[2 * i], out[2 * i + 1]) for i, j in enumerate(ids)]
 
+    @_translated
     def slots(self, job_id: str) -> list[Slot]:
         """Every slot of the job in fire-time order (one for a job that is not recurring)."""
         job = self.get_job(job_id)
@@ -432,6 +561,7 @@ class Client:
         return [slot_from_hash(s.decode(), raw)
                 for s, raw in zip(ids, pipe.execute(), strict=True) if raw]
 
+    @_translated
     def get_slot(self, slot: str) -> Slot:
         self._ready()
         raw: Any = self.redis.hgetall(self._core.slot_key(slot))
@@ -455,6 +585,7 @@ class Client:
         query = _history_query(self._core.namespace, job_id, status, since, until, limit)
         return self.store.history(query.pop("namespace"), **query)
 
+    @_translated
     def runs(self, job_id: str) -> list[Slot]:
         """A job's slots: those still in Redis, and from the history store those that have
         left it (retention); JobNotFound when neither knows the job."""
@@ -476,31 +607,38 @@ class Client:
     def events_maxlen(self) -> int:
         return self._core.events_maxlen
 
+    @_translated
     def now_ms(self) -> int:
         """Redis time, as every transition sees it."""
         self._ready()
         return self._core.clock.now_ms()
 
+    @_translated
     def cancel(self, ids: str | Iterable[str], reason: str = "cancelled by operator"
                ) -> dict[str, str]:
         """Cancel slots (or every slot of a job id); returns what happened to each slot."""
         return admin.cancel(self, [ids] if isinstance(ids, str) else ids, reason)
 
+    @_translated
     def dead_letters(self, limit: int = 100) -> list[admin.DeadLetter]:
         return admin.dead_letters(self, limit)
 
+    @_translated
     def replay(self, slot_ids: Iterable[str] | None = None) -> int:
         """Dispatch dead slots again as new attempts of the same slots (None: all)."""
         return admin.replay(self, slot_ids)
 
+    @_translated
     def purge(self, slot_ids: Iterable[str] | None = None) -> int:
         """Remove slots from the dead-letter queue (None: all); their history stays."""
         return admin.purge(self, slot_ids)
+    @_translated
     def status(self) -> Status:
         """The namespace at a glance: queues (depth, lag, rates), due backlog, dead letters,
         workers, shard owners. Read-only; a few pipelined round trips (scheduler/status.py)."""
         return read_status(self.redis, self.keys, self._core.clock)[0]
 
+    @_translated
     def workers(self) -> list[WorkerStatus]:
         """The most recently seen workers (alive first), with heartbeats and in-flight counts."""
         return read_workers(self.redis, self.keys, self._core.clock)
@@ -524,10 +662,11 @@ class AsyncClient:
                  shards: int | None = None, clock: Clock | None = None,
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  events_maxlen: int = EVENTS_MAXLEN,
-                 history: str | HistoryStore | None = None) -> None:
-        """`history`: as for `Client`; store calls run in a thread, off the event loop."""
+                 history: str | HistoryStore | None = None,
+                 timeout_s: float = SDK_TIMEOUT_S) -> None:
+        """As `Client`; store calls run in a thread, off the event loop."""
         self._core = _Core(namespace, shards, clock, max_payload_bytes, events_maxlen)
-        self.redis = async_redis(redis_url)
+        self.redis = async_redis(redis_url, timeout_s=timeout_s)
         self.keys = self._core.keys
         self._registered: set[str] | None = None
         self._history_source = history
@@ -536,7 +675,8 @@ class AsyncClient:
     async def _ready(self) -> None:
         core = self._core
         if not core.shards:
-            core.adopt_shards(await self.redis.hget(self.keys.meta, "shards"), written=False)
+            core.adopt(await self.redis.hmget(self.keys.meta, "shards", "max_payload_bytes"),
+                       written=False)
         if core.clock.stale():
             core.clock.anchor(await self.redis.time())
 
@@ -544,10 +684,15 @@ class AsyncClient:
         await self._ready()
         if self._registered is None:
             core = self._core
-            await self.redis.hsetnx(self.keys.meta, "shards", core.shards)
-            core.adopt_shards(await self.redis.hget(self.keys.meta, "shards"), written=True)
+            pipe = self.redis.pipeline(transaction=False)
+            core.namespace_writes(pipe)
+            core.adopt((await pipe.execute())[-1], written=True)
+            pipe = self.redis.pipeline(transaction=False)
+            core.config_writes(pipe)
+            await pipe.execute()
             self._registered = set()
 
+    @_translated_async
     async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
                      timeout: float | None = None, retry: RetryPolicy | None = None,
                delivery: str = "at_least_once", dedupe_key: str | None = None,
@@ -559,21 +704,39 @@ class AsyncClient:
                                               dedupe_key, _options(locals()))))[0]
 
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[str]:
+        """As Client.submit_many."""
         jobs = list(jobs)
-        await self._ready()
-        ids, calls = self._core.submit_calls(jobs)  # validates all before any write
-        shards = self._core.shards
-        await self._ensure_namespace()
-        assert self._registered is not None
-        if self._core.shards != shards:  # another client created the namespace first
-            ids, calls = self._core.submit_calls(jobs)
-        new_queues = self._core.known_queues - self._registered
-        if new_queues:
-            await self.redis.sadd(self.keys.queues, *new_queues)
-            self._registered |= new_queues
-        await scripts.run_async(self.redis, calls)
+        core, at = self._core, where(self.redis)
+        try:
+            await self._ready()
+            ids, calls, members = core.submit_calls(jobs)  # validates all before any write
+            before = (core.shards, core.max_payload_bytes)
+            await self._ensure_namespace()
+            assert self._registered is not None
+            if (core.shards, core.max_payload_bytes) != before:
+                ids, calls, members = core.submit_calls(jobs)
+            new_queues = core.known_queues - self._registered
+            if new_queues:
+                await self.redis.sadd(self.keys.queues, *new_queues)
+                self._registered |= new_queues
+        except redis.exceptions.RedisError as exc:
+            raise _nothing_written(len(jobs), exc, at) from exc
+        exists: list[bool] | None = None
+        cause: redis.exceptions.RedisError | None = None
+        try:
+            results: list[Any] = await scripts.run_async(self.redis, calls, raise_errors=False)
+        except redis.exceptions.RedisError as exc:
+            results, cause = [None] * len(calls), exc
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                core.ask_exist(pipe, ids)
+                exists = [bool(x) for x in await pipe.execute()]
+            except redis.exceptions.RedisError:
+                pass
+        core.submit_outcome(ids, members, results, exists, at, cause)
         return ids
 
+    @_translated_async
     async def get_job(self, job_id: str) -> Job:
         await self._ready()
         pipe = self.redis.pipeline(transaction=False)
@@ -582,6 +745,7 @@ class AsyncClient:
         raw, watermark = await pipe.execute()
         return self._core.job(job_id, raw, watermark)
 
+    @_translated_async
     async def list_jobs(self, limit: int = 100) -> list[Job]:
         await self._ready()
         core = self._core
@@ -596,6 +760,7 @@ class AsyncClient:
         out = await pipe.execute()
         return [core.job(j, out[2 * i], out[2 * i + 1]) for i, j in enumerate(ids)]
 
+    @_translated_async
     async def slots(self, job_id: str) -> list[Slot]:
         job = await self.get_job(job_id)
         if not job.cron:
@@ -607,6 +772,7 @@ class AsyncClient:
         return [slot_from_hash(s.decode(), raw)
                 for s, raw in zip(ids, await pipe.execute(), strict=True) if raw]
 
+    @_translated_async
     async def get_slot(self, slot: str) -> Slot:
         await self._ready()
         raw: Any = await self.redis.hgetall(self._core.slot_key(slot))
@@ -614,6 +780,7 @@ class AsyncClient:
             raise SlotNotFound(slot)
         return slot_from_hash(slot, raw)
 
+    @_translated_async
     async def status(self) -> Status:
         return await read_status_async(self.redis, self.keys, self._core.clock)
 
@@ -625,6 +792,7 @@ class AsyncClient:
             self._store = await asyncio.to_thread(_open_history, self._history_source)
         return await asyncio.to_thread(self._store.history, query.pop("namespace"), **query)
 
+    @_translated_async
     async def runs(self, job_id: str) -> list[Slot]:
         try:
             live = await self.slots(job_id)
@@ -638,6 +806,7 @@ class AsyncClient:
             past = []
         return _merge_runs(job_id, live, past)
 
+    @_translated_async
     async def workers(self) -> list[WorkerStatus]:
         return await read_workers_async(self.redis, self.keys, self._core.clock)
 

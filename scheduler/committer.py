@@ -1,7 +1,15 @@
 """Commits the outcomes of finished runs in batches: one pipelined round trip carries every
-shard's `complete`, `fail` and `release` calls. Outcomes wait in memory until Redis took them;
-a commit that fails on the connection is kept and retried, and the fencing token makes a
-commit that arrives after the lease was lost harmless (Lua refuses it and records the refusal).
+shard's `complete`, `fail` and `release` calls.
+
+Outcomes wait in memory until Redis took them. A call that fails for a reason that passes
+(a dropped connection, a timeout, OOM, a read-only or loading server) is kept and sent again
+after a backoff, however long Redis takes to come back; the calls of the same round trip
+that succeeded are not sent again. Sending one twice is harmless anyway: the scripts fence by
+token and answer "already" to a repeat of the same attempt's outcome. A call that fails for
+any other reason (a bug: Lua raised, an argument Redis cannot take) is split, and each of its
+outcomes sent alone; one that still fails alone is dropped with an error line, and its slot
+is reclaimed when its lease runs out, like a crashed worker's. So one bad outcome never holds
+up, or takes down, the others.
 """
 
 from __future__ import annotations
@@ -9,43 +17,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import TypeVar
+from typing import Any
 
 import redis.asyncio
 
 from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
+from .loops import Backoff, ErrorLog, transient
 
 log = logging.getLogger("scheduler.worker")
-T = TypeVar("T")
 
-
-class Outcomes:
-    """What the committer will send next, by shard."""
-
-    __slots__ = ("done", "failed", "released")
-
-    def __init__(self) -> None:
-        self.done: defaultdict[int, list[tuple[str, int, int, int]]] = defaultdict(list)
-        self.failed: defaultdict[int, list[tuple[str, int, str, str, int, float, int, int]]] = (
-            defaultdict(list))
-        self.released: defaultdict[int, list[tuple[str, int, int]]] = defaultdict(list)
-
-    def __len__(self) -> int:
-        return sum(map(len, self.done.values())) + sum(map(len, self.failed.values())) + sum(
-            map(len, self.released.values()))
-
-    def merge(self, newer: Outcomes) -> None:
-        """Put `newer` outcomes after these (a failed flush keeps its batch first)."""
-        _extend(self.done, newer.done)
-        _extend(self.failed, newer.failed)
-        _extend(self.released, newer.released)
-
-
-def _extend(mine: defaultdict[int, list[T]], newer: defaultdict[int, list[T]]) -> None:
-    for shard, items in newer.items():
-        mine[shard].extend(items)
+DoneItem = tuple[str, int, int, int]  # slot, token, started_ms, finished_ms
+FailedItem = tuple[str, int, str, str, int, float, int, int]  # see scripts.fail
+ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
+KINDS = ("complete", "fail", "release")
 
 
 class Committer:
@@ -56,68 +42,116 @@ class Committer:
         self.clock = clock
         self.worker_id = worker_id
         self.events_maxlen = events_maxlen
-        self.pending = Outcomes()
+        # kind -> shard -> items, in arrival order
+        self.pending: dict[str, defaultdict[int, list[Any]]] = {
+            k: defaultdict(list) for k in KINDS}
+        self.alone: list[tuple[str, int, Any]] = []  # (kind, shard, item) to send one by one
         self.wake = asyncio.Event()
         self.refused = 0
         self.committed = 0
+        self.dropped = 0
         self._stopping = False
+        self.errors = ErrorLog(log, "commit")
 
-    def add_done(self, shard: int, item: tuple[str, int, int, int]) -> None:
-        self.pending.done[shard].append(item)
+    def add_done(self, shard: int, item: DoneItem) -> None:
+        self.pending["complete"][shard].append(item)
         self.wake.set()
 
-    def add_failed(self, shard: int, item: tuple[str, int, str, str, int, float, int, int]) -> None:
-        self.pending.failed[shard].append(item)
+    def add_failed(self, shard: int, item: FailedItem) -> None:
+        self.pending["fail"][shard].append(item)
         self.wake.set()
 
-    def add_released(self, shard: int, item: tuple[str, int, int]) -> None:
-        self.pending.released[shard].append(item)
+    def add_released(self, shard: int, item: ReleasedItem) -> None:
+        self.pending["release"][shard].append(item)
         self.wake.set()
 
-    def _calls(self, batch: Outcomes, now: int) -> list[scripts.Call]:
-        k, w, m = self.keys, self.worker_id, self.events_maxlen
-        calls = [scripts.complete(k.prefix(s), now, m, w, items)
-                 for s, items in batch.done.items() if items]
-        calls += [scripts.fail(k.prefix(s), now, m, w, items)
-                  for s, items in batch.failed.items() if items]
-        calls += [scripts.release(k.prefix(s), now, m, w, items)
-                  for s, items in batch.released.items() if items]
-        return calls
+    def __len__(self) -> int:
+        return sum(len(items) for by in self.pending.values() for items in by.values()) + len(
+            self.alone)
+
+    def slots(self) -> set[str]:
+        """The slots whose outcome waits to be committed."""
+        return {item[0] for by in self.pending.values() for items in by.values()
+                for item in items} | {item[0] for _, _, item in self.alone}
+
+    def _call(self, kind: str, shard: int, items: list[Any], now: int) -> scripts.Call:
+        build: Any = {"complete": scripts.complete, "fail": scripts.fail,
+                      "release": scripts.release}[kind]
+        call: scripts.Call = build(self.keys.prefix(shard), now, self.events_maxlen,
+                                   self.worker_id, items)
+        return call
 
     async def run_once(self) -> int:
-        """Send everything pending in one round trip; returns how many outcomes Redis took."""
-        batch, self.pending = self.pending, Outcomes()
-        calls = self._calls(batch, self.clock.now_ms())
-        if not calls:
-            return 0
-        try:
-            replies = await scripts.run_async(self.redis, calls)
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-            batch.merge(self.pending)
-            self.pending = batch
-            raise
-        refused = sum(1 for reply in replies for code in reply if int(code) == 0)
-        fails = [int(code) for call, reply in zip(calls, replies, strict=True)
-                 if call.script == "fail" for code in reply]
-        if fails:
-            metrics.RETRIES.inc(fails.count(scripts.Failed.RETRY))
-            metrics.DEAD_LETTERED.inc(fails.count(scripts.Failed.DEAD))
+        """Send everything pending in one round trip (and each outcome set aside alone in
+        its own); returns how many outcomes Redis took. Raises the first error after keeping
+        what it could not send."""
+        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}
+        now = self.clock.now_ms()
+        parts = [(kind, shard, items) for kind, by in batch.items()
+                 for shard, items in by.items() if items]
+        took = 0
+        first_error: BaseException | None = None
+        if parts:
+            calls = [self._call(kind, shard, items, now) for kind, shard, items in parts]
+            try:
+                results: list[Any] = await scripts.run_async(self.redis, calls,
+                                                             raise_errors=False)
+            except Exception as exc:  # the round trip itself: every call failed alike
+                results = [exc] * len(calls)
+            for (kind, shard, items), result in zip(parts, results, strict=True):
+                if isinstance(result, BaseException):
+                    first_error = first_error or result
+                    self._keep(kind, shard, items, result)
+                else:
+                    took += self._tally(kind, result)
+        alone, self.alone = self.alone, []
+        for kind, shard, item in alone:
+            try:
+                [result] = await scripts.run_async(self.redis, [self._call(kind, shard, [item],
+                                                                           now)])
+            except Exception as exc:
+                if transient(exc):
+                    self.alone.append((kind, shard, item))
+                    first_error = first_error or exc
+                else:
+                    self.dropped += 1
+                    log.error("dropped the %s outcome of %s: Redis will not take it (%s: %s); "
+                              "its lease will expire and the slot be reclaimed", kind, item[0],
+                              type(exc).__name__, exc)
+                continue
+            took += self._tally(kind, result)
+        if first_error is not None:
+            raise first_error
+        return took
+
+    def _keep(self, kind: str, shard: int, items: list[Any], exc: BaseException) -> None:
+        if transient(exc):  # the same call will do later: keep it first in line
+            self.pending[kind][shard][:0] = items
+        else:
+            self.alone += [(kind, shard, item) for item in items]
+
+    def _tally(self, kind: str, reply: list[Any]) -> int:
+        codes = [int(c) for c in reply]
+        refused = codes.count(0)
+        if kind == "fail":
+            metrics.RETRIES.inc(codes.count(scripts.Failed.RETRY))
+            metrics.DEAD_LETTERED.inc(codes.count(scripts.Failed.DEAD))
         if refused:
             self.refused += refused
             metrics.COMMITS_REFUSED.inc(refused)
             log.warning("%d commit(s) refused: their lease was lost before the outcome arrived "
                         "(the slots were reclaimed or cancelled); see the 'refused' events",
                         refused)
-        total = sum(len(r) for r in replies)
-        self.committed += total - refused
-        return total
+        self.committed += len(codes) - refused
+        return len(codes)
 
     async def run(self) -> None:
         """Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so
-        batches grow with load. Returns after `stop()` once nothing is pending."""
-        backoff = 0.05
+        batches grow with load. Returns after `stop()` once nothing is pending (or, stopping,
+        once Redis failed every try for `grace`: the caller bounds that wait)."""
+        backoff = Backoff()
         while True:
-            if not len(self.pending):
+            if not len(self):
                 if self._stopping:
                     return
                 self.wake.clear()
@@ -125,12 +159,14 @@ class Committer:
                 continue
             try:
                 await self.run_once()
-                backoff = 0.05
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("commit failed (%s); retrying in %.2fs with %d outcomes kept",
-                            exc, backoff, len(self.pending))
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.errors.error(exc, f" ({len(self)} outcome(s) kept)")
+                await asyncio.sleep(backoff.next())
+                continue
+            backoff.reset()
+            self.errors.ok()
 
     def stop(self) -> None:
         """Idempotent: finish what is pending, then return from run()."""

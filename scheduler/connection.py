@@ -1,11 +1,38 @@
-"""Redis connections from a URL, with errors that say what to fix."""
+"""Redis connections from a URL, with explicit timeouts, and Redis errors that say what to fix.
+
+Nothing here relies on redis-py's defaults, which change between versions (5 s socket
+timeouts and 10 retries in 8.x, no timeout at all in 7.x): a call that hangs on a stalled
+connection would hold a worker's loop past its leases. Long-running processes pass a timeout
+derived from their lease (`timeout_for_lease`) and no retries: their loops back off and try
+again themselves, and a worker must see every failed read (a retried XREADGROUP would hand
+it entries it never hears of). The SDK uses `SDK_TIMEOUT_S` and retries a failed call once,
+on a fresh connection, after a short jittered pause: every call it sends is safe to repeat
+(submit skips a job id that exists; the other scripts are fenced or idempotent).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis
 import redis.asyncio
+import redis.asyncio.retry
+import redis.backoff
+import redis.retry
 
-from .errors import ConfigError
+from .errors import ConfigError, RedisFailure, RedisRefused, RedisUnavailable
+
+SDK_TIMEOUT_S = 5.0
+RETRIES = 1
+# Connections per client. A call waits (up to its timeout) for a free one rather than fail
+# as redis-py 8's pools do past 100: a worker's handlers call ctx.once by the hundred at once.
+MAX_CONNECTIONS = 100
+
+
+def timeout_for_lease(lease_s: float) -> float:
+    """A sixth of the lease (5 s for the default 30 s), at least 0.5 s: a process learns that a
+    call hangs with most of its leases still ahead of it."""
+    return max(0.5, lease_s / 6)
 
 
 def _check(url: str) -> None:
@@ -15,11 +42,102 @@ def _check(url: str) -> None:
         raise ConfigError(f"redis url {url!r}: {exc}") from None
 
 
-def sync_redis(url: str) -> redis.Redis:
-    _check(url)
-    return redis.Redis.from_url(url)
+def _options(timeout_s: float) -> dict[str, Any]:
+    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
+            "socket_keepalive": True}
 
 
-def async_redis(url: str) -> redis.asyncio.Redis:
+def sync_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
+               retries: int = RETRIES) -> redis.Redis:
     _check(url)
-    return redis.asyncio.Redis.from_url(url)
+    retry = redis.retry.Retry(redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05),
+                              retries)
+    pool = redis.BlockingConnectionPool.from_url(
+        url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
+        **_options(timeout_s))
+    return redis.Redis.from_pool(pool)
+
+
+def async_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
+                retries: int = RETRIES) -> redis.asyncio.Redis:
+    _check(url)
+    retry = redis.asyncio.retry.Retry(
+        redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05), retries)
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
+        **_options(timeout_s))
+    return redis.asyncio.Redis.from_pool(pool)
+
+
+def process_redis(url: str, lease_s: float) -> redis.asyncio.Redis:
+    """The client of a long-running process (worker, scheduler node, snapshotter)."""
+    return async_redis(url, timeout_s=timeout_for_lease(lease_s), retries=0)
+
+
+def where(client: Any) -> str:
+    """host:port (or the socket path) a client talks to, for messages."""
+    kw = client.connection_pool.connection_kwargs
+    if "path" in kw:
+        return str(kw["path"])
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')}"
+
+
+# ResponseError prefixes (or texts) -> what the user can do about them.
+_ADVICE = (
+    ("OOM", "Redis is out of memory (used memory is over maxmemory and its policy evicts "
+            "nothing): free memory or raise maxmemory"),
+    ("READONLY", "this Redis is a read-only replica: point the URL at the primary"),
+    ("MASTERDOWN", "this replica has lost its primary and refuses to serve stale data"),
+    ("BUSY", "Redis is busy running a script; try again in a moment"),
+    ("NOPERM", "the Redis user lacks a permission this library needs (see its ACL rules)"),
+    ("WRONGPASS", "wrong Redis user name or password"),
+    ("NOAUTH", "Redis needs a password: put it in the URL, redis://:PASSWORD@host:port/db"),
+    ("MISCONF", "Redis cannot persist to disk and refuses writes (see its log)"),
+    ("DB index is out of range", "this Redis has no such database: use an index below its "
+                                 "`databases` setting (16 unless configured)"),
+)
+
+
+# redis-py strips the code of the errors it has a class for ("OOM command not allowed" reads
+# "command not allowed"); the class says it again.
+_CODES = {name: code for code, name in (
+    ("OOM", "OutOfMemoryError"), ("READONLY", "ReadOnlyError"), ("LOADING", "BusyLoadingError"),
+    ("NOSCRIPT", "NoScriptError"), ("NOPERM", "NoPermissionError"),
+    ("TRYAGAIN", "TryAgainError"), ("CLUSTERDOWN", "ClusterDownError"),
+    ("MASTERDOWN", "MasterDownError"), ("WRONGPASS", "AuthenticationError"))}
+
+
+def error_code(exc: BaseException) -> str:
+    """The Redis error code of a reply error ("OOM", "READONLY", "ERR", ...), "" for others."""
+    code = getattr(exc, "status_code", None)
+    if isinstance(code, str) and code:
+        return code
+    for cls in type(exc).__mro__:
+        if cls.__name__ in _CODES:
+            return _CODES[cls.__name__]
+    if isinstance(exc, redis.exceptions.ResponseError):
+        word = str(exc).lstrip("-").split(" ", 1)[0]
+        return word if word.isupper() else ""
+    return ""
+
+
+def translate(exc: redis.exceptions.RedisError, at: str) -> RedisFailure:
+    """The library's exception for a redis-py one (raise it `from exc`)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    code = error_code(exc)
+    if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.ResponseError):
+        for prefix, advice in _ADVICE:
+            if code == prefix or text.startswith(prefix) or prefix in text[:60]:
+                return RedisRefused(f"Redis at {at}: {advice} ({text[:200]})", at)
+    if isinstance(exc, redis.exceptions.BusyLoadingError):
+        return RedisUnavailable(f"Redis at {at} is loading its data set; try again in a "
+                                f"moment", at)
+    if isinstance(exc, redis.exceptions.TimeoutError):
+        return RedisUnavailable(f"Redis at {at} did not answer in time ({text[:200]}): is it "
+                                f"overloaded, or is the network cut?", at)
+    if isinstance(exc, redis.exceptions.InvalidResponse) or "Protocol error" in text:
+        return RedisUnavailable(f"the server at {at} does not speak the Redis protocol "
+                                f"({text[:200]}): check the URL's host and port", at)
+    if isinstance(exc, redis.exceptions.ConnectionError):
+        return RedisUnavailable(f"cannot reach Redis at {at} ({text[:200]})", at)
+    return RedisRefused(f"Redis at {at} refused a call: {text[:300]}", at)

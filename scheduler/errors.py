@@ -41,6 +41,58 @@ class LeaseLost(SchedulerError):
     cancelled). Raised by `ctx.once`; the handler should stop without its effect."""
 
 
+class RedisFailure(SchedulerError):
+    """Redis failed a call: the base of the two below. The redis-py exception is chained as
+    `__cause__`; `where` is the server's host:port."""
+
+    def __init__(self, message: str, where: str = "") -> None:
+        self.where = where
+        super().__init__(message)
+
+
+class RedisUnavailable(RedisFailure, ConnectionError):
+    """Redis could not be reached, did not answer in time, is loading its data, or does not
+    speak the Redis protocol. Whether a write in flight was applied is unknown."""
+
+
+class RedisRefused(RedisFailure):
+    """Redis answered, and refused: out of memory, a read-only replica, no such database,
+    a wrong password or missing ACL permission, a script too busy. Nothing was written by
+    the refused call."""
+
+
+class SubmitError(RedisFailure):
+    """`submit_many` wrote part of a batch: each per-shard chunk is one atomic script, and
+    some ran while others failed. `written` holds exactly the ids that are in Redis (in
+    input order); `not_written` the indexes (into the jobs given) of those that are not;
+    `unknown` the indexes whose fate the failure hid (the connection broke before the
+    reply, and Redis could not be asked again). Submitting a `not_written` job again is safe;
+    an `unknown` one may then exist twice unless it has a dedupe key."""
+
+    def __init__(self, message: str, where: str, written: list[str], not_written: list[int],
+                 unknown: list[int]) -> None:
+        super().__init__(message, where)
+        self.written = written
+        self.not_written = not_written
+        self.unknown = unknown
+
+
+class SubmitUnavailable(SubmitError, RedisUnavailable):
+    """SubmitError because Redis could not be reached (also a RedisUnavailable)."""
+
+
+class SubmitRefused(SubmitError, RedisRefused):
+    """SubmitError because Redis refused (also a RedisRefused)."""
+
+
+def submit_error(cause: RedisFailure, message: str, written: list[str], not_written: list[int],
+                 unknown: list[int]) -> SubmitError:
+    """The SubmitError of the kind of its cause, so that `except RedisUnavailable` (or
+    RedisRefused) around a submit catches it too."""
+    kind = SubmitUnavailable if isinstance(cause, RedisUnavailable) else SubmitRefused
+    return kind(message, cause.where, written, not_written, unknown)
+
+
 class ScriptError(SchedulerError):
     """A Lua transition replied with a code the wrapper does not know; a bug, not bad input."""
 

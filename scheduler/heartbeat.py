@@ -1,10 +1,17 @@
-"""Keeps a worker's leases alive and its presence visible.
+"""Keeps a worker's leases alive and its presence visible, and stops runs whose lease it
+could not keep.
 
 Every ~lease/3: one `heartbeat` call per shard extends the lease of every in-flight slot
-(and resets its stream entry's idle time); slots whose lease was lost are reported so the
-worker stops them; the worker's entry in `<ns>:workers` is refreshed in the same round trip,
-with its in-flight count and its per-queue rates over the last interval (for `sched status`:
-rates cost no command beyond this one and nothing per job).
+(and resets its stream entry's idle time) and moves each renewed run's `deadline`
+(scheduler/inflight.py); slots whose lease was lost are stopped; the worker's entry in
+`<ns>:workers` is refreshed in the same round trip, with its in-flight count and its
+per-queue rates over the last interval (for `sched status`: rates cost no command beyond
+this one and nothing per job). After a failed heartbeat it tries again within a second.
+
+The watchdog needs no Redis: every lease/10 it stops the runs whose deadline is less than
+`margin` away (a quarter of the lease), so a worker that cannot reach Redis, however the
+connection fails (refused, reset, or stalled without closing), has stopped its handlers
+before Redis can consider their leases expired and hand the slots to another worker.
 """
 
 from __future__ import annotations
@@ -21,63 +28,76 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import scripts
+from . import metrics, scripts
 from .clock import Clock
+from .inflight import Inflight
 from .keys import Keys
-from .loops import pause
+from .loops import Backoff, ErrorLog, Service
 
 log = logging.getLogger("scheduler.worker")
 
 
-class Heartbeat:
+class Heartbeat(Service):
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
-                 lease_ms: int, concurrency: int, queues: Iterable[str],
-                 inflight: Callable[[], list[tuple[int, str, int]]],
-                 on_lost: Callable[[int, str, int], bool],
-                 on_cancel: Callable[[int, str, int], None],
+                 lease_ms: int, concurrency: int, queues: Iterable[str], running: Inflight,
                  tallies: Callable[[], dict[str, tuple[int, int]]] | None = None) -> None:
+        super().__init__()
         self.redis = client
         self.keys = keys
         self.clock = clock
         self.worker_id = worker_id
         self.lease_ms = lease_ms
         self.interval_s = lease_ms / 3000
-        self.inflight = inflight
-        self.on_lost = on_lost
-        self.on_cancel = on_cancel
+        self.margin_s = lease_ms / 4000
+        self.running = running
         self.tallies = tallies or dict
         self.info: dict[Any, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
                      "concurrency": concurrency, "queues": ",".join(queues),
                      "lease_ms": lease_ms}
         self._last: tuple[int, dict[str, tuple[int, int]]] | None = None
-        self._stop = asyncio.Event()
+        # Without heartbeats every lease expires: after a failure, try again soon.
+        self.backoff = Backoff(cap_s=min(1.0, self.interval_s))
+        self.errors = ErrorLog(log, f"heartbeat (leases last {lease_ms / 1000:g}s)")
 
     async def run_once(self) -> None:
+        sent = time.monotonic()
         now = self.clock.now_ms()
         by_shard: defaultdict[int, list[tuple[str, int]]] = defaultdict(list)
-        running = self.inflight()
-        for shard, slot, token in running:
-            by_shard[shard].append((slot, token))
+        for slot, run in list(self.running.items()):
+            if run.job is not None and run.job.done():  # a bug: never keep such a lease alive
+                log.error("run of %s ended without its outcome; its lease is left to expire",
+                          slot)
+                del self.running[slot]
+        runs = list(self.running.values())
+        for run in runs:
+            by_shard[run.shard].append((run.slot_id, run.token))
         calls = [scripts.heartbeat(self.keys.prefix(s), now, self.lease_ms, self.worker_id, items)
                  for s, items in by_shard.items()]
         replies = await scripts.run_async(self.redis, calls)
         lost = 0
-        for (shard, items), reply in zip(by_shard.items(), replies, strict=True):
+        deadline = sent + self.lease_ms / 1000
+        for items, reply in zip(by_shard.values(), replies, strict=True):
             for (slot, token), code in zip(items, scripts.codes(reply, scripts.Beat), strict=True):
-                # A run that finished after `inflight()` was taken may be committed before
-                # this heartbeat ran: its slot is no longer running, yet nothing was lost.
-                # on_lost says whether it stopped a run still going.
-                if code is scripts.Beat.LOST and self.on_lost(shard, slot, token):
-                    lost += 1
-                elif code is scripts.Beat.CANCEL:
-                    self.on_cancel(shard, slot, token)
+                held = self.running.get(slot)
+                if held is None or held.token != token:
+                    continue  # finished (and maybe committed) since the list was taken
+                if code is scripts.Beat.LOST:
+                    if held.stop("lost"):
+                        metrics.LEASES_LOST.inc()
+                        lost += 1
+                    continue
+                held.deadline = max(held.deadline, deadline)
+                if code is scripts.Beat.CANCEL:
+                    held.stop("cancel")
         if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds
             log.warning("%d lease(s) lost (the slots were reclaimed or finished elsewhere); "
                         "stopping those runs", lost)
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
-                  mapping={**self.info, "inflight": len(running), "seen_ms": now,
+                  mapping={**self.info, "inflight": len(runs), "seen_ms": now,
                            **self._counts(now)})
         pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
         await pipe.execute()
@@ -98,32 +118,31 @@ class Heartbeat:
                 "failed": sum(t[1] for t in tallies.values()),
                 "rates": msgspec.json.encode(rates)}
 
-    async def run(self) -> None:
-        last_ok = time.monotonic()
-        while not self._stop.is_set():
-            try:
-                await self.run_once()
-                last_ok = time.monotonic()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                silent_s = time.monotonic() - last_ok
-                log.warning("heartbeat failed (%s); no heartbeat for %.1fs, leases last %.0fs",
-                            exc, silent_s, self.lease_ms / 1000)
-                if silent_s * 1000 > self.lease_ms:
-                    # Our leases have expired and the reclaimer may have handed the slots to
-                    # another worker: stop running them rather than duplicate their effects.
-                    running = self.inflight()
-                    if running:
-                        log.warning("no heartbeat for a whole lease: stopping %d run(s)",
-                                    len(running))
-                    for shard, slot, token in running:
-                        self.on_lost(shard, slot, token)
-            except Exception:
-                # Without heartbeats every lease expires: never let a surprise end this loop.
-                log.exception("heartbeat failed unexpectedly; retrying")
-            await pause(self._stop, self.interval_s)
+    def watch(self) -> int:
+        """Stop every run whose lease may run out within the margin; returns how many."""
+        limit = time.monotonic() + self.margin_s
+        stopped = [run for run in list(self.running.values())
+                   if run.deadline < limit and run.stop("lost")]
+        if stopped:
+            metrics.LEASES_LOST.inc(len(stopped))
+            log.warning("no heartbeat reached Redis in time: stopping %d run(s) before their "
+                        "leases can expire and the slots go to another worker", len(stopped))
+        return len(stopped)
 
-    def stop(self) -> None:
-        self._stop.set()
+    def delay(self, result: object) -> float:
+        return self.interval_s
+
+    async def run(self) -> None:
+        watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
+        try:
+            await super().run()
+        finally:
+            watchdog.cancel()
+
+    async def _watchdog(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_ms / 10_000)
+            self.watch()
 
     async def leave(self) -> None:
         """Remove this worker from the registry (clean shutdown)."""
@@ -131,3 +150,4 @@ class Heartbeat:
         pipe.zrem(self.keys.workers, self.worker_id)
         pipe.delete(self.keys.worker(self.worker_id))
         await pipe.execute()
+

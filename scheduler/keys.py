@@ -14,7 +14,10 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:cron               zset    recurring job ids scored by next fire time
     <ns>:{sNN}:jobs               zset    ids of jobs with a schedule (not immediate) by creation (ms)
     <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
-    <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch)
+    <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
+                                          orphans recovered)
+    <ns>:{sNN}:config             hash    the namespace's settings its scripts enforce, copied
+                                          into each shard (max_payload_bytes)
     <ns>:{sNN}:q:<queue>          stream  dispatch; consumer group `workers`
     <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
     <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
@@ -104,6 +107,21 @@ class Keys:
     def slot(self, shard: int, slot: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_SLOT}{slot}"  # hash
 
+    def slot_pattern(self) -> str:
+        """SCAN MATCH pattern of every slot hash of every shard."""
+        return f"{self.ns}:{{s*}}:{SUFFIX_SLOT}*"
+
+    def parse_slot_key(self, key: bytes | str) -> tuple[int, str] | None:
+        """(shard, slot id) of a key `slot()` made, or None for any other key."""
+        text = key.decode() if isinstance(key, bytes) else key
+        head = f"{self.ns}:{{s"
+        if not text.startswith(head):
+            return None
+        shard, sep, rest = text[len(head):].partition(f"}}:{SUFFIX_SLOT}")
+        if not sep or not shard.isdigit():
+            return None
+        return int(shard), rest
+
     def due(self, shard: int) -> str:
         return f"{self.prefix(shard)}due"  # zset
 
@@ -118,6 +136,9 @@ class Keys:
 
     def stats(self, shard: int) -> str:
         return f"{self.prefix(shard)}stats"  # hash
+
+    def config(self, shard: int) -> str:
+        return f"{self.prefix(shard)}config"  # hash
 
     def queue(self, shard: int, queue: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_QUEUE}{queue}"  # stream

@@ -14,7 +14,6 @@ lease expired does no harm.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 from collections.abc import Callable
@@ -24,15 +23,20 @@ import redis.asyncio
 from . import scripts
 from .clock import Clock
 from .keys import Keys
+from .loops import Service
 
 log = logging.getLogger("scheduler.leases")
 
 
-class ShardLeases:
+class ShardLeases(Service):
+    what = "shard lease renewal"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, shards: int, clock: Clock,
                  node_id: str, *, ttl_s: float = 5.0,
                  on_change: Callable[[list[int]], None] | None = None,
                  events_maxlen: int = 1_000_000) -> None:
+        super().__init__()
         self.redis = client
         self.keys = keys
         self.shards = shards
@@ -43,7 +47,6 @@ class ShardLeases:
         self.on_change = on_change
         self.events_maxlen = events_maxlen
         self.owned: dict[int, int] = {}  # shard -> epoch
-        self._stop = asyncio.Event()
 
     async def run_once(self) -> list[int]:
         """One round of heartbeat and rebalancing; returns the shards owned afterwards."""
@@ -97,17 +100,5 @@ class ShardLeases:
         if self.on_change:
             self.on_change([])
 
-    async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                await self.run_once()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("lease renewal failed (%s); leases run out in %.1fs",
-                            exc, self.ttl_ms / 1000)
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
+    def delay(self, owned: list[int]) -> float:
+        return self.interval_s

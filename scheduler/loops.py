@@ -1,8 +1,40 @@
-"""What every background loop shares."""
+"""What every background loop shares: how it sleeps, backs off, reports errors, and never dies.
+
+A loop of a long-running process (worker, scheduler node, snapshotter) treats every error as a
+reason to wait and try again, never to exit: Redis refusing writes (OOM), a replica that is
+read-only, a server loading its data set, a script running too long, a timeout, a protocol
+error, or a bug of ours. It logs the first error of each kind at once, then at most one line
+per kind every `ErrorLog.every_s` with a count of what it held back, and one line when it
+works again. Between tries it backs off with jitter, capped at one second, so a Redis that
+answers again is used again within about a second.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
+import time
+from typing import Any
+
+import redis.exceptions
+
+from .connection import error_code
+from .errors import RedisUnavailable
+
+# Redis error codes that say "not now" rather than "never": the same call succeeds once the
+# server has memory, a primary, its data set loaded, or its running script finished.
+TRANSIENT_CODES = frozenset({"OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "TRYAGAIN",
+                             "CLUSTERDOWN", "NOREPLICAS", "MISCONF", "NOSCRIPT", "UNBLOCKED"})
+
+
+def transient(exc: BaseException) -> bool:
+    """Would the same call succeed later without any change of ours?"""
+    if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
+                  | RedisUnavailable | ConnectionError | TimeoutError | OSError):
+        return True
+    return error_code(exc) in TRANSIENT_CODES or error_code(
+        getattr(exc, "__cause__", None) or exc) in TRANSIENT_CODES
 
 
 async def pause(stop: asyncio.Event, seconds: float) -> None:
@@ -11,3 +43,115 @@ async def pause(stop: asyncio.Event, seconds: float) -> None:
         await asyncio.wait_for(stop.wait(), seconds)
     except TimeoutError:
         pass
+
+
+class Backoff:
+    """Exponential backoff with full jitter between half and all of the step."""
+
+    def __init__(self, base_s: float = 0.05, cap_s: float = 1.0) -> None:
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.failures = 0
+
+    def next(self) -> float:
+        step: float = min(self.cap_s, self.base_s * 2.0 ** self.failures)
+        self.failures += 1
+        return step * random.uniform(0.5, 1.0)
+
+    def reset(self) -> None:
+        self.failures = 0
+
+
+class ErrorLog:
+    """Rate-limited error lines for one loop. Redis errors are logged as one line each;
+    anything else (a bug) with its traceback, at the same rate."""
+
+    def __init__(self, log: logging.Logger, what: str, every_s: float = 30.0) -> None:
+        self.log = log
+        self.what = what
+        self.every_s = every_s
+        self._last: dict[str, tuple[float, int]] = {}  # kind -> (logged at, held back)
+        self.errors = 0  # failed tries since the last success
+        self._said = False  # a line about them was logged
+
+    def error(self, exc: BaseException, extra: str = "") -> None:
+        self.errors += 1
+        kind = _kind(exc)
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last[0] < self.every_s:
+            self._last[kind] = (last[0], last[1] + 1)
+            return
+        held = f" ({last[1]} more like it in the last {now - last[0]:.0f}s)" if last and \
+            last[1] else ""
+        self._last[kind] = (now, 0)
+        self._said = True
+        line = f"{self.what} failed: {_describe(exc)}{extra}{held}; retrying"
+        if transient(exc) or isinstance(exc, redis.exceptions.RedisError):
+            self.log.warning(line)
+        else:
+            self.log.error(line, exc_info=exc)
+
+    def ok(self) -> None:
+        """Call after a success: says that the loop works again, if a failure was logged
+        since the last success (a loop that flips between failing and working, as under
+        OOM where reads work and writes do not, logs at the same rate as its errors)."""
+        if self._said:
+            self.log.warning("%s works again after %d failed tries", self.what, self.errors)
+            self._said = False
+        self.errors = 0
+
+
+def _kind(exc: BaseException) -> str:
+    text = str(exc).lstrip("-")
+    return f"{type(exc).__name__}:{text.split(' ', 1)[0][:40] if text else ''}"
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Service:
+    """A background loop: `run_once()` does one pass (what tests call), `run()` repeats it
+    until `stop()`, sleeping `delay(result)` seconds after each pass (0: go again at once)
+    and backing off after an error. `stop()` is idempotent; a pass in flight finishes."""
+
+    what = "background loop"
+    log = logging.getLogger("scheduler")
+
+    def __init__(self) -> None:
+        self._stop = asyncio.Event()
+        self.backoff = Backoff()
+        self.errors = ErrorLog(self.log, self.what)
+
+    async def run_once(self) -> Any:
+        raise NotImplementedError
+
+    def delay(self, result: Any) -> float:
+        raise NotImplementedError
+
+    async def run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                result = await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.errors.error(exc)
+                await pause(self._stop, self.backoff.next())
+                continue
+            self.backoff.reset()
+            self.errors.ok()
+            seconds = self.delay(result)
+            if seconds > 0:
+                await pause(self._stop, seconds)
+            else:
+                await asyncio.sleep(0)  # let the other loops of the process run
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()

@@ -8,6 +8,12 @@ per job, all in one pipelined round trip. The script creates the missing slots a
 watermark with a compare-and-set, so nodes that do the same job at once create each slot
 once; the loser's call is a no-op.
 
+A node also materializes, on the shards it does not own, the jobs whose watermark is within
+`overdue_ahead_ms` (a second) of now: their owner, which keeps them `lookahead` ahead, is dead,
+frozen or behind, and its shards have no new owner until their lease runs out. With the
+promoter's overdue pass (scheduler/promoter.py) that keeps a dead node's cron occurrences
+starting within about a second and a half of their fire time.
+
 Catch-up: an occurrence more than `misfire_grace` before now was missed (no node ran in
 time). Per job policy, `all` creates the most recent `catchup_limit` of them, `latest` the
 most recent one, `none` none; the rest are counted (job field and shard stats `missed`, event
@@ -16,8 +22,8 @@ most recent one, `none` none; the rest are counted (job field and shard stats `m
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -28,9 +34,11 @@ import redis.asyncio
 from . import metrics, scripts
 from .clock import Clock
 from .cronspec import CronSpec
+from .loops import Service
 
 log = logging.getLogger("scheduler.materializer")
 
+OVERDUE_AHEAD_MS = 1000
 SCAN_LIMIT = 100_000  # missed occurrences counted one by one; beyond this the count is a floor
 _FIELDS = ("cron", "tz", "catchup", "catchup_limit", "end_ms")
 
@@ -93,12 +101,20 @@ def _recurrence(raw: list[Any]) -> Recurrence | None:
                       catchup_limit=int(limit or 1000), end_ms=int(end or 0))
 
 
-class Materializer:
+class Materializer(Service):
+    what = "materialize"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, prefixes: Sequence[str], clock: Clock, *,
                  lookahead_s: float = 3.0, misfire_grace_s: float = 5.0, batch: int = 500,
-                 max_sleep_s: float = 0.5, events_maxlen: int = 1_000_000) -> None:
+                 max_sleep_s: float = 0.5, events_maxlen: int = 1_000_000,
+                 others: Sequence[str] = (), overdue_interval_s: float = 0.25) -> None:
+        super().__init__()
         self.redis = client
-        self.prefixes = list(prefixes)  # the node replaces this when shard ownership moves
+        self.prefixes = list(prefixes)  # the node replaces these two when ownership moves
+        self.others = list(others)
+        self.overdue_interval_s = overdue_interval_s
+        self._overdue_at = 0.0
         self.clock = clock
         self.lookahead_ms = int(lookahead_s * 1000)
         self.grace_ms = int(misfire_grace_s * 1000)
@@ -108,22 +124,30 @@ class Materializer:
         self.created = 0
         self.refused = 0
         self._jobs: dict[tuple[str, str], Recurrence | None] = {}
-        self._stop = asyncio.Event()
+        self.overdue = 0
 
     async def run_once(self) -> int:
-        """One batch per owned shard; returns how many jobs were due (a full batch means more
-        may be waiting)."""
+        """One batch per owned shard (and, every overdue interval, the overdue jobs of the
+        others); returns how many jobs were due (a full batch means more may be waiting)."""
         if self.clock.stale():
             self.clock.anchor(await self.redis.time())
         now = self.clock.now_ms()
-        prefixes = list(self.prefixes)
+        reads = [(p, now + self.lookahead_ms) for p in self.prefixes]
+        if self.others and time.monotonic() >= self._overdue_at:
+            self._overdue_at = time.monotonic() + self.overdue_interval_s
+            reads += [(p, now + OVERDUE_AHEAD_MS) for p in self.others]
         pipe = self.redis.pipeline(transaction=False)
-        for p in prefixes:
-            pipe.zrange(p + "cron", "-inf", now + self.lookahead_ms, byscore=True, offset=0,
+        for p, horizon in reads:
+            pipe.zrange(p + "cron", "-inf", horizon, byscore=True, offset=0,
                         num=self.batch, withscores=True)
-        due = [(p, m.decode(), int(score)) for p, reply in zip(prefixes, await pipe.execute(),
-                                                                strict=True)
+        owned = set(self.prefixes)
+        due = [(p, m.decode(), int(score)) for (p, _), reply in zip(reads, await pipe.execute(),
+                                                                     strict=True)
                for m, score in reply]
+        overdue = sum(1 for p, _, _ in due if p not in owned)
+        if overdue:
+            self.overdue += overdue
+            metrics.MATERIALIZED_OVERDUE.inc(overdue)
         await self._learn([(p, j) for p, j, _ in due if (p, j) not in self._jobs])
         calls, misses = [], []
         for prefix, job_id, watermark in due:
@@ -157,19 +181,5 @@ class Materializer:
         for key, raw in zip(jobs, await pipe.execute(), strict=True):
             self._jobs[key] = _recurrence(raw)
 
-    async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if await self.run_once() >= self.batch:
-                    continue
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("materialize failed (%s); retrying", exc)
-            except Exception:
-                log.exception("materialize failed unexpectedly; retrying")
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.max_sleep_s)
-            except TimeoutError:
-                pass
-
-    def stop(self) -> None:
-        self._stop.set()
+    def delay(self, due: int) -> float:
+        return 0 if due >= self.batch else self.max_sleep_s

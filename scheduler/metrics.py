@@ -159,13 +159,34 @@ COMMITS_REFUSED = Counter(
     "sched_commits_refused_total",
     "Outcomes Redis refused because the worker's fencing token was no longer current.")
 LEASES_LOST = Counter("sched_leases_lost_total",
-                      "Runs a worker stopped because its heartbeat found the lease gone.")
+                      "Runs a worker stopped because its heartbeat found the lease gone, or "
+                      "because no heartbeat reached Redis before the lease could expire.")
+RUNS_ABANDONED = Counter(
+    "sched_runs_abandoned_total",
+    "Handlers the worker gave up on because they did not stop after their cancellation "
+    "(timeout, lost lease, cancel request); they may go on in the background.")
 # Counted per pass by the reclaimer, the promoter and the materializer.
 LEASE_TIMEOUTS = Counter("sched_lease_timeouts_total",
                          "Leases that expired without a heartbeat (counted by the reclaimer).")
 RECLAIMS = Counter("sched_reclaims_total",
                    "Slots the reclaimer took back from a worker whose lease expired.")
 PROMOTED = Counter("sched_promoted_total", "Due slots the promoter moved to dispatch streams.")
+PROMOTED_OVERDUE = Counter(
+    "sched_promoted_overdue_total",
+    "Due slots this node promoted on a shard it does not own, because they were over a second "
+    "late (their owner is dead, frozen or behind).")
+MATERIALIZED_OVERDUE = Counter(
+    "sched_materialized_overdue_total",
+    "Cron jobs this node materialized on a shard it does not own, because their owner had "
+    "left them within a second of their next occurrence.")
+ORPHANS_RECOVERED = Counter(
+    "sched_orphans_recovered_total",
+    "Slots the sweeper found stranded (queued with no stream entry, running past their lease "
+    "with no pending entry, scheduled outside `due`) and set going again, by what it did.",
+    ["action"])
+for _action in ("redispatched", "rescheduled", "reindexed", "reclaimed", "lost", "dead",
+                "cancelled"):  # lua/sweep.lua's actions: exported at 0 before any repair
+    ORPHANS_RECOVERED.labels(_action)
 OCCURRENCES_SKIPPED = Counter(
     "sched_occurrences_skipped_total",
     "Cron occurrences recorded `skipped`: their predecessor was still running (overlap=skip).")
@@ -175,7 +196,8 @@ OCCURRENCES_NOT_BACKFILLED = Counter(
     "cap of all); counted on the job and in a `missed` event.")
 
 PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
-                   LEASES_LOST, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, OCCURRENCES_SKIPPED,
+                   LEASES_LOST, RUNS_ABANDONED, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, PROMOTED_OVERDUE,
+                   MATERIALIZED_OVERDUE, ORPHANS_RECOVERED, OCCURRENCES_SKIPPED,
                    OCCURRENCES_NOT_BACKFILLED)
 
 
@@ -222,6 +244,10 @@ GAUGES = {
                                              ("shard",)),
     "sched_due_slots": ("Every slot in `due` (retries, delayed, cron).", ("shard",)),
     "sched_dead_letter_size": ("Slots in the dead-letter set.", ("shard",)),
+    "sched_orphans_repaired": ("Stranded slots the sweeper has repaired in this shard, ever "
+                               "(a counter kept in Redis).", ("shard",)),
+    "sched_orphans_waiting": ("Running slots without their pending entry, waiting for their "
+                              "lease to end before the sweeper re-runs them.", ("shard",)),
     "sched_workers_alive": ("Workers whose heartbeat is younger than their lease.", ()),
     "sched_worker_inflight": ("Runs in flight per live worker.", ("worker",)),
     "sched_worker_concurrency": ("Concurrency limit per live worker.", ("worker",)),
@@ -301,6 +327,8 @@ class NamespaceCollector(Collector):
             g["sched_due_backlog_oldest_age_seconds"].add_metric([s], d.oldest_overdue_s)
             g["sched_due_slots"].add_metric([s], d.due_slots)
             g["sched_dead_letter_size"].add_metric([s], d.dead_letter_size)
+            g["sched_orphans_repaired"].add_metric([s], d.orphans_recovered)
+            g["sched_orphans_waiting"].add_metric([s], d.orphans_waiting)
             if d.owner:
                 g["sched_shard_owner"].add_metric([s, d.owner], 1)
             if d.snapshot_lag_s is not None:

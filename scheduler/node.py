@@ -1,14 +1,19 @@
 """A scheduler node (`sched scheduler`): any number may run against one namespace.
 
-Four loops share the node's shards: `ShardLeases` decides which shards this node owns (and
+Five loops share the node's shards: `ShardLeases` decides which shards this node owns (and
 tells the others it is alive), the `Promoter` moves their due slots to dispatch streams, the
 `Materializer` creates their cron occurrences' slots, the `Reclaimer` recovers slots whose
-worker stopped heartbeating. Ownership only spreads the work; the scripts are correct however
-many nodes run them on one shard.
+worker stopped heartbeating, and, on the owner of shard 0, the `Sweeper` finds slots that
+fell out of every index. Ownership only spreads the work; the scripts are correct however
+many nodes run them on one shard. That is why the promoter and the materializer also take,
+on the shards other nodes own, what those nodes have left overdue: a dead or frozen owner
+costs about a second of lag, not a shard lease.
 
-Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer and reclaimer finish
-their round and stop; then the leases are released and the node leaves the registry, so the remaining
-nodes take its shards on their next tick instead of after the lease ttl.
+Every loop outlives any Redis error (scheduler/loops.py): it logs, backs off, and resumes.
+
+Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer and sweeper
+finish their round and stop; then the leases are released and the node leaves the registry,
+so the remaining nodes take its shards on their next tick instead of after the lease ttl.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from .clock import Clock, RedisClock
 from .errors import ConfigError
 from .keys import DEFAULT_SHARDS, Keys
 from .leases import ShardLeases
+from .loops import Backoff, ErrorLog
 from .materializer import Materializer
 from .promoter import Promoter
 from .reclaimer import Reclaimer
+from .sweeper import Sweeper
 
 log = logging.getLogger("scheduler.node")
 
@@ -39,6 +46,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     reclaim_interval_s: float = 1.0
     lookahead_s: float = 3.0  # cron slots are created this far ahead of their fire time
     misfire_grace_s: float = 5.0  # later than this, an occurrence is missed (catch-up policy)
+    sweep_interval_s: float = 10.0  # between the starts of two orphan sweeps (sweeper.py)
+    sweep_keys_per_s: int = 50_000  # pace of the sweep's SCAN: bounds its cost to Redis
     events_maxlen: int = 1_000_000
 
     def __post_init__(self) -> None:
@@ -48,6 +57,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"lease must be >= 1 s, not {self.lease_s}")
         if self.lookahead_s < 0 or self.misfire_grace_s < 0:
             raise ConfigError("lookahead and misfire grace must be >= 0 s")
+        if self.sweep_interval_s <= 0 or self.sweep_keys_per_s < 1:
+            raise ConfigError("the sweep interval must be > 0 s and its pace >= 1 key/s")
 
 
 class SchedulerNode:
@@ -68,14 +79,21 @@ class SchedulerNode:
                                    lease_ms=int(self.config.lease_s * 1000),
                                    interval_s=self.config.reclaim_interval_s,
                                    events_maxlen=self.config.events_maxlen)
+        self.sweeper = Sweeper(client, self.keys, self.clock,
+                               interval_s=self.config.sweep_interval_s,
+                               keys_per_s=self.config.sweep_keys_per_s,
+                               events_maxlen=self.config.events_maxlen)
         self.leases: ShardLeases | None = None
         self._stop = asyncio.Event()
 
     def _owned(self, shards: list[int]) -> None:
+        assert self.leases is not None
         prefixes = [self.keys.prefix(s) for s in shards]
-        self.promoter.prefixes = prefixes
-        self.materializer.prefixes = prefixes
+        others = [self.keys.prefix(s) for s in range(self.leases.shards) if s not in shards]
+        self.promoter.prefixes = self.materializer.prefixes = prefixes
+        self.promoter.others = self.materializer.others = others
         self.reclaimer.shards = shards
+        self.sweeper.active = 0 in shards
 
     async def setup(self) -> None:
         await self.redis.hsetnx(self.keys.meta, "shards", DEFAULT_SHARDS)
@@ -84,26 +102,46 @@ class SchedulerNode:
                                   ttl_s=self.config.shard_lease_s, on_change=self._owned,
                                   events_maxlen=self.config.events_maxlen)
 
+    async def _start(self) -> bool:
+        """setup() and a first share of the shards, tried until Redis lets them (a node may
+        start before Redis does); False when stopped first."""
+        backoff, errors = Backoff(), ErrorLog(log, "scheduler node setup")
+        while not self._stop.is_set():
+            try:
+                if self.leases is None:
+                    await self.setup()
+                assert self.leases is not None
+                self._owned([])
+                await self.leases.run_once()  # take a share before the first promote
+                return True
+            except Exception as exc:
+                errors.error(exc)
+                try:
+                    await asyncio.wait_for(self._stop.wait(), backoff.next())
+                except TimeoutError:
+                    pass
+        return False
+
     async def run(self) -> None:
-        await self.setup()
+        if not await self._start():
+            return
         assert self.leases is not None
         log.info("scheduler node %s started (%d shards)", self.node_id, self.leases.shards)
-        await self.leases.run_once()  # take a share before the first promote
-        loops = [asyncio.create_task(self.leases.run(), name="leases"),
-                 asyncio.create_task(self.promoter.run(), name="promoter"),
-                 asyncio.create_task(self.materializer.run(), name="materializer"),
-                 asyncio.create_task(self.reclaimer.run(), name="reclaimer")]
+        services = (self.leases, self.promoter, self.materializer, self.reclaimer,
+                    self.sweeper)
+        loops = [asyncio.create_task(s.run(), name=type(s).__name__) for s in services]
         stopped = asyncio.create_task(self._stop.wait())
         await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)
-        self.promoter.stop()
-        self.materializer.stop()
-        self.reclaimer.stop()
-        self.leases.stop()
+        for service in services:
+            service.stop()
         stopped.cancel()
         try:
             await asyncio.gather(*loops)
         finally:
-            await self.leases.release_all()
+            try:
+                await self.leases.release_all()
+            except Exception as exc:  # they expire by themselves after the shard lease
+                log.warning("could not release the shard leases (%s)", exc)
         log.info("scheduler node %s stopped", self.node_id)
 
     def stop(self) -> None:

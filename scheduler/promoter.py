@@ -1,71 +1,87 @@
 """Moves due slots (retries now; delayed and cron slots later) from `due` to dispatch streams.
 
-`run_once()` promotes one batch per shard in one pipelined round trip. Promoting is atomic per
-shard in Lua, so any number of promoters may run at once: ownership of shards only spreads
-the work, correctness never depends on it.
+`run_once()` promotes one batch per owned shard in one pipelined round trip. Promoting is
+atomic per shard in Lua, so any number of promoters may run at once: ownership of shards only
+spreads the work, correctness never depends on it.
+
+That is what keeps start lag low when a node dies: its shards have no owner until their
+lease runs out (5 s by default), so every `overdue_interval_s` each promoter also promotes,
+on the shards it does not own, the slots more than `overdue_ms` late (one second; on time the
+owner gets them first). A dead or frozen owner's slots start about a second late instead of
+a lease late, and the shard lease need not shrink.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import time
 from collections.abc import Sequence
 
 import redis.asyncio
 
 from . import metrics, scripts
 from .clock import Clock
-from .loops import pause
+from .loops import Service
 
 log = logging.getLogger("scheduler.promoter")
 
+OVERDUE_MS = 1000
 
-class Promoter:
+
+class Promoter(Service):
+    what = "promote"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, prefixes: Sequence[str], clock: Clock, *,
-                 batch: int = 1000, max_sleep_s: float = 0.1, events_maxlen: int = 1_000_000
-                 ) -> None:
+                 batch: int = 1000, max_sleep_s: float = 0.1, events_maxlen: int = 1_000_000,
+                 others: Sequence[str] = (), overdue_ms: int = OVERDUE_MS,
+                 overdue_interval_s: float = 0.25) -> None:
+        super().__init__()
         self.redis = client
-        self.prefixes = list(prefixes)
+        self.prefixes = list(prefixes)  # the owned shards' (the node replaces these two)
+        self.others = list(others)  # every other shard's
         self.clock = clock
         self.batch = batch
         self.max_sleep_s = max_sleep_s
         self.events_maxlen = events_maxlen
+        self.overdue_ms = overdue_ms
+        self.overdue_interval_s = overdue_interval_s
         self.promoted = 0
-        self._stop = asyncio.Event()
+        self.promoted_overdue = 0
+        self._overdue_at = 0.0
 
     async def run_once(self) -> tuple[int, int]:
-        """Returns (slots promoted, earliest due time left in any shard or -1)."""
+        """Returns (slots promoted, earliest due time left in an owned shard, or -1)."""
         if self.clock.stale():
             self.clock.anchor(await self.redis.time())
         now = self.clock.now_ms()
-        calls = [scripts.promote(p, now, self.events_maxlen, self.batch) for p in self.prefixes]
+        owned = list(self.prefixes)
+        calls = [scripts.promote(p, now, self.events_maxlen, self.batch) for p in owned]
+        if self.others and time.monotonic() >= self._overdue_at:
+            self._overdue_at = time.monotonic() + self.overdue_interval_s
+            calls += [scripts.promote(p, now, self.events_maxlen, self.batch,
+                                      due_before_ms=now - self.overdue_ms)
+                      for p in self.others]
         replies = await scripts.run_async(self.redis, calls)
         promoted = sum(int(r[0]) for r in replies)
-        nexts = [int(r[1]) for r in replies if int(r[1]) >= 0]
+        overdue = sum(int(r[0]) for r in replies[len(owned):])
+        nexts = [int(r[1]) for r in replies[:len(owned)] if int(r[1]) >= 0]
         skipped = sum(int(r[2]) for r in replies)
         self.promoted += promoted
         if promoted:
             metrics.PROMOTED.inc(promoted)
+        if overdue:
+            self.promoted_overdue += overdue
+            metrics.PROMOTED_OVERDUE.inc(overdue)
         if skipped:
             metrics.OCCURRENCES_SKIPPED.inc(skipped)
         return promoted, min(nexts) if nexts else -1
 
-    async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                promoted, next_due = await self.run_once()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("promote failed (%s); retrying", exc)
-                promoted, next_due = 0, -1
-            except Exception:
-                log.exception("promote failed unexpectedly; retrying")
-                promoted, next_due = 0, -1
-            if promoted >= self.batch:
-                continue  # a full batch: more may be due right now
-            sleep = self.max_sleep_s
-            if next_due >= 0:
-                sleep = min(sleep, max(0.0, (next_due - self.clock.now_ms()) / 1000))
-            await pause(self._stop, sleep)
-
-    def stop(self) -> None:
-        self._stop.set()
+    def delay(self, result: tuple[int, int]) -> float:
+        promoted, next_due = result
+        if promoted >= self.batch:
+            return 0  # a full batch: more may be due right now
+        sleep = self.max_sleep_s
+        if next_due >= 0:
+            sleep = min(sleep, max(0.0, (next_due - self.clock.now_ms()) / 1000))
+        return sleep

@@ -9,7 +9,6 @@ it is safe to run on several nodes at once.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -19,16 +18,20 @@ import redis.asyncio
 from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
-from .loops import pause
+from .loops import Service
 
 log = logging.getLogger("scheduler.reclaimer")
 WORKER_FORGET_LEASES = 10
 
 
-class Reclaimer:
+class Reclaimer(Service):
+    what = "reclaim pass"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, shards: Sequence[int],
                  clock: Clock, *, lease_ms: int = 30_000, batch: int = 500,
                  interval_s: float = 1.0, events_maxlen: int = 1_000_000) -> None:
+        super().__init__()
         self.redis = client
         self.keys = keys
         self.shards = list(shards)
@@ -39,7 +42,6 @@ class Reclaimer:
         self.events_maxlen = events_maxlen
         self.cursors: dict[tuple[int, str], str] = {}
         self.totals = {"reclaimed": 0, "lost": 0, "dead": 0, "redispatched": 0}
-        self._stop = asyncio.Event()
 
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns what it did."""
@@ -75,20 +77,5 @@ class Reclaimer:
                 f"{count} {name}" for name, count in done.items() if count))
         return done
 
-    async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                done = await self.run_once()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("reclaim pass failed (%s); retrying", exc)
-                done = {}
-            except Exception:
-                # A pass is idempotent: log the surprise loudly and keep the loop alive.
-                log.exception("reclaim pass failed unexpectedly; retrying")
-                done = {}
-            if sum(done.values()) >= self.batch:
-                continue
-            await pause(self._stop, self.interval_s)
-
-    def stop(self) -> None:
-        self._stop.set()
+    def delay(self, done: dict[str, int]) -> float:
+        return 0 if sum(done.values()) >= self.batch else self.interval_s

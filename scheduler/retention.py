@@ -20,7 +20,7 @@ from . import scripts
 from .clock import Clock, RedisClock
 from .errors import ConfigError
 from .keys import Keys
-from .loops import pause
+from .loops import Service
 from .store import DAY_MS, HistoryStore
 
 log = logging.getLogger("scheduler.retention")
@@ -44,10 +44,14 @@ class RetentionConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("batch must be >= 1 and interval_s > 0")
 
 
-class Retention:
+class Retention(Service):
+    what = "retention pass"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, shards: int = 0, *, namespace: str = "sched",
                  store: HistoryStore | None = None, config: RetentionConfig | None = None,
                  clock: Clock | None = None) -> None:
+        super().__init__()
         self.redis = client
         self.keys = Keys(namespace)
         self.shards = shards
@@ -57,7 +61,6 @@ class Retention:
         self.deleted_slots = 0
         self.deleted_jobs = 0
         self._last_history = float("-inf")
-        self._stop = asyncio.Event()
 
     async def run_once(self) -> int:
         """Returns the number of slot hashes deleted."""
@@ -81,18 +84,5 @@ class Retention:
             await asyncio.to_thread(self.store.drop_before, cutoff)
         return slots
 
-    async def run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                deleted = await self.run_once()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("retention pass failed (%s); retrying", exc)
-                deleted = 0
-            except Exception:
-                log.exception("retention pass failed; retrying")
-                deleted = 0
-            if deleted < self.config.batch * self.shards:
-                await pause(self._stop, self.config.interval_s)
-
-    def stop(self) -> None:
-        self._stop.set()
+    def delay(self, deleted: int) -> float:
+        return 0 if deleted >= self.config.batch * max(1, self.shards) else self.config.interval_s

@@ -26,7 +26,7 @@ from .errors import ScriptError
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
-         "trim_history", "expire", "restore", "history_read")
+         "trim_history", "expire", "restore", "history_read", "sweep")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -77,6 +77,7 @@ class Claimed(IntEnum):
 class Commit(IntEnum):
     REFUSED = 0
     OK = 1
+    ALREADY = 2  # a repeat of this attempt's own commit
 
 
 class Failed(IntEnum):
@@ -84,6 +85,7 @@ class Failed(IntEnum):
     RETRY = 1
     DEAD = 2
     CANCELLED = 3
+    ALREADY = 4  # a repeat of this attempt's own failure
 
 
 class Beat(IntEnum):
@@ -109,6 +111,9 @@ class Once(IntEnum):
     LEASE_LOST = -1
     DONE_BEFORE = 0
     FIRST = 1
+    MINE = 2  # recorded before by the same attempt
+
+
 class Materialized(IntEnum):
     REFUSED = 0  # the watermark moved: another node materialized this job first
     OK = 1
@@ -117,6 +122,30 @@ class Materialized(IntEnum):
 class Leased(IntEnum):
     NOT_HELD = 0
     HELD = 1
+
+
+class Swept(msgspec.Struct, frozen=True, array_like=True):
+    """sweep.lua's reply: what it did to the orphans it found, and how many it left waiting
+    for their lease."""
+
+    redispatched: int
+    rescheduled: int
+    reindexed: int
+    reclaimed: int
+    lost: int
+    dead: int
+    cancelled: int
+    waiting: int
+
+    ACTIONS = ("redispatched", "rescheduled", "reindexed", "reclaimed", "lost", "dead",
+               "cancelled")
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Swept:
+        return cls(*(int(x) for x in reply))
+
+    def repaired(self) -> dict[str, int]:
+        return {a: getattr(self, a) for a in self.ACTIONS if getattr(self, a)}
 
 
 def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
@@ -202,8 +231,12 @@ def release(prefix: str, now_ms: int, maxlen: int, worker: str,
     return Call("release", (prefix,), tuple(args))
 
 
-def promote(prefix: str, now_ms: int, maxlen: int, limit: int) -> Call:
-    return Call("promote", (prefix,), (now_ms, maxlen, limit))
+def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
+            due_before_ms: int | None = None) -> Call:
+    """due_before_ms: only slots due by then (a non-owner's overdue pass)."""
+    args = (now_ms, maxlen, limit) if due_before_ms is None else (now_ms, maxlen, limit,
+                                                                    due_before_ms)
+    return Call("promote", (prefix,), args)
 
 
 def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
@@ -244,6 +277,11 @@ def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms:
     """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job."""
     return Call("materialize", (prefix,),
                 (now_ms, maxlen, job_id, expected_ms, next_ms, missed, len(fires), *fires))
+
+
+def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
+    """slots: slot ids of one shard, as SCAN found them."""
+    return Call("sweep", (prefix,), (now_ms, maxlen, len(slots), *slots))
 
 
 def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:
@@ -312,15 +350,18 @@ class _Batch:
         self.reloaded = True
         return True
 
-    def finish(self) -> list[Any]:
-        for r in self.results:
-            if isinstance(r, Exception):
-                raise r
+    def finish(self, raise_errors: bool = True) -> list[Any]:
+        if raise_errors:
+            for r in self.results:
+                if isinstance(r, Exception):
+                    raise r
         return self.results
 
 
-def run_sync(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
-    """Run calls in one pipelined round trip; reload scripts once on NOSCRIPT."""
+def run_sync(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True) -> list[Any]:
+    """Run calls in one pipelined round trip; reload scripts once on NOSCRIPT. With
+    `raise_errors=False` a call that failed has its exception in its place in the list (the
+    others ran); a failed round trip raises either way."""
     batch = _Batch(calls)
     while batch.todo:
         pipe = client.pipeline(transaction=False)
@@ -329,7 +370,7 @@ def run_sync(client: redis.Redis, calls: Sequence[Call]) -> list[Any]:
             break
         for s in SOURCES.values():
             client.script_load(s.text)
-    return batch.finish()
+    return batch.finish(raise_errors)
 
 
 async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
@@ -351,7 +392,8 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
     return batch.finish(), extra
 
 
-async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call]) -> list[Any]:
+async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call],
+                    raise_errors: bool = True) -> list[Any]:
     """Async twin of run_sync."""
     batch = _Batch(calls)
     while batch.todo:
@@ -361,4 +403,4 @@ async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call]) -> list[
             break
         for s in SOURCES.values():
             await client.script_load(s.text)
-    return batch.finish()
+    return batch.finish(raise_errors)

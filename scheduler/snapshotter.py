@@ -47,7 +47,7 @@ from . import scripts
 from .clock import Clock, RedisClock
 from .errors import ConfigError, NamespaceError
 from .keys import HISTORY_GROUP, Keys
-from .loops import pause
+from .loops import Backoff, ErrorLog, pause
 from .store import (
     Batch,
     HistoryStore,
@@ -65,7 +65,7 @@ log = logging.getLogger("scheduler.snapshotter")
 SLOT_ONLY = frozenset({
     "claimed", "succeeded", "retry", "dead", "cancelled", "cancel_requested", "refused",
     "released", "lost", "reclaimed", "redispatched", "replayed", "purged", "queued",
-    "recovered"})
+    "recovered", "skipped", "orphaned"})
 
 
 class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -475,18 +475,23 @@ class Snapshotter:
     # --- the loop ----------------------------------------------------------------------
 
     async def run(self) -> None:
+        errors = ErrorLog(log, "snapshot (the batch stays pending and is retried)")
+        backoff = Backoff(base_s=self.config.idle_sleep_s)
         while not self._stop.is_set():
             try:
                 written = await self.run_once()
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("snapshot failed (%s); retrying", exc)
-                written = 0
+            except asyncio.CancelledError:
+                raise
             except NamespaceError as exc:
-                log.warning("%s; waiting", exc)
-                written = 0
-            except Exception:
-                log.exception("snapshot failed; the batch stays pending and is retried")
-                written = 0
+                errors.error(exc, "; waiting for the namespace")
+                await pause(self._stop, backoff.next())
+                continue
+            except Exception as exc:
+                errors.error(exc)
+                await pause(self._stop, backoff.next())
+                continue
+            backoff.reset()
+            errors.ok()
             if not written:
                 await pause(self._stop, self.config.idle_sleep_s)
             elif self.caught_up and self.config.settle_s:

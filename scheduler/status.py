@@ -50,6 +50,9 @@ class ShardStatus(msgspec.Struct, kw_only=True):
     snapshot_backlog_events: int | None  # events the snapshotter has not acked; None: no snapshotter
     snapshot_lag_s: float | None  # age of the oldest event it has not read yet
     queues: list[QueueShardStatus]
+    orphans_recovered: int = 0  # slots the sweeper found stranded and repaired, ever
+    orphans_last_ms: int | None = None  # when it last did
+    orphans_waiting: int = 0  # stranded slots it found whose lease is not over yet
 
 
 class QueueStatus(msgspec.Struct, kw_only=True):
@@ -97,6 +100,9 @@ class Status(msgspec.Struct, kw_only=True):
     shards_owned: int
     snapshot_lag_s: float | None
     shard_details: list[ShardStatus]
+    orphans_recovered: int = 0
+    orphans_last_age_s: float | None = None  # since the sweeper last repaired one
+    orphans_waiting: int = 0
 
     def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
                  ) -> list[str]:
@@ -116,6 +122,10 @@ class Status(msgspec.Struct, kw_only=True):
                 found.append(f"the snapshotter is {self.snapshot_lag_s:.1f}s behind")
         if max_dead_letter is not None and self.dead_letter_size > max_dead_letter:
             found.append(f"{self.dead_letter_size} dead slot(s), over {max_dead_letter}")
+        if self.orphans_waiting:
+            found.append(f"{self.orphans_waiting} running slot(s) lost their pending stream "
+                         f"entry; the sweeper re-runs them when their lease is over (see the "
+                         f"'orphaned' events)")
         return found
 
 
@@ -128,8 +138,9 @@ def _age_s(now_ms: int, then_ms: int) -> float:
 
 
 def _shard(shard: int, now: int, queues: list[str], reply: list[Any]) -> ShardStatus:
-    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue = reply
+    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue, orphans = reply
     lag, pending, oldest_unread = (int(x) for x in history)
+    recovered, last_ms, waiting = (int(x) for x in orphans)
     return ShardStatus(
         shard=shard, due_slots=int(due_slots), due_backlog=int(backlog),
         oldest_overdue_s=_age_s(now, int(oldest_due)) if int(backlog) else 0.0,
@@ -139,7 +150,9 @@ def _shard(shard: int, now: int, queues: list[str], reply: list[Any]) -> ShardSt
         snapshot_lag_s=_age_s(now, oldest_unread) if lag >= 0 else None,
         queues=[QueueShardStatus(queue=q, shard=shard, depth=int(d), pending=int(p),
                                  oldest_ready_age_s=_age_s(now, int(o)))
-                for q, (d, p, o) in zip(queues, per_queue, strict=True)])
+                for q, (d, p, o) in zip(queues, per_queue, strict=True)],
+        orphans_recovered=recovered, orphans_last_ms=last_ms if last_ms >= 0 else None,
+        orphans_waiting=waiting)
 
 
 def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
@@ -300,6 +313,8 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
                                 if qs.queue == q], default=0.0),
         succeeded_per_s=rates[q][0], failed_per_s=rates[q][1]) for q in queues]
     snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
+    last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),
+                      default=None)
     return Status(
         namespace=namespace, now_ms=now, shards=shards, queues=by_queue, workers=workers,
         workers_alive=len(alive), workers_known=workers_known,
@@ -308,7 +323,10 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         oldest_overdue_s=max([d.oldest_overdue_s for d in details], default=0.0),
         dead_letter_size=sum(d.dead_letter_size for d in details),
         shards_owned=sum(1 for d in details if d.owner),
-        snapshot_lag_s=max(snapshot) if snapshot else None, shard_details=details)
+        snapshot_lag_s=max(snapshot) if snapshot else None, shard_details=details,
+        orphans_recovered=sum(d.orphans_recovered for d in details),
+        orphans_last_age_s=_age_s(now, last_orphan) if last_orphan is not None else None,
+        orphans_waiting=sum(d.orphans_waiting for d in details))
 
 
 def _owner(value: str) -> tuple[int | None, str | None]:

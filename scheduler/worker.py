@@ -14,12 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import socket
-import traceback
+import time
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import msgspec
@@ -28,12 +26,13 @@ import redis.asyncio
 from . import metrics, scripts
 from .clock import Clock, RedisClock
 from .committer import Committer
-from .errors import Cancel, ConfigError, LeaseLost, Retry
+from .errors import ConfigError
+from .execution import Execution
 from .heartbeat import Heartbeat
+from .inflight import Inflight, Run
 from .keys import DEFAULT_SHARDS, DISPATCH_GROUP, Keys, check_name
-from .models import decode_payload
-from .registry import Context, Registry
-from .states import Outcome
+from .loops import Backoff, ErrorLog, pause
+from .registry import Registry
 
 log = logging.getLogger("scheduler.worker")
 
@@ -67,28 +66,6 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
 
 
-class Run:
-    """One claimed slot while this worker holds its lease."""
-
-    __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
-                 "delivery", "fire_ms", "started_ms", "job", "stop_reason", "timer", "metrics")
-
-    def __init__(self, shard: int, slot_id: str, reply: list[Any]) -> None:
-        self.shard = shard
-        self.slot_id = slot_id
-        self.attempt = self.token = int(reply[1])  # the attempt number is the fencing token
-        self.task = reply[2].decode() if reply[2] else ""
-        self.payload = reply[3]
-        self.timeout_ms = int(reply[4] or 0)
-        self.delivery = reply[5].decode() if reply[5] else "at_least_once"
-        self.fire_ms = int(reply[6])
-        self.started_ms = 0
-        self.job: asyncio.Task[None] | None = None
-        self.stop_reason: str | None = None  # why we cancelled it: timeout, lost, cancel, release
-        self.timer: asyncio.TimerHandle | None = None
-        self.metrics: metrics.RunMetrics
-
-
 class Worker:
     def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
                  namespace: str = "sched", config: WorkerConfig | None = None,
@@ -104,20 +81,29 @@ class Worker:
         self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
         self._stream_of: dict[bytes, tuple[int, str]] = {}
         self.backlog: deque[tuple[int, str, bytes, str]] = deque()
-        self.running: dict[str, Run] = {}
+        self.running: Inflight = {}
         self.claiming = 0  # entries taken from the backlog whose claim has not returned yet
         self.stopping = asyncio.Event()
         self.capacity = asyncio.Event()
-        self.executor = ThreadPoolExecutor(max_workers=min(self.config.concurrency, 64),
-                                           thread_name_prefix="sched-handler")
         lease_ms = int(self.config.lease_s * 1000)
         self.lease_ms = lease_ms
+        # A blocking read must return before the socket timeout calls it a hang.
+        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        self.block_ms = (self.config.block_ms if not timeout
+                         else max(10, min(self.config.block_ms, int(timeout * 500))))
         self.committer = Committer(client, self.keys, self.clock, self.worker_id,
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
-                                   self.config.concurrency, self.config.queues, self._inflight,
-                                   self._lost, self._cancel_requested, self._tallies)
+                                   self.config.concurrency, self.config.queues, self.running,
+                                   self._tallies)
+        self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
+                                   self.running, self.capacity, lease_s=self.config.lease_s,
+                                   threads=min(self.config.concurrency, 64))
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
+        # A read or claim whose reply was lost may have handed this consumer entries it never
+        # saw: the next read first looks at its own pending list (see _recover).
+        self._recover = False
+        self.errors = ErrorLog(log, "reading from Redis")
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -154,6 +140,8 @@ class Worker:
         if free <= 0:
             return 0
         await self._sync_clock()
+        if self._recover:
+            await self._recover_pending()
         if not self.backlog:
             await self._read(free, block_ms)
         # Another pipeline may have claimed while this one read: take only what still fits.
@@ -170,6 +158,13 @@ class Worker:
         self.claiming += len(take)
         try:
             return await self._claim(entries, prefetch)
+        except BaseException:
+            # The claim may or may not have run: put the entries back first in line. A claim
+            # sent again by this worker for an entry it already holds is granted again
+            # (claim.lua), so nothing waits for its lease to run out.
+            self.backlog.extendleft(reversed(take))
+            self._recover = self._recover or prefetch
+            raise
         finally:
             self.claiming -= len(take)
 
@@ -189,7 +184,30 @@ class Worker:
                 raise
             await self._create_groups()
             return
+        except BaseException:
+            self._recover = True
+            raise
         self._backlog_add(reply)
+
+    async def _recover_pending(self) -> None:
+        """Take back entries delivered to this consumer whose reply never arrived: this
+        consumer's own pending list (XREADGROUP ... 0), minus what it runs, holds in its
+        backlog, or has outcomes for waiting to be committed. Claiming any of them again is
+        safe (claim.lua grants this worker's own claims again, and refuses the rest)."""
+        reply: Any = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+            *self._xreadgroup(self.config.batch, None, start="0"))
+        self._recover = False
+        cutoff = time.monotonic() - 2 * self.config.lease_s
+        abandoned = self.execution.abandoned
+        for slot in [s for s, t in abandoned.items() if t < cutoff]:
+            del abandoned[slot]
+        known = ({slot for _, _, _, slot in self.backlog} | self.committer.slots()
+                 | abandoned.keys())
+        before = len(self.backlog)
+        self._backlog_add(reply, skip=known | self.running.keys())
+        if len(self.backlog) > before:
+            log.warning("took back %d entries whose read or claim reply was lost",
+                        len(self.backlog) - before)
 
     async def _requeue_backlog(self) -> None:
         """Hand back entries read but never claimed, so another worker runs them now rather
@@ -207,21 +225,28 @@ class Worker:
         pipe.execute_command(*self._xreadgroup(-(-self.config.batch // len(self.streams)), None))
         return 1
 
-    def _xreadgroup(self, count: int, block_ms: int | None) -> tuple[Any, ...]:
+    def _xreadgroup(self, count: int, block_ms: int | None,
+                    start: str | None = None) -> tuple[Any, ...]:
         # "XREADGROUP GROUP" as the command name: redis-py splits it into two arguments but
         # finds no reply callback under it, so the reply stays raw lists. Its XREADGROUP
         # callback builds a dict per entry: ~9% of a busy worker's CPU.
         block = ("BLOCK", block_ms) if block_ms is not None else ()
+        tail = self._read_tail if start is None else (
+            "STREAMS", *(key for key, _, _ in self.streams), *(start for _ in self.streams))
         return ("XREADGROUP GROUP", DISPATCH_GROUP, self.worker_id, "COUNT", count, *block,
-                *self._read_tail)
+                *tail)
 
-    def _backlog_add(self, reply: Any) -> None:
+    def _backlog_add(self, reply: Any, skip: Any = ()) -> None:
         """A raw XREADGROUP reply: {stream key: [[entry id, [b"s", slot id]], ...]} (RESP3),
-        or the same pairs as a list (RESP2)."""
+        or the same pairs as a list (RESP2). An entry deleted from the stream comes without
+        fields (its slot is the sweeper's to find)."""
         for key, messages in (reply.items() if isinstance(reply, dict) else reply or ()):
             shard, queue = self._stream_of[key]
-            self.backlog.extend((shard, queue, msg_id, fields[1].decode())
-                                for msg_id, fields in messages)
+            for msg_id, fields in messages:
+                if fields:
+                    slot = fields[1].decode()
+                    if slot not in skip:
+                        self.backlog.append((shard, queue, msg_id, slot))
 
     def _claim_time(self, entries: dict[int, list[tuple[str, bytes, str]]]) -> int:
         """Redis time as this worker estimates it, but never before the newest dispatch in the
@@ -238,31 +263,30 @@ class Worker:
         shards = list(entries)
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
+        deadline = time.monotonic() + self.config.lease_s  # the lease holds at least so long
         if prefetch:
             replies, (read,) = await scripts.run_async_then(self.redis, calls, self._prefetch)
             if not isinstance(read, Exception):  # NOGROUP etc.: the next blocking read says
                 self._backlog_add(read)
+            else:
+                self._recover = True
         else:
             replies = await scripts.run_async(self.redis, calls)
         started = 0
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
-        create_task, execute, running, cache = (loop.create_task, self._execute, self.running,
-                                                self._run_metrics)
+        start, running, cache = self.execution.start, self.running, self._run_metrics
         for shard, reply in zip(shards, replies, strict=True):
             for (queue, _, slot_id), item in zip(entries[shard], reply, strict=True):
-                if item[0] != _CLAIMED:
+                if item[0] != _CLAIMED or slot_id in running:
                     continue
-                run = Run(shard, slot_id, item)
+                run = Run(shard, slot_id, item, deadline)
                 run.started_ms = now
                 m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
                 run.metrics = m
                 m.start_lag.observe_ms(now - run.fire_ms)
                 running[slot_id] = run
-                run.job = create_task(execute(run))
-                if run.timeout_ms:
-                    run.timer = loop.call_later(run.timeout_ms / 1000, self._stop_run, run,
-                                                "timeout")
+                start(run, loop)
                 started += 1
         return started
 
@@ -283,113 +307,41 @@ class Worker:
 
     # --- running -------------------------------------------------------------------------
 
-    async def _execute(self, run: Run) -> None:
-        outcome: tuple[str, str, int] | None = None  # (outcome, error, retry_ms)
-        try:
-            task = self.registry.get(run.task)
-            if task is None:
-                raise LookupError(
-                    f"unknown task {run.task!r}: no handler is registered for it in this "
-                    f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
-            job_id = run.slot_id.rpartition(":")[0]
-            ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task, run.delivery,
-                          lambda name: self._once(run, name))
-            payload = decode_payload(run.payload)
-            if task.is_async:
-                await task.fn(ctx, payload)
-            else:
-                await asyncio.get_running_loop().run_in_executor(self.executor, task.fn, ctx,
-                                                                 payload)
-        except asyncio.CancelledError:
-            reason = run.stop_reason
-            if reason is None:
-                raise  # not ours: never swallow a cancellation we did not start
-            if reason == "timeout":
-                outcome = (Outcome.TIMED_OUT, f"timed out after {run.timeout_ms / 1000:g}s", -1)
-            elif reason == "cancel":
-                outcome = (Outcome.CANCELLED, "cancelled on request", -1)
-            elif reason == "release":
-                self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
-                run.metrics.ended("released", self.clock.now_ms() - run.started_ms)
-            else:  # "lost": the lease is gone; a commit would be refused, so send none.
-                run.metrics.ended("lost", self.clock.now_ms() - run.started_ms)
-        except LeaseLost:
-            # The slot was reclaimed (ctx.once found out); its new owner commits.
-            run.metrics.ended("lost", self.clock.now_ms() - run.started_ms)
-        except Retry as exc:
-            outcome = (Outcome.FAILED, exc.reason,
-                       -1 if exc.after is None else int(exc.after * 1000))
-        except Cancel as exc:
-            outcome = (Outcome.CANCELLED, exc.reason, -1)
-        except Exception as exc:
-            outcome = (Outcome.FAILED, _one_line(exc), -1)
-        else:
-            finished = self.clock.now_ms()
-            self.committer.add_done(run.shard, (run.slot_id, run.token, run.started_ms,
-                                                finished))
-            run.metrics.succeeded(finished - run.started_ms)
-        finally:
-            if run.timer is not None:
-                run.timer.cancel()
-            del self.running[run.slot_id]
-            self.capacity.set()
-        if outcome is not None:
-            kind, error, retry_ms = outcome
-            finished = self.clock.now_ms()
-            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,
-                                                  random.random(), run.started_ms, finished))
-            run.metrics.ended(kind, finished - run.started_ms)
-
-    async def _once(self, run: Run, name: str) -> bool:
-        call = scripts.once(self.keys.prefix(run.shard), run.slot_id, run.token, name)
-        code = scripts.Once(int((await scripts.run_async(self.redis, [call]))[0]))
-        if code is scripts.Once.LEASE_LOST:
-            raise LeaseLost(f"slot {run.slot_id} attempt {run.attempt} lost its lease")
-        return code is scripts.Once.FIRST
-
-    def _stop_run(self, run: Run, reason: str) -> None:
-        if run.stop_reason is None and run.job is not None and not run.job.done():
-            run.stop_reason = reason
-            run.job.cancel()
-
-    def _inflight(self) -> list[tuple[int, str, int]]:
-        return [(r.shard, r.slot_id, r.token) for r in self.running.values()]
-
-    def _lost(self, shard: int, slot_id: str, token: int) -> bool:
-        """Stop the run if it is still going; False when it already ended."""
-        run = self.running.get(slot_id)
-        if run is None or run.token != token:
-            return False
-        log.debug("lease lost on %s (attempt %d); stopping it", slot_id, run.attempt)
-        metrics.LEASES_LOST.inc()
-        self._stop_run(run, "lost")
-        return True
-
-    def _cancel_requested(self, shard: int, slot_id: str, token: int) -> None:
-        run = self.running.get(slot_id)
-        if run is not None and run.token == token:
-            self._stop_run(run, "cancel")
-
     # --- the loops -----------------------------------------------------------------------
 
     async def _read_loop(self) -> None:
-        backoff = 0.05
+        backoff = Backoff()
         while not self.stopping.is_set():
             if self._free() <= 0:
                 self.capacity.clear()
                 await self.capacity.wait()
                 continue
             try:
-                await self.run_once(block_ms=self.config.block_ms)
-                backoff = 0.05
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-                log.warning("reading from Redis failed (%s); retrying in %.2fs", exc, backoff)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                await self.run_once(block_ms=self.block_ms)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.errors.error(exc)
+                await pause(self.stopping, backoff.next())
+                continue
+            backoff.reset()
+            self.errors.ok()
+
+    async def _setup(self) -> None:
+        """setup(), tried until Redis lets it (a worker may start before Redis does)."""
+        backoff = Backoff()
+        errors = ErrorLog(log, "worker setup")
+        while True:
+            try:
+                await self.setup()
+                return
+            except Exception as exc:
+                errors.error(exc)
+                await asyncio.sleep(backoff.next())
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
-        await self.setup()
+        await self._setup()
         log.info("worker %s reading %s across %d shards (concurrency %d)", self.worker_id,
                  ",".join(self.config.queues), self.shards, self.config.concurrency)
         committer = asyncio.create_task(self.committer.run(), name="committer")
@@ -415,21 +367,21 @@ class Worker:
                 await asyncio.wait_for(committer, timeout=max(self.config.grace_s, 5.0))
             except TimeoutError:
                 log.error("could not commit %d outcome(s) before exit; their leases will "
-                          "expire and the slots will be reclaimed", len(self.committer.pending))
+                          "expire and the slots will be reclaimed", len(self.committer))
             self.heartbeat.stop()
             await heartbeat
             try:
                 await self.heartbeat.leave()
-            except redis.exceptions.RedisError:
-                pass
-            self.executor.shutdown(wait=False, cancel_futures=True)
+            except Exception:
+                pass  # the registry entry expires by itself
+            self.execution.close()
             log.info("worker %s stopped", self.worker_id)
 
     async def _drain(self) -> None:
         if self.backlog:
             try:
                 await self._requeue_backlog()
-            except redis.exceptions.RedisError as exc:
+            except Exception as exc:
                 log.warning("could not hand back %d unclaimed entries (%s); the reclaimer "
                             "will dispatch them after the lease", len(self.backlog), exc)
         runs = [r.job for r in self.running.values() if r.job is not None]
@@ -439,7 +391,7 @@ class Worker:
             await asyncio.wait(runs, timeout=self.config.grace_s)
         leftover = list(self.running.values())
         for run in leftover:
-            self._stop_run(run, "release")
+            run.stop("release")
         if leftover:
             log.warning("released %d run(s) still going after the grace period",
                         len(leftover))
@@ -448,12 +400,3 @@ class Worker:
     def stop(self) -> None:
         """Idempotent; safe to call from a signal handler."""
         self.stopping.set()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        last = frames[-1]
-        text += f" (at {os.path.basename(last.filename)}:{last.lineno})"
-    return text[:1000]

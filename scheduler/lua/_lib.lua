@@ -61,9 +61,10 @@ local function end_lease(prefix, slot_id, s)
   end
 end
 
--- leased() for the hot path (complete): only what ending the lease needs.
+-- leased() for the hot path (complete): only what ending the lease needs (and the worker,
+-- to tell a repeated commit from a late one).
 local function leased_brief(slot_key, token)
-  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue')
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker')
   if st[1] ~= 'running' or st[2] ~= token then return nil, st end
   return {msg = st[3], queue = st[4], attempt = tonumber(st[2])}, st
 end
@@ -96,4 +97,33 @@ end
 local function refusal(slot_id, token, st, outcome)
   return {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',
     current_token = tonumber(st[2]), outcome = outcome}
+end
+
+-- End the expired attempt of a running slot `s` (see leased), for reclaim and sweep. The
+-- attempt is recorded "lost" and counts as a failure (a job that crashes its worker must not
+-- loop forever): a slot whose cancellation was requested ends `cancelled`; at_most_once slots
+-- end `lost`; others are dispatched again at once, or end `dead` (in `dlq`) when failures
+-- reach max_attempts (default 3, as in scheduler/models.py). Returns what happened
+-- ("cancelled" | "lost" | "dead" | "reclaimed") and the event record.
+local function expire_lease(prefix, slot_id, slot_key, s, now)
+  local token = tostring(s.attempt)
+  end_lease(prefix, slot_id, s)
+  local err = 'lease expired: worker ' .. (s.worker or '?') .. ' stopped heartbeating'
+  local record = attempt_record(s, 'lost', nil, now, err)
+  local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
+  if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
+    redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+    return 'cancelled', {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
+  elseif job[1] == 'at_most_once' then
+    redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
+    return 'lost', {slot = slot_id, attempt = s.attempt, worker = s.worker}
+  end
+  local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
+  if failures >= (tonumber(job[2]) or 3) then
+    bury(prefix, slot_key, slot_id, now, token, record)
+    return 'dead', {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
+  end
+  redis.call('HSET', slot_key, 'a:' .. token, record)
+  dispatch(prefix, slot_key, slot_id, s.queue, now)
+  return 'reclaimed', {slot = slot_id, attempt = s.attempt, worker = s.worker}
 end

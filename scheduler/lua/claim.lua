@@ -16,6 +16,9 @@
            duplicate entry, e.g. the slot was cancelled); the entry is acked
      {-1}  the slot is running under this very entry (another consumer holds its lease);
            the entry is left alone
+     The same worker claiming an entry it already holds (it sent the claim again because
+     the first reply was lost) gets the claim again, {1, ...} with the same attempt and a
+     fresh lease, so a lost reply never strands a slot until its lease runs out.
 
   claimed_ms is now_ms. The worker passes the later of its estimate of Redis time (anchored
   to TIME, see clock.py; it can lag by a few ms under load) and the newest dispatch time in
@@ -55,7 +58,8 @@ for i = 0, n - 1 do
   local queue, msg, slot_id = items[b + 1], items[b + 2], items[b + 3]
   touched[queue] = true
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms', 'attempt')
+  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms', 'attempt',
+    'worker')
   if st[1] == 'queued' and st[2] == msg then
     local attempt = (tonumber(st[5]) or 0) + 1
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
@@ -73,6 +77,11 @@ for i = 0, n - 1 do
     end
     reply[i + 1] = {1, attempt, job[1], job[2], job[3], job[4], st[4]}
     records[#records + 1] = {slot = slot_id, attempt = attempt}
+  elseif st[1] == 'running' and st[2] == msg and st[6] == worker then
+    local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
+      'task', 'payload', 'timeout_ms', 'delivery')
+    redis.call('HSET', slot_key, 'lease_until', lease_s)
+    reply[i + 1] = {1, tonumber(st[5]), job[1], job[2], job[3], job[4], st[4]}
   elseif st[1] == 'running' and st[2] == msg then
     reply[i + 1] = {-1}
   else

@@ -14,6 +14,8 @@
         whole batch)
      0  refused: the slot is not running under this token (the lease was lost and the slot
         reclaimed, cancelled or already finished); nothing changed but the refusal event
+     2  already: this very attempt's success was committed before (the worker sent it again
+        because the first reply was lost); nothing changed
 
   Events: "succeeded" (records {slot, attempt}) and "refused" (records {slot, token, status,
   current_token, outcome}), each only when non-empty.
@@ -48,6 +50,8 @@ for i = 0, n - 1 do
     end
     reply[i + 1] = 1
     done[#done + 1] = {slot = slot_id, attempt = s.attempt}
+  elseif st[1] == 'succeeded' and st[2] == token and st[5] == worker then
+    reply[i + 1] = 2
   else
     reply[i + 1] = 0
     refused[#refused + 1] = refusal(slot_id, token, st, 'succeeded')

@@ -23,6 +23,8 @@
      2  dead: failures reached max_attempts; status dead, in the shard's `dlq`
      3  cancelled (terminal)
      0  refused: not running under this token; nothing changed but the refusal event
+     4  already: this attempt's failure was recorded before with this outcome (the worker
+        sent it again because the first reply was lost); nothing changed
 
   Events: "retry" {slot, attempt, outcome, available_ms, error}, "dead" {slot, attempt,
   outcome, error}, "cancelled" {slot, attempt, error}, "refused" {slot, token, status,
@@ -36,6 +38,13 @@ local n = tonumber(ARGV[4])
 
 --- @include "_lib.lua"
 
+-- Did this attempt already end with `outcome`? (Its record `a:<token>` says; a reclaim
+-- records "lost", which no worker sends.)
+local function recorded(slot_key, token, outcome)
+  local rec = redis.call('HGET', slot_key, 'a:' .. token)
+  return rec and cjson.decode(rec).outcome == outcome
+end
+
 local reply = {}
 local retried, dead, cancelled, refused = {}, {}, {}, {}
 for i = 0, n - 1 do
@@ -44,7 +53,9 @@ for i = 0, n - 1 do
   local retry_ms, u = tonumber(ARGV[b + 5]), tonumber(ARGV[b + 6])
   local slot_key = prefix .. 'slot:' .. slot_id
   local s, st = leased(slot_key, token)
-  if not s then
+  if not s and st[2] == token and st[5] == worker and recorded(slot_key, token, outcome) then
+    reply[i + 1] = 4
+  elseif not s then
     reply[i + 1] = 0
     refused[#refused + 1] = refusal(slot_id, token, st, outcome)
   else

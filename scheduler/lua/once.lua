@@ -8,11 +8,16 @@
   ARGV[3]  name            the side effect's name, chosen by the handler
 
   Reply: 1 first time: recorded now (go ahead with the effect); 0 already recorded by an
-  earlier attempt (skip it); -1 the caller's lease is gone (stop; the slot was reclaimed).
+  earlier attempt (skip it); 2 already recorded by this very attempt (the worker asked again
+  because the first reply was lost: then it is this attempt's to do; a handler asking twice
+  is told no the second time); -1 the caller's lease is gone (stop; the slot was reclaimed).
 ]]
 local prefix = KEYS[1]
 local slot_key = prefix .. 'slot:' .. ARGV[1]
 
 local st = redis.call('HMGET', slot_key, 'status', 'attempt')
 if st[1] ~= 'running' or st[2] ~= ARGV[2] then return -1 end
-return redis.call('HSETNX', slot_key, 'once:' .. ARGV[3], ARGV[2])
+local field = 'once:' .. ARGV[3]
+if redis.call('HSETNX', slot_key, field, ARGV[2]) == 1 then return 1 end
+if redis.call('HGET', slot_key, field) == ARGV[2] then return 2 end
+return 0

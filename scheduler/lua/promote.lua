@@ -5,8 +5,11 @@
   ARGV[1]  now_ms
   ARGV[2]  events_maxlen
   ARGV[3]  limit           at most this many slots per call
+  ARGV[4]  due_before_ms   optional: take only slots due at or before this (default now_ms);
+                           a node that does not own the shard passes now - 1 s, to promote
+                           only what the owner has left overdue
 
-  Slots in `due` whose score is <= now are taken in score order. A slot that is no longer
+  Slots in `due` whose score is <= due_before are taken in score order. A slot that is no longer
   `scheduled` (cancelled, or gone) is only removed from `due`.
 
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
@@ -25,11 +28,12 @@ local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local limit = tonumber(ARGV[3])
+local due_before = tonumber(ARGV[4] or ARGV[1])
 
 --- @include "_lib.lua"
 
 local due = prefix .. 'due'
-local ids = redis.call('ZRANGE', due, '-inf', now, 'BYSCORE', 'LIMIT', 0, limit)
+local ids = redis.call('ZRANGE', due, '-inf', due_before, 'BYSCORE', 'LIMIT', 0, limit)
 local records, skipped = {}, {}
 
 -- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active

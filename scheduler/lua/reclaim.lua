@@ -46,30 +46,13 @@ local q = tonumber(ARGV[5])
 local leases = prefix .. 'leases'
 local reclaimed, lost, dead, redispatched, cancelled = {}, {}, {}, {}, {}
 
--- End the expired attempt of a running slot `s` (see leased) per the rules above.
+local found = {cancelled = cancelled, lost = lost, dead = dead, reclaimed = reclaimed}
+
+-- End the expired attempt of a running slot (_lib.lua, expire_lease).
 local function expire(slot_id, slot_key, s)
-  local token = tostring(s.attempt)
-  end_lease(prefix, slot_id, s)
-  local err = 'lease expired: worker ' .. (s.worker or '?') .. ' stopped heartbeating'
-  local record = attempt_record(s, 'lost', nil, now, err)
-  local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
-  if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
-    redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
-    cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
-  elseif job[1] == 'at_most_once' then
-    redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
-    lost[#lost + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
-  else
-    local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
-    if failures >= (tonumber(job[2]) or 3) then
-      bury(prefix, slot_key, slot_id, now, token, record)
-      dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
-    else
-      redis.call('HSET', slot_key, 'a:' .. token, record)
-      dispatch(prefix, slot_key, slot_id, s.queue, now)
-      reclaimed[#reclaimed + 1] = {slot = slot_id, attempt = s.attempt, worker = s.worker}
-    end
-  end
+  local kind, record = expire_lease(prefix, slot_id, slot_key, s, now)
+  local list = found[kind]
+  list[#list + 1] = record
 end
 
 -- The running view of a slot, or nil.

@@ -8,7 +8,7 @@
   ARGV[2]  n               number of queues; then one queue name each
 
   Reply: {due_slots, due_backlog, oldest_due_ms, dlq_size, owner, owner_pttl_ms,
-          history, queues}
+          history, queues, orphans}
      due_slots      ZCARD due: every scheduled slot (retries, delayed, cron)
      due_backlog    slots in due with score <= now: due but not yet promoted (missed fires)
      oldest_due_ms  score of the oldest entry in due, or -1 when due is empty
@@ -22,6 +22,9 @@
                     lag; counted with a capped XRANGE when Redis cannot tell), pending = entries
                     delivered and not acked, oldest_ready_ms = id time of the oldest entry not
                     yet delivered or -1
+     orphans        {recovered, last_ms, waiting} from the shard's `stats` (lua/sweep.lua):
+                    slots the sweeper repaired, when it last did (-1 never), and how many it
+                    left waiting for their lease at the end of its last walk
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -91,6 +94,9 @@ for i = 1, n do
   end
 end
 
+local o = redis.call('HMGET', prefix .. 'stats', 'orphans', 'orphans_last_ms', 'orphans_waiting')
+local orphans = {tonumber(o[1]) or 0, tonumber(o[2]) or -1, tonumber(o[3]) or 0}
+
 return {redis.call('ZCARD', due), redis.call('ZCOUNT', due, '-inf', now), oldest_due,
   redis.call('ZCARD', prefix .. 'dlq'), string.sub(owner, 1, 200),
-  redis.call('PTTL', owner_key), history, queues}
+  redis.call('PTTL', owner_key), history, queues, orphans}

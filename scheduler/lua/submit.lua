@@ -11,6 +11,14 @@
            job_id, task, queue, fire_ms, f (number of job-hash fields), then f field/value
            pairs for the job hash (only fields that differ from their defaults)
 
+  Every job is checked before anything is written; one that fails a check refuses the whole
+  call with an error reply "INVALID job <i> (<id>): <problem>", and nothing is written:
+  - job id: 1-128 characters from A-Z a-z 0-9 _ . - (it becomes part of key names);
+  - queue: 1-64 characters from the same set; task: 1-200 characters; fire_ms: an integer;
+  - payload: at most the namespace's limit, field `max_payload_bytes` of `<prefix>config`
+    (a copy of the namespace's, written by the client that created it; 1 MiB, as
+    DEFAULT_MAX_PAYLOAD_BYTES in scheduler/models.py, when absent).
+
   Reply: one integer per job, in order
      1  created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now) or a
         `due` entry (fire_ms > now). A recurring job (field kind = "cron") gets no slot here:
@@ -33,9 +41,43 @@ local items = cmsgpack.unpack(ARGV[4])
 
 --- @include "_lib.lua"
 
+local MAX_PAYLOAD = tonumber(redis.call('HGET', prefix .. 'config', 'max_payload_bytes')) or 1048576
+
+local function invalid(i, job_id, problem)
+  return redis.error_reply('INVALID job ' .. i .. ' (' .. string.sub(tostring(job_id), 1, 40)
+    .. '): ' .. problem .. '; nothing was written')
+end
+
+local function name_ok(value, longest)
+  return type(value) == 'string' and #value >= 1 and #value <= longest
+    and string.find(value, '^[%w_%.%-]+$') ~= nil
+end
+
+-- Check every job before writing any.
+local b = 0
+for i = 1, n do
+  local job_id, task, queue, fire_ms, f = items[b + 1], items[b + 2], items[b + 3],
+    items[b + 4], items[b + 5]
+  if not name_ok(job_id, 128) then return invalid(i, job_id, 'malformed job id') end
+  if not name_ok(queue, 64) then return invalid(i, job_id, 'malformed queue name') end
+  if type(task) ~= 'string' or #task < 1 or #task > 200 then
+    return invalid(i, job_id, 'malformed task name')
+  end
+  if not string.find(tostring(fire_ms), '^%d+$') then return invalid(i, job_id, 'bad fire_ms') end
+  if type(f) ~= 'number' or f < 0 then return invalid(i, job_id, 'bad field count') end
+  for k = b + 6, b + 5 + 2 * f, 2 do
+    local value = items[k + 1]
+    if items[k] == 'payload' and type(value) == 'string' and #value > MAX_PAYLOAD then
+      return invalid(i, job_id, 'payload of ' .. #value .. ' bytes is over the namespace limit of '
+        .. MAX_PAYLOAD .. ' bytes')
+    end
+  end
+  b = b + 5 + 2 * f
+end
+
 local reply = {}
 local records = {}
-local b = 0
+b = 0
 for i = 1, n do
   local job_id, task, queue, fire_ms = items[b + 1], items[b + 2], items[b + 3], items[b + 4]
   local f = items[b + 5]

@@ -1,0 +1,205 @@
+"""Runs the handlers of claimed slots and records, once, how each run ended.
+
+`start()` creates a run's task and its timeout; the task calls the handler (an `async def`
+as a task, a plain `def` in the thread pool) and hands its outcome to the committer. A run is
+stopped (scheduler/inflight.py, `Run.stop`) for its timeout, a lost lease, a cancel request or
+the worker's shutdown; its outcome then follows from the reason. A handler that does not stop
+within `stuck_after_s` of its cancellation (it caught CancelledError and went on) is given up
+on: the slot moves on as if it had stopped, and the handler may go on in the background, as
+a thread that cannot be stopped does. Nothing a handler does, raises or returns can take the
+worker down: its error text is made one line of valid UTF-8 before it is sent to Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+
+import redis.asyncio
+
+from . import metrics, scripts
+from .clock import Clock
+from .committer import Committer
+from .connection import translate, where
+from .errors import Cancel, LeaseLost, Retry
+from .inflight import Inflight, Run
+from .keys import Keys
+from .loops import Backoff, transient
+from .models import decode_payload
+from .registry import Context, Registry
+from .states import Outcome
+
+log = logging.getLogger("scheduler.worker")
+
+
+class Execution:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
+                 registry: Registry, committer: Committer, running: Inflight,
+                 capacity: asyncio.Event, *, lease_s: float, threads: int) -> None:
+        self.redis = client
+        self.keys = keys
+        self.clock = clock
+        self.registry = registry
+        self.committer = committer
+        self.running = running
+        self.capacity = capacity  # set whenever a run ends: the reader may claim again
+        self.executor = ThreadPoolExecutor(max_workers=threads,
+                                           thread_name_prefix="sched-handler")
+        # How long a cancelled handler has to stop before it is given up on: within the
+        # watchdog's margin (a quarter of the lease), so even then before the lease ends.
+        self.stuck_after_s = min(5.0, lease_s / 8)
+        self.given_up: list[Run] = []  # their tasks may still be going
+        # Runs stopped as lost while Redis may still hold their lease for this worker (the
+        # watchdog stops them early): their entries are never taken back (slot -> when).
+        self.abandoned: dict[str, float] = {}
+
+    def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
+        """Start a claimed run (it is already in the table)."""
+        run.on_stuck, run.stuck_after_s = self._stuck, self.stuck_after_s
+        run.job = loop.create_task(self._execute(run))
+        if run.timeout_ms:
+            run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
+
+    async def _execute(self, run: Run) -> None:
+        run.begun = True
+        try:
+            if run.stop_reason is not None:  # stopped before this task could start
+                raise asyncio.CancelledError
+            task = self.registry.get(run.task)
+            if task is None:
+                raise LookupError(
+                    f"unknown task {run.task!r}: no handler is registered for it in this "
+                    f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
+            job_id = run.slot_id.rpartition(":")[0]
+            ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task, run.delivery,
+                          lambda name: self._once(run, name))
+            payload = decode_payload(run.payload)
+            if task.is_async:
+                await task.fn(ctx, payload)
+            else:
+                await asyncio.get_running_loop().run_in_executor(self.executor, task.fn, ctx,
+                                                                 payload)
+        except asyncio.CancelledError:
+            if run.stop_reason is None:
+                self.end(run, "lost")
+                raise  # not ours: never swallow a cancellation we did not start
+            self.end(run, *self._stopped(run))
+        except LeaseLost:
+            self.end(run, "lost")  # the slot was reclaimed (ctx.once found out)
+        except Retry as exc:
+            self.end(run, Outcome.FAILED, clean(exc.reason),
+                      -1 if exc.after is None else int(exc.after * 1000))
+        except Cancel as exc:
+            self.end(run, Outcome.CANCELLED, clean(exc.reason))
+        except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only
+            self.end(run, Outcome.FAILED, _one_line(exc))
+        else:
+            self.end(run, Outcome.SUCCEEDED)
+
+    def _stopped(self, run: Run) -> tuple[str, str]:
+        """How a run that this worker stopped ended, by the reason it stopped it."""
+        reason = run.stop_reason
+        if reason == "timeout":
+            return Outcome.TIMED_OUT, f"timed out after {run.timeout_ms / 1000:g}s"
+        if reason == "cancel":
+            return Outcome.CANCELLED, "cancelled on request"
+        return ("released", "") if reason == "release" else ("lost", "")
+
+    def end(self, run: Run, kind: str, error: str = "", retry_ms: int = -1) -> None:
+        """Record how a run ended, once: it leaves the table, and its outcome goes to the
+        committer. `kind` is an Outcome, "released" (handed back), or "lost" (the lease is
+        gone or about to be: nothing to commit; its entry is never taken back)."""
+        if run.ended:
+            return
+        run.ended = True
+        if run.timer is not None:
+            run.timer.cancel()
+        if self.running.get(run.slot_id) is run:
+            del self.running[run.slot_id]
+        self.capacity.set()
+        finished = self.clock.now_ms()
+        took = finished - run.started_ms
+        if kind == Outcome.SUCCEEDED:
+            self.committer.add_done(run.shard, (run.slot_id, run.token, run.started_ms,
+                                                finished))
+            run.metrics.succeeded(took)
+        elif kind == "released":
+            self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
+            run.metrics.ended("released", took)
+        elif kind == "lost":
+            self.abandoned[run.slot_id] = time.monotonic()
+            run.metrics.ended("lost", took)
+        else:
+            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,
+                                                  random.random(), run.started_ms, finished))
+            run.metrics.ended(kind, took)
+
+    def _stuck(self, run: Run) -> None:
+        """A stopped handler still runs `stuck_after_s` after its cancellation (it caught
+        CancelledError and went on): give up on it, as on a thread that cannot be stopped.
+        The slot moves on by the reason it was stopped for; the handler may go on in the
+        background, and whatever it returns is ignored."""
+        if run.ended or run.job is None or run.job.done():
+            return
+        metrics.RUNS_ABANDONED.inc()
+        self.given_up.append(run)
+        log.warning("the handler of %s (%s) did not stop within %.1fs of its cancellation "
+                    "(%s); giving up on it: it may go on in the background", run.slot_id,
+                    run.task, run.stuck_after_s, run.stop_reason)
+        kind, error = self._stopped(run)
+        self.end(run, kind, f"{error}; the handler ignored its cancellation" if error else "")
+
+    async def _once(self, run: Run, name: str) -> bool:
+        """ctx.once: while Redis cannot take the record (down, out of memory...) it keeps
+        trying; if that lasts, the watchdog stops the run before its lease can expire."""
+        call = scripts.once(self.keys.prefix(run.shard), run.slot_id, run.token, name)
+        backoff, retried = Backoff(), False
+        while True:
+            try:
+                code = scripts.Once(int((await scripts.run_async(self.redis, [call]))[0]))
+                break
+            except redis.exceptions.RedisError as exc:
+                if not transient(exc):
+                    raise translate(exc, where(self.redis)) from exc
+                retried = True
+                await asyncio.sleep(backoff.next())
+        if code is scripts.Once.LEASE_LOST:
+            raise LeaseLost(f"slot {run.slot_id} attempt {run.attempt} lost its lease")
+        # MINE after a retry: the first try was recorded but its reply lost.
+        return code is scripts.Once.FIRST or (code is scripts.Once.MINE and retried)
+
+    def close(self) -> None:
+        """At shutdown: handlers given up on would keep the event loop from closing (it waits
+        for every task): close their coroutines (GeneratorExit where they wait), so the
+        process can exit; threads still running are left to finish on their own."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+        for run in self.given_up:
+            if run.job is not None and not run.job.done():
+                run.job.get_coro().close()
+                run.job.cancel()
+        self.given_up.clear()
+
+
+def clean(text: str, limit: int = 1000) -> str:
+    """Error text fit for Redis: one line, at most `limit` characters, and valid UTF-8 (a lone
+    surrogate, as os.fsdecode makes of undecodable bytes, cannot be encoded, and would make
+    the commit that carries it fail)."""
+    line = " ".join(str(text)[:4 * limit].split())[:limit]
+    return line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _one_line(exc: BaseException) -> str:
+    try:
+        text = f"{type(exc).__name__}: {exc}"
+    except Exception:  # an exception whose __str__ raises
+        text = type(exc).__name__
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return clean(text)
+    where = clean(f"(at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})")
+    return f"{clean(text, 999 - len(where))} {where}"
