@@ -4,6 +4,7 @@ test process can count them: `<ns>:test:effects` hash, slot id -> times the effe
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from typing import Any
@@ -19,7 +20,9 @@ _client: redis.asyncio.Redis | None = None
 def _redis() -> redis.asyncio.Redis:
     global _client
     if _client is None:
-        _client = redis.asyncio.Redis.from_url(os.environ["SCHED_TEST_REDIS_URL_APP"])
+        # As many connections as handlers run at once (redis-py 8 caps a pool at 100).
+        _client = redis.asyncio.Redis.from_url(os.environ["SCHED_TEST_REDIS_URL_APP"],
+                                               max_connections=100_000)
     return _client
 
 
@@ -40,36 +43,77 @@ def sync_sleep(ctx: Context, payload: Any) -> None:
 
 
 # --- tasks for the fault-injection suite (tests/faults) ---------------------------------------
-# Each records its effect in the hash named by payload["effects"], keyed by slot id.
+# The ground truth of what handlers did (tests/faults/truth.py), kept in a Redis other than the
+# one under test: payload["effects"] names a hash, slot id -> effects; `<effects>:starts`
+# counts handler starts; `<effects>:log` has a JSON line per start and per end.
 
 
-@registry.task("chaos.noop")
-async def chaos_noop(ctx: Context, payload: Any) -> None:
-    await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+def chaos(name: str) -> Any:
+    """Register a chaos task whose every start and end is recorded."""
+    def wrap(fn: Any) -> Any:
+        async def run(ctx: Context, payload: Any) -> None:
+            key = payload["effects"]
+            r = _redis()
+            pipe = r.pipeline(transaction=False)
+            pipe.hincrby(f"{key}:starts", ctx.slot_id, 1)
+            pipe.rpush(f"{key}:log", _line(ctx, "start"))
+            await pipe.execute()
+            outcome = "failed"
+            try:
+                await fn(ctx, payload, key)
+                outcome = "ok"
+            except asyncio.CancelledError:
+                outcome = "cancelled"
+                raise
+            finally:
+                await r.rpush(f"{key}:log", _line(ctx, outcome))
+        return registry.task(name)(run)
+    return wrap
 
 
-@registry.task("chaos.slow")
-async def chaos_slow(ctx: Context, payload: Any) -> None:
+def _line(ctx: Context, event: str) -> str:
+    return json.dumps({"slot": ctx.slot_id, "attempt": ctx.attempt, "pid": os.getpid(),
+                       "event": event, "t": time.time()})
+
+
+async def _effect(key: str, ctx: Context) -> None:
+    await _redis().hincrby(key, ctx.slot_id, 1)
+
+
+@chaos("chaos.noop")
+async def chaos_noop(ctx: Context, payload: Any, key: str) -> None:
+    await _effect(key, ctx)
+
+
+@chaos("chaos.slow")
+async def chaos_slow(ctx: Context, payload: Any, key: str) -> None:
     await asyncio.sleep(float(payload["seconds"]))
-    await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+    await _effect(key, ctx)
 
 
-@registry.task("chaos.flaky")
-async def chaos_flaky(ctx: Context, payload: Any) -> None:
+@chaos("chaos.flaky")
+async def chaos_flaky(ctx: Context, payload: Any, key: str) -> None:
     """Fails its first `fail_first` attempts, then has its effect."""
     if ctx.attempt <= int(payload["fail_first"]):
         raise RuntimeError(f"flaky: attempt {ctx.attempt} fails on purpose")
-    await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+    await _effect(key, ctx)
 
 
-@registry.task("chaos.once")
-async def chaos_once(ctx: Context, payload: Any) -> None:
+@chaos("chaos.once")
+async def chaos_once(ctx: Context, payload: Any, key: str) -> None:
     """exactly_once: the effect is guarded by ctx.once, so it happens once per slot."""
     await asyncio.sleep(float(payload.get("seconds", 0)))
     if await ctx.once("effect"):
-        await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
+        await _effect(key, ctx)
 
 
-@registry.task("chaos.hang")
-async def chaos_hang(ctx: Context, payload: Any) -> None:
+@chaos("chaos.hang")
+async def chaos_hang(ctx: Context, payload: Any, key: str) -> None:
     await asyncio.sleep(3600)
+
+
+@chaos("chaos.poison")
+async def chaos_poison(ctx: Context, payload: Any, key: str) -> None:
+    """Fails with an error whose text cannot be encoded as UTF-8 (a lone surrogate, as
+    os.fsdecode gives for undecodable bytes), and a huge one."""
+    raise RuntimeError("\udcff undecodable \ud800 " + "x" * 100_000)

@@ -8,6 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
+
 ROOT = Path(__file__).parent.parent
 
 

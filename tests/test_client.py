@@ -17,9 +17,9 @@ def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
     batches: list[list[scripts.Call]] = []
     real = scripts.run_sync
 
-    def spy(client: redis.Redis, calls: list[scripts.Call]) -> list[object]:
+    def spy(client: redis.Redis, calls: list[scripts.Call], **kw: bool) -> list[object]:
         batches.append(list(calls))
-        return real(client, calls)
+        return real(client, calls, **kw)
 
     with Client(redis_url, ns, shards=4) as client:
         client.submit("warm", None)

@@ -18,6 +18,8 @@ from conftest import SCHED
 from scheduler import Client
 from scheduler.embedded import answers, free_port
 
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
+
 
 def wait_for_file(path: Path, proc: subprocess.Popen[bytes], timeout: float) -> dict[str, str]:
     deadline = time.monotonic() + timeout

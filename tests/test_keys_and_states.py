@@ -69,6 +69,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "expire": lambda p: scripts.expire(p, 1, 1000, 10),
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
         "history_read": lambda p: scripts.history_read(p, [], []),
+        "sweep": lambda p: scripts.sweep(p, 1, 10, []),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name
@@ -98,7 +99,7 @@ def test_the_keys_the_scripts_create_are_the_keys_keys_py_names(
     k = Keys(ns)
     shard = shard_of(job_id, 4)
     expected = {k.meta, k.queues, k.job(shard, job_id), k.slot(shard, slot_id(job_id, job.fire_ms)),
-                k.queue(shard, "mail"), k.events(shard)}
+                k.queue(shard, "mail"), k.events(shard), *(k.config(s) for s in range(4))}
     actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
     assert actual == expected
 
@@ -130,7 +131,7 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
     fires = [clock.now_ms() + i * 1000 for i in range(4)]
     expected = {k.meta, k.queues, k.schedulers, k.job(0, delayed), k.job(0, cron),
                 k.slot(0, slot_id(delayed, clock.now_ms() + 60_000)), k.due(0), k.cron(0),
-                k.jobs(0), k.runs(0, cron), k.stats(0), k.owner(0), k.events(0),
+                k.jobs(0), k.runs(0, cron), k.stats(0), k.owner(0), k.events(0), k.config(0),
                 *(k.slot(0, slot_id(cron, f)) for f in fires)}
     actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
     assert actual == expected

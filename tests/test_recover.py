@@ -153,6 +153,7 @@ def test_recover_without_history_is_one_clear_error(redis_url: str, ns: str,
     assert err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_recover_resumes_a_cron_job_and_backfills_the_outage(
         redis_url: str, ns: str, r: redis.Redis, pg_dsn: str, capsys: Any) -> None:
     """A real every-second cron job runs, its history is snapshotted, Redis loses the

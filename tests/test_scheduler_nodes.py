@@ -20,11 +20,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import pytest
 import redis
 
 from conftest import SCHED
 from scheduler import Client
 from scheduler.keys import Keys
+
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 
 JOBS = int(os.environ.get("SCHED_TEST_CRON_JOBS", "50"))
 SECONDS = int(os.environ.get("SCHED_TEST_CRON_SECONDS", "10"))

@@ -13,6 +13,8 @@ import redis
 from conftest import SCHED
 from scheduler import Client
 
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
+
 N = 300
 
 

@@ -13,11 +13,14 @@ from collections import Counter
 from typing import Any
 
 import psycopg
+import pytest
 import redis
 
 from helpers import pending, run_until
 from scheduler import Client, Context, Registry
 from scheduler.store import open_store
+
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 
 JOBS = 4000
 

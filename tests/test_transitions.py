@@ -55,13 +55,46 @@ def test_a_commit_with_a_stale_token_is_refused_and_recorded(
 
 def test_a_second_success_for_the_same_slot_is_refused(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """Sent again by the worker that committed it (its first reply was lost), a commit is
+    answered "already" and changes nothing; from any other worker it is refused."""
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
     item = [(s.slot_id, 1, now, now)]
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [1]
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [0]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [scripts.Commit.OK]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [scripts.Commit.ALREADY]
+    assert s.run(scripts.complete(s.prefix, now, 1000, "other", item)) == [
+        scripts.Commit.REFUSED]
     assert len(s.slot().attempts) == 1
+    kinds = [kind for kind, _ in s.events()]
+    assert kinds.count("succeeded") == 1 and kinds.count("refused") == 1
+
+
+def test_a_repeated_failure_is_answered_already_and_a_late_one_refused(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=2, max_s=60, jitter=0))
+    s.claim(s.read())
+    now = clock.now_ms()
+    item = [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [scripts.Failed.RETRY]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [scripts.Failed.ALREADY]
+    timed_out = [(s.slot_id, 1, "timed_out", "late", -1, 0.3, now, now)]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, timed_out)) == [scripts.Failed.REFUSED]
+    assert s.slot().failures == 1
+
+
+def test_a_claim_sent_again_by_its_worker_is_granted_again(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A claim whose reply was lost is sent again: the same worker gets the same attempt
+    back (fresh lease), any other consumer is told the slot is held."""
+    s = make(r, client, clock)
+    entries = s.read()
+    first = s.claim(entries)
+    clock.advance(5)
+    again = s.claim(entries)
+    assert first[0][:2] == again[0][:2] == [1, 1]
+    assert s.slot().lease_until_ms == clock.now_ms() + LEASE
+    assert s.claim(entries, worker="worker-2") == [[-1]]
 
 
 def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
@@ -265,33 +298,37 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
     import redis.asyncio
 
     from scheduler.heartbeat import Heartbeat
+    from scheduler.inflight import Run
 
     s = make(r, client, clock)
-    s.claim(s.read())
+    [claimed] = s.claim(s.read())
     now = clock.now_ms()
     assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [1]
-    stopped: list[str] = []
-    still_running: set[str] = set()  # the worker's view: the run has ended
 
-    def on_lost(shard: int, slot: str, token: int) -> bool:
-        if slot not in still_running:
-            return False
-        stopped.append(slot)
-        return True
+    class Ended(dict):  # type: ignore[type-arg]
+        """Listed by the heartbeat, then ended (removed) before its reply came back."""
 
-    async def beat() -> None:
+        def get(self, key: object, default: object = None) -> None:
+            return None
+
+    async def beat() -> Run:
         conn = redis.asyncio.Redis.from_url(redis_url)
-        hb = Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"],
-                       lambda: [(s.shard, s.slot_id, 1)], on_lost, lambda *a: None)
+        run = Run(s.shard, s.slot_id, claimed, deadline=0)
+        run.job = asyncio.create_task(asyncio.sleep(10))
         try:
-            await hb.run_once()
-            still_running.add(s.slot_id)  # now one that is still going: really lost
-            await hb.run_once()
+            await Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"],
+                            Ended({s.slot_id: run})).run_once()
+            assert run.stop_reason is None
+            # Now one that is still going: really lost.
+            await Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"],
+                            {s.slot_id: run}).run_once()
+            return run
         finally:
+            run.job.cancel()
             await conn.aclose()
 
     with caplog.at_level("WARNING", logger="scheduler.heartbeat"):
-        asyncio.run(beat())
-    assert stopped == [s.slot_id]
+        run = asyncio.run(beat())
+    assert run.stop_reason == "lost"
     assert [m for m in caplog.messages if "lost" in m] == [
         "1 lease(s) lost (the slots were reclaimed or finished elsewhere); stopping those runs"]

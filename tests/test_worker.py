@@ -152,6 +152,36 @@ def test_timeouts_retry_and_cancel_raised_by_handlers(redis_url: str, ns: str) -
     assert c.status is SlotStatus.CANCELLED and c.attempts[0].error == "not needed any more"
 
 
+def test_a_handler_that_ignores_its_cancellation_is_given_up_on(redis_url: str,
+                                                                 ns: str) -> None:
+    """A handler that catches CancelledError and goes on would hold its slot `running`, its
+    lease renewed by every heartbeat, forever. Once it has not stopped lease/8 after its
+    timeout the worker gives up on it: the attempt ends `timed_out`, the slot moves on."""
+    registry = Registry()
+    stubborn_runs = []
+
+    @registry.task("stubborn")
+    async def stubborn(ctx: Context, payload: Any) -> None:
+        stubborn_runs.append(ctx.attempt)
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # a bug in a handler: the worker must outlive it
+
+    with Client(redis_url, ns) as client:
+        job = client.submit("stubborn", timeout=0.1, retry=RetryPolicy(max_attempts=2,
+                                                                         base_s=0.05))
+        worker = asyncio.run(run_until(redis_url, ns, registry,
+                                       lambda: statuses(client, [job]) == {"dead": 1},
+                                       node=True, lease_s=2, timeout=20))
+        [slot] = client.slots(job)
+    assert [a.outcome for a in slot.attempts] == ["timed_out", "timed_out"]
+    assert slot.attempts[0].error == ("timed out after 0.1s; the handler ignored its "
+                                      "cancellation")
+    assert stubborn_runs == [1, 2] and not worker.running
+
+
 def test_a_worker_with_nothing_to_do_stops_promptly(redis_url: str, ns: str) -> None:
     async def main() -> float:
         client = redis.asyncio.Redis.from_url(redis_url)
@@ -181,3 +211,20 @@ def test_other_delivery_modes_run_once(redis_url: str, ns: str, delivery: str) -
         asyncio.run(run_until(redis_url, ns, registry, lambda: len(seen) == 50))
         assert statuses(client, ids) == {"succeeded": 50}
     assert set(seen.values()) == {1}
+
+
+def test_ctx_once_says_yes_once_per_name(redis_url: str, ns: str) -> None:
+    """The same attempt asking twice is told no the second time (a retry after a lost reply
+    is the worker's business, not the handler's)."""
+    registry = Registry()
+    answers: list[bool] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        answers.extend([await ctx.once("charge"), await ctx.once("charge"),
+                        await ctx.once("email")])
+
+    with Client(redis_url, ns) as client:
+        client.submit("t", delivery="exactly_once")
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(answers) == 3))
+    assert answers == [True, False, True]

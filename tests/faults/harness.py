@@ -1,5 +1,7 @@
-"""Real processes for fault tests: `sched worker` and `sched scheduler` subprocesses with a
-short lease, a private Redis server, and a TCP proxy that can cut or stall connections."""
+"""Real processes for fault tests: a private Redis under test (restartable, with AOF when a
+test needs it, that can be driven out of memory), `sched worker` and `sched scheduler`
+subprocesses with a short lease, a TCP proxy per worker that can cut or stall its connections,
+and the bookkeeping of which worker each fault touched (the checker's ground truth)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,18 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import redis
+
 from conftest import SCHED, TESTS
 
+from .truth import Truth
+
 LEASE_S = 2.0
+SHARD_LEASE_S = 2.0
+SWEEP_INTERVAL_S = 1.0
+# How long past its lease a slot may stay running before it is reclaimed: the reclaim
+# interval, a dead owner's shard lease and its next tick, and a Redis fault of up to 3 s.
+GRACE_MS = 6000
 
 
 def free_port() -> int:
@@ -36,18 +47,83 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
         time.sleep(interval)
 
 
-class Processes:
-    """Starts and reaps worker and scheduler-node subprocesses of one namespace."""
+class RedisServer:
+    """A private redis-server in a temp dir: the Redis under test. `aof=True` makes it
+    durable (appendfsync always) so that a restart keeps every acknowledged write."""
 
-    def __init__(self, redis_url: str, ns: str, *, lease_s: float = LEASE_S,
-                 app_redis_url: str | None = None) -> None:
+    def __init__(self, *, aof: bool = False) -> None:
+        self.dir = tempfile.mkdtemp(prefix="sched-redis-")
+        self.port = free_port()
+        self.aof = aof
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        persistence = (["--appendonly", "yes", "--appendfsync", "always"] if self.aof
+                       else ["--appendonly", "no"])
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
+             "--save", "", "--maxmemory-policy", "noeviction", *persistence],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = self.client()
+        wait_for(lambda: _pings(client), 10, "the private redis-server")
+        client.close()
+        return self
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=5)
+
+    def oom(self, on: bool) -> None:
+        """Every write refused with OOM (maxmemory below what is used, noeviction), or not."""
+        with contextlib.closing(self.client()) as c:
+            c.config_set("maxmemory", 1 if on else 0)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self) -> None:
+        self.kill()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def redis_server(*, aof: bool = False) -> Iterator[RedisServer]:
+    server = RedisServer(aof=aof).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.exceptions.ConnectionError:
+        return False
+
+
+class Processes:
+    """Starts and reaps the worker and scheduler-node subprocesses of one namespace, and
+    records in `truth.faulted_pids` every worker a fault touched."""
+
+    def __init__(self, redis_url: str, ns: str, truth_url: str, truth: Truth, *,
+                 lease_s: float = LEASE_S) -> None:
         self.redis_url = redis_url
         self.ns = ns
         self.lease_s = lease_s
+        self.truth = truth
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(TESTS), os.environ.get("PYTHONPATH", "")]),
-            "SCHED_TEST_REDIS_URL_APP": app_redis_url or redis_url}
+            "SCHED_TEST_REDIS_URL_APP": truth_url}
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.roles: dict[int, str] = {}  # pid -> "worker" | "scheduler"
+        self.killed: set[int] = set()
+        self.proxies: dict[int, Proxy] = {}  # worker pid -> its proxy
         self.logs = Path(tempfile.mkdtemp(prefix="sched-faults-"))
 
     def _start(self, *args: str, redis_url: str | None = None) -> subprocess.Popen[bytes]:
@@ -56,18 +132,63 @@ class Processes:
                                   "--namespace", self.ns, *args, "--log-level", "warning"],
                                  env=self.env, stdout=log, stderr=subprocess.STDOUT)
         self.procs.append(p)
+        self.roles[p.pid] = args[0]
         return p
 
-    def worker(self, *args: str, redis_url: str | None = None) -> subprocess.Popen[bytes]:
-        return self._start("worker", "--app", "app_tasks:registry", "--lease", str(self.lease_s),
-                           "--grace", "1", *args, redis_url=redis_url)
+    def worker(self, *args: str, proxied: bool = False) -> subprocess.Popen[bytes]:
+        """A worker; `proxied` puts a Proxy of its own between it and Redis."""
+        proxy = Proxy(int(self.redis_url.rsplit(":", 1)[1].split("/")[0])) if proxied else None
+        p = self._start("worker", "--app", "app_tasks:registry", "--lease", str(self.lease_s),
+                        "--grace", "1", *args, redis_url=proxy.url if proxy else None)
+        if proxy:
+            self.proxies[p.pid] = proxy
+        return p
 
     def node(self, *args: str) -> subprocess.Popen[bytes]:
         return self._start("scheduler", "--lease", str(self.lease_s), "--reclaim-interval",
-                           "0.2", *args)
+                           "0.2", "--shard-lease", str(SHARD_LEASE_S), "--sweep-interval",
+                           str(SWEEP_INTERVAL_S), *args)
+
+    def workers(self) -> list[subprocess.Popen[bytes]]:
+        return [p for p in self.alive() if self.roles[p.pid] == "worker"]
+
+    # --- faults: each records the workers it touched ----------------------------------
+
+    def kill(self, p: subprocess.Popen[bytes]) -> None:
+        self.truth.faulted_pids.add(p.pid)
+        self.killed.add(p.pid)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        if p.pid in self.proxies:
+            self.proxies.pop(p.pid).close()
+
+    def freeze(self, p: subprocess.Popen[bytes], seconds: float) -> None:
+        self.truth.faulted_pids.add(p.pid)
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(seconds)
+        p.send_signal(signal.SIGCONT)
+
+    def stall(self, p: subprocess.Popen[bytes], seconds: float) -> None:
+        """Its connections stay open and carry nothing for `seconds`."""
+        self.truth.faulted_pids.add(p.pid)
+        proxy = self.proxies[p.pid]
+        proxy.stall()
+        time.sleep(seconds)
+        proxy.restore()
+
+    def touch_all_workers(self) -> None:
+        """A fault of Redis itself (OOM, restart) may cost any worker its leases."""
+        self.truth.faulted_pids |= {p.pid for p in self.workers()}
+
+    # --- reaping ------------------------------------------------------------------------
 
     def alive(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.procs if p.poll() is None]
+
+    def died(self) -> list[str]:
+        """Processes that exited although no fault killed them: a violation in itself."""
+        return [f"process: {self.roles[p.pid]} pid {p.pid} exited with code {p.returncode}"
+                for p in self.procs if p.poll() is not None and p.pid not in self.killed]
 
     def stop_all(self) -> None:
         for p in self.alive():
@@ -80,60 +201,34 @@ class Processes:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        for proxy in self.proxies.values():
+            proxy.close()
+        self.proxies.clear()
 
     def output(self) -> str:
+        """The tail of every process's log, after asking each live one to log where its
+        tasks wait (SIGUSR1, cli/run.py)."""
+        for p in self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGCONT)
+                p.send_signal(signal.SIGUSR1)
+        time.sleep(0.5)
         return "\n".join(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}"
                          for f in sorted(self.logs.iterdir()))
 
 
 @contextlib.contextmanager
-def processes(redis_url: str, ns: str, **kw: object) -> Iterator[Processes]:
-    procs = Processes(redis_url, ns, **kw)  # type: ignore[arg-type]
+def processes(redis_url: str, ns: str, truth_url: str, truth: Truth,
+              **kw: float) -> Iterator[Processes]:
+    procs = Processes(redis_url, ns, truth_url, truth, **kw)
     try:
         yield procs
     finally:
         procs.stop_all()
-        shutil.rmtree(procs.logs, ignore_errors=True)
-
-
-class RedisServer:
-    """A private redis-server with AOF (appendfsync always) in a temp dir; restartable."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="sched-redis-")
-        self.port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", self.dir,
-             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        import redis
-        client = redis.Redis(port=self.port)
-        wait_for(lambda: _pings(client), 10, "the private redis-server")
-        client.close()
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def stop(self) -> None:
-        self.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _pings(client: object) -> bool:
-    import redis
-    try:
-        return bool(client.ping())  # type: ignore[attr-defined]
-    except redis.exceptions.ConnectionError:
-        return False
+        if os.environ.get("SCHED_KEEP_FAULT_LOGS"):  # whole logs, for a failure to study
+            print(f"process logs kept in {procs.logs}")
+        else:
+            shutil.rmtree(procs.logs, ignore_errors=True)
 
 
 class Proxy:
@@ -177,7 +272,11 @@ class Proxy:
         if self.mode == "cut":
             writer.close()
             return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
         self.conns |= {writer, up_writer}
 
         async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
@@ -218,5 +317,6 @@ class Proxy:
         self._set("open")
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
+        if self.thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)

@@ -1,113 +1,196 @@
-"""The invariant checker: reads every slot, attempt and lifecycle event of a namespace and
-reports each violation of DESIGN.md's invariants it finds."""
+"""The invariant checker: DESIGN.md's invariants as rules over what the Redis under test holds
+(`Observed`, read once by `observe`) and what the test knows from outside it (`Truth`).
+
+`violations()` is pure: tests/faults/test_invariants.py feeds it hand-made histories, one
+per rule, and watches each rule fire. The rules, each named in its message:
+
+  accepted    every job submit returned has its slot; every slot belongs to such a job
+  cron        a recurring job has one slot for every occurrence from submit to end_at
+  commit      at most one committed success per slot, committed by the attempt holding its
+              lease; a succeeded slot has exactly one
+  terminal    once settled, every slot is terminal, and in a state its kind may end in
+  lost        every lost attempt ran on a worker the test faulted
+  failed      an attempt fails only if its handler fails by design
+  dead        a slot is dead only after max_attempts failed attempts; the DLQ holds exactly
+              the dead slots
+  at-most-once  never started twice
+  exactly-once  one effect; none only when the attempt that recorded it was lost
+  effect      an at-least-once success had its effect
+  lease       no attempt sat past its lease + grace before it was reclaimed (and the live
+              monitor, tests/faults/monitor.py, saw no running slot past it)
+  orphan      the sweeper recovered only slots whose entries the test removed
+"""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import takewhile
 from typing import Any
 
 import redis
 
 from scheduler.cronspec import CronSpec
-from scheduler.keys import Keys, shard_of
+from scheduler.keys import Keys
 from scheduler.models import Slot, slot_from_hash
-from scheduler.states import TERMINAL, SlotStatus
+from scheduler.states import TERMINAL, Delivery, Outcome, SlotStatus
+
+from .truth import ENDS, FAILS_BY_DESIGN, Truth, worker_pid
+
+FAILURES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST})
+EFFECT_KINDS = frozenset({"noop", "slow", "flaky", "delayed", "cron"})
+
+
+@dataclass
+class Observed:
+    slots: dict[str, Slot] = field(default_factory=dict)
+    once_marks: dict[str, int] = field(default_factory=dict)  # slot -> attempt that won once
+    successes: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # (attempt, worker)
+    events: Counter[str] = field(default_factory=Counter)
+    dlq: set[str] = field(default_factory=set)
+    orphaned: set[str] = field(default_factory=set)  # slots the sweeper recovered
+    live: list[str] = field(default_factory=list)  # what the live monitor saw
 
 
 @dataclass
 class Report:
-    slots: dict[str, Slot] = field(default_factory=dict)
-    events: Counter[str] = field(default_factory=Counter)
-    successes: Counter[str] = field(default_factory=Counter)  # committed, from the events
-    violations: list[str] = field(default_factory=list)
+    observed: Observed
+    violations: list[str]
+    exempt_once: int = 0  # exactly-once slots whose effect died with a lost attempt
 
-    def fail_if_violated(self) -> None:
-        assert not self.violations, "\n".join(self.violations[:30]) + (
-            f"\n... {len(self.violations)} violations in all" if len(self.violations) > 30 else "")
+    def fail_if_violated(self, label: str = "") -> None:
+        v = self.violations
+        assert not v, f"{label}{len(v)} violation(s):\n" + "\n".join(v[:30])
 
 
-def read(r: redis.Redis, ns: str) -> Report:
+def observe(r: redis.Redis, ns: str) -> Observed:
     keys = Keys(ns)
-    report = Report()
+    obs = Observed()
     shards = int(r.hget(keys.meta, "shards") or 0)
     for shard in range(shards):
         slot_keys = list(r.scan_iter(match=f"{keys.prefix(shard)}slot:*", count=5000))
         pipe = r.pipeline(transaction=False)
         for k in slot_keys:
             pipe.hgetall(k)
-        raws: list[Any] = pipe.execute()
         prefix = len(keys.slot(shard, ""))
-        for k, raw in zip(slot_keys, raws, strict=True):
+        for k, raw in zip(slot_keys, pipe.execute(), strict=True):
             slot_id = k.decode()[prefix:]
-            report.slots[slot_id] = slot_from_hash(slot_id, raw)
+            obs.slots[slot_id] = slot_from_hash(slot_id, raw)
+            if b"once:effect" in raw:
+                obs.once_marks[slot_id] = int(raw[b"once:effect"])
+        obs.dlq |= {m.decode() for m in r.zrange(keys.dlq(shard), 0, -1)}
         for _, fields in r.xrange(keys.events(shard)):
             kind = fields[b"type"].decode()
             records = json.loads(fields[b"data"])
-            report.events[kind] += len(records)
+            obs.events[kind] += len(records)
             if kind == "succeeded":
-                report.successes.update(rec["slot"] for rec in records)
+                worker = fields.get(b"worker", b"").decode()
+                for rec in records:
+                    obs.successes.setdefault(rec["slot"], []).append((rec["attempt"], worker))
+            elif kind == "orphaned":
+                obs.orphaned |= {rec["slot"] for rec in records}
+    return obs
+
+
+def violations(obs: Observed, truth: Truth, *, grace_ms: int, settled: bool = True) -> Report:
+    v: list[str] = list(obs.live)
+    report = Report(obs, v)
+    by_job: dict[str, list[Slot]] = {}
+    for slot in obs.slots.values():
+        by_job.setdefault(slot.job_id, []).append(slot)
+    for slot_id, slot in obs.slots.items():
+        if slot.job_id not in truth.jobs:
+            v.append(f"accepted: {slot_id}: a slot of a job no submit returned")
+    for job_id, job in truth.jobs.items():
+        slots = by_job.get(job_id, [])
+        if job.cron:
+            _cron(v, job_id, job, slots)
+        elif not slots:
+            v.append(f"accepted: job {job_id} ({job.kind}): submit returned it, it has no slot")
+        elif len(slots) > 1:
+            v.append(f"accepted: job {job_id}: {len(slots)} slots for one occurrence")
+        for slot in slots:
+            report.exempt_once += _slot(v, slot, job.kind, job.delivery, job.max_attempts,
+                                        obs, truth, grace_ms, settled)
+    dead = {s for s, slot in obs.slots.items() if slot.status is SlotStatus.DEAD}
+    for s in sorted(obs.dlq - dead):
+        v.append(f"dead: {s}: in the DLQ but {obs.slots[s].status.value if s in obs.slots else 'gone'}")
+    for s in sorted(dead - obs.dlq):
+        v.append(f"dead: {s}: dead but not in the DLQ")
+    for s in sorted(obs.orphaned - truth.planted_orphans):
+        v.append(f"orphan: {s}: recovered as an orphan, but the test removed none of its entries")
     return report
 
 
-def check_cron_series(r: redis.Redis, ns: str, report: Report) -> None:
-    """Every occurrence of a finished cron job, from its first fire time to its end, has a
-    slot (catch-up `all`): a gap is a violation."""
-    keys = Keys(ns)
-    shards = int(r.hget(keys.meta, "shards") or 0)
-    fires: dict[str, set[int]] = {}
-    for slot in report.slots.values():
-        fires.setdefault(slot.job_id, set()).add(slot.fire_ms)
-    pipe = r.pipeline(transaction=False)
-    job_ids = sorted(fires)
-    for job_id in job_ids:
-        pipe.hmget(keys.job(shard_of(job_id, shards), job_id), "kind", "cron", "tz", "fire_ms",
-                   "end_ms", "catchup")
-    for job_id, (kind, cron, tz, first, end, catchup) in zip(job_ids, pipe.execute(),
-                                                             strict=True):
-        if kind != b"cron" or not end or (catchup or b"all") != b"all":
-            continue
-        last = int(end)
-        expected = set(takewhile(lambda t, last=last: t <= last, CronSpec(
-            cron.decode(), (tz or b"UTC").decode()).after(int(first) - 1)))
-        missing, extra = expected - fires[job_id], fires[job_id] - expected
-        if missing or extra:
-            report.violations.append(f"cron job {job_id}: {len(missing)} occurrences without "
-                                     f"a slot, {len(extra)} unexpected slots")
+def _cron(v: list[str], job_id: str, job: Any, slots: list[Slot]) -> None:
+    """Occurrences at or after the end of the submit call are required; those between its
+    start and end may exist (the job's first fire time is computed inside the call)."""
+    lo, hi = job.submitted_ms
+    spec = CronSpec(job.cron, "UTC")
+    fires = {s.fire_ms for s in slots}
+    allowed = set()
+    for t in spec.after(lo - 1):
+        if t > job.end_ms:
+            break
+        allowed.add(t)
+    required = {t for t in allowed if t >= hi}
+    missing, extra = required - fires, fires - allowed
+    if missing or extra:
+        v.append(f"cron: job {job_id}: {len(missing)} occurrences without a slot "
+                 f"({sorted(missing)[:3]}), {len(extra)} unexpected slots")
 
 
-def check(r: redis.Redis, ns: str, *, expected_slots: set[str], now_ms: int, lease_ms: int,
-          grace_ms: int = 5000, settled: bool = True, effects_key: str | None = None,
-          once_slots: set[str] = frozenset(),  # type: ignore[assignment]
-          at_most_once: set[str] = frozenset()) -> Report:  # type: ignore[assignment]
-    """Violations of: one committed success per slot; accepted intent reaches a terminal
-    state (when `settled`); nothing running past its lease plus grace; at-most-once slots
-    never run twice; effects of exactly_once slots happen once; every success had its
-    effect; no gap in a finished cron series."""
-    report = read(r, ns)
-    check_cron_series(r, ns, report)
-    v = report.violations
-    effects = {k.decode(): int(c) for k, c in r.hgetall(effects_key).items()} if effects_key else {}
-    for slot_id in expected_slots - report.slots.keys():
-        v.append(f"{slot_id}: submitted but has no slot")
-    for slot_id, slot in report.slots.items():
-        won = [a for a in slot.attempts if a.outcome == "succeeded"]
-        if report.successes[slot_id] > 1 or len(won) > 1:
-            v.append(f"{slot_id}: {report.successes[slot_id]} committed successes")
-        if slot.status is SlotStatus.SUCCEEDED and report.successes[slot_id] != 1:
-            v.append(f"{slot_id}: succeeded without exactly one success event")
-        if settled and slot.status not in TERMINAL:
-            v.append(f"{slot_id}: not terminal ({slot.status.value}, attempt {slot.attempt})")
-        if (slot.status is SlotStatus.RUNNING and slot.lease_until_ms is not None
-                and now_ms > slot.lease_until_ms + grace_ms):
-            v.append(f"{slot_id}: running {now_ms - slot.lease_until_ms} ms past its lease")
-        if slot_id in at_most_once and (slot.attempt > 1 or effects.get(slot_id, 0) > 1):
-            v.append(f"{slot_id}: at_most_once but ran {slot.attempt} times")
-        if slot_id in once_slots and effects.get(slot_id, 0) > 1:
-            v.append(f"{slot_id}: exactly_once effect happened {effects[slot_id]} times")
-        if (effects_key and slot.status is SlotStatus.SUCCEEDED and not effects.get(slot_id)
-                and slot_id not in once_slots):  # ctx.once is at most once per name
-            v.append(f"{slot_id}: succeeded but its effect never happened")
-    return report
+def _slot(v: list[str], slot: Slot, kind: str, delivery: str, max_attempts: int,
+          obs: Observed, truth: Truth, grace_ms: int, settled: bool) -> int:
+    """The per-slot rules; returns 1 for an exactly-once slot exempted from its effect."""
+    s = slot.slot_id
+    attempts = {a.number: a for a in slot.attempts}
+    wins = obs.successes.get(s, [])
+    if len(wins) > 1:
+        v.append(f"commit: {s}: {len(wins)} committed successes")
+    if slot.status is SlotStatus.SUCCEEDED and len(wins) != 1:
+        v.append(f"commit: {s}: succeeded without exactly one success event ({len(wins)})")
+    for number, worker in wins:
+        holder = attempts[number].worker if number in attempts else None
+        if holder != worker:
+            v.append(f"commit: {s}: success committed by {worker} for attempt {number}, "
+                     f"which was leased to {holder}")
+    if settled and slot.status not in TERMINAL:
+        v.append(f"terminal: {s}: not terminal ({slot.status.value}, attempt {slot.attempt})")
+    elif slot.status in TERMINAL and slot.status.value not in ENDS[kind]:
+        v.append(f"terminal: {s}: ended {slot.status.value}, which a {kind} job never may")
+    failures = 0
+    for a in slot.attempts:
+        if a.outcome in FAILURES:
+            failures += 1
+        if a.outcome is Outcome.LOST:
+            if worker_pid(a.worker) not in truth.faulted_pids:
+                v.append(f"lost: {s}: attempt {a.number} lost on worker {a.worker}, which no "
+                         f"fault touched")
+            if (a.lease_until_ms is not None and a.finished_ms is not None
+                    and a.finished_ms - a.lease_until_ms > grace_ms):
+                v.append(f"lease: {s}: attempt {a.number} sat "
+                         f"{a.finished_ms - a.lease_until_ms} ms past its lease")
+        elif a.outcome in FAILURES and kind not in FAILS_BY_DESIGN:
+            v.append(f"failed: {s}: attempt {a.number} {a.outcome.value} ({a.error}), but a "
+                     f"{kind} job never fails")
+    if slot.status is SlotStatus.DEAD and failures < max_attempts:
+        v.append(f"dead: {s}: dead after {failures} failed attempt(s) of {max_attempts}")
+    effects, starts = truth.effects.get(s, 0), truth.starts.get(s, 0)
+    if delivery == Delivery.AT_MOST_ONCE and (starts > 1 or effects > 1 or slot.attempt > 1):
+        v.append(f"at-most-once: {s}: started {starts} times, {effects} effects, "
+                 f"{slot.attempt} attempts")
+    if delivery == Delivery.EXACTLY_ONCE:
+        if effects > 1:
+            v.append(f"exactly-once: {s}: the effect happened {effects} times")
+        elif slot.status is SlotStatus.SUCCEEDED and effects == 0:
+            mark = obs.once_marks.get(s)
+            if mark is not None and mark in attempts and attempts[mark].outcome is Outcome.LOST:
+                return 1  # ctx.once is at most once: the effect died with that attempt
+            v.append(f"exactly-once: {s}: succeeded but its effect never happened "
+                     f"(once recorded by attempt {mark}; attempts "
+                     f"{[(a.number, a.outcome, a.worker) for a in slot.attempts]}; "
+                     f"{starts} starts)")
+    elif (kind in EFFECT_KINDS and slot.status is SlotStatus.SUCCEEDED and effects == 0):
+        v.append(f"effect: {s}: succeeded but its effect never happened")
+    return 0

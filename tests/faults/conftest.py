@@ -1,0 +1,35 @@
+"""Fixtures of the fault suite: every test gets a private Redis under test (`sut`) and keeps its
+ground truth in the shared test Redis, which no fault touches."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .harness import Processes, RedisServer, processes
+from .scenario import Scenario
+
+
+@pytest.fixture
+def sut() -> Iterator[RedisServer]:
+    server = RedisServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def scenario(sut: RedisServer, redis_url: str, ns: str) -> Iterator[Scenario]:
+    sc = Scenario(sut.url, redis_url, ns)
+    try:
+        yield sc
+    finally:
+        sc.close()
+
+
+@pytest.fixture
+def procs(sut: RedisServer, redis_url: str, ns: str, scenario: Scenario) -> Iterator[Processes]:
+    with processes(sut.url, ns, redis_url, scenario.truth) as p:
+        yield p

@@ -1,0 +1,110 @@
+"""Planted bugs the fault suite must catch: a checker is trusted only once it has been seen to
+fail. Each mutant is one exact text replacement in one file; `mutate.py` applies it to a copy
+of the code and runs the tests named here against the copy, which must fail.
+
+`fast` marks the subset CI runs on every change (tests/faults/test_mutants.py); the whole
+set runs from one command (README, "Testing"):
+
+    .venv/bin/python tests/faults/mutate.py            # every mutant, its own tests
+    .venv/bin/python tests/faults/mutate.py --suite    # every mutant, the whole fault suite
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SIGKILL = "tests/faults/test_faults.py::test_sigkilled_workers_lose_nothing"
+FROZEN = "tests/faults/test_faults.py::test_a_frozen_workers_late_commits_are_refused"
+LATE = ("tests/faults/test_redis_faults.py::"
+        "test_an_outcome_that_arrives_after_its_lease_is_refused")
+CHAOS = "tests/faults/test_faults.py::test_chaos_rounds"
+ORPHANS = "tests/faults/test_redis_faults.py::test_orphans_are_found_and_run_again"
+STALL = ("tests/faults/test_redis_faults.py::"
+         "test_a_stalled_connection_stops_the_runs_before_their_lease_expires")
+OOM = "tests/faults/test_redis_faults.py::test_processes_live_through_ten_seconds_of_oom"
+CLAIM = "tests/faults/test_redis_faults.py::test_a_failed_claim_puts_its_entries_back"
+POISON = ("tests/faults/test_redis_faults.py::"
+          "test_an_error_text_that_cannot_be_encoded_kills_no_worker")
+NODES = ("tests/faults/test_node_faults.py::"
+         "test_cron_starts_within_two_seconds_while_nodes_die_and_freeze")
+MANY = "tests/faults/test_faults.py::test_many_delayed_and_cron_jobs_all_run_once"
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    why: str  # the bug it plants, and what must notice it
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    fast: bool = False
+
+
+MUTANTS = [
+    Mutant("reclaim-ends-lost", "an expired at-least-once lease ends `lost` instead of "
+           "re-running (terminal rule)",
+           "scheduler/lua/_lib.lua", "  elseif job[1] == 'at_most_once' then",
+           "  elseif true then", (SIGKILL,), fast=True),
+    Mutant("once-always-false", "ctx.once() never lets the effect happen (exactly-once rule)",
+           "scheduler/execution.py",
+           "        return code is scripts.Once.FIRST or (code is scripts.Once.MINE and retried)",
+           "        return False", (CHAOS,)),
+    Mutant("complete-unfenced", "complete.lua commits whatever token the worker presents "
+           "(commit rule: a success committed by a worker without the lease)",
+           "scheduler/lua/_lib.lua",
+           "  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', "
+           "'worker')\n  if st[1] ~= 'running' or st[2] ~= token then return nil, st end",
+           "  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', "
+           "'worker')\n  if st[1] ~= 'running' then return nil, st end", (LATE,), fast=True),
+    Mutant("reclaim-disabled", "the reclaimer does nothing (settling times out)",
+           "scheduler/reclaimer.py",
+           '        """One pass over every shard; returns what it did."""',
+           '        """One pass over every shard; returns what it did."""\n'
+           '        return dict.fromkeys(self.totals, 0)', (SIGKILL,)),
+    Mutant("materializer-skips-a-second", "cron occurrences at seconds ending in 3 or 8 get "
+           "no slot, the watermark moves past them (cron rule)",
+           "scheduler/materializer.py", "        else:\n            fires.append(t)",
+           "        elif (t // 1000) % 5 != 3:\n            fires.append(t)", (MANY,)),
+    Mutant("promoter-drops-one-in-a-thousand", "promote removes from `due` without "
+           "dispatching one slot in a thousand (orphan rule, or settling times out)",
+           "scheduler/lua/promote.lua", "  if st[1] == 'scheduled' then",
+           "  if st[1] == 'scheduled' and string.sub(slot_id, -3) ~= '007' then", (MANY,)),
+    Mutant("committer-drops-a-batch", "every tenth commit round trip is forgotten (lost rule: "
+           "leases expire on healthy workers)",
+           "scheduler/committer.py",
+           "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}",
+           "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}\n"
+           "        self.dropped += 1\n"
+           "        if self.dropped % 10 == 3:\n"
+           "            return 0", (SIGKILL,), fast=True),
+    Mutant("sweeper-disabled", "the sweeper never walks (orphans stay stranded)",
+           "scheduler/sweeper.py", "        if not self.active:\n            return False",
+           "        if True:\n            return False", (ORPHANS,)),
+    Mutant("watchdog-disabled", "a worker cut off from Redis runs on past its leases "
+           "(a slot runs on two workers at once)",
+           "scheduler/heartbeat.py", "        limit = time.monotonic() + self.margin_s",
+           "        limit = -1.0", (STALL,)),
+    Mutant("claim-forgets-entries", "a failed claim drops its entries (they wait a lease)",
+           "scheduler/worker.py",
+           "            self.backlog.extendleft(reversed(take))\n"
+           "            self._recover = self._recover or prefetch\n",
+           "", (CLAIM,)),
+    Mutant("error-text-unsanitized", "a handler's error text goes to Redis as it is (the "
+           "poison outcome is dropped: lost rule)",
+           "scheduler/execution.py",
+           '    return line.encode("utf-8", "backslashreplace").decode("utf-8")',
+           "    return line", (POISON,)),
+    Mutant("oom-kills-readers", "a worker's read loop dies of any error but a connection "
+           "error (process rule)",
+           "scheduler/worker.py",
+           "            except Exception as exc:\n                self.errors.error(exc)\n"
+           "                await pause(self.stopping, backoff.next())",
+           "            except (redis.exceptions.ConnectionError, "
+           "redis.exceptions.TimeoutError) as exc:\n                self.errors.error(exc)\n"
+           "                await pause(self.stopping, backoff.next())", (OOM,)),
+    Mutant("no-overdue-promotion", "only a shard's owner promotes (cron lag while nodes die)",
+           "scheduler/promoter.py",
+           "        if self.others and time.monotonic() >= self._overdue_at:",
+           "        if False:", (NODES,)),
+]

@@ -1,0 +1,163 @@
+"""One namespace of a fault test: submit through the SDK (recording what it returned),
+wait for every slot to settle, and check the invariants against the ground truth."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from typing import Any
+
+from scheduler import Client, JobSpec
+from scheduler.states import TERMINAL
+
+from .harness import GRACE_MS, LEASE_S, SWEEP_INTERVAL_S, Processes
+from .invariants import Report, observe, violations
+from .monitor import Monitor
+from .truth import JobTruth, Truth, TruthStore
+
+ORPHAN_GRACE_MS = int((LEASE_S + SWEEP_INTERVAL_S) * 1000) + 4000
+
+
+class Scenario:
+    def __init__(self, url: str, truth_url: str, ns: str) -> None:
+        self.url = url
+        self.truth_url = truth_url
+        self.ns = ns
+        self.client = Client(url, ns)
+        self.truth = Truth()
+        self.store = TruthStore(truth_url, f"{ns}:truth")
+        self.effects = self.store.key  # what handlers are told to record into
+        self.monitor: Monitor | None = None
+        self.grace_ms = GRACE_MS  # how long past its lease a slot may sit (a test's faults)
+
+    def submit(self, specs: list[JobSpec], jobs: list[JobTruth] | None = None) -> list[str]:
+        jobs = jobs or [JobTruth(kind=_kind(s), delivery=s.delivery,
+                                 max_attempts=(s.retry.max_attempts if s.retry else 3))
+                        for s in specs]
+        lo = self.client.now_ms()
+        ids = self.client.submit_many(specs)
+        hi = self.client.now_ms()
+        self.truth.accept(ids, [dataclasses.replace(j, submitted_ms=(lo, hi)) for j in jobs])
+        return ids
+
+    def watch(self) -> Monitor:
+        self.monitor = Monitor(self.url, self.ns, grace_ms=self.grace_ms,
+                               orphan_grace_ms=ORPHAN_GRACE_MS)
+        self.monitor.start()
+        return self.monitor
+
+    # --- settling -------------------------------------------------------------------------
+
+    def slot_ids(self) -> list[str]:
+        """The slot of every accepted job that is not recurring (a job whose hash is gone
+        has none here; the checker reports it)."""
+        once = [j for j, t in self.truth.jobs.items() if not t.cron]
+        pipe = self.client.redis.pipeline(transaction=False)
+        for j in once:
+            pipe.hget(self.client._core.job_key(j), "fire_ms")
+        return [f"{j}:{int(f)}" for j, f in zip(once, pipe.execute(), strict=True) if f]
+
+    def statuses(self, slots: list[str]) -> list[str | None]:
+        pipe = self.client.redis.pipeline(transaction=False)
+        for s in slots:
+            pipe.hget(self.client._core.slot_key(s), "status")
+        return [v.decode() if v else None for v in pipe.execute()]
+
+    def _wait(self, slots: list[str], deadline: float, what: str, procs: Processes) -> None:
+        while True:
+            states = self.statuses(slots)
+            if all(s in TERMINAL for s in states if s is not None):
+                return
+            if time.monotonic() > deadline:
+                stuck = [s for s, st in zip(slots, states, strict=True)
+                         if st is not None and st not in TERMINAL]
+                raise AssertionError(f"{what} not settled: {dict(Counter(states))}\n"
+                                     + self.describe(stuck[:5]) + "\n"
+                                     + self.report(procs, settled=False).summary()
+                                     + f"\n{procs.output()}")
+            time.sleep(0.2)
+
+    def describe(self, slots: list[str]) -> str:
+        """What Redis holds of these slots: hash, and their entries' state."""
+        r, out = self.client.redis, []
+        now = self.client.now_ms()
+        for s in slots:
+            key = self.client._core.slot_key(s)
+            raw = {k.decode(): v.decode(errors="replace")[:200] for k, v in r.hgetall(key).items()}
+            stream = key[:key.index("slot:")] + f"q:{raw.get('queue', 'default')}"
+            msg = raw.get("msg") or "0-0"
+            pending = r.xpending_range(stream, "workers", min=msg, max=msg, count=1)
+            out.append(f"{s} (now {now}): {raw}; entry {r.xrange(stream, msg, msg)}; "
+                       f"pending {pending}")
+        return "\n".join(out)
+
+    def settle(self, procs: Processes, timeout: float = 120, label: str = "") -> None:
+        deadline = time.monotonic() + timeout
+        self._wait(self.slot_ids(), deadline, f"{label} slots", procs)
+        crons = [j for j, t in self.truth.jobs.items() if t.cron]
+        while crons and any(self.client.get_job(j).next_fire_ms for j in crons):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{label} cron jobs did not reach their end\n"
+                                     f"{procs.output()}")
+            time.sleep(0.3)
+        self._wait([s.slot_id for j in crons for s in self.client.slots(j)], deadline,
+                   f"{label} cron slots", procs)
+
+    def first_starts(self) -> dict[str, float]:
+        """slot -> wall time (s) its handler first started, from the handlers' own records."""
+        out: dict[str, float] = {}
+        for line in self.store.log():
+            if line["event"] == "start":
+                out.setdefault(line["slot"], line["t"])
+        return out
+
+    def starts_after(self, slot: str, t0: float) -> float:
+        """Seconds from t0 to the first start of the slot's handler after t0 (inf: none)."""
+        ts = [line["t"] for line in self.store.log() if line["slot"] == slot
+              and line["event"] == "start" and line["t"] > t0]
+        return min(ts) - t0 if ts else float("inf")
+
+    # --- checking -------------------------------------------------------------------------
+
+    def report(self, procs: Processes, *, settled: bool = True) -> _Summary:
+        live = self.monitor.stop() if self.monitor is not None else []
+        self.monitor = None
+        self.store.read_into(self.truth)
+        obs = observe(self.client.redis, self.ns)
+        obs.live += live
+        rep = violations(obs, self.truth, grace_ms=self.grace_ms, settled=settled)
+        rep.violations += procs.died()
+        return _Summary(rep)
+
+    def check(self, procs: Processes, label: str = "") -> Report:
+        summary = self.report(procs)
+        summary.report.fail_if_violated(f"{label}: " if label else "")
+        return summary.report
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            self.monitor.stop()
+        self.store.close()
+        self.client.close()
+
+
+class _Summary:
+    def __init__(self, report: Report) -> None:
+        self.report = report
+
+    def summary(self) -> str:
+        v = self.report.violations
+        return f"{len(v)} violation(s) so far:\n" + "\n".join(v[:20])
+
+
+def _kind(spec: JobSpec) -> str:
+    return {"chaos.noop": "noop", "chaos.slow": "slow", "chaos.flaky": "flaky",
+            "chaos.once": "once", "chaos.hang": "hang", "chaos.poison": "poison"}.get(
+        spec.task, "noop") if spec.delivery != "at_most_once" else "at_most_once"
+
+
+def slow(n: int, effects: str, seconds: float, **kw: Any) -> list[JobSpec]:
+    from .workload import FAST
+    return [JobSpec(task="chaos.slow", payload={"seconds": seconds, "effects": effects},
+                    retry=FAST, **kw) for _ in range(n)]

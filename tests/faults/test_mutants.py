@@ -1,0 +1,27 @@
+"""The fast mutants (tests/faults/mutants.py) run on every change: each planted bug must
+make its tests fail. The whole set: `.venv/bin/python tests/faults/mutate.py`."""
+
+from __future__ import annotations
+
+import pytest
+
+from .mutants import MUTANTS
+from .mutate import run
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("name", [m.name for m in MUTANTS if m.fast])
+def test_the_fault_suite_catches_the_planted_bug(name: str) -> None:
+    [mutant] = [m for m in MUTANTS if m.name == name]
+    _, caught, seconds, tail = run(mutant, suite=False, timeout_s=600)
+    assert caught, f"mutant {name} survived ({mutant.why}) in {seconds:.0f}s:\n{tail}"
+
+
+def test_every_mutant_still_applies() -> None:
+    """A mutant whose text the code no longer has would silently test nothing."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for m in MUTANTS:
+        assert (root / m.path).read_text().count(m.old) == 1, m.name
