@@ -86,11 +86,13 @@ def split_slot_id(slot: str) -> tuple[str, int]:
 class Keys:
     """Key names of one namespace."""
 
-    __slots__ = ("ns", "meta", "queues", "workers", "schedulers")
+    __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "_slot_head", "_slot_mid")
 
     def __init__(self, namespace: str) -> None:
         self.ns = check_name("namespace", namespace)
         self.meta = f"{namespace}:meta"  # hash
+        self._slot_head = f"{namespace}:{{s".encode()
+        self._slot_mid = f"}}:{SUFFIX_SLOT}".encode()
         self.queues = f"{namespace}:queues"  # set
         self.workers = f"{namespace}:workers"  # zset
         self.schedulers = f"{namespace}:schedulers"  # zset
@@ -111,13 +113,13 @@ class Keys:
         """SCAN MATCH pattern of every slot hash of every shard."""
         return f"{self.ns}:{{s*}}:{SUFFIX_SLOT}*"
 
-    def parse_slot_key(self, key: bytes | str) -> tuple[int, str] | None:
-        """(shard, slot id) of a key `slot()` made, or None for any other key."""
-        text = key.decode() if isinstance(key, bytes) else key
-        head = f"{self.ns}:{{s"
-        if not text.startswith(head):
+    def parse_slot_key(self, key: bytes) -> tuple[int, bytes] | None:
+        """(shard, slot id) of a key `slot()` made, as SCAN returns it, or None for any other
+        key. Works on bytes: the sweeper calls it for every slot hash of the namespace."""
+        head = self._slot_head
+        if not key.startswith(head):
             return None
-        shard, sep, rest = text[len(head):].partition(f"}}:{SUFFIX_SLOT}")
+        shard, sep, rest = key[len(head):].partition(self._slot_mid)
         if not sep or not shard.isdigit():
             return None
         return int(shard), rest

@@ -279,9 +279,10 @@ def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms:
                 (now_ms, maxlen, job_id, expected_ms, next_ms, missed, len(fires), *fires))
 
 
-def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
-    """slots: slot ids of one shard, as SCAN found them."""
-    return Call("sweep", (prefix,), (now_ms, maxlen, len(slots), *slots))
+def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[bytes]) -> Call:
+    """slots: slot ids of one shard, as SCAN found them; sent as one space-separated
+    argument (slot ids hold no spaces), which costs a tenth of one argument per id."""
+    return Call("sweep", (prefix,), (now_ms, maxlen, b" ".join(slots)))
 
 
 def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:

@@ -6,7 +6,8 @@
 
   ARGV[1]  now_ms
   ARGV[2]  events_maxlen
-  ARGV[3]  n               number of slot ids; then n slot ids
+  ARGV[3]  slot ids, separated by single spaces (one argument: an argument per id cost the
+           sweeper more than the script)
 
   What is an orphan, and what is done to it (fenced like every transition: the slot hash,
   read here, is the authority):
@@ -31,12 +32,12 @@
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
-local n = tonumber(ARGV[3])
 
 --- @include "_lib.lua"
 
 local ACTIONS = {'redispatched', 'rescheduled', 'reindexed', 'reclaimed', 'lost', 'dead',
   'cancelled'}
+local LIVE = {scheduled = true, queued = true, running = true}
 local counts = {}
 for _, a in ipairs(ACTIONS) do counts[a] = 0 end
 local waiting = 0
@@ -87,13 +88,16 @@ local function stranded(queue, msg)
   return last and at_or_before(msg, last)
 end
 
-for i = 1, n do
-  local slot_id = ARGV[3 + i]
+for slot_id in string.gmatch(ARGV[3], '%S+') do
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt', 'available_ms',
-    'fire_ms')
-  local status = st[1]
-  if status == 'scheduled' then
+  -- Most slots a walk meets are finished: their status alone settles them (one field read,
+  -- not six: the sweep's cost is per key of the whole retention window).
+  local status = redis.call('HGET', slot_key, 'status')
+  local st = LIVE[status] and redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt',
+    'available_ms', 'fire_ms')
+  if not st then
+    -- finished, or gone since SCAN saw it: nothing to repair
+  elseif status == 'scheduled' then
     if not redis.call('ZSCORE', prefix .. 'due', slot_id) then
       redis.call('ZADD', prefix .. 'due', st[5] or st[6], slot_id)
       found(slot_id, status, 'rescheduled')

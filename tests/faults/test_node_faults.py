@@ -24,6 +24,13 @@ JOBS, SECONDS = 40, 16
 def test_cron_starts_within_two_seconds_while_nodes_die_and_freeze(
         scenario: Scenario, procs: Processes) -> None:
     sc = scenario
+    # The processes start first: eight nodes take seconds to come up on a loaded two-core
+    # box, and occurrences due before any node runs would measure start-up, not failover.
+    nodes = [procs.node("--shard-lease", "5") for _ in range(8)]
+    procs.worker("--concurrency", "200")
+    procs.worker("--concurrency", "200")
+    wait_for(lambda: (st := sc.client.status()).shards_owned == sc.client.shards
+             and st.workers_alive == 2, 30, "owned shards and two live workers")
     end = datetime.now(UTC) + timedelta(seconds=SECONDS)
     specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, cron="* * * * * *",
                      end_at=end, retry=FAST) for _ in range(JOBS)]
@@ -31,10 +38,6 @@ def test_cron_starts_within_two_seconds_while_nodes_die_and_freeze(
     sc.submit(specs, [JobTruth(kind="cron", cron="* * * * * *",
                                end_ms=int(end.timestamp() * 1000), max_attempts=5)
                       for _ in specs])
-    nodes = [procs.node("--shard-lease", "5") for _ in range(8)]
-    procs.worker("--concurrency", "200")
-    procs.worker("--concurrency", "200")
-    wait_for(lambda: sc.client.status().shards_owned == sc.client.shards, 30, "owned shards")
     time.sleep(3)
     faulted_at = time.time()
     procs.kill(nodes[0])
@@ -54,4 +57,7 @@ def test_cron_starts_within_two_seconds_while_nodes_die_and_freeze(
           f"p99 {lags[int(len(lags) * 0.99)]:.2f}s, max {lags[-1]:.2f}s; while the 3 nodes were "
           f"down or frozen ({len(during)}): max {during[-1]:.2f}s; overdue promotions "
           f"{report.observed.events.get('queued', 0)} queued events")
-    assert lags[-1] < 2.0, lags[-20:]
+    late = sorted((round(slot.fire_ms / 1000 - faulted_at, 1), round(starts[s] - slot.fire_ms / 1000, 2))
+                  for s, slot in report.observed.slots.items()
+                  if starts[s] - slot.fire_ms / 1000 >= 2.0)
+    assert not late, f"(fire time after the fault, start lag) of late occurrences: {late[:20]}"
