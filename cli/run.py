@@ -153,10 +153,10 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 @click.option("--sweep-interval", "sweep_s", type=click.FloatRange(min=0.1), default=10.0,
               help="Seconds between the starts of two sweeps for orphaned slots (slots that "
                    "fell out of every index, e.g. a deleted stream entry).")
-@click.option("--sweep-rate", "sweep_rate", type=click.IntRange(min=1), default=10_000,
+@click.option("--sweep-rate", "sweep_rate", type=click.IntRange(min=1), default=5_000,
               show_default=True,
               help="Keys per second the orphan sweep's SCAN walks: each costs Redis ~4 us, so "
-                   "the default holds it to ~4% of a core; a walk takes keys / rate seconds.")
+                   "the default holds it to ~2% of a core; a walk takes keys / rate seconds.")
 @click.option("--lookahead", "lookahead_s", type=float, default=3.0,
               help="Seconds ahead of their fire time that cron slots are created.")
 @click.option("--misfire-grace", "misfire_grace_s", type=float, default=5.0,

@@ -47,7 +47,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     lookahead_s: float = 3.0  # cron slots are created this far ahead of their fire time
     misfire_grace_s: float = 5.0  # later than this, an occurrence is missed (catch-up policy)
     sweep_interval_s: float = 10.0  # between the starts of two orphan sweeps (sweeper.py)
-    sweep_keys_per_s: int = 10_000  # pace of the sweep's SCAN: bounds its cost to Redis
+    sweep_keys_per_s: int = 5_000  # pace of the sweep's SCAN: bounds its cost to Redis
     events_maxlen: int = 1_000_000
 
     def __post_init__(self) -> None:

@@ -22,7 +22,7 @@ What a key costs (measured on the two-core dev box, 200,000 finished slots): abo
 Redis for SCAN and 2-3 us for sweep.lua, which reads only the status of a finished slot, and
 ~1.5 us of this process. Ids are gathered per shard into calls of `batch` ids: a SCAN page
 spreads over every shard, and a script call per shard per page cost twice as much per key.
-At the default 10,000 keys/s that is ~4% of a core of Redis and ~2% of the node's.
+At the default 5,000 keys/s that is ~2% of a core of Redis and ~1.5% of the node's.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ class Sweeper(Service):
     log = log
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, *,
-                 interval_s: float = 10.0, keys_per_s: int = 10_000, count: int = 500,
+                 interval_s: float = 10.0, keys_per_s: int = 5_000, count: int = 500,
                  batch: int = 500, events_maxlen: int = 1_000_000) -> None:
         super().__init__()
         self.redis = client
