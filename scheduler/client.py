@@ -26,9 +26,7 @@ from .clock import Clock, RedisClock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, translate, where
 from .cronspec import CronSpec
 from .errors import (
-    ConfigError,
     JobNotFound,
-    NamespaceError,
     RedisUnavailable,
     SlotNotFound,
     StoreUnavailable,
@@ -52,6 +50,16 @@ from .models import (
     job_from_hash,
     slot_from_hash,
 )
+from .namespace import (
+    EVENTS_MAXLEN,
+    META_FIELDS,
+    Meta,
+    NamespaceMissing,
+    check_shards,
+    write_config,
+)
+from .namespace import create as create_namespace
+from .namespace import parse as parse_meta
 from .schedule import Schedule, resolve
 from .states import Delivery, SlotStatus
 from .status import (
@@ -68,9 +76,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
-MAX_SHARDS = 1024
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
-EVENTS_MAXLEN = 1_000_000
 
 
 class JobSpec(msgspec.Struct, kw_only=True):
@@ -147,11 +153,9 @@ def dedupe_job_id(key: str) -> str:
 class _Core:
     def __init__(self, namespace: str, shards: int | None, clock: Clock | None,
                  max_payload_bytes: int, events_maxlen: int) -> None:
-        if shards is not None and not 1 <= shards <= MAX_SHARDS:
-            raise ConfigError(f"shards must be between 1 and {MAX_SHARDS}, not {shards}")
         self.keys = Keys(namespace)
         self.namespace = namespace
-        self.requested_shards = shards
+        self.requested_shards = check_shards(shards)
         self.shards = 0
         self.clock: Clock = clock or RedisClock()
         self.max_payload_bytes = max_payload_bytes
@@ -161,26 +165,20 @@ class _Core:
         self._fields: dict[tuple[Any, ...], list[Any]] = {}
         self._checked: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
 
-    def adopt(self, meta: Any, *, written: bool) -> None:
-        """Take the shard count and payload limit stored in Redis (HMGET meta shards
-        max_payload_bytes). Before the namespace's first write nothing is stored yet: reads
-        use the count it will be created with, and payloads this client's own limit."""
-        stored, limit = meta
-        if limit is not None:
-            self.max_payload_bytes = int(limit)
-        self.adopt_shards(stored, written=written)
-
-    def adopt_shards(self, stored: Any, *, written: bool) -> None:
-        if stored is None and not written:
+    def adopt(self, reply: Any, *, written: bool) -> None:
+        """Take the shard count and payload limit stored in Redis (namespace.read's reply).
+        Before the namespace's first write nothing is stored yet: reads use the count it
+        will be created with, and payloads this client's own limit (namespace.py)."""
+        try:
+            meta = parse_meta(self.namespace, reply, self.requested_shards)
+        except NamespaceMissing:
+            if written:
+                raise
             self.shards = self.requested_shards or DEFAULT_SHARDS
             return
-        count = int(stored or 0)
-        if self.requested_shards and count != self.requested_shards:
-            raise NamespaceError(
-                f"namespace {self.namespace!r} has {count} shards in Redis; it was created with "
-                f"that count and it cannot change (omit shards= or use a new namespace)"
-            )
-        self.shards = count
+        self.shards = meta.shards
+        if meta.max_payload_bytes is not None:
+            self.max_payload_bytes = meta.max_payload_bytes
 
     def row(self, spec: JobSpec, now_ms: int) -> tuple[int, tuple[str, str, str, int, list[Any]]]:
         """Validate one job; return its shard and its submit row. Raises ValidationError."""
@@ -243,11 +241,8 @@ class _Core:
         return ids, calls, members
 
     def namespace_writes(self, pipe: Any) -> None:
-        """The first write of a client: fix the shard count and payload limit (HSETNX: the
-        first writer of a namespace wins, everyone after adopts its values), read them back."""
-        pipe.hsetnx(self.keys.meta, "shards", self.shards)
-        pipe.hsetnx(self.keys.meta, "max_payload_bytes", self.max_payload_bytes)
-        pipe.hmget(self.keys.meta, "shards", "max_payload_bytes")
+        """The first write of a client: create the namespace (the policy is namespace.py's)."""
+        create_namespace(pipe, self.keys, self.shards, self.max_payload_bytes)
 
     def ask_exist(self, pipe: Any, ids: list[str]) -> None:
         """After a broken submit round trip: which of its jobs are there?"""
@@ -256,8 +251,8 @@ class _Core:
 
     def config_writes(self, pipe: Any) -> None:
         """Each shard's copy of the namespace's limits, which its scripts enforce."""
-        for shard in range(self.shards):
-            pipe.hset(self.keys.config(shard), "max_payload_bytes", self.max_payload_bytes)
+        write_config(pipe, self.keys,
+                               Meta(self.shards, self.max_payload_bytes))
 
     def submit_outcome(self, ids: list[str], members: list[list[int]], results: list[Any],
                        exists: list[Any] | None, at: str,
@@ -453,8 +448,7 @@ class Client:
     def _ready(self) -> None:
         core = self._core
         if not core.shards:
-            core.adopt(self.redis.hmget(self.keys.meta, "shards", "max_payload_bytes"),
-                       written=False)
+            core.adopt(self.redis.hmget(self.keys.meta, *META_FIELDS), written=False)
         if core.clock.stale():
             core.clock.anchor(self.redis.time())
 
@@ -675,7 +669,7 @@ class AsyncClient:
     async def _ready(self) -> None:
         core = self._core
         if not core.shards:
-            core.adopt(await self.redis.hmget(self.keys.meta, "shards", "max_payload_bytes"),
+            core.adopt(await self.redis.hmget(self.keys.meta, *META_FIELDS),
                        written=False)
         if core.clock.stale():
             core.clock.anchor(await self.redis.time())

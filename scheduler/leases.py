@@ -24,6 +24,7 @@ from . import scripts
 from .clock import Clock
 from .keys import Keys
 from .loops import Service
+from .namespace import EVENTS_MAXLEN
 
 log = logging.getLogger("scheduler.leases")
 
@@ -35,7 +36,7 @@ class ShardLeases(Service):
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, shards: int, clock: Clock,
                  node_id: str, *, ttl_s: float = 5.0,
                  on_change: Callable[[list[int]], None] | None = None,
-                 events_maxlen: int = 1_000_000) -> None:
+                 events_maxlen: int = EVENTS_MAXLEN) -> None:
         super().__init__()
         self.redis = client
         self.keys = keys

@@ -20,7 +20,7 @@ from typing import Any
 import redis.exceptions
 
 from .connection import error_code
-from .errors import RedisUnavailable
+from .errors import NamespaceError, RedisUnavailable
 
 # Redis error codes that say "not now" rather than "never": the same call succeeds once the
 # server has memory, a primary, its data set loaded, or its running script finished.
@@ -87,7 +87,7 @@ class ErrorLog:
         self._last[kind] = (now, 0)
         self._said = True
         line = f"{self.what} failed: {_describe(exc)}{extra}{held}; retrying"
-        if transient(exc) or isinstance(exc, redis.exceptions.RedisError):
+        if transient(exc) or isinstance(exc, redis.exceptions.RedisError | NamespaceError):
             self.log.warning(line)
         else:
             self.log.error(line, exc_info=exc)

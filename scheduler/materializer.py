@@ -35,6 +35,7 @@ from . import metrics, scripts
 from .clock import Clock
 from .cronspec import CronSpec
 from .loops import Service
+from .namespace import EVENTS_MAXLEN
 
 log = logging.getLogger("scheduler.materializer")
 
@@ -107,7 +108,7 @@ class Materializer(Service):
 
     def __init__(self, client: redis.asyncio.Redis, prefixes: Sequence[str], clock: Clock, *,
                  lookahead_s: float = 3.0, misfire_grace_s: float = 5.0, batch: int = 500,
-                 max_sleep_s: float = 0.5, events_maxlen: int = 1_000_000,
+                 max_sleep_s: float = 0.5, events_maxlen: int = EVENTS_MAXLEN,
                  others: Sequence[str] = (), overdue_interval_s: float = 0.25) -> None:
         super().__init__()
         self.redis = client

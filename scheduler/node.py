@@ -27,12 +27,14 @@ import uuid
 import msgspec
 import redis.asyncio
 
+from . import namespace
 from .clock import Clock, RedisClock
 from .errors import ConfigError
-from .keys import DEFAULT_SHARDS, Keys
+from .keys import Keys
 from .leases import ShardLeases
 from .loops import Backoff, ErrorLog
 from .materializer import Materializer
+from .namespace import EVENTS_MAXLEN
 from .promoter import Promoter
 from .reclaimer import Reclaimer
 from .sweeper import Sweeper
@@ -48,7 +50,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     misfire_grace_s: float = 5.0  # later than this, an occurrence is missed (catch-up policy)
     sweep_interval_s: float = 10.0  # between the starts of two orphan sweeps (sweeper.py)
     sweep_keys_per_s: int = 5_000  # pace of the sweep's SCAN: bounds its cost to Redis
-    events_maxlen: int = 1_000_000
+    events_maxlen: int = EVENTS_MAXLEN
 
     def __post_init__(self) -> None:
         if self.shard_lease_s < 0.3:
@@ -96,8 +98,9 @@ class SchedulerNode:
         self.sweeper.active = 0 in shards
 
     async def setup(self) -> None:
-        await self.redis.hsetnx(self.keys.meta, "shards", DEFAULT_SHARDS)
-        shards = int(await self.redis.hget(self.keys.meta, "shards") or DEFAULT_SHARDS)
+        # NamespaceMissing until the namespace's first submit creates it (namespace.py)
+        shards = namespace.parse(self.keys.ns, await self.redis.hmget(
+            self.keys.meta, *namespace.META_FIELDS)).shards
         self.leases = ShardLeases(self.redis, self.keys, shards, self.clock, self.node_id,
                                   ttl_s=self.config.shard_lease_s, on_change=self._owned,
                                   events_maxlen=self.config.events_maxlen)

@@ -22,6 +22,7 @@ import redis.asyncio
 from . import metrics, scripts
 from .clock import Clock
 from .loops import Service
+from .namespace import EVENTS_MAXLEN
 
 log = logging.getLogger("scheduler.promoter")
 
@@ -33,7 +34,7 @@ class Promoter(Service):
     log = log
 
     def __init__(self, client: redis.asyncio.Redis, prefixes: Sequence[str], clock: Clock, *,
-                 batch: int = 1000, max_sleep_s: float = 0.1, events_maxlen: int = 1_000_000,
+                 batch: int = 1000, max_sleep_s: float = 0.1, events_maxlen: int = EVENTS_MAXLEN,
                  others: Sequence[str] = (), overdue_ms: int = OVERDUE_MS,
                  overdue_interval_s: float = 0.25) -> None:
         super().__init__()

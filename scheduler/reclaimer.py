@@ -19,6 +19,7 @@ from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
 from .loops import Service
+from .namespace import EVENTS_MAXLEN
 
 log = logging.getLogger("scheduler.reclaimer")
 WORKER_FORGET_LEASES = 10
@@ -30,7 +31,7 @@ class Reclaimer(Service):
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, shards: Sequence[int],
                  clock: Clock, *, lease_ms: int = 30_000, batch: int = 500,
-                 interval_s: float = 1.0, events_maxlen: int = 1_000_000) -> None:
+                 interval_s: float = 1.0, events_maxlen: int = EVENTS_MAXLEN) -> None:
         super().__init__()
         self.redis = client
         self.keys = keys

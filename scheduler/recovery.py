@@ -14,16 +14,18 @@ at the moment of the loss. A slot whose success was not yet snapshotted runs aga
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import msgspec
 import redis
 
+from . import namespace as namespace_policy
 from . import scripts
-from .client import EVENTS_MAXLEN
 from .clock import Clock, RedisClock
 from .errors import NamespaceError
 from .keys import DISPATCH_GROUP, Keys, shard_of
+from .models import DEFAULT_MAX_PAYLOAD_BYTES
+from .namespace import EVENTS_MAXLEN
 from .store import HistoryStore
 
 T = TypeVar("T")
@@ -55,11 +57,16 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     if shards is None:
         raise NamespaceError(f"the history store knows no namespace {namespace!r} (check "
                              f"--namespace, and that a snapshotter ran for it)")
-    client.hsetnx(keys.meta, "shards", shards)
-    stored: Any = client.hget(keys.meta, "shards")
-    if int(stored) != shards:
-        raise NamespaceError(f"namespace {namespace!r} has {int(stored)} shards in Redis but "
+    # A writer (namespace.py): creates the namespace with the history's count, or finds it.
+    pipe = client.pipeline(transaction=False)
+    namespace_policy.create(pipe, keys, shards, DEFAULT_MAX_PAYLOAD_BYTES)
+    stored = namespace_policy.parse(namespace, pipe.execute()[-1])
+    if stored.shards != shards:
+        raise NamespaceError(f"namespace {namespace!r} has {stored.shards} shards in Redis but "
                              f"{shards} in the history store; refusing to mix them")
+    pipe = client.pipeline(transaction=False)
+    namespace_policy.write_config(pipe, keys, stored)
+    pipe.execute()
     clock = clock or RedisClock()
     if clock.stale():
         clock.anchor(client.time())
@@ -83,11 +90,9 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     if queues:
         client.sadd(keys.queues, *{q for _, q in queues})
         pipe = client.pipeline(transaction=False)
-        for shard, queue in sorted(queues):
-            pipe.xgroup_create(keys.queue(shard, queue), DISPATCH_GROUP, id="0", mkstream=True)
-        for result in pipe.execute(raise_on_error=False):
-            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
-                raise result
+        namespace_policy.create_groups(pipe, (keys.queue(shard, queue)
+                                              for shard, queue in sorted(queues)), DISPATCH_GROUP)
+        namespace_policy.check_groups(pipe.execute(raise_on_error=False))
 
     calls = []
     for shard in sorted(set(jobs) | set(slots)):

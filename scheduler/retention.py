@@ -16,7 +16,7 @@ import time
 import msgspec
 import redis.asyncio
 
-from . import scripts
+from . import namespace, scripts
 from .clock import Clock, RedisClock
 from .errors import ConfigError
 from .keys import Keys
@@ -64,9 +64,11 @@ class Retention(Service):
 
     async def run_once(self) -> int:
         """Returns the number of slot hashes deleted."""
-        if not self.shards:  # 0: the namespace's count, once it has one
-            self.shards = int(await self.redis.hget(self.keys.meta, "shards") or 0)
-            if not self.shards:
+        if not self.shards:  # 0: the namespace's count, once it has one (namespace.py)
+            try:
+                self.shards = namespace.parse(self.keys.ns, await self.redis.hmget(
+                    self.keys.meta, *namespace.META_FIELDS)).shards
+            except namespace.NamespaceMissing:
                 return 0
         if self.clock.stale():
             self.clock.anchor(await self.redis.time())

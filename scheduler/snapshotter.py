@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import scripts
+from . import namespace, scripts
 from .clock import Clock, RedisClock
 from .errors import ConfigError, NamespaceError
 from .keys import HISTORY_GROUP, Keys
@@ -182,17 +182,13 @@ class Snapshotter:
         self.deferred = 0  # slots held back so far
 
     async def setup(self) -> None:
-        shards = await self.redis.hget(self.keys.meta, "shards")
-        if not shards:
-            raise NamespaceError(f"namespace {self.namespace!r} has no shard count in Redis yet "
-                                 f"(nothing was submitted, or Redis lost it: run `sched recover`)")
-        self.shards = int(shards)
+        # NamespaceMissing until the namespace's first submit creates it (namespace.py)
+        self.shards = namespace.parse(self.namespace, await self.redis.hmget(
+            self.keys.meta, *namespace.META_FIELDS)).shards
         pipe = self.redis.pipeline(transaction=False)
-        for shard in range(self.shards):
-            pipe.xgroup_create(self.keys.events(shard), HISTORY_GROUP, id="0", mkstream=True)
-        for result in await pipe.execute(raise_on_error=False):
-            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
-                raise result
+        namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),
+                                HISTORY_GROUP)
+        namespace.check_groups(await pipe.execute(raise_on_error=False))
         await self._sync_clock()
         await asyncio.to_thread(self.store.put_namespace, self.namespace, self.shards,
                                 self.clock.now_ms())

@@ -38,6 +38,7 @@ from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
 from .loops import Service
+from .namespace import EVENTS_MAXLEN
 
 log = logging.getLogger("scheduler.sweeper")
 
@@ -48,7 +49,7 @@ class Sweeper(Service):
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, *,
                  interval_s: float = 10.0, keys_per_s: int = 5_000, count: int = 500,
-                 batch: int = 500, events_maxlen: int = 1_000_000) -> None:
+                 batch: int = 500, events_maxlen: int = EVENTS_MAXLEN) -> None:
         super().__init__()
         self.redis = client
         self.keys = keys

@@ -23,15 +23,16 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import metrics, scripts
+from . import metrics, namespace, scripts
 from .clock import Clock, RedisClock
 from .committer import Committer
 from .errors import ConfigError
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .inflight import Inflight, Run
-from .keys import DEFAULT_SHARDS, DISPATCH_GROUP, Keys, check_name
+from .keys import DISPATCH_GROUP, Keys, check_name
 from .loops import Backoff, ErrorLog, pause
+from .namespace import EVENTS_MAXLEN
 from .registry import Registry
 
 log = logging.getLogger("scheduler.worker")
@@ -49,7 +50,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     block_ms: int = 1000  # XREADGROUP BLOCK; also bounds how long stop() waits for the reader
     lease_s: float = 30.0
     grace_s: float = 10.0
-    events_maxlen: int = 1_000_000
+    events_maxlen: int = EVENTS_MAXLEN
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -108,9 +109,11 @@ class Worker:
     # --- setup ---------------------------------------------------------------------------
 
     async def setup(self) -> None:
-        """Learn the shard count and make sure every stream this worker reads has the group."""
-        await self.redis.hsetnx(self.keys.meta, "shards", DEFAULT_SHARDS)
-        self.shards = int(await self.redis.hget(self.keys.meta, "shards") or DEFAULT_SHARDS)
+        """Learn the shard count (NamespaceMissing until the namespace's first submit creates
+        it: namespace.py) and make sure every stream this worker reads has the group."""
+        meta = namespace.parse(self.keys.ns,
+                               await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
+        self.shards = meta.shards
         self.streams = [(self.keys.queue(s, q).encode(), s, q)
                         for q in self.config.queues for s in range(self.shards)]
         self._read_tail = ("STREAMS", *(key for key, _, _ in self.streams),
@@ -121,11 +124,8 @@ class Worker:
 
     async def _create_groups(self) -> None:
         pipe = self.redis.pipeline(transaction=False)
-        for key, _, _ in self.streams:
-            pipe.xgroup_create(key, DISPATCH_GROUP, id="0", mkstream=True)
-        for result in await pipe.execute(raise_on_error=False):
-            if isinstance(result, Exception) and "BUSYGROUP" not in str(result):
-                raise result
+        namespace.create_groups(pipe, (key for key, _, _ in self.streams), DISPATCH_GROUP)
+        namespace.check_groups(await pipe.execute(raise_on_error=False))
 
     async def _sync_clock(self) -> None:
         if self.clock.stale():
@@ -327,21 +327,24 @@ class Worker:
             backoff.reset()
             self.errors.ok()
 
-    async def _setup(self) -> None:
-        """setup(), tried until Redis lets it (a worker may start before Redis does)."""
+    async def _setup(self) -> bool:
+        """setup(), tried until Redis lets it (a worker may start before Redis does, or
+        before its namespace's first submit); False when stopped first."""
         backoff = Backoff()
         errors = ErrorLog(log, "worker setup")
-        while True:
+        while not self.stopping.is_set():
             try:
                 await self.setup()
-                return
+                return True
             except Exception as exc:
                 errors.error(exc)
-                await asyncio.sleep(backoff.next())
+                await pause(self.stopping, backoff.next())
+        return False
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
-        await self._setup()
+        if not await self._setup():
+            return
         log.info("worker %s reading %s across %d shards (concurrency %d)", self.worker_id,
                  ",".join(self.config.queues), self.shards, self.config.concurrency)
         committer = asyncio.create_task(self.committer.run(), name="committer")

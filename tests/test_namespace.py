@@ -1,0 +1,107 @@
+"""One creation policy for a namespace (scheduler/namespace.py): writers create it, every other
+process waits for it, and an explicit shard count that differs from the stored one is refused
+with both counts named."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from helpers import statuses
+from scheduler import Client, Context, Registry, namespace
+from scheduler.errors import ConfigError, NamespaceError
+from scheduler.keys import DISPATCH_GROUP, Keys
+from scheduler.node import SchedulerNode
+from scheduler.worker import Worker, WorkerConfig
+
+
+def test_parse_names_both_counts_and_tells_a_missing_namespace_apart() -> None:
+    assert namespace.parse("n", [b"8", b"100"]) == namespace.Meta(8, 100)
+    assert namespace.parse("n", [b"8", None], requested=8) == namespace.Meta(8, None)
+    with pytest.raises(namespace.NamespaceMissing, match="'n' does not exist in Redis yet"):
+        namespace.parse("n", [None, None])
+    with pytest.raises(NamespaceError, match="has 8 shards in Redis, not the 16 asked for"):
+        namespace.parse("n", [b"8", b"100"], requested=16)
+    for bad in (0, 1025, 2.0, True):
+        with pytest.raises(ConfigError, match="between 1 and 1024"):
+            namespace.check_shards(bad)  # type: ignore[arg-type]
+
+
+def test_group_errors_other_than_busygroup_are_raised() -> None:
+    namespace.check_groups([True, redis.exceptions.ResponseError("BUSYGROUP exists")])
+    with pytest.raises(redis.exceptions.ResponseError, match="WRONGTYPE"):
+        namespace.check_groups([redis.exceptions.ResponseError("WRONGTYPE nope")])
+
+
+def test_a_worker_and_a_node_started_first_wait_for_the_first_submit(
+        redis_url: str, ns: str, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Before, a worker started before the first submit created the namespace with 8 shards,
+    and the user's `Client(shards=16)` was then refused."""
+    registry = Registry()
+    ran: Counter[str] = Counter()
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran[ctx.slot_id] += 1
+
+    async def scenario() -> list[str]:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(block_ms=50))
+        node = SchedulerNode(conn, namespace=ns)
+        tasks = [asyncio.create_task(worker.run()), asyncio.create_task(node.run())]
+        await asyncio.sleep(1.5)
+        assert not any(t.done() for t in tasks)
+        assert r.hget(Keys(ns).meta, "shards") is None  # neither created it
+        with Client(redis_url, ns, shards=16) as client:
+            ids = client.submit_many([{"task": "t", "delay": 0.2 * (i % 2)} for i in range(20)])
+            for _ in range(200):
+                if len(ran) == 20:
+                    break
+                await asyncio.sleep(0.05)
+            assert client.shards == 16 and statuses(client, ids) == {"succeeded": 20}
+        assert worker.shards == 16
+        worker.stop()
+        node.stop()
+        await asyncio.gather(*tasks)
+        await conn.aclose()
+        return ids
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(scenario())
+    assert set(ran.values()) == {1}
+    waiting = [m for m in caplog.messages if "does not exist in Redis yet" in m]
+    assert waiting and all("Traceback" not in m for m in waiting), caplog.messages
+    # the worker made the consumer group of every shard's stream it reads
+    assert all(r.xinfo_groups(Keys(ns).queue(s, "default"))[0]["name"].decode() == DISPATCH_GROUP
+               for s in range(16))
+
+
+def test_a_worker_stopped_while_it_waits_for_the_namespace_returns(redis_url: str,
+                                                                  ns: str) -> None:
+    async def scenario() -> None:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        worker = Worker(conn, Registry(), namespace=ns)
+        task = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.3)
+        worker.stop()
+        await asyncio.wait_for(task, 5)
+        await conn.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_the_first_writer_wins_and_later_clients_adopt_its_count_and_limit(
+        redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns, shards=5, max_payload_bytes=1000) as first:
+        first.submit("t")
+    with Client(redis_url, ns, max_payload_bytes=5000) as later:
+        assert later.shards == 5
+        with pytest.raises(Exception, match="1000"):
+            later.submit("t", "x" * 2000)
+    with pytest.raises(NamespaceError, match="has 5 shards in Redis, not the 6 asked for"):
+        Client(redis_url, ns, shards=6).submit("t")
