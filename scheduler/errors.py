@@ -24,6 +24,17 @@ class NamespaceError(SchedulerError):
     """The namespace in Redis disagrees with what the caller asked for."""
 
 
+class NamespaceMissing(NamespaceError):
+    """The namespace has no shard count in Redis yet: nothing was submitted to it (or Redis
+    lost it). Services wait for it; `sched recover` rebuilds it from history."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        super().__init__(
+            f"namespace {namespace!r} does not exist in Redis yet: it is created by its first "
+            f"submit (or by `sched recover` after Redis lost it); check --namespace")
+
+
 class JobNotFound(SchedulerError, LookupError):
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id

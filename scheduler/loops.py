@@ -20,7 +20,7 @@ from typing import Any
 import redis.exceptions
 
 from .connection import error_code
-from .errors import NamespaceError, RedisUnavailable
+from .errors import NamespaceError, NamespaceMissing, RedisUnavailable
 
 # Redis error codes that say "not now" rather than "never": the same call succeeds once the
 # server has memory, a primary, its data set loaded, or its running script finished.
@@ -75,10 +75,15 @@ class ErrorLog:
         self._said = False  # a line about them was logged
 
     def error(self, exc: BaseException, extra: str = "") -> None:
-        self.errors += 1
         kind = _kind(exc)
         now = time.monotonic()
         last = self._last.get(kind)
+        if isinstance(exc, NamespaceMissing):  # not a failure: started before the first submit
+            if last is None or now - last[0] >= self.every_s:
+                self._last[kind] = (now, 0)
+                self.log.info("%s: %s; waiting for it", self.what, exc)
+            return
+        self.errors += 1
         if last is not None and now - last[0] < self.every_s:
             self._last[kind] = (last[0], last[1] + 1)
             return

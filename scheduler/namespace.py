@@ -29,25 +29,18 @@ from typing import Any
 
 import msgspec
 
-from .errors import ConfigError, NamespaceError
+from .errors import ConfigError, NamespaceError, NamespaceMissing
 from .keys import DEFAULT_SHARDS, Keys
+
+__all__ = ["EVENTS_MAXLEN", "MAX_SHARDS", "META_FIELDS", "Meta", "NamespaceMissing",
+           "check_groups", "check_shards", "create", "create_groups", "parse", "read",
+           "write_config"]
 
 MAX_SHARDS = 1024
 # Each shard's events stream is trimmed (approximately) to this many entries by every script
 # that emits; the snapshotter must read them before they go (README, "History").
 EVENTS_MAXLEN = 1_000_000
 META_FIELDS = ("shards", "max_payload_bytes")
-
-
-class NamespaceMissing(NamespaceError):
-    """The namespace has no shard count in Redis yet: nothing was submitted to it (or Redis
-    lost it). Services wait for it; `sched recover` rebuilds it from history."""
-
-    def __init__(self, namespace: str) -> None:
-        self.namespace = namespace
-        super().__init__(
-            f"namespace {namespace!r} does not exist in Redis yet: it is created by its first "
-            f"submit (or by `sched recover` after Redis lost it); check --namespace")
 
 
 class Meta(msgspec.Struct, frozen=True):

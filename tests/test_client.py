@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import time
 
 import pytest
 import redis
 
 from conftest import ns_keys
-from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus, scripts
+from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus, operations, scripts
 from scheduler.errors import JobNotFound, NamespaceError, ValidationError
 
 
@@ -115,10 +117,43 @@ def test_async_client_matches_the_blocking_one(redis_url: str, ns: str) -> None:
     asyncio.run(main())
 
 
+def test_both_clients_have_every_operation() -> None:
+    """Client and AsyncClient drive the same operations (scheduler/operations.py): every
+    public operation is a method of both, and neither has a public method the other lacks
+    (but close / aclose)."""
+    ops = {name for name, f in vars(operations).items()
+           if inspect.isgeneratorfunction(f) and not name.startswith("_")}
+    def public(cls: type) -> set[str]:
+        return {n for n in dir(cls) if not n.startswith("_")}
+    assert ops <= public(Client) and ops <= public(AsyncClient), ops - public(AsyncClient)
+    assert public(Client) - {"close"} == public(AsyncClient) - {"aclose"}
+    for name in ops - {"shards"}:
+        assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+        assert getattr(Client, name).__doc__ == getattr(operations, name).__doc__
+
+
+def test_the_async_client_runs_the_operator_actions(redis_url: str, ns: str) -> None:
+    """cancel, dead_letters, replay, purge, now_ms and shards were missing from it."""
+    async def main() -> None:
+        async with AsyncClient(redis_url, ns, shards=3) as client:
+            assert await client.shards() == 3
+            now = await client.now_ms()
+            assert abs(now - time.time() * 1000) < 5000
+            a, b = await client.submit_many([JobSpec(task="t"), JobSpec(task="t", delay=60)])
+            done = await client.cancel([a, b], "test")
+            assert set(done.values()) == {"cancelled"}
+            assert (await client.cancel(a))[f"{a}:{(await client.get_job(a)).fire_ms}"] \
+                == "already finished"
+            assert await client.dead_letters() == []
+            assert await client.replay(None) == 0 and await client.purge(None) == 0
+            assert (await client.status()).shards == 3
+    asyncio.run(main())
+
+
 def test_random_job_ids_are_distinct_and_a_forked_child_never_repeats_its_parent() -> None:
     import os
 
-    from scheduler.client import _random_ids
+    from scheduler.jobspec import random_ids as _random_ids
 
     first = [_random_ids.next() for _ in range(5000)]  # crosses a refill of the pool
     assert len(set(first)) == 5000 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)

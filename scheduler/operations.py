@@ -1,0 +1,322 @@
+"""Every SDK operation, written once without I/O (scheduler/sdk_core.py says how): `Client`
+and `AsyncClient` (scheduler/client.py) drive these generators, so each method exists in both
+by construction (tests/test_client.py checks it) and behaves the same in both.
+
+Operator actions (cancel, the dead-letter queue) are one Lua transition per shard, all shards
+in one pipelined round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+import redis
+
+from . import scripts
+from .errors import JobNotFound, SlotNotFound, StoreUnavailable
+from .jobspec import JobSpec, one_spec, schedule_arguments
+from .keys import shard_of, slot_id, split_slot_id
+from .models import Job, RetryPolicy, Slot, slot_from_hash
+from .namespace import META_FIELDS
+from .sdk_core import (
+    Core,
+    Io,
+    Op,
+    Pipe,
+    Scripts,
+    StoreCall,
+    history_query,
+    merge_runs,
+    nothing_written,
+)
+from .status import (
+    Status,
+    WorkerStatus,
+    read_status,
+    read_status_async,
+    read_workers,
+    read_workers_async,
+)
+
+CANCEL_RESULTS = {
+    scripts.Cancelled.CANCELLED: "cancelled",
+    scripts.Cancelled.REQUESTED: "cancel requested (running: the worker stops it at its next "
+                                 "heartbeat)",
+    scripts.Cancelled.TERMINAL: "already finished",
+    scripts.Cancelled.MISSING: "not found",
+}
+
+
+class DeadLetter(msgspec.Struct, frozen=True):
+    slot: Slot
+    died_ms: int
+
+    @property
+    def error(self) -> str | None:
+        return self.slot.attempts[-1].error if self.slot.attempts else None
+
+
+def _ready(core: Core) -> Op[None]:
+    """Learn the namespace's shard count and anchor the clock, in one round trip, when
+    either is not known yet."""
+    need_meta, need_time = not core.shards, core.clock.stale()
+    if not (need_meta or need_time):
+        return
+    pipe = Pipe()
+    if need_meta:
+        pipe.hmget(core.keys.meta, *META_FIELDS)
+    if need_time:
+        pipe.time()
+    replies = yield pipe
+    if need_meta:
+        core.adopt(replies[0], written=False)
+    if need_time:
+        core.clock.anchor(replies[-1])
+
+
+def _ensure_namespace(core: Core) -> Op[None]:
+    """Create the namespace (namespace.py's policy) the first time this client writes."""
+    if core.registered is None:
+        pipe = Pipe()
+        core.namespace_writes(pipe)
+        core.adopt((yield pipe)[-1], written=True)
+        pipe = Pipe()
+        core.config_writes(pipe)
+        yield pipe
+        core.registered = set()
+
+
+def shards(core: Core) -> Op[int]:
+    """The namespace's shard count (the one it will be created with, before its first
+    write)."""
+    yield from _ready(core)
+    return core.shards
+
+
+def now_ms(core: Core) -> Op[int]:
+    """Redis time, as every transition sees it."""
+    yield from _ready(core)
+    return core.clock.now_ms()
+
+
+def submit(core: Core, task: str, payload: Any = None, *, queue: str = "default",
+           timeout: float | None = None, retry: RetryPolicy | None = None,
+           delivery: str = "at_least_once", dedupe_key: str | None = None,
+           delay: float | timedelta | None = None, at: datetime | None = None,
+           cron: str | None = None, tz: str | None = None, catchup: str | None = None,
+           catchup_limit: int | None = None, overlap: str | None = None,
+           start_at: datetime | None = None, end_at: datetime | None = None) -> Op[str]:
+    """Submit one job; returns its id (the first job's id for a repeated dedupe key).
+
+    Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
+    catchup_limit=, overlap=, start_at=, end_at=); see JobSpec."""
+    jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
+                    schedule_arguments(locals()))
+    return (yield from submit_many(core, jobs))[0]
+
+
+def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> Op[list[str]]:
+    """Submit a batch in one pipelined round trip; ids in input order. Every job is
+    validated before anything is written. Each shard's part (up to 500 jobs) is written
+    atomically; if a Redis failure leaves any job unwritten, or its fate unknown,
+    SubmitError says which (`written` holds exactly the ids that are in Redis)."""
+    jobs, at = list(jobs), core.at
+    try:
+        yield from _ready(core)
+        ids, calls, members = core.submit_calls(jobs)  # validates all before any write
+        before = (core.shards, core.max_payload_bytes)
+        yield from _ensure_namespace(core)
+        assert core.registered is not None
+        if (core.shards, core.max_payload_bytes) != before:  # another client made it first
+            ids, calls, members = core.submit_calls(jobs)
+        new_queues = core.known_queues - core.registered
+        if new_queues:
+            pipe = Pipe()
+            pipe.sadd(core.keys.queues, *new_queues)
+            yield pipe
+            core.registered |= new_queues
+    except redis.exceptions.RedisError as exc:
+        raise nothing_written(len(jobs), exc, at) from exc
+    exists: list[bool] | None = None
+    cause: redis.exceptions.RedisError | None = None
+    try:
+        results: list[Any] = yield Scripts(calls, raise_errors=False)
+    except redis.exceptions.RedisError as exc:  # unknown which calls ran: ask
+        results, cause = [None] * len(calls), exc
+        try:
+            pipe = Pipe()
+            core.ask_exist(pipe, ids)
+            exists = [bool(x) for x in (yield pipe)]
+        except redis.exceptions.RedisError:
+            pass
+    core.submit_outcome(ids, members, results, exists, at, cause)
+    return ids
+
+
+def get_job(core: Core, job_id: str) -> Op[Job]:
+    yield from _ready(core)
+    pipe = Pipe()
+    pipe.hgetall(core.job_key(job_id))
+    pipe.zscore(core.cron_key(job_id), job_id)
+    raw, watermark = yield pipe
+    return core.job(job_id, raw, watermark)
+
+
+def list_jobs(core: Core, limit: int = 100) -> Op[list[Job]]:
+    """Jobs with a schedule (delayed, at, cron), newest first, with their next fire
+    time. Immediate jobs are not indexed (see `sched runs` / `slots` for those)."""
+    yield from _ready(core)
+    pipe = Pipe()
+    for shard in range(core.shards):
+        pipe.zrevrange(core.keys.jobs(shard), 0, limit - 1, withscores=True)
+    ids = core.list_order((yield pipe), limit)
+    pipe = Pipe()
+    for job_id in ids:
+        pipe.hgetall(core.job_key(job_id))
+        pipe.zscore(core.cron_key(job_id), job_id)
+    out = yield pipe
+    return [core.job(j, out[2 * i], out[2 * i + 1]) for i, j in enumerate(ids)]
+
+
+def get_slot(core: Core, slot: str) -> Op[Slot]:
+    yield from _ready(core)
+    pipe = Pipe()
+    pipe.hgetall(core.slot_key(slot))
+    raw = (yield pipe)[0]
+    if not raw:
+        raise SlotNotFound(slot)
+    return slot_from_hash(slot, raw)
+
+
+def slots(core: Core, job_id: str) -> Op[list[Slot]]:
+    """Every slot of the job in fire-time order (one for a job that is not recurring)."""
+    job = yield from get_job(core, job_id)
+    if not job.cron:
+        return [(yield from get_slot(core, slot_id(job_id, job.fire_ms)))]
+    pipe = Pipe()
+    pipe.zrange(core.runs_key(job_id), 0, -1)
+    ids = (yield pipe)[0]
+    pipe = Pipe()
+    for s in ids:
+        pipe.hgetall(core.slot_key(s.decode()))
+    return [slot_from_hash(s.decode(), raw)
+            for s, raw in zip(ids, (yield pipe), strict=True) if raw]
+
+
+def history(core: Core, *, job_id: str | None = None, status: str | None = None,
+            since: datetime | int | None = None, until: datetime | int | None = None,
+            limit: int = 100) -> Op[list[Slot]]:
+    """Slots from the history store, newest fire time first. since/until bound the fire
+    time (aware datetimes or ms); status is a slot status."""
+    query = history_query(core.namespace, job_id, status, since, until, limit)
+    namespace = query.pop("namespace")
+    return (yield StoreCall("history", (namespace,), query))  # type: ignore[no-any-return]
+
+
+def runs(core: Core, job_id: str) -> Op[list[Slot]]:
+    """A job's slots: those still in Redis, and from the history store those that have
+    left it (retention); JobNotFound when neither knows the job."""
+    try:
+        live = yield from slots(core, job_id)
+    except JobNotFound:
+        live = []
+    try:
+        past = yield from history(core, job_id=job_id, limit=10_000)
+    except StoreUnavailable:
+        if not live:
+            raise
+        past = []  # Redis alone still answers for the slots it holds
+    return merge_runs(job_id, live, past)
+
+
+def status(core: Core) -> Op[Status]:
+    """The namespace at a glance: queues (depth, lag, rates), due backlog, dead letters,
+    workers, shard owners. Read-only; a few pipelined round trips (scheduler/status.py)."""
+    return (yield Io(lambda r, *a: read_status(r, *a)[0], read_status_async,  # type: ignore[no-any-return]
+                     (core.keys, core.clock)))
+
+
+def workers(core: Core) -> Op[list[WorkerStatus]]:
+    """The most recently seen workers (alive first), with heartbeats and in-flight counts."""
+    return (yield Io(read_workers, read_workers_async,  # type: ignore[no-any-return]
+                     (core.keys, core.clock)))
+
+
+# --- operator actions -------------------------------------------------------------------
+
+def _by_shard(core: Core, slot_ids: Iterable[str]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for slot in slot_ids:
+        job_id, _ = split_slot_id(slot)
+        out.setdefault(shard_of(job_id, core.shards), []).append(slot)
+    return out
+
+
+def cancel(core: Core, ids: str | Iterable[str], reason: str = "cancelled by operator"
+           ) -> Op[dict[str, str]]:
+    """Cancel slots (or every slot of a job id); returns what happened to each slot."""
+    slot_ids: list[str] = []
+    for item in [ids] if isinstance(ids, str) else ids:
+        if ":" in item:
+            slot_ids.append(item)
+        else:
+            slot_ids += [s.slot_id for s in (yield from slots(core, item))]
+    yield from _ready(core)
+    groups = _by_shard(core, slot_ids)
+    now = core.clock.now_ms()
+    calls = [scripts.cancel(core.keys.prefix(s), now, core.events_maxlen, reason, group)
+             for s, group in groups.items()]
+    replies = yield Scripts(calls)
+    result: dict[str, str] = {}
+    for group, reply in zip(groups.values(), replies, strict=True):
+        for slot, code in zip(group, scripts.codes(reply, scripts.Cancelled), strict=True):
+            result[slot] = CANCEL_RESULTS[code]
+    return result
+
+
+def dead_letters(core: Core, limit: int = 100) -> Op[list[DeadLetter]]:
+    """The most recent dead slots across all shards, newest first."""
+    yield from _ready(core)
+    pipe = Pipe()
+    for shard in range(core.shards):
+        pipe.zrevrange(core.keys.dlq(shard), 0, limit - 1, withscores=True)
+    entries: list[tuple[int, str, int]] = []
+    for shard, rows in enumerate((yield pipe)):
+        entries += [(shard, member.decode(), int(score)) for member, score in rows]
+    entries.sort(key=lambda e: -e[2])
+    entries = entries[:limit]
+    pipe = Pipe()
+    for shard, slot, _ in entries:
+        pipe.hgetall(core.keys.slot(shard, slot))
+    raws = yield pipe
+    return [DeadLetter(slot_from_hash(slot, raw), died)
+            for (_, slot, died), raw in zip(entries, raws, strict=True) if raw]
+
+
+def _on_dead(core: Core, build: Callable[..., scripts.Call],
+             slot_ids: Iterable[str] | None) -> Op[int]:
+    yield from _ready(core)
+    if slot_ids is None:
+        pipe = Pipe()
+        for shard in range(core.shards):
+            pipe.zrange(core.keys.dlq(shard), 0, -1)
+        slot_ids = [m.decode() for rows in (yield pipe) for m in rows]
+    groups = _by_shard(core, slot_ids)
+    now = core.clock.now_ms()
+    calls = [build(core.keys.prefix(s), now, core.events_maxlen, group)
+             for s, group in groups.items()]
+    return sum(int(c) for reply in (yield Scripts(calls)) for c in reply)
+
+
+def replay(core: Core, slot_ids: Iterable[str] | None = None) -> Op[int]:
+    """Dispatch dead slots again as new attempts of the same slots (None: all); returns how
+    many were replayed."""
+    return (yield from _on_dead(core, scripts.replay, slot_ids))
+
+
+def purge(core: Core, slot_ids: Iterable[str] | None = None) -> Op[int]:
+    """Remove slots from the dead-letter queue (None: all); their history stays."""
+    return (yield from _on_dead(core, scripts.purge, slot_ids))
