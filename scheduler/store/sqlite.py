@@ -8,10 +8,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from . import sqlfiles
-from .errors import StoreUnavailable
-from .models import Slot
-from .store import Batch, RecoveryJob, decode_state, slot_from_state
+from .. import sqlfiles
+from ..errors import StoreUnavailable
+from ..models import Slot
+from .rows import Batch, RecoveryJob, decode_state, slot_from_state
 
 Q = sqlfiles.queries("sqlite")
 M = sqlfiles.queries("sqlite", "migrations.sql")

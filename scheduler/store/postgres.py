@@ -16,10 +16,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from . import sqlfiles
-from .errors import StoreUnavailable
-from .models import Slot
-from .store import (
+from .. import sqlfiles
+from ..errors import StoreUnavailable
+from ..models import Slot
+from .rows import (
     DAY_MS,
     SCHEMA_VERSION,
     Batch,

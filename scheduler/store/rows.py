@@ -1,27 +1,24 @@
-"""The history store: one small interface, two implementations (Postgres for production,
-SQLite as the embedded default), and the rows the snapshotter writes.
+"""The rows the snapshotter writes, built from the Redis hashes the events point at.
 
-Rows are built from the Redis hashes the events point at, so the store holds each slot's
-latest known state (`state` is the slot hash, attempts included) plus one row per attempt
-for SQL users. Upserts are keyed by (namespace, job_id[, fire_ms[, number]]) and guarded by
-`version` (the shard's last events-stream id at read time), so replaying a batch, or two
-snapshotters racing on one slot, never moves a row back to an older state.
+The store holds each slot's latest known state (`state` is the slot hash, attempts included)
+plus one row per attempt for SQL users. Upserts are keyed by (namespace, job_id[, fire_ms[,
+number]]) and guarded by `version` (the shard's last events-stream id at read time), so
+replaying a batch, or two snapshotters racing on one slot, never moves a row back to an
+older state.
 
 Rows are NamedTuples rather than Structs: COPY and executemany take tuples as they are.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple
 
 import msgspec
 
-from .models import Slot, slot_from_hash
-from .states import TERMINAL, Outcome
+from ..models import Slot, slot_from_hash
+from ..states import TERMINAL, Outcome
 
 DAY_MS = 86_400_000
-DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
 SCHEMA_VERSION = 1
 # What an event says about a slot whose hash is already gone.
 EVENT_STATUS = {"succeeded": "succeeded", "dead": "dead", "cancelled": "cancelled",
@@ -105,61 +102,6 @@ class RecoveryJob(NamedTuple):
     kind: str
     created_ms: int
     last_fire_ms: int | None
-
-
-class HistoryStore(Protocol):
-    dialect: str
-
-    def upgrade(self) -> int:
-        """Apply the migrations not applied yet; returns the schema version."""
-
-    def schema_version(self) -> int: ...
-
-    def check(self) -> None:
-        """Raise StoreUnavailable unless the schema is current."""
-
-    def write(self, batch: Batch) -> None:
-        """Upsert a batch in one transaction; committed when this returns."""
-
-    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None: ...
-
-    def get_namespace(self, namespace: str) -> int | None: ...
-
-    def history(self, namespace: str, *, job_id: str | None, status: str | None,
-                since_ms: int, until_ms: int, limit: int) -> list[Slot]: ...
-
-    def recovery_jobs(self, namespace: str) -> list[RecoveryJob]: ...
-
-    def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        """(slot_id, slot hash) of every slot whose last known status is not terminal."""
-
-    def drop_before(self, cutoff_ms: int) -> None:
-        """Forget slots (and their attempts) that fired before cutoff_ms."""
-
-    def close(self) -> None: ...
-
-
-def is_postgres(dsn: str) -> bool:
-    return dsn.startswith(("postgres://", "postgresql://")) or "dbname=" in dsn or "host=" in dsn
-
-
-def open_store(dsn: str | None = None) -> HistoryStore:
-    """`postgresql://...` (or a keyword DSN) -> Postgres; `sqlite:///abs/path`, a file path, or
-    None (the embedded default file) -> SQLite, migrated on open. A Postgres schema is migrated by
-    `sched db upgrade`, never implicitly; opening one that is behind raises StoreUnavailable."""
-    if dsn and is_postgres(dsn):
-        from .store_postgres import PostgresStore
-
-        return PostgresStore(dsn)
-    from .store_sqlite import SqliteStore
-
-    if dsn and dsn.startswith("sqlite://"):
-        path = Path(dsn.removeprefix("sqlite://"))  # sqlite:///var/lib/x.db -> /var/lib/x.db
-    else:
-        path = Path(dsn) if dsn else DEFAULT_SQLITE_PATH
-    store = SqliteStore(path)
-    store.upgrade()
-    return store
 
 
 # --- rows from Redis hashes ----------------------------------------------------------------

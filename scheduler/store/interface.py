@@ -1,0 +1,67 @@
+"""The history store's interface, and how a DSN picks its backend (postgres.py for
+production, sqlite.py as the embedded default); the backends import only rows.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+from ..models import Slot
+from .rows import Batch, RecoveryJob
+
+DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
+
+
+class HistoryStore(Protocol):
+    dialect: str
+
+    def upgrade(self) -> int:
+        """Apply the migrations not applied yet; returns the schema version."""
+
+    def schema_version(self) -> int: ...
+
+    def check(self) -> None:
+        """Raise StoreUnavailable unless the schema is current."""
+
+    def write(self, batch: Batch) -> None:
+        """Upsert a batch in one transaction; committed when this returns."""
+
+    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None: ...
+
+    def get_namespace(self, namespace: str) -> int | None: ...
+
+    def history(self, namespace: str, *, job_id: str | None, status: str | None,
+                since_ms: int, until_ms: int, limit: int) -> list[Slot]: ...
+
+    def recovery_jobs(self, namespace: str) -> list[RecoveryJob]: ...
+
+    def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        """(slot_id, slot hash) of every slot whose last known status is not terminal."""
+
+    def drop_before(self, cutoff_ms: int) -> None:
+        """Forget slots (and their attempts) that fired before cutoff_ms."""
+
+    def close(self) -> None: ...
+
+
+def is_postgres(dsn: str) -> bool:
+    return dsn.startswith(("postgres://", "postgresql://")) or "dbname=" in dsn or "host=" in dsn
+
+
+def open_store(dsn: str | None = None) -> HistoryStore:
+    """`postgresql://...` (or a keyword DSN) -> Postgres; `sqlite:///abs/path`, a file path, or
+    None (the embedded default file) -> SQLite, migrated on open. A Postgres schema is migrated by
+    `sched db upgrade`, never implicitly; opening one that is behind raises StoreUnavailable."""
+    if dsn and is_postgres(dsn):
+        from .postgres import PostgresStore
+
+        return PostgresStore(dsn)
+    from .sqlite import SqliteStore
+
+    if dsn and dsn.startswith("sqlite://"):
+        path = Path(dsn.removeprefix("sqlite://"))  # sqlite:///var/lib/x.db -> /var/lib/x.db
+    else:
+        path = Path(dsn) if dsn else DEFAULT_SQLITE_PATH
+    store = SqliteStore(path)
+    store.upgrade()
+    return store
