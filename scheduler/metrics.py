@@ -269,6 +269,16 @@ GAUGES = {
 }
 
 
+def tallies(runs: dict[tuple[str, str], RunMetrics]) -> dict[str, tuple[int, int]]:
+    """(succeeded, failed) per queue from a worker's RunMetrics by (queue, task), for its
+    heartbeat."""
+    out: dict[str, tuple[int, int]] = {}
+    for (queue, _), m in runs.items():
+        ok, failed = out.get(queue, (0, 0))
+        out[queue] = (ok + m.ok, failed + m.failed)
+    return out
+
+
 def declared_names() -> set[str]:
     """Every sample name this module can produce (for tests of dashboards and alerts)."""
     names = set(GAUGES)

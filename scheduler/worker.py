@@ -96,7 +96,7 @@ class Worker:
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
                                    self.config.concurrency, self.config.queues, self.running,
-                                   self._tallies)
+                                   lambda: metrics.tallies(self._run_metrics))
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
                                    threads=min(self.config.concurrency, 64))
@@ -296,16 +296,6 @@ class Worker:
         label = task if self.registry.get(task) is not None else "(unknown)"
         m = self._run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
         return m
-
-    def _tallies(self) -> dict[str, tuple[int, int]]:
-        """(succeeded, failed) per queue since this worker started, for its heartbeat."""
-        out: dict[str, tuple[int, int]] = {}
-        for (queue, _), m in self._run_metrics.items():
-            ok, failed = out.get(queue, (0, 0))
-            out[queue] = (ok + m.ok, failed + m.failed)
-        return out
-
-    # --- running -------------------------------------------------------------------------
 
     # --- the loops -----------------------------------------------------------------------
 

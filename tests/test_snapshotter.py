@@ -278,9 +278,9 @@ def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
 
 def test_past_the_bound_slots_are_written_at_once(redis_url: str, ns: str, store_dsn: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler import snapshotter
+    from scheduler import snapshot_intake
 
-    monkeypatch.setattr(snapshotter, "DEFER_MAX", 3)
+    monkeypatch.setattr(snapshot_intake, "DEFER_MAX", 3)
     with Client(redis_url, ns, shards=2) as client:
         client.submit_many([{"task": "ok"} for _ in range(10)])
     snap = asyncio.run(drain(redis_url, ns, store_dsn,

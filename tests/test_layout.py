@@ -1,0 +1,63 @@
+"""The code's shape, kept: modules small enough to read in one sitting, and no import cycle
+inside the library (an engineer reads a module's imports to learn what it may depend on)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 400
+
+
+def test_no_module_is_over_400_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in [*ROOT.glob("scheduler/**/*.py"),
+                                                  *ROOT.glob("cli/*.py")]
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"split these (over {MAX_LINES} lines): {long}"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """The scheduler modules `path` imports, at any level (lazy imports in functions too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rpartition(".")[0]
+            target = (f"{base}.{node.module}" if node.module else base) if node.level \
+                else (node.module or "")
+            out.add(target)
+            out.update(f"{target}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_no_import_cycle_in_the_library() -> None:
+    paths = {_module(p): p for p in ROOT.glob("scheduler/**/*.py")}
+    graph = {m: {d for d in _imports(p, m) if d in paths and d != m} for m, p in paths.items()}
+    # A package's __init__ re-exporting its own modules is not a cycle through them.
+    graph = {m: {d for d in deps if not (m.startswith(d + ".") and paths[d].name == "__init__.py")}
+             for m, deps in graph.items()}
+    cycles: list[list[str]] = []
+
+    def visit(m: str, path: list[str], done: set[str]) -> None:
+        for d in sorted(graph[m]):
+            if d in path:
+                cycles.append(path[path.index(d):] + [d])
+            elif d not in done:
+                visit(d, path + [d], done)
+        done.add(m)
+
+    done: set[str] = set()
+    for m in sorted(graph):
+        if m not in done:
+            visit(m, [m], done)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
