@@ -47,6 +47,11 @@ SUFFIX_JOB = "job:"
 SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
+# Every suffix a shard's keys have after its prefix (tests/test_lua_contracts.py checks that
+# the Lua scripts append no other and that each Keys method builds one of these).
+SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, "due", "cron",
+                            "jobs", "stats", "config", "events", "dlq", "leases", "owner",
+                            "retain"})
 
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -81,6 +86,16 @@ def split_slot_id(slot: str) -> tuple[str, int]:
     if not sep or not fire.isdigit() or not _ID.match(job_id):
         raise ValidationError("slot_id", f"{slot!r} is not a slot id (expected JOB_ID:FIRE_MS)")
     return job_id, int(fire)
+
+
+def cron_in(prefix: str) -> str:
+    """A shard's `cron` zset, from its prefix (services that hold prefixes, not shards)."""
+    return f"{prefix}cron"
+
+
+def job_in(prefix: str, job_id: str) -> str:
+    """A job's hash, from its shard's prefix."""
+    return f"{prefix}{SUFFIX_JOB}{job_id}"
 
 
 class Keys:

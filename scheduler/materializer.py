@@ -34,6 +34,7 @@ import redis.asyncio
 from . import metrics, scripts
 from .clock import Clock
 from .cronspec import CronSpec
+from .keys import cron_in, job_in
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
 
@@ -139,7 +140,7 @@ class Materializer(Service):
             reads += [(p, now + OVERDUE_AHEAD_MS) for p in self.others]
         pipe = self.redis.pipeline(transaction=False)
         for p, horizon in reads:
-            pipe.zrange(p + "cron", "-inf", horizon, byscore=True, offset=0,
+            pipe.zrange(cron_in(p), "-inf", horizon, byscore=True, offset=0,
                         num=self.batch, withscores=True)
         owned = set(self.prefixes)
         due = [(p, m.decode(), int(score)) for (p, _), reply in zip(reads, await pipe.execute(),
@@ -178,7 +179,7 @@ class Materializer(Service):
             self._jobs.clear()  # bounded memory; definitions are simply read again
         pipe = self.redis.pipeline(transaction=False)
         for prefix, job_id in jobs:
-            pipe.hmget(f"{prefix}job:{job_id}", *_FIELDS)
+            pipe.hmget(job_in(prefix, job_id), *_FIELDS)
         for key, raw in zip(jobs, await pipe.execute(), strict=True):
             self._jobs[key] = _recurrence(raw)
 

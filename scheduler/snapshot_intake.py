@@ -16,16 +16,9 @@ import msgspec
 
 from .clock import Clock
 from .errors import ConfigError
+from .events import SLOT_ONLY
 
 log = logging.getLogger("scheduler.snapshotter")
-
-# Event types that only move slots; any other type (submissions, and whatever a newer version
-# adds) also makes the snapshotter copy the job definition.
-SLOT_ONLY = frozenset({
-    "claimed", "succeeded", "retry", "dead", "cancelled", "cancel_requested", "refused",
-    "released", "lost", "reclaimed", "redispatched", "replayed", "purged", "queued",
-    "recovered", "skipped", "orphaned"})
-
 
 class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     read_count: int = 100

@@ -15,14 +15,12 @@ from typing import Any, NamedTuple
 
 import msgspec
 
+from ..events import FINAL_STATUS
 from ..models import Slot, slot_from_hash
 from ..states import TERMINAL, Outcome
 
 DAY_MS = 86_400_000
 SCHEMA_VERSION = 1
-# What an event says about a slot whose hash is already gone.
-EVENT_STATUS = {"succeeded": "succeeded", "dead": "dead", "cancelled": "cancelled",
-                "lost": "lost", "purged": "dead"}
 
 _json = msgspec.json.Encoder()
 _TERMINAL = frozenset(s.value for s in TERMINAL)
@@ -166,7 +164,7 @@ def event_slot_row(namespace: str, slot_id: str, kind: str, record: dict[str, An
                    ) -> SlotRow | None:
     """What an event alone says about a slot whose hash is gone. Version 0: such a row is
     only inserted when the store has none, never replaces a row read from the hash."""
-    status = EVENT_STATUS.get(kind)
+    status = FINAL_STATUS.get(kind)  # type: ignore[call-overload]
     if status is None:
         return None
     job_id, _, fire = slot_id.rpartition(":")

@@ -1,0 +1,56 @@
+"""The lifecycle event types: what each shard's events stream (`<ns>:{sNN}:events`) says
+happened. The Lua transitions write them (`emit` in _lib.lua, and claim.lua's own XADD); the
+snapshotter and the history store read them. tests/test_lua_contracts.py checks that every
+type a script writes is declared here, and every type declared here is written.
+
+Each entry: `type`, `ts` (Redis ms), `worker`, and `data`, a JSON list of records (one per
+slot or job the transition touched).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    # a job and its first slot (submit.lua), or a slot restored from history (restore.lua)
+    SUBMITTED = "submitted"
+    RECOVERED = "recovered"
+    # cron (materialize.lua): occurrences created; occurrences skipped or not backfilled
+    MATERIALIZED = "materialized"
+    SKIPPED = "skipped"
+    MISSED = "missed"
+    # a slot's way through its attempts
+    QUEUED = "queued"  # promoted from `due` into its dispatch stream
+    CLAIMED = "claimed"
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    DEAD = "dead"
+    RELEASED = "released"  # handed back by a stopping worker
+    REFUSED = "refused"  # a commit by a worker that no longer held the lease
+    LOST = "lost"  # an at-most-once lease expired
+    RECLAIMED = "reclaimed"  # an at-least-once lease expired: dispatched again
+    REDISPATCHED = "redispatched"  # an entry read but never claimed, dispatched again
+    ORPHANED = "orphaned"  # a slot that fell out of every index, repaired (sweep.lua)
+    # an operator's actions
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    REPLAYED = "replayed"
+    PURGED = "purged"
+    # shard ownership (lease.lua)
+    OWNER = "owner"
+
+
+# Types that only move slots. Any other type (submissions, and whatever a newer version adds)
+# also makes the snapshotter copy the job definition.
+SLOT_ONLY = frozenset({
+    EventType.CLAIMED, EventType.SUCCEEDED, EventType.RETRY, EventType.DEAD,
+    EventType.CANCELLED, EventType.CANCEL_REQUESTED, EventType.REFUSED, EventType.RELEASED,
+    EventType.LOST, EventType.RECLAIMED, EventType.REDISPATCHED, EventType.REPLAYED,
+    EventType.PURGED, EventType.QUEUED, EventType.RECOVERED, EventType.SKIPPED,
+    EventType.ORPHANED})
+
+# The status an event proves for a slot whose hash is already gone (history rows).
+FINAL_STATUS = {EventType.SUCCEEDED: "succeeded", EventType.DEAD: "dead",
+                EventType.CANCELLED: "cancelled", EventType.LOST: "lost",
+                EventType.PURGED: "dead"}
