@@ -91,14 +91,19 @@ class Committer:
                  for shard, items in by.items() if items]
         took = 0
         first_error: BaseException | None = None
-        if parts:
-            calls = [self._call(kind, shard, items, now) for kind, shard, items in parts]
+        built = []
+        for kind, shard, items in parts:  # an outcome its call cannot carry goes alone
             try:
-                results: list[Any] = await scripts.run_async(self.redis, calls,
-                                                             raise_errors=False)
+                built.append((kind, shard, items, self._call(kind, shard, items, now)))
+            except Exception:
+                self.alone += [(kind, shard, item) for item in items]
+        if built:
+            try:
+                results: list[Any] = await scripts.run_async(
+                    self.redis, [call for *_, call in built], raise_errors=False)
             except Exception as exc:  # the round trip itself: every call failed alike
-                results = [exc] * len(calls)
-            for (kind, shard, items), result in zip(parts, results, strict=True):
+                results = [exc] * len(built)
+            for (kind, shard, items, _), result in zip(built, results, strict=True):
                 if isinstance(result, BaseException):
                     first_error = first_error or result
                     self._keep(kind, shard, items, result)
@@ -107,8 +112,8 @@ class Committer:
         alone, self.alone = self.alone, []
         for kind, shard, item in alone:
             try:
-                [result] = await scripts.run_async(self.redis, [self._call(kind, shard, [item],
-                                                                           now)])
+                call = self._call(kind, shard, [item], now)
+                [result] = await scripts.run_async(self.redis, [call])
             except Exception as exc:
                 if transient(exc):
                     self.alone.append((kind, shard, item))

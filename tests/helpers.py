@@ -18,7 +18,7 @@ import redis.asyncio
 from cli.main import main
 from scheduler import Client, Registry, scripts
 from scheduler.clock import ManualClock
-from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, shard_of
+from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
 from scheduler.node import SchedulerNode
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
 from scheduler.store import open_store
@@ -111,14 +111,16 @@ def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,
 
 
 
-def pending(r: redis.Redis, ns: str, shards: int = 2) -> int:
-    """Events delivered to snapshotters and not acked yet (0 before the group exists)."""
-    total = 0
-    for s in range(shards):
+def pending(r: redis.Redis, ns: str) -> int:
+    """Events delivered to snapshotters and not acked yet, over every shard of the namespace
+    (0 for a shard whose stream or group does not exist yet; any other error is raised)."""
+    keys, total = Keys(ns), 0
+    for s in range(int(r.hget(keys.meta, "shards") or 0)):  # type: ignore[arg-type]
         try:
-            total += int(r.xpending(f"{ns}:{{s{s:02d}}}:events", HISTORY_GROUP)["pending"])
-        except redis.exceptions.ResponseError:
-            pass
+            total += int(r.xpending(keys.events(s), HISTORY_GROUP)["pending"])
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
     return total
 
 

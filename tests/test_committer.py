@@ -1,0 +1,105 @@
+"""The worker's committer on its own: outcomes of several shards in one round trip, kept
+through a Redis that does not answer, a poison outcome dropped alone, a repeat answered
+"already"."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import redis
+import redis.asyncio
+
+from helpers import W, Shard, make
+from scheduler import Client, SlotStatus
+from scheduler.clock import ManualClock
+from scheduler.committer import Committer
+from scheduler.connection import process_redis
+
+
+def _claimed(r: redis.Redis, client: Client, clock: ManualClock, n: int) -> list[tuple[Shard, int]]:
+    """n slots claimed by W, each with its fencing token."""
+    out = []
+    for _ in range(n):
+        shard = make(r, client, clock)
+        [reply] = shard.claim(shard.read())
+        out.append((shard, int(reply[1])))
+    return out
+
+
+def _committer(conn: Any, client: Client, clock: ManualClock) -> Committer:
+    return Committer(conn, client.keys, clock, W, 1000)
+
+
+def test_outcomes_of_every_shard_go_in_one_round_trip_and_a_repeat_is_harmless(
+        r: redis.Redis, redis_url: str, client: Client, clock: ManualClock) -> None:
+    runs = _claimed(r, client, clock, 12)
+    assert len({s.shard for s, _ in runs}) > 1
+
+    async def scenario() -> tuple[int, int]:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        committer = _committer(conn, client, clock)
+        for shard, token in runs:
+            committer.add_done(shard.shard, (shard.slot_id, token, 1, 2))
+        took = await committer.run_once()
+        for shard, token in runs[:3]:  # sent again (a reply lost): "already", not refused
+            committer.add_done(shard.shard, (shard.slot_id, token, 1, 2))
+        again = await committer.run_once()
+        await conn.aclose()
+        assert committer.refused == 0 and len(committer) == 0
+        return took, again
+
+    assert asyncio.run(scenario()) == (12, 3)
+    assert {s.slot().status for s, _ in runs} == {SlotStatus.SUCCEEDED}
+
+
+def test_outcomes_wait_through_a_redis_that_does_not_answer(
+        r: redis.Redis, redis_url: str, client: Client, clock: ManualClock) -> None:
+    runs = _claimed(r, client, clock, 4)
+
+    async def scenario() -> None:
+        dead = process_redis("redis://127.0.0.1:1/0", 3.0)  # nothing listens there
+        committer = _committer(dead, client, clock)
+        for shard, token in runs:
+            committer.add_done(shard.shard, (shard.slot_id, token, 1, 2))
+        for _ in range(3):
+            try:
+                await committer.run_once()
+                raise AssertionError("a round trip to nowhere succeeded")
+            except redis.exceptions.ConnectionError:
+                pass
+            assert len(committer) == 4 and committer.slots() == {s.slot_id for s, _ in runs}
+        await dead.aclose()
+        committer.redis = live = redis.asyncio.Redis.from_url(redis_url)
+        assert await committer.run_once() == 4 and len(committer) == 0
+        await live.aclose()
+
+    asyncio.run(scenario())
+    assert {s.slot().status for s, _ in runs} == {SlotStatus.SUCCEEDED}
+
+
+def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, client: Client,
+                                           clock: ManualClock) -> None:
+    good = _claimed(r, client, clock, 5)
+    [(bad, token)] = _claimed(r, client, clock, 1)
+
+    async def scenario() -> Committer:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        committer = _committer(conn, client, clock)
+        for shard, t in good:
+            committer.add_done(shard.shard, (shard.slot_id, t, 1, 2))
+        # one its call cannot even be built for, one Redis cannot be sent (a lone surrogate)
+        committer.add_done(bad.shard, (bad.slot_id, token, "not-a-time", 2))  # type: ignore[arg-type]
+        committer.add_done(bad.shard, (bad.slot_id + "\udcff", token, 1, 2))
+        for _ in range(3):
+            try:
+                await committer.run_once()
+            except redis.exceptions.ResponseError:
+                pass
+        await conn.aclose()
+        return committer
+
+    committer = asyncio.run(scenario())
+    assert committer.dropped == 2 and len(committer) == 0
+    assert {s.slot().status for s, _ in good} == {SlotStatus.SUCCEEDED}
+    assert bad.slot().status is SlotStatus.RUNNING  # left to its lease, like a crashed worker
