@@ -10,7 +10,7 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from helpers import W, Shard, make
+from helpers import Shard, W, make
 from scheduler import Client, SlotStatus
 from scheduler.clock import ManualClock
 from scheduler.committer import Committer
