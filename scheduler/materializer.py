@@ -161,10 +161,11 @@ class Materializer(Service):
                                              pl.next_ms, pl.missed, pl.fires))
             misses.append(pl.missed)
         missed = 0
-        for dropped, reply in zip(misses, await scripts.run_async(self.redis, calls),
-                                  strict=True):
-            if int(reply[0]) == scripts.Materialized.OK:
-                self.created += int(reply[1])
+        for dropped, raw in zip(misses, await scripts.run_async(self.redis, calls),
+                                strict=True):
+            reply = scripts.MaterializeReply.decode(raw)
+            if reply.code is scripts.Materialized.OK:
+                self.created += reply.created
                 missed += dropped
             else:
                 self.refused += 1

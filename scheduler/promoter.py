@@ -63,11 +63,11 @@ class Promoter(Service):
             calls += [scripts.promote(p, now, self.events_maxlen, self.batch,
                                       due_before_ms=now - self.overdue_ms)
                       for p in self.others]
-        replies = await scripts.run_async(self.redis, calls)
-        promoted = sum(int(r[0]) for r in replies)
-        overdue = sum(int(r[0]) for r in replies[len(owned):])
-        nexts = [int(r[1]) for r in replies[:len(owned)] if int(r[1]) >= 0]
-        skipped = sum(int(r[2]) for r in replies)
+        replies = [scripts.Promoted.decode(r) for r in await scripts.run_async(self.redis, calls)]
+        promoted = sum(r.promoted for r in replies)
+        overdue = sum(r.promoted for r in replies[len(owned):])
+        nexts = [r.next_due_ms for r in replies[:len(owned)] if r.next_due_ms >= 0]
+        skipped = sum(r.skipped for r in replies)
         self.promoted += promoted
         if promoted:
             metrics.PROMOTED.inc(promoted)

@@ -42,7 +42,7 @@ class Reclaimer(Service):
         self.interval_s = interval_s
         self.events_maxlen = events_maxlen
         self.cursors: dict[tuple[int, str], str] = {}
-        self.totals = {"reclaimed": 0, "lost": 0, "dead": 0, "redispatched": 0}
+        self.totals = dict.fromkeys(scripts.Reclaimed.COUNTS, 0)
 
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns what it did."""
@@ -61,11 +61,12 @@ class Reclaimer(Service):
         await self.redis.zremrangebyscore(self.keys.workers, "-inf",
                                           now - WORKER_FORGET_LEASES * self.lease_ms)
         done = dict.fromkeys(self.totals, 0)
-        for shard, reply in zip(self.shards, replies, strict=True):
-            for name, count in zip(self.totals, reply[:4], strict=True):
-                done[name] += int(count)
-            for queue, cursor in zip(queues, reply[4:], strict=True):
-                self.cursors[(shard, queue)] = cursor.decode() if isinstance(cursor, bytes) else cursor
+        for shard, raw in zip(self.shards, replies, strict=True):
+            reply = scripts.Reclaimed.decode(raw)
+            for name, count in reply.counts().items():
+                done[name] += count
+            for queue, cursor in zip(queues, reply.cursors, strict=True):
+                self.cursors[(shard, queue)] = cursor
         for name, count in done.items():
             self.totals[name] += count
         expired = done["reclaimed"] + done["lost"] + done["dead"]

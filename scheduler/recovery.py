@@ -103,10 +103,10 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             calls.append(scripts.restore(prefix, now, events_maxlen, [], slot_part))
     report = RecoveryReport(shards=shards)
     for group in _chunks(calls, 50):
-        for reply in scripts.run_sync(client, group):
-            report.jobs_restored += int(reply[0])
-            report.cron_watermarks_restored += int(reply[1])
-            report.slots_scheduled += int(reply[2])
-            report.slots_dispatched += int(reply[3])
-            report.slots_ended += int(reply[4])
+        for reply in map(scripts.Restored.decode, scripts.run_sync(client, group)):
+            report.jobs_restored += reply.jobs
+            report.cron_watermarks_restored += reply.cron_watermarks
+            report.slots_scheduled += reply.slots_scheduled
+            report.slots_dispatched += reply.slots_dispatched
+            report.slots_ended += reply.slots_ended
     return report

@@ -98,3 +98,84 @@ def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
         return [kind(int(c)) for c in reply]
     except ValueError as exc:
         raise ScriptError(f"unexpected reply code from Lua ({kind.__name__}): {exc}") from None
+
+
+def _ints(reply: Sequence[Any], n: int) -> list[int]:
+    if len(reply) < n:
+        raise ScriptError(f"unexpected reply from Lua: {n} values expected, got {reply!r}")
+    return [int(x) for x in reply[:n]]
+
+
+class Promoted(msgspec.Struct, frozen=True):
+    """promote.lua: slots dispatched, the earliest score left in `due` (-1: empty), and
+    occurrences that ended `skipped`."""
+
+    promoted: int
+    next_due_ms: int
+    skipped: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Promoted:
+        return cls(*_ints(reply, 3))
+
+
+class Reclaimed(msgspec.Struct, frozen=True):
+    """reclaim.lua: this pass's counts, and per queue (in the order given) the cursor for the
+    next pass ("-": the scan reached the end)."""
+
+    reclaimed: int
+    lost: int
+    dead: int
+    redispatched: int
+    cursors: list[str]
+
+    COUNTS = ("reclaimed", "lost", "dead", "redispatched")
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Reclaimed:
+        reclaimed, lost, dead, redispatched = _ints(reply, 4)
+        return cls(reclaimed, lost, dead, redispatched,
+                   [c.decode() if isinstance(c, bytes) else str(c) for c in reply[4:]])
+
+    def counts(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.COUNTS}
+
+
+class MaterializeReply(msgspec.Struct, frozen=True):
+    """materialize.lua: whether the watermark moved (REFUSED: another node did it first, or
+    the job left the `cron` set), and how many slots are new."""
+
+    code: Materialized
+    created: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> MaterializeReply:
+        code, created = _ints(reply, 2)
+        return cls(codes([code], Materialized)[0], created)
+
+
+class Restored(msgspec.Struct, frozen=True):
+    """restore.lua: what one call put back."""
+
+    jobs: int
+    cron_watermarks: int
+    slots_scheduled: int
+    slots_dispatched: int
+    slots_ended: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Restored:
+        return cls(*_ints(reply, 5))
+
+
+class Expired(msgspec.Struct, frozen=True):
+    """expire.lua (retention): slot and job hashes deleted, and the score of the earliest
+    `retain` entry left (-1: none)."""
+
+    slots: int
+    jobs: int
+    next_ms: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Expired:
+        return cls(*_ints(reply, 3))

@@ -75,10 +75,10 @@ class Retention(Service):
         now = self.clock.now_ms()
         calls = [scripts.expire(self.keys.prefix(s), now, int(self.config.retention_s * 1000),
                                 self.config.batch) for s in range(self.shards)]
-        replies = await scripts.run_async(self.redis, calls)
-        slots = sum(int(r[0]) for r in replies)
+        replies = [scripts.Expired.decode(r) for r in await scripts.run_async(self.redis, calls)]
+        slots = sum(r.slots for r in replies)
         self.deleted_slots += slots
-        self.deleted_jobs += sum(int(r[1]) for r in replies)
+        self.deleted_jobs += sum(r.jobs for r in replies)
         if (self.store is not None and self.config.history_days is not None
                 and time.monotonic() - self._last_history >= self.config.history_interval_s):
             self._last_history = time.monotonic()

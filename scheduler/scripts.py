@@ -26,11 +26,16 @@ from .replies import Beat as Beat
 from .replies import Cancelled as Cancelled
 from .replies import Claimed as Claimed
 from .replies import Commit as Commit
+from .replies import Expired as Expired
 from .replies import Failed as Failed
 from .replies import Leased as Leased
 from .replies import Materialized as Materialized
+from .replies import MaterializeReply as MaterializeReply
 from .replies import Once as Once
+from .replies import Promoted as Promoted
+from .replies import Reclaimed as Reclaimed
 from .replies import Released as Released
+from .replies import Restored as Restored
 from .replies import Swept as Swept
 from .replies import codes as codes
 
