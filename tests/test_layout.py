@@ -61,3 +61,39 @@ def test_no_import_cycle_in_the_library() -> None:
         if m not in done:
             visit(m, [m], done)
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles[:5])
+
+
+# The layers README "How it works" names, and what each may import (besides itself and the
+# layers below it in this list).
+LAYERS = {
+    "contracts": {"errors", "states", "keys", "events", "replies", "clock", "cronspec",
+                  "schedule", "models", "namespace", "connection", "scripts", "sqlfiles"},
+    "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
+    "services": {"loops", "registry", "inflight", "execution", "committer", "heartbeat",
+                 "worker", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",
+                 "snapshot_intake", "snapshotter", "retention", "recovery", "status",
+                 "metrics", "exporter", "embedded"},
+    "sdk": {"jobspec", "sdk_core", "operations", "client"},
+}
+MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},
+              "services": {"contracts", "store", "services"},
+              "sdk": {"contracts", "store", "sdk", "services:status"}}
+
+
+def test_each_layer_imports_only_what_it_may() -> None:
+    paths = {_module(p): p for p in ROOT.glob("scheduler/**/*.py")
+             if "examples" not in p.parts}
+    layer_of = {f"scheduler.{m}": layer for layer, ms in LAYERS.items() for m in ms}
+    unplaced = set(paths) - set(layer_of) - {"scheduler"}
+    assert not unplaced, f"place these modules in a layer: {sorted(unplaced)}"
+    wrong = []
+    for module, path in paths.items():
+        layer = layer_of.get(module)
+        if layer is None:
+            continue
+        for dep in _imports(path, module) & set(layer_of):
+            other = layer_of[dep]
+            allowed = MAY_IMPORT[layer]
+            if other not in allowed and f"{other}:{dep.removeprefix('scheduler.')}" not in allowed:
+                wrong.append(f"{module} ({layer}) imports {dep} ({other})")
+    assert not wrong, wrong
