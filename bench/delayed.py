@@ -58,9 +58,11 @@ def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int, workers: int 
     """A fresh namespace with a scheduler node and `workers` worker processes running on it,
     ready to take work; stopped and dropped afterwards. Yields (namespace, client)."""
     ns = fresh_namespace(prefix)
-    procs = _procs(url, ns, concurrency, workers)
+    procs: list[Any] = []
     try:
         with Client(url, ns) as client:
+            client.create_namespace()  # the processes wait for it
+            procs = _procs(url, ns, concurrency, workers)
             time.sleep(1.5)  # the node takes its shards, the worker creates its groups
             yield ns, client
     finally:

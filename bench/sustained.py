@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _run(args: argparse.Namespace, ns: str, history: str | None) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
+    with Client(args.redis_url, ns) as first:
+        first.create_namespace()  # the processes wait for it
     procs = _start(args.redis_url, ns, args.workers, args.concurrency, history,
                    args.retention, args.snapshotters, args.settle)
     pending: list[tuple[str, int]] = []  # sampled (job id, fire_ms) not yet seen claimed

@@ -149,6 +149,7 @@ class Client(_Driver):
 
     _shards = _blocking(operations.shards)
     now_ms = _blocking(operations.now_ms)
+    create_namespace = _blocking(operations.create_namespace)
     submit = _blocking(operations.submit)
     submit_many = _blocking(operations.submit_many)
     get_job = _blocking(operations.get_job)
@@ -224,6 +225,7 @@ class AsyncClient(_Driver):
 
     shards = _awaitable(operations.shards)
     now_ms = _awaitable(operations.now_ms)
+    create_namespace = _awaitable(operations.create_namespace)
     submit = _awaitable(operations.submit)
     submit_many = _awaitable(operations.submit_many)
     get_job = _awaitable(operations.get_job)

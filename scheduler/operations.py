@@ -89,6 +89,16 @@ def _ensure_namespace(core: Core) -> Op[None]:
         core.registered = set()
 
 
+def create_namespace(core: Core) -> Op[int]:
+    """Create the namespace now, with this client's shard count and payload limit, as its
+    first submit would (a no-op when it exists; a differing explicit count is refused).
+    For deployments that start workers and scheduler nodes before anything is submitted:
+    they wait for the namespace. Returns its shard count."""
+    yield from _ready(core)
+    yield from _ensure_namespace(core)
+    return core.shards
+
+
 def shards(core: Core) -> Op[int]:
     """The namespace's shard count (the one it will be created with, before its first
     write)."""

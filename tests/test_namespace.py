@@ -13,7 +13,7 @@ import redis
 import redis.asyncio
 
 from helpers import statuses
-from scheduler import Client, Context, Registry, namespace
+from scheduler import AsyncClient, Client, Context, Registry, namespace
 from scheduler.errors import ConfigError, NamespaceError
 from scheduler.keys import DISPATCH_GROUP, Keys
 from scheduler.node import SchedulerNode
@@ -108,3 +108,20 @@ def test_the_first_writer_wins_and_later_clients_adopt_its_count_and_limit(
             later.submit("t", "x" * 2000)
     with pytest.raises(NamespaceError, match="has 5 shards in Redis, not the 6 asked for"):
         Client(redis_url, ns, shards=6).submit("t")
+
+
+def test_create_namespace_fixes_the_count_before_any_job(redis_url: str, ns: str,
+                                                         r: redis.Redis) -> None:
+    with Client(redis_url, ns, shards=12) as client:
+        assert client.create_namespace() == 12
+        assert client.create_namespace() == 12  # again: nothing changes
+    assert r.hget(Keys(ns).meta, "shards") == b"12" and not r.exists(Keys(ns).job(0, "x"))
+    with Client(redis_url, ns) as other:
+        assert other.create_namespace() == 12
+    with pytest.raises(NamespaceError, match="has 12 shards in Redis, not the 4 asked for"):
+        Client(redis_url, ns, shards=4).create_namespace()
+
+    async def adopt() -> int:
+        async with AsyncClient(redis_url, ns) as client:
+            return await client.create_namespace()
+    assert asyncio.run(adopt()) == 12

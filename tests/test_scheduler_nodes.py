@@ -92,7 +92,7 @@ def test_two_nodes_then_one_killed_every_occurrence_once(r: redis.Redis, redis_u
                                                           app_env: dict[str, str]) -> None:
     effects = f"{ns}:test:effects"
     with Client(redis_url, ns) as first_writer:  # nodes wait for the namespace to exist
-        first_writer.submit("test.effect", {"effects": effects})
+        first_writer.create_namespace()
     a = scheduler_node(redis_url, ns, app_env)
     b = scheduler_node(redis_url, ns, app_env)
     w = worker(redis_url, ns, app_env)

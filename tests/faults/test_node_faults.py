@@ -26,8 +26,8 @@ def test_cron_starts_within_two_seconds_while_nodes_die_and_freeze(
     sc = scenario
     # The processes start first: eight nodes take seconds to come up on a loaded two-core
     # box, and occurrences due before any node runs would measure start-up, not failover.
-    # They wait for the namespace, which a first submit creates (scheduler/namespace.py).
-    sc.submit([JobSpec(task="chaos.noop", payload={"effects": sc.effects})])
+    # They wait for the namespace (scheduler/namespace.py), created here ahead of any job.
+    sc.client.create_namespace()
     nodes = [procs.node("--shard-lease", "5") for _ in range(8)]
     procs.worker("--concurrency", "200")
     procs.worker("--concurrency", "200")
