@@ -42,9 +42,8 @@ import redis.asyncio
 
 from . import namespace, scripts
 from .clock import Clock, RedisClock
-from .errors import NamespaceError
 from .keys import HISTORY_GROUP, Keys
-from .loops import Backoff, ErrorLog, pause
+from .loops import Backoff, Service
 from .snapshot_intake import Intake, SnapshotterConfig, Work, version_of
 from .store import (
     Batch,
@@ -59,10 +58,14 @@ from .store import (
 log = logging.getLogger("scheduler.snapshotter")
 READ_CHUNK = 2000  # hashes per history_read call: bounds how long one call holds Redis
 
-class Snapshotter:
+class Snapshotter(Service):
+    what = "snapshot (the batch stays pending and is retried)"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, store: HistoryStore, *,
                  namespace: str = "sched", config: SnapshotterConfig | None = None,
                  clock: Clock | None = None) -> None:
+        super().__init__()
         self.redis = client
         self.store = store
         self.keys = Keys(namespace)
@@ -78,7 +81,6 @@ class Snapshotter:
         self._own_pending = True  # at start and after a failed batch: re-read our own first
         self._inflight: tuple[asyncio.Task[None], dict[int, Work],
                               list[tuple[int, str, int]], int] | None = None
-        self._stop = asyncio.Event()
         self.intake = Intake(self.config, self.clock)
         self.caught_up = False  # the last read reached the head of every events stream
         self._count = 1  # entries per shard per read: grows and shrinks with their size
@@ -306,28 +308,16 @@ class Snapshotter:
 
     # --- the loop ----------------------------------------------------------------------
 
+    def delay(self, written: int) -> float:
+        if not written:
+            return self.config.idle_sleep_s
+        return self.config.settle_s if self.caught_up else 0.0
+
     async def run(self) -> None:
-        errors = ErrorLog(log, "snapshot (the batch stays pending and is retried)")
-        backoff = Backoff(base_s=self.config.idle_sleep_s)
-        while not self._stop.is_set():
-            try:
-                written = await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except NamespaceError as exc:
-                errors.error(exc, "; waiting for the namespace")
-                await pause(self._stop, backoff.next())
-                continue
-            except Exception as exc:
-                errors.error(exc)
-                await pause(self._stop, backoff.next())
-                continue
-            backoff.reset()
-            errors.ok()
-            if not written:
-                await pause(self._stop, self.config.idle_sleep_s)
-            elif self.caught_up and self.config.settle_s:
-                await pause(self._stop, self.config.settle_s)
+        """Batches until stop() (loops.Service), then the last one committed and every
+        held-back slot written."""
+        self.backoff = Backoff(base_s=self.config.idle_sleep_s)
+        await super().run()
         try:
             await self.settle()  # shutdown: commit and ack the last batch before returning
             await self.flush()
@@ -344,5 +334,3 @@ class Snapshotter:
         """Slots held back so far (defer_s)."""
         return self.intake.deferred
 
-    def stop(self) -> None:
-        self._stop.set()
