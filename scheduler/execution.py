@@ -61,7 +61,7 @@ class Execution:
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table)."""
         run.on_stuck, run.stuck_after_s = self._stuck, self.stuck_after_s
-        run.job = loop.create_task(self._execute(run))
+        run.handler = loop.create_task(self._execute(run))
         if run.timeout_ms:
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
 
@@ -144,7 +144,7 @@ class Execution:
         CancelledError and went on): give up on it, as on a thread that cannot be stopped.
         The slot moves on by the reason it was stopped for; the handler may go on in the
         background, and whatever it returns is ignored."""
-        if run.ended or run.job is None or run.job.done():
+        if run.ended or run.handler is None or run.handler.done():
             return
         metrics.RUNS_ABANDONED.inc()
         self.given_up.append(run)
@@ -179,9 +179,9 @@ class Execution:
         process can exit; threads still running are left to finish on their own."""
         self.executor.shutdown(wait=False, cancel_futures=True)
         for run in self.given_up:
-            if run.job is not None and not run.job.done():
-                run.job.get_coro().close()
-                run.job.cancel()
+            if run.handler is not None and not run.handler.done():
+                run.handler.get_coro().close()
+                run.handler.cancel()
         self.given_up.clear()
 
 

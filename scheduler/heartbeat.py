@@ -66,7 +66,7 @@ class Heartbeat(Service):
         now = self.clock.now_ms()
         by_shard: defaultdict[int, list[tuple[str, int]]] = defaultdict(list)
         for slot, run in list(self.running.items()):
-            if run.job is not None and run.job.done():  # a bug: never keep such a lease alive
+            if run.handler is not None and run.handler.done():  # a bug: never keep such a lease alive
                 log.error("run of %s ended without its outcome; its lease is left to expire",
                           slot)
                 del self.running[slot]

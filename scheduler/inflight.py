@@ -21,7 +21,7 @@ class Run:
     """One claimed slot while this worker holds its lease."""
 
     __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
-                 "delivery", "fire_ms", "started_ms", "job", "stop_reason", "timer", "metrics",
+                 "delivery", "fire_ms", "started_ms", "handler", "stop_reason", "timer", "metrics",
                  "deadline", "begun", "ended", "on_stuck", "stuck_after_s")
 
     def __init__(self, shard: int, slot_id: str, reply: list[Any], deadline: float) -> None:
@@ -40,7 +40,7 @@ class Run:
         # Called when a cancelled handler has not stopped `stuck_after_s` later.
         self.on_stuck: Callable[[Run], None] | None = None
         self.stuck_after_s = 1.0
-        self.job: asyncio.Task[None] | None = None
+        self.handler: asyncio.Task[None] | None = None  # the task running the handler
         self.stop_reason: str | None = None  # why we cancelled it: timeout, lost, cancel, release
         self.timer: asyncio.TimerHandle | None = None
         self.metrics: metrics.RunMetrics
@@ -51,10 +51,10 @@ class Run:
         run would stay in the table, heartbeated forever): it sees the reason when it starts.
         A handler that ignores its cancellation (catches CancelledError and goes on) is
         reported to `on_stuck` after `stuck_after_s`, which gives up on it."""
-        if self.stop_reason is None and self.job is not None and not self.job.done():
+        if self.stop_reason is None and self.handler is not None and not self.handler.done():
             self.stop_reason = reason
             if self.begun:
-                self.job.cancel()
+                self.handler.cancel()
                 if self.on_stuck is not None:
                     asyncio.get_running_loop().call_later(self.stuck_after_s, self.on_stuck,
                                                           self)

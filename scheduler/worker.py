@@ -377,7 +377,7 @@ class Worker:
             except Exception as exc:
                 log.warning("could not hand back %d unclaimed entries (%s); the reclaimer "
                             "will dispatch them after the lease", len(self.backlog), exc)
-        runs = [r.job for r in self.running.values() if r.job is not None]
+        runs = [r.handler for r in self.running.values() if r.handler is not None]
         if runs:
             log.info("waiting up to %.1fs for %d run(s) in flight", self.config.grace_s,
                      len(runs))
@@ -388,7 +388,7 @@ class Worker:
         if leftover:
             log.warning("released %d run(s) still going after the grace period",
                         len(leftover))
-            await asyncio.wait([r.job for r in leftover if r.job is not None])
+            await asyncio.wait([r.handler for r in leftover if r.handler is not None])
 
     def stop(self) -> None:
         """Idempotent; safe to call from a signal handler."""

@@ -314,7 +314,7 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
     async def beat() -> Run:
         conn = redis.asyncio.Redis.from_url(redis_url)
         run = Run(s.shard, s.slot_id, claimed, deadline=0)
-        run.job = asyncio.create_task(asyncio.sleep(10))
+        run.handler = asyncio.create_task(asyncio.sleep(10))
         try:
             await Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"],
                             Ended({s.slot_id: run})).run_once()
@@ -324,7 +324,7 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
                             {s.slot_id: run}).run_once()
             return run
         finally:
-            run.job.cancel()
+            run.handler.cancel()
             await conn.aclose()
 
     with caplog.at_level("WARNING", logger="scheduler.heartbeat"):
