@@ -107,4 +107,16 @@ MUTANTS = [
            "scheduler/promoter.py",
            "        if self.others and time.monotonic() >= self._overdue_at:",
            "        if False:", (NODES,)),
+    Mutant("sweep-skips-queued", "sweep.lua's fast path reads only a live slot's fields and "
+           "forgets `queued` (queued orphans stay stranded)",
+           "scheduler/lua/sweep.lua",
+           "local LIVE = {scheduled = true, queued = true, running = true}",
+           "local LIVE = {scheduled = true, running = true}", (ORPHANS,)),
+    Mutant("committer-loses-unbuildable-batch", "an outcome whose call cannot be built takes "
+           "its whole batch down with it (the committer's own test)",
+           "scheduler/committer.py",
+           "            except Exception:\n                self.alone += [(kind, shard, item) "
+           "for item in items]",
+           "            except Exception:\n                raise",
+           ("tests/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
 ]
