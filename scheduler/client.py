@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncClient", "Client", "JobSpec"]
 
+# Aliases: inside the classes, `redis` is the connection attribute.
+_SyncRedis = redis.Redis
+_AsyncRedis = redis.asyncio.Redis
 P = ParamSpec("P")
 R = TypeVar("R")
 DeadLetter = operations.DeadLetter
@@ -52,13 +55,26 @@ class _Driver:
 
     redis: Any
 
-    def __init__(self, namespace: str, shards: int | None, clock: Clock | None,
-                 max_payload_bytes: int, events_maxlen: int,
-                 history: str | HistoryStore | None) -> None:
+    def __init__(self, redis_url: str = "redis://127.0.0.1:6379/0", namespace: str = "sched", *,
+                 shards: int | None = None, clock: Clock | None = None,
+                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                 events_maxlen: int = EVENTS_MAXLEN,
+                 history: str | HistoryStore | None = None,
+                 timeout_s: float = SDK_TIMEOUT_S) -> None:
+        """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
+        is the embedded default file, opened on first use. `max_payload_bytes` is the
+        namespace's limit if this client creates it (its scripts enforce it); a client of an
+        existing namespace follows the limit stored there. `timeout_s`: how long one call
+        waits for Redis (to connect, and for each reply) before RedisUnavailable."""
         self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen)
         self.keys = self._core.keys
         self._history_source = history
         self._store: HistoryStore | None = None
+        self.redis = self._connect(redis_url, timeout_s)
+        self._core.at = where(self.redis)
+
+    def _connect(self, redis_url: str, timeout_s: float) -> Any:
+        raise NotImplementedError
 
     @property
     def events_maxlen(self) -> int:
@@ -101,20 +117,10 @@ def _awaitable(op: Callable[Concatenate[Core, P], Op[R]]
 class Client(_Driver):
     """Blocking SDK. `Client("redis://localhost:6379/0", namespace="sched")`."""
 
-    def __init__(self, redis_url: str = "redis://127.0.0.1:6379/0", namespace: str = "sched", *,
-                 shards: int | None = None, clock: Clock | None = None,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 events_maxlen: int = EVENTS_MAXLEN,
-                 history: str | HistoryStore | None = None,
-                 timeout_s: float = SDK_TIMEOUT_S) -> None:
-        """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
-        is the embedded default file, opened on first use. `max_payload_bytes` is the
-        namespace's limit if this client creates it (its scripts enforce it); a client of an
-        existing namespace follows the limit stored there. `timeout_s`: how long one call
-        waits for Redis (to connect, and for each reply) before RedisUnavailable."""
-        super().__init__(namespace, shards, clock, max_payload_bytes, events_maxlen, history)
-        self.redis: redis.Redis = sync_redis(redis_url, timeout_s=timeout_s)
-        self._core.at = where(self.redis)
+    redis: _SyncRedis
+
+    def _connect(self, redis_url: str, timeout_s: float) -> _SyncRedis:
+        return sync_redis(redis_url, timeout_s=timeout_s)
 
     def _drive(self, op: Op[R]) -> R:
         """Run an operation: perform each request it yields and hand it the outcome."""
@@ -182,16 +188,10 @@ class AsyncClient(_Driver):
     """asyncio SDK with the same methods as `Client`, as coroutines (`aclose` for `close`,
     and `await client.shards()` for the `shards` property)."""
 
-    def __init__(self, redis_url: str = "redis://127.0.0.1:6379/0", namespace: str = "sched", *,
-                 shards: int | None = None, clock: Clock | None = None,
-                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                 events_maxlen: int = EVENTS_MAXLEN,
-                 history: str | HistoryStore | None = None,
-                 timeout_s: float = SDK_TIMEOUT_S) -> None:
-        """As `Client`; store calls run in a thread, off the event loop."""
-        super().__init__(namespace, shards, clock, max_payload_bytes, events_maxlen, history)
-        self.redis: redis.asyncio.Redis = async_redis(redis_url, timeout_s=timeout_s)
-        self._core.at = where(self.redis)
+    redis: _AsyncRedis  # store calls run in a thread, off the event loop
+
+    def _connect(self, redis_url: str, timeout_s: float) -> _AsyncRedis:
+        return async_redis(redis_url, timeout_s=timeout_s)
 
     async def _drive(self, op: Op[R]) -> R:
         """As Client._drive."""
