@@ -25,6 +25,7 @@ from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
 from .loops import Backoff, ErrorLog, transient
+from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
 
@@ -136,19 +137,19 @@ class Committer:
             self.alone += [(kind, shard, item) for item in items]
 
     def _tally(self, kind: str, reply: list[Any]) -> int:
-        codes = [int(c) for c in reply]
-        refused = codes.count(0)
+        answers = codes(reply, kind)
+        refused = answers.count(Code.STALE)
         if kind == "fail":
-            metrics.RETRIES.inc(codes.count(scripts.Failed.RETRY))
-            metrics.DEAD_LETTERED.inc(codes.count(scripts.Failed.DEAD))
+            metrics.RETRIES.inc(answers.count(Code.RETRY))
+            metrics.DEAD_LETTERED.inc(answers.count(Code.DEAD))
         if refused:
             self.refused += refused
             metrics.COMMITS_REFUSED.inc(refused)
             log.warning("%d commit(s) refused: their lease was lost before the outcome arrived "
                         "(the slots were reclaimed or cancelled); see the 'refused' events",
                         refused)
-        self.committed += len(codes) - refused
-        return len(codes)
+        self.committed += len(answers) - refused
+        return len(answers)
 
     async def run(self) -> None:
         """Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import redis.asyncio
 
-from . import metrics, scripts
+from . import metrics, replies, scripts
 from .clock import Clock
 from .committer import Committer
 from .connection import translate, where
@@ -32,6 +32,7 @@ from .keys import Keys
 from .loops import Backoff, transient
 from .models import decode_payload
 from .registry import Context, Registry
+from .replies import Code
 from .states import Outcome
 
 log = logging.getLogger("scheduler.worker")
@@ -161,17 +162,17 @@ class Execution:
         backoff, retried = Backoff(), False
         while True:
             try:
-                code = scripts.Once(int((await scripts.run_async(self.redis, [call]))[0]))
+                code = replies.code((await scripts.run_async(self.redis, [call]))[0], "once")
                 break
             except redis.exceptions.RedisError as exc:
                 if not transient(exc):
                     raise translate(exc, where(self.redis)) from exc
                 retried = True
                 await asyncio.sleep(backoff.next())
-        if code is scripts.Once.LEASE_LOST:
+        if code is Code.STALE:
             raise LeaseLost(f"slot {run.slot_id} attempt {run.attempt} lost its lease")
-        # MINE after a retry: the first try was recorded but its reply lost.
-        return code is scripts.Once.FIRST or (code is scripts.Once.MINE and retried)
+        # REPEAT after a retry: the first try was recorded but its reply lost.
+        return code is Code.OK or (code is Code.REPEAT and retried)
 
     def close(self) -> None:
         """At shutdown: handlers given up on would keep the event loop from closing (it waits

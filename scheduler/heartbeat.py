@@ -33,6 +33,7 @@ from .clock import Clock
 from .inflight import Inflight
 from .keys import Keys
 from .loops import Backoff, ErrorLog, Service
+from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
 
@@ -79,17 +80,17 @@ class Heartbeat(Service):
         lost = 0
         deadline = sent + self.lease_ms / 1000
         for items, reply in zip(by_shard.values(), replies, strict=True):
-            for (slot, token), code in zip(items, scripts.codes(reply, scripts.Beat), strict=True):
+            for (slot, token), code in zip(items, codes(reply, "heartbeat"), strict=True):
                 held = self.running.get(slot)
                 if held is None or held.token != token:
                     continue  # finished (and maybe committed) since the list was taken
-                if code is scripts.Beat.LOST:
+                if code is Code.STALE:
                     if held.stop("lost"):
                         metrics.LEASES_LOST.inc()
                         lost += 1
                     continue
                 held.deadline = max(held.deadline, deadline)
-                if code is scripts.Beat.CANCEL:
+                if code is Code.CANCEL_REQUESTED:
                     held.stop("cancel")
         if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds
             log.warning("%d lease(s) lost (the slots were reclaimed or finished elsewhere); "

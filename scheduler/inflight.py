@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from . import metrics
+from .replies import Grant
 
 
 class Run:
@@ -24,15 +24,13 @@ class Run:
                  "delivery", "fire_ms", "started_ms", "handler", "stop_reason", "timer", "metrics",
                  "deadline", "begun", "ended", "on_stuck", "stuck_after_s")
 
-    def __init__(self, shard: int, slot_id: str, reply: list[Any], deadline: float) -> None:
+    def __init__(self, shard: int, slot_id: str, grant: Grant, deadline: float) -> None:
         self.shard = shard
         self.slot_id = slot_id
-        self.attempt = self.token = int(reply[1])  # the attempt number is the fencing token
-        self.task = reply[2].decode() if reply[2] else ""
-        self.payload = reply[3]
-        self.timeout_ms = int(reply[4] or 0)
-        self.delivery = reply[5].decode() if reply[5] else "at_least_once"
-        self.fire_ms = int(reply[6])
+        # The attempt number is the fencing token.
+        (self.token, self.task, self.payload, self.timeout_ms, self.delivery,
+         self.fire_ms) = grant
+        self.attempt = self.token
         self.started_ms = 0
         self.deadline = deadline
         self.begun = False  # the worker's task for it has started (it cancels only then)

@@ -25,6 +25,7 @@ from .clock import Clock
 from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
+from .replies import Lease
 
 log = logging.getLogger("scheduler.leases")
 
@@ -76,11 +77,11 @@ class ShardLeases(Service):
                                 self.ttl_ms, "release") for s in extra]
         replies = await scripts.run_async(self.redis, calls)
         before = sorted(self.owned)
-        for s, reply in zip(keep + take, replies, strict=False):
-            if int(reply[0]) == scripts.Leased.HELD:
-                self.owned[s] = int(reply[1])
+        for s, reply in zip(keep + take, map(Lease.decode, replies), strict=False):
+            if reply.held:
+                self.owned[s] = reply.epoch
             elif self.owned.pop(s, None) is not None:
-                log.warning("lost the lease on shard %d (now %r)", s, reply[1])
+                log.warning("lost the lease on shard %d (now %r)", s, reply.holder)
         for s in extra:
             self.owned.pop(s, None)
         after = sorted(self.owned)

@@ -37,6 +37,7 @@ from .cronspec import CronSpec
 from .keys import cron_in, job_in
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
+from .replies import MaterializeReply
 
 log = logging.getLogger("scheduler.materializer")
 
@@ -163,8 +164,8 @@ class Materializer(Service):
         missed = 0
         for dropped, raw in zip(misses, await scripts.run_async(self.redis, calls),
                                 strict=True):
-            reply = scripts.MaterializeReply.decode(raw)
-            if reply.code is scripts.Materialized.OK:
+            reply = MaterializeReply.decode(raw)
+            if not reply.moved:
                 self.created += reply.created
                 missed += dropped
             else:

@@ -21,6 +21,7 @@ from .jobspec import JobSpec, one_spec, schedule_arguments
 from .keys import shard_of, slot_id, split_slot_id
 from .models import Job, RetryPolicy, Slot, slot_from_hash
 from .namespace import META_FIELDS
+from .replies import Code, codes
 from .sdk_core import (
     Core,
     Io,
@@ -42,11 +43,11 @@ from .status import (
 )
 
 CANCEL_RESULTS = {
-    scripts.Cancelled.CANCELLED: "cancelled",
-    scripts.Cancelled.REQUESTED: "cancel requested (running: the worker stops it at its next "
-                                 "heartbeat)",
-    scripts.Cancelled.TERMINAL: "already finished",
-    scripts.Cancelled.MISSING: "not found",
+    Code.CANCELLED: "cancelled",
+    Code.CANCEL_REQUESTED: "cancel requested (running: the worker stops it at its next "
+                           "heartbeat)",
+    Code.TERMINAL: "already finished",
+    Code.MISSING: "not found",
 }
 
 
@@ -282,7 +283,7 @@ def cancel(core: Core, ids: str | Iterable[str], reason: str = "cancelled by ope
     replies = yield Scripts(calls)
     result: dict[str, str] = {}
     for group, reply in zip(groups.values(), replies, strict=True):
-        for slot, code in zip(group, scripts.codes(reply, scripts.Cancelled), strict=True):
+        for slot, code in zip(group, codes(reply, "cancel"), strict=True):
             result[slot] = CANCEL_RESULTS[code]
     return result
 
@@ -318,7 +319,8 @@ def _on_dead(core: Core, build: Callable[..., scripts.Call],
     now = core.clock.now_ms()
     calls = [build(core.keys.prefix(s), now, core.events_maxlen, group)
              for s, group in groups.items()]
-    return sum(int(c) for reply in (yield Scripts(calls)) for c in reply)
+    return sum(c is Code.OK for call, reply in zip(calls, (yield Scripts(calls)), strict=True)
+               for c in codes(reply, call.script))
 
 
 def replay(core: Core, slot_ids: Iterable[str] | None = None) -> Op[int]:

@@ -23,6 +23,7 @@ from . import metrics, scripts
 from .clock import Clock
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
+from .replies import Promoted
 
 log = logging.getLogger("scheduler.promoter")
 
@@ -63,7 +64,7 @@ class Promoter(Service):
             calls += [scripts.promote(p, now, self.events_maxlen, self.batch,
                                       due_before_ms=now - self.overdue_ms)
                       for p in self.others]
-        replies = [scripts.Promoted.decode(r) for r in await scripts.run_async(self.redis, calls)]
+        replies = [Promoted.decode(r) for r in await scripts.run_async(self.redis, calls)]
         promoted = sum(r.promoted for r in replies)
         overdue = sum(r.promoted for r in replies[len(owned):])
         nexts = [r.next_due_ms for r in replies[:len(owned)] if r.next_due_ms >= 0]

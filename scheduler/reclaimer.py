@@ -20,6 +20,7 @@ from .clock import Clock
 from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
+from .replies import Reclaimed
 
 log = logging.getLogger("scheduler.reclaimer")
 WORKER_FORGET_LEASES = 10
@@ -42,7 +43,7 @@ class Reclaimer(Service):
         self.interval_s = interval_s
         self.events_maxlen = events_maxlen
         self.cursors: dict[tuple[int, str], str] = {}
-        self.totals = dict.fromkeys(scripts.Reclaimed.COUNTS, 0)
+        self.totals = dict.fromkeys(Reclaimed.COUNTS, 0)
 
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns what it did."""
@@ -62,7 +63,7 @@ class Reclaimer(Service):
                                           now - WORKER_FORGET_LEASES * self.lease_ms)
         done = dict.fromkeys(self.totals, 0)
         for shard, raw in zip(self.shards, replies, strict=True):
-            reply = scripts.Reclaimed.decode(raw)
+            reply = Reclaimed.decode(raw)
             for name, count in reply.counts().items():
                 done[name] += count
             for queue, cursor in zip(queues, reply.cursors, strict=True):

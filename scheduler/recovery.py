@@ -26,6 +26,7 @@ from .errors import NamespaceError
 from .keys import DISPATCH_GROUP, Keys, shard_of
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
 from .namespace import EVENTS_MAXLEN
+from .replies import Restored
 from .store import HistoryStore
 
 T = TypeVar("T")
@@ -103,7 +104,7 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             calls.append(scripts.restore(prefix, now, events_maxlen, [], slot_part))
     report = RecoveryReport(shards=shards)
     for group in _chunks(calls, 50):
-        for reply in map(scripts.Restored.decode, scripts.run_sync(client, group)):
+        for reply in map(Restored.decode, scripts.run_sync(client, group)):
             report.jobs_restored += reply.jobs
             report.cron_watermarks_restored += reply.cron_watermarks
             report.slots_scheduled += reply.slots_scheduled

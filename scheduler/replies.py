@@ -1,6 +1,7 @@
-"""What each Lua transition answers: one IntEnum of reply codes per script (the script's
-header documents them), the structured replies, and `codes`, which decodes a list of codes
-and refuses one it does not know. `scripts.py` re-exports them."""
+"""What each Lua transition answers, decoded here and nowhere else: `Code`, the one table of
+reply codes (Lua reads the same table as `R`), which codes each script may answer, and one
+decoder per structured reply. A reply of the wrong shape or an unknown code is a
+ScriptError naming the script, not an IndexError somewhere in a loop."""
 
 from __future__ import annotations
 
@@ -13,60 +14,109 @@ import msgspec
 from .errors import ScriptError
 
 
-class Claimed(IntEnum):
-    STALE = 0
-    HELD = -1
-    OK = 1
+class Code(IntEnum):
+    """Every code a Lua transition answers, one meaning per number across all scripts. Lua
+    reads this same table: scripts.py defines it as `R` at the top of every script (`R.OK`),
+    so no script writes a bare number for a code. `ANSWERS` says which codes each script
+    gives (a test holds each script's `R.` names to it)."""
+
+    OK = 1  # done as asked: claimed, committed, renewed, released, recorded, held, created
+    STALE = 2  # what the caller presented (an attempt token, a stream entry) is out of date:
+    #            the slot moved on without it (lease lost, reclaimed, cancelled); nothing
+    #            written but a 'refused' event
+    REPEAT = 3  # this very attempt did this before (its first reply was lost): nothing changed
+    HELD = 4  # another holds it: the slot another consumer's claim, the lease another node
+    RETRY = 5  # fail: rescheduled for a retry
+    DEAD = 6  # fail: out of attempts, dead-lettered
+    CANCELLED = 7  # the slot ended cancelled (fail saw a cancel request; cancel did it)
+    CANCEL_REQUESTED = 8  # running: the worker is asked to stop it (cancel, heartbeat)
+    TERMINAL = 9  # the slot had already ended: nothing to do
+    MISSING = 10  # no such slot, or not in the dead-letter queue
+    DONE_BEFORE = 11  # once: an earlier attempt recorded this effect; skip it
+    EXISTS = 12  # submit: the job id is taken (a dedupe hit); nothing written
+    LOST = 13  # release of an at_most_once run: it ends lost, never re-run
+    MOVED = 14  # materialize: the watermark moved (another node did it first); nothing written
 
 
-class Commit(IntEnum):
-    REFUSED = 0
-    OK = 1
-    ALREADY = 2  # a repeat of this attempt's own commit
+ANSWERS: dict[str, frozenset[Code]] = {
+    "claim": frozenset({Code.OK, Code.STALE, Code.HELD}),
+    "complete": frozenset({Code.OK, Code.REPEAT, Code.STALE}),
+    "fail": frozenset({Code.RETRY, Code.DEAD, Code.CANCELLED, Code.REPEAT, Code.STALE}),
+    "release": frozenset({Code.OK, Code.LOST, Code.STALE}),
+    "heartbeat": frozenset({Code.OK, Code.CANCEL_REQUESTED, Code.STALE}),
+    "once": frozenset({Code.OK, Code.REPEAT, Code.DONE_BEFORE, Code.STALE}),
+    "cancel": frozenset({Code.CANCELLED, Code.CANCEL_REQUESTED, Code.TERMINAL, Code.MISSING}),
+    "lease": frozenset({Code.OK, Code.HELD}),
+    "materialize": frozenset({Code.OK, Code.MOVED}),
+    "submit": frozenset({Code.OK, Code.EXISTS}),
+    "replay": frozenset({Code.OK, Code.MISSING}),
+    "purge": frozenset({Code.OK, Code.MISSING}),
+}
+
+# Decoding is a dict lookup, not Code(c): the committer decodes one code per finished run.
+_DECODE = {script: {int(c): c for c in allowed} for script, allowed in ANSWERS.items()}
 
 
-class Failed(IntEnum):
-    REFUSED = 0
-    RETRY = 1
-    DEAD = 2
-    CANCELLED = 3
-    ALREADY = 4  # a repeat of this attempt's own failure
+def lua_table() -> str:
+    """The Lua definition of `R`, one line, that scripts.py puts before every script."""
+    return "local R = {" + ", ".join(f"{c.name} = {int(c)}" for c in Code) + "}\n"
 
 
-class Beat(IntEnum):
-    LOST = 0
-    OK = 1
-    CANCEL = 2
+def codes(reply: Sequence[Any], script: str) -> list[Code]:
+    """A script's reply of one code per item, checked against what the script may answer."""
+    table = _DECODE[script]
+    try:
+        return [table[int(c)] for c in reply]
+    except (KeyError, TypeError, ValueError):
+        raise ScriptError(f"unexpected reply code from {script}.lua: {list(reply)!r} "
+                          f"(it answers {sorted(c.name for c in ANSWERS[script])})") from None
 
 
-class Released(IntEnum):
-    REFUSED = 0
-    REQUEUED = 1
-    LOST = 2
+def code(reply: Any, script: str) -> Code:
+    """A script's reply of one code (once.lua)."""
+    return codes([reply], script)[0]
 
 
-class Cancelled(IntEnum):
-    MISSING = -1
-    TERMINAL = 0
-    CANCELLED = 1
-    REQUESTED = 2
+Grant = tuple[int, str, bytes, int, str, int]
+"""One claimed entry: (attempt = fencing token, task, payload, timeout_ms, delivery, fire_ms)."""
+
+_OK, _STALE, _HELD = int(Code.OK), int(Code.STALE), int(Code.HELD)
 
 
-class Once(IntEnum):
-    LEASE_LOST = -1
-    DONE_BEFORE = 0
-    FIRST = 1
-    MINE = 2  # recorded before by the same attempt
+def claimed(reply: Sequence[Any]) -> list[Grant | None]:
+    """claim.lua's reply for one shard, one item per entry in order: its grant, or None when
+    the entry was not claimed (STALE: acked, the slot moved on; HELD: another consumer has
+    it). This runs once per claimed slot on the worker's hot path: plain tuples and ints."""
+    out: list[Grant | None] = []
+    for item in reply:
+        c = item[0]
+        if c == _OK:
+            out.append((int(item[1]), item[2].decode() if item[2] else "", item[3],
+                        int(item[4] or 0), item[5].decode() if item[5] else "at_least_once",
+                        int(item[6])))
+        elif c == _STALE or c == _HELD:
+            out.append(None)
+        else:
+            raise ScriptError(f"unexpected reply code from claim.lua: {item!r}")
+    return out
 
 
-class Materialized(IntEnum):
-    REFUSED = 0  # the watermark moved: another node materialized this job first
-    OK = 1
+class Lease(msgspec.Struct, frozen=True):
+    """lease.lua: whether this node holds (acquire) or gave back (release) the shard's lease,
+    its epoch if so, else the current holder's value ("" if none)."""
 
+    held: bool
+    epoch: int
+    holder: str
 
-class Leased(IntEnum):
-    NOT_HELD = 0
-    HELD = 1
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Lease:
+        if len(reply) < 2:
+            raise ScriptError(f"unexpected reply from lease.lua: {reply!r}")
+        if code(reply[0], "lease") is Code.OK:
+            return cls(True, int(reply[1]), "")
+        value = reply[1]
+        return cls(False, 0, value.decode() if isinstance(value, bytes) else str(value))
 
 
 class Swept(msgspec.Struct, frozen=True, array_like=True):
@@ -91,13 +141,6 @@ class Swept(msgspec.Struct, frozen=True, array_like=True):
 
     def repaired(self) -> dict[str, int]:
         return {a: getattr(self, a) for a in self.ACTIONS if getattr(self, a)}
-
-
-def codes(reply: Sequence[int], kind: type[IntEnum]) -> list[Any]:
-    try:
-        return [kind(int(c)) for c in reply]
-    except ValueError as exc:
-        raise ScriptError(f"unexpected reply code from Lua ({kind.__name__}): {exc}") from None
 
 
 def _ints(reply: Sequence[Any], n: int) -> list[int]:
@@ -142,16 +185,16 @@ class Reclaimed(msgspec.Struct, frozen=True):
 
 
 class MaterializeReply(msgspec.Struct, frozen=True):
-    """materialize.lua: whether the watermark moved (REFUSED: another node did it first, or
-    the job left the `cron` set), and how many slots are new."""
+    """materialize.lua: whether it was refused because the watermark moved (another node did
+    it first, or the job left the `cron` set), and how many slots are new."""
 
-    code: Materialized
+    moved: bool
     created: int
 
     @classmethod
     def decode(cls, reply: Sequence[Any]) -> MaterializeReply:
-        code, created = _ints(reply, 2)
-        return cls(codes([code], Materialized)[0], created)
+        answer, created = _ints(reply, 2)
+        return cls(code(answer, "materialize") is Code.MOVED, created)
 
 
 class Restored(msgspec.Struct, frozen=True):

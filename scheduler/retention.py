@@ -21,6 +21,7 @@ from .clock import Clock, RedisClock
 from .errors import ConfigError
 from .keys import Keys
 from .loops import Service
+from .replies import Expired
 from .store import DAY_MS, HistoryStore
 
 log = logging.getLogger("scheduler.retention")
@@ -75,7 +76,7 @@ class Retention(Service):
         now = self.clock.now_ms()
         calls = [scripts.expire(self.keys.prefix(s), now, int(self.config.retention_s * 1000),
                                 self.config.batch) for s in range(self.shards)]
-        replies = [scripts.Expired.decode(r) for r in await scripts.run_async(self.redis, calls)]
+        replies = [Expired.decode(r) for r in await scripts.run_async(self.redis, calls)]
         slots = sum(r.slots for r in replies)
         self.deleted_slots += slots
         self.deleted_jobs += sum(r.jobs for r in replies)

@@ -1,11 +1,12 @@
-"""The Lua transitions: loading, argument building, and reply decoding, in one place.
+"""The Lua transitions: loading and argument building, in one place (replies.py decodes).
 
 Each script in `lua/` is loaded once per connection pool (SCRIPT LOAD) and called by SHA; a
 NOSCRIPT reply (Redis restarted or flushed its script cache) reloads and retries the calls
 that did not run. Calls are batched: `Call` values are built here and run by `run_sync` /
 `run_async` in one pipelined round trip, whatever shards they touch.
 
-`--- @include "_lib.lua"` inside a script is replaced by that file's text at load time.
+`--- @include "_lib.lua"` inside a script is replaced by that file's text at load time, and
+the reply-code table `R` (replies.py) is put before every script.
 """
 
 from __future__ import annotations
@@ -21,23 +22,7 @@ import msgspec
 import redis
 import redis.asyncio
 
-# Reply codes live in replies.py; callers read them here as scripts.X (explicit re-exports).
-from .replies import Beat as Beat
-from .replies import Cancelled as Cancelled
-from .replies import Claimed as Claimed
-from .replies import Commit as Commit
-from .replies import Expired as Expired
-from .replies import Failed as Failed
-from .replies import Leased as Leased
-from .replies import Materialized as Materialized
-from .replies import MaterializeReply as MaterializeReply
-from .replies import Once as Once
-from .replies import Promoted as Promoted
-from .replies import Reclaimed as Reclaimed
-from .replies import Released as Released
-from .replies import Restored as Restored
-from .replies import Swept as Swept
-from .replies import codes as codes
+from .replies import lua_table
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
@@ -57,23 +42,21 @@ def header_keys(name: str) -> int:
 
 
 @dataclass(frozen=True)
-
-
 class _Source:
     name: str
     text: str
     sha: str
 
 
+# Every script starts with the reply-code table `R` (replies.Code), so Lua and Python read
+# one table; the header comment follows it.
 SOURCES = {
     n: _Source(n, t, hashlib.sha1(t.encode()).hexdigest())
-    for n, t in ((n, read_source(n)) for n in NAMES)
+    for n, t in ((n, lua_table() + read_source(n)) for n in NAMES)
 }
 
 
 @dataclass(frozen=True, slots=True)
-
-
 class Call:
     script: str
     keys: tuple[str, ...]

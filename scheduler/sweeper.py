@@ -39,6 +39,7 @@ from .clock import Clock
 from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
+from .replies import Swept
 
 log = logging.getLogger("scheduler.sweeper")
 
@@ -107,7 +108,7 @@ class Sweeper(Service):
                  for s in shards]
         for shard, reply in zip(shards, await scripts.run_async(self.redis, calls),
                                 strict=True):
-            result = scripts.Swept.decode(reply)
+            result = Swept.decode(reply)
             self.shards_seen.add(shard)
             self.waiting[shard] += result.waiting
             for action, n in result.repaired().items():

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import metrics, namespace, scripts
+from . import metrics, namespace, replies, scripts
 from .clock import Clock, RedisClock
 from .committer import Committer
 from .errors import ConfigError
@@ -36,9 +36,6 @@ from .namespace import EVENTS_MAXLEN
 from .registry import Registry
 
 log = logging.getLogger("scheduler.worker")
-
-_CLAIMED = int(scripts.Claimed.OK)  # a plain int: comparing with the IntEnum costs ~5% here
-
 
 class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     concurrency: int = 100
@@ -265,22 +262,23 @@ class Worker:
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
         deadline = time.monotonic() + self.config.lease_s  # the lease holds at least so long
         if prefetch:
-            replies, (read,) = await scripts.run_async_then(self.redis, calls, self._prefetch)
+            answers, (read,) = await scripts.run_async_then(self.redis, calls, self._prefetch)
             if not isinstance(read, Exception):  # NOGROUP etc.: the next blocking read says
                 self._backlog_add(read)
             else:
                 self._recover = True
         else:
-            replies = await scripts.run_async(self.redis, calls)
+            answers = await scripts.run_async(self.redis, calls)
         started = 0
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._run_metrics
-        for shard, reply in zip(shards, replies, strict=True):
-            for (queue, _, slot_id), item in zip(entries[shard], reply, strict=True):
-                if item[0] != _CLAIMED or slot_id in running:
+        for shard, reply in zip(shards, answers, strict=True):
+            for (queue, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
+                                                  strict=True):
+                if grant is None or slot_id in running:
                     continue
-                run = Run(shard, slot_id, item, deadline)
+                run = Run(shard, slot_id, grant, deadline)
                 run.started_ms = now
                 m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
                 run.metrics = m

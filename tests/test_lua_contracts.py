@@ -1,6 +1,6 @@
 """The contracts the Lua scripts share with Python, each declared once and checked here: the
 event types they write (scheduler/events.py) and the key suffixes they append to a shard's
-prefix (scheduler/keys.py)."""
+prefix (scheduler/keys.py) and the reply codes they answer (scheduler/replies.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from scheduler import scripts
 from scheduler.events import FINAL_STATUS, SLOT_ONLY, EventType
 from scheduler.keys import SHARD_SUFFIXES, Keys
+from scheduler.replies import ANSWERS, Code, lua_table
 
 SOURCES = {name: scripts.read_source(name) for name in (*scripts.NAMES, "_lib")}
 EMIT = re.compile(r"emit\(\s*\w+\s*,\s*\w+\s*,\s*\w+\s*,\s*'([a-z_]+)'")
@@ -76,3 +77,32 @@ def test_every_shard_key_keys_builds_has_a_declared_suffix() -> None:
                    for s in SHARD_SUFFIXES), f"Keys.{name} builds {key!r}"
         built.append(name)
     assert len(built) >= 13
+
+
+CODE_NAME = re.compile(r"\bR\.([A-Z_]+)")
+# A reply slot or a return given a bare number where a code belongs.
+BARE_CODE = re.compile(r"reply\[[^\]]+\]\s*=\s*\{?\s*-?\d|return\s*(\{\s*-?\d+\s*[,}]|-?\d+\s*(end\b|$))",
+                       re.M)
+
+
+@pytest.mark.parametrize("name", sorted(ANSWERS))
+def test_a_script_answers_exactly_the_codes_declared_for_it(name: str) -> None:
+    """A misspelt `R.NAME` is nil in Lua: the reply array would end early, silently."""
+    code = _without_comments(SOURCES[name])
+    used = set(CODE_NAME.findall(code))
+    assert used <= set(Code.__members__), f"{name}.lua uses unknown codes {used - set(Code.__members__)}"
+    assert used == {c.name for c in ANSWERS[name]}, name
+    assert not BARE_CODE.search(code), f"{name}.lua answers a bare number: {BARE_CODE.search(code)}"
+
+
+def test_scripts_without_codes_use_none() -> None:
+    for name in set(SOURCES) - set(ANSWERS) - {"_lib"}:
+        assert not CODE_NAME.search(_without_comments(SOURCES[name])), name
+
+
+def test_each_code_has_one_number_and_lua_reads_the_same_table() -> None:
+    assert len({int(c) for c in Code}) == len(Code) and 0 not in {int(c) for c in Code}
+    text = lua_table()
+    for c in Code:
+        assert f"{c.name} = {int(c)}" in text
+    assert all(s.text.startswith(text) for s in scripts.SOURCES.values())

@@ -8,6 +8,7 @@ from helpers import LEASE, Shard, W, make
 from scheduler import Client, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
 from scheduler.keys import DISPATCH_GROUP
+from scheduler.replies import Code
 
 
 def reclaim(s: Shard, min_idle: int = 0) -> list[int]:
@@ -32,9 +33,9 @@ def test_an_expired_lease_is_reclaimed_and_the_old_commit_refused(
     assert slot.attempts[0].outcome == "lost" and "stopped heartbeating" in (slot.attempts[0].error or "")
     assert r.zcard(s.keys.leases(s.shard)) == 0
     [reply] = s.claim(s.read(consumer="w2"), worker="w2")
-    assert reply[:2] == [1, 2]
+    assert reply[:2] == [Code.OK, 2]
     now = clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [0]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [Code.STALE]
     assert s.run(scripts.complete(s.prefix, now, 1000, "w2", [(s.slot_id, 2, now, now)])) == [1]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert "refused" in [kind for kind, _ in s.events()]
@@ -84,8 +85,8 @@ def test_entries_read_but_never_claimed_are_dispatched_again(
     assert reclaim(s, min_idle=0) == [0, 0, 0, 1]
     [(_, new_msg, slot_id)] = s.read(consumer="w2")
     assert new_msg != msg and slot_id == s.slot_id
-    assert s.claim([(s.queue, new_msg, slot_id)], worker="w2")[0][0] == 1
-    assert s.claim([(s.queue, msg, slot_id)]) == [[0]]  # the old entry is stale
+    assert s.claim([(s.queue, new_msg, slot_id)], worker="w2")[0][0] == Code.OK
+    assert s.claim([(s.queue, msg, slot_id)]) == [[Code.STALE]]  # the old entry is stale
 
 
 def test_cancel_each_state(r: redis.Redis, client: Client, clock: ManualClock) -> None:
@@ -100,12 +101,12 @@ def test_cancel_each_state(r: redis.Redis, client: Client, clock: ManualClock) -
     def cancel(s: Shard) -> int:
         return int(s.run(scripts.cancel(s.prefix, now, 1000, "operator", [s.slot_id]))[0])
 
-    assert cancel(queued) == scripts.Cancelled.CANCELLED
+    assert cancel(queued) == Code.CANCELLED
     assert queued.slot().status is SlotStatus.CANCELLED
-    assert queued.claim(queued.read()) == [[0]]  # its entry, read later, is dropped as stale
-    assert cancel(running) == scripts.Cancelled.REQUESTED
-    assert running.run(scripts.heartbeat(running.prefix, now, LEASE, W, [(running.slot_id, 1)])) == [2]
-    assert cancel(done) == scripts.Cancelled.TERMINAL
+    assert queued.claim(queued.read()) == [[Code.STALE]]  # its entry, read later, is dropped as stale
+    assert cancel(running) == Code.CANCEL_REQUESTED
+    assert running.run(scripts.heartbeat(running.prefix, now, LEASE, W, [(running.slot_id, 1)])) == [Code.CANCEL_REQUESTED]
+    assert cancel(done) == Code.TERMINAL
     assert done.slot().status is SlotStatus.SUCCEEDED
 
 
@@ -126,12 +127,12 @@ def test_replay_is_a_new_attempt_of_the_same_slot_and_purge_keeps_history(
     now = clock.now_ms()
     s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", -1, 0, now, now)]))
     assert s.slot().status is SlotStatus.DEAD
-    assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id, "nope:1"])) == [1, 0]
-    assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id])) == [0]  # not dead any more
+    assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id, "nope:1"])) == [Code.OK, Code.MISSING]
+    assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id])) == [Code.MISSING]  # not dead any more
     slot = s.slot()
     assert slot.status is SlotStatus.QUEUED and slot.failures == 0
     [reply] = s.claim(s.read())
-    assert reply[:2] == [1, 2]
+    assert reply[:2] == [Code.OK, 2]
     s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 2, "failed", "again", -1, 0, now, now)]))
     assert s.run(scripts.purge(s.prefix, now, 1000, [s.slot_id])) == [1]
     assert r.zcard(s.keys.dlq(s.shard)) == 0
@@ -145,13 +146,13 @@ def test_once_records_a_named_effect_once_per_slot(r: redis.Redis, client: Clien
     s = make(r, client, clock, delivery="exactly_once")
     s.claim(s.read())
     once = [s.run(scripts.once(s.prefix, s.slot_id, 1, "charge")) for _ in range(2)]
-    assert once == [scripts.Once.FIRST, scripts.Once.MINE]  # the worker says no to a repeat
-    assert s.run(scripts.once(s.prefix, s.slot_id, 1, "email")) == 1
+    assert once == [Code.OK, Code.REPEAT]  # the worker says no to a repeat
+    assert s.run(scripts.once(s.prefix, s.slot_id, 1, "email")) == Code.OK
     clock.advance(LEASE / 1000 + 1)
     reclaim(s)
-    assert s.run(scripts.once(s.prefix, s.slot_id, 1, "other")) == -1  # lease lost
+    assert s.run(scripts.once(s.prefix, s.slot_id, 1, "other")) == Code.STALE  # lease lost
     s.claim(s.read(consumer="w2"), worker="w2")
-    assert s.run(scripts.once(s.prefix, s.slot_id, 2, "charge")) == 0  # done by attempt 1
+    assert s.run(scripts.once(s.prefix, s.slot_id, 2, "charge")) == Code.DONE_BEFORE  # done by attempt 1
 
 
 def test_reclaim_tolerates_a_queue_without_a_consumer_group(r: redis.Redis, client: Client,

@@ -1,32 +1,56 @@
 """Each Lua reply is decoded in one place (scheduler/replies.py), and a reply of the wrong
-shape is a ScriptError naming it, not an IndexError somewhere in a loop."""
+shape or a code the script does not answer is a ScriptError naming it, not an IndexError
+somewhere in a loop or a code taken for another."""
 
 from __future__ import annotations
 
 import pytest
 
-from scheduler import scripts
+from scheduler import replies
 from scheduler.errors import ScriptError
+from scheduler.replies import Code
 
 
 def test_replies_decode_by_name() -> None:
-    assert scripts.Promoted.decode([3, 1700, 1]) == scripts.Promoted(3, 1700, 1)
-    r = scripts.Reclaimed.decode([1, 2, 3, 4, b"10-0", "-"])
+    assert replies.Promoted.decode([3, 1700, 1]) == replies.Promoted(3, 1700, 1)
+    r = replies.Reclaimed.decode([1, 2, 3, 4, b"10-0", "-"])
     assert r.counts() == {"reclaimed": 1, "lost": 2, "dead": 3, "redispatched": 4}
     assert r.cursors == ["10-0", "-"]
-    m = scripts.MaterializeReply.decode([1, 5])
-    assert m.code is scripts.Materialized.OK and m.created == 5
-    assert scripts.Restored.decode([1, 2, 3, 4, 5]).slots_ended == 5
-    assert scripts.Expired.decode([7, 1, -1]) == scripts.Expired(7, 1, -1)
+    m = replies.MaterializeReply.decode([Code.OK, 5])
+    assert not m.moved and m.created == 5
+    assert replies.MaterializeReply.decode([Code.MOVED, 0]).moved
+    assert replies.Restored.decode([1, 2, 3, 4, 5]).slots_ended == 5
+    assert replies.Expired.decode([7, 1, -1]) == replies.Expired(7, 1, -1)
+    assert replies.Lease.decode([Code.OK, 4]) == replies.Lease(True, 4, "")
+    assert replies.Lease.decode([Code.HELD, b"5:node-b"]) == replies.Lease(False, 0, "5:node-b")
 
 
-@pytest.mark.parametrize("decode", [scripts.Promoted.decode, scripts.Reclaimed.decode,
-                                    scripts.Restored.decode, scripts.Expired.decode])
+def test_a_claim_reply_gives_grants_in_entry_order() -> None:
+    reply = [[Code.OK, 2, b"emails.send", b'{"to":1}', 5000, b"at_most_once", 1700],
+             [Code.STALE], [Code.HELD], [Code.OK, 1, b"t", b"", None, None, 9]]
+    assert replies.claimed(reply) == [(2, "emails.send", b'{"to":1}', 5000, "at_most_once", 1700),
+                                      None, None, (1, "t", b"", 0, "at_least_once", 9)]
+
+
+@pytest.mark.parametrize("decode", [replies.Promoted.decode, replies.Reclaimed.decode,
+                                    replies.Restored.decode, replies.Expired.decode,
+                                    replies.Lease.decode])
 def test_a_short_reply_is_a_script_error(decode: object) -> None:
-    with pytest.raises(ScriptError, match="values expected"):
+    with pytest.raises(ScriptError, match="expected|unexpected"):
         decode([1])  # type: ignore[operator]
 
 
 def test_an_unknown_code_is_a_script_error() -> None:
-    with pytest.raises(ScriptError, match="Materialized"):
-        scripts.MaterializeReply.decode([7, 0])
+    with pytest.raises(ScriptError, match="materialize.lua"):
+        replies.MaterializeReply.decode([70, 0])
+    with pytest.raises(ScriptError, match="claim.lua"):
+        replies.claimed([[0]])  # the old "stale" code is no code at all now
+
+
+def test_a_code_of_another_script_is_refused() -> None:
+    """RETRY is a code, but complete never answers it: decoding must not take it for one."""
+    assert replies.codes([Code.OK, Code.REPEAT, Code.STALE], "complete") == [
+        Code.OK, Code.REPEAT, Code.STALE]
+    with pytest.raises(ScriptError, match=r"complete\.lua.*REPEAT"):
+        replies.codes([Code.RETRY], "complete")
+    assert replies.code(b"11", "once") is Code.DONE_BEFORE

@@ -8,9 +8,10 @@ import pytest
 import redis
 
 from helpers import LEASE, Shard, W, make
-from scheduler import Client, RetryPolicy, SlotStatus, scripts
+from scheduler import Client, RetryPolicy, SlotStatus, replies, scripts
 from scheduler.clock import ManualClock
 from scheduler.keys import DISPATCH_GROUP, Keys
+from scheduler.replies import Code
 
 
 def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
@@ -26,13 +27,13 @@ def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
 def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock)
     [reply] = s.claim(s.read())
-    assert reply[0] == scripts.Claimed.OK and reply[1] == 1  # attempt 1 is the token
+    assert reply[0] == Code.OK and reply[1] == 1  # attempt 1 is the token
     assert reply[2] == b"t" and json.loads(reply[3]) == {"n": 1}
     slot = s.slot()
     assert slot.status is SlotStatus.RUNNING and slot.lease_until_ms == clock.now_ms() + LEASE
     clock.advance(1)
     assert s.run(scripts.complete(s.prefix, clock.now_ms(), 1000, W,
-                                  [(s.slot_id, 1, clock.now_ms() - 5, clock.now_ms())])) == [1]
+                                  [(s.slot_id, 1, clock.now_ms() - 5, clock.now_ms())])) == [Code.OK]
     slot = s.slot()
     assert slot.status is SlotStatus.SUCCEEDED
     assert [a.outcome for a in slot.attempts] == ["succeeded"]
@@ -45,9 +46,9 @@ def test_a_commit_with_a_stale_token_is_refused_and_recorded(
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 7, now, now)])) == [0]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 7, now, now)])) == [Code.STALE]
     assert s.run(scripts.fail(s.prefix, now, 1000, W,
-                              [(s.slot_id, 7, "failed", "x", -1, 0.5, now, now)])) == [0]
+                              [(s.slot_id, 7, "failed", "x", -1, 0.5, now, now)])) == [Code.STALE]
     assert s.slot().status is SlotStatus.RUNNING
     refused = [data for kind, data in s.events() if kind == "refused"]
     assert refused[0][0]["token"] == 7 and refused[0][0]["current_token"] == 1
@@ -61,10 +62,10 @@ def test_a_second_success_for_the_same_slot_is_refused(
     s.claim(s.read())
     now = clock.now_ms()
     item = [(s.slot_id, 1, now, now)]
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [scripts.Commit.OK]
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [scripts.Commit.ALREADY]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [Code.OK]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [Code.REPEAT]
     assert s.run(scripts.complete(s.prefix, now, 1000, "other", item)) == [
-        scripts.Commit.REFUSED]
+        Code.STALE]
     assert len(s.slot().attempts) == 1
     kinds = [kind for kind, _ in s.events()]
     assert kinds.count("succeeded") == 1 and kinds.count("refused") == 1
@@ -76,10 +77,10 @@ def test_a_repeated_failure_is_answered_already_and_a_late_one_refused(
     s.claim(s.read())
     now = clock.now_ms()
     item = [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)]
-    assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [scripts.Failed.RETRY]
-    assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [scripts.Failed.ALREADY]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [Code.RETRY]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [Code.REPEAT]
     timed_out = [(s.slot_id, 1, "timed_out", "late", -1, 0.3, now, now)]
-    assert s.run(scripts.fail(s.prefix, now, 1000, W, timed_out)) == [scripts.Failed.REFUSED]
+    assert s.run(scripts.fail(s.prefix, now, 1000, W, timed_out)) == [Code.STALE]
     assert s.slot().failures == 1
 
 
@@ -92,9 +93,9 @@ def test_a_claim_sent_again_by_its_worker_is_granted_again(
     first = s.claim(entries)
     clock.advance(5)
     again = s.claim(entries)
-    assert first[0][:2] == again[0][:2] == [1, 1]
+    assert first[0][:2] == again[0][:2] == [Code.OK, 1]
     assert s.slot().lease_until_ms == clock.now_ms() + LEASE
-    assert s.claim(entries, worker="worker-2") == [[-1]]
+    assert s.claim(entries, worker="worker-2") == [[Code.HELD]]
 
 
 def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
@@ -103,7 +104,7 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     s.claim(s.read())
     now = clock.now_ms()
     assert s.run(scripts.fail(s.prefix, now, 1000, W,
-                              [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)])) == [1]
+                              [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)])) == [Code.RETRY]
     slot = s.slot()
     assert slot.status is SlotStatus.SCHEDULED and slot.available_ms == now + 2000
     assert r.zscore(s.keys.due(s.shard), s.slot_id) == now + 2000
@@ -114,13 +115,13 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1, 0]
     assert s.slot().status is SlotStatus.QUEUED
     [reply] = s.claim(s.read())
-    assert reply[:2] == [1, 2]  # attempt 2, a new token
+    assert reply[:2] == [Code.OK, 2]  # attempt 2, a new token
 
 
 def test_failures_past_max_attempts_go_to_the_dead_letter_set(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=2, base_s=0, jitter=0))
-    for attempt, expected in ((1, 1), (2, 2)):
+    for attempt, expected in ((1, Code.RETRY), (2, Code.DEAD)):
         [reply] = s.claim(s.read())
         now = clock.now_ms()
         assert s.run(scripts.fail(s.prefix, now, 1000, W, [
@@ -145,7 +146,7 @@ def test_explicit_retry_delay_and_handler_cancel(r: redis.Redis, client: Client,
     s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100))
     [reply] = s.claim(s.read())
     assert s.run(scripts.fail(s.prefix, now, 1000, W, [
-        (s.slot_id, reply[1], "cancelled", "no longer needed", -1, 0, now, now)])) == [3]
+        (s.slot_id, reply[1], "cancelled", "no longer needed", -1, 0, now, now)])) == [Code.CANCELLED]
     assert s.slot().status is SlotStatus.CANCELLED
 
 
@@ -162,13 +163,13 @@ def test_stale_entries_are_dropped_and_held_ones_left(r: redis.Redis, client: Cl
     s = make(r, client, clock)
     entries = s.read()
     s.claim(entries)
-    assert s.claim(entries, worker="other") == [[-1]]  # running under this entry: leave it
+    assert s.claim(entries, worker="other") == [[Code.HELD]]  # running under this entry: leave it
     assert r.xlen(s.stream) == 1
     bogus = r.xadd(s.stream, {"s": s.slot_id})
-    assert s.claim([(s.queue, bogus, s.slot_id)]) == [[0]]
+    assert s.claim([(s.queue, bogus, s.slot_id)]) == [[Code.STALE]]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 1  # the duplicate was acked
     ghost = r.xadd(s.stream, {"s": "nope:1"})
-    assert s.claim([(s.queue, ghost, "nope:1")]) == [[0]]
+    assert s.claim([(s.queue, ghost, "nope:1")]) == [[Code.STALE]]
 
 
 def test_release_redispatches_without_counting_a_failure(
@@ -176,12 +177,12 @@ def test_release_redispatches_without_counting_a_failure(
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
-    assert s.run(scripts.release(s.prefix, now, 1000, W, [(s.slot_id, 1, now)])) == [1]
+    assert s.run(scripts.release(s.prefix, now, 1000, W, [(s.slot_id, 1, now)])) == [Code.OK]
     slot = s.slot()
     assert slot.status is SlotStatus.QUEUED and slot.failures == 0
     assert slot.attempts[0].outcome == "released"
     [reply] = s.claim(s.read(consumer="w2"), worker="w2")
-    assert reply[:2] == [1, 2]
+    assert reply[:2] == [Code.OK, 2]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 1
 
 
@@ -192,7 +193,7 @@ def test_heartbeat_extends_the_lease_and_reports_lost_ones(
     clock.advance(10)
     reply = s.run(scripts.heartbeat(s.prefix, clock.now_ms(), LEASE, W,
                                     [(s.slot_id, 1), (s.slot_id, 9)]))
-    assert reply == [1, 0]
+    assert reply == [Code.OK, Code.STALE]
     assert s.slot().lease_until_ms == clock.now_ms() + LEASE
 
 
@@ -209,7 +210,7 @@ def test_scripts_reload_after_the_script_cache_is_flushed(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock)
     r.script_flush()
-    assert s.claim(s.read())[0][0] == 1
+    assert s.claim(s.read())[0][0] == Code.OK
 
 
 def test_claim_trims_the_acked_head_of_the_stream(r: redis.Redis, redis_url: str,
@@ -303,7 +304,7 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
     s = make(r, client, clock)
     [claimed] = s.claim(s.read())
     now = clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [1]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [Code.OK]
 
     class Ended(dict):  # type: ignore[type-arg]
         """Listed by the heartbeat, then ended (removed) before its reply came back."""
@@ -313,7 +314,9 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
 
     async def beat() -> Run:
         conn = redis.asyncio.Redis.from_url(redis_url)
-        run = Run(s.shard, s.slot_id, claimed, deadline=0)
+        [grant] = replies.claimed([claimed])
+        assert grant is not None
+        run = Run(s.shard, s.slot_id, grant, deadline=0)
         run.handler = asyncio.create_task(asyncio.sleep(10))
         try:
             await Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"],

@@ -12,8 +12,9 @@
   worker is gone, the reclaimer ends the slot `cancelled` when the lease expires. A run that
   finishes before its worker hears of the request commits normally.
 
-  Reply: one integer per slot: 1 cancelled, 2 cancel requested (running), 0 already in a
-  terminal state (nothing changed), -1 no such slot.
+  Reply: one code per slot (R, replies.py): R.CANCELLED cancelled; R.CANCEL_REQUESTED
+  (running: the worker stops it); R.TERMINAL already ended (nothing changed); R.MISSING no
+  such slot.
 
   Events: "cancelled" {slot, reason}, "cancel_requested" {slot, attempt, reason}.
 ]]
@@ -32,19 +33,19 @@ for i = 1, n do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt')
   if not st[1] then
-    reply[i] = -1
+    reply[i] = R.MISSING
   elseif st[1] == 'scheduled' or st[1] == 'queued' then
     redis.call('ZREM', prefix .. 'due', slot_id)
     if st[1] == 'queued' then ack(prefix, st[3], st[2]) end
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel', reason)
-    reply[i] = 1
+    reply[i] = R.CANCELLED
     cancelled[#cancelled + 1] = {slot = slot_id, reason = reason}
   elseif st[1] == 'running' then
     redis.call('HSET', slot_key, 'cancel', reason)
-    reply[i] = 2
+    reply[i] = R.CANCEL_REQUESTED
     requested[#requested + 1] = {slot = slot_id, attempt = tonumber(st[4]), reason = reason}
   else
-    reply[i] = 0
+    reply[i] = R.TERMINAL
   end
 end
 

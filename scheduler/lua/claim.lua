@@ -9,15 +9,15 @@
   ARGV[5]  entries         msgpack array, 3 strings per entry: queue, msg_id (the stream
                            entry id), slot_id
 
-  Reply: one array per entry, in order
-     {1, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt number
-           is the fencing token that complete/fail/release/heartbeat must present
-     {0}   not claimable: the slot is gone, or not queued under this entry (a stale or
-           duplicate entry, e.g. the slot was cancelled); the entry is acked
-     {-1}  the slot is running under this very entry (another consumer holds its lease);
-           the entry is left alone
+  Reply: one array per entry, in order (codes: R, replies.py; decoded by replies.claimed)
+     {R.OK, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt
+              number is the fencing token that complete/fail/release/heartbeat must present
+     {R.STALE} not claimable: the slot is gone, or not queued under this entry (a stale or
+              duplicate entry, e.g. the slot was cancelled); the entry is acked
+     {R.HELD}  the slot is running under this very entry (another consumer holds its
+              lease); the entry is left alone
      The same worker claiming an entry it already holds (it sent the claim again because
-     the first reply was lost) gets the claim again, {1, ...} with the same attempt and a
+     the first reply was lost) gets the claim again, {R.OK, ...} with the same attempt and a
      fresh lease, so a lost reply never strands a slot until its lease runs out.
 
   claimed_ms is now_ms. The worker passes the later of its estimate of Redis time (anchored
@@ -75,18 +75,18 @@ for i = 0, n - 1 do
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s)
     end
-    reply[i + 1] = {1, attempt, job[1], job[2], job[3], job[4], st[4]}
+    reply[i + 1] = {R.OK, attempt, job[1], job[2], job[3], job[4], st[4]}
     records[#records + 1] = {slot = slot_id, attempt = attempt}
   elseif st[1] == 'running' and st[2] == msg and st[6] == worker then
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
       'task', 'payload', 'timeout_ms', 'delivery')
     redis.call('HSET', slot_key, 'lease_until', lease_s)
-    reply[i + 1] = {1, tonumber(st[5]), job[1], job[2], job[3], job[4], st[4]}
+    reply[i + 1] = {R.OK, tonumber(st[5]), job[1], job[2], job[3], job[4], st[4]}
   elseif st[1] == 'running' and st[2] == msg then
-    reply[i + 1] = {-1}
+    reply[i + 1] = {R.HELD}
   else
     ack(prefix, queue, msg)
-    reply[i + 1] = {0}
+    reply[i + 1] = {R.STALE}
   end
 end
 

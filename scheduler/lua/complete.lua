@@ -8,14 +8,15 @@
   ARGV[4]  slots           msgpack array, 4 per slot: slot_id, token (the attempt number
                            claim returned, as a string), started_ms, finished_ms
 
-  Reply: one integer per slot, in order
-     1  committed: status succeeded, the attempt's outcome and times in the slot's fields
+  Reply: one code per slot, in order (R, replies.py)
+     R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
         (outcome, started_ms, finished_ms), stream entry acked (one XACK per queue for the
         whole batch)
-     0  refused: the slot is not running under this token (the lease was lost and the slot
-        reclaimed, cancelled or already finished); nothing changed but the refusal event
-     2  already: this very attempt's success was committed before (the worker sent it again
-        because the first reply was lost); nothing changed
+     R.STALE   refused: the slot is not running under this token (the lease was lost and
+               the slot reclaimed, cancelled or already finished); nothing changed but the
+               refusal event
+     R.REPEAT  this very attempt's success was committed before (the worker sent it again
+               because the first reply was lost); nothing changed
 
   Events: "succeeded" (records {slot, attempt}) and "refused" (records {slot, token, status,
   current_token, outcome}), each only when non-empty.
@@ -48,12 +49,12 @@ for i = 0, n - 1 do
     else
       end_lease(prefix, slot_id, s)  -- at_most_once: leaves the leases set
     end
-    reply[i + 1] = 1
+    reply[i + 1] = R.OK
     done[#done + 1] = {slot = slot_id, attempt = s.attempt}
   elseif st[1] == 'succeeded' and st[2] == token and st[5] == worker then
-    reply[i + 1] = 2
+    reply[i + 1] = R.REPEAT
   else
-    reply[i + 1] = 0
+    reply[i + 1] = R.STALE
     refused[#refused + 1] = refusal(slot_id, token, st, 'succeeded')
   end
 end

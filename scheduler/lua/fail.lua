@@ -18,13 +18,14 @@
   (1 - jitter * u). A retry goes back through the `due` set (the promoter dispatches it).
   Job fields missing from the hash take their defaults (scheduler/models.py, job_fields).
 
-  Reply: one integer per slot, in order
-     1  retry scheduled (status scheduled, in `due` at now + delay)
-     2  dead: failures reached max_attempts; status dead, in the shard's `dlq`
-     3  cancelled (terminal)
-     0  refused: not running under this token; nothing changed but the refusal event
-     4  already: this attempt's failure was recorded before with this outcome (the worker
-        sent it again because the first reply was lost); nothing changed
+  Reply: one code per slot, in order (R, replies.py)
+     R.RETRY      retry scheduled (status scheduled, in `due` at now + delay)
+     R.DEAD       failures reached max_attempts; status dead, in the shard's `dlq`
+     R.CANCELLED  cancelled (terminal)
+     R.STALE      refused: not running under this token; nothing changed but the refusal
+                  event
+     R.REPEAT     this attempt's failure was recorded before with this outcome (the worker
+                  sent it again because the first reply was lost); nothing changed
 
   Events: "retry" {slot, attempt, outcome, available_ms, error}, "dead" {slot, attempt,
   outcome, error}, "cancelled" {slot, attempt, error}, "refused" {slot, token, status,
@@ -54,16 +55,16 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local s, st = leased(slot_key, token)
   if not s and st[2] == token and st[5] == worker and recorded(slot_key, token, outcome) then
-    reply[i + 1] = 4
+    reply[i + 1] = R.REPEAT
   elseif not s then
-    reply[i + 1] = 0
+    reply[i + 1] = R.STALE
     refused[#refused + 1] = refusal(slot_id, token, st, outcome)
   else
     local record = attempt_record(s, outcome, ARGV[b + 7], ARGV[b + 8], err)
     end_lease(prefix, slot_id, s)
     if outcome == 'cancelled' then
       redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
-      reply[i + 1] = 3
+      reply[i + 1] = R.CANCELLED
       cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = err}
     else
       local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
@@ -78,12 +79,12 @@ for i = 0, n - 1 do
         local at = now + math.floor(retry_ms)
         redis.call('ZADD', prefix .. 'due', at, slot_id)
         redis.call('HSET', slot_key, 'status', 'scheduled', 'available_ms', at, 'a:' .. token, record)
-        reply[i + 1] = 1
+        reply[i + 1] = R.RETRY
         retried[#retried + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome,
           available_ms = at, error = err}
       else
         bury(prefix, slot_key, slot_id, now, token, record)
-        reply[i + 1] = 2
+        reply[i + 1] = R.DEAD
         dead[#dead + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome, error = err}
       end
     end

@@ -10,8 +10,9 @@
   The stream entry's idle time is reset with XCLAIM ... JUSTID so that a reclaimer reading
   idle entries (XPENDING ... IDLE, min-idle = lease) sees only expired leases.
 
-  Reply: one integer per slot: 1 lease extended, 0 lease lost (not running under this token;
-  the worker must stop and not commit), 2 extended but cancellation was requested.
+  Reply: one code per slot (R, replies.py): R.OK lease extended; R.STALE lease lost (not
+  running under this token; the worker must stop and not commit); R.CANCEL_REQUESTED
+  extended, but cancellation was requested.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -32,9 +33,9 @@ for i = 0, n - 1 do
     else  -- at_most_once: no pending entry; its lease lives in the `leases` zset
       redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)
     end
-    if st[5] and st[5] ~= '' then reply[#reply + 1] = 2 else reply[#reply + 1] = 1 end
+    if st[5] and st[5] ~= '' then reply[#reply + 1] = R.CANCEL_REQUESTED else reply[#reply + 1] = R.OK end
   else
-    reply[#reply + 1] = 0
+    reply[#reply + 1] = R.STALE
   end
 end
 return reply

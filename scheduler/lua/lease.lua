@@ -13,8 +13,9 @@
   ARGV[5]  op              "acquire": take the lease if free, renew it if this node holds it
                            "release": give it back if this node holds it
 
-  Reply: {1, epoch}   held by this node (acquire) / released (release)
-         {0, holder}  not held by this node: `holder` is the current value ("" if none)
+  Reply (R, replies.py): {R.OK, epoch}    held by this node (acquire) / released (release)
+                         {R.HELD, holder} not held by this node: `holder` is the current
+                                          value ("" if none)
 
   Events: "owner" {node, epoch, op} when the lease changes hands (not on renewal).
 ]]
@@ -38,18 +39,18 @@ if current then
 end
 
 if op == 'release' then
-  if not mine then return {0, current or ''} end
+  if not mine then return {R.HELD, current or ''} end
   redis.call('DEL', key)
   emit(prefix, maxlen, now, 'owner', {{node = node, epoch = epoch, op = 'release'}}, node)
-  return {1, epoch}
+  return {R.OK, epoch}
 end
 
 if mine then
   redis.call('PEXPIRE', key, ttl)
-  return {1, epoch}
+  return {R.OK, epoch}
 end
-if current then return {0, current} end
+if current then return {R.HELD, current} end
 epoch = redis.call('HINCRBY', prefix .. 'stats', 'owner_epoch', 1)
 redis.call('SET', key, epoch .. ':' .. node, 'PX', ttl)
 emit(prefix, maxlen, now, 'owner', {{node = node, epoch = epoch, op = 'acquire'}}, node)
-return {1, epoch}
+return {R.OK, epoch}

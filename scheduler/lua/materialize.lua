@@ -19,9 +19,10 @@
   Occurrences are computed by the caller (Python, croniter); this script only refuses work
   done from a stale watermark, so two nodes doing the same job at once create each slot once.
 
-  Reply: {1, created}  watermark advanced, `created` slots new (others existed)
-         {0, 0}        refused: the watermark moved (another node did it) or the job left
-                       the `cron` set; nothing was written
+  Reply (R, replies.py):
+         {R.OK, created}  watermark advanced, `created` slots new (others existed)
+         {R.MOVED, 0}     refused: the watermark moved (another node did it) or the job
+                          left the `cron` set; nothing was written
 
   Events: "materialized" {job, slots, next_ms}, and "missed" {job, missed}
   when missed > 0 (also added to the job's `missed` field and the shard's stats `missed`).
@@ -39,7 +40,7 @@ local n = tonumber(ARGV[7])
 
 local cron = prefix .. 'cron'
 local score = redis.call('ZSCORE', cron, job_id)
-if not score or tonumber(score) ~= expected then return {0, 0} end
+if not score or tonumber(score) ~= expected then return {R.MOVED, 0} end
 
 local job_key = prefix .. 'job:' .. job_id
 local job = redis.call('HMGET', job_key, 'queue', 'task', 'overlap')
@@ -72,4 +73,4 @@ end
 if #created > 0 or next_ms < 0 then
   emit(prefix, maxlen, now, 'materialized', {{job = job_id, slots = created, next_ms = next_ms}}, nil)
 end
-return {1, #created}
+return {R.OK, #created}

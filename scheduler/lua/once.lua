@@ -7,17 +7,18 @@
   ARGV[2]  token           the attempt number the caller holds
   ARGV[3]  name            the side effect's name, chosen by the handler
 
-  Reply: 1 first time: recorded now (go ahead with the effect); 0 already recorded by an
-  earlier attempt (skip it); 2 already recorded by this very attempt (the worker asked again
-  because the first reply was lost: then it is this attempt's to do; a handler asking twice
-  is told no the second time); -1 the caller's lease is gone (stop; the slot was reclaimed).
+  Reply (R, replies.py): R.OK first time: recorded now (go ahead with the effect);
+  R.DONE_BEFORE recorded by an earlier attempt (skip it); R.REPEAT recorded by this very
+  attempt (the worker asked again because the first reply was lost: then it is this
+  attempt's to do; a handler asking twice is told no the second time); R.STALE the caller's
+  lease is gone (stop; the slot was reclaimed).
 ]]
 local prefix = KEYS[1]
 local slot_key = prefix .. 'slot:' .. ARGV[1]
 
 local st = redis.call('HMGET', slot_key, 'status', 'attempt')
-if st[1] ~= 'running' or st[2] ~= ARGV[2] then return -1 end
+if st[1] ~= 'running' or st[2] ~= ARGV[2] then return R.STALE end
 local field = 'once:' .. ARGV[3]
-if redis.call('HSETNX', slot_key, field, ARGV[2]) == 1 then return 1 end
-if redis.call('HGET', slot_key, field) == ARGV[2] then return 2 end
-return 0
+if redis.call('HSETNX', slot_key, field, ARGV[2]) == 1 then return R.OK end
+if redis.call('HGET', slot_key, field) == ARGV[2] then return R.REPEAT end
+return R.DONE_BEFORE

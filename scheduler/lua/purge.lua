@@ -7,7 +7,8 @@
   ARGV[2]  events_maxlen
   ARGV[3]  n               number of slots; then n slot ids
 
-  Reply: one integer per slot: 1 removed from the dead-letter set, 0 it was not there.
+  Reply: one code per slot (R, replies.py): R.OK removed from the dead-letter set;
+  R.MISSING it was not there.
 
   Event: "purged" {slot}.
 ]]
@@ -22,8 +23,12 @@ local reply = {}
 local purged = {}
 for i = 1, n do
   local slot_id = ARGV[3 + i]
-  reply[i] = redis.call('ZREM', prefix .. 'dlq', slot_id)
-  if reply[i] == 1 then purged[#purged + 1] = {slot = slot_id} end
+  if redis.call('ZREM', prefix .. 'dlq', slot_id) == 1 then
+    reply[i] = R.OK
+    purged[#purged + 1] = {slot = slot_id}
+  else
+    reply[i] = R.MISSING
+  end
 end
 
 emit(prefix, maxlen, now, 'purged', purged, nil)

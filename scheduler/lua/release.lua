@@ -10,9 +10,9 @@
   ARGV[3]  worker_id
   ARGV[4]  n               number of slots; then 3 fields per slot: slot_id, token, started_ms
 
-  Reply: one integer per slot: 1 re-dispatched under a new stream entry, 2 ended lost
-  (at_most_once), 0 refused (not running under this token; nothing changed but the refusal
-  event).
+  Reply: one code per slot (R, replies.py): R.OK re-dispatched under a new stream entry;
+  R.LOST ended lost (at_most_once); R.STALE refused (not running under this token; nothing
+  changed but the refusal event).
 
   Events: "released" {slot, attempt}, "lost" {slot, attempt}, "refused" {slot, token, status,
   current_token, outcome}.
@@ -33,7 +33,7 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local s, st = leased(slot_key, token)
   if not s then
-    reply[i + 1] = 0
+    reply[i + 1] = R.STALE
     refused[#refused + 1] = refusal(slot_id, token, st, 'released')
   else
     end_lease(prefix, slot_id, s)
@@ -41,13 +41,13 @@ for i = 0, n - 1 do
     if delivery == 'at_most_once' then
       redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token,
         attempt_record(s, 'lost', ARGV[b + 3], now, 'worker shut down mid-run (at_most_once: not re-run)'))
-      reply[i + 1] = 2
+      reply[i + 1] = R.LOST
       lost[#lost + 1] = {slot = slot_id, attempt = s.attempt}
     else
       redis.call('HSET', slot_key, 'a:' .. token,
         attempt_record(s, 'released', ARGV[b + 3], now, 'worker shut down'))
       dispatch(prefix, slot_key, slot_id, s.queue, now)
-      reply[i + 1] = 1
+      reply[i + 1] = R.OK
       released[#released + 1] = {slot = slot_id, attempt = s.attempt}
     end
   end

@@ -7,8 +7,8 @@
   ARGV[2]  events_maxlen
   ARGV[3]  n               number of slots; then n slot ids
 
-  Reply: one integer per slot: 1 replayed (dispatched under a new stream entry), 0 not a dead
-  slot in this shard's dead-letter set (nothing changed).
+  Reply: one code per slot (R, replies.py): R.OK replayed (dispatched under a new stream
+  entry); R.MISSING not a dead slot in this shard's dead-letter set (nothing changed).
 
   Event: "replayed" {slot, attempt}.
 ]]
@@ -29,10 +29,10 @@ for i = 1, n do
     redis.call('HSET', slot_key, 'failures', 0)
     redis.call('HDEL', slot_key, 'finished_ms')
     dispatch(prefix, slot_key, slot_id, st[2], now)
-    reply[i] = 1
+    reply[i] = R.OK
     replayed[#replayed + 1] = {slot = slot_id, attempt = tonumber(st[3])}
   else
-    reply[i] = 0
+    reply[i] = R.MISSING
   end
 end
 

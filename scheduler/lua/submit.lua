@@ -19,14 +19,15 @@
     (a copy of the namespace's, written by the client that created it; 1 MiB, as
     DEFAULT_MAX_PAYLOAD_BYTES in scheduler/models.py, when absent).
 
-  Reply: one integer per job, in order
-     1  created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now) or a
-        `due` entry (fire_ms > now). A recurring job (field kind = "cron") gets no slot here:
-        it enters the shard's `cron` set scored by fire_ms, its first occurrence, and the
-        materializer creates its slots. Jobs of any kind but "immediate" are indexed in
-        the shard's `jobs` set (for listing).
-     0  the job id already existed (a dedupe key repeated, or this very call run again by a
-        client retry after a lost reply: random ids need the check too); nothing was written
+  Reply: one code per job, in order (R, replies.py)
+     R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now)
+               or a `due` entry (fire_ms > now). A recurring job (field kind = "cron") gets
+               no slot here: it enters the shard's `cron` set scored by fire_ms, its first
+               occurrence, and the materializer creates its slots. Jobs of any kind but
+               "immediate" are indexed in the shard's `jobs` set (for listing).
+     R.EXISTS  the job id already existed (a dedupe key repeated, or this very call run
+               again by a client retry after a lost reply: random ids need the check too);
+               nothing was written
 
   Event: type "submitted", one record per created job {job, slot (none for a cron job: its
   slots come from materialize)}; `late_ms` when fire_ms was already past (an `at` instant in
@@ -100,7 +101,7 @@ for i = 1, n do
   b = last
   local job_key = prefix .. 'job:' .. job_id
   if redis.call('EXISTS', job_key) == 1 then
-    reply[i] = 0
+    reply[i] = R.EXISTS
   else
     local fire = tonumber(fire_ms)
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
@@ -125,7 +126,7 @@ for i = 1, n do
       redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire_ms, 'status', status,
         'queue', queue, 'task', task, 'msg', msg)
     end
-    reply[i] = 1
+    reply[i] = R.OK
     -- Only what the snapshotter needs (it reads the hashes): every key and number here is
     -- cjson work on the hot path, and bytes in the events stream until the snapshotter acks.
     local record = {job = job_id}

@@ -48,7 +48,7 @@ MUTANTS = [
            "  elseif true then", (SIGKILL,), fast=True),
     Mutant("once-always-false", "ctx.once() never lets the effect happen (exactly-once rule)",
            "scheduler/execution.py",
-           "        return code is scripts.Once.FIRST or (code is scripts.Once.MINE and retried)",
+           "        return code is Code.OK or (code is Code.REPEAT and retried)",
            "        return False", (CHAOS,)),
     Mutant("complete-unfenced", "complete.lua commits whatever token the worker presents "
            "(commit rule: a success committed by a worker without the lease)",
