@@ -24,20 +24,24 @@ import redis.asyncio
 from . import metrics, scripts
 from .clock import Clock
 from .keys import Keys
-from .loops import Backoff, ErrorLog, transient
+from .loops import Service, transient
 from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
 
-DoneItem = tuple[str, int, int, int]  # slot, token, started_ms, finished_ms
+SucceededItem = tuple[str, int, int, int]  # slot, token, started_ms, finished_ms
 FailedItem = tuple[str, int, str, str, int, float, int, int]  # see scripts.fail
 ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
 KINDS = ("complete", "fail", "release")
 
 
-class Committer:
+class Committer(Service):
+    what = "commit"
+    log = log
+
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
                  events_maxlen: int) -> None:
+        super().__init__()
         self.redis = client
         self.keys = keys
         self.clock = clock
@@ -51,10 +55,8 @@ class Committer:
         self.refused = 0
         self.committed = 0
         self.dropped = 0
-        self._stopping = False
-        self.errors = ErrorLog(log, "commit")
 
-    def add_done(self, shard: int, item: DoneItem) -> None:
+    def add_succeeded(self, shard: int, item: SucceededItem) -> None:
         self.pending["complete"][shard].append(item)
         self.wake.set()
 
@@ -151,30 +153,29 @@ class Committer:
         self.committed += len(answers) - refused
         return len(answers)
 
-    async def run(self) -> None:
-        """Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so
-        batches grow with load. Returns after `stop()` once nothing is pending (or, stopping,
-        once Redis failed every try for `grace`: the caller bounds that wait)."""
-        backoff = Backoff()
-        while True:
-            if not len(self):
-                if self._stopping:
-                    return
-                self.wake.clear()
-                await self.wake.wait()
-                continue
-            try:
-                await self.run_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.errors.error(exc, f" ({len(self)} outcome(s) kept)")
-                await asyncio.sleep(backoff.next())
-                continue
-            backoff.reset()
-            self.errors.ok()
+    # --- the loop (loops.Service) ------------------------------------------------------
+    # Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so
+    # batches grow with load. run() returns after stop() once nothing is pending (or, when
+    # Redis fails every try, never: the caller bounds that wait).
+
+    async def ready(self) -> None:
+        while not len(self) and not self.stopping:
+            self.wake.clear()
+            await self.wake.wait()
+
+    def finished(self) -> bool:
+        return self.stopping and not len(self)
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)  # stopping does not cut the backoff short: Redis is down
+
+    def delay(self, result: Any) -> float:
+        return 0
+
+    def error_context(self) -> str:
+        return f" ({len(self)} outcome(s) kept)"
 
     def stop(self) -> None:
         """Idempotent: finish what is pending, then return from run()."""
-        self._stopping = True
+        super().stop()
         self.wake.set()

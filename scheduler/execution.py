@@ -126,7 +126,7 @@ class Execution:
         finished = self.clock.now_ms()
         took = finished - run.started_ms
         if kind == Outcome.SUCCEEDED:
-            self.committer.add_done(run.shard, (run.slot_id, run.token, run.started_ms,
+            self.committer.add_succeeded(run.shard, (run.slot_id, run.token, run.started_ms,
                                                 finished))
             run.metrics.succeeded(took)
         elif kind == "released":

@@ -16,6 +16,7 @@ import msgspec
 from .errors import ValidationError
 from .models import RetryPolicy
 from .schedule import Schedule
+from .states import JobKind
 
 
 class JobSpec(msgspec.Struct, kw_only=True):
@@ -55,7 +56,7 @@ class JobSpec(msgspec.Struct, kw_only=True):
 
 
 DEFAULT_RETRY = RetryPolicy()
-IMMEDIATE = Schedule(kind="immediate", fire_ms=0, fields={})  # fire_ms: the submit's now
+IMMEDIATE = Schedule(kind=JobKind.IMMEDIATE, fire_ms=0, fields={})  # fire_ms: the submit's now
 _SCHEDULE_OPTIONS = ("delay", "at", "cron", "tz", "catchup", "catchup_limit", "overlap",
                      "start_at", "end_at")
 

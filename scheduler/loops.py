@@ -119,16 +119,21 @@ def _describe(exc: BaseException) -> str:
 
 class Service:
     """A background loop: `run_once()` does one pass (what tests call), `run()` repeats it
-    until `stop()`, sleeping `delay(result)` seconds after each pass (0: go again at once)
-    and backing off after an error. `stop()` is idempotent; a pass in flight finishes."""
+    until `finished()` (by default: once `stop()` was called), waiting for `ready()` before
+    each pass and `delay(result)` seconds after it (0: go again at once), and backing off
+    after an error. `stop()` is idempotent; a pass in flight finishes.
+
+    Loops of one process that stop together share a `stop` event; loops that share an
+    `errors` log report a failure they all see once."""
 
     what = "background loop"
     log = logging.getLogger("scheduler")
 
-    def __init__(self) -> None:
-        self._stop = asyncio.Event()
+    def __init__(self, stop: asyncio.Event | None = None,
+                 errors: ErrorLog | None = None) -> None:
+        self._stop = stop or asyncio.Event()
         self.backoff = Backoff()
-        self.errors = ErrorLog(self.log, self.what)
+        self.errors = errors or ErrorLog(self.log, self.what)
 
     async def run_once(self) -> Any:
         raise NotImplementedError
@@ -136,23 +141,40 @@ class Service:
     def delay(self, result: Any) -> float:
         raise NotImplementedError
 
+    async def ready(self) -> None:
+        """Wait until there is work for a pass (default: there always is)."""
+
+    def finished(self) -> bool:
+        return self._stop.is_set()
+
+    async def sleep(self, seconds: float) -> None:
+        """How the loop waits between passes and after errors: cut short by stop()."""
+        await pause(self._stop, seconds)
+
     async def run(self) -> None:
-        while not self._stop.is_set():
+        while not self.finished():
+            await self.ready()
+            if self.finished():
+                break
             try:
                 result = await self.run_once()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                self.errors.error(exc)
-                await pause(self._stop, self.backoff.next())
+                self.errors.error(exc, self.error_context())
+                await self.sleep(self.backoff.next())
                 continue
             self.backoff.reset()
             self.errors.ok()
             seconds = self.delay(result)
             if seconds > 0:
-                await pause(self._stop, seconds)
+                await self.sleep(seconds)
             else:
                 await asyncio.sleep(0)  # let the other loops of the process run
+
+    def error_context(self) -> str:
+        """Appended to an error line (e.g. what the loop holds on to meanwhile)."""
+        return ""
 
     def stop(self) -> None:
         self._stop.set()

@@ -38,6 +38,8 @@ from .keys import cron_in, job_in
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
 from .replies import MaterializeReply
+from .schedule import DEFAULT_CATCHUP_LIMIT
+from .states import Catchup
 
 log = logging.getLogger("scheduler.materializer")
 
@@ -50,7 +52,7 @@ class Recurrence(msgspec.Struct, frozen=True):
     """What the materializer needs of a cron job (job definitions do not change)."""
 
     spec: CronSpec
-    catchup: str
+    catchup: Catchup
     catchup_limit: int
     end_ms: int  # 0 = no end
 
@@ -68,7 +70,7 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
     job's creation time) starts at the first occurrence after it, never at itself."""
     horizon, late_before = now_ms + lookahead_ms, now_ms - grace_ms
     end = job.end_ms or float("inf")
-    keep = {"all": job.catchup_limit, "latest": 1}.get(job.catchup, 0)
+    keep = {Catchup.ALL: job.catchup_limit, Catchup.LATEST: 1}.get(job.catchup, 0)
     kept: deque[int] = deque(maxlen=keep)
     missed = 0
     fires: list[int] = []
@@ -100,8 +102,9 @@ def _recurrence(raw: list[Any]) -> Recurrence | None:
     cron, tz, catchup, limit, end = (v.decode() if v is not None else "" for v in raw)
     if not cron:
         return None
-    return Recurrence(spec=CronSpec(cron, tz or "UTC"), catchup=catchup or "all",
-                      catchup_limit=int(limit or 1000), end_ms=int(end or 0))
+    return Recurrence(spec=CronSpec(cron, tz or "UTC"),
+                      catchup=Catchup(catchup) if catchup else Catchup.ALL,
+                      catchup_limit=int(limit or DEFAULT_CATCHUP_LIMIT), end_ms=int(end or 0))
 
 
 class Materializer(Service):

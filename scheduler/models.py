@@ -13,7 +13,7 @@ import msgspec
 
 from .errors import ValidationError
 from .keys import check_name
-from .states import Delivery, Outcome, SlotStatus
+from .states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
@@ -60,15 +60,15 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy = RetryPolicy()
     delivery: Delivery = Delivery.AT_LEAST_ONCE
     dedupe_key: str | None = None
-    kind: str = "immediate"  # immediate | delayed | at | cron
+    kind: JobKind = JobKind.IMMEDIATE
     created_ms: int = 0
     fire_ms: int = 0  # the fire time of the first slot (cron: the first occurrence)
     delay_s: float | None = None  # delayed jobs: the delay asked for
     cron: str | None = None  # cron jobs: the expression, 5 fields or 6 with seconds first
     tz: str | None = None  # cron jobs: IANA zone of the expression's wall-clock times
-    catchup: str | None = None  # cron jobs: all | latest | none
+    catchup: Catchup | None = None  # cron jobs
     catchup_limit: int | None = None  # cron jobs: most missed occurrences `all` backfills
-    overlap: str | None = None  # cron jobs: allow | skip
+    overlap: Overlap | None = None  # cron jobs
     start_ms: int | None = None
     end_ms: int | None = None
     missed: int = 0  # cron jobs: occurrences dropped by the catch-up policy
@@ -174,7 +174,7 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "jitter": 0.2,
     "delivery": Delivery.AT_LEAST_ONCE.value,
     "dedupe_key": "",
-    "kind": "immediate",
+    "kind": JobKind.IMMEDIATE.value,
     # schedules (scheduler/schedule.py); immediate jobs store none of them
     "delay_ms": 0,
     "cron": "",
@@ -239,15 +239,15 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         ),
         delivery=Delivery(_s(raw, "delivery", Delivery.AT_LEAST_ONCE.value)),
         dedupe_key=_s(raw, "dedupe_key") or None,
-        kind=_s(raw, "kind", "immediate"),
+        kind=JobKind(_s(raw, "kind", JobKind.IMMEDIATE)),
         created_ms=_i(raw, "created_ms"),
         fire_ms=_i(raw, "fire_ms"),
-        delay_s=_i(raw, "delay_ms") / 1000 if _s(raw, "kind") == "delayed" else None,
+        delay_s=_i(raw, "delay_ms") / 1000 if _s(raw, "kind") == JobKind.DELAYED else None,
         cron=_s(raw, "cron") or None,
         tz=(_s(raw, "tz") or "UTC") if raw.get(b"cron") not in (None, b"") else None,
-        catchup=_s(raw, "catchup") or None,
+        catchup=Catchup(_s(raw, "catchup")) if _s(raw, "catchup") else None,
         catchup_limit=_i(raw, "catchup_limit") or None,
-        overlap=_s(raw, "overlap") or None,
+        overlap=Overlap(_s(raw, "overlap")) if _s(raw, "overlap") else None,
         start_ms=_i(raw, "start_ms") or None,
         end_ms=_i(raw, "end_ms") or None,
         missed=_i(raw, "missed"),

@@ -211,8 +211,8 @@ class Restored(msgspec.Struct, frozen=True):
         return cls(*_ints(reply, 5))
 
 
-class Expired(msgspec.Struct, frozen=True):
-    """expire.lua (retention): slot and job hashes deleted, and the score of the earliest
+class Retired(msgspec.Struct, frozen=True):
+    """retire.lua (retention): slot and job hashes deleted, and the score of the earliest
     `retain` entry left (-1: none)."""
 
     slots: int
@@ -220,5 +220,5 @@ class Expired(msgspec.Struct, frozen=True):
     next_ms: int
 
     @classmethod
-    def decode(cls, reply: Sequence[Any]) -> Expired:
+    def decode(cls, reply: Sequence[Any]) -> Retired:
         return cls(*_ints(reply, 3))

@@ -3,7 +3,7 @@ they finished, once the snapshotter has committed them (it alone adds them to th
 `retain` set), and the history store forgets slots that fired more than `history_days` ago
 (Postgres drops day partitions; SQLite deletes rows).
 
-`run_once()` is one pass over every shard, one pipelined round trip; `expire.lua` re-checks
+`run_once()` is one pass over every shard, one pipelined round trip; `retire.lua` re-checks
 each slot is still terminal before deleting it.
 """
 
@@ -21,7 +21,7 @@ from .clock import Clock, RedisClock
 from .errors import ConfigError
 from .keys import Keys
 from .loops import Service
-from .replies import Expired
+from .replies import Retired
 from .store import DAY_MS, HistoryStore
 
 log = logging.getLogger("scheduler.retention")
@@ -74,9 +74,9 @@ class Retention(Service):
         if self.clock.stale():
             self.clock.anchor(await self.redis.time())
         now = self.clock.now_ms()
-        calls = [scripts.expire(self.keys.prefix(s), now, int(self.config.retention_s * 1000),
+        calls = [scripts.retire(self.keys.prefix(s), now, int(self.config.retention_s * 1000),
                                 self.config.batch) for s in range(self.shards)]
-        replies = [Expired.decode(r) for r in await scripts.run_async(self.redis, calls)]
+        replies = [Retired.decode(r) for r in await scripts.run_async(self.redis, calls)]
         slots = sum(r.slots for r in replies)
         self.deleted_slots += slots
         self.deleted_jobs += sum(r.jobs for r in replies)

@@ -14,15 +14,14 @@ import msgspec
 
 from .cronspec import CronSpec
 from .errors import ValidationError
+from .states import Catchup, JobKind, Overlap
 
-CATCHUP = ("all", "latest", "none")
-OVERLAP = ("allow", "skip")
 DEFAULT_CATCHUP_LIMIT = 1000
 MAX_CATCHUP_LIMIT = 100_000
 
 
 class Schedule(msgspec.Struct, frozen=True, kw_only=True):
-    kind: str  # immediate | delayed | at | cron
+    kind: JobKind
     fire_ms: int  # the first (for cron: the next) occurrence
     fields: dict[str, str | int]  # job-hash fields recording the schedule
 
@@ -62,30 +61,30 @@ def resolve(now_ms: int, *, delay: Any = None, at: Any = None, cron: Any = None,
                 raise ValidationError(name, "only applies to recurring jobs; add cron=...")
     if delay is not None:
         ms = _delay_ms(delay)
-        return Schedule(kind="delayed", fire_ms=now_ms + ms, fields={"delay_ms": ms})
+        return Schedule(kind=JobKind.DELAYED, fire_ms=now_ms + ms, fields={"delay_ms": ms})
     if at is not None:
-        return Schedule(kind="at", fire_ms=_instant_ms("at", at), fields={})
+        return Schedule(kind=JobKind.AT, fire_ms=_instant_ms("at", at), fields={})
     if cron is None:
-        return Schedule(kind="immediate", fire_ms=now_ms, fields={})
+        return Schedule(kind=JobKind.IMMEDIATE, fire_ms=now_ms, fields={})
     return _cron(now_ms, cron, tz, catchup, catchup_limit, overlap, start_at, end_at)
 
 
 def _cron(now_ms: int, cron: Any, tz: Any, catchup: Any, catchup_limit: Any, overlap: Any,
           start_at: Any, end_at: Any) -> Schedule:
     spec = CronSpec(cron, "UTC" if tz is None else tz)
-    catchup = "all" if catchup is None else catchup
-    if catchup not in CATCHUP:
+    catchup = Catchup.ALL if catchup is None else catchup
+    if catchup not in set(Catchup):
         raise ValidationError("catchup", f"{catchup!r} is not a catch-up policy; use one of "
-                                         f"{', '.join(CATCHUP)}")
+                                         f"{', '.join(Catchup)}")
     limit = DEFAULT_CATCHUP_LIMIT if catchup_limit is None else catchup_limit
     if (not isinstance(limit, int) or isinstance(limit, bool)
             or not 1 <= limit <= MAX_CATCHUP_LIMIT):
         raise ValidationError("catchup_limit", f"{limit!r} is not allowed; must be an integer "
                                                f"from 1 to {MAX_CATCHUP_LIMIT}")
-    overlap = "allow" if overlap is None else overlap
-    if overlap not in OVERLAP:
+    overlap = Overlap.ALLOW if overlap is None else overlap
+    if overlap not in set(Overlap):
         raise ValidationError("overlap", f"{overlap!r} is not an overlap policy; use one of "
-                                         f"{', '.join(OVERLAP)}")
+                                         f"{', '.join(Overlap)}")
     start_ms = _instant_ms("start_at", start_at) if start_at is not None else 0
     end_ms = _instant_ms("end_at", end_at) if end_at is not None else 0
     if end_ms and start_ms and end_ms <= start_ms:
@@ -102,4 +101,4 @@ def _cron(now_ms: int, cron: Any, tz: Any, catchup: Any, catchup_limit: Any, ove
         fields["start_ms"] = start_ms
     if end_ms:
         fields["end_ms"] = end_ms
-    return Schedule(kind="cron", fire_ms=first, fields=fields)
+    return Schedule(kind=JobKind.CRON, fire_ms=first, fields=fields)

@@ -6,7 +6,7 @@ that did not run. Calls are batched: `Call` values are built here and run by `ru
 `run_async` in one pipelined round trip, whatever shards they touch.
 
 `--- @include "_lib.lua"` inside a script is replaced by that file's text at load time, and
-the reply-code table `R` (replies.py) is put before every script.
+`prelude()` (reply codes, job-field defaults) is put before every script.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import msgspec
 import redis
 import redis.asyncio
 
+from .models import JOB_FIELD_DEFAULTS
 from .replies import lua_table
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
-         "trim_history", "expire", "restore", "history_read", "sweep")
+         "trim_history", "retire", "restore", "history_read", "sweep")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 
@@ -48,11 +49,18 @@ class _Source:
     sha: str
 
 
-# Every script starts with the reply-code table `R` (replies.Code), so Lua and Python read
-# one table; the header comment follows it.
+def prelude() -> str:
+    """What every script starts with, so Lua and Python read one table each: the reply codes
+    `R` (replies.Code) and `DEFAULT`, the numeric job-field defaults (models.py: a field
+    equal to its default is not stored, so a script reading it must know the default)."""
+    defaults = ", ".join(f"{k} = {v}" for k, v in JOB_FIELD_DEFAULTS.items()
+                         if isinstance(v, int | float))
+    return lua_table() + "local DEFAULT = {" + defaults + "}\n"
+
+
 SOURCES = {
     n: _Source(n, t, hashlib.sha1(t.encode()).hexdigest())
-    for n, t in ((n, lua_table() + read_source(n)) for n in NAMES)
+    for n, t in ((n, prelude() + read_source(n)) for n in NAMES)
 }
 
 
@@ -211,8 +219,8 @@ def history_read(prefix: str, slots: Sequence[str], jobs: Sequence[str]) -> Call
     return Call("history_read", (prefix,), (pack(list(slots)), pack(list(jobs))))
 
 
-def expire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
-    return Call("expire", (prefix,), (now_ms, retention_ms, limit))
+def retire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
+    return Call("retire", (prefix,), (now_ms, retention_ms, limit))
 
 
 def restore(prefix: str, now_ms: int, maxlen: int,

@@ -1,4 +1,6 @@
-"""The states of a slot. The same strings are written by the Lua transitions (a test checks)."""
+"""The states of a slot, and the other closed sets of words a job is made of (its kind,
+delivery, catch-up and overlap policies). The same strings are written and read by the Lua
+transitions (a test checks the slot states)."""
 
 from __future__ import annotations
 
@@ -53,3 +55,25 @@ class Delivery(StrEnum):
     AT_LEAST_ONCE = "at_least_once"
     AT_MOST_ONCE = "at_most_once"
     EXACTLY_ONCE = "exactly_once"
+
+
+class JobKind(StrEnum):
+    IMMEDIATE = "immediate"
+    DELAYED = "delayed"
+    AT = "at"
+    CRON = "cron"
+
+
+class Catchup(StrEnum):
+    """What a cron job does with occurrences missed while no scheduler node ran."""
+
+    ALL = "all"  # run every missed occurrence (up to catchup_limit)
+    LATEST = "latest"  # run only the most recent one
+    NONE = "none"  # run none; count them in `missed`
+
+
+class Overlap(StrEnum):
+    """What a cron occurrence does when the job's previous slot is still active."""
+
+    ALLOW = "allow"  # run anyway
+    SKIP = "skip"  # end it `skipped`

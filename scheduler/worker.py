@@ -17,7 +17,6 @@ import os
 import socket
 import time
 import uuid
-from collections import deque
 from typing import Any
 
 import msgspec
@@ -30,9 +29,10 @@ from .errors import ConfigError
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .inflight import Inflight, Run
-from .keys import DISPATCH_GROUP, Keys, check_name
-from .loops import Backoff, ErrorLog, pause
+from .keys import Keys, check_name
+from .loops import Backoff, ErrorLog, Service, pause
 from .namespace import EVENTS_MAXLEN
+from .reader import Reader
 from .registry import Registry
 
 log = logging.getLogger("scheduler.worker")
@@ -75,10 +75,8 @@ class Worker:
         self.clock = clock or RedisClock()
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.shards = 0
-        self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, queue)
-        self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
-        self._stream_of: dict[bytes, tuple[int, str]] = {}
-        self.backlog: deque[tuple[int, str, bytes, str]] = deque()
+        self.reader = Reader(client, self.keys, self.worker_id, self.config.batch,
+                             self.config.events_maxlen)
         self.running: Inflight = {}
         self.claiming = 0  # entries taken from the backlog whose claim has not returned yet
         self.stopping = asyncio.Event()
@@ -98,9 +96,6 @@ class Worker:
                                    self.running, self.capacity, lease_s=self.config.lease_s,
                                    threads=min(self.config.concurrency, 64))
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
-        # A read or claim whose reply was lost may have handed this consumer entries it never
-        # saw: the next read first looks at its own pending list (see _recover).
-        self._recover = False
         self.errors = ErrorLog(log, "reading from Redis")
 
     # --- setup ---------------------------------------------------------------------------
@@ -111,18 +106,8 @@ class Worker:
         meta = namespace.parse(self.keys.ns,
                                await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
         self.shards = meta.shards
-        self.streams = [(self.keys.queue(s, q).encode(), s, q)
-                        for q in self.config.queues for s in range(self.shards)]
-        self._read_tail = ("STREAMS", *(key for key, _, _ in self.streams),
-                           *(">" for _ in self.streams))
-        self._stream_of = {key: (shard, queue) for key, shard, queue in self.streams}
-        await self._create_groups()
+        await self.reader.open(self.shards, self.config.queues)
         await self._sync_clock()
-
-    async def _create_groups(self) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        namespace.create_groups(pipe, (key for key, _, _ in self.streams), DISPATCH_GROUP)
-        namespace.check_groups(await pipe.execute(raise_on_error=False))
 
     async def _sync_clock(self) -> None:
         if self.clock.stale():
@@ -137,13 +122,13 @@ class Worker:
         if free <= 0:
             return 0
         await self._sync_clock()
-        if self._recover:
-            await self._recover_pending()
-        if not self.backlog:
-            await self._read(free, block_ms)
+        reader = self.reader
+        if reader.must_recover:
+            await reader.recover(self._known())
+        if not reader.backlog:
+            await reader.read(free, block_ms)
         # Another pipeline may have claimed while this one read: take only what still fits.
-        take = [self.backlog.popleft()
-                for _ in range(min(self._free(), self.config.batch, len(self.backlog)))]
+        take = reader.take(min(self._free(), self.config.batch))
         if not take:
             return 0
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
@@ -151,7 +136,7 @@ class Worker:
             entries.setdefault(shard, []).append((queue, msg_id, slot_id))
         # While busy, the next batch is read (without blocking) in the claim's round trip,
         # so a busy worker pays one round trip per batch instead of two.
-        prefetch = len(self.backlog) < self.config.batch and not self.stopping.is_set()
+        prefetch = len(reader.backlog) < self.config.batch and not self.stopping.is_set()
         self.claiming += len(take)
         try:
             return await self._claim(entries, prefetch)
@@ -159,8 +144,8 @@ class Worker:
             # The claim may or may not have run: put the entries back first in line. A claim
             # sent again by this worker for an entry it already holds is granted again
             # (claim.lua), so nothing waits for its lease to run out.
-            self.backlog.extendleft(reversed(take))
-            self._recover = self._recover or prefetch
+            reader.give_back(take)
+            reader.must_recover = reader.must_recover or prefetch
             raise
         finally:
             self.claiming -= len(take)
@@ -168,82 +153,14 @@ class Worker:
     def _free(self) -> int:
         return self.config.concurrency - len(self.running) - self.claiming
 
-    async def _read(self, free: int, block_ms: int | None) -> None:
-        """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
-        more entries than there are free run slots: the rest wait in `backlog`, unclaimed
-        (no lease runs down), and are claimed as runs finish."""
-        count = -(-min(self.config.batch, free) // len(self.streams))
-        try:
-            reply: Any = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-                *self._xreadgroup(count, block_ms))
-        except redis.exceptions.ResponseError as exc:
-            if "NOGROUP" not in str(exc):
-                raise
-            await self._create_groups()
-            return
-        except BaseException:
-            self._recover = True
-            raise
-        self._backlog_add(reply)
-
-    async def _recover_pending(self) -> None:
-        """Take back entries delivered to this consumer whose reply never arrived: this
-        consumer's own pending list (XREADGROUP ... 0), minus what it runs, holds in its
-        backlog, or has outcomes for waiting to be committed. Claiming any of them again is
-        safe (claim.lua grants this worker's own claims again, and refuses the rest)."""
-        reply: Any = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-            *self._xreadgroup(self.config.batch, None, start="0"))
-        self._recover = False
+    def _known(self) -> set[str]:
+        """Slots this worker has in hand besides its backlog: runs in flight, outcomes
+        waiting to be committed, and runs given up on (for two leases)."""
         cutoff = time.monotonic() - 2 * self.config.lease_s
         abandoned = self.execution.abandoned
         for slot in [s for s, t in abandoned.items() if t < cutoff]:
             del abandoned[slot]
-        known = ({slot for _, _, _, slot in self.backlog} | self.committer.slots()
-                 | abandoned.keys())
-        before = len(self.backlog)
-        self._backlog_add(reply, skip=known | self.running.keys())
-        if len(self.backlog) > before:
-            log.warning("took back %d entries whose read or claim reply was lost",
-                        len(self.backlog) - before)
-
-    async def _requeue_backlog(self) -> None:
-        """Hand back entries read but never claimed, so another worker runs them now rather
-        than after the reclaimer's idle timeout."""
-        entries: dict[int, list[tuple[str, bytes, str]]] = {}
-        while self.backlog:
-            shard, queue, msg_id, slot_id = self.backlog.popleft()
-            entries.setdefault(shard, []).append((queue, msg_id, slot_id))
-        now = self.clock.now_ms()
-        await scripts.run_async(self.redis, [
-            scripts.requeue(self.keys.prefix(s), now, self.config.events_maxlen, items)
-            for s, items in entries.items()])
-
-    def _prefetch(self, pipe: Any) -> int:
-        pipe.execute_command(*self._xreadgroup(-(-self.config.batch // len(self.streams)), None))
-        return 1
-
-    def _xreadgroup(self, count: int, block_ms: int | None,
-                    start: str | None = None) -> tuple[Any, ...]:
-        # "XREADGROUP GROUP" as the command name: redis-py splits it into two arguments but
-        # finds no reply callback under it, so the reply stays raw lists. Its XREADGROUP
-        # callback builds a dict per entry: ~9% of a busy worker's CPU.
-        block = ("BLOCK", block_ms) if block_ms is not None else ()
-        tail = self._read_tail if start is None else (
-            "STREAMS", *(key for key, _, _ in self.streams), *(start for _ in self.streams))
-        return ("XREADGROUP GROUP", DISPATCH_GROUP, self.worker_id, "COUNT", count, *block,
-                *tail)
-
-    def _backlog_add(self, reply: Any, skip: Any = ()) -> None:
-        """A raw XREADGROUP reply: {stream key: [[entry id, [b"s", slot id]], ...]} (RESP3),
-        or the same pairs as a list (RESP2). An entry deleted from the stream comes without
-        fields (its slot is the sweeper's to find)."""
-        for key, messages in (reply.items() if isinstance(reply, dict) else reply or ()):
-            shard, queue = self._stream_of[key]
-            for msg_id, fields in messages:
-                if fields:
-                    slot = fields[1].decode()
-                    if slot not in skip:
-                        self.backlog.append((shard, queue, msg_id, slot))
+        return self.running.keys() | self.committer.slots() | abandoned.keys()
 
     def _claim_time(self, entries: dict[int, list[tuple[str, bytes, str]]]) -> int:
         """Redis time as this worker estimates it, but never before the newest dispatch in the
@@ -262,11 +179,12 @@ class Worker:
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
         deadline = time.monotonic() + self.config.lease_s  # the lease holds at least so long
         if prefetch:
-            answers, (read,) = await scripts.run_async_then(self.redis, calls, self._prefetch)
+            answers, (read,) = await scripts.run_async_then(self.redis, calls,
+                                                            self.reader.prefetch)
             if not isinstance(read, Exception):  # NOGROUP etc.: the next blocking read says
-                self._backlog_add(read)
+                self.reader.add(read)
             else:
-                self._recover = True
+                self.reader.must_recover = True
         else:
             answers = await scripts.run_async(self.redis, calls)
         started = 0
@@ -297,24 +215,6 @@ class Worker:
 
     # --- the loops -----------------------------------------------------------------------
 
-    async def _read_loop(self) -> None:
-        backoff = Backoff()
-        while not self.stopping.is_set():
-            if self._free() <= 0:
-                self.capacity.clear()
-                await self.capacity.wait()
-                continue
-            try:
-                await self.run_once(block_ms=self.block_ms)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                self.errors.error(exc)
-                await pause(self.stopping, backoff.next())
-                continue
-            backoff.reset()
-            self.errors.ok()
-
     async def _setup(self) -> bool:
         """setup(), tried until Redis lets it (a worker may start before Redis does, or
         before its namespace's first submit); False when stopped first."""
@@ -337,7 +237,7 @@ class Worker:
                  ",".join(self.config.queues), self.shards, self.config.concurrency)
         committer = asyncio.create_task(self.committer.run(), name="committer")
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
-        readers = [asyncio.create_task(self._read_loop(), name=f"reader-{i}")
+        readers = [asyncio.create_task(ClaimLoop(self).run(), name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
         stopped = asyncio.create_task(self.stopping.wait())
         try:
@@ -369,12 +269,12 @@ class Worker:
             log.info("worker %s stopped", self.worker_id)
 
     async def _drain(self) -> None:
-        if self.backlog:
+        if self.reader.backlog:
             try:
-                await self._requeue_backlog()
+                await self.reader.requeue_backlog(self.clock.now_ms())
             except Exception as exc:
                 log.warning("could not hand back %d unclaimed entries (%s); the reclaimer "
-                            "will dispatch them after the lease", len(self.backlog), exc)
+                            "will dispatch them after the lease", len(self.reader.backlog), exc)
         runs = [r.handler for r in self.running.values() if r.handler is not None]
         if runs:
             log.info("waiting up to %.1fs for %d run(s) in flight", self.config.grace_s,
@@ -391,3 +291,28 @@ class Worker:
     def stop(self) -> None:
         """Idempotent; safe to call from a signal handler."""
         self.stopping.set()
+
+
+class ClaimLoop(Service):
+    """One claim pipeline of a worker (there are `pipelines` of them, sharing its reader,
+    its stop event and its error log): claims what the free run slots can take, and waits
+    for capacity while every slot is busy."""
+
+    what = "reading from Redis"
+    log = log
+
+    def __init__(self, worker: Worker) -> None:
+        super().__init__(stop=worker.stopping, errors=worker.errors)
+        self.worker = worker
+
+    async def ready(self) -> None:
+        worker = self.worker
+        while worker._free() <= 0 and not self.finished():
+            worker.capacity.clear()
+            await worker.capacity.wait()
+
+    async def run_once(self) -> int:
+        return await self.worker.run_once(block_ms=self.worker.block_ms)
+
+    def delay(self, result: Any) -> float:
+        return 0

@@ -40,10 +40,10 @@ def test_outcomes_of_every_shard_go_in_one_round_trip_and_a_repeat_is_harmless(
         conn = redis.asyncio.Redis.from_url(redis_url)
         committer = _committer(conn, client, clock)
         for shard, token in runs:
-            committer.add_done(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
         took = await committer.run_once()
         for shard, token in runs[:3]:  # sent again (a reply lost): "already", not refused
-            committer.add_done(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
         again = await committer.run_once()
         await conn.aclose()
         assert committer.refused == 0 and len(committer) == 0
@@ -61,7 +61,7 @@ def test_outcomes_wait_through_a_redis_that_does_not_answer(
         dead = process_redis("redis://127.0.0.1:1/0", 3.0)  # nothing listens there
         committer = _committer(dead, client, clock)
         for shard, token in runs:
-            committer.add_done(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
         for _ in range(3):
             try:
                 await committer.run_once()
@@ -87,10 +87,10 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
         conn = redis.asyncio.Redis.from_url(redis_url)
         committer = _committer(conn, client, clock)
         for shard, t in good:
-            committer.add_done(shard.shard, (shard.slot_id, t, 1, 2))
+            committer.add_succeeded(shard.shard, (shard.slot_id, t, 1, 2))
         # one its call cannot even be built for, one Redis cannot be sent (a lone surrogate)
-        committer.add_done(bad.shard, (bad.slot_id, token, "not-a-time", 2))  # type: ignore[arg-type]
-        committer.add_done(bad.shard, (bad.slot_id + "\udcff", token, 1, 2))
+        committer.add_succeeded(bad.shard, (bad.slot_id, token, "not-a-time", 2))  # type: ignore[arg-type]
+        committer.add_succeeded(bad.shard, (bad.slot_id + "\udcff", token, 1, 2))
         for _ in range(3):
             try:
                 await committer.run_once()

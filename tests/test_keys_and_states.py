@@ -66,7 +66,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "lease": lambda p: scripts.lease(p, 1, 10, "n", 1000, "acquire"),
         "stats": lambda p: scripts.stats(p, 1, ["default"]),
         "trim_history": lambda p: scripts.trim_history(p),
-        "expire": lambda p: scripts.expire(p, 1, 1000, 10),
+        "retire": lambda p: scripts.retire(p, 1, 1000, 10),
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
         "history_read": lambda p: scripts.history_read(p, [], []),
         "sweep": lambda p: scripts.sweep(p, 1, 10, []),

@@ -69,7 +69,7 @@ LAYERS = {
     "contracts": {"errors", "states", "keys", "events", "replies", "clock", "cronspec",
                   "schedule", "models", "namespace", "connection", "scripts", "sqlfiles"},
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
-    "services": {"loops", "registry", "inflight", "execution", "committer", "heartbeat",
+    "services": {"loops", "registry", "inflight", "reader", "execution", "committer", "heartbeat",
                  "worker", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",
                  "snapshot_intake", "snapshotter", "retention", "recovery", "status",
                  "metrics", "exporter", "embedded"},

@@ -12,6 +12,7 @@ import pytest
 from scheduler import scripts
 from scheduler.events import FINAL_STATUS, SLOT_ONLY, EventType
 from scheduler.keys import SHARD_SUFFIXES, Keys
+from scheduler.models import JOB_FIELD_DEFAULTS
 from scheduler.replies import ANSWERS, Code, lua_table
 
 SOURCES = {name: scripts.read_source(name) for name in (*scripts.NAMES, "_lib")}
@@ -105,4 +106,17 @@ def test_each_code_has_one_number_and_lua_reads_the_same_table() -> None:
     text = lua_table()
     for c in Code:
         assert f"{c.name} = {int(c)}" in text
-    assert all(s.text.startswith(text) for s in scripts.SOURCES.values())
+    assert all(s.text.startswith(scripts.prelude()) for s in scripts.SOURCES.values())
+
+
+DEFAULT_NAME = re.compile(r"\bDEFAULT\.(\w+)")
+BARE_DEFAULT = re.compile(r"tonumber\(job\[\d+\]\)\s+or\s+-?[\d.]+")
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_job_field_defaults_come_from_models(name: str) -> None:
+    """job_fields stores no field equal to its default: a script must read the default from
+    the one table (DEFAULT, models.JOB_FIELD_DEFAULTS), not write it again."""
+    code = _without_comments(SOURCES[name])
+    assert set(DEFAULT_NAME.findall(code)) <= set(JOB_FIELD_DEFAULTS), name
+    assert not BARE_DEFAULT.search(code), f"{name}.lua: {BARE_DEFAULT.search(code)}"

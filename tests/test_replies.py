@@ -20,7 +20,7 @@ def test_replies_decode_by_name() -> None:
     assert not m.moved and m.created == 5
     assert replies.MaterializeReply.decode([Code.MOVED, 0]).moved
     assert replies.Restored.decode([1, 2, 3, 4, 5]).slots_ended == 5
-    assert replies.Expired.decode([7, 1, -1]) == replies.Expired(7, 1, -1)
+    assert replies.Retired.decode([7, 1, -1]) == replies.Retired(7, 1, -1)
     assert replies.Lease.decode([Code.OK, 4]) == replies.Lease(True, 4, "")
     assert replies.Lease.decode([Code.HELD, b"5:node-b"]) == replies.Lease(False, 0, "5:node-b")
 
@@ -33,7 +33,7 @@ def test_a_claim_reply_gives_grants_in_entry_order() -> None:
 
 
 @pytest.mark.parametrize("decode", [replies.Promoted.decode, replies.Reclaimed.decode,
-                                    replies.Restored.decode, replies.Expired.decode,
+                                    replies.Restored.decode, replies.Retired.decode,
                                     replies.Lease.decode])
 def test_a_short_reply_is_a_script_error(decode: object) -> None:
     with pytest.raises(ScriptError, match="expected|unexpected"):

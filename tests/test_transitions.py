@@ -262,7 +262,7 @@ def test_expire_removes_due_finished_slots_with_their_indexes(r: redis.Redis, ns
     r.hset(f"{p}slot:replayed:5", mapping={"status": "queued", "job_id": "replayed"})
     r.zadd(f"{p}retain", {"once:1": 1, "later:2": 2, "nightly:60": 3, "fresh:4": 4,
                           "replayed:5": 5, "future:6": now + 1})
-    slots, jobs, head = scripts.run_sync(r, [scripts.expire(p, now, 1000, 100)])[0]
+    slots, jobs, head = scripts.run_sync(r, [scripts.retire(p, now, 1000, 100)])[0]
     assert (slots, jobs) == (3, 2)
     assert not r.exists(f"{p}slot:once:1", f"{p}job:once", f"{p}slot:later:2", f"{p}job:later",
                         f"{p}slot:nightly:60")

@@ -119,7 +119,7 @@ local function expire_lease(prefix, slot_id, slot_key, s, now)
     return 'lost', {slot = slot_id, attempt = s.attempt, worker = s.worker}
   end
   local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
-  if failures >= (tonumber(job[2]) or 3) then
+  if failures >= (tonumber(job[2]) or DEFAULT.max_attempts) then
     bury(prefix, slot_key, slot_id, now, token, record)
     return 'dead', {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
   end

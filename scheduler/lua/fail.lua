@@ -16,7 +16,8 @@
 
   The policy delay after f failures: min(backoff_max_ms, backoff_base_ms * 2^(f-1)) *
   (1 - jitter * u). A retry goes back through the `due` set (the promoter dispatches it).
-  Job fields missing from the hash take their defaults (scheduler/models.py, job_fields).
+  Job fields missing from the hash take their defaults: `DEFAULT` (scripts.prelude, from
+  models.JOB_FIELD_DEFAULTS; job_fields stores no field equal to its default).
 
   Reply: one code per slot, in order (R, replies.py)
      R.RETRY      retry scheduled (status scheduled, in `due` at now + delay)
@@ -70,10 +71,11 @@ for i = 0, n - 1 do
       local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
       local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'max_attempts',
         'backoff_base_ms', 'backoff_max_ms', 'jitter')
-      if failures < (tonumber(job[1]) or 3) then
+      if failures < (tonumber(job[1]) or DEFAULT.max_attempts) then
         if retry_ms < 0 then
-          local base, cap = tonumber(job[2]) or 1000, tonumber(job[3]) or 300000
-          local jitter = tonumber(job[4]) or 0.2
+          local base, cap = tonumber(job[2]) or DEFAULT.backoff_base_ms,
+            tonumber(job[3]) or DEFAULT.backoff_max_ms
+          local jitter = tonumber(job[4]) or DEFAULT.jitter
           retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)
         end
         local at = now + math.floor(retry_ms)

@@ -17,7 +17,7 @@ import msgspec
 
 from ..events import FINAL_STATUS
 from ..models import Slot, slot_from_hash
-from ..states import TERMINAL, Outcome
+from ..states import TERMINAL, JobKind, Outcome
 
 DAY_MS = 86_400_000
 SCHEMA_VERSION = 1
@@ -114,7 +114,7 @@ def text_hash(flat: list[bytes]) -> dict[str, str]:
 
 def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:
     return JobRow(namespace, job_id, h.get("task", ""), h.get("queue", "default"),
-                  h.get("kind", "immediate"), int(h.get("created_ms") or 0),
+                  h.get("kind", JobKind.IMMEDIATE), int(h.get("created_ms") or 0),
                   int(h.get("fire_ms") or 0), _json.encode(h).decode())
 
 

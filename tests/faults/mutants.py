@@ -87,22 +87,22 @@ MUTANTS = [
            "        limit = -1.0", (STALL,)),
     Mutant("claim-forgets-entries", "a failed claim drops its entries (they wait a lease)",
            "scheduler/worker.py",
-           "            self.backlog.extendleft(reversed(take))\n"
-           "            self._recover = self._recover or prefetch\n",
+           "            reader.give_back(take)\n"
+           "            reader.must_recover = reader.must_recover or prefetch\n",
            "", (CLAIM,)),
     Mutant("error-text-unsanitized", "a handler's error text goes to Redis as it is (the "
            "poison outcome is dropped: lost rule)",
            "scheduler/execution.py",
            '    return line.encode("utf-8", "backslashreplace").decode("utf-8")',
            "    return line", (POISON,)),
-    Mutant("oom-kills-readers", "a worker's read loop dies of any error but a connection "
-           "error (process rule)",
-           "scheduler/worker.py",
-           "            except Exception as exc:\n                self.errors.error(exc)\n"
-           "                await pause(self.stopping, backoff.next())",
+    Mutant("oom-kills-loops", "every background loop (a worker's claim loops, its committer, "
+           "a node's loops) dies of any error but a connection error (process rule)",
+           "scheduler/loops.py",
+           "            except Exception as exc:\n"
+           "                self.errors.error(exc, self.error_context())",
            "            except (redis.exceptions.ConnectionError, "
-           "redis.exceptions.TimeoutError) as exc:\n                self.errors.error(exc)\n"
-           "                await pause(self.stopping, backoff.next())", (OOM,)),
+           "redis.exceptions.TimeoutError) as exc:\n"
+           "                self.errors.error(exc, self.error_context())", (OOM,)),
     Mutant("no-overdue-promotion", "only a shard's owner promotes (cron lag while nodes die)",
            "scheduler/promoter.py",
            "        if self.others and time.monotonic() >= self._overdue_at:",

@@ -1,4 +1,4 @@
---[[ expire: remove terminal slots whose retention in Redis is over (their final state is in
+--[[ retire: remove terminal slots whose retention in Redis is over (their final state is in
   the history store: only the snapshotter, after its commit, adds them to `retain`).
 
   KEYS[1]  shard prefix, e.g. "sched:{s03}:"

@@ -1,0 +1,132 @@
+"""A worker's side of its dispatch streams: which streams it reads, what it read but has not
+claimed yet (the backlog), and taking back what a lost reply handed it.
+
+One `Reader` per worker, shared by its claim pipelines (worker.py): every pipeline takes
+from the same backlog, so a read of one pipeline feeds the others.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import redis.asyncio
+
+from . import namespace, scripts
+from .keys import DISPATCH_GROUP, Keys
+
+log = logging.getLogger("scheduler.worker")
+
+Entry = tuple[int, str, bytes, str]  # shard, queue, stream entry id, slot id
+
+
+class Reader:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, consumer: str, batch: int,
+                 events_maxlen: int) -> None:
+        self.redis = client
+        self.keys = keys
+        self.consumer = consumer
+        self.batch = batch
+        self.events_maxlen = events_maxlen
+        self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, queue)
+        self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
+        self._stream_of: dict[bytes, tuple[int, str]] = {}
+        self.backlog: deque[Entry] = deque()
+        # A read or claim whose reply was lost may have handed this consumer entries it never
+        # saw: the next read first looks at its own pending list (see recover).
+        self.must_recover = False
+
+    async def open(self, shards: int, queues: Iterable[str]) -> None:
+        """Read these queues over every shard; make sure each stream has the group."""
+        self.streams = [(self.keys.queue(s, q).encode(), s, q) for q in queues
+                        for s in range(shards)]
+        self._read_tail = ("STREAMS", *(key for key, _, _ in self.streams),
+                           *(">" for _ in self.streams))
+        self._stream_of = {key: (shard, queue) for key, shard, queue in self.streams}
+        await self.create_groups()
+
+    async def create_groups(self) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        namespace.create_groups(pipe, (key for key, _, _ in self.streams), DISPATCH_GROUP)
+        namespace.check_groups(await pipe.execute(raise_on_error=False))
+
+    async def read(self, free: int, block_ms: int | None) -> None:
+        """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
+        more entries than there are free run slots: the rest wait in `backlog`, unclaimed
+        (no lease runs down), and are claimed as runs finish."""
+        count = -(-min(self.batch, free) // len(self.streams))
+        try:
+            reply: Any = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+                *self._xreadgroup(count, block_ms))
+        except redis.exceptions.ResponseError as exc:
+            if "NOGROUP" not in str(exc):
+                raise
+            await self.create_groups()
+            return
+        except BaseException:
+            self.must_recover = True
+            raise
+        self.add(reply)
+
+    async def recover(self, known: Collection[str]) -> None:
+        """Take back entries delivered to this consumer whose reply never arrived: this
+        consumer's own pending list (XREADGROUP ... 0), minus the slots in `known` (runs in
+        flight, outcomes waiting to be committed, runs given up on) and those in the backlog.
+        Claiming any of them again is safe (claim.lua grants this worker's own claims again,
+        and refuses the rest)."""
+        reply: Any = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+            *self._xreadgroup(self.batch, None, start="0"))
+        self.must_recover = False
+        before = len(self.backlog)
+        self.add(reply, skip={slot for _, _, _, slot in self.backlog} | set(known))
+        if len(self.backlog) > before:
+            log.warning("took back %d entries whose read or claim reply was lost",
+                        len(self.backlog) - before)
+
+    def take(self, n: int) -> list[Entry]:
+        return [self.backlog.popleft() for _ in range(min(n, len(self.backlog)))]
+
+    def give_back(self, entries: list[Entry]) -> None:
+        """Entries whose claim may or may not have run: first in line again."""
+        self.backlog.extendleft(reversed(entries))
+
+    async def requeue_backlog(self, now_ms: int) -> None:
+        """Hand back entries read but never claimed, so another worker runs them now rather
+        than after the reclaimer's idle timeout."""
+        entries: dict[int, list[tuple[str, bytes, str]]] = {}
+        while self.backlog:
+            shard, queue, msg_id, slot_id = self.backlog.popleft()
+            entries.setdefault(shard, []).append((queue, msg_id, slot_id))
+        await scripts.run_async(self.redis, [
+            scripts.requeue(self.keys.prefix(s), now_ms, self.events_maxlen, items)
+            for s, items in entries.items()])
+
+    def prefetch(self, pipe: Any) -> int:
+        """Append a non-blocking read to a claim's pipeline (scripts.run_async_then)."""
+        pipe.execute_command(*self._xreadgroup(-(-self.batch // len(self.streams)), None))
+        return 1
+
+    def _xreadgroup(self, count: int, block_ms: int | None,
+                    start: str | None = None) -> tuple[Any, ...]:
+        # "XREADGROUP GROUP" as the command name: redis-py splits it into two arguments but
+        # finds no reply callback under it, so the reply stays raw lists. Its XREADGROUP
+        # callback builds a dict per entry: ~9% of a busy worker's CPU.
+        block = ("BLOCK", block_ms) if block_ms is not None else ()
+        tail = self._read_tail if start is None else (
+            "STREAMS", *(key for key, _, _ in self.streams), *(start for _ in self.streams))
+        return ("XREADGROUP GROUP", DISPATCH_GROUP, self.consumer, "COUNT", count, *block,
+                *tail)
+
+    def add(self, reply: Any, skip: Collection[str] = ()) -> None:
+        """A raw XREADGROUP reply: {stream key: [[entry id, [b"s", slot id]], ...]} (RESP3),
+        or the same pairs as a list (RESP2). An entry deleted from the stream comes without
+        fields (its slot is the sweeper's to find)."""
+        for key, messages in (reply.items() if isinstance(reply, dict) else reply or ()):
+            shard, queue = self._stream_of[key]
+            for msg_id, fields in messages:
+                if fields:
+                    slot = fields[1].decode()
+                    if slot not in skip:
+                        self.backlog.append((shard, queue, msg_id, slot))
