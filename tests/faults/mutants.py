@@ -118,5 +118,5 @@ MUTANTS = [
            "            except Exception:\n                self.alone += [(kind, shard, item) "
            "for item in items]",
            "            except Exception:\n                raise",
-           ("tests/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
+           ("tests/services/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
 ]

@@ -12,7 +12,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def bench(tmp_path: Path, command: str, *args: str, codes: tuple[int, ...] = (0,)

@@ -15,7 +15,7 @@ import yaml
 from cli.main import cli
 from scheduler.metrics import declared_names
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 METRIC = re.compile(r"\bsched_[a-z_]+\b")
 

@@ -7,7 +7,7 @@ The cron test's size comes from the environment so CI stays quick: SCHED_TEST_CR
 asks for:
 
     SCHED_TEST_CRON_JOBS=200 SCHED_TEST_CRON_SECONDS=30 .venv/bin/pytest \
-        tests/test_scheduler_nodes.py -k two_nodes --timeout 300
+        tests/e2e/test_scheduler_nodes.py -k two_nodes --timeout 300
 """
 
 from __future__ import annotations

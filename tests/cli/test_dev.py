@@ -80,7 +80,7 @@ def test_dev_without_redis_or_redis_server_is_one_line(tmp_path: Path) -> None:
 def test_the_readme_demo_works_on_a_machine_without_a_running_redis() -> None:
     """`bash scripts/demo.sh`, the README's first command, with nothing answering at the
     Redis URL: sched dev starts its private redis-server and the demo runs on it."""
-    root = Path(__file__).parent.parent
+    root = Path(__file__).resolve().parents[2]
     assert "sched dev" in (root / "scripts" / "demo.sh").read_text()
     env = {**os.environ, "SCHED_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"}
     proc = subprocess.run(["bash", str(root / "scripts" / "demo.sh")], env=env,
