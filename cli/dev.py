@@ -56,12 +56,9 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     from prometheus_client import REGISTRY
 
     from scheduler.embedded import EmbeddedRedis, answers
-    from scheduler.exporter import MetricsServer
     from scheduler.metrics import NamespaceCollector
-    from scheduler.node import NodeConfig, SchedulerNode
-    from scheduler.snapshotter import Snapshotter, SnapshotterConfig
     from scheduler.store import open_store
-    from scheduler.worker import Worker, WorkerConfig
+    from scheduler.worker import WorkerConfig
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s,
@@ -82,53 +79,24 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     REGISTRY.register(collector)
     server = None
     try:
-        try:
-            server = MetricsServer(REGISTRY, host="127.0.0.1", port=metrics_port).start()
-        except OSError:
-            server = MetricsServer(REGISTRY, host="127.0.0.1", port=0).start()
+        server = _metrics_server(REGISTRY, metrics_port)
         metrics_url = f"http://127.0.0.1:{server.port}/metrics"
-        cli = f"sched --redis-url {url} --namespace {namespace}"
-        click.echo(f"sched dev: namespace {namespace!r} on {url}"
-                   + (" (private redis-server)" if embedded else ""))
-        click.echo(f"  running:  a scheduler node, a worker ({app_spec}, concurrency "
-                   f"{concurrency}, queues {','.join(config.queues)}), the exporter"
+        running = (f"a scheduler node, a worker ({app_spec}, concurrency {concurrency}, "
+                   f"queues {','.join(config.queues)}), the exporter"
                    + ("" if store is None else ", the snapshotter"))
-        if store is not None:
-            click.echo(f"  history:  {postgres_dsn or history_file}  ({cli} history)")
-        click.echo(f"  metrics:  {metrics_url}  (health: http://127.0.0.1:{server.port}/healthz)")
-        click.echo(f"  status:   {cli} status [--watch]")
-        click.echo(f"  submit:   {cli} submit demo.hello --payload '{{\"name\": \"you\"}}'")
-        click.echo("  Ctrl-C stops everything.", nl=True)
+        _banner(namespace, url, embedded is not None, running,
+                None if store is None else postgres_dsn or history_file, server.port)
         holder: list[Any] = []
 
-        async def make() -> None:
-            client = process_redis(url, max(lease_s, 1.0))
-            worker = Worker(client, registry, namespace=namespace,  # type: ignore[arg-type]
-                            config=config)
-            node = SchedulerNode(client, namespace=namespace,
-                                 config=NodeConfig(lease_s=max(lease_s, 1.0)))
-            holder.extend([worker, node])
-            tasks = [asyncio.create_task(worker.run(), name="worker"),
-                     asyncio.create_task(node.run(), name="scheduler-node")]
-            if store is not None:
-                # A laptop keeps finished slots in Redis too (no retention loop here).
-                snapshotter = Snapshotter(client, store, namespace=namespace,
-                                          config=SnapshotterConfig(retention_s=None))
-                holder.append(snapshotter)
-                tasks.append(asyncio.create_task(snapshotter.run(), name="snapshotter"))
+        def started() -> None:
             if ready_file:
                 _write_atomically(ready_file, {"redis_url": url, "metrics_url": metrics_url,
                                                "namespace": namespace,
                                                "embedded_redis": embedded is not None})
-            try:
-                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for service in holder:  # one ended (an error, or stop()): stop the other
-                    service.stop()
-                try:
-                    await asyncio.gather(*tasks)
-                finally:
-                    await client.aclose()
+
+        async def make() -> None:
+            await _run_services(url, lease_s, registry, namespace, config, store, holder,
+                                started)
 
         def stop() -> None:
             for service in holder:
@@ -147,3 +115,63 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
         if ready_file and os.path.exists(ready_file):
             os.remove(ready_file)
         log.info("sched dev stopped")
+
+
+def _metrics_server(registry: Any, port: int) -> Any:
+    """On `port`, or on any free port when it is taken (a second `sched dev`)."""
+    from scheduler.exporter import MetricsServer
+
+    try:
+        return MetricsServer(registry, host="127.0.0.1", port=port).start()
+    except OSError:
+        return MetricsServer(registry, host="127.0.0.1", port=0).start()
+
+
+async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
+                        config: Any, store: Any, holder: list[Any],
+                        started: Any) -> None:
+    """A node, a worker and (with a store) the snapshotter on one connection pool, until
+    one of them ends or each is stopped (through `holder`)."""
+    from scheduler.node import NodeConfig, SchedulerNode
+    from scheduler.snapshotter import Snapshotter, SnapshotterConfig
+    from scheduler.worker import Worker
+
+    client = process_redis(url, max(lease_s, 1.0))
+    worker = Worker(client, registry, namespace=namespace,  # type: ignore[arg-type]
+                    config=config)
+    node = SchedulerNode(client, namespace=namespace,
+                         config=NodeConfig(lease_s=max(lease_s, 1.0)))
+    holder.extend([worker, node])
+    tasks = [asyncio.create_task(worker.run(), name="worker"),
+             asyncio.create_task(node.run(), name="scheduler-node")]
+    if store is not None:
+        # A laptop keeps finished slots in Redis too (no retention loop here).
+        snapshotter = Snapshotter(client, store, namespace=namespace,
+                                  config=SnapshotterConfig(retention_s=None))
+        holder.append(snapshotter)
+        tasks.append(asyncio.create_task(snapshotter.run(), name="snapshotter"))
+    started()
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for service in holder:  # one ended (an error, or stop()): stop the other
+            service.stop()
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            await client.aclose()
+
+
+def _banner(namespace: str, url: str, embedded: bool, running: str, history: str | None,
+            port: int) -> None:
+    cli = f"sched --redis-url {url} --namespace {namespace}"
+    click.echo(f"sched dev: namespace {namespace!r} on {url}"
+               + (" (private redis-server)" if embedded else ""))
+    click.echo(f"  running:  {running}")
+    if history is not None:
+        click.echo(f"  history:  {history}  ({cli} history)")
+    click.echo(f"  metrics:  http://127.0.0.1:{port}/metrics  (health: "
+               f"http://127.0.0.1:{port}/healthz)")
+    click.echo(f"  status:   {cli} status [--watch]")
+    click.echo(f"  submit:   {cli} submit demo.hello --payload '{{\"name\": \"you\"}}'")
+    click.echo("  Ctrl-C stops everything.", nl=True)

@@ -27,6 +27,7 @@ from .keys import DISPATCH_GROUP, Keys, shard_of
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
 from .namespace import EVENTS_MAXLEN
 from .replies import Restored
+from .states import JobKind
 from .store import HistoryStore
 
 T = TypeVar("T")
@@ -54,40 +55,12 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             clock: Clock | None = None, events_maxlen: int = EVENTS_MAXLEN,
             chunk: int = 200) -> RecoveryReport:
     keys = Keys(namespace)
-    shards = store.get_namespace(namespace)
-    if shards is None:
-        raise NamespaceError(f"the history store knows no namespace {namespace!r} (check "
-                             f"--namespace, and that a snapshotter ran for it)")
-    # A writer (namespace.py): creates the namespace with the history's count, or finds it.
-    pipe = client.pipeline(transaction=False)
-    namespace_policy.create(pipe, keys, shards, DEFAULT_MAX_PAYLOAD_BYTES)
-    stored = namespace_policy.parse(namespace, pipe.execute()[-1])
-    if stored.shards != shards:
-        raise NamespaceError(f"namespace {namespace!r} has {stored.shards} shards in Redis but "
-                             f"{shards} in the history store; refusing to mix them")
-    pipe = client.pipeline(transaction=False)
-    namespace_policy.write_config(pipe, keys, stored)
-    pipe.execute()
+    shards = _open_namespace(client, store, keys)
     clock = clock or RedisClock()
     if clock.stale():
         clock.anchor(client.time())
     now = clock.now_ms()
-
-    jobs: dict[int, list[tuple[str, int, list[str]]]] = {}
-    queues: set[tuple[int, str]] = set()
-    for job in store.recovery_jobs(namespace):
-        shard = shard_of(job.job_id, shards)
-        cron_ms = -1
-        if job.kind == "cron":
-            cron_ms = job.last_fire_ms + 1 if job.last_fire_ms is not None else job.created_ms
-        jobs.setdefault(shard, []).append((job.job_id, cron_ms, _pairs(job.definition)))
-        queues.add((shard, job.definition.get("queue", "default")))
-    slots: dict[int, list[tuple[str, list[str]]]] = {}
-    for slot, state in store.recovery_slots(namespace):
-        shard = shard_of(slot.rpartition(":")[0], shards)
-        slots.setdefault(shard, []).append((slot, _pairs(state)))
-        queues.add((shard, state.get("queue", "default")))
-
+    jobs, slots, queues = _read_history(store, namespace, shards)
     if queues:
         client.sadd(keys.queues, *{q for _, q in queues})
         pipe = client.pipeline(transaction=False)
@@ -111,3 +84,44 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             report.slots_dispatched += reply.slots_dispatched
             report.slots_ended += reply.slots_ended
     return report
+
+
+def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> int:
+    """A writer (namespace.py): creates the namespace with the history's shard count, or
+    finds it with the same count; returns the count."""
+    shards = store.get_namespace(keys.ns)
+    if shards is None:
+        raise NamespaceError(f"the history store knows no namespace {keys.ns!r} (check "
+                             f"--namespace, and that a snapshotter ran for it)")
+    pipe = client.pipeline(transaction=False)
+    namespace_policy.create(pipe, keys, shards, DEFAULT_MAX_PAYLOAD_BYTES)
+    stored = namespace_policy.parse(keys.ns, pipe.execute()[-1])
+    if stored.shards != shards:
+        raise NamespaceError(f"namespace {keys.ns!r} has {stored.shards} shards in Redis but "
+                             f"{shards} in the history store; refusing to mix them")
+    pipe = client.pipeline(transaction=False)
+    namespace_policy.write_config(pipe, keys, stored)
+    pipe.execute()
+    return shards
+
+
+def _read_history(store: HistoryStore, namespace: str, shards: int) -> tuple[
+        dict[int, list[tuple[str, int, list[str]]]], dict[int, list[tuple[str, list[str]]]],
+        set[tuple[int, str]]]:
+    """What to restore, by shard: jobs (with their cron watermark), slots, and the
+    (shard, queue) streams they need."""
+    jobs: dict[int, list[tuple[str, int, list[str]]]] = {}
+    queues: set[tuple[int, str]] = set()
+    for job in store.recovery_jobs(namespace):
+        shard = shard_of(job.job_id, shards)
+        cron_ms = -1
+        if job.kind == JobKind.CRON:
+            cron_ms = job.last_fire_ms + 1 if job.last_fire_ms is not None else job.created_ms
+        jobs.setdefault(shard, []).append((job.job_id, cron_ms, _pairs(job.definition)))
+        queues.add((shard, job.definition.get("queue", "default")))
+    slots: dict[int, list[tuple[str, list[str]]]] = {}
+    for slot, state in store.recovery_slots(namespace):
+        shard = shard_of(slot.rpartition(":")[0], shards)
+        slots.setdefault(shard, []).append((slot, _pairs(state)))
+        queues.add((shard, state.get("queue", "default")))
+    return jobs, slots, queues

@@ -150,15 +150,18 @@ class Intake:
                         deferred[slot] = (shard, deadline)
                         self.deferred += 1
                     else:
-                        w.slots[slot] = (kind, record)
-                        if kind == "submitted":
-                            w.created.add(slot)
-                        elif deferred.pop(slot, None) is not None:
-                            w.created.add(slot)  # held back, never written: still new
+                        self._slot(w, slot, kind, record)
                 if isinstance(job, str) and seen.get("job:" + job, -1) < version:
                     w.jobs.add(job)
                     if kind == "submitted":
                         w.created.add("job:" + job)
+
+    def _slot(self, w: Work, slot: str, kind: str, record: _Record) -> None:
+        w.slots[slot] = (kind, record)
+        if kind == "submitted":
+            w.created.add(slot)
+        elif self.held.pop(slot, None) is not None:
+            w.created.add(slot)  # held back, never written: still new
 
     def take_deferred(self, work: dict[int, Work], everything: bool, limit: int) -> int:
         """Add up to `limit` held-back slots whose deadline passed (or any, oldest first) to
