@@ -1,6 +1,7 @@
 """One clock: Redis TIME (DESIGN.md invariant 6).
 
-A service reads `now_ms()` once per loop and passes it to Lua. `RedisClock` anchors to Redis
+A service reads `now_ms()` once per loop and passes it to Lua, and measures its deadlines
+on `monotonic()`. `RedisClock` anchors to Redis
 TIME and advances with the local monotonic clock between re-syncs, so the hot path pays no
 extra round trip; the node's wall clock is never used. Tests use `ManualClock`.
 """
@@ -13,6 +14,12 @@ from typing import Any, Protocol
 
 class Clock(Protocol):
     def now_ms(self) -> int: ...
+
+    def monotonic(self) -> float:
+        """Seconds that never go back: what deadlines are measured on (a run's lease as the
+        worker knows it, the watchdog's margin, how long a slot is held back). Tests that
+        inject a ManualClock move these with it, so they need no sleeps."""
+        ...
 
     def stale(self) -> bool: ...
 
@@ -37,6 +44,9 @@ class RedisClock:
     def now_ms(self) -> int:
         return int(self._base_ms + (time.monotonic() - self._mono) * 1000)
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
 
 class ManualClock:
     """A clock a test sets and advances; never stale."""
@@ -52,6 +62,9 @@ class ManualClock:
 
     def now_ms(self) -> int:
         return self.ms
+
+    def monotonic(self) -> float:
+        return self.ms / 1000
 
     def advance(self, seconds: float) -> None:
         self.ms += int(seconds * 1000)

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import os
 import random
-import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
@@ -133,7 +132,7 @@ class Execution:
             self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
             run.metrics.ended("released", took)
         elif kind == "lost":
-            self.abandoned[run.slot_id] = time.monotonic()
+            self.abandoned[run.slot_id] = self.clock.monotonic()
             run.metrics.ended("lost", took)
         else:
             self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,

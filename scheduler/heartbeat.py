@@ -20,7 +20,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -63,7 +62,7 @@ class Heartbeat(Service):
         self.errors = ErrorLog(log, f"heartbeat (leases last {lease_ms / 1000:g}s)")
 
     async def run_once(self) -> None:
-        sent = time.monotonic()
+        sent = self.clock.monotonic()
         now = self.clock.now_ms()
         by_shard: defaultdict[int, list[tuple[str, int]]] = defaultdict(list)
         for slot, run in list(self.running.items()):
@@ -121,7 +120,7 @@ class Heartbeat(Service):
 
     def watch(self) -> int:
         """Stop every run whose lease may run out within the margin; returns how many."""
-        limit = time.monotonic() + self.margin_s
+        limit = self.clock.monotonic() + self.margin_s
         stopped = [run for run in list(self.running.values())
                    if run.deadline < limit and run.stop("lost")]
         if stopped:

@@ -1,6 +1,6 @@
 """A worker's runs in flight: the table the worker, its heartbeat and its watchdog share.
 
-Each `Run` knows the latest moment (local monotonic clock) at which its lease surely still
+Each `Run` knows the latest moment (on the clock's `monotonic()`) at which its lease surely still
 holds in Redis: `deadline`. A claim sets it to the claim's send time plus the lease; every
 heartbeat that renewed the slot moves it to that heartbeat's send time plus the lease. Redis
 extended the lease from a time no earlier than the send, so the real lease ends no sooner.

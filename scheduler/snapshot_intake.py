@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,7 +122,7 @@ class Intake:
         defer = self.config.defer_s > 0
         deferred = self.held
         horizon = self.clock.now_ms() + int(self.config.defer_s * 1000)
-        deadline = time.monotonic() + self.config.defer_s
+        deadline = self.clock.monotonic() + self.config.defer_s
         for entry_id, fields in entries:
             w.ids.append(entry_id)
             if not fields:
@@ -166,7 +165,7 @@ class Intake:
     def take_deferred(self, work: dict[int, Work], everything: bool, limit: int) -> int:
         """Add up to `limit` held-back slots whose deadline passed (or any, oldest first) to
         the batch, as new rows; returns how many."""
-        now, taken = time.monotonic(), 0
+        now, taken = self.clock.monotonic(), 0
         while self.held and taken < limit:
             slot, (shard, deadline) = next(iter(self.held.items()))
             if deadline > now and not everything:

@@ -15,7 +15,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 import uuid
 from typing import Any
 
@@ -156,7 +155,7 @@ class Worker:
     def _known(self) -> set[str]:
         """Slots this worker has in hand besides its backlog: runs in flight, outcomes
         waiting to be committed, and runs given up on (for two leases)."""
-        cutoff = time.monotonic() - 2 * self.config.lease_s
+        cutoff = self.clock.monotonic() - 2 * self.config.lease_s
         abandoned = self.execution.abandoned
         for slot in [s for s, t in abandoned.items() if t < cutoff]:
             del abandoned[slot]
@@ -177,7 +176,7 @@ class Worker:
         shards = list(entries)
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
-        deadline = time.monotonic() + self.config.lease_s  # the lease holds at least so long
+        deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         if prefetch:
             answers, (read,) = await scripts.run_async_then(self.redis, calls,
                                                             self.reader.prefetch)
