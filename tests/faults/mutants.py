@@ -83,7 +83,7 @@ MUTANTS = [
            "        if True:\n            return False", (ORPHANS,)),
     Mutant("watchdog-disabled", "a worker cut off from Redis runs on past its leases "
            "(a slot runs on two workers at once)",
-           "scheduler/heartbeat.py", "        limit = time.monotonic() + self.margin_s",
+           "scheduler/heartbeat.py", "        limit = self.clock.monotonic() + self.margin_s",
            "        limit = -1.0", (STALL,)),
     Mutant("claim-forgets-entries", "a failed claim drops its entries (they wait a lease)",
            "scheduler/worker.py",
