@@ -68,3 +68,18 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         self.ms += int(seconds * 1000)
+
+
+async def resync(clock: Clock, client: Any) -> int:
+    """now_ms(), re-anchored first to Redis TIME when the clock is stale (a round trip only
+    then): what every asyncio loop calls once per pass. `client` is a redis.asyncio.Redis."""
+    if clock.stale():
+        clock.anchor(await client.time())
+    return clock.now_ms()
+
+
+def resync_sync(clock: Clock, client: Any) -> int:
+    """resync for a synchronous redis.Redis."""
+    if clock.stale():
+        clock.anchor(client.time())
+    return clock.now_ms()

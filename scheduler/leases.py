@@ -21,7 +21,7 @@ from collections.abc import Callable
 import redis.asyncio
 
 from . import scripts
-from .clock import Clock
+from .clock import Clock, resync
 from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
@@ -52,8 +52,7 @@ class ShardLeases(Service):
 
     async def run_once(self) -> list[int]:
         """One round of heartbeat and rebalancing; returns the shards owned afterwards."""
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
         now = self.clock.now_ms()
         pipe = self.redis.pipeline(transaction=False)
         pipe.zadd(self.keys.schedulers, {self.node_id: now})

@@ -32,7 +32,7 @@ import msgspec
 import redis.asyncio
 
 from . import metrics, scripts
-from .clock import Clock
+from .clock import Clock, resync
 from .cronspec import CronSpec
 from .keys import cron_in, job_in
 from .loops import Service
@@ -135,8 +135,7 @@ class Materializer(Service):
     async def run_once(self) -> int:
         """One batch per owned shard (and, every overdue interval, the overdue jobs of the
         others); returns how many jobs were due (a full batch means more may be waiting)."""
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
         now = self.clock.now_ms()
         reads = [(p, now + self.lookahead_ms) for p in self.prefixes]
         if self.others and time.monotonic() >= self._overdue_at:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import redis.asyncio
 
 from . import metrics, scripts
-from .clock import Clock
+from .clock import Clock, resync
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
 from .replies import Promoted
@@ -54,8 +54,7 @@ class Promoter(Service):
 
     async def run_once(self) -> tuple[int, int]:
         """Returns (slots promoted, earliest due time left in an owned shard, or -1)."""
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
         now = self.clock.now_ms()
         owned = list(self.prefixes)
         calls = [scripts.promote(p, now, self.events_maxlen, self.batch) for p in owned]

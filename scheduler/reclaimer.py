@@ -16,7 +16,7 @@ from typing import Any
 import redis.asyncio
 
 from . import metrics, scripts
-from .clock import Clock
+from .clock import Clock, resync
 from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
@@ -47,8 +47,7 @@ class Reclaimer(Service):
 
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns what it did."""
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
         members: set[Any] = await self.redis.smembers(self.keys.queues)
         queues = sorted(q.decode() for q in members)
         now = self.clock.now_ms()

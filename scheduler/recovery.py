@@ -21,7 +21,7 @@ import redis
 
 from . import namespace as namespace_policy
 from . import scripts
-from .clock import Clock, RedisClock
+from .clock import Clock, RedisClock, resync_sync
 from .errors import NamespaceError
 from .keys import DISPATCH_GROUP, Keys, shard_of
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
@@ -56,10 +56,7 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             chunk: int = 200) -> RecoveryReport:
     keys = Keys(namespace)
     shards = _open_namespace(client, store, keys)
-    clock = clock or RedisClock()
-    if clock.stale():
-        clock.anchor(client.time())
-    now = clock.now_ms()
+    now = resync_sync(clock or RedisClock(), client)
     jobs, slots, queues = _read_history(store, namespace, shards)
     if queues:
         client.sadd(keys.queues, *{q for _, q in queues})

@@ -1,5 +1,5 @@
 """What each Lua transition answers, decoded here and nowhere else: `Code`, the one table of
-reply codes (Lua reads the same table as `R`), which codes each script may answer, and one
+reply codes (Lua reads the same table: `R.NAME`), which codes each script may answer, and one
 decoder per structured reply. A reply of the wrong shape or an unknown code is a
 ScriptError naming the script, not an IndexError somewhere in a loop."""
 
@@ -16,9 +16,9 @@ from .errors import ScriptError
 
 class Code(IntEnum):
     """Every code a Lua transition answers, one meaning per number across all scripts. Lua
-    reads this same table: scripts.py defines it as `R` at the top of every script (`R.OK`),
-    so no script writes a bare number for a code. `ANSWERS` says which codes each script
-    gives (a test holds each script's `R.` names to it)."""
+    reads this same table: a script writes `R.OK`, and scripts.py puts the number in its
+    place when it loads the script, so no script writes a bare number for a code. `ANSWERS`
+    says which codes each script gives (a test holds each script's `R.` names to it)."""
 
     OK = 1  # done as asked: claimed, committed, renewed, released, recorded, held, created
     STALE = 2  # what the caller presented (an attempt token, a stream entry) is out of date:
@@ -55,11 +55,6 @@ ANSWERS: dict[str, frozenset[Code]] = {
 
 # Decoding is a dict lookup, not Code(c): the committer decodes one code per finished run.
 _DECODE = {script: {int(c): c for c in allowed} for script, allowed in ANSWERS.items()}
-
-
-def lua_table() -> str:
-    """The Lua definition of `R`, one line, that scripts.py puts before every script."""
-    return "local R = {" + ", ".join(f"{c.name} = {int(c)}" for c in Code) + "}\n"
 
 
 def codes(reply: Sequence[Any], script: str) -> list[Code]:

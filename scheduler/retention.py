@@ -17,7 +17,7 @@ import msgspec
 import redis.asyncio
 
 from . import namespace, scripts
-from .clock import Clock, RedisClock
+from .clock import Clock, RedisClock, resync
 from .errors import ConfigError
 from .keys import Keys
 from .loops import Service
@@ -71,8 +71,7 @@ class Retention(Service):
                     self.keys.meta, *namespace.META_FIELDS)).shards
             except namespace.NamespaceMissing:
                 return 0
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
         now = self.clock.now_ms()
         calls = [scripts.retire(self.keys.prefix(s), now, int(self.config.retention_s * 1000),
                                 self.config.batch) for s in range(self.shards)]

@@ -41,7 +41,7 @@ import msgspec
 import redis.asyncio
 
 from . import namespace, scripts
-from .clock import Clock, RedisClock
+from .clock import Clock, RedisClock, resync
 from .keys import HISTORY_GROUP, Keys
 from .loops import Backoff, Service
 from .snapshot_intake import Intake, SnapshotterConfig, Work, version_of
@@ -93,13 +93,9 @@ class Snapshotter(Service):
         namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),
                                 HISTORY_GROUP)
         namespace.check_groups(await pipe.execute(raise_on_error=False))
-        await self._sync_clock()
+        await resync(self.clock, self.redis)
         await asyncio.to_thread(self.store.put_namespace, self.namespace, self.shards,
                                 self.clock.now_ms())
-
-    async def _sync_clock(self) -> None:
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
 
     # --- one batch ---------------------------------------------------------------------
 
@@ -222,7 +218,7 @@ class Snapshotter(Service):
         the next batch's reads; its acks follow its commit (the next call, or settle())."""
         if not self.shards:
             await self.setup()
-        await self._sync_clock()
+        await resync(self.clock, self.redis)
         if self._own_pending:
             await self.settle()  # "0" re-reads unacked entries: the write in flight's too
         try:

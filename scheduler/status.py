@@ -24,7 +24,7 @@ import redis
 import redis.asyncio
 
 from . import scripts
-from .clock import Clock
+from .clock import Clock, resync, resync_sync
 from .keys import Keys
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
@@ -246,9 +246,7 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
     """The namespace's status, and the topology to pass back next time: with it, one
     pipelined round trip while no shard count, queue or worker changed; two otherwise. The
     clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
-    if clock.stale():
-        clock.anchor(client.time())
-    reader = _Reader(keys, clock.now_ms())
+    reader = _Reader(keys, resync_sync(clock, client))
     pipe = client.pipeline(transaction=False)
     reader.topology(pipe)
     if known is not None:
@@ -267,9 +265,7 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
 
 async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock) -> Status:
     """The asyncio twin of read_status (two round trips; nothing cached)."""
-    if clock.stale():
-        clock.anchor(await client.time())
-    reader = _Reader(keys, clock.now_ms())
+    reader = _Reader(keys, await resync(clock, client))
     pipe = client.pipeline(transaction=False)
     reader.topology(pipe)
     topo = reader.took_topology(await pipe.execute(raise_on_error=False))

@@ -35,7 +35,7 @@ from typing import Any
 import redis.asyncio
 
 from . import metrics, scripts
-from .clock import Clock
+from .clock import Clock, resync
 from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
@@ -81,8 +81,7 @@ class Sweeper(Service):
             self.started = self.last_start = time.monotonic()
             self.waiting.clear()
             self.shards_seen.clear()
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
         cursor, keys = await self.redis.scan(self.cursor, match=self.keys.slot_pattern(),
                                              count=self.count, _type="HASH")
         for key in keys:  # bytes: no process decodes replies

@@ -22,7 +22,7 @@ import msgspec
 import redis.asyncio
 
 from . import metrics, namespace, replies, scripts
-from .clock import Clock, RedisClock
+from .clock import Clock, RedisClock, resync
 from .committer import Committer
 from .errors import ConfigError
 from .execution import Execution
@@ -106,11 +106,7 @@ class Worker:
                                await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
         self.shards = meta.shards
         await self.reader.open(self.shards, self.config.queues)
-        await self._sync_clock()
-
-    async def _sync_clock(self) -> None:
-        if self.clock.stale():
-            self.clock.anchor(await self.redis.time())
+        await resync(self.clock, self.redis)
 
     # --- reading and claiming ------------------------------------------------------------
 
@@ -120,7 +116,7 @@ class Worker:
         free = self._free()
         if free <= 0:
             return 0
-        await self._sync_clock()
+        await resync(self.clock, self.redis)
         reader = self.reader
         if reader.must_recover:
             await reader.recover(self._known())

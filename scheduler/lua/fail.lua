@@ -16,7 +16,7 @@
 
   The policy delay after f failures: min(backoff_max_ms, backoff_base_ms * 2^(f-1)) *
   (1 - jitter * u). A retry goes back through the `due` set (the promoter dispatches it).
-  Job fields missing from the hash take their defaults: `DEFAULT` (scripts.prelude, from
+  Job fields missing from the hash take their defaults: `DEFAULT.<field>` (replaced at load by
   models.JOB_FIELD_DEFAULTS; job_fields stores no field equal to its default).
 
   Reply: one code per slot, in order (R, replies.py)
