@@ -98,13 +98,21 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="allow (default) | skip: skip an occurrence while the last still runs.")
 @click.option("--start-at", default=None, help="No occurrence of --cron before this instant.")
 @click.option("--end-at", default=None, help="No occurrence of --cron after this instant.")
+@click.option("--durability", type=click.Choice(["primary", "replicated"]), default="primary",
+              help="Return once the primary has the job, or once --replicas replicas "
+                   "confirmed it (WAIT).")
+@click.option("--replicas", type=click.IntRange(min=1), default=1,
+              help="Replicas that must confirm (--durability replicated).")
+@click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
+              help="Seconds to wait for them before failing (exit 1; the job may survive).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: float | None,
            max_attempts: int, delivery: str, dedupe_key: str | None, delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
-           end_at: str | None, as_json: bool) -> None:
+           end_at: str | None, durability: str, replicas: int, replica_timeout: float,
+           as_json: bool) -> None:
     """Submit a job: now, after --delay, --at an instant, or on a --cron schedule."""
     from scheduler import Client, RetryPolicy
 
@@ -114,7 +122,8 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: fl
                 "tz": tz, "catchup": catchup, "catchup_limit": catchup_limit,
                 "overlap": overlap, "start_at": _instant("start_at", start_at),
                 "end_at": _instant("end_at", end_at)}
-    with Client(obj["redis_url"], obj["namespace"]) as client:
+    with Client(obj["redis_url"], obj["namespace"], durability=durability, replicas=replicas,
+                replica_timeout_s=replica_timeout) as client:
         job_id = client.submit(task, value, queue=queue, timeout=timeout, retry=retry,
                                delivery=delivery, dedupe_key=dedupe_key, **schedule)
         if as_json:

@@ -3,6 +3,7 @@
 from .client import AsyncClient, Client, JobSpec
 from .errors import (
     Cancel,
+    DurabilityError,
     RedisFailure,
     RedisRefused,
     RedisUnavailable,
@@ -13,10 +14,11 @@ from .errors import (
 )
 from .models import Attempt, Job, RetryPolicy, Slot
 from .registry import Context, Registry
-from .states import Delivery, Outcome, SlotStatus
+from .states import Delivery, Durability, Outcome, SlotStatus
 
 __all__ = [
-    "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Job", "JobSpec",
+    "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",
+    "DurabilityError", "Job", "JobSpec",
     "Outcome", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "Retry",
     "RetryPolicy", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "ValidationError",
 ]

@@ -60,13 +60,18 @@ class _Driver:
                  max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                  events_maxlen: int = EVENTS_MAXLEN,
                  history: str | HistoryStore | None = None,
-                 timeout_s: float = SDK_TIMEOUT_S) -> None:
+                 timeout_s: float = SDK_TIMEOUT_S, durability: str = "primary",
+                 replicas: int = 1, replica_timeout_s: float = 1.0) -> None:
         """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
         is the embedded default file, opened on first use. `max_payload_bytes` is the
         namespace's limit if this client creates it (its scripts enforce it); a client of an
         existing namespace follows the limit stored there. `timeout_s`: how long one call
-        waits for Redis (to connect, and for each reply) before RedisUnavailable."""
-        self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen)
+        waits for Redis (to connect, and for each reply) before RedisUnavailable.
+        `durability`: when a submit returns, unless the call says otherwise: "primary" (the
+        primary has the jobs) or "replicated" (and `replicas` replicas confirmed them within
+        `replica_timeout_s`, else DurabilityError)."""
+        self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen,
+                          durability, replicas, replica_timeout_s)
         self.keys = self._core.keys
         self._history_source = history
         self._store: HistoryStore | None = None
@@ -142,6 +147,9 @@ class Client(_Driver):
                 getattr(pipe, name)(*args, **kwargs)
             return pipe.execute(raise_on_error=request.raise_on_error)
         if isinstance(request, Scripts):
+            if request.wait is not None:
+                return scripts.run_sync_waiting(self.redis, request.calls, request.raise_errors,
+                                                request.wait)
             return scripts.run_sync(self.redis, request.calls, raise_errors=request.raise_errors)
         if isinstance(request, Io):
             return request.blocking(self.redis, *request.args)
@@ -213,6 +221,9 @@ class AsyncClient(_Driver):
                 getattr(pipe, name)(*args, **kwargs)
             return await pipe.execute(raise_on_error=request.raise_on_error)
         if isinstance(request, Scripts):
+            if request.wait is not None:
+                return await scripts.run_async_waiting(self.redis, request.calls,
+                                                       request.raise_errors, request.wait)
             return await scripts.run_async(self.redis, request.calls,
                                            raise_errors=request.raise_errors)
         if isinstance(request, Io):

@@ -12,13 +12,17 @@ on a fresh connection, after a short jittered pause: every call it sends is safe
 
 from __future__ import annotations
 
+import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
 import redis.asyncio.retry
+import redis.asyncio.sentinel
 import redis.backoff
 import redis.retry
+import redis.sentinel
 
 from .errors import ConfigError, RedisFailure, RedisRefused, RedisUnavailable
 
@@ -35,11 +39,85 @@ def timeout_for_lease(lease_s: float) -> float:
     return max(0.5, lease_s / 6)
 
 
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+# Query options of a sentinel URL that go to the connections (TLS files and checks).
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+                "ssl_check_hostname")
+
+
+@dataclass(frozen=True)
+class SentinelUrl:
+    """redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB][?options]
+    (rediss+sentinel:// for TLS to the sentinels and the primary). The credentials are the
+    primary's; `sentinel_username` / `sentinel_password` options are the sentinels' own."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int
+    username: str | None
+    password: str | None
+    tls: bool
+    tls_options: tuple[tuple[str, str], ...]
+    sentinel_username: str | None
+    sentinel_password: str | None
+
+
+def parse_sentinel(url: str) -> SentinelUrl | None:
+    """The parts of a sentinel URL; None for any other URL; ConfigError for a bad one."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in SENTINEL_SCHEMES:
+        return None
+    parts = urllib.parse.urlsplit("x://" + rest)
+    query = dict(urllib.parse.parse_qsl(parts.query))
+    unknown = set(query) - {*_TLS_OPTIONS, "sentinel_username", "sentinel_password"}
+    if unknown:
+        raise ConfigError(f"redis url: unknown option(s) {', '.join(sorted(unknown))} in a "
+                          f"sentinel URL")
+    hosts = parts.netloc.rpartition("@")[2]
+    sentinels = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigError(f"redis url: sentinel address {item!r} is not host:port "
+                              f"(give each sentinel as host:port, separated by commas)")
+        sentinels.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ConfigError("redis url: a sentinel URL names its service after the hosts, "
+                          "redis+sentinel://host:port,host:port/SERVICE[/DB]")
+    userinfo = parts.netloc.rpartition("@")[0]
+    user, _, password = userinfo.partition(":")
+    return SentinelUrl(
+        tuple(sentinels), path[0], int(path[1]) if len(path) == 2 else 0,
+        urllib.parse.unquote(user) or None,
+        urllib.parse.unquote(password) if userinfo and ":" in userinfo else None,
+        scheme.startswith("rediss"),
+        tuple((k, v) for k, v in query.items() if k in _TLS_OPTIONS),
+        query.get("sentinel_username"), query.get("sentinel_password"))
+
+
 def _check(url: str) -> None:
+    if parse_sentinel(url) is not None:
+        return
     try:
         redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
         raise ConfigError(f"redis url {url!r}: {exc}") from None
+
+
+def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any) -> Any:
+    """A client whose connections ask the sentinels for the primary: after a failover each
+    new connection goes to the new one (a connection to a demoted primary is dropped on its
+    first READONLY reply), so every process follows a failover by itself."""
+    tls: dict[str, Any] = {"ssl": True, **dict(s.tls_options)} if s.tls else {}
+    if tls.get("ssl_check_hostname") is not None:
+        tls["ssl_check_hostname"] = tls["ssl_check_hostname"].lower() in ("1", "true", "yes")
+    sentinel_kwargs = {**_options(timeout_s), **tls, "username": s.sentinel_username,
+                       "password": s.sentinel_password}
+    module = redis.asyncio.sentinel if asyncio else redis.sentinel
+    manager = module.Sentinel(list(s.sentinels), sentinel_kwargs=sentinel_kwargs)
+    return manager.master_for(s.service, db=s.db, username=s.username, password=s.password,
+                              retry=retry, **_options(timeout_s), **tls)
 
 
 def _options(timeout_s: float) -> dict[str, Any]:
@@ -52,6 +130,10 @@ def sync_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
     _check(url)
     retry = redis.retry.Retry(redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05),
                               retries)
+    sentinel = parse_sentinel(url)
+    if sentinel is not None:
+        client: redis.Redis = _sentinel_client(sentinel, False, timeout_s, retry)
+        return client
     pool = redis.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
         **_options(timeout_s))
@@ -63,6 +145,10 @@ def async_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
     _check(url)
     retry = redis.asyncio.retry.Retry(
         redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05), retries)
+    sentinel = parse_sentinel(url)
+    if sentinel is not None:
+        client: redis.asyncio.Redis = _sentinel_client(sentinel, True, timeout_s, retry)
+        return client
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
         **_options(timeout_s))
@@ -76,7 +162,10 @@ def process_redis(url: str, lease_s: float) -> redis.asyncio.Redis:
 
 def where(client: Any) -> str:
     """host:port (or the socket path) a client talks to, for messages."""
-    kw = client.connection_pool.connection_kwargs
+    pool = client.connection_pool
+    if hasattr(pool, "service_name"):
+        return f"the primary of sentinel service {pool.service_name!r}"
+    kw = pool.connection_kwargs
     if "path" in kw:
         return str(kw["path"])
     return f"{kw.get('host', '?')}:{kw.get('port', '?')}"

@@ -104,6 +104,20 @@ def submit_error(cause: RedisFailure, message: str, written: list[str], not_writ
     return kind(message, cause.where, written, not_written, unknown)
 
 
+class DurabilityError(RedisFailure):
+    """The jobs were written on the primary, but fewer replicas than asked confirmed them in
+    time (durability="replicated"): they may or may not survive a failover. `written` holds
+    their ids. Submitting them again with the same dedupe keys is safe (a dedupe key that
+    exists writes nothing); without one, a job whose write did survive would run twice."""
+
+    def __init__(self, message: str, where: str, written: list[str], confirmed: int,
+                 wanted: int) -> None:
+        super().__init__(message, where)
+        self.written = written
+        self.confirmed = confirmed
+        self.wanted = wanted
+
+
 class ScriptError(SchedulerError):
     """A Lua transition replied with a code the wrapper does not know; a bug, not bad input."""
 

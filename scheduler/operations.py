@@ -29,10 +29,13 @@ from .sdk_core import (
     Pipe,
     Scripts,
     StoreCall,
+    durability_of,
     history_query,
     merge_runs,
+    not_replicated,
     nothing_written,
 )
+from .states import Durability
 from .status import (
     Status,
     WorkerStatus,
@@ -119,22 +122,33 @@ def submit(core: Core, task: str, payload: Any = None, *, queue: str = "default"
            delay: float | timedelta | None = None, at: datetime | None = None,
            cron: str | None = None, tz: str | None = None, catchup: str | None = None,
            catchup_limit: int | None = None, overlap: str | None = None,
-           start_at: datetime | None = None, end_at: datetime | None = None) -> Op[str]:
+           start_at: datetime | None = None, end_at: datetime | None = None,
+           durability: str | None = None) -> Op[str]:
     """Submit one job; returns its id (the first job's id for a repeated dedupe key).
 
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
-    catchup_limit=, overlap=, start_at=, end_at=); see JobSpec."""
+    catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `durability` as for
+    submit_many."""
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
                     schedule_arguments(locals()))
-    return (yield from submit_many(core, jobs))[0]
+    return (yield from submit_many(core, jobs, durability=durability))[0]
 
 
-def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> Op[list[str]]:
+def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
+                durability: str | None = None) -> Op[list[str]]:
     """Submit a batch in one pipelined round trip; ids in input order. Every job is
     validated before anything is written. Each shard's part (up to 500 jobs) is written
     atomically; if a Redis failure leaves any job unwritten, or its fate unknown,
-    SubmitError says which (`written` holds exactly the ids that are in Redis)."""
+    SubmitError says which (`written` holds exactly the ids that are in Redis).
+
+    `durability` (default: the client's): "primary" returns once the primary has the jobs;
+    "replicated" also waits (one WAIT for the batch) until the client's `replicas` confirm
+    them, up to its `replica_timeout_s`, else raises DurabilityError."""
     jobs, at = list(jobs), core.at
+    wait = None
+    if (core.durability if durability is None
+            else durability_of(durability)) is Durability.REPLICATED:
+        wait = (core.replicas, core.replica_timeout_ms)
     try:
         yield from _ready(core)
         ids, calls, members = core.submit_calls(jobs)  # validates all before any write
@@ -154,7 +168,9 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> Op[l
     exists: list[bool] | None = None
     cause: redis.exceptions.RedisError | None = None
     try:
-        results: list[Any] = yield Scripts(calls, raise_errors=False)
+        results: Any = yield Scripts(calls, raise_errors=False, wait=wait)
+        if wait is not None:
+            results, confirmed = results
     except redis.exceptions.RedisError as exc:  # unknown which calls ran: ask
         results, cause = [None] * len(calls), exc
         try:
@@ -164,6 +180,8 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> Op[l
         except redis.exceptions.RedisError:
             pass
     core.submit_outcome(ids, members, results, exists, at, cause)
+    if wait is not None and confirmed < core.replicas:
+        raise not_replicated(core, ids, max(confirmed, 0))
     return ids
 
 

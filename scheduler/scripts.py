@@ -291,15 +291,38 @@ def run_sync(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = Tr
     """Run calls in one pipelined round trip; reload scripts once on NOSCRIPT. With
     `raise_errors=False` a call that failed has its exception in its place in the list (the
     others ran); a failed round trip raises either way."""
-    batch = _Batch(calls)
+    return run_sync_waiting(client, calls, raise_errors)[0]
+
+
+def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True,
+                     wait: tuple[int, int] | None = None) -> tuple[list[Any], int]:
+    """run_sync, then (with `wait` = (replicas, timeout_ms)) WAIT in the same pipeline: it
+    counts the replicas that confirmed every write of that connection, so it must travel
+    with the writes. Returns the results and the fewest replicas any round trip that wrote
+    got confirmed by (-1 without `wait`)."""
+    batch, acked = _Batch(calls), -1
     while batch.todo:
         pipe = client.pipeline(transaction=False)
         batch.fill(pipe)
-        if not batch.absorb(pipe.execute(raise_on_error=False)):
+        if wait is not None:
+            pipe.execute_command("WAIT", *wait)  # type: ignore[no-untyped-call]
+        out = pipe.execute(raise_on_error=False)
+        acked = _acked(batch, out, wait, acked)
+        if not batch.absorb(out[:len(batch.todo)]):
             break
         for s in SOURCES.values():
             client.script_load(s.text)
-    return batch.finish(raise_errors)
+    return batch.finish(raise_errors), acked
+
+
+def _acked(batch: _Batch, out: list[Any], wait: tuple[int, int] | None, acked: int) -> int:
+    if wait is None:
+        return acked
+    wrote = any(not isinstance(r, redis.exceptions.NoScriptError) for r in out[:-1])
+    if not wrote:
+        return acked
+    replicas = out[-1] if isinstance(out[-1], int) else 0  # WAIT itself failed: none known
+    return replicas if acked < 0 else min(acked, replicas)
 
 
 async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
@@ -319,6 +342,25 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
         batch.fill(pipe)
         batch.absorb(await pipe.execute(raise_on_error=False))
     return batch.finish(), extra
+
+
+async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
+                            raise_errors: bool = True,
+                            wait: tuple[int, int] | None = None) -> tuple[list[Any], int]:
+    """Async twin of run_sync_waiting."""
+    batch, acked = _Batch(calls), -1
+    while batch.todo:
+        pipe = client.pipeline(transaction=False)
+        batch.fill(pipe)
+        if wait is not None:
+            pipe.execute_command("WAIT", *wait)
+        out = await pipe.execute(raise_on_error=False)
+        acked = _acked(batch, out, wait, acked)
+        if not batch.absorb(out[:len(batch.todo)]):
+            break
+        for s in SOURCES.values():
+            await client.script_load(s.text)
+    return batch.finish(raise_errors), acked
 
 
 async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call],

@@ -20,7 +20,14 @@ from . import scripts
 from .clock import Clock, RedisClock
 from .connection import translate
 from .cronspec import CronSpec
-from .errors import JobNotFound, RedisUnavailable, SubmitError, ValidationError, submit_error
+from .errors import (
+    DurabilityError,
+    JobNotFound,
+    RedisUnavailable,
+    SubmitError,
+    ValidationError,
+    submit_error,
+)
 from .jobspec import DEFAULT_RETRY, IMMEDIATE, JobSpec, dedupe_job_id, random_ids, spec_of
 from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, split_slot_id
 from .models import (
@@ -40,7 +47,7 @@ from .namespace import Meta, NamespaceMissing, check_shards, write_config
 from .namespace import create as create_namespace
 from .namespace import parse as parse_meta
 from .schedule import resolve
-from .states import Delivery, SlotStatus
+from .states import Delivery, Durability, SlotStatus
 
 if TYPE_CHECKING:
     pass
@@ -67,10 +74,13 @@ class Pipe:
 
 
 class Scripts(msgspec.Struct, frozen=True):
-    """A request: Lua calls in one round trip (scripts.run_*); the reply is their replies."""
+    """A request: Lua calls in one round trip (scripts.run_*); the reply is their replies.
+    With `wait` = (replicas, timeout_ms) the round trip ends with WAIT, and the reply is
+    (their replies, the fewest replicas that confirmed a round trip's writes)."""
 
     calls: list[scripts.Call]
     raise_errors: bool = True
+    wait: tuple[int, int] | None = None
 
 
 class Io(msgspec.Struct, frozen=True):
@@ -126,7 +136,18 @@ class Core:
     Lua calls of a submit, key names, and the decoding of replies."""
 
     def __init__(self, namespace: str, shards: int | None, clock: Clock | None,
-                 max_payload_bytes: int, events_maxlen: int) -> None:
+                 max_payload_bytes: int, events_maxlen: int,
+                 durability: str = Durability.PRIMARY, replicas: int = 1,
+                 replica_timeout_s: float = 1.0) -> None:
+        self.durability = durability_of(durability)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+            raise ValidationError("replicas", f"{replicas!r} is not allowed; must be an "
+                                              "integer >= 1")
+        if not isinstance(replica_timeout_s, int | float) or not replica_timeout_s > 0:
+            raise ValidationError("replica_timeout_s", f"{replica_timeout_s!r} is not "
+                                                       "allowed; must be a number > 0")
+        self.replicas = replicas
+        self.replica_timeout_ms = max(1, int(replica_timeout_s * 1000))
         self.keys = Keys(namespace)
         self.namespace = namespace
         self.requested_shards = check_shards(shards)
@@ -340,3 +361,20 @@ def nothing_written(n: int, exc: redis.exceptions.RedisError, at: str) -> Submit
     failure = translate(exc, at)
     return submit_error(failure, f"{failure}; submit_many wrote none of its {n} jobs", [],
                         list(range(n)), [])
+
+
+def durability_of(value: str) -> Durability:
+    try:
+        return Durability(value)
+    except ValueError:
+        raise ValidationError("durability", f"{value!r} is not a durability; use one of "
+                                            f"{', '.join(Durability)}") from None
+
+
+def not_replicated(core: Core, ids: list[str], confirmed: int) -> DurabilityError:
+    return DurabilityError(
+        f"Redis at {core.at} wrote the {len(ids)} job(s) but only {confirmed} of the "
+        f"{core.replicas} replica(s) asked confirmed them within "
+        f"{core.replica_timeout_ms} ms: they may or may not survive a failover; submitting "
+        f"them again with the same dedupe keys is safe (DurabilityError.written has their ids)",
+        core.at, ids, confirmed, core.replicas)

@@ -77,3 +77,10 @@ class Overlap(StrEnum):
 
     ALLOW = "allow"  # run anyway
     SKIP = "skip"  # end it `skipped`
+
+
+class Durability(StrEnum):
+    """When a submit returns."""
+
+    PRIMARY = "primary"  # the primary has the write (lost if it dies before replicating)
+    REPLICATED = "replicated"  # and WAIT saw the replicas confirm it

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from scheduler.connection import sync_redis
 from scheduler.keys import DISPATCH_GROUP, Keys
 
 
@@ -22,7 +23,7 @@ class Monitor(threading.Thread):
     def __init__(self, url: str, ns: str, *, grace_ms: int, orphan_grace_ms: int,
                  interval_s: float = 0.5) -> None:
         super().__init__(daemon=True)
-        self.redis = redis.Redis.from_url(url, socket_timeout=5)
+        self.redis = sync_redis(url, timeout_s=5)  # any URL the processes take (sentinel)
         self.keys = Keys(ns)
         self.grace_ms = grace_ms
         self.orphan_grace_ms = orphan_grace_ms

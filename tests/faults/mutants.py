@@ -22,6 +22,8 @@ ORPHANS = "tests/faults/test_redis_faults.py::test_orphans_are_found_and_run_aga
 STALL = ("tests/faults/test_redis_faults.py::"
          "test_a_stalled_connection_stops_the_runs_before_their_lease_expires")
 OOM = "tests/faults/test_redis_faults.py::test_processes_live_through_ten_seconds_of_oom"
+SENTINEL = ("tests/faults/test_sentinel_failover.py::"
+            "test_a_primary_killed_under_load_loses_no_acknowledged_job")
 CLAIM = "tests/faults/test_redis_faults.py::test_a_failed_claim_puts_its_entries_back"
 POISON = ("tests/faults/test_redis_faults.py::"
           "test_an_error_text_that_cannot_be_encoded_kills_no_worker")
@@ -119,4 +121,21 @@ MUTANTS = [
            "for item in items]",
            "            except Exception:\n                raise",
            ("tests/services/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
+    Mutant("sentinel-pins-first-primary", "a sentinel URL is resolved once, at start: after a "
+           "failover every process keeps talking to the dead primary (settling times out)",
+           "scheduler/connection.py",
+           "    return manager.master_for(s.service, db=s.db, username=s.username, "
+           "password=s.password,\n",
+           "    host, port = redis.sentinel.Sentinel(list(s.sentinels)).discover_master("
+           "s.service)\n    return (redis.asyncio.Redis if asyncio else redis.Redis)(host=host, "
+           "port=port, db=s.db, retry=retry, **_options(timeout_s))\n    "
+           "return manager.master_for(s.service, db=s.db, username=s.username, "
+           "password=s.password,\n",
+           (SENTINEL,)),
+    Mutant("replicated-without-confirmation", "durability=\"replicated\" returns as if the "
+           "replicas confirmed, whatever WAIT said (the SDK's durability test)",
+           "scheduler/scripts.py",
+           "    return replicas if acked < 0 else min(acked, replicas)",
+           "    return wait[0]",
+           ("tests/sdk/test_durability.py::test_replicated_without_replicas_says_what_was_written",)),
 ]

@@ -1,0 +1,124 @@
+"""The loss of the Redis host under Sentinel: a producer submits ~1,000 jobs/s with
+durability="replicated", a node and two workers run them, all through one sentinel URL, and
+the primary (of a primary and two replicas: a failover leaves one to confirm writes; with a
+single replica, replicated submits are refused until one is back) is SIGKILLed mid-stream. The sentinels promote the replica; every process follows
+by itself (none is restarted), and the checker finds every acknowledged job run with one
+committed success.
+
+Ground truth is what the producer was told: a batch counts as acknowledged only when
+submit_many returned (after WAIT saw the replica confirm it). A batch that failed (the
+primary gone, or the replica not confirming in time) is sent again with the same dedupe keys
+until it is acknowledged, as a producer should: the dedupe keys make the repeat safe."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from scheduler import Client, JobSpec, SchedulerError
+
+from .harness import processes, wait_for
+from .scenario import Scenario
+from .sentinel import sentinel_set
+from .truth import JobTruth
+from .workload import FAST
+
+pytestmark = pytest.mark.slow
+
+RATE = 1000  # jobs/s asked of the producer
+BATCH = 20
+SECONDS = 10.0
+KILL_AT = 3.0
+
+
+def _produce(client: Client, sc: Scenario, stop: threading.Event,
+             stats: dict[str, Any]) -> None:
+    n, t0 = 0, time.monotonic()
+    while not stop.is_set() and time.monotonic() - t0 < SECONDS:
+        specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
+                         dedupe_key=f"p-{n + i}") for i in range(BATCH)]
+        lo, given_up = client._core.clock.now_ms(), time.monotonic() + 30
+        while True:
+            try:
+                ids = client.submit_many(specs)
+                break
+            except SchedulerError as exc:  # not acknowledged: send the same batch again
+                stats["refused"].append(type(exc).__name__)
+                if time.monotonic() > given_up:
+                    raise
+                time.sleep(0.05)
+        hi = client._core.clock.now_ms()
+        sc.truth.accept(ids, [JobTruth(kind="noop", max_attempts=FAST.max_attempts,
+                                       submitted_ms=(lo, hi)) for _ in specs])
+        n += BATCH
+        ahead = t0 + n / RATE - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+    stats["submitted"] = n
+    stats["seconds"] = time.monotonic() - t0
+
+
+def _guarded(client: Client, sc: Scenario, stop: threading.Event,
+             stats: dict[str, Any]) -> None:
+    try:
+        _produce(client, sc, stop, stats)
+    except Exception as exc:  # the test says it, not a thread warning
+        stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
+
+
+def test_a_primary_killed_under_load_loses_no_acknowledged_job(redis_url: str, ns: str) -> None:
+    with sentinel_set() as hs:
+        sc = Scenario(hs.url, redis_url, ns)
+        producer = Client(hs.url, ns, durability="replicated", replicas=1,
+                          replica_timeout_s=1.0)
+        try:
+            with processes(hs.url, ns, redis_url, sc.truth) as procs:
+                sc.client.create_namespace()
+                procs.node()
+                procs.node()
+                procs.worker("--concurrency", "200")
+                procs.worker("--concurrency", "200")
+                wait_for(lambda: len(sc.client.workers()) == 2, 30, "both workers")
+                stop, stats = threading.Event(), {"refused": []}
+                thread = threading.Thread(target=_guarded, args=(producer, sc, stop, stats))
+                thread.start()
+                try:
+                    time.sleep(KILL_AT)
+                    # Every worker's leases and commits in flight may die with the primary
+                    # (written there, not replicated yet): the fault touches them all.
+                    procs.touch_all_workers()
+                    old = hs.kill_primary()
+                    killed = time.time()
+                    failover_s = hs.wait_failover(old)
+                finally:
+                    thread.join(SECONDS + 60)
+                    stop.set()
+                assert not thread.is_alive(), "the producer never got its batches acknowledged"
+                assert "error" not in stats, stats["error"]
+                sc.settle(procs, 120)
+                summary = sc.report(procs)
+                summary.report.fail_if_violated()
+                assert procs.died() == [], procs.output()
+                log = sc.store.log()
+        finally:
+            producer.close()
+            sc.close()
+        after = sorted(line["t"] for line in log if line["event"] == "ok" and line["t"] > killed)
+        first: dict[str, float] = {}
+        for line in log:
+            if line["event"] == "start":
+                first.setdefault(line["slot"], line["t"])
+        lags = sorted(max(0.0, t - int(slot.rsplit(":", 1)[1]) / 1000)
+                      for slot, t in first.items())
+        p99 = lags[int(0.99 * (len(lags) - 1))]
+        print(f"{stats['submitted']} jobs acknowledged in {stats['seconds']:.1f}s "
+              f"({stats['submitted'] / stats['seconds']:.0f}/s); {len(stats['refused'])} "
+              f"batch tries refused ({sorted(set(stats['refused']))}); sentinels failed over "
+              f"{failover_s:.1f}s after the kill; first completion after the kill "
+              f"{after[0] - killed:.2f}s after it; start lag p99 {p99 * 1000:.0f} ms, max "
+              f"{lags[-1] * 1000:.0f} ms; {summary.summary()}")
+        assert len(sc.truth.jobs) == stats["submitted"]
+        assert after, "nothing completed after the kill"
