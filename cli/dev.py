@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from scheduler.connection import process_redis, sync_redis
+from scheduler.connection import masked, process_redis, sync_redis
 
 from .logs import log_options, setup_logging
 from .options import history_source, store_options
@@ -72,7 +72,7 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     if not answers(url):
         embedded = EmbeddedRedis().start()
         log.info("no Redis answers at %s: started a private redis-server at %s (no "
-                 "persistence; it stops with sched dev)", url, embedded.url)
+                 "persistence; it stops with sched dev)", masked(url), embedded.url)
         url = embedded.url
     collector_client = sync_redis(url)
     collector = NamespaceCollector(collector_client, namespace)
@@ -164,6 +164,9 @@ async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
 
 def _banner(namespace: str, url: str, embedded: bool, running: str, history: str | None,
             port: int) -> None:
+    """What runs where, and commands to try; no password is printed (the commands name the
+    URL with *** where it has one: put it back, or set SCHED_REDIS_URL)."""
+    url, history = masked(url), history and masked(history)
     cli = f"sched --redis-url {url} --namespace {namespace}"
     click.echo(f"sched dev: namespace {namespace!r} on {url}"
                + (" (private redis-server)" if embedded else ""))

@@ -12,6 +12,7 @@ on a fresh connection, after a short jittered pause: every call it sends is safe
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -96,13 +97,23 @@ def parse_sentinel(url: str) -> SentinelUrl | None:
         query.get("sentinel_username"), query.get("sentinel_password"))
 
 
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*(?P<at>@)", re.I)
+_KV_PASSWORD = re.compile(r"(?P<head>\b(?:password|sentinel_password)\s*=\s*)[^\s&]+", re.I)
+
+
+def masked(text: str) -> str:
+    """`text` with every password in it (a URL's user:password@, a password= option or DSN
+    field) shown as ***: what may be printed or logged of a URL or a DSN."""
+    return _KV_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***\g<at>", text))
+
+
 def _check(url: str) -> None:
     if parse_sentinel(url) is not None:
         return
     try:
         redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
-        raise ConfigError(f"redis url {url!r}: {exc}") from None
+        raise ConfigError(f"redis url {masked(url)!r}: {exc}") from None
 
 
 def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any) -> Any:

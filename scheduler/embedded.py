@@ -12,16 +12,23 @@ from pathlib import Path
 
 import redis
 
+from .connection import sync_redis, translate, where
 from .errors import ConfigError
 
 
 def answers(url: str, timeout_s: float = 1.0) -> bool:
-    """Whether a Redis answers PING at `url`."""
-    client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
+    """Whether a Redis answers PING at `url`; False only when nothing answers there. A Redis
+    that answers but refuses (a wrong password, no permission) raises RedisRefused: the
+    user's jobs must not go to a private Redis because a password was mistyped."""
+    client = sync_redis(url, timeout_s=timeout_s, retries=0)
     try:
         return bool(client.ping())
-    except (redis.exceptions.RedisError, OSError):
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        if isinstance(exc, redis.exceptions.AuthenticationError):
+            raise translate(exc, where(client)) from exc
         return False
+    except redis.exceptions.RedisError as exc:
+        raise translate(exc, where(client)) from exc
     finally:
         client.close()
 

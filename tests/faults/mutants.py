@@ -137,5 +137,5 @@ MUTANTS = [
            "scheduler/scripts.py",
            "    return replicas if acked < 0 else min(acked, replicas)",
            "    return wait[0]",
-           ("tests/sdk/test_durability.py::test_replicated_without_replicas_says_what_was_written",)),
+           ("tests/sdk/test_connection_ha.py::test_replicated_without_replicas_says_what_was_written",)),
 ]

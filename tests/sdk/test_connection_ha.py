@@ -1,7 +1,7 @@
-"""Sentinel URLs as every process and client takes them, and `durability="replicated"`: a
+"""Sentinel URLs as every process and client takes them; `durability="replicated"`: a
 submit that returns only once WAIT saw the replicas confirm it, and says so in one line (and
-a DurabilityError naming what was written) when they do not. The failover itself is
-tests/faults/test_sentinel_failover.py."""
+a DurabilityError naming what was written) when they do not; and no password printed. The
+failover itself is tests/faults/test_sentinel_failover.py."""
 
 from __future__ import annotations
 
@@ -9,11 +9,13 @@ import subprocess
 
 import pytest
 import redis
+from faults.harness import RedisServer
 
 from conftest import SCHED, ns_keys
 from scheduler import Client, DurabilityError
-from scheduler.connection import SentinelUrl, parse_sentinel, sync_redis, where
-from scheduler.errors import ConfigError, ValidationError
+from scheduler.connection import SentinelUrl, masked, parse_sentinel, sync_redis, where
+from scheduler.embedded import answers
+from scheduler.errors import ConfigError, RedisRefused, ValidationError
 
 
 def test_sentinel_urls_parse() -> None:
@@ -83,3 +85,46 @@ def test_the_cli_says_durability_failures_in_one_line(redis_url: str, ns: str,
     assert out.returncode == 1
     assert "replica" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0"),
+    ("rediss://app:hunter2@h:6380/1", "rediss://app:***@h:6380/1"),
+    ("redis+sentinel://app:p%40ss@a:1,b:2/m?sentinel_password=hunter2",
+     "redis+sentinel://app:***@a:1,b:2/m?sentinel_password=***"),
+    ("postgresql://sched:hunter2@db/sched", "postgresql://sched:***@db/sched"),
+    ("host=db user=sched password=hunter2 dbname=sched",
+     "host=db user=sched password=*** dbname=sched"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("redis://app@h:6379/0", "redis://app@h:6379/0"),
+])
+def test_passwords_are_masked(text: str, shown: str) -> None:
+    assert masked(text) == shown
+
+
+def test_a_bad_url_error_does_not_print_its_password() -> None:
+    with pytest.raises(ConfigError) as caught:
+        Client("redis://:hunter2@h:notaport/0")
+    assert "hunter2" not in str(caught.value)
+
+
+def test_a_wrong_password_is_an_error_not_a_missing_redis(tmp_path: object) -> None:
+    """sched dev starts a private Redis only when nothing answers: a Redis that refuses the
+    password is reported, so the user's jobs never go to a throwaway server."""
+    server = RedisServer().start()
+    try:
+        with server.client() as c:
+            c.config_set("requirepass", "right")
+        url = f"redis://:wrong@127.0.0.1:{server.port}/0"
+        with pytest.raises(RedisRefused, match="wrong Redis user name or password"):
+            answers(url)
+        assert answers(f"redis://:right@127.0.0.1:{server.port}/0")
+        out = subprocess.run([*SCHED, "--redis-url", url, "dev", "--no-history"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 1, out.stderr
+        assert "password" in out.stderr and "wrong" not in out.stderr.replace(
+            "wrong Redis", ""), out.stderr
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    finally:
+        server.stop()
+    assert not answers("redis://127.0.0.1:1/0")  # nothing listens: False, no error
