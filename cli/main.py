@@ -98,9 +98,11 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="allow (default) | skip: skip an occurrence while the last still runs.")
 @click.option("--start-at", default=None, help="No occurrence of --cron before this instant.")
 @click.option("--end-at", default=None, help="No occurrence of --cron after this instant.")
-@click.option("--durability", type=click.Choice(["primary", "replicated"]), default="primary",
-              help="Return once the primary has the job, or once --replicas replicas "
-                   "confirmed it (WAIT).")
+@click.option("--durability", type=click.Choice(["primary", "replicated", "fsynced"]),
+              default="primary",
+              help="Return once the primary has the job; or once --replicas replicas "
+                   "confirmed it (WAIT); or once the primary's AOF fsynced it (WAITAOF, "
+                   "Redis 7.2+).")
 @click.option("--replicas", type=click.IntRange(min=1), default=1,
               help="Replicas that must confirm (--durability replicated).")
 @click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,

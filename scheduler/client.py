@@ -68,8 +68,9 @@ class _Driver:
         existing namespace follows the limit stored there. `timeout_s`: how long one call
         waits for Redis (to connect, and for each reply) before RedisUnavailable.
         `durability`: when a submit returns, unless the call says otherwise: "primary" (the
-        primary has the jobs) or "replicated" (and `replicas` replicas confirmed them within
-        `replica_timeout_s`, else DurabilityError)."""
+        primary has the jobs), "replicated" (and `replicas` replicas confirmed them within
+        `replica_timeout_s`, else DurabilityError) or "fsynced" (the primary's AOF fsynced
+        them: Redis 7.2+)."""
         self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen,
                           durability, replicas, replica_timeout_s)
         self.keys = self._core.keys

@@ -16,7 +16,7 @@ import msgspec
 import redis
 
 from . import scripts
-from .errors import JobNotFound, SlotNotFound, StoreUnavailable
+from .errors import ConfigError, JobNotFound, SlotNotFound, StoreUnavailable
 from .jobspec import JobSpec, one_spec, schedule_arguments
 from .keys import shard_of, slot_id, split_slot_id
 from .models import Job, RetryPolicy, Slot, slot_from_hash
@@ -61,6 +61,25 @@ class DeadLetter(msgspec.Struct, frozen=True):
     @property
     def error(self) -> str | None:
         return self.slot.attempts[-1].error if self.slot.attempts else None
+
+
+def _check_fsync(core: Core) -> Op[None]:
+    """durability="fsynced" needs WAITAOF (Redis 7.2+) and the AOF on: refused before any
+    write otherwise (asked once per client)."""
+    if core.fsync_checked:
+        return
+    pipe = Pipe()
+    pipe.info("server")
+    pipe.info("persistence")
+    server, persistence = yield pipe
+    version = str(server.get("redis_version", "0"))
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if parts < (7, 2) or not int(persistence.get("aof_enabled", 0)):
+        raise ConfigError(f'durability="fsynced" needs WAITAOF (Redis 7.2 or later) and '
+                          f"appendonly yes; Redis at {core.at} is {version} with the AOF "
+                          f"{'on' if int(persistence.get('aof_enabled', 0)) else 'off'}: use "
+                          f'durability="replicated" or turn the AOF on')
+    core.fsync_checked = True
 
 
 def _ready(core: Core) -> Op[None]:
@@ -143,14 +162,20 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
 
     `durability` (default: the client's): "primary" returns once the primary has the jobs;
     "replicated" also waits (one WAIT for the batch) until the client's `replicas` confirm
-    them, up to its `replica_timeout_s`, else raises DurabilityError."""
+    them, "fsynced" (Redis 7.2+ with the AOF on; refused before writing otherwise) until
+    the primary's AOF fsynced them (WAITAOF); both up to the client's
+    `replica_timeout_s`, else DurabilityError."""
     jobs, at = list(jobs), core.at
-    wait = None
-    if (core.durability if durability is None
-            else durability_of(durability)) is Durability.REPLICATED:
-        wait = (core.replicas, core.replica_timeout_ms)
+    mode = core.durability if durability is None else durability_of(durability)
+    wait: tuple[Any, ...] | None = None
+    if mode is Durability.REPLICATED:
+        wait = ("WAIT", core.replicas, core.replica_timeout_ms)
+    elif mode is Durability.FSYNCED:
+        wait = ("WAITAOF", 1, 0, core.replica_timeout_ms)
     try:
         yield from _ready(core)
+        if mode is Durability.FSYNCED:
+            yield from _check_fsync(core)
         ids, calls, members = core.submit_calls(jobs)  # validates all before any write
         before = (core.shards, core.max_payload_bytes)
         yield from _ensure_namespace(core)
@@ -180,8 +205,9 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
         except redis.exceptions.RedisError:
             pass
     core.submit_outcome(ids, members, results, exists, at, cause)
-    if wait is not None and confirmed < core.replicas:
-        raise not_replicated(core, ids, max(confirmed, 0))
+    wanted = 1 if mode is Durability.FSYNCED else core.replicas
+    if wait is not None and confirmed < wanted:
+        raise not_replicated(core, ids, max(confirmed, 0), mode)
     return ids
 
 

@@ -295,17 +295,18 @@ def run_sync(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = Tr
 
 
 def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True,
-                     wait: tuple[int, int] | None = None) -> tuple[list[Any], int]:
-    """run_sync, then (with `wait` = (replicas, timeout_ms)) WAIT in the same pipeline: it
-    counts the replicas that confirmed every write of that connection, so it must travel
-    with the writes. Returns the results and the fewest replicas any round trip that wrote
-    got confirmed by (-1 without `wait`)."""
+                     wait: tuple[Any, ...] | None = None) -> tuple[list[Any], int]:
+    """run_sync, then `wait` (the command: ("WAIT", replicas, timeout_ms) or ("WAITAOF",
+    1, 0, timeout_ms)) in the same pipeline: it counts what confirmed every write of that
+    connection, so it must travel with the writes. Returns the results and the fewest
+    confirmations (replicas, or for WAITAOF the local fsync: 0 or 1) any round trip that
+    wrote got (-1 without `wait`)."""
     batch, acked = _Batch(calls), -1
     while batch.todo:
         pipe = client.pipeline(transaction=False)
         batch.fill(pipe)
         if wait is not None:
-            pipe.execute_command("WAIT", *wait)  # type: ignore[no-untyped-call]
+            pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
         out = pipe.execute(raise_on_error=False)
         acked = _acked(batch, out, wait, acked)
         if not batch.absorb(out[:len(batch.todo)]):
@@ -315,13 +316,14 @@ def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: b
     return batch.finish(raise_errors), acked
 
 
-def _acked(batch: _Batch, out: list[Any], wait: tuple[int, int] | None, acked: int) -> int:
+def _acked(batch: _Batch, out: list[Any], wait: tuple[Any, ...] | None, acked: int) -> int:
     if wait is None:
         return acked
     wrote = any(not isinstance(r, redis.exceptions.NoScriptError) for r in out[:-1])
     if not wrote:
         return acked
-    replicas = out[-1] if isinstance(out[-1], int) else 0  # WAIT itself failed: none known
+    reply = out[-1][0] if isinstance(out[-1], list) else out[-1]  # WAITAOF: [local, replicas]
+    replicas = reply if isinstance(reply, int) else 0  # the wait itself failed: none known
     return replicas if acked < 0 else min(acked, replicas)
 
 
@@ -346,14 +348,14 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
 
 async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
                             raise_errors: bool = True,
-                            wait: tuple[int, int] | None = None) -> tuple[list[Any], int]:
+                            wait: tuple[Any, ...] | None = None) -> tuple[list[Any], int]:
     """Async twin of run_sync_waiting."""
     batch, acked = _Batch(calls), -1
     while batch.todo:
         pipe = client.pipeline(transaction=False)
         batch.fill(pipe)
         if wait is not None:
-            pipe.execute_command("WAIT", *wait)
+            pipe.execute_command(*wait)
         out = await pipe.execute(raise_on_error=False)
         acked = _acked(batch, out, wait, acked)
         if not batch.absorb(out[:len(batch.todo)]):

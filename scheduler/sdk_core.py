@@ -148,6 +148,7 @@ class Core:
                                                        "allowed; must be a number > 0")
         self.replicas = replicas
         self.replica_timeout_ms = max(1, int(replica_timeout_s * 1000))
+        self.fsync_checked = False  # durability="fsynced": the server can (operations.py)
         self.keys = Keys(namespace)
         self.namespace = namespace
         self.requested_shards = check_shards(shards)
@@ -371,10 +372,15 @@ def durability_of(value: str) -> Durability:
                                             f"{', '.join(Durability)}") from None
 
 
-def not_replicated(core: Core, ids: list[str], confirmed: int) -> DurabilityError:
+def not_replicated(core: Core, ids: list[str], confirmed: int,
+                   mode: Durability = Durability.REPLICATED) -> DurabilityError:
+    if mode is Durability.FSYNCED:
+        what, wanted, loss = "its AOF did not fsync them", 1, "a restart"
+    else:
+        what = f"only {confirmed} of the {core.replicas} replica(s) asked confirmed them"
+        wanted, loss = core.replicas, "a failover"
     return DurabilityError(
-        f"Redis at {core.at} wrote the {len(ids)} job(s) but only {confirmed} of the "
-        f"{core.replicas} replica(s) asked confirmed them within "
-        f"{core.replica_timeout_ms} ms: they may or may not survive a failover; submitting "
+        f"Redis at {core.at} wrote the {len(ids)} job(s) but {what} within "
+        f"{core.replica_timeout_ms} ms: they may or may not survive {loss}; submitting "
         f"them again with the same dedupe keys is safe (DurabilityError.written has their ids)",
-        core.at, ids, confirmed, core.replicas)
+        core.at, ids, confirmed, wanted)

@@ -84,3 +84,4 @@ class Durability(StrEnum):
 
     PRIMARY = "primary"  # the primary has the write (lost if it dies before replicating)
     REPLICATED = "replicated"  # and WAIT saw the replicas confirm it
+    FSYNCED = "fsynced"  # and WAITAOF saw the primary's AOF fsync it (Redis 7.2+, AOF on)

@@ -128,3 +128,13 @@ def test_a_wrong_password_is_an_error_not_a_missing_redis(tmp_path: object) -> N
     finally:
         server.stop()
     assert not answers("redis://127.0.0.1:1/0")  # nothing listens: False, no error
+
+
+def test_fsynced_is_refused_where_the_server_cannot_wait_for_its_aof(
+        redis_url: str, ns: str, r: redis.Redis) -> None:
+    """WAITAOF is Redis 7.2+, and needs the AOF on: otherwise a clear error, before any
+    write (the shared test Redis is 7.0 without persistence)."""
+    with Client(redis_url, ns, durability="fsynced") as client:
+        with pytest.raises(ConfigError, match=r'"fsynced" needs WAITAOF \(Redis 7.2'):
+            client.submit("t")
+    assert [k for k in ns_keys(r, ns) if b":job:" in k] == []
