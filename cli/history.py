@@ -177,3 +177,12 @@ def recover(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
                f"{report.jobs_restored} jobs, {report.cron_watermarks_restored} cron watermarks, "
                f"{report.slots_scheduled} slots scheduled, {report.slots_dispatched} dispatched, "
                f"{report.slots_ended} ended (lost/cancelled)")
+    if report.slots_from_jobs or report.at_most_once_unknown:
+        click.echo(f"  {report.slots_from_jobs} slots made again from jobs whose slot had not "
+                   f"reached the store; {report.at_most_once_unknown} at_most_once jobs of that "
+                   f"kind not re-run (they may have run)")
+    if report.newest_known_ms:
+        when = datetime.fromtimestamp(report.newest_known_ms / 1000, UTC).isoformat(
+            timespec="milliseconds")
+        click.echo(f"  the store knew jobs submitted up to {when}: jobs acknowledged after "
+                   f"that, up to the loss, could not be restored")

@@ -27,10 +27,17 @@ from .keys import DISPATCH_GROUP, Keys, shard_of
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
 from .namespace import EVENTS_MAXLEN
 from .replies import Restored
-from .states import JobKind
+from .states import Delivery, JobKind, SlotStatus
 from .store import HistoryStore
 
 T = TypeVar("T")
+
+
+# A job row without any slot row is a job whose slot had not reached the store when Redis
+# was lost (the snapshotter writes the job at once and may hold its slot back): its first
+# slot is made again from the job. Only for jobs this recent: an old one without slots is one
+# whose slot rows retention dropped with their day (an `at` instant long past).
+UNWRITTEN_WINDOW_MS = 3_600_000
 
 
 class RecoveryReport(msgspec.Struct, kw_only=True):
@@ -40,6 +47,9 @@ class RecoveryReport(msgspec.Struct, kw_only=True):
     slots_scheduled: int = 0
     slots_dispatched: int = 0
     slots_ended: int = 0
+    slots_from_jobs: int = 0  # first slots made again from a job whose slot row was missing
+    at_most_once_unknown: int = 0  # at_most_once jobs without a slot row: may have run; not re-run
+    newest_known_ms: int | None = None  # the newest job creation the store knew: after it, blind
 
 
 def _pairs(h: dict[str, str]) -> list[str]:
@@ -57,7 +67,7 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     keys = Keys(namespace)
     shards = _open_namespace(client, store, keys)
     now = resync_sync(clock or RedisClock(), client)
-    jobs, slots, queues = _read_history(store, namespace, shards)
+    jobs, slots, queues, report = _read_history(store, namespace, shards, now)
     if queues:
         client.sadd(keys.queues, *{q for _, q in queues})
         pipe = client.pipeline(transaction=False)
@@ -72,7 +82,6 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             calls.append(scripts.restore(prefix, now, events_maxlen, part, []))
         for slot_part in _chunks(slots.get(shard, []), chunk):
             calls.append(scripts.restore(prefix, now, events_maxlen, [], slot_part))
-    report = RecoveryReport(shards=shards)
     for group in _chunks(calls, 50):
         for reply in map(Restored.decode, scripts.run_sync(client, group)):
             report.jobs_restored += reply.jobs
@@ -102,23 +111,46 @@ def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> int
     return shards
 
 
-def _read_history(store: HistoryStore, namespace: str, shards: int) -> tuple[
+def _read_history(store: HistoryStore, namespace: str, shards: int, now: int) -> tuple[
         dict[int, list[tuple[str, int, list[str]]]], dict[int, list[tuple[str, list[str]]]],
-        set[tuple[int, str]]]:
+        set[tuple[int, str]], RecoveryReport]:
     """What to restore, by shard: jobs (with their cron watermark), slots, and the
-    (shard, queue) streams they need."""
+    (shard, queue) streams they need; and the report, with what was made from jobs."""
+    report = RecoveryReport(shards=shards)
     jobs: dict[int, list[tuple[str, int, list[str]]]] = {}
+    slots: dict[int, list[tuple[str, list[str]]]] = {}
     queues: set[tuple[int, str]] = set()
     for job in store.recovery_jobs(namespace):
         shard = shard_of(job.job_id, shards)
+        report.newest_known_ms = max(report.newest_known_ms or 0, job.created_ms)
         cron_ms = -1
         if job.kind == JobKind.CRON:
             cron_ms = job.last_fire_ms + 1 if job.last_fire_ms is not None else job.created_ms
+        elif job.last_fire_ms is None:  # no slot row at all
+            if now - job.created_ms > UNWRITTEN_WINDOW_MS:
+                continue
+            first = _first_slot(job.job_id, job.definition)
+            if first is None:
+                report.at_most_once_unknown += 1
+            else:
+                slots.setdefault(shard, []).append(first)
+                report.slots_from_jobs += 1
         jobs.setdefault(shard, []).append((job.job_id, cron_ms, _pairs(job.definition)))
         queues.add((shard, job.definition.get("queue", "default")))
-    slots: dict[int, list[tuple[str, list[str]]]] = {}
     for slot, state in store.recovery_slots(namespace):
         shard = shard_of(slot.rpartition(":")[0], shards)
         slots.setdefault(shard, []).append((slot, _pairs(state)))
         queues.add((shard, state.get("queue", "default")))
-    return jobs, slots, queues
+    return jobs, slots, queues, report
+
+
+def _first_slot(job_id: str, definition: dict[str, str]) -> tuple[str, list[str]] | None:
+    """The slot submit.lua made for a job, as `scheduled` at its fire time (the promoter
+    dispatches it, at once if that is past). None for at_most_once: it may have run."""
+    if definition.get("delivery") == Delivery.AT_MOST_ONCE:
+        return None
+    fire = definition.get("fire_ms", "0")
+    state = {"job_id": job_id, "fire_ms": fire, "status": SlotStatus.SCHEDULED,
+             "queue": definition.get("queue", "default"), "task": definition.get("task", ""),
+             "msg": ""}
+    return f"{job_id}:{fire}", _pairs(state)

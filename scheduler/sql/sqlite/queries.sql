@@ -64,7 +64,10 @@ FROM jobs j
 WHERE j.namespace = :namespace
   AND (j.kind = 'cron' OR EXISTS (
        SELECT 1 FROM slots s WHERE s.namespace = j.namespace AND s.job_id = j.job_id
-       AND s.status IN ('scheduled', 'queued', 'running')));
+       AND s.status IN ('scheduled', 'queued', 'running'))
+       -- a job whose slot row never reached the store (held back, or the snapshotter's lag)
+       OR NOT EXISTS (SELECT 1 FROM slots s WHERE s.namespace = j.namespace
+                      AND s.job_id = j.job_id));
 
 -- name: recovery_slots
 SELECT job_id, fire_ms, state FROM slots
