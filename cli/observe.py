@@ -54,6 +54,8 @@ def render(s: Any, problems: list[str]) -> None:
     click.echo("")
     render_workers(s.workers, s.workers_alive, s.workers_known)
     click.echo("")
+    for w in s.warnings():
+        click.echo(f"WARNING: {w}")
     if problems:
         for p in problems:
             click.echo(f"UNHEALTHY: {p}")
@@ -99,7 +101,7 @@ def status(obj: dict[str, str], as_json: bool, watch: bool, interval: float, max
                     click.clear()
                 if as_json:
                     echo_json({"healthy": not problems, "problems": problems,
-                               **msgspec.to_builtins(s)})
+                               "warnings": s.warnings(), **msgspec.to_builtins(s)})
                 else:
                     render(s, problems)
                 if not watch:

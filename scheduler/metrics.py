@@ -265,6 +265,9 @@ GAUGES = {
                                       "absent while no snapshotter group exists.", ("shard",)),
     "sched_snapshotter_backlog_events": ("Events the snapshotter has not acked.", ("shard",)),
     "sched_exporter_up": ("1 when the last scrape could read Redis.", ()),
+    "sched_redis_durable": ("1 when Redis has an AOF or a replica; 0 when a restart loses "
+                            "what history does not have yet; absent when INFO is not "
+                            "allowed.", ()),
     "sched_exporter_scrape_seconds": ("Time the last scrape spent reading Redis.", ()),
 }
 
@@ -345,6 +348,9 @@ class NamespaceCollector(Collector):
                 g["sched_snapshotter_lag_seconds"].add_metric([s], d.snapshot_lag_s)
                 g["sched_snapshotter_backlog_events"].add_metric(
                     [s], d.snapshot_backlog_events or 0)
+        if status.redis_aof is not None and status.redis_replicas is not None:
+            g["sched_redis_durable"].add_metric(
+                [], 1 if status.redis_aof or status.redis_replicas else 0)
         for w in status.workers:
             if w.alive:
                 g["sched_worker_inflight"].add_metric([w.worker_id], w.inflight)

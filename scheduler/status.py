@@ -103,6 +103,19 @@ class Status(msgspec.Struct, kw_only=True):
     orphans_recovered: int = 0
     orphans_last_age_s: float | None = None  # since the sweeper last repaired one
     orphans_waiting: int = 0
+    redis_aof: bool | None = None  # the server's AOF is on (None: INFO not allowed)
+    redis_replicas: int | None = None  # replicas connected to it
+    snapshot_backlog_events: int = 0  # events not in history yet: what a loss would cost
+
+    def warnings(self) -> list[str]:
+        """What puts accepted jobs at risk without making the namespace unhealthy."""
+        if self.redis_aof is False and self.redis_replicas == 0:
+            return [f"Redis has neither AOF nor a replica: acknowledged jobs will be lost if "
+                    f"it restarts; `sched recover` can restore what history has (now "
+                    f"{self.snapshot_backlog_events} event(s) behind"
+                    + (f", {self.snapshot_lag_s:.1f}s" if self.snapshot_lag_s is not None
+                       else "") + ")"]
+        return []
 
     def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
                  ) -> list[str]:
@@ -187,26 +200,34 @@ class _Reader:
     hash) follow in the same pipeline when the topology is known from a previous read, or in a
     second one."""
 
-    TOPOLOGY_COMMANDS = 4
+    TOPOLOGY_COMMANDS = 6
 
     def __init__(self, keys: Keys, now_ms: int) -> None:
         self.keys = keys
         self.now = now_ms
         self.seen: list[tuple[bytes, float]] = []
         self.workers_known = 0
+        self.aof: bool | None = None
+        self.replicas: int | None = None
 
     def topology(self, pipe: Any) -> None:
         pipe.hget(self.keys.meta, "shards")
         pipe.smembers(self.keys.queues)
         pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
         pipe.zcard(self.keys.workers)
+        pipe.info("persistence")  # an ACL without INFO: unknown, not an error
+        pipe.info("replication")
 
     def took_topology(self, replies: list[Any]) -> Topology:
-        for r in replies:
+        for r in replies[:4]:
             if isinstance(r, Exception):
                 raise r
-        shards, queues, self.seen, known = replies
+        shards, queues, self.seen, known, persistence, replication = replies
         self.workers_known = int(known)
+        self.aof = (bool(int(persistence.get("aof_enabled", 0)))
+                    if isinstance(persistence, dict) else None)
+        self.replicas = (int(replication.get("connected_slaves", 0))
+                         if isinstance(replication, dict) else None)
         return Topology(int(shards or 0), tuple(sorted(_s(q) for q in queues)),
                         tuple(_s(w) for w, _ in self.seen))
 
@@ -237,8 +258,10 @@ class _Reader:
         details = [_shard(s, self.now, list(topo.queues), r) for s, r in enumerate(stats)]
         workers = [_worker(_s(w), int(score), self.now, raw)
                    for (w, score), raw in zip(self.seen, replies[topo.shards:], strict=True)]
-        return _summarize(self.keys.ns, self.now, topo.shards, list(topo.queues), details,
-                          workers, self.workers_known)
+        status = _summarize(self.keys.ns, self.now, topo.shards, list(topo.queues), details,
+                            workers, self.workers_known)
+        status.redis_aof, status.redis_replicas = self.aof, self.replicas
+        return status
 
 
 def read_status(client: redis.Redis, keys: Keys, clock: Clock,
@@ -322,7 +345,8 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         snapshot_lag_s=max(snapshot) if snapshot else None, shard_details=details,
         orphans_recovered=sum(d.orphans_recovered for d in details),
         orphans_last_age_s=_age_s(now, last_orphan) if last_orphan is not None else None,
-        orphans_waiting=sum(d.orphans_waiting for d in details))
+        orphans_waiting=sum(d.orphans_waiting for d in details),
+        snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details))
 
 
 def _owner(value: str) -> tuple[int | None, str | None]:

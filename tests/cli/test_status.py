@@ -160,3 +160,26 @@ def test_a_scrape_is_one_round_trip_while_the_topology_holds(
     third, changed = read_status(r, Keys(ns), clock, topo)
     assert round_trips[0] == 5 and changed.queues == ("a", "b", "c")
     assert [q.depth for q in third.queues] == [1, 1, 1]
+
+
+def test_status_warns_when_a_restart_of_redis_would_lose_acknowledged_jobs(
+        capsys: pytest.CaptureFixture[str], redis_url: str, ns: str) -> None:
+    """The shared test Redis has neither AOF nor a replica: a warning, not unhealthy. A
+    Redis with the AOF on gets none."""
+    from faults.harness import RedisServer
+
+    with Client(redis_url, ns) as client:
+        client.submit("t")
+    code, out, _ = sched(capsys, redis_url, ns, "status")
+    assert "WARNING: Redis has neither AOF nor a replica: acknowledged jobs will be lost" in out
+    code, out, _ = sched(capsys, redis_url, ns, "status", "--json")
+    doc = json.loads(out)
+    assert doc["redis_aof"] is False and doc["redis_replicas"] == 0 and doc["warnings"]
+    durable = RedisServer(aof=True).start()
+    try:
+        with Client(durable.url, ns) as client:
+            client.submit("t")
+            assert client.status().warnings() == []
+            assert client.status().redis_aof is True
+    finally:
+        durable.stop()
