@@ -95,14 +95,19 @@ def machine(r: redis.Redis) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def private_redis() -> Iterator[str]:
-    """A redis-server on a free loopback port, no persistence, stopped afterwards."""
+def private_redis(replica_of: str | None = None) -> Iterator[str]:
+    """A redis-server on a free loopback port, no persistence, stopped afterwards; with
+    `replica_of` (a redis:// URL), a replica of that server, returned once it is in sync."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     workdir = tempfile.mkdtemp(prefix="bench-redis-")
+    follow = []
+    if replica_of is not None:
+        primary = redis.connection.parse_url(replica_of)  # type: ignore[no-untyped-call]
+        follow = ["--replicaof", primary.get("host", "127.0.0.1"), str(primary["port"])]
     proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", workdir],
+                             "--save", "", "--appendonly", "no", "--dir", workdir, *follow],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     client = redis.Redis(port=port)
     try:
@@ -110,7 +115,11 @@ def private_redis() -> Iterator[str]:
         while True:
             try:
                 client.ping()
-                break
+                if not follow or client.info("replication").get(
+                        "master_link_status") == "up":
+                    break
+                time.sleep(0.05)
+                continue
             except redis.exceptions.ConnectionError:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError("could not start a private redis-server") from None

@@ -18,7 +18,7 @@ import redis
 
 from scheduler import Client
 
-from .common import drop_namespace, fresh_namespace, machine, redis_cpu_s
+from .common import drop_namespace, fresh_namespace, machine, private_redis, redis_cpu_s
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,13 +28,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
+    p.add_argument("--replicated", action="store_true",
+                   help="also start a replica of the private Redis and run every round with "
+                        "durability=\"replicated\" too (interleaved with the plain rounds)")
     p.add_argument("--out", default=None)
 
 
-def _round(url: str, r: redis.Redis, args: argparse.Namespace) -> dict[str, Any]:
+def _round(url: str, r: redis.Redis, args: argparse.Namespace,
+           durability: str = "primary") -> dict[str, Any]:
     ns = fresh_namespace("submit")
     try:
-        with Client(url, ns) as client:
+        with Client(url, ns, durability=durability, replica_timeout_s=5.0) as client:
             client.submit("bench.noop")  # creates the namespace, loads the scripts
             cpu0, rcpu0, t0 = time.process_time(), redis_cpu_s(r), time.perf_counter()
             ids: list[str] = []
@@ -64,6 +68,8 @@ def _round(url: str, r: redis.Redis, args: argparse.Namespace) -> dict[str, Any]
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
+    if args.replicated:
+        return _run_replicated(args, r)
     runs = [_round(args.redis_url, r, args) for _ in range(args.runs)]
 
     def med(key: str) -> float:
@@ -77,3 +83,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"{med('single_max_us'):.0f} us; every job written: {'yes' if ok else 'NO'}")
     return {"summary": summary, "ok": ok, "jobs": args.jobs, "runs": runs,
             "median_per_s": med("per_s"), "machine": machine(r)}
+
+
+def _run_replicated(args: argparse.Namespace, r: redis.Redis) -> dict[str, Any]:
+    """Plain and replicated rounds, alternating which goes first, against one primary with
+    one replica: the ratio of their medians is what WAIT costs."""
+    rounds: dict[str, list[dict[str, Any]]] = {"primary": [], "replicated": []}
+    with private_redis(replica_of=args.redis_url):
+        for i in range(args.runs):
+            for mode in (("primary", "replicated") if i % 2 == 0 else ("replicated", "primary")):
+                rounds[mode].append(_round(args.redis_url, r, args, mode))
+
+    def med(mode: str, key: str) -> float:
+        return statistics.median(x[key] for x in rounds[mode])
+
+    ok = all(x["ok"] for xs in rounds.values() for x in xs)
+    ratio = med("replicated", "per_s") / med("primary", "per_s")
+    summary = (f"submit, one replica: submit_many {med('primary', 'per_s'):,.0f} jobs/s plain, "
+               f"{med('replicated', 'per_s'):,.0f} replicated ({ratio:.2f}); single submit "
+               f"p50 {med('primary', 'single_p50_us'):.0f} vs "
+               f"{med('replicated', 'single_p50_us'):.0f} us (median of {args.runs}, "
+               f"interleaved); every job written: {'yes' if ok else 'NO'}")
+    return {"summary": summary, "ok": ok, "jobs": args.jobs, "runs": rounds,
+            "ratio": ratio, "machine": machine(r)}

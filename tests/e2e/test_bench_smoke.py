@@ -38,6 +38,13 @@ def test_submit_smoke(tmp_path: Path) -> None:
     assert 0 < run["single_p50_us"] <= run["single_p99_us"] <= run["single_max_us"]
 
 
+def test_submit_replicated_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "submit", "--jobs", "400", "--batch", "200",
+                           "--singles", "10", "--runs", "1", "--replicated")
+    assert stdout.startswith("submit, one replica: submit_many ") and "written: yes" in stdout
+    assert result["ratio"] > 0 and len(result["runs"]["replicated"]) == 1
+
+
 def test_delayed_smoke(tmp_path: Path) -> None:
     stdout, result = bench(tmp_path, "delayed", "--burst", "300", "--rate", "50",
                            "--seconds", "1", "--runs", "1")

@@ -93,3 +93,51 @@ def test_every_metric_in_dashboards_and_alerts_is_declared() -> None:
     for topic in ("sched_queue_depth", "sched_runs_total", "sched_start_lag_seconds_bucket",
                   "sched_due_backlog", "sched_dead_letter_size", "sched_workers_alive"):
         assert any(topic in e for e in dashboard_exprs()), topic
+
+
+def test_the_ha_profile_runs_two_replicas_and_three_sentinels_that_work(tmp_path: Path) -> None:
+    """The sentinel config compose writes is run here against a real primary (hostnames
+    swapped for loopback ports): it finds the primary under the service name the README's
+    sentinel URL uses."""
+    import contextlib
+    import subprocess
+
+    import redis
+    from faults.harness import RedisServer, free_port, wait_for
+
+    from scheduler.connection import parse_sentinel
+
+    services = compose()["services"]
+    replica, sentinel = services["redis-replica"], services["sentinel"]
+    assert replica["profiles"] == sentinel["profiles"] == ["ha"]
+    assert replica["deploy"]["replicas"] == 2 and sentinel["deploy"]["replicas"] == 3
+    assert replica["command"][-3:] == ["--replicaof", "redis", "6379"]
+    header = (ROOT / "docker-compose.yml").read_text()
+    url = re.search(r"SCHED_REDIS_URL=(redis\+sentinel://\S+)", header)
+    assert url is not None
+    parsed = parse_sentinel(url.group(1))
+    assert parsed is not None and parsed.service == "sched"
+    assert compose()["x-sched"]["environment"]["SCHED_REDIS_URL"].startswith(
+        "${SCHED_REDIS_URL:-redis://redis:6379/0}")
+    script = sentinel["command"][2]
+    conf = script.split("printf '", 1)[1].split("' >", 1)[0].replace("\\n", "\n")
+    primary = RedisServer().start()
+    port = free_port()
+    path = tmp_path / "sentinel.conf"
+    path.write_text(conf.replace("port 26379", f"port {port}\nbind 127.0.0.1")
+                    .replace("sched redis 6379 2", f"sched 127.0.0.1 {primary.port} 1"))
+    proc = subprocess.Popen(["redis-server", str(path), "--sentinel"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def sees() -> bool:
+            with contextlib.closing(redis.Redis(port=port, socket_timeout=1)) as s:
+                try:
+                    addr = s.sentinel_get_master_addr_by_name("sched")
+                    return addr is not None and int(addr[1]) == primary.port
+                except redis.exceptions.RedisError:
+                    return False
+        wait_for(sees, 15, "the compose sentinel config to find the primary")
+    finally:
+        proc.kill()
+        proc.wait()
+        primary.stop()
