@@ -113,18 +113,26 @@ def _awaiting(coro: object) -> list[str]:
 @click.option("--pipelines", type=click.IntRange(min=1), default=2,
               help="Claim round trips in flight at once (Redis claims one batch while the "
                    "worker starts another's runs).")
+@click.option("--claim-replicas", type=click.IntRange(min=0), default=0,
+              help="Start an at_most_once run only once this many replicas have its claim "
+                   "(WAIT); 0: do not wait.")
+@click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
+              help="Seconds a claim waits for them; an at_most_once run they did not "
+                   "confirm is not started (it ends lost).")
 @metrics_port_option
 @log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-           grace_s: float, batch: int, pipelines: int, metrics_port: int | None,
-           log_level: str, log_format: str) -> None:
+           grace_s: float, batch: int, pipelines: int, claim_replicas: int,
+           replica_timeout: float, metrics_port: int | None, log_level: str,
+           log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
-                          pipelines=pipelines,
+                          pipelines=pipelines, claim_replicas=claim_replicas,
+                          replica_timeout_s=replica_timeout,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []

@@ -158,6 +158,10 @@ DEAD_LETTERED = Counter("sched_dead_lettered_total",
 COMMITS_REFUSED = Counter(
     "sched_commits_refused_total",
     "Outcomes Redis refused because the worker's fencing token was no longer current.")
+CLAIMS_NOT_REPLICATED = Counter(
+    "sched_claims_not_replicated_total",
+    "at_most_once runs not started because the replicas did not confirm their claim in time "
+    "(worker --claim-replicas); they end lost.")
 LEASES_LOST = Counter("sched_leases_lost_total",
                       "Runs a worker stopped because its heartbeat found the lease gone, or "
                       "because no heartbeat reached Redis before the lease could expire.")
@@ -198,7 +202,7 @@ OCCURRENCES_NOT_BACKFILLED = Counter(
 PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
                    LEASES_LOST, RUNS_ABANDONED, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, PROMOTED_OVERDUE,
                    MATERIALIZED_OVERDUE, ORPHANS_RECOVERED, OCCURRENCES_SKIPPED,
-                   OCCURRENCES_NOT_BACKFILLED)
+                   OCCURRENCES_NOT_BACKFILLED, CLAIMS_NOT_REPLICATED)
 
 
 class RunMetrics:

@@ -47,6 +47,12 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     lease_s: float = 30.0
     grace_s: float = 10.0
     events_maxlen: int = EVENTS_MAXLEN
+    claim_replicas: int = 0
+    """With N > 0, each claim round trip ends with WAIT N: an at_most_once run starts only
+    once N replicas have its claim (a failover then cannot hand it to another worker, which
+    would run it twice). One the replicas did not confirm within `replica_timeout_s` is not
+    started: its lease runs out and it ends `lost`, as at_most_once allows."""
+    replica_timeout_s: float = 1.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -61,6 +67,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"lease must be >= 1 s, not {self.lease_s}")
         if self.grace_s < 0:
             raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
+        if self.claim_replicas < 0 or self.replica_timeout_s <= 0:
+            raise ConfigError("claim replicas must be >= 0 and the replica timeout > 0 s")
 
 
 class Worker:
@@ -173,15 +181,20 @@ class Worker:
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
-        if prefetch:
-            answers, (read,) = await scripts.run_async_then(self.redis, calls,
-                                                            self.reader.prefetch)
-            if not isinstance(read, Exception):  # NOGROUP etc.: the next blocking read says
-                self.reader.add(read)
-            else:
+        confirmed = unconfirmed = None
+        if prefetch or self.config.claim_replicas:
+            answers, tail = await scripts.run_async_then(self.redis, calls, self._tail(prefetch))
+            if self.config.claim_replicas:
+                confirmed = tail.pop()
+            if prefetch and not isinstance(tail[0], Exception):  # NOGROUP etc.: the next
+                self.reader.add(tail[0])                       # blocking read says
+            elif prefetch:
                 self.reader.must_recover = True
         else:
             answers = await scripts.run_async(self.redis, calls)
+        if confirmed is not None and not (isinstance(confirmed, int)
+                                          and confirmed >= self.config.claim_replicas):
+            unconfirmed = confirmed
         started = 0
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
@@ -190,6 +203,9 @@ class Worker:
             for (queue, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
                                                   strict=True):
                 if grant is None or slot_id in running:
+                    continue
+                if unconfirmed is not None and grant[4] == "at_most_once":
+                    self._not_replicated(slot_id, unconfirmed)
                     continue
                 run = Run(shard, slot_id, grant, deadline)
                 run.started_ms = now
@@ -200,6 +216,22 @@ class Worker:
                 start(run, loop)
                 started += 1
         return started
+
+    def _tail(self, prefetch: bool) -> Any:
+        def tail(pipe: Any) -> int:
+            n = self.reader.prefetch(pipe) if prefetch else 0
+            if self.config.claim_replicas:
+                pipe.execute_command("WAIT", self.config.claim_replicas,
+                                     max(1, int(self.config.replica_timeout_s * 1000)))
+                n += 1
+            return n
+        return tail
+
+    def _not_replicated(self, slot_id: str, confirmed: Any) -> None:
+        metrics.CLAIMS_NOT_REPLICATED.inc()
+        log.warning("at_most_once slot %s not started: %s of %d replica(s) confirmed its "
+                    "claim; its lease will run out and it ends lost", slot_id, confirmed,
+                    self.config.claim_replicas)
 
     def _metrics_for(self, queue: str, task: str) -> metrics.RunMetrics:
         # Task names come from Redis: label only the ones this worker knows, so a flood of

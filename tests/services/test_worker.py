@@ -228,3 +228,29 @@ def test_ctx_once_says_yes_once_per_name(redis_url: str, ns: str) -> None:
         client.submit("t", delivery="exactly_once")
         asyncio.run(run_until(redis_url, ns, registry, lambda: len(answers) == 3))
     assert answers == [True, False, True]
+
+
+def test_an_at_most_once_run_waits_for_its_claim_to_be_replicated(redis_url: str,
+                                                                  ns: str) -> None:
+    """--claim-replicas 1 against a Redis without replicas: WAIT confirms none, so the
+    at_most_once run is not started (a failover could hand its claim to another worker) and
+    is left to end lost; an at_least_once run in the same claims is not held back."""
+    from scheduler.metrics import CLAIMS_NOT_REPLICATED
+
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(payload)
+
+    before = CLAIMS_NOT_REPLICATED._value.get()
+    with Client(redis_url, ns) as client:
+        once = client.submit("t", "once", delivery="at_most_once")
+        client.submit("t", "least")
+        asyncio.run(run_until(redis_url, ns, registry, lambda: "least" in ran and
+                              CLAIMS_NOT_REPLICATED._value.get() > before, claim_replicas=1,
+                              replica_timeout_s=0.05, pipelines=1))
+        [slot] = client.slots(once)
+    assert ran == ["least"]
+    assert slot.status is SlotStatus.RUNNING  # claimed, never started: its lease runs out
