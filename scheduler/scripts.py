@@ -328,22 +328,24 @@ def _acked(batch: _Batch, out: list[Any], wait: tuple[Any, ...] | None, acked: i
 
 
 async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
-                         tail: Callable[[Any], int]) -> tuple[list[Any], list[Any]]:
+                         tail: Callable[[Any], int]) -> tuple[list[Any], list[list[Any]]]:
     """run_async, plus the commands `tail` appends to the same pipeline (it returns how
-    many), in the same round trip; their replies (or errors) come back as the second list."""
-    batch = _Batch(calls)
-    pipe = client.pipeline(transaction=False)
-    batch.fill(pipe)
-    n = tail(pipe)
-    out = await pipe.execute(raise_on_error=False)
-    extra = out[len(out) - n:]
-    if batch.absorb(out[:len(out) - n]):
-        for s in SOURCES.values():
-            await client.script_load(s.text)
+    many), in the same round trip. Their replies (or errors) come back as the second value,
+    one list per pipeline sent: after a NOSCRIPT reload the calls that did not run go again
+    in a second pipeline, with the tail again (a WAIT in it must follow those writes), and
+    both pipelines' tail replies count (a read in the first delivered its entries too)."""
+    batch, extras = _Batch(calls), []
+    while batch.todo:
         pipe = client.pipeline(transaction=False)
         batch.fill(pipe)
-        batch.absorb(await pipe.execute(raise_on_error=False))
-    return batch.finish(), extra
+        n = tail(pipe)
+        out = await pipe.execute(raise_on_error=False)
+        extras.append(out[len(out) - n:])
+        if not batch.absorb(out[:len(out) - n]):
+            break
+        for s in SOURCES.values():
+            await client.script_load(s.text)
+    return batch.finish(), extras
 
 
 async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
@@ -368,12 +370,4 @@ async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
 async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call],
                     raise_errors: bool = True) -> list[Any]:
     """Async twin of run_sync."""
-    batch = _Batch(calls)
-    while batch.todo:
-        pipe = client.pipeline(transaction=False)
-        batch.fill(pipe)
-        if not batch.absorb(await pipe.execute(raise_on_error=False)):
-            break
-        for s in SOURCES.values():
-            await client.script_load(s.text)
-    return batch.finish(raise_errors)
+    return (await run_async_waiting(client, calls, raise_errors))[0]

@@ -181,20 +181,13 @@ class Worker:
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
                                self.worker_id, self.lease_ms, entries[s]) for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
-        confirmed = unconfirmed = None
+        unconfirmed = None
         if prefetch or self.config.claim_replicas:
-            answers, tail = await scripts.run_async_then(self.redis, calls, self._tail(prefetch))
-            if self.config.claim_replicas:
-                confirmed = tail.pop()
-            if prefetch and not isinstance(tail[0], Exception):  # NOGROUP etc.: the next
-                self.reader.add(tail[0])                       # blocking read says
-            elif prefetch:
-                self.reader.must_recover = True
+            answers, tails = await scripts.run_async_then(self.redis, calls,
+                                                          self._tail(prefetch))
+            unconfirmed = self._take_tails(tails, prefetch)
         else:
             answers = await scripts.run_async(self.redis, calls)
-        if confirmed is not None and not (isinstance(confirmed, int)
-                                          and confirmed >= self.config.claim_replicas):
-            unconfirmed = confirmed
         started = 0
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
@@ -226,6 +219,22 @@ class Worker:
                 n += 1
             return n
         return tail
+
+    def _take_tails(self, tails: list[list[Any]], prefetch: bool) -> Any:
+        """Each claim pipeline's tail (scripts.run_async_then): its prefetched read, then its
+        WAIT. Returns the fewest replicas a pipeline's WAIT confirmed when short of
+        `claim_replicas` (an error counts as none), else None."""
+        short: list[Any] = []
+        for tail in tails:
+            if self.config.claim_replicas:
+                got = tail.pop()
+                if not (isinstance(got, int) and got >= self.config.claim_replicas):
+                    short.append(got)
+            if prefetch and not isinstance(tail[0], Exception):  # NOGROUP etc.: the next
+                self.reader.add(tail[0])                       # blocking read says
+            elif prefetch:
+                self.reader.must_recover = True
+        return min(short, key=lambda got: got if isinstance(got, int) else -1) if short else None
 
     def _not_replicated(self, slot_id: str, confirmed: Any) -> None:
         metrics.CLAIMS_NOT_REPLICATED.inc()

@@ -213,6 +213,36 @@ def test_scripts_reload_after_the_script_cache_is_flushed(
     assert s.claim(s.read())[0][0] == Code.OK
 
 
+def test_a_reload_sends_the_pipeline_tail_again_after_the_calls_that_ran_again(
+        r: redis.Redis, client: Client, clock: ManualClock, redis_url: str) -> None:
+    """A WAIT in a claim's tail must follow the claims it vouches for: when NOSCRIPT makes
+    the calls go again in a second pipeline, the tail goes with them, and both pipelines'
+    tail replies come back (the first one's covered no write)."""
+    import asyncio
+
+    import redis.asyncio
+
+    s = make(r, client, clock)
+    entries = s.read()
+    r.script_flush()
+
+    async def go() -> tuple[list[object], list[list[object]]]:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        try:
+            call = scripts.claim(s.prefix, clock.now_ms(), 1000, W, LEASE, entries)
+
+            def tail(pipe: object) -> int:
+                pipe.execute_command("WAIT", 0, 10)  # type: ignore[attr-defined]
+                return 1
+            return await scripts.run_async_then(conn, [call], tail)
+        finally:
+            await conn.aclose()
+
+    answers, tails = asyncio.run(go())
+    assert answers[0][0][0] == Code.OK
+    assert tails == [[0], [0]]
+
+
 def test_claim_trims_the_acked_head_of_the_stream(r: redis.Redis, redis_url: str,
                                                    ns: str, clock: ManualClock) -> None:
     with Client(redis_url, ns, shards=1, clock=clock) as client:
