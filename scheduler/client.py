@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import redis
 import redis.asyncio
 
-from . import operations, scripts
+from . import cluster, operations, scripts
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from .jobspec import JobSpec
@@ -143,7 +143,7 @@ class Client(_Driver):
 
     def _perform(self, request: Request) -> Any:
         if isinstance(request, Pipe):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = cluster.pipeline(self.redis)
             for name, args, kwargs in request.commands:
                 getattr(pipe, name)(*args, **kwargs)
             return pipe.execute(raise_on_error=request.raise_on_error)
@@ -217,7 +217,7 @@ class AsyncClient(_Driver):
 
     async def _perform(self, request: Request) -> Any:
         if isinstance(request, Pipe):
-            pipe = self.redis.pipeline(transaction=False)
+            pipe = cluster.pipeline(self.redis)
             for name, args, kwargs in request.commands:
                 getattr(pipe, name)(*args, **kwargs)
             return await pipe.execute(raise_on_error=request.raise_on_error)

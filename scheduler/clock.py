@@ -3,13 +3,16 @@
 A service reads `now_ms()` once per loop and passes it to Lua, and measures its deadlines
 on `monotonic()`. `RedisClock` anchors to Redis
 TIME and advances with the local monotonic clock between re-syncs, so the hot path pays no
-extra round trip; the node's wall clock is never used. Tests use `ManualClock`.
+extra round trip; the node's wall clock is never used. Tests use `ManualClock`. On a Redis
+Cluster every process reads the same node's TIME (cluster.home): one clock, never mixed.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any, Protocol
+
+from . import cluster
 
 
 class Clock(Protocol):
@@ -74,6 +77,9 @@ async def resync(clock: Clock, client: Any) -> int:
     """now_ms(), re-anchored first to Redis TIME when the clock is stale (a round trip only
     then): what every asyncio loop calls once per pass. `client` is a redis.asyncio.Redis."""
     if clock.stale():
+        if cluster.is_cluster(client):
+            await cluster.ensure_async(client)
+            client = cluster.home_client(client)
         clock.anchor(await client.time())
     return clock.now_ms()
 
@@ -81,5 +87,6 @@ async def resync(clock: Clock, client: Any) -> int:
 def resync_sync(clock: Clock, client: Any) -> int:
     """resync for a synchronous redis.Redis."""
     if clock.stale():
-        clock.anchor(client.time())
+        clock.anchor((cluster.home_client(client) if cluster.is_cluster(client)
+                      else client).time())
     return clock.now_ms()

@@ -19,12 +19,15 @@ from typing import Any
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.asyncio.retry
 import redis.asyncio.sentinel
 import redis.backoff
+import redis.cluster
 import redis.retry
 import redis.sentinel
 
+from . import cluster
 from .errors import ConfigError, RedisFailure, RedisRefused, RedisUnavailable
 
 SDK_TIMEOUT_S = 5.0
@@ -107,8 +110,118 @@ def masked(text: str) -> str:
     return _KV_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***\g<at>", text))
 
 
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+
+
+@dataclass(frozen=True)
+class ClusterUrl:
+    """redis+cluster://[user:password@]host:port[,host:port...][/0][?options] (rediss+cluster://
+    for TLS): any nodes of a Redis Cluster, which tell the client of the others. A plain
+    redis:// URL that names a cluster node becomes one of these (`find_cluster`)."""
+
+    nodes: tuple[tuple[str, int], ...]
+    options: tuple[tuple[str, Any], ...]  # username, password, TLS: what every node gets
+
+
+def parse_cluster(url: str) -> ClusterUrl | None:
+    """The parts of a cluster URL; None for any other URL; ConfigError for a bad one."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in CLUSTER_SCHEMES:
+        return None
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, hosts = netloc.rpartition("@")
+    nodes = []
+    for item in hosts.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigError(f"redis url: cluster node {item!r} is not host:port (give any "
+                              f"nodes as host:port, separated by commas)")
+        nodes.append((host.strip("[]"), int(port)))
+    plain = f"{scheme.partition('+')[0]}://{userinfo}{at}{nodes[0][0]}:{nodes[0][1]}" \
+            f"{slash}{tail}"
+    return ClusterUrl(tuple(nodes), _cluster_options(plain))
+
+
+def _cluster_options(url: str) -> tuple[tuple[str, Any], ...]:
+    try:
+        kw = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ConfigError(f"redis url {masked(url)!r}: {exc}") from None
+    if kw.pop("db", 0):
+        raise ConfigError("redis url: a Redis Cluster has only database 0; drop the /DB "
+                          "from the URL")
+    if kw.pop("path", None):
+        raise ConfigError("redis url: a Redis Cluster is reached over TCP, not a socket")
+    kw.pop("host", None), kw.pop("port", None)
+    if kw.pop("connection_class", None) is redis.connection.SSLConnection:
+        kw["ssl"] = True
+    return tuple(kw.items())
+
+
+def find_cluster(url: str, timeout_s: float) -> ClusterUrl | None:
+    """The cluster a redis:// or rediss:// URL names a node of, or None for a single Redis
+    (or one that does not answer now: a process started before its Redis gets a single-Redis
+    client, so name a cluster with redis+cluster:// where that can happen)."""
+    explicit = parse_cluster(url)
+    if explicit is not None or not url.startswith(("redis://", "rediss://")):
+        return explicit
+    probe = redis.Redis.from_url(url, socket_timeout=min(timeout_s, 2.0),
+                                 socket_connect_timeout=min(timeout_s, 2.0))
+    try:
+        enabled = probe.info("cluster").get("cluster_enabled")
+    except redis.exceptions.RedisError:
+        return None
+    finally:
+        probe.close()
+    if not enabled:
+        return None
+    kw = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    return ClusterUrl(((kw["host"], int(kw.get("port", 6379))),), _cluster_options(url))
+
+
+def _cluster_client(c: ClusterUrl, asyncio: bool, timeout_s: float, retries: int) -> Any:
+    """redis-py's cluster client for one-key commands (it follows MOVED by itself, so it
+    retries at least twice), and `cluster.adopt` plain clients for each node's pipelines."""
+    opts = {**_options(timeout_s), **dict(c.options)}
+    node_cls: Any
+    cluster_cls: Any
+    if asyncio:
+        node_cls, cluster_cls = redis.asyncio.cluster.ClusterNode, cluster.AsyncCluster
+        retry: Any = redis.asyncio.retry.Retry(
+            redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05), max(retries, 2))
+        node_retry: Any = redis.asyncio.retry.Retry(
+            redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05), retries)
+    else:
+        node_cls, cluster_cls = redis.cluster.ClusterNode, cluster.SyncCluster
+        retry = redis.retry.Retry(redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05),
+                                  max(retries, 2))
+        node_retry = redis.retry.Retry(redis.backoff.EqualJitterBackoff(cap=0.5, base=0.05),
+                                       retries)
+    try:
+        client = cluster_cls(startup_nodes=[node_cls(h, p) for h, p in c.nodes], retry=retry,
+                             **opts)
+    except redis.exceptions.RedisError as exc:
+        raise translate(exc, ",".join(f"{h}:{p}" for h, p in c.nodes)) from exc
+    return cluster.adopt(client, lambda host, port: _plain(asyncio, host, port, opts,
+                                                           node_retry, timeout_s))
+
+
+def _plain(asyncio: bool, host: str, port: int, opts: dict[str, Any], retry: Any,
+           timeout_s: float) -> Any:
+    """A plain client to one cluster node, with the pool every client of ours has."""
+    kw = dict(opts)
+    if kw.pop("ssl", False):
+        kw["connection_class"] = (redis.asyncio.connection.SSLConnection if asyncio
+                                  else redis.connection.SSLConnection)
+    module = redis.asyncio if asyncio else redis
+    pool = module.BlockingConnectionPool(host=host, port=port, retry=retry,
+                                         max_connections=MAX_CONNECTIONS, timeout=timeout_s,
+                                         **kw)
+    return module.Redis.from_pool(pool)
+
+
 def _check(url: str) -> None:
-    if parse_sentinel(url) is not None:
+    if parse_sentinel(url) is not None or parse_cluster(url) is not None:
         return
     try:
         redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
@@ -145,6 +258,9 @@ def sync_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
     if sentinel is not None:
         client: redis.Redis = _sentinel_client(sentinel, False, timeout_s, retry)
         return client
+    found = find_cluster(url, timeout_s)
+    if found is not None:
+        return _cluster_client(found, False, timeout_s, retries)  # type: ignore[no-any-return]
     pool = redis.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
         **_options(timeout_s))
@@ -160,6 +276,9 @@ def async_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
     if sentinel is not None:
         client: redis.asyncio.Redis = _sentinel_client(sentinel, True, timeout_s, retry)
         return client
+    found = find_cluster(url, timeout_s)
+    if found is not None:
+        return _cluster_client(found, True, timeout_s, retries)  # type: ignore[no-any-return]
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
         **_options(timeout_s))
@@ -171,8 +290,21 @@ def process_redis(url: str, lease_s: float) -> redis.asyncio.Redis:
     return async_redis(url, timeout_s=timeout_for_lease(lease_s), retries=0)
 
 
+def socket_timeout(client: Any) -> float | None:
+    """The socket timeout a client's connections have (a blocking read must end before it)."""
+    if cluster.is_cluster(client):
+        value = client.get_connection_kwargs().get("socket_timeout")
+    else:
+        value = client.connection_pool.connection_kwargs.get("socket_timeout")
+    return float(value) if value else None
+
+
 def where(client: Any) -> str:
     """host:port (or the socket path) a client talks to, for messages."""
+    if cluster.is_cluster(client):
+        nodes = client.get_nodes() or client.nodes_manager.startup_nodes.values()
+        return "the Redis Cluster of " + ",".join(sorted(n.name for n in nodes)[:3]) + (
+            ",..." if len(nodes) > 3 else "")
     pool = client.connection_pool
     if hasattr(pool, "service_name"):
         return f"the primary of sentinel service {pool.service_name!r}"

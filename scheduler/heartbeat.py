@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import metrics, scripts
+from . import cluster, metrics, scripts
 from .clock import Clock
 from .inflight import Inflight
 from .keys import Keys
@@ -94,7 +94,7 @@ class Heartbeat(Service):
         if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds
             log.warning("%d lease(s) lost (the slots were reclaimed or finished elsewhere); "
                         "stopping those runs", lost)
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
                   mapping={**self.info, "inflight": len(runs), "seen_ms": now,
@@ -146,7 +146,7 @@ class Heartbeat(Service):
 
     async def leave(self) -> None:
         """Remove this worker from the registry (clean shutdown)."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         pipe.zrem(self.keys.workers, self.worker_id)
         pipe.delete(self.keys.worker(self.worker_id))
         await pipe.execute()

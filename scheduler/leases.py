@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import redis.asyncio
 
-from . import scripts
+from . import cluster, scripts
 from .clock import Clock, resync
 from .keys import Keys
 from .loops import Service
@@ -54,7 +54,7 @@ class ShardLeases(Service):
         """One round of heartbeat and rebalancing; returns the shards owned afterwards."""
         await resync(self.clock, self.redis)
         now = self.clock.now_ms()
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         pipe.zadd(self.keys.schedulers, {self.node_id: now})
         pipe.zremrangebyscore(self.keys.schedulers, "-inf", now - self.ttl_ms)
         pipe.zrange(self.keys.schedulers, 0, -1)

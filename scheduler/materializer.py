@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import metrics, scripts
+from . import cluster, metrics, scripts
 from .clock import Clock, resync
 from .cronspec import CronSpec
 from .keys import cron_in, job_in
@@ -141,7 +141,7 @@ class Materializer(Service):
         if self.others and time.monotonic() >= self._overdue_at:
             self._overdue_at = time.monotonic() + self.overdue_interval_s
             reads += [(p, now + OVERDUE_AHEAD_MS) for p in self.others]
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         for p, horizon in reads:
             pipe.zrange(cron_in(p), "-inf", horizon, byscore=True, offset=0,
                         num=self.batch, withscores=True)
@@ -181,7 +181,7 @@ class Materializer(Service):
             return
         if len(self._jobs) > 200_000:
             self._jobs.clear()  # bounded memory; definitions are simply read again
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         for prefix, job_id in jobs:
             pipe.hmget(job_in(prefix, job_id), *_FIELDS)
         for key, raw in zip(jobs, await pipe.execute(), strict=True):

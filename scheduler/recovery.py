@@ -19,8 +19,8 @@ from typing import TypeVar
 import msgspec
 import redis
 
+from . import cluster, scripts
 from . import namespace as namespace_policy
-from . import scripts
 from .clock import Clock, RedisClock, resync_sync
 from .errors import NamespaceError
 from .keys import DISPATCH_GROUP, Keys, shard_of
@@ -70,7 +70,7 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     jobs, slots, queues, report = _read_history(store, namespace, shards, now)
     if queues:
         client.sadd(keys.queues, *{q for _, q in queues})
-        pipe = client.pipeline(transaction=False)
+        pipe = cluster.pipeline(client)
         namespace_policy.create_groups(pipe, (keys.queue(shard, queue)
                                               for shard, queue in sorted(queues)), DISPATCH_GROUP)
         namespace_policy.check_groups(pipe.execute(raise_on_error=False))
@@ -99,13 +99,13 @@ def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> int
     if shards is None:
         raise NamespaceError(f"the history store knows no namespace {keys.ns!r} (check "
                              f"--namespace, and that a snapshotter ran for it)")
-    pipe = client.pipeline(transaction=False)
+    pipe = cluster.pipeline(client)
     namespace_policy.create(pipe, keys, shards, DEFAULT_MAX_PAYLOAD_BYTES)
     stored = namespace_policy.parse(keys.ns, pipe.execute()[-1])
     if stored.shards != shards:
         raise NamespaceError(f"namespace {keys.ns!r} has {stored.shards} shards in Redis but "
                              f"{shards} in the history store; refusing to mix them")
-    pipe = client.pipeline(transaction=False)
+    pipe = cluster.pipeline(client)
     namespace_policy.write_config(pipe, keys, stored)
     pipe.execute()
     return shards

@@ -3,77 +3,24 @@
 Each script in `lua/` is loaded once per connection pool (SCRIPT LOAD) and called by SHA; a
 NOSCRIPT reply (Redis restarted or flushed its script cache) reloads and retries the calls
 that did not run. Calls are batched: `Call` values are built here and run by `run_sync` /
-`run_async` in one pipelined round trip, whatever shards they touch.
+`run_async` in one pipelined round trip, whatever shards they touch (on a Redis Cluster, one
+per node, all at once: cluster.py; scripts are then loaded on every primary).
 
-`--- @include "_lib.lua"` inside a script is replaced by that file's text at load time, and
-each `R.NAME` (reply code) and `DEFAULT.name` (job-field default) by its value (with_constants).
+The text of each script, as Redis runs it, is sources.py's.
 """
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import msgspec
 import redis
 import redis.asyncio
 
-from .models import JOB_FIELD_DEFAULTS
-from .replies import Code
-
-NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
-         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
-         "trim_history", "retire", "restore", "history_read", "sweep")
-_INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
-
-
-def read_source(name: str) -> str:
-    text = resources.files("scheduler").joinpath("lua", f"{name}.lua").read_text()
-    return _INCLUDE.sub(lambda m: read_source(m.group(1).removesuffix(".lua")), text)
-
-
-def header_keys(name: str) -> int:
-    """How many KEYS the script's header documents (a test compares it with the wrappers)."""
-    header = read_source(name).split("]]", 1)[0]
-    return len(set(re.findall(r"KEYS\[(\d+)\]", header)))
-
-
-@dataclass(frozen=True)
-class _Source:
-    name: str
-    text: str
-    sha: str
-
-
-def with_constants(source: str) -> str:
-    """The text Redis runs: each `R.NAME` (a reply code, replies.Code) and `DEFAULT.name` (a
-    job-field default, models.JOB_FIELD_DEFAULTS: a field equal to its default is not
-    stored, so a script reading it must know the default) replaced by its value, so Lua and
-    Python read one table each at no cost per call (a Lua table built on every call costs
-    Redis ~0.5 us). A name neither table has fails here, at import, not as a nil in Lua."""
-    def code(m: re.Match[str]) -> str:
-        return str(int(Code[m.group(1)]))
-
-    def default(m: re.Match[str]) -> str:
-        value = JOB_FIELD_DEFAULTS[m.group(1)]
-        if not isinstance(value, int | float):
-            raise KeyError(f"DEFAULT.{m.group(1)} is not a number")
-        return repr(value)
-
-    return _DEFAULT.sub(default, _CODE.sub(code, source))
-
-
-_CODE = re.compile(r"\bR\.([A-Z_]+)\b")
-_DEFAULT = re.compile(r"\bDEFAULT\.([a-z_]+)\b")
-
-SOURCES = {
-    n: _Source(n, t, hashlib.sha1(t.encode()).hexdigest())
-    for n, t in ((n, with_constants(read_source(n))) for n in NAMES)
-}
+from . import cluster
+from .sources import SOURCES
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,28 +250,57 @@ def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: b
     wrote got (-1 without `wait`)."""
     batch, acked = _Batch(calls), -1
     while batch.todo:
-        pipe = client.pipeline(transaction=False)
+        pipe = cluster.pipeline(client)
         batch.fill(pipe)
         if wait is not None:
-            pipe.execute_command(*wait)  # type: ignore[no-untyped-call]
+            cluster.each_node(pipe, *wait)
         out = pipe.execute(raise_on_error=False)
-        acked = _acked(batch, out, wait, acked)
+        acked = _acked(batch, out, wait, acked, cluster.is_cluster(client))
         if not batch.absorb(out[:len(batch.todo)]):
             break
-        for s in SOURCES.values():
-            client.script_load(s.text)
+        load_sync(client)
     return batch.finish(raise_errors), acked
 
 
-def _acked(batch: _Batch, out: list[Any], wait: tuple[Any, ...] | None, acked: int) -> int:
+def _acked(batch: _Batch, out: list[Any], wait: tuple[Any, ...] | None, acked: int,
+           many: bool) -> int:
     if wait is None:
         return acked
     wrote = any(not isinstance(r, redis.exceptions.NoScriptError) for r in out[:-1])
     if not wrote:
         return acked
-    reply = out[-1][0] if isinstance(out[-1], list) else out[-1]  # WAITAOF: [local, replicas]
-    replicas = reply if isinstance(reply, int) else 0  # the wait itself failed: none known
-    return replicas if acked < 0 else min(acked, replicas)
+    for reply in wait_replies(out[-1], many):
+        replicas = reply if isinstance(reply, int) else 0  # the wait failed: none known
+        acked = replicas if acked < 0 else min(acked, replicas)
+    return acked
+
+
+def wait_replies(reply: Any, many: bool) -> list[Any]:
+    """The confirmation count of each node a WAIT or WAITAOF went to (`many`: sent by
+    cluster.each_node, whose reply is the nodes' list): WAIT's count, WAITAOF's local fsync
+    (its reply is [local, replicas]), or the error."""
+    return [r[0] if isinstance(r, list) else r for r in (reply if many else [reply])]
+
+
+def load_sync(client: redis.Redis) -> None:
+    """SCRIPT LOAD every script (on every primary of a cluster)."""
+    targets = [c for _, c in cluster.primaries(client)] if cluster.is_cluster(client) \
+        else [client]
+    for target in targets:
+        pipe = target.pipeline(transaction=False)
+        for s in SOURCES.values():
+            pipe.script_load(s.text)
+        pipe.execute()
+
+
+async def load_async(client: redis.asyncio.Redis) -> None:
+    targets = [c for _, c in cluster.primaries(client)] if cluster.is_cluster(client) \
+        else [client]
+    for target in targets:
+        pipe = target.pipeline(transaction=False)
+        for s in SOURCES.values():
+            pipe.script_load(s.text)
+        await pipe.execute()
 
 
 async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
@@ -336,15 +312,14 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
     both pipelines' tail replies count (a read in the first delivered its entries too)."""
     batch, extras = _Batch(calls), []
     while batch.todo:
-        pipe = client.pipeline(transaction=False)
+        pipe = cluster.pipeline(client)
         batch.fill(pipe)
         n = tail(pipe)
         out = await pipe.execute(raise_on_error=False)
         extras.append(out[len(out) - n:])
         if not batch.absorb(out[:len(out) - n]):
             break
-        for s in SOURCES.values():
-            await client.script_load(s.text)
+        await load_async(client)
     return batch.finish(), extras
 
 
@@ -354,16 +329,15 @@ async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
     """Async twin of run_sync_waiting."""
     batch, acked = _Batch(calls), -1
     while batch.todo:
-        pipe = client.pipeline(transaction=False)
+        pipe = cluster.pipeline(client)
         batch.fill(pipe)
         if wait is not None:
-            pipe.execute_command(*wait)
+            cluster.each_node(pipe, *wait)
         out = await pipe.execute(raise_on_error=False)
-        acked = _acked(batch, out, wait, acked)
+        acked = _acked(batch, out, wait, acked, cluster.is_cluster(client))
         if not batch.absorb(out[:len(batch.todo)]):
             break
-        for s in SOURCES.values():
-            await client.script_load(s.text)
+        await load_async(client)
     return batch.finish(raise_errors), acked
 
 

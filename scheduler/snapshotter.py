@@ -40,7 +40,7 @@ import time
 import msgspec
 import redis.asyncio
 
-from . import namespace, scripts
+from . import cluster, namespace, scripts
 from .clock import Clock, RedisClock, resync
 from .keys import HISTORY_GROUP, Keys
 from .loops import Backoff, Service
@@ -89,7 +89,7 @@ class Snapshotter(Service):
         # NamespaceMissing until the namespace's first submit creates it (namespace.py)
         self.shards = namespace.parse(self.namespace, await self.redis.hmget(
             self.keys.meta, *namespace.META_FIELDS)).shards
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),
                                 HISTORY_GROUP)
         namespace.check_groups(await pipe.execute(raise_on_error=False))
@@ -100,7 +100,7 @@ class Snapshotter(Service):
     # --- one batch ---------------------------------------------------------------------
 
     async def _read(self) -> dict[int, Work]:
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         start = "0" if self._own_pending else ">"
         for shard in range(self.shards):
             pipe.xreadgroup(HISTORY_GROUP, self.consumer, {self.keys.events(shard): start},
@@ -148,11 +148,11 @@ class Snapshotter(Service):
         (snapshotters that exited; their entries were taken over). One holding entries is
         never dropped: that would drop its entries from the group. A live one that was only
         slow is created again by its next read."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         for shard in range(self.shards):
             pipe.xinfo_consumers(self.keys.events(shard), HISTORY_GROUP)
         idle_ms = self.config.claim_idle_s * 1000
-        drop = self.redis.pipeline(transaction=False)
+        drop = cluster.pipeline(self.redis)
         for shard, consumers in enumerate(await pipe.execute(raise_on_error=False)):
             for c in consumers if isinstance(consumers, list) else []:
                 name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
@@ -287,7 +287,7 @@ class Snapshotter(Service):
 
     async def _after_commit(self, work: dict[int, Work],
                             finished: list[tuple[int, str, int]]) -> None:
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         for shard, w in work.items():
             if w.ids:
                 pipe.xack(self.keys.events(shard), HISTORY_GROUP, *w.ids)

@@ -23,7 +23,7 @@ import msgspec
 import redis
 import redis.asyncio
 
-from . import scripts
+from . import cluster, scripts, sources
 from .clock import Clock, resync, resync_sync
 from .keys import Keys
 
@@ -237,7 +237,7 @@ class _Reader:
 
     def details(self, pipe: Any, topo: Topology) -> None:
         for call in self.stats_calls(topo):
-            pipe.evalsha(scripts.SOURCES[call.script].sha, len(call.keys), *call.keys,
+            pipe.evalsha(sources.SOURCES[call.script].sha, len(call.keys), *call.keys,
                          *call.args)
         for worker_id in topo.worker_ids:
             pipe.hgetall(self.keys.worker(worker_id))
@@ -270,7 +270,7 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
     pipelined round trip while no shard count, queue or worker changed; two otherwise. The
     clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
     reader = _Reader(keys, resync_sync(clock, client))
-    pipe = client.pipeline(transaction=False)
+    pipe = cluster.pipeline(client)
     reader.topology(pipe)
     if known is not None:
         reader.details(pipe, known)
@@ -278,7 +278,7 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
     topo = reader.took_topology(replies[:reader.TOPOLOGY_COMMANDS])
     details = replies[reader.TOPOLOGY_COMMANDS:]
     if topo != known:
-        pipe = client.pipeline(transaction=False)
+        pipe = cluster.pipeline(client)
         reader.details(pipe, topo)
         details = pipe.execute(raise_on_error=False)
     stats = (scripts.run_sync(client, reader.stats_calls(topo))
@@ -289,10 +289,10 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
 async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock) -> Status:
     """The asyncio twin of read_status (two round trips; nothing cached)."""
     reader = _Reader(keys, await resync(clock, client))
-    pipe = client.pipeline(transaction=False)
+    pipe = cluster.pipeline(client)
     reader.topology(pipe)
     topo = reader.took_topology(await pipe.execute(raise_on_error=False))
-    pipe = client.pipeline(transaction=False)
+    pipe = cluster.pipeline(client)
     reader.details(pipe, topo)
     details = await pipe.execute(raise_on_error=False)
     stats = (await scripts.run_async(client, reader.stats_calls(topo))

@@ -34,7 +34,7 @@ from typing import Any
 
 import redis.asyncio
 
-from . import metrics, scripts
+from . import cluster, metrics, scripts
 from .clock import Clock, resync
 from .keys import Keys
 from .loops import Service
@@ -62,7 +62,9 @@ class Sweeper(Service):
         self.found: defaultdict[int, list[bytes]] = defaultdict(list)  # shard -> ids to sweep
         self.events_maxlen = events_maxlen
         self.active = False  # the node sets it while it owns shard 0
-        self.cursor = 0
+        self.cursor = 0  # of the walk: 0 when it is over
+        self._node_cursor = 0  # of the SCAN of the node being walked
+        self._nodes: list[Any] = [client]  # nodes still to walk (each primary of a cluster)
         self.started: float | None = None  # monotonic start of the walk in progress
         self.last_start = -1e18
         self.waiting: Counter[int] = Counter()  # shard -> waiting orphans seen in this walk
@@ -81,9 +83,10 @@ class Sweeper(Service):
             self.started = self.last_start = time.monotonic()
             self.waiting.clear()
             self.shards_seen.clear()
+            self._nodes = ([c for _, c in cluster.primaries(self.redis)]
+                           if cluster.is_cluster(self.redis) else [self.redis])
         await resync(self.clock, self.redis)
-        cursor, keys = await self.redis.scan(self.cursor, match=self.keys.slot_pattern(),
-                                             count=self.count, _type="HASH")
+        cursor, keys = await self._scan()
         for key in keys:  # bytes: no process decodes replies
             parsed = self.keys.parse_slot_key(key if isinstance(key, bytes) else key.encode())
             if parsed is not None:
@@ -99,6 +102,18 @@ class Sweeper(Service):
             await self._finish()
             return False
         return True
+
+    async def _scan(self) -> tuple[int, list[Any]]:
+        """One SCAN step of the walk, which goes through each primary of a cluster in turn
+        (SCAN sees one node's keys); the cursor returned is 0 only at the end of the last."""
+        cursor, keys = await self._nodes[0].scan(self._node_cursor,
+                                                 match=self.keys.slot_pattern(),
+                                                 count=self.count, _type="HASH")
+        self._node_cursor = int(cursor)
+        if self._node_cursor == 0 and len(self._nodes) > 1:
+            self._nodes.pop(0)
+            return 1, keys
+        return self._node_cursor, keys
 
     async def _sweep(self, by_shard: dict[int, list[bytes]]) -> None:
         now = self.clock.now_ms()
@@ -120,7 +135,7 @@ class Sweeper(Service):
 
     async def _finish(self) -> None:
         """A walk ended: record per shard how many orphans wait for their lease."""
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = cluster.pipeline(self.redis)
         for shard in self.shards_seen | self._had_waiting:
             pipe.hset(self.keys.stats(shard), "orphans_waiting", self.waiting[shard])
         await pipe.execute()

@@ -21,9 +21,10 @@ from typing import Any
 import msgspec
 import redis.asyncio
 
-from . import metrics, namespace, replies, scripts
+from . import cluster, metrics, namespace, replies, scripts
 from .clock import Clock, RedisClock, resync
 from .committer import Committer
+from .connection import socket_timeout
 from .errors import ConfigError
 from .execution import Execution
 from .heartbeat import Heartbeat
@@ -91,7 +92,7 @@ class Worker:
         lease_ms = int(self.config.lease_s * 1000)
         self.lease_ms = lease_ms
         # A blocking read must return before the socket timeout calls it a hang.
-        timeout = client.connection_pool.connection_kwargs.get("socket_timeout")
+        timeout = socket_timeout(client)
         self.block_ms = (self.config.block_ms if not timeout
                          else max(10, min(self.config.block_ms, int(timeout * 500))))
         self.committer = Committer(client, self.keys, self.clock, self.worker_id,
@@ -139,7 +140,8 @@ class Worker:
             entries.setdefault(shard, []).append((queue, msg_id, slot_id))
         # While busy, the next batch is read (without blocking) in the claim's round trip,
         # so a busy worker pays one round trip per batch instead of two.
-        prefetch = len(reader.backlog) < self.config.batch and not self.stopping.is_set()
+        prefetch = (len(reader.backlog) < self.config.batch and not self.stopping.is_set()
+                    and not reader.per_shard)
         self.claiming += len(take)
         try:
             return await self._claim(entries, prefetch)
@@ -214,8 +216,8 @@ class Worker:
         def tail(pipe: Any) -> int:
             n = self.reader.prefetch(pipe) if prefetch else 0
             if self.config.claim_replicas:
-                pipe.execute_command("WAIT", self.config.claim_replicas,
-                                     max(1, int(self.config.replica_timeout_s * 1000)))
+                cluster.each_node(pipe, "WAIT", self.config.claim_replicas,
+                                  max(1, int(self.config.replica_timeout_s * 1000)))
                 n += 1
             return n
         return tail
@@ -227,9 +229,9 @@ class Worker:
         short: list[Any] = []
         for tail in tails:
             if self.config.claim_replicas:
-                got = tail.pop()
-                if not (isinstance(got, int) and got >= self.config.claim_replicas):
-                    short.append(got)
+                for got in scripts.wait_replies(tail.pop(), self.reader.per_shard):
+                    if not (isinstance(got, int) and got >= self.config.claim_replicas):
+                        short.append(got)
             if prefetch and not isinstance(tail[0], Exception):  # NOGROUP etc.: the next
                 self.reader.add(tail[0])                       # blocking read says
             elif prefetch:
@@ -305,6 +307,7 @@ class Worker:
             log.info("worker %s stopped", self.worker_id)
 
     async def _drain(self) -> None:
+        await self.reader.settle()
         if self.reader.backlog:
             try:
                 await self.reader.requeue_backlog(self.clock.now_ms())

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 
 from scheduler import Client
 from scheduler.clock import ManualClock
@@ -24,8 +25,34 @@ os.environ.setdefault("SCHED_HISTORY_FILE",
 TESTS = Path(__file__).parent
 
 
+# Modules whose tests run twice: on the single Redis and on a Redis Cluster (3 masters, 3
+# replicas) the session starts (tests/faults/cluster.py): the core transitions, time, the
+# worker's reliability and history.
+ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_snapshotter",
+                  "test_committer", "test_client"}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "redis_url" in metafunc.fixturenames and metafunc.module.__name__.rpartition(".")[2] \
+            in ON_CLUSTER_TOO:
+        metafunc.parametrize("redis_url", ["single", "cluster"], indirect=True, scope="session")
+
+
 @pytest.fixture(scope="session")
-def redis_url() -> str:
+def redis_cluster() -> Iterator[str]:
+    """The URL of a Redis Cluster on loopback, started once per session (one node named, as
+    a user would: the client finds the rest)."""
+    sys.path.insert(0, str(TESTS))
+    from faults.cluster import cluster_set
+
+    with cluster_set() as c:
+        yield c.url
+
+
+@pytest.fixture(scope="session")
+def redis_url(request: pytest.FixtureRequest) -> str:
+    if getattr(request, "param", "single") == "cluster":
+        return str(request.getfixturevalue("redis_cluster"))
     client = redis.Redis.from_url(REDIS_URL)
     try:
         client.ping()
@@ -36,9 +63,15 @@ def redis_url() -> str:
     return REDIS_URL
 
 
+def is_cluster_url(url: str) -> bool:
+    return url != REDIS_URL and not url.startswith("redis+sentinel")  # redis_cluster's
+
+
 @pytest.fixture
-def r(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
+def r(redis_url: str) -> Iterator[Any]:
+    """A plain client of the Redis under test (a cluster client on the cluster)."""
+    client: Any = (redis.cluster.RedisCluster.from_url(redis_url) if is_cluster_url(redis_url)
+                   else redis.Redis.from_url(redis_url))
     yield client
     client.close()
 

@@ -18,6 +18,7 @@ import redis.asyncio
 from cli.main import main
 from scheduler import Client, Registry, scripts
 from scheduler.clock import ManualClock
+from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
 from scheduler.node import SchedulerNode
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
@@ -74,7 +75,7 @@ _queues = itertools.count()
 async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
                     timeout: float = 30, node: bool = False, **config: Any) -> Worker:
     """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
-    client = redis.asyncio.Redis.from_url(redis_url)
+    client = async_redis(redis_url)
     config.setdefault("block_ms", 50)
     worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
     services: list[Any] = [worker]
@@ -126,7 +127,7 @@ def pending(r: redis.Redis, ns: str) -> int:
 
 async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterConfig,
                 hook: Callable[[Snapshotter], None] | None = None) -> Snapshotter:
-    client = redis.asyncio.Redis.from_url(redis_url)
+    client = async_redis(redis_url)
     snap = Snapshotter(client, open_store(store_dsn), namespace=ns, config=config)
     if hook:
         hook(snap)

@@ -67,7 +67,8 @@ def test_no_import_cycle_in_the_library() -> None:
 # layers below it in this list).
 LAYERS = {
     "contracts": {"errors", "states", "keys", "events", "replies", "clock", "cronspec",
-                  "schedule", "models", "namespace", "connection", "scripts", "sqlfiles"},
+                  "schedule", "models", "namespace", "connection", "cluster", "scripts", "sources",
+                  "sqlfiles"},
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
     "services": {"loops", "registry", "inflight", "reader", "execution", "committer", "heartbeat",
                  "worker", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",

@@ -135,7 +135,7 @@ MUTANTS = [
     Mutant("replicated-without-confirmation", "durability=\"replicated\" returns as if the "
            "replicas confirmed, whatever WAIT said (the SDK's durability test)",
            "scheduler/scripts.py",
-           "    return replicas if acked < 0 else min(acked, replicas)",
-           "    return wait[0]",
+           "        acked = replicas if acked < 0 else min(acked, replicas)\n    return acked",
+           "        acked = replicas if acked < 0 else min(acked, replicas)\n    return wait[1]",
            ("tests/sdk/test_connection_ha.py::test_replicated_without_replicas_says_what_was_written",)),
 ]

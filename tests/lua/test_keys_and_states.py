@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from scheduler import Client, SlotStatus, scripts
+from scheduler import Client, SlotStatus, scripts, sources
 from scheduler.clock import ManualClock
 from scheduler.errors import ValidationError
 from scheduler.keys import Keys, shard_of, slot_id, split_slot_id
@@ -46,7 +46,7 @@ def test_slot_ids_round_trip() -> None:
         split_slot_id("nocolon")
 
 
-@pytest.mark.parametrize("name", scripts.NAMES)
+@pytest.mark.parametrize("name", sources.NAMES)
 def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> None:
     builders = {
         "submit": lambda p: scripts.submit(p, 1, 10, []),
@@ -73,8 +73,8 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name
-    assert len(call.keys) == scripts.header_keys(name)
-    source = scripts.read_source(name)
+    assert len(call.keys) == sources.header_keys(name)
+    source = sources.read_source(name)
     assert "ARGV[1]" in source.split("]]", 1)[0] and "Reply" in source
 
 

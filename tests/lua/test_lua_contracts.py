@@ -9,13 +9,13 @@ import re
 
 import pytest
 
-from scheduler import scripts
+from scheduler import sources
 from scheduler.events import FINAL_STATUS, SLOT_ONLY, EventType
 from scheduler.keys import SHARD_SUFFIXES, Keys
 from scheduler.models import JOB_FIELD_DEFAULTS
 from scheduler.replies import ANSWERS, Code
 
-SOURCES = {name: scripts.read_source(name) for name in (*scripts.NAMES, "_lib")}
+SOURCES = {name: sources.read_source(name) for name in (*sources.NAMES, "_lib")}
 EMIT = re.compile(r"emit\(\s*\w+\s*,\s*\w+\s*,\s*\w+\s*,\s*'([a-z_]+)'")
 XADD_TYPE = re.compile(r"'type',\s*'([a-z_]+)'")
 EMIT_ANY = re.compile(r"(?<!function )\bemit\(")
@@ -104,11 +104,11 @@ def test_scripts_without_codes_use_none() -> None:
 def test_each_code_has_one_number_and_lua_runs_it() -> None:
     assert len({int(c) for c in Code}) == len(Code) and 0 not in {int(c) for c in Code}
     for name in ANSWERS:
-        loaded = _without_comments(scripts.SOURCES[name].text)
+        loaded = _without_comments(sources.SOURCES[name].text)
         assert not CODE_NAME.search(loaded) and "DEFAULT." not in loaded, name
-    assert scripts.with_constants("x = R.STALE, DEFAULT.jitter") == "x = 2, 0.2"
+    assert sources.with_constants("x = R.STALE, DEFAULT.jitter") == "x = 2, 0.2"
     with pytest.raises(KeyError):
-        scripts.with_constants("return R.STAEL")  # a misspelt code fails at import
+        sources.with_constants("return R.STAEL")  # a misspelt code fails at import
 
 
 DEFAULT_NAME = re.compile(r"\bDEFAULT\.(\w+)")

@@ -10,6 +10,7 @@ import redis
 from helpers import LEASE, Shard, W, make
 from scheduler import Client, RetryPolicy, SlotStatus, replies, scripts
 from scheduler.clock import ManualClock
+from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, Keys
 from scheduler.replies import Code
 
@@ -220,14 +221,13 @@ def test_a_reload_sends_the_pipeline_tail_again_after_the_calls_that_ran_again(
     tail replies come back (the first one's covered no write)."""
     import asyncio
 
-    import redis.asyncio
 
     s = make(r, client, clock)
     entries = s.read()
     r.script_flush()
 
     async def go() -> tuple[list[object], list[list[object]]]:
-        conn = redis.asyncio.Redis.from_url(redis_url)
+        conn = async_redis(redis_url)
         try:
             call = scripts.claim(s.prefix, clock.now_ms(), 1000, W, LEASE, entries)
 
@@ -326,8 +326,6 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
     before the heartbeat reached Redis: no lease was lost, and none is reported."""
     import asyncio
 
-    import redis.asyncio
-
     from scheduler.heartbeat import Heartbeat
     from scheduler.inflight import Run
 
@@ -343,7 +341,7 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
             return None
 
     async def beat() -> Run:
-        conn = redis.asyncio.Redis.from_url(redis_url)
+        conn = async_redis(redis_url)
         [grant] = replies.claimed([claimed])
         assert grant is not None
         run = Run(s.shard, s.slot_id, grant, deadline=0)

@@ -14,7 +14,7 @@ from helpers import Shard, W, make
 from scheduler import Client, SlotStatus
 from scheduler.clock import ManualClock
 from scheduler.committer import Committer
-from scheduler.connection import process_redis
+from scheduler.connection import async_redis, process_redis
 
 
 def _claimed(r: redis.Redis, client: Client, clock: ManualClock, n: int) -> list[tuple[Shard, int]]:
@@ -37,7 +37,7 @@ def test_outcomes_of_every_shard_go_in_one_round_trip_and_a_repeat_is_harmless(
     assert len({s.shard for s, _ in runs}) > 1
 
     async def scenario() -> tuple[int, int]:
-        conn = redis.asyncio.Redis.from_url(redis_url)
+        conn = async_redis(redis_url)
         committer = _committer(conn, client, clock)
         for shard, token in runs:
             committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
@@ -70,7 +70,7 @@ def test_outcomes_wait_through_a_redis_that_does_not_answer(
                 pass
             assert len(committer) == 4 and committer.slots() == {s.slot_id for s, _ in runs}
         await dead.aclose()
-        committer.redis = live = redis.asyncio.Redis.from_url(redis_url)
+        committer.redis = live = async_redis(redis_url)
         assert await committer.run_once() == 4 and len(committer) == 0
         await live.aclose()
 
@@ -84,7 +84,7 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
     [(bad, token)] = _claimed(r, client, clock, 1)
 
     async def scenario() -> Committer:
-        conn = redis.asyncio.Redis.from_url(redis_url)
+        conn = async_redis(redis_url)
         committer = _committer(conn, client, clock)
         for shard, t in good:
             committer.add_succeeded(shard.shard, (shard.slot_id, t, 1, 2))

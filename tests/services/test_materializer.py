@@ -13,6 +13,7 @@ import redis.asyncio
 
 from scheduler import Client, scripts
 from scheduler.clock import ManualClock
+from scheduler.connection import async_redis
 from scheduler.cronspec import CronSpec
 from scheduler.keys import Keys, shard_of
 from scheduler.leases import ShardLeases
@@ -30,7 +31,7 @@ def ms(*args: int, tz: Any = UTC) -> int:
 
 async def _materialize(url: str, ns: str, clock: ManualClock, copies: int = 1) -> list[int]:
     """run_once of `copies` materializers at the same time; returns their created counts."""
-    client = redis.asyncio.Redis.from_url(url)
+    client = async_redis(url)
     k = Keys(ns)
     ms_ = [Materializer(client, [k.prefix(s) for s in range(SHARDS)], clock)
            for _ in range(copies)]
@@ -136,7 +137,7 @@ def test_overlap_skip_records_skipped_while_the_last_run_is_active(r: redis.Redi
         k = Keys(ns)
 
         async def promote() -> None:
-            c = redis.asyncio.Redis.from_url(redis_url)
+            c = async_redis(redis_url)
             await Promoter(c, [k.prefix(s) for s in range(SHARDS)], clock).run_once()
             await c.aclose()
 
@@ -180,7 +181,7 @@ def test_leases_rebalance_when_nodes_join_and_leave(r: redis.Redis, redis_url: s
     clock = ManualClock(T0)
 
     async def scenario() -> None:
-        c = redis.asyncio.Redis.from_url(redis_url)
+        c = async_redis(redis_url)
         k = Keys(ns)
         a = ShardLeases(c, k, 8, clock, "a", ttl_s=30)
         b = ShardLeases(c, k, 8, clock, "b", ttl_s=30)

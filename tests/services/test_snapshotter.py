@@ -14,6 +14,7 @@ import redis.asyncio
 from helpers import drain, pending, run_until, statuses
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
+from scheduler.connection import async_redis
 from scheduler.retention import Retention, RetentionConfig
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
 
@@ -133,7 +134,7 @@ def test_finished_slots_leave_redis_after_retention_and_stay_in_history(
     now = int(time.time() * 1000)
 
     async def expire(at_ms: int) -> Retention:
-        client = redis.asyncio.Redis.from_url(redis_url)
+        client = async_redis(redis_url)
         ret = Retention(client, namespace=ns, clock=ManualClock(at_ms),
                         config=RetentionConfig(retention_s=1))
         await ret.run_once()
@@ -210,7 +211,7 @@ def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
         later = client.submit("ok", delay=600)  # not due within defer_s: written at once
 
     async def scenario(client: Client) -> tuple[Snapshotter, list[Any], list[Any]]:
-        conn = redis.asyncio.Redis.from_url(redis_url)
+        conn = async_redis(redis_url)
         snap = Snapshotter(conn, open_store(pg_dsn), namespace=ns, config=SnapshotterConfig(
             retention_s=None, defer_s=60, settle_s=0))
 
@@ -246,7 +247,7 @@ def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
         first = client.submit_many([{"task": "ok"} for _ in range(3)])
 
     async def scenario() -> list[int]:
-        conn = redis.asyncio.Redis.from_url(redis_url)
+        conn = async_redis(redis_url)
         from scheduler.store import open_store
 
         snap = Snapshotter(conn, open_store(store_dsn), namespace=ns, config=SnapshotterConfig(

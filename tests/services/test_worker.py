@@ -11,10 +11,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import redis.asyncio
 
+from conftest import is_cluster_url
 from helpers import run_until, statuses
 from scheduler import Cancel, Client, Context, Registry, Retry, RetryPolicy, SlotStatus
+from scheduler.connection import async_redis
 from scheduler.worker import Worker, WorkerConfig
 
 
@@ -184,7 +185,7 @@ def test_a_handler_that_ignores_its_cancellation_is_given_up_on(redis_url: str,
 
 def test_a_worker_with_nothing_to_do_stops_promptly(redis_url: str, ns: str) -> None:
     async def main() -> float:
-        client = redis.asyncio.Redis.from_url(redis_url)
+        client = async_redis(redis_url)
         worker = Worker(client, Registry(), namespace=ns, config=WorkerConfig(block_ms=200))
         task = asyncio.create_task(worker.run())
         await asyncio.sleep(0.3)
@@ -232,9 +233,10 @@ def test_ctx_once_says_yes_once_per_name(redis_url: str, ns: str) -> None:
 
 def test_an_at_most_once_run_waits_for_its_claim_to_be_replicated(redis_url: str,
                                                                   ns: str) -> None:
-    """--claim-replicas 1 against a Redis without replicas: WAIT confirms none, so the
-    at_most_once run is not started (a failover could hand its claim to another worker) and
-    is left to end lost; an at_least_once run in the same claims is not held back."""
+    """--claim-replicas 1 against a Redis without replicas (2 on the cluster, whose masters
+    have one each): WAIT confirms too few, so the at_most_once run is not started (a
+    failover could hand its claim to another worker) and is left to end lost; an
+    at_least_once run in the same claims is not held back."""
     from scheduler.metrics import CLAIMS_NOT_REPLICATED
 
     registry = Registry()
@@ -249,7 +251,8 @@ def test_an_at_most_once_run_waits_for_its_claim_to_be_replicated(redis_url: str
         once = client.submit("t", "once", delivery="at_most_once")
         client.submit("t", "least")
         asyncio.run(run_until(redis_url, ns, registry, lambda: "least" in ran and
-                              CLAIMS_NOT_REPLICATED._value.get() > before, claim_replicas=1,
+                              CLAIMS_NOT_REPLICATED._value.get() > before,
+                              claim_replicas=2 if is_cluster_url(redis_url) else 1,
                               replica_timeout_s=0.05, pipelines=1))
         [slot] = client.slots(once)
     assert ran == ["least"]
