@@ -46,6 +46,12 @@ def render(s: Any, problems: list[str]) -> None:
     snap = ("not running" if s.snapshot_lag_s is None else f"{_age(s.snapshot_lag_s)} behind, "
             f"{sum(d.snapshot_backlog_events or 0 for d in s.shard_details):,} events")
     click.echo(f"snapshotter:  {snap}")
+    if len(s.nodes) > 1:
+        for n in s.nodes:
+            durable = ("" if n.aof is None else f"  aof {'on' if n.aof else 'off'}, "
+                       f"{n.replicas} replica(s)")
+            click.echo(f"node {n.node}: {len(n.shards)} shard(s) "
+                       f"{','.join(map(str, n.shards)) or '-'}{durable}")
     if s.orphans_recovered or s.orphans_waiting:
         last = (f", the last {_age(s.orphans_last_age_s)} ago"
                 if s.orphans_last_age_s is not None else "")

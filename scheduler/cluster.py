@@ -166,6 +166,49 @@ async def ensure_async(client: Any) -> None:
         await client.initialize()
 
 
+def shard_nodes(client: Any, prefixes: Sequence[str]) -> dict[str, list[int]]:
+    """host:port of each primary -> the shards (indexes into `prefixes`) it holds."""
+    out: dict[str, list[int]] = {n.name: [] for n in client.get_primaries()}
+    for shard, prefix in enumerate(prefixes):
+        out.setdefault(client.get_node_from_key(prefix).name, []).append(shard)
+    return out
+
+
+def _info(replies: list[Any]) -> tuple[bool | None, int | None]:
+    persistence, replication = replies
+    return (bool(int(persistence.get("aof_enabled", 0))) if isinstance(persistence, dict)
+            else None,
+            int(replication.get("connected_slaves", 0)) if isinstance(replication, dict)
+            else None)
+
+
+async def nodes_info_async(client: Any) -> dict[str, tuple[bool | None, int | None]]:
+    """host:port of each primary -> (AOF on, replicas connected); None where INFO failed."""
+    out = {}
+    for name, node in primaries(client):
+        pipe = node.pipeline(transaction=False)
+        pipe.info("persistence")
+        pipe.info("replication")
+        try:
+            out[name] = _info(await pipe.execute(raise_on_error=False))
+        except redis.exceptions.RedisError:
+            out[name] = (None, None)
+    return out
+
+
+def nodes_info_sync(client: Any) -> dict[str, tuple[bool | None, int | None]]:
+    out = {}
+    for name, node in primaries(client):
+        pipe = node.pipeline(transaction=False)
+        pipe.info("persistence")
+        pipe.info("replication")
+        try:
+            out[name] = _info(pipe.execute(raise_on_error=False))
+        except redis.exceptions.RedisError:
+            out[name] = (None, None)
+    return out
+
+
 def routing_key(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """The key a recorded command is routed by."""
     if name == "evalsha":

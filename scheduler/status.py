@@ -25,6 +25,7 @@ import redis.asyncio
 
 from . import cluster, scripts, sources
 from .clock import Clock, resync, resync_sync
+from .connection import where
 from .keys import Keys
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
@@ -85,6 +86,13 @@ class WorkerStatus(msgspec.Struct, kw_only=True):
     by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
 
 
+class NodeStatus(msgspec.Struct, kw_only=True):
+    node: str  # host:port of a primary (a single Redis: the one node)
+    shards: list[int]  # the namespace's shards it holds
+    aof: bool | None = None  # None: INFO not allowed or it did not answer
+    replicas: int | None = None
+
+
 class Status(msgspec.Struct, kw_only=True):
     namespace: str
     now_ms: int
@@ -106,16 +114,25 @@ class Status(msgspec.Struct, kw_only=True):
     redis_aof: bool | None = None  # the server's AOF is on (None: INFO not allowed)
     redis_replicas: int | None = None  # replicas connected to it
     snapshot_backlog_events: int = 0  # events not in history yet: what a loss would cost
+    nodes: list[NodeStatus] = []  # which Redis node holds which shards
 
     def warnings(self) -> list[str]:
-        """What puts accepted jobs at risk without making the namespace unhealthy."""
+        """What puts accepted jobs at risk or slows them without making the namespace
+        unhealthy: no durability, and shards spread unevenly over a cluster's nodes."""
+        found = []
         if self.redis_aof is False and self.redis_replicas == 0:
-            return [f"Redis has neither AOF nor a replica: acknowledged jobs will be lost if "
-                    f"it restarts; `sched recover` can restore what history has (now "
-                    f"{self.snapshot_backlog_events} event(s) behind"
-                    + (f", {self.snapshot_lag_s:.1f}s" if self.snapshot_lag_s is not None
-                       else "") + ")"]
-        return []
+            found.append(f"Redis has neither AOF nor a replica: acknowledged jobs will be lost "
+                         f"if it restarts; `sched recover` can restore what history has (now "
+                         f"{self.snapshot_backlog_events} event(s) behind"
+                         + (f", {self.snapshot_lag_s:.1f}s" if self.snapshot_lag_s is not None
+                            else "") + ")")
+        counts = [len(n.shards) for n in self.nodes]
+        if len(counts) > 1 and self.shards and max(counts) - min(counts) > 1:
+            found.append(f"shards fall {'/'.join(map(str, sorted(counts, reverse=True)))} "
+                         f"over {len(counts)} nodes: the busiest node does "
+                         f"{max(counts) / self.shards:.0%} of the work; move a shard's slot with "
+                         f"`redis-cli --cluster reshard` (README: Redis Cluster)")
+        return found
 
     def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
                  ) -> list[str]:
@@ -209,6 +226,8 @@ class _Reader:
         self.workers_known = 0
         self.aof: bool | None = None
         self.replicas: int | None = None
+        self.nodes: list[NodeStatus] = []
+        self.where = ""
 
     def topology(self, pipe: Any) -> None:
         pipe.hget(self.keys.meta, "shards")
@@ -261,7 +280,19 @@ class _Reader:
         status = _summarize(self.keys.ns, self.now, topo.shards, list(topo.queues), details,
                             workers, self.workers_known)
         status.redis_aof, status.redis_replicas = self.aof, self.replicas
+        status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(
+            topo.shards)), aof=self.aof, replicas=self.replicas)]
+        if self.nodes:  # a cluster: durability is the weakest node's
+            status.redis_aof = _weakest([n.aof for n in self.nodes], all)
+            status.redis_replicas = _weakest([n.replicas for n in self.nodes], min)
         return status
+
+    def took_nodes(self, client: Any, topo: Topology,
+                   info: dict[str, tuple[bool | None, int | None]]) -> None:
+        held = cluster.shard_nodes(client, [self.keys.prefix(s) for s in range(topo.shards)])
+        self.nodes = [NodeStatus(node=name, shards=held.get(name, []), aof=aof,
+                                 replicas=replicas)
+                      for name, (aof, replicas) in sorted(info.items())]
 
 
 def read_status(client: redis.Redis, keys: Keys, clock: Clock,
@@ -270,6 +301,7 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
     pipelined round trip while no shard count, queue or worker changed; two otherwise. The
     clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
     reader = _Reader(keys, resync_sync(clock, client))
+    reader.where = where(client)
     pipe = cluster.pipeline(client)
     reader.topology(pipe)
     if known is not None:
@@ -283,12 +315,15 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
         details = pipe.execute(raise_on_error=False)
     stats = (scripts.run_sync(client, reader.stats_calls(topo))
              if reader.needs_scripts(topo, details) else None)
+    if cluster.is_cluster(client):
+        reader.took_nodes(client, topo, cluster.nodes_info_sync(client))
     return reader.status(topo, details, stats), topo
 
 
 async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock) -> Status:
     """The asyncio twin of read_status (two round trips; nothing cached)."""
     reader = _Reader(keys, await resync(clock, client))
+    reader.where = where(client)
     pipe = cluster.pipeline(client)
     reader.topology(pipe)
     topo = reader.took_topology(await pipe.execute(raise_on_error=False))
@@ -297,6 +332,8 @@ async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Cloc
     details = await pipe.execute(raise_on_error=False)
     stats = (await scripts.run_async(client, reader.stats_calls(topo))
              if reader.needs_scripts(topo, details) else None)
+    if cluster.is_cluster(client):
+        reader.took_nodes(client, topo, await cluster.nodes_info_async(client))
     return reader.status(topo, details, stats)
 
 
@@ -347,6 +384,10 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         orphans_last_age_s=_age_s(now, last_orphan) if last_orphan is not None else None,
         orphans_waiting=sum(d.orphans_waiting for d in details),
         snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details))
+
+
+def _weakest(values: list[Any], pick: Any) -> Any:
+    return None if not values or any(v is None for v in values) else pick(values)
 
 
 def _owner(value: str) -> tuple[int | None, str | None]:

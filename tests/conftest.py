@@ -27,7 +27,8 @@ TESTS = Path(__file__).parent
 
 # Modules whose tests run twice: on the single Redis and on a Redis Cluster (3 masters, 3
 # replicas) the session starts (tests/faults/cluster.py): the core transitions, time, the
-# worker's reliability and history.
+# worker's reliability and history. The cluster runs are marked slow (the fast set stays one
+# Redis).
 ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_snapshotter",
                   "test_committer", "test_client"}
 
@@ -35,24 +36,25 @@ ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "redis_url" in metafunc.fixturenames and metafunc.module.__name__.rpartition(".")[2] \
             in ON_CLUSTER_TOO:
-        metafunc.parametrize("redis_url", ["single", "cluster"], indirect=True, scope="session")
+        metafunc.parametrize("redis_url", ["single", pytest.param("cluster", marks=pytest.mark.slow)],
+                             indirect=True, scope="session")
 
 
 @pytest.fixture(scope="session")
-def redis_cluster() -> Iterator[str]:
-    """The URL of a Redis Cluster on loopback, started once per session (one node named, as
-    a user would: the client finds the rest)."""
+def redis_cluster() -> Iterator[Any]:
+    """A Redis Cluster on loopback (faults.cluster.ClusterSet), started once per session;
+    its `url` names one node, as a user would: the client finds the rest."""
     sys.path.insert(0, str(TESTS))
     from faults.cluster import cluster_set
 
     with cluster_set() as c:
-        yield c.url
+        yield c
 
 
 @pytest.fixture(scope="session")
 def redis_url(request: pytest.FixtureRequest) -> str:
     if getattr(request, "param", "single") == "cluster":
-        return str(request.getfixturevalue("redis_cluster"))
+        return str(request.getfixturevalue("redis_cluster").url)
     client = redis.Redis.from_url(REDIS_URL)
     try:
         client.ping()

@@ -111,6 +111,12 @@ class ClusterSet:
                  "the replica's promotion")
         return time.monotonic() - t0
 
+    def restart(self, port: int) -> None:
+        """Start a killed node again on its own data dir: it rejoins the cluster (a master
+        that was failed over comes back as its successor's replica)."""
+        self._server(port)
+        wait_for(lambda: _pings(port), 10, f"redis-server on {port}")
+
     def _all_slots_served(self) -> bool:
         for port in self.live_ports():
             with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
@@ -126,25 +132,36 @@ class ClusterSet:
 
     def reshard(self, key: str, to_port: int) -> None:
         """Move the hash slot of `key` (and only it) to the master on `to_port`, keys and all,
-        as an operator would with redis-cli."""
-        with contextlib.closing(redis.Redis(port=to_port, socket_timeout=2)) as r:
-            slot = int(r.execute_command("CLUSTER KEYSLOT", key))
+        the way `redis-cli --cluster reshard` does: IMPORTING / MIGRATING, MIGRATE in
+        batches, then SETSLOT NODE on every master."""
         source = self.master_of(key)
         if source == to_port:
             return
+        slot, _, _ = self.start_migration(key, to_port)
+        self.finish_migration(slot, source, to_port)
+
+    def start_migration(self, key: str, to_port: int) -> tuple[int, str, str]:
+        with contextlib.closing(redis.Redis(port=to_port, socket_timeout=2)) as r:
+            slot = int(r.execute_command("CLUSTER KEYSLOT", key))
+        source = self.master_of(key)
         src, dst = self.node_id(source), self.node_id(to_port)
         with contextlib.closing(redis.Redis(port=to_port, socket_timeout=5)) as t, \
                 contextlib.closing(redis.Redis(port=source, socket_timeout=5)) as s:
             t.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src)
             s.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst)
+        return slot, src, dst
+
+    def finish_migration(self, slot: int, source: int, to_port: int) -> None:
+        dst = self.node_id(to_port)
+        with contextlib.closing(redis.Redis(port=source, socket_timeout=5)) as s:
             while True:
                 keys = s.execute_command("CLUSTER GETKEYSINSLOT", slot, 50)
                 if not keys:
                     break
                 s.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
-            for port in self.masters():
-                with contextlib.closing(redis.Redis(port=port, socket_timeout=5)) as m:
-                    m.execute_command("CLUSTER SETSLOT", slot, "NODE", dst)
+        for port in (to_port, source, *self.masters()):
+            with contextlib.closing(redis.Redis(port=port, socket_timeout=5)) as m:
+                m.execute_command("CLUSTER SETSLOT", slot, "NODE", dst)
 
     def stop(self) -> None:
         for p in self.procs.values():

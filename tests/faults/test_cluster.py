@@ -1,0 +1,241 @@
+"""One namespace spread over a Redis Cluster of 3 masters (and a replica each), with real
+`sched worker` and `sched scheduler` processes that are given one node's address and find the
+rest; then a master SIGKILLed under load, and a shard's hash slot moved to another master
+mid-load (the keys migrated as `redis-cli --cluster reshard` does it). No process is restarted.
+
+Ground truth is what submit_many returned and what handlers recorded, in the test's own Redis
+(the shared one), never the cluster under test. Producers send a batch that was not
+acknowledged again with the same dedupe keys, as a producer should."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from conftest import SCHED
+from scheduler import Client, JobSpec, SchedulerError
+from scheduler.keys import Keys, shard_of
+
+from .cluster import ClusterSet, cluster_set
+from .harness import processes, wait_for
+from .scenario import Scenario
+from .truth import JobTruth
+from .workload import FAST
+
+pytestmark = pytest.mark.slow
+
+
+def _lags(sc: Scenario, slots: set[str] | None = None) -> list[float]:
+    """Seconds from each slot's fire time to its handler's first start (handlers' records)."""
+    return sorted(max(0.0, t - int(slot.rsplit(":", 1)[1]) / 1000)
+                  for slot, t in sc.first_starts().items() if slots is None or slot in slots)
+
+
+def _p99(values: list[float]) -> float:
+    return values[int(0.99 * (len(values) - 1))]
+
+
+def _masters_of_shards(c: ClusterSet, ns: str, shards: int) -> dict[int, int]:
+    keys = Keys(ns)
+    return {s: c.master_of(keys.prefix(s)) for s in range(shards)}
+
+
+def test_one_namespace_runs_over_three_masters(redis_url: str, redis_cluster: ClusterSet,
+                                               ns: str) -> None:
+    c = redis_cluster
+    sc = Scenario(c.url, redis_url, ns)
+    try:
+        with processes(c.url, ns, redis_url, sc.truth) as procs:
+            sc.client.create_namespace()
+            owners = _masters_of_shards(c, ns, sc.client.shards)
+            assert set(owners.values()) == set(c.masters()), owners  # every master holds some
+            procs.node()
+            procs.node()
+            procs.worker("--concurrency", "200")
+            procs.worker("--concurrency", "200")
+            wait_for(lambda: len(sc.client.workers()) == 2, 30, "both workers")
+            now = sc.client.now_ms()
+            end = now + 8_000
+            crons = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
+                             cron="* * * * * *",
+                             end_at=datetime.fromtimestamp(end / 1000, UTC))
+                     for _ in range(20)]
+            sc.submit(crons, [JobTruth(kind="cron", max_attempts=FAST.max_attempts,
+                                       cron="* * * * * *", end_ms=end) for _ in crons])
+            delayed = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
+                               delay=1 + i % 3) for i in range(300)]
+            delayed_ids = set(sc.submit(delayed))
+            for _ in range(10):
+                sc.submit([JobSpec(task="chaos.noop", payload={"effects": sc.effects},
+                                   retry=FAST) for _ in range(500)])
+            sc.settle(procs, 120)
+            summary = sc.report(procs)
+            summary.report.fail_if_violated()
+            slots = {s.slot_id for j in delayed_ids for s in sc.client.slots(j)}
+            lags = _lags(sc, slots)
+            status = subprocess.run([*SCHED, "--redis-url", c.url, "--namespace", ns,
+                                     "status", "--json"], capture_output=True, text=True,
+                                    timeout=60)
+            workers = subprocess.run([*SCHED, "--redis-url", c.url, "--namespace", ns,
+                                      "workers"], capture_output=True, text=True, timeout=60)
+            assert procs.died() == [], procs.output()
+    finally:
+        sc.close()
+    print(f"5,000 jobs, 20 crons and 300 delayed over masters {sorted(set(owners.values()))} "
+          f"(shards {owners}); delayed start lag p99 {_p99(lags) * 1000:.0f} ms, max "
+          f"{lags[-1] * 1000:.0f} ms; {summary.summary()}")
+    assert len(lags) == len(delayed_ids)
+    assert _p99(lags) < 2.0
+    assert status.returncode == 0, status.stderr
+    nodes = json.loads(status.stdout)["nodes"]
+    assert {n["node"] for n in nodes} == {f"127.0.0.1:{p}" for p in c.masters()}, nodes
+    assert sorted(s for n in nodes for s in n["shards"]) == list(range(8))
+    assert workers.returncode == 0 and workers.stdout.count("alive") >= 2, workers
+
+
+RATE = 100  # jobs/s asked of the producer in the topology tests
+SECONDS = 15.0
+
+
+def _produce(client: Client, sc: Scenario, stop: threading.Event,
+             stats: dict[str, Any]) -> None:
+    n, t0, batch = 0, time.monotonic(), 10
+    while not stop.is_set() and time.monotonic() - t0 < SECONDS:
+        specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
+                         dedupe_key=f"p-{n + i}") for i in range(batch)]
+        lo, given_up = client._core.clock.now_ms(), time.monotonic() + 30
+        while True:
+            try:
+                ids = client.submit_many(specs)
+                break
+            except SchedulerError as exc:  # not acknowledged: send the same batch again
+                stats["refused"].append(type(exc).__name__)
+                if time.monotonic() > given_up:
+                    raise
+                time.sleep(0.05)
+        hi = client._core.clock.now_ms()
+        sc.truth.accept(ids, [JobTruth(kind="noop", max_attempts=FAST.max_attempts,
+                                       submitted_ms=(lo, hi)) for _ in specs])
+        n += batch
+        ahead = t0 + n / RATE - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+    stats["submitted"] = n
+
+
+def _under_load(c: ClusterSet, redis_url: str, ns: str, fault: Any, **producer: Any) -> str:
+    """Two nodes and two workers, a producer at RATE jobs/s, `fault(procs)` 3 s in; then
+    every acknowledged job must have run with one committed success."""
+    sc = Scenario(c.url, redis_url, ns)
+    client = Client(c.url, ns, **producer)
+    stats: dict[str, Any] = {"refused": []}
+    try:
+        with processes(c.url, ns, redis_url, sc.truth) as procs:
+            sc.client.create_namespace()
+            procs.node()
+            procs.node()
+            procs.worker("--concurrency", "100")
+            procs.worker("--concurrency", "100")
+            wait_for(lambda: len(sc.client.workers()) == 2, 30, "both workers")
+            stop = threading.Event()
+
+            def guarded() -> None:
+                try:
+                    _produce(client, sc, stop, stats)
+                except Exception as exc:  # the test says it, not a thread warning
+                    stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
+
+            thread = threading.Thread(target=guarded)
+            thread.start()
+            try:
+                time.sleep(3)
+                faulted = time.time()
+                said = fault(procs)
+            finally:
+                thread.join(SECONDS + 60)
+                stop.set()
+            assert not thread.is_alive(), "the producer never got its batches acknowledged"
+            assert "error" not in stats, stats["error"]
+            sc.settle(procs, 120)
+            summary = sc.report(procs)
+            summary.report.fail_if_violated()
+            assert procs.died() == [], procs.output()
+            after = sorted(line["t"] for line in sc.store.log()
+                           if line["event"] == "ok" and line["t"] > faulted)
+    finally:
+        client.close()
+        sc.close()
+    assert len(sc.truth.jobs) == stats["submitted"]
+    assert after, "nothing completed after the fault"
+    return (f"{stats['submitted']} jobs acknowledged, {len(stats['refused'])} batch tries "
+            f"refused ({sorted(set(stats['refused']))}); {said}; first completion "
+            f"{after[0] - faulted:.2f}s after the fault; {summary.summary()}")
+
+
+def test_a_master_killed_under_load_loses_no_acknowledged_job(redis_url: str,
+                                                               ns: str) -> None:
+    with cluster_set() as c:
+        def kill(procs: Any) -> str:
+            # The promoted replica has no replica of its own, so replicated submits to its
+            # shards are refused (DurabilityError) until the operator brings the old master
+            # back, which rejoins as its replica: the producer retries meanwhile.
+            victim = c.master_of(Keys(ns).prefix(0))
+            procs.touch_all_workers()  # leases and commits in flight may die with it
+            t0 = time.monotonic()
+            served = c.kill_master(victim)
+            c.restart(victim)
+            wait_for(c.healthy, 60, "the old master to rejoin as a replica")
+            return (f"master {victim} SIGKILLed, its replica serving {served:.1f}s later, "
+                    f"the old master back as its replica {time.monotonic() - t0:.1f}s after")
+
+        line = _under_load(c, redis_url, ns, kill, durability="replicated", replicas=1,
+                           replica_timeout_s=1.0)
+    print(line)
+
+
+def test_a_shard_resharded_mid_load_loses_no_acknowledged_job(redis_url: str, ns: str) -> None:
+    with cluster_set() as c:
+        def reshard(procs: Any) -> str:
+            prefix = Keys(ns).prefix(0)
+            source = c.master_of(prefix)
+            target = next(p for p in c.masters() if p != source)
+            t0 = time.monotonic()
+            c.reshard(prefix, target)
+            assert c.master_of(prefix) == target
+            return (f"shard 0's slot moved from {source} to {target} in "
+                    f"{time.monotonic() - t0:.2f}s")
+
+        line = _under_load(c, redis_url, ns, reshard, durability="replicated", replicas=1,
+                           replica_timeout_s=1.0)
+    print(line)
+
+
+def test_a_call_to_a_migrating_shard_waits_for_its_new_node(ns: str) -> None:
+    """A shard's slot set MIGRATING (its keys not moved yet) answers ASK to every script of
+    the shard, whose only declared key never exists: the call is neither run on the source
+    nor followed to the importing node (where it would see half a shard). It waits, and
+    runs on the new node once the slot has moved, on the whole shard."""
+    with cluster_set() as c:
+        with Client(c.url, ns) as client:
+            first = client.submit("t", {"n": 1}, queue="q", dedupe_key="a")
+            shard = shard_of(first, client.shards)
+            prefix = Keys(ns).prefix(shard)
+            source = c.master_of(prefix)
+            target = next(p for p in c.masters() if p != source)
+            slot, src, dst = c.start_migration(prefix, target)
+            done = threading.Timer(1.0, c.finish_migration, (slot, source, target))
+            done.start()
+            t0 = time.monotonic()
+            again = client.submit("t", {"n": 1}, queue="q", dedupe_key="a")  # same shard
+            waited = time.monotonic() - t0
+            done.join()
+            assert again == first  # the dedupe key was found: the whole shard was there
+            assert c.master_of(prefix) == target
+            assert client.get_job(first).payload == {"n": 1}
+    assert 0.9 < waited < 5, waited
