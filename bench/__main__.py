@@ -18,6 +18,7 @@ from pathlib import Path
 from . import (
     burndown,
     burst,
+    cluster,
     delayed,
     metrics_cost,
     peers,
@@ -28,7 +29,7 @@ from . import (
 )
 from .common import private_redis
 
-COMMANDS = {"burndown": burndown, "burst": burst, "delayed": delayed,
+COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "delayed": delayed,
             "metrics_cost": metrics_cost, "peers": peers, "retention": retention,
             "snapshot": snapshot, "submit": submit, "sustained": sustained}
 

@@ -11,6 +11,7 @@ import asyncio
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -35,7 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
-                pipelines: int = 2) -> dict[str, float]:
+                pipelines: int = 2, client: Any = None,
+                cpu: Callable[[], float] | None = None) -> dict[str, float]:
+    """`client` (default: a plain client of `url`) is what the worker uses; `cpu` reads
+    Redis's CPU seconds (default: INFO cpu of `url`)."""
     registry = Registry()
     seen: Counter[str] = Counter()
     finished = asyncio.Event()
@@ -46,23 +50,25 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
         if len(seen) == n:
             finished.set()
 
-    client = redis.asyncio.Redis.from_url(url)
-    sync = redis.Redis.from_url(url)
+    client = client or redis.asyncio.Redis.from_url(url)
+    sync = redis.Redis.from_url(url) if cpu is None else None
+    cpu = cpu or (lambda: redis_cpu_s(sync))
     worker = Worker(client, registry, namespace=ns,
                     config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100,
                                         pipelines=pipelines))
     await worker.setup()
-    cpu0, rcpu0, t0 = time.process_time(), redis_cpu_s(sync), time.perf_counter()
+    cpu0, rcpu0, t0 = time.process_time(), cpu(), time.perf_counter()
     task = asyncio.create_task(worker.run())
     await finished.wait()
     elapsed = time.perf_counter() - t0
-    cpu, rcpu = time.process_time() - cpu0, redis_cpu_s(sync) - rcpu0
+    used, rcpu = time.process_time() - cpu0, cpu() - rcpu0
     worker.stop()
     await task
     await client.aclose()
-    sync.close()
+    if sync is not None:
+        sync.close()
     dupes = sum(1 for c in seen.values() if c != 1)
-    return {"seconds": elapsed, "per_s": n / elapsed, "worker_us_per_job": cpu / n * 1e6,
+    return {"seconds": elapsed, "per_s": n / elapsed, "worker_us_per_job": used / n * 1e6,
             "redis_us_per_job": rcpu / n * 1e6, "duplicates": dupes,
             "committed": worker.committer.committed}
 

@@ -14,8 +14,8 @@ from typing import Any
 import click
 import msgspec
 import psycopg
-import redis
 
+from scheduler.connection import REDIS_ERRORS
 from scheduler.errors import RedisUnavailable, SchedulerError, ValidationError
 
 from . import dev as dev_cmds
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> None:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         click.echo(f"error: history store: {first}", err=True)
         code = 1
-    except redis.exceptions.RedisError as exc:  # a command that talks to Redis outside the SDK
+    except REDIS_ERRORS as exc:  # a command that talks to Redis outside the SDK
         from scheduler.connection import translate
 
         click.echo(f"error: {translate(exc, 'the --redis-url')}", err=True)

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 import click
 
-from scheduler.connection import process_redis, sync_redis
+from scheduler.connection import REDIS_ERRORS, process_redis, sync_redis
 from scheduler.errors import ConfigError
 
 from .logs import log_options, setup_logging
@@ -212,7 +212,6 @@ def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_form
     Redis at each scrape. /healthz answers 503 while Redis does not."""
     import threading
 
-    import redis
     from prometheus_client import CollectorRegistry
 
     from scheduler.exporter import MetricsServer
@@ -226,7 +225,7 @@ def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_form
     def healthy() -> bool:
         try:
             return bool(client.ping())
-        except redis.exceptions.RedisError:
+        except REDIS_ERRORS:
             return False
 
     done = threading.Event()

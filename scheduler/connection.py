@@ -30,6 +30,11 @@ import redis.sentinel
 from . import cluster
 from .errors import ConfigError, RedisFailure, RedisRefused, RedisUnavailable
 
+# What redis-py raises: its RedisError, and on a cluster RedisClusterException, which is not one
+# (no node reachable, a slot no node serves); both mean "Redis did not serve this call".
+REDIS_ERRORS = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+RedisErrors = redis.exceptions.RedisError | redis.exceptions.RedisClusterException
+
 SDK_TIMEOUT_S = 5.0
 RETRIES = 1
 # Connections per client. A call waits (up to its timeout) for a free one rather than fail
@@ -128,8 +133,8 @@ def parse_cluster(url: str) -> ClusterUrl | None:
     scheme, sep, rest = url.partition("://")
     if not sep or scheme not in CLUSTER_SCHEMES:
         return None
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, hosts = netloc.rpartition("@")
+    parts = urllib.parse.urlsplit("x://" + rest)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
     nodes = []
     for item in hosts.split(","):
         host, colon, port = item.strip().rpartition(":")
@@ -137,8 +142,9 @@ def parse_cluster(url: str) -> ClusterUrl | None:
             raise ConfigError(f"redis url: cluster node {item!r} is not host:port (give any "
                               f"nodes as host:port, separated by commas)")
         nodes.append((host.strip("[]"), int(port)))
-    plain = f"{scheme.partition('+')[0]}://{userinfo}{at}{nodes[0][0]}:{nodes[0][1]}" \
-            f"{slash}{tail}"
+    host = f"[{nodes[0][0]}]" if ":" in nodes[0][0] else nodes[0][0]
+    plain = urllib.parse.urlunsplit((scheme.partition("+")[0], f"{userinfo}{at}{host}:"
+                                     f"{nodes[0][1]}", parts.path, parts.query, ""))
     return ClusterUrl(tuple(nodes), _cluster_options(plain))
 
 
@@ -200,7 +206,7 @@ def _cluster_client(c: ClusterUrl, asyncio: bool, timeout_s: float, retries: int
     try:
         client = cluster_cls(startup_nodes=[node_cls(h, p) for h, p in c.nodes], retry=retry,
                              **opts)
-    except redis.exceptions.RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise translate(exc, ",".join(f"{h}:{p}" for h, p in c.nodes)) from exc
     return cluster.adopt(client, lambda host, port: _plain(asyncio, host, port, opts,
                                                            node_retry, timeout_s))
@@ -353,9 +359,12 @@ def error_code(exc: BaseException) -> str:
     return ""
 
 
-def translate(exc: redis.exceptions.RedisError, at: str) -> RedisFailure:
+def translate(exc: RedisErrors, at: str) -> RedisFailure:
     """The library's exception for a redis-py one (raise it `from exc`)."""
     text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, redis.exceptions.RedisClusterException):
+        return RedisUnavailable(f"Redis at {at} cannot serve the call now ({text[:200]}): "
+                                f"is every master of the cluster up?", at)
     code = error_code(exc)
     if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.ResponseError):
         for prefix, advice in _ADVICE:

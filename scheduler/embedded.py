@@ -12,7 +12,7 @@ from pathlib import Path
 
 import redis
 
-from .connection import sync_redis, translate, where
+from .connection import REDIS_ERRORS, sync_redis, translate, where
 from .errors import ConfigError
 
 
@@ -27,7 +27,7 @@ def answers(url: str, timeout_s: float = 1.0) -> bool:
         if isinstance(exc, redis.exceptions.AuthenticationError):
             raise translate(exc, where(client)) from exc
         return False
-    except redis.exceptions.RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise translate(exc, where(client)) from exc
     finally:
         client.close()

@@ -24,7 +24,7 @@ import redis.asyncio
 from . import metrics, replies, scripts
 from .clock import Clock
 from .committer import Committer
-from .connection import translate, where
+from .connection import REDIS_ERRORS, translate, where
 from .errors import Cancel, LeaseLost, Retry
 from .inflight import Inflight, Run
 from .keys import Keys
@@ -163,7 +163,7 @@ class Execution:
             try:
                 code = replies.code((await scripts.run_async(self.redis, [call]))[0], "once")
                 break
-            except redis.exceptions.RedisError as exc:
+            except REDIS_ERRORS as exc:
                 if not transient(exc):
                     raise translate(exc, where(self.redis)) from exc
                 retried = True

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.exceptions
 
-from .connection import error_code
+from .connection import REDIS_ERRORS, error_code
 from .errors import NamespaceError, NamespaceMissing, RedisUnavailable
 
 # Redis error codes that say "not now" rather than "never": the same call succeeds once the
@@ -31,8 +31,11 @@ TRANSIENT_CODES = frozenset({"OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY",
 def transient(exc: BaseException) -> bool:
     """Would the same call succeed later without any change of ours?"""
     if isinstance(exc, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
-                  | RedisUnavailable | ConnectionError | TimeoutError | OSError):
-        return True
+                  | redis.exceptions.RedisClusterException | RedisUnavailable
+                  | ConnectionError | TimeoutError | OSError):
+        return True  # (a cluster's RedisClusterException: no node reachable, a slot unserved)
+    if isinstance(exc, RuntimeError) and "closed=True" in str(exc):
+        return True  # uvloop's "unable to perform operation on <TCPTransport closed=True>"
     return error_code(exc) in TRANSIENT_CODES or error_code(
         getattr(exc, "__cause__", None) or exc) in TRANSIENT_CODES
 
@@ -92,7 +95,7 @@ class ErrorLog:
         self._last[kind] = (now, 0)
         self._said = True
         line = f"{self.what} failed: {_describe(exc)}{extra}{held}; retrying"
-        if transient(exc) or isinstance(exc, redis.exceptions.RedisError | NamespaceError):
+        if transient(exc) or isinstance(exc, (*REDIS_ERRORS, NamespaceError)):
             self.log.warning(line)
         else:
             self.log.error(line, exc_info=exc)

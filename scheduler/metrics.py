@@ -39,6 +39,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from .clock import RedisClock
+from .connection import REDIS_ERRORS
 from .keys import Keys
 from .status import Topology, WorkerStatus, read_status
 
@@ -324,7 +325,7 @@ class NamespaceCollector(Collector):
         try:
             status, self._topology = read_status(self.redis, self.keys, self._clock,
                                                  self._topology)
-        except redis.exceptions.RedisError as exc:
+        except REDIS_ERRORS as exc:
             if not self._failing:
                 log.warning("exporter cannot read Redis (%s); reporting sched_exporter_up 0", exc)
             self._failing = True

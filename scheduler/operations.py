@@ -13,9 +13,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-import redis
 
 from . import scripts
+from .connection import REDIS_ERRORS, RedisErrors
 from .errors import ConfigError, JobNotFound, SlotNotFound, StoreUnavailable
 from .jobspec import JobSpec, one_spec, schedule_arguments
 from .keys import shard_of, slot_id, split_slot_id
@@ -188,21 +188,21 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
             pipe.sadd(core.keys.queues, *new_queues)
             yield pipe
             core.registered |= new_queues
-    except redis.exceptions.RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise nothing_written(len(jobs), exc, at) from exc
     exists: list[bool] | None = None
-    cause: redis.exceptions.RedisError | None = None
+    cause: RedisErrors | None = None
     try:
         results: Any = yield Scripts(calls, raise_errors=False, wait=wait)
         if wait is not None:
             results, confirmed = results
-    except redis.exceptions.RedisError as exc:  # unknown which calls ran: ask
+    except REDIS_ERRORS as exc:  # unknown which calls ran: ask
         results, cause = [None] * len(calls), exc
         try:
             pipe = Pipe()
             core.ask_exist(pipe, ids)
             exists = [bool(x) for x in (yield pipe)]
-        except redis.exceptions.RedisError:
+        except REDIS_ERRORS:
             pass
     core.submit_outcome(ids, members, results, exists, at, cause)
     wanted = 1 if mode is Durability.FSYNCED else core.replicas

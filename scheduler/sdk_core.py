@@ -14,11 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
-import redis
 
 from . import scripts
 from .clock import Clock, RedisClock
-from .connection import translate
+from .connection import REDIS_ERRORS, RedisErrors, translate
 from .cronspec import CronSpec
 from .errors import (
     DurabilityError,
@@ -127,7 +126,7 @@ def translated(at: str) -> Iterator[None]:
     (RedisFailure), naming where Redis is and what to do."""
     try:
         yield
-    except redis.exceptions.RedisError as exc:
+    except REDIS_ERRORS as exc:
         raise translate(exc, at) from exc
 
 
@@ -271,7 +270,7 @@ class Core:
                 else:
                     unknown.append(i)
         cause = cause or next((r for r in failures if isinstance(r, BaseException)), None)
-        failure = (translate(cause, at) if isinstance(cause, redis.exceptions.RedisError)
+        failure = (translate(cause, at) if isinstance(cause, REDIS_ERRORS)
                    else RedisUnavailable(f"the connection to {at} broke ({cause})", at))
         written.sort()
         raise submit_error(
@@ -358,7 +357,7 @@ def ms_of(value: datetime | int | None, default: int) -> int:
     raise ValidationError("since/until", f"{value!r} is not a datetime or a time in ms")
 
 
-def nothing_written(n: int, exc: redis.exceptions.RedisError, at: str) -> SubmitError:
+def nothing_written(n: int, exc: RedisErrors, at: str) -> SubmitError:
     failure = translate(exc, at)
     return submit_error(failure, f"{failure}; submit_many wrote none of its {n} jobs", [],
                         list(range(n)), [])
