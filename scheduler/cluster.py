@@ -222,6 +222,10 @@ def routing_key(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
             return args[list(args).index("STREAMS") + 1]
         if head in ("EVALSHA", "EVAL"):
             return args[3]
+        if head in ("WAIT", "WAITAOF"):
+            raise TypeError(f"{head} vouches for one node's writes: send it with each_node")
+        if head.lower() in _KEYLESS:
+            return HOME
         return args[1]
     if name in _KEYLESS:
         return HOME

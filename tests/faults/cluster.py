@@ -111,6 +111,36 @@ class ClusterSet:
                  "the replica's promotion")
         return time.monotonic() - t0
 
+    def add_master(self) -> int:
+        """Start one more node and join it to the cluster as a master with no slots (yet);
+        returns its port once every node knows it."""
+        port = _cluster_port()
+        self.ports.append(port)
+        self._server(port)
+        wait_for(lambda: _pings(port), 10, f"redis-server on {port}")
+        subprocess.run(["redis-cli", "--cluster", "add-node", f"127.0.0.1:{port}",
+                        f"127.0.0.1:{self.masters()[0]}"], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
+        wait_for(lambda: all(self._knows(p, port) for p in self.live_ports())
+                 and self._state_ok(port), 30, "every node to know the new one")
+        return port
+
+    def _state_ok(self, port: int) -> bool:
+        with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
+            try:
+                return bool(r.execute_command("CLUSTER INFO").get("cluster_state") == "ok")
+            except redis.exceptions.RedisError:
+                return False
+
+    def _knows(self, port: int, other: int) -> bool:
+        with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
+            try:
+                nodes = r.execute_command("CLUSTER NODES")
+            except redis.exceptions.RedisError:
+                return False
+        seen = nodes.get(f"127.0.0.1:{other}")  # redis-py parses CLUSTER NODES into a dict
+        return seen is not None and "handshake" not in seen["flags"]
+
     def restart(self, port: int) -> None:
         """Start a killed node again on its own data dir: it rejoins the cluster (a master
         that was failed over comes back as its successor's replica)."""
@@ -118,13 +148,7 @@ class ClusterSet:
         wait_for(lambda: _pings(port), 10, f"redis-server on {port}")
 
     def _all_slots_served(self) -> bool:
-        for port in self.live_ports():
-            with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
-                try:
-                    return bool(r.execute_command("CLUSTER INFO").get("cluster_state") == "ok")
-                except redis.exceptions.RedisError:
-                    continue
-        return False
+        return any(self._state_ok(p) for p in self.live_ports())
 
     def node_id(self, port: int) -> str:
         with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:

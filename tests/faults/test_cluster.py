@@ -9,6 +9,7 @@ acknowledged again with the same dedupe keys, as a producer should."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import threading
@@ -17,10 +18,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import redis
 
 from conftest import SCHED
 from scheduler import Client, JobSpec, SchedulerError
 from scheduler.keys import Keys, shard_of
+from scheduler.sources import SOURCES
 
 from .cluster import ClusterSet, cluster_set
 from .harness import processes, wait_for
@@ -214,6 +217,30 @@ def test_a_shard_resharded_mid_load_loses_no_acknowledged_job(redis_url: str, ns
         line = _under_load(c, redis_url, ns, reshard, durability="replicated", replicas=1,
                            replica_timeout_s=1.0)
     print(line)
+
+
+def test_a_master_added_and_given_a_shard_mid_load_loses_no_acknowledged_job(
+        redis_url: str, ns: str) -> None:
+    """The new master has none of the scripts: the first call there answers NOSCRIPT and the
+    scripts are loaded on every primary, the new one included."""
+    added: list[int] = []
+    with cluster_set() as c:
+        def grow(procs: Any) -> str:
+            t0 = time.monotonic()
+            port = c.add_master()
+            added.append(port)
+            joined = time.monotonic() - t0
+            prefix = Keys(ns).prefix(0)
+            c.reshard(prefix, port)
+            assert c.master_of(prefix) == port
+            return (f"master {port} joined in {joined:.1f}s and took shard 0's slot "
+                    f"{time.monotonic() - t0 - joined:.2f}s later")
+
+        line = _under_load(c, redis_url, ns, grow)
+        with contextlib.closing(redis.Redis(port=added[0])) as new:
+            loads = new.info("commandstats").get("cmdstat_script|load", {}).get("calls", 0)
+    print(f"{line}; SCRIPT LOAD on the new master: {loads}")
+    assert loads >= len(SOURCES)  # NOSCRIPT there loaded them all
 
 
 def test_a_call_to_a_migrating_shard_waits_for_its_new_node(ns: str) -> None:
