@@ -23,7 +23,14 @@ import uvloop
 from scheduler.connection import process_redis
 
 from .burndown import _burn, submit
-from .common import commandstats, drop_namespace, fresh_namespace, machine, private_redis
+from .common import (
+    commandstats,
+    commandstats_per_job,
+    drop_namespace,
+    fresh_namespace,
+    machine,
+    private_redis,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,6 +62,15 @@ def _cpu(nodes: list[redis.Redis]) -> float:
     return total
 
 
+def _commandstats(nodes: list[redis.Redis]) -> dict[str, tuple[int, int]]:
+    total: dict[str, tuple[int, int]] = {}
+    for n in nodes:
+        for name, (calls, usec) in commandstats(n).items():
+            c, u = total.get(name, (0, 0))
+            total[name] = (c + calls, u + usec)
+    return total
+
+
 def _scripts_and_getkeys(nodes: list[redis.Redis]) -> list[tuple[int, int]]:
     out = []
     for n in nodes:
@@ -69,11 +85,12 @@ def _round(url: str, ports: list[int], jobs: int, concurrency: int) -> dict[str,
     ns = fresh_namespace("cluster" if ports else "single")
     try:
         submit_s = submit(url, ns, jobs)
-        before = _scripts_and_getkeys(nodes)
+        before, stats0 = _scripts_and_getkeys(nodes), _commandstats(nodes)
         result = uvloop.run(_burn(url, ns, jobs, concurrency, 500, 2,
                                   client=process_redis(url, 30.0),
                                   cpu=lambda: _cpu(nodes)))
-        after = _scripts_and_getkeys(nodes)
+        after, stats1 = _scripts_and_getkeys(nodes), _commandstats(nodes)
+        result["commands_per_job"] = commandstats_per_job(stats0, stats1, jobs)
         result["submit_per_s"] = jobs / submit_s
         result["per_master"] = [{"script_calls": a[0] - b[0], "getkeys": a[1] - b[1]}
                                 for a, b in zip(after, before, strict=True)]

@@ -30,6 +30,9 @@ POISON = ("tests/faults/test_redis_faults.py::"
 NODES = ("tests/faults/test_node_faults.py::"
          "test_cron_starts_within_two_seconds_while_nodes_die_and_freeze")
 MANY = "tests/faults/test_faults.py::test_many_delayed_and_cron_jobs_all_run_once"
+CLUSTER = "tests/faults/test_cluster.py::test_one_namespace_runs_over_three_masters"
+MIGRATING = ("tests/faults/test_cluster.py::"
+             "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
 
 
 @dataclass(frozen=True)
@@ -138,4 +141,15 @@ MUTANTS = [
            "        acked = replicas if acked < 0 else min(acked, replicas)\n    return acked",
            "        acked = replicas if acked < 0 else min(acked, replicas)\n    return wait[1]",
            ("tests/sdk/test_connection_ha.py::test_replicated_without_replicas_says_what_was_written",)),
+    Mutant("cluster-ask-is-an-answer", "on a cluster an ASK reply (the shard's slot is "
+           "migrating) is taken as the call's answer instead of waiting for the slot to move: "
+           "a submit to a migrating shard fails", "scheduler/cluster.py",
+           "ELSEWHERE = (redis.exceptions.MovedError, redis.exceptions.AskError,",
+           "ELSEWHERE = (redis.exceptions.MovedError,", (MIGRATING,)),
+    Mutant("cluster-reads-one-shard", "on a cluster the worker keeps a read in flight for "
+           "its first shard only: the other shards' jobs are never run (settling times out)",
+           "scheduler/reader.py",
+           "        for shard, tail in self._shard_tail.items():\n            if shard not in",
+           "        for shard, tail in list(self._shard_tail.items())[:1]:\n            if "
+           "shard not in", (CLUSTER,)),
 ]
