@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from .inspect import echo_json, table, when
+from .inspect import echo_json, jobs, table, when
 
 
 @click.command()
@@ -17,9 +17,16 @@ def cancel(obj: dict[str, str], ids: tuple[str, ...], reason: str, as_json: bool
 
     A scheduled or queued slot ends `cancelled` at once; a running one is stopped by its
     worker at the next heartbeat (about a third of the lease)."""
-    from scheduler import Client
+    from scheduler import Client, ValidationError
 
     with Client(obj["redis_url"], obj["namespace"]) as client:
+        for job_id in (i for i in ids if ":" not in i):
+            job = client.get_job(job_id)
+            if job.cron and not job.deleted_ms:  # its slots would go, the series would not
+                raise ValidationError("JOB_ID", f"{job_id} is a recurring job: cancelling its "
+                                      f"slots would not stop it; `sched jobs delete {job_id}` "
+                                      f"ends the series (a running slot finishes); nothing "
+                                      f"was cancelled")
         result = client.cancel(ids, reason)
     if as_json:
         echo_json(result)
@@ -28,6 +35,58 @@ def cancel(obj: dict[str, str], ids: tuple[str, ...], reason: str, as_json: bool
         click.echo(f"{slot}  {what}")
     if any(what == "not found" for what in result.values()):
         raise click.exceptions.Exit(1)
+
+
+@jobs.command("delete")
+@click.argument("job_id")
+@click.option("--reason", default="deleted by operator", help="Recorded on the job.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def jobs_delete(obj: dict[str, str], job_id: str, reason: str, as_json: bool) -> None:
+    """End a job's series: no occurrence fires after this, slots that have not started are
+    cancelled, a running one finishes. The definition stays, marked deleted."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        done = client.delete_job(job_id, reason)
+    if as_json:
+        echo_json(done)
+    elif done.before:
+        click.echo(f"{job_id} was deleted before; nothing changed")
+    else:
+        click.echo(f"{job_id} deleted: {done.cancelled} slot(s) cancelled, {done.running} "
+                   f"running slot(s) left to finish")
+
+
+@jobs.command("next")
+@click.argument("job_id")
+@click.option("-n", "count", type=click.IntRange(1, 1000), default=10, show_default=True,
+              help="How many fire times.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def jobs_next(obj: dict[str, str], job_id: str, count: int, as_json: bool) -> None:
+    """The job's next fire times (UTC), from now."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        fires = client.next_fires(job_id, count)
+    if as_json:
+        echo_json(fires)
+    elif not fires:
+        click.echo(f"{job_id} fires no more (it ran, ended or was deleted)")
+    for fire in [] if as_json else fires:
+        click.echo(when(fire))
+
+
+@jobs.command("trigger")
+@click.argument("job_id")
+@click.pass_obj
+def jobs_trigger(obj: dict[str, str], job_id: str) -> None:
+    """Run a job once more now, beside its schedule; prints the new slot's id."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        click.echo(client.trigger(job_id))
 
 
 @click.group()

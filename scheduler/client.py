@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import redis
 import redis.asyncio
 
-from . import cluster, operations, scripts
+from . import cluster, operations, schedules, scripts
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from .jobspec import JobSpec
@@ -179,6 +179,9 @@ class Client(_Driver):
     dead_letters = _blocking(operations.dead_letters)
     replay = _blocking(operations.replay)
     purge = _blocking(operations.purge)
+    delete_job = _blocking(schedules.delete_job)
+    next_fires = _blocking(schedules.next_fires)
+    trigger = _blocking(schedules.trigger)
 
     def close(self) -> None:
         self.redis.close()
@@ -252,6 +255,9 @@ class AsyncClient(_Driver):
     dead_letters = _awaitable(operations.dead_letters)
     replay = _awaitable(operations.replay)
     purge = _awaitable(operations.purge)
+    delete_job = _awaitable(schedules.delete_job)
+    next_fires = _awaitable(schedules.next_fires)
+    trigger = _awaitable(schedules.trigger)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

@@ -37,6 +37,8 @@ class EventType(StrEnum):
     CANCELLED = "cancelled"
     REPLAYED = "replayed"
     PURGED = "purged"
+    DELETED = "deleted"  # a job's series ended (delete_job.lua): the job's definition changed
+    TRIGGERED = "triggered"  # one extra slot of a job, now (trigger.lua)
     # shard ownership (lease.lua)
     OWNER = "owner"
 

@@ -73,6 +73,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     end_ms: int | None = None
     missed: int = 0  # cron jobs: occurrences dropped by the catch-up policy
     next_fire_ms: int | None = None  # the next fire time still ahead, None when there is none
+    deleted_ms: int | None = None  # when its series was ended (Client.delete_job)
+    deleted: str | None = None  # why (the reason given)
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -251,6 +253,8 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         start_ms=_i(raw, "start_ms") or None,
         end_ms=_i(raw, "end_ms") or None,
         missed=_i(raw, "missed"),
+        deleted_ms=_i(raw, "deleted_ms") or None,
+        deleted=_s(raw, "deleted") or None,
     )
 
 

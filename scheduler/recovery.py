@@ -124,7 +124,9 @@ def _read_history(store: HistoryStore, namespace: str, shards: int, now: int) ->
         shard = shard_of(job.job_id, shards)
         report.newest_known_ms = max(report.newest_known_ms or 0, job.created_ms)
         cron_ms = -1
-        if job.kind == JobKind.CRON:
+        if job.kind == JobKind.CRON and job.definition.get("deleted_ms"):
+            pass  # its series was ended (delete_job): restored as it is, never to fire
+        elif job.kind == JobKind.CRON:
             cron_ms = job.last_fire_ms + 1 if job.last_fire_ms is not None else job.created_ms
         elif job.last_fire_ms is None:  # no slot row at all
             if now - job.created_ms > UNWRITTEN_WINDOW_MS:

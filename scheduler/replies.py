@@ -51,6 +51,8 @@ ANSWERS: dict[str, frozenset[Code]] = {
     "submit": frozenset({Code.OK, Code.EXISTS}),
     "replay": frozenset({Code.OK, Code.MISSING}),
     "purge": frozenset({Code.OK, Code.MISSING}),
+    "delete_job": frozenset({Code.OK, Code.TERMINAL, Code.MISSING}),
+    "trigger": frozenset({Code.OK, Code.TERMINAL, Code.MISSING}),
 }
 
 # Decoding is a dict lookup, not Code(c): the committer decodes one code per finished run.
@@ -70,6 +72,25 @@ def codes(reply: Sequence[Any], script: str) -> list[Code]:
 def code(reply: Any, script: str) -> Code:
     """A script's reply of one code (once.lua)."""
     return codes([reply], script)[0]
+
+
+class Deleted(msgspec.Struct, frozen=True):
+    """delete_job.lua: OK (ended now), TERMINAL (deleted before) or MISSING; the slots it
+    cancelled and those still running (they finish)."""
+
+    code: Code
+    cancelled: int
+    running: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Deleted:
+        return cls(code(reply[0], "delete_job"), int(reply[1]), int(reply[2]))
+
+
+def triggered(reply: Sequence[Any]) -> tuple[Code, str]:
+    """trigger.lua: (OK, the new slot's id), or (TERMINAL | MISSING, "")."""
+    slot = reply[1]
+    return code(reply[0], "trigger"), slot.decode() if isinstance(slot, bytes) else str(slot)
 
 
 Grant = tuple[int, str, bytes, int, str, int]

@@ -143,6 +143,14 @@ def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
     return Call("purge", (prefix,), (now_ms, maxlen, len(slots), *slots))
 
 
+def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str) -> Call:
+    return Call("delete_job", (prefix,), (now_ms, maxlen, job_id, reason))
+
+
+def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
+    return Call("trigger", (prefix,), (now_ms, maxlen, job_id))
+
+
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
     return Call("once", (prefix,), (slot_id, token, name))
 

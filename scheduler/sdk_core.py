@@ -287,6 +287,10 @@ class Core:
         job_id, _ = split_slot_id(slot)
         return self.keys.slot(shard_of(job_id, self.shards), slot)
 
+    def prefix_of(self, job_id: str) -> str:
+        check_job_id(job_id)
+        return self.keys.prefix(shard_of(job_id, self.shards))
+
     def runs_key(self, job_id: str) -> str:
         return self.keys.runs(shard_of(job_id, self.shards), job_id)
 
@@ -301,7 +305,9 @@ class Core:
         job = job_from_hash(job_id, raw)
         now = self.clock.now_ms()
         next_ms: int | None = None
-        if job.cron:
+        if job.deleted_ms:
+            pass  # its series is over
+        elif job.cron:
             if watermark is not None:
                 spec = CronSpec(job.cron, job.tz or "UTC")
                 ahead = spec.next_after(max(now, job.start_ms or 0) - 1)

@@ -70,6 +70,8 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
         "history_read": lambda p: scripts.history_read(p, [], []),
         "sweep": lambda p: scripts.sweep(p, 1, 10, []),
+        "delete_job": lambda p: scripts.delete_job(p, 1, 10, "j", "why"),
+        "trigger": lambda p: scripts.trigger(p, 1, 10, "j"),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import redis
-from test_cli import sched
 
 from conftest import ns_keys
+from helpers import sched
 from scheduler import Client, JobSpec, ValidationError
 
 SOON = datetime(2030, 1, 1, tzinfo=UTC)
