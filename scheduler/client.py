@@ -182,6 +182,7 @@ class Client(_Driver):
     delete_job = _blocking(schedules.delete_job)
     next_fires = _blocking(schedules.next_fires)
     trigger = _blocking(schedules.trigger)
+    schedule = _blocking(schedules.schedule)
 
     def close(self) -> None:
         self.redis.close()
@@ -258,6 +259,7 @@ class AsyncClient(_Driver):
     delete_job = _awaitable(schedules.delete_job)
     next_fires = _awaitable(schedules.next_fires)
     trigger = _awaitable(schedules.trigger)
+    schedule = _awaitable(schedules.schedule)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

@@ -39,6 +39,7 @@ class EventType(StrEnum):
     PURGED = "purged"
     DELETED = "deleted"  # a job's series ended (delete_job.lua): the job's definition changed
     TRIGGERED = "triggered"  # one extra slot of a job, now (trigger.lua)
+    REDEFINED = "redefined"  # a named schedule's definition replaced (redefine.lua)
     # shard ownership (lease.lua)
     OWNER = "owner"
 

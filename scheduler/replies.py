@@ -35,7 +35,8 @@ class Code(IntEnum):
     DONE_BEFORE = 11  # once: an earlier attempt recorded this effect; skip it
     EXISTS = 12  # submit: the job id is taken (a dedupe hit); nothing written
     LOST = 13  # release of an at_most_once run: it ends lost, never re-run
-    MOVED = 14  # materialize: the watermark moved (another node did it first); nothing written
+    MOVED = 14  # materialize: the watermark moved (another node did it first); redefine: the
+    #            definition changed meanwhile; nothing written
 
 
 ANSWERS: dict[str, frozenset[Code]] = {
@@ -53,6 +54,7 @@ ANSWERS: dict[str, frozenset[Code]] = {
     "purge": frozenset({Code.OK, Code.MISSING}),
     "delete_job": frozenset({Code.OK, Code.TERMINAL, Code.MISSING}),
     "trigger": frozenset({Code.OK, Code.TERMINAL, Code.MISSING}),
+    "redefine": frozenset({Code.OK, Code.MOVED, Code.MISSING}),
 }
 
 # Decoding is a dict lookup, not Code(c): the committer decodes one code per finished run.

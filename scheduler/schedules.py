@@ -1,17 +1,24 @@
-"""Managing a job's series: end it (`delete_job`), see its next fire times (`next_fires`)
-and run it once more now (`trigger`). Operations of the SDK like those of operations.py:
-generators that yield requests, driven by Client and AsyncClient alike."""
+"""Managing a job's series: end it (`delete_job`), see its next fire times (`next_fires`),
+run it once more now (`trigger`), and named schedules (`schedule`) that a deploy declares
+again and again. Operations of the SDK like those of operations.py: generators that yield
+requests, driven by Client and AsyncClient alike."""
 
 from __future__ import annotations
+
+import hashlib
+from typing import Any
 
 import msgspec
 
 from . import scripts
+from .connection import REDIS_ERRORS
 from .cronspec import CronSpec
 from .errors import JobNotFound, ValidationError
-from .operations import _ready, get_job
-from .replies import Code, Deleted, triggered
-from .sdk_core import Core, Op, Scripts
+from .jobspec import JobSpec
+from .keys import check_job_id, shard_of
+from .operations import _ensure_namespace, _ready, get_job
+from .replies import Code, Deleted, codes, triggered
+from .sdk_core import Core, Op, Pipe, Scripts, nothing_written
 
 MAX_NEXT_FIRES = 1000
 
@@ -73,3 +80,88 @@ def trigger(core: Core, job_id: str) -> Op[str]:
     if code is Code.TERMINAL:
         raise ValidationError("job_id", f"job {job_id!r} was deleted: it cannot be triggered")
     return slot
+
+
+_NOT_IN_A_SCHEDULE = ("dedupe_key", "delay", "at")
+REDEFINE_TRIES = 8
+
+
+def schedule(core: Core, /, name: str, task: str, payload: Any = None,
+             **options: Any) -> Op[str]:
+    """A recurring job identified by `name` (its job id), declared idempotently: the same
+    spec writes nothing, a changed spec replaces the definition from the next occurrence
+    (occurrences already materialized ahead are removed and made again under the new one),
+    and any number of processes declaring it at once make one series. `options` are
+    submit's (cron= required; queue, timeout, retry, delivery, tz, catchup, catchup_limit,
+    overlap, start_at, end_at). A deleted schedule declared again with the same spec stays
+    deleted; with another spec it is a series again. Returns the job id (= name)."""
+    spec, digest = _named_spec(name, task, payload, options)
+    try:
+        yield from _ready(core)
+        yield from _ensure_namespace(core)
+        _, (_, task, queue, fire_ms, fields) = core.row(spec, core.clock.now_ms())
+    except REDIS_ERRORS as exc:
+        raise nothing_written(1, exc, core.at) from exc
+    fields = ["task", task, "queue", queue, *fields, "spec", digest]
+    prefix = core.keys.prefix(shard_of(name, core.shards))
+    call = scripts.submit(prefix, core.clock.now_ms(), core.events_maxlen,
+                          [(name, task, queue, fire_ms, fields[4:])])
+    if codes((yield Scripts([call]))[0], "submit")[0] is not Code.OK:  # taken
+        yield from _redefine(core, prefix, name, spec, digest, fire_ms, fields)
+    yield from _register_queue(core, queue)
+    return name
+
+
+def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
+                ) -> tuple[JobSpec, str]:
+    """The schedule's JobSpec and the digest of it that tells a changed spec from the same."""
+    try:
+        check_job_id(name)
+    except ValidationError:
+        raise ValidationError("name", f"{name!r} is not allowed; use 1-128 characters from "
+                                      "A-Z a-z 0-9 _ . -") from None
+    if not options.get("cron"):
+        raise ValidationError("cron", "a named schedule needs cron= (for one run, submit)")
+    for key in _NOT_IN_A_SCHEDULE:
+        if options.get(key) is not None:
+            raise ValidationError(key, "is not for a named schedule (the name identifies it)")
+    try:
+        spec = JobSpec(task=task, payload=payload, **options)
+    except TypeError as exc:
+        raise ValidationError("options", str(exc)) from None
+    return spec, hashlib.blake2b(msgspec.json.encode(spec, order="sorted"),
+                                 digest_size=12).hexdigest()
+
+
+def _redefine(core: Core, prefix: str, name: str, spec: JobSpec, digest: str, fire_ms: int,
+              fields: list[Any]) -> Op[None]:
+    """The name is taken: nothing to do if its spec is this one, else replace it (a
+    compare-and-set on the spec read, so racing declarations settle on one)."""
+    for _ in range(REDEFINE_TRIES):
+        pipe = Pipe()
+        pipe.hget(core.job_key(name), "spec")
+        stored = (yield pipe)[0]
+        stored = stored.decode() if isinstance(stored, bytes) else stored or ""
+        if stored == digest:
+            return
+        now = core.clock.now_ms()
+        first = CronSpec(spec.cron or "", spec.tz or "UTC").next_after(max(now, fire_ms - 1))
+        call = scripts.redefine(prefix, now, core.events_maxlen, name, stored, first, fields)
+        code = codes((yield Scripts([call]))[0][:1], "redefine")[0]
+        if code is Code.OK:
+            return
+        if code is Code.MISSING:
+            raise JobNotFound(name)
+        if not (yield from get_job(core, name)).cron:
+            raise ValidationError("name", f"{name!r} is the id of a job that does not recur; "
+                                          "use another name")
+    raise ValidationError("name", f"{name!r} kept changing while it was being declared "
+                                  f"({REDEFINE_TRIES} tries); try again")
+
+
+def _register_queue(core: Core, queue: str) -> Op[None]:
+    if core.registered is not None and queue not in core.registered:
+        pipe = Pipe()
+        pipe.sadd(core.keys.queues, queue)
+        yield pipe
+        core.registered.add(queue)

@@ -151,6 +151,13 @@ def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
     return Call("trigger", (prefix,), (now_ms, maxlen, job_id))
 
 
+def redefine(prefix: str, now_ms: int, maxlen: int, job_id: str, expected: str, next_ms: int,
+             fields: Sequence[Any]) -> Call:
+    return Call("redefine", (prefix,), (now_ms, maxlen, job_id, expected, next_ms,
+                                        pack([_s(v) if isinstance(v, bytes) else v
+                                              for v in fields])))
+
+
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
     return Call("once", (prefix,), (slot_id, token, name))
 

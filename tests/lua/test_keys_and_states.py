@@ -72,6 +72,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "sweep": lambda p: scripts.sweep(p, 1, 10, []),
         "delete_job": lambda p: scripts.delete_job(p, 1, 10, "j", "why"),
         "trigger": lambda p: scripts.trigger(p, 1, 10, "j"),
+        "redefine": lambda p: scripts.redefine(p, 1, 10, "j", "", 2, []),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name
