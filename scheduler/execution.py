@@ -35,6 +35,33 @@ from .replies import Code
 from .states import Outcome
 
 log = logging.getLogger("scheduler.worker")
+handler_log = logging.getLogger("scheduler.handler")
+
+
+class HandlerErrors:
+    """Logs failed handlers with their traceback (the slot keeps one line): the first
+    failure of a task at once, then at most one per task every `every_s`, saying how many
+    were held back meanwhile, so a task failing thousands of times a second costs a line,
+    not the log. At most `tasks` task names are remembered (they come from Redis)."""
+
+    def __init__(self, every_s: float = 10.0, tasks: int = 1000) -> None:
+        self.every_s = every_s
+        self.tasks = tasks
+        self._last: dict[str, tuple[float, int]] = {}  # task -> (logged at, held back)
+
+    def report(self, run: Run, exc: BaseException, now: float) -> None:
+        last, held = self._last.get(run.task, (-1e18, 0))
+        if now - last < self.every_s:
+            self._last[run.task] = (last, held + 1)
+            return
+        if len(self._last) >= self.tasks:
+            self._last.clear()
+        self._last[run.task] = (now, 0)
+        more = f" ({held} more failure(s) of this task not shown)" if held else ""
+        handler_log.error("task %s failed: slot %s, attempt %d%s", run.task, run.slot_id,
+                          run.attempt, more, exc_info=(type(exc), exc, exc.__traceback__),
+                          extra={"slot_id": run.slot_id, "task": run.task,
+                                 "attempt": run.attempt})
 
 
 class Execution:
@@ -57,6 +84,7 @@ class Execution:
         # Runs stopped as lost while Redis may still hold their lease for this worker (the
         # watchdog stops them early): their entries are never taken back (slot -> when).
         self.abandoned: dict[str, float] = {}
+        self.handler_errors = HandlerErrors()
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table)."""
@@ -97,6 +125,7 @@ class Execution:
         except Cancel as exc:
             self.end(run, Outcome.CANCELLED, clean(exc.reason))
         except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only
+            self.handler_errors.report(run, exc, self.clock.monotonic())
             self.end(run, Outcome.FAILED, _one_line(exc))
         else:
             self.end(run, Outcome.SUCCEEDED)

@@ -57,9 +57,17 @@ class Heartbeat(Service):
                      "concurrency": concurrency, "queues": ",".join(queues),
                      "lease_ms": lease_ms}
         self._last: tuple[int, dict[str, tuple[int, int]]] | None = None
+        self._reported = (0, 0)  # (succeeded, failed) at the last progress line
         # Without heartbeats every lease expires: after a failure, try again soon.
         self.backoff = Backoff(cap_s=min(1.0, self.interval_s))
         self.errors = ErrorLog(log, f"heartbeat (leases last {lease_ms / 1000:g}s)")
+
+    def progress(self) -> str | None:
+        ok = sum(t[0] for t in self.tallies().values())
+        failed = sum(t[1] for t in self.tallies().values())
+        (ok0, failed0), self._reported = self._reported, (ok, failed)
+        return (f"worker {self.worker_id}: {ok - ok0:,} run(s) succeeded, {failed - failed0:,} "
+                f"failed in the last {self.progress_every_s:.0f}s; {len(self.running)} in flight")
 
     async def run_once(self) -> None:
         sent = self.clock.monotonic()

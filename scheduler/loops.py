@@ -131,12 +131,14 @@ class Service:
 
     what = "background loop"
     log = logging.getLogger("scheduler")
+    progress_every_s = 60.0  # how often `progress()` is logged (INFO)
 
     def __init__(self, stop: asyncio.Event | None = None,
                  errors: ErrorLog | None = None) -> None:
         self._stop = stop or asyncio.Event()
         self.backoff = Backoff()
         self.errors = errors or ErrorLog(self.log, self.what)
+        self._progress_at = 0.0  # monotonic time of the last progress line
 
     async def run_once(self) -> Any:
         raise NotImplementedError
@@ -154,7 +156,21 @@ class Service:
         """How the loop waits between passes and after errors: cut short by stop()."""
         await pause(self._stop, seconds)
 
+    def progress(self) -> str | None:
+        """One line on what the loop did since the last one, logged every
+        `progress_every_s` so an operator sees it working (None: nothing to say)."""
+        return None
+
+    def _report_progress(self) -> None:
+        now = time.monotonic()
+        if now - self._progress_at >= self.progress_every_s:
+            self._progress_at = now
+            line = self.progress()
+            if line:
+                self.log.info(line)
+
     async def run(self) -> None:
+        self._progress_at = time.monotonic()
         while not self.finished():
             await self.ready()
             if self.finished():
@@ -169,6 +185,7 @@ class Service:
                 continue
             self.backoff.reset()
             self.errors.ok()
+            self._report_progress()
             seconds = self.delay(result)
             if seconds > 0:
                 await self.sleep(seconds)

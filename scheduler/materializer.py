@@ -128,9 +128,14 @@ class Materializer(Service):
         self.max_sleep_s = max_sleep_s
         self.events_maxlen = events_maxlen
         self.created = 0
+        self._reported = 0  # created at the last progress line
         self.refused = 0
         self._jobs: dict[tuple[str, str], Recurrence | None] = {}
         self.overdue = 0
+
+    def progress(self) -> str | None:
+        n, self._reported = self.created - self._reported, self.created
+        return f"created {n:,} cron occurrence slot(s) in the last {self.progress_every_s:.0f}s" if n else None
 
     async def run_once(self) -> int:
         """One batch per owned shard (and, every overdue interval, the overdue jobs of the

@@ -49,8 +49,13 @@ class Promoter(Service):
         self.overdue_ms = overdue_ms
         self.overdue_interval_s = overdue_interval_s
         self.promoted = 0
+        self._reported = 0  # promoted at the last progress line
         self.promoted_overdue = 0
         self._overdue_at = 0.0
+
+    def progress(self) -> str | None:
+        n, self._reported = self.promoted - self._reported, self.promoted
+        return f"promoted {n:,} due slot(s) into dispatch in the last {self.progress_every_s:.0f}s" if n else None
 
     async def run_once(self) -> tuple[int, int]:
         """Returns (slots promoted, earliest due time left in an owned shard, or -1)."""

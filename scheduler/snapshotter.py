@@ -76,6 +76,7 @@ class Snapshotter(Service):
         self.shards = 0
         self.events = 0  # entries written and acked
         self.rows = 0
+        self._reported = 0  # rows at the last progress line
         self._cursors: dict[int, bytes] = {}
         self._last_claim = 0.0
         self._own_pending = True  # at start and after a failed batch: re-read our own first
@@ -313,12 +314,19 @@ class Snapshotter(Service):
         """Batches until stop() (loops.Service), then the last one committed and every
         held-back slot written."""
         self.backoff = Backoff(base_s=self.config.idle_sleep_s)
+        log.info("snapshotter %s started (namespace %s)", self.consumer, self.keys.ns)
         await super().run()
         try:
             await self.settle()  # shutdown: commit and ack the last batch before returning
             await self.flush()
         except Exception:
             log.exception("the last batch failed; it stays pending and is retried")
+        log.info("snapshotter %s stopped (%d row(s) written)", self.consumer, self.rows)
+
+    def progress(self) -> str | None:
+        n, self._reported = self.rows - self._reported, self.rows
+        return f"snapshotter {self.consumer}: {n:,} row(s) written in the last " \
+               f"{self.progress_every_s:.0f}s ({self.rows:,} in all)"
 
     @property
     def skipped(self) -> int:
