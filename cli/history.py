@@ -12,6 +12,7 @@ from typing import Any
 import click
 
 from scheduler.errors import ValidationError
+from scheduler.states import SlotStatus
 
 from .inspect import echo_json, table, when
 from .logs import log_options, setup_logging
@@ -126,7 +127,8 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
 @click.command()
 @store_options
 @click.option("--job", "job_id", default=None, help="Only this job's slots.")
-@click.option("--status", default=None, help="Only slots in this status.")
+@click.option("--status", type=click.Choice([s.value for s in SlotStatus]), default=None,
+              help="Only slots in this status.")
 @click.option("--since", default=None, help="Fire time from (ISO 8601 UTC, or ms).")
 @click.option("--until", default=None, help="Fire time before (ISO 8601 UTC, or ms).")
 @click.option("--limit", type=click.IntRange(min=1), default=50)
@@ -139,7 +141,7 @@ def history(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"],
-                history=history_source(postgres_dsn, history_file)) as client:
+                history=history_source(postgres_dsn, history_file, read_only=True)) as client:
         slots = client.history(job_id=job_id, status=status, since=parse_time("since", since),
                                until=parse_time("until", until), limit=limit)
     if as_json:

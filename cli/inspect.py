@@ -73,17 +73,20 @@ def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
 
 @jobs.command("show")
 @click.argument("job_id")
+@click.option("--slots", "last", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Show the most recent this many slots (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def jobs_show(obj: dict[str, str], job_id: str, as_json: bool) -> None:
-    """Show one job's definition and its slots."""
+def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> None:
+    """Show one job's definition and its most recent slots."""
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"]) as client:
         job = client.get_job(job_id)
-        slots = client.slots(job_id)
+        every = client.slots(job_id)
+    slots = every[-last:] if last else every
     if as_json:
-        echo_json({"job": job, "slots": slots})
+        echo_json({"job": job, "slots": slots, "slots_total": len(every)})
         return
     policy = job.retry
     for label, value in [
@@ -97,9 +100,12 @@ def jobs_show(obj: dict[str, str], job_id: str, as_json: bool) -> None:
                   f"{policy.max_s:g}s, jitter {policy.jitter:g}"),
         ("dedupe key", job.dedupe_key or "-"),
         ("payload", msgspec.json.encode(job.payload).decode()[:200]),
+        *([("deleted", f"{when(job.deleted_ms)} ({job.deleted})")] if job.deleted_ms else []),
     ]:
         click.echo(f"{label + ':':<12}{value}")
     click.echo("")
+    if len(slots) < len(every):
+        click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")
     table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms)] for s in slots],
           ["slot", "status", "attempts", "fire time"])
 
@@ -116,7 +122,7 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"],
-                history=history_source(postgres_dsn, history_file)) as client:
+                history=history_source(postgres_dsn, history_file, read_only=True)) as client:
         slots = client.runs(job_id)
     if as_json:
         echo_json(slots)

@@ -17,6 +17,7 @@ import psycopg
 
 from scheduler.connection import REDIS_ERRORS
 from scheduler.errors import RedisUnavailable, SchedulerError, ValidationError
+from scheduler.states import Catchup, Delivery, Overlap
 
 from . import dev as dev_cmds
 from . import history as history_cmds
@@ -66,6 +67,7 @@ def _instant(field: str, value: str | None) -> datetime | None:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.version_option(package_name="redis-sched", prog_name="sched")
 @click.option("--redis-url", envvar="SCHED_REDIS_URL", default="redis://127.0.0.1:6379/0",
               help="Redis to use (env SCHED_REDIS_URL).")
 @click.option("--namespace", envvar="SCHED_NAMESPACE", default="sched",
@@ -80,22 +82,23 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.argument("task")
 @click.option("--payload", default="null", help="JSON value, or @FILE to read it from a file.")
 @click.option("--queue", default="default")
-@click.option("--timeout", type=float, default=None, help="Seconds before a run is cancelled.")
+@click.option("--timeout", default=None,
+              help="How long a run may take before it is cancelled: 90 (seconds), 30s, 5m, 1h.")
 @click.option("--max-attempts", type=int, default=3, help="Attempts before the dead-letter queue.")
-@click.option("--delivery", default="at_least_once",
-              help="at_least_once | at_most_once | exactly_once")
+@click.option("--delivery", type=click.Choice([d.value for d in Delivery]),
+              default=Delivery.AT_LEAST_ONCE.value, help="How often a run may happen.")
 @click.option("--dedupe-key", default=None, help="A repeat with the same key returns the first job.")
 @click.option("--delay", default=None, help="Run after this long: 90 (seconds), 30s, 5m, 1h.")
 @click.option("--at", "at_", default=None, help="Run at this instant: 2027-01-01T08:00:00Z.")
 @click.option("--cron", default=None,
               help='Recurring: 5 fields, or 6 with seconds first, e.g. "0 8 * * MON".')
 @click.option("--tz", default=None, help="IANA time zone of --cron (default UTC).")
-@click.option("--catchup", default=None,
-              help="Missed occurrences after downtime: all (default) | latest | none.")
+@click.option("--catchup", type=click.Choice([c.value for c in Catchup]), default=None,
+              help="Missed occurrences after downtime (default all).")
 @click.option("--catchup-limit", type=int, default=None,
               help="Most missed occurrences `all` backfills (default 1000).")
-@click.option("--overlap", default=None,
-              help="allow (default) | skip: skip an occurrence while the last still runs.")
+@click.option("--overlap", type=click.Choice([o.value for o in Overlap]), default=None,
+              help="skip: skip an occurrence while the last still runs (default allow).")
 @click.option("--start-at", default=None, help="No occurrence of --cron before this instant.")
 @click.option("--end-at", default=None, help="No occurrence of --cron after this instant.")
 @click.option("--durability", type=click.Choice(["primary", "replicated", "fsynced"]),
@@ -109,7 +112,7 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="Seconds to wait for them before failing (exit 1; the job may survive).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: float | None,
+def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: str | None,
            max_attempts: int, delivery: str, dedupe_key: str | None, delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
@@ -126,7 +129,8 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: fl
                 "end_at": _instant("end_at", end_at)}
     with Client(obj["redis_url"], obj["namespace"], durability=durability, replicas=replicas,
                 replica_timeout_s=replica_timeout) as client:
-        job_id = client.submit(task, value, queue=queue, timeout=timeout, retry=retry,
+        job_id = client.submit(task, value, queue=queue,
+                               timeout=_duration_s("timeout", timeout), retry=retry,
                                delivery=delivery, dedupe_key=dedupe_key, **schedule)
         if as_json:
             job = client.get_job(job_id)

@@ -75,9 +75,10 @@ def render_workers(workers: list[Any], alive: int, known: int) -> None:
     if shown:
         table([[w.worker_id, "alive" if w.alive else "gone", f"{_age(w.heartbeat_age_s)} ago",
                 f"{w.inflight}/{w.concurrency}", _rate(w.succeeded_per_s),
-                _rate(w.failed_per_s), f"{w.succeeded:,}", ",".join(w.queues)] for w in shown],
-              ["WORKER", "STATE", "HEARTBEAT", "IN FLIGHT", "OK/S", "FAILED/S", "DONE",
-               "QUEUES"])
+                _rate(w.failed_per_s), f"{w.succeeded:,}", f"{w.failed:,}", ",".join(w.queues)]
+               for w in shown],
+              ["WORKER", "STATE", "HEARTBEAT", "IN FLIGHT", "OK/S", "FAILED/S", "SUCCEEDED",
+               "FAILED", "QUEUES"])
 
 
 @click.command()

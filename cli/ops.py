@@ -137,6 +137,15 @@ def _targets(slot_ids: tuple[str, ...], all_: bool) -> list[str] | None:
     return None if all_ else list(slot_ids)
 
 
+def _all_there(done: int, slot_ids: tuple[str, ...], what: str) -> None:
+    """Named slots that were not in the dead-letter queue: say so, exit 1."""
+    if slot_ids and done < len(set(slot_ids)):
+        click.echo(f"error: {len(set(slot_ids)) - done} of {len(set(slot_ids))} slot(s) were "
+                   f"not in the dead-letter queue, so not {what} (see `sched dlq list`)",
+                   err=True)
+        raise click.exceptions.Exit(1)
+
+
 @dlq.command("replay")
 @click.argument("slot_ids", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every dead slot.")
@@ -149,17 +158,29 @@ def dlq_replay(obj: dict[str, str], slot_ids: tuple[str, ...], all_: bool, as_js
     with Client(obj["redis_url"], obj["namespace"]) as client:
         count = client.replay(_targets(slot_ids, all_))
     echo_json({"replayed": count}) if as_json else click.echo(f"replayed {count} slot(s)")
+    _all_there(count, slot_ids, "replayed")
 
 
 @dlq.command("purge")
 @click.argument("slot_ids", nargs=-1)
-@click.option("--all", "all_", is_flag=True, help="Every dead slot.")
+@click.option("--all", "all_", is_flag=True, help="Every dead slot (asks first).")
+@click.option("--yes", is_flag=True, help="Do not ask before --all.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def dlq_purge(obj: dict[str, str], slot_ids: tuple[str, ...], all_: bool, as_json: bool) -> None:
+def dlq_purge(obj: dict[str, str], slot_ids: tuple[str, ...], all_: bool, yes: bool,
+              as_json: bool) -> None:
     """Remove slots from the dead-letter queue; they stay `dead` with their history."""
     from scheduler import Client
 
+    targets = _targets(slot_ids, all_)
     with Client(obj["redis_url"], obj["namespace"]) as client:
-        count = client.purge(_targets(slot_ids, all_))
+        if targets is None and not yes:
+            size = client.status().dead_letter_size
+            if not click.confirm(f"purge all {size:,} dead slot(s) of namespace "
+                                 f"{obj['namespace']!r}?", default=False, err=True):
+                click.echo("error: nothing purged (pass --yes to purge without asking)",
+                           err=True)
+                raise click.exceptions.Exit(1)
+        count = client.purge(targets)
     echo_json({"purged": count}) if as_json else click.echo(f"purged {count} slot(s)")
+    _all_there(count, slot_ids, "purged")

@@ -23,5 +23,15 @@ def store_options(fn: F) -> F:
     return fn
 
 
-def history_source(postgres_dsn: str | None, history_file: str) -> str:
-    return postgres_dsn or f"sqlite://{history_file}"
+def history_source(postgres_dsn: str | None, history_file: str, read_only: bool = False) -> str:
+    """The store to open: --postgres-dsn (which must be a Postgres DSN), else the embedded
+    file; `read_only` commands neither create nor write the file."""
+    from scheduler.errors import ConfigError
+    from scheduler.store.interface import is_postgres
+
+    if postgres_dsn is not None:
+        if not is_postgres(postgres_dsn):
+            raise ConfigError(f"--postgres-dsn {postgres_dsn[:60]!r} is not a Postgres DSN: "
+                              f"use postgresql://user@host/db (or 'host=... dbname=...')")
+        return postgres_dsn
+    return f"sqlite://{history_file}" + ("?mode=ro" if read_only else "")

@@ -229,6 +229,12 @@ def _plain(asyncio: bool, host: str, port: int, opts: dict[str, Any], retry: Any
 def _check(url: str) -> None:
     if parse_sentinel(url) is not None or parse_cluster(url) is not None:
         return
+    scheme, _, rest = url.partition("://")
+    if scheme in ("redis", "rediss"):
+        db = urllib.parse.urlsplit("x://" + rest).path.strip("/")
+        if db and not db.isdigit():  # redis-py would quietly use database 0
+            raise ConfigError(f"redis url {masked(url)!r}: database {db[:20]!r} is not a "
+                              f"number; use redis://host:port/0 (a database index)")
     try:
         redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:

@@ -23,7 +23,8 @@ from croniter.croniter import CroniterError
 
 from .errors import ValidationError
 
-_HINT = "use 5 fields (minute hour day month weekday) or 6 with seconds first"
+_HINT = ("use 5 fields (minute hour day month weekday), 6 with seconds first, or @hourly, "
+         "@daily, @weekly, @monthly, @yearly")
 
 
 def check_tz(tz: object) -> ZoneInfo:
@@ -37,10 +38,18 @@ def check_tz(tz: object) -> ZoneInfo:
                                     f"America/New_York, UTC)") from None
 
 
+# The usual shorthands, stored as the expression they stand for (so every reader of a job's
+# `cron` field sees 5 fields).
+ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+           "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+           "@hourly": "0 * * * *"}
+
+
 def check_cron(expr: object) -> str:
     if not isinstance(expr, str) or not expr.strip():
         raise ValidationError("cron", f"{expr!r} is not a cron expression; {_HINT}")
     expr = " ".join(expr.split())
+    expr = ALIASES.get(expr.lower(), expr)
     fields = len(expr.split(" "))
     if fields not in (5, 6):
         raise ValidationError("cron", f"{expr!r} has {fields} fields; {_HINT}")

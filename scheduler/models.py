@@ -23,6 +23,10 @@ def _finite_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+MAX_ATTEMPTS = 1000
+MAX_SECONDS = 365 * 86400  # the longest backoff or timeout: a year
+
+
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     """Exponential backoff with jitter: delay(n) = min(max_s, base_s * 2**(n-1)) * (1 - jitter*u),
     u uniform in [0, 1), n the number of failed attempts so far."""
@@ -35,12 +39,14 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool):
             raise ValidationError("max_attempts", "must be an integer >= 1")
-        if self.max_attempts < 1:
-            raise ValidationError("max_attempts", f"{self.max_attempts} is not allowed; must be >= 1")
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise ValidationError("max_attempts", f"{self.max_attempts} is not allowed; must be "
+                                                  f"from 1 to {MAX_ATTEMPTS}")
         for field in ("base_s", "max_s"):
             value = getattr(self, field)
-            if not _finite_number(value) or value < 0:
-                raise ValidationError(field, f"{value!r} is not allowed; must be a number >= 0")
+            if not _finite_number(value) or not 0 <= value <= MAX_SECONDS:
+                raise ValidationError(field, f"{value!r} is not allowed; must be a number of "
+                                             f"seconds from 0 to {MAX_SECONDS:,} (a year)")
         if self.max_s < self.base_s:
             raise ValidationError("max_s", f"{self.max_s} is below base_s {self.base_s}")
         if not _finite_number(self.jitter) or not 0 <= self.jitter <= 1:
@@ -77,7 +83,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     deleted: str | None = None  # why (the reason given)
 
 
-class Attempt(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     number: int
     worker: str | None = None
     token: int | None = None
@@ -118,8 +124,9 @@ def check_task(task: object) -> str:
 def check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if not _finite_number(timeout) or float(timeout) <= 0:
-        raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of seconds > 0")
+    if not _finite_number(timeout) or not 0 < float(timeout) <= MAX_SECONDS:
+        raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of "
+                                         f"seconds > 0 and at most {MAX_SECONDS:,} (a year)")
     return float(timeout)
 
 
@@ -140,8 +147,36 @@ def check_dedupe_key(key: object) -> str | None:
     return key
 
 
+def _check_json(value: Any, depth: int = 0) -> None:
+    """Refuse what JSON cannot hold as it is: msgspec would quietly turn NaN into null, bytes
+    into base64, a set or a tuple into a list, a datetime into a string, and the handler
+    would get something else than was submitted."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError("payload", f"holds {value!r}, which JSON cannot represent; "
+                                             f"use None or a string")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError("payload", f"has a key {key!r} that is not a string "
+                                                 f"(JSON object keys are strings)")
+            _check_json(item, depth + 1)
+    elif isinstance(value, list) and depth < 64:
+        for item in value:
+            _check_json(item, depth + 1)
+    else:
+        raise ValidationError("payload", f"holds a {type(value).__name__} ({str(value)[:40]!r}"
+                                         f"), which is not a JSON value: convert it first "
+                                         f"(str, int, float, bool, None, list, dict; a list "
+                                         f"nested at most 64 deep)")
+
+
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
-    """JSON-compatible values only; nothing is pickled."""
+    """JSON values only (_check_json); nothing is pickled."""
+    if payload is not None and not isinstance(payload, str | int):
+        _check_json(payload)
     try:
         data = _payload_encoder.encode(payload)
     except (TypeError, msgspec.EncodeError) as exc:

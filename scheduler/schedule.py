@@ -7,7 +7,7 @@ first fire time and the job-hash fields that record the schedule. Nothing here t
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -18,6 +18,16 @@ from .states import Catchup, JobKind, Overlap
 
 DEFAULT_CATCHUP_LIMIT = 1000
 MAX_CATCHUP_LIMIT = 100_000
+# The last instant a datetime (and so the history store and every listing) can show: a fire
+# time past it would be accepted and then break every reader of the namespace.
+LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
+
+
+def _bounded(field: str, ms: int) -> int:
+    if not 0 <= ms <= LATEST_MS:
+        raise ValidationError(field, "is out of range: a fire time must fall between 1970 "
+                                     "and the end of year 9999")
+    return ms
 
 
 class Schedule(msgspec.Struct, frozen=True, kw_only=True):
@@ -34,7 +44,7 @@ def _instant_ms(field: str, value: object) -> int:
         raise ValidationError(field, f"{value.isoformat()} is a naive datetime (no time zone); "
                                      f"pass a timezone-aware one, e.g. with tzinfo=UTC or a "
                                      f"'Z'/'+02:00' suffix")
-    return int(value.timestamp() * 1000)
+    return _bounded(field, int(value.timestamp() * 1000))
 
 
 def _delay_ms(delay: object) -> int:
@@ -42,8 +52,9 @@ def _delay_ms(delay: object) -> int:
     if (not isinstance(seconds, int | float) or isinstance(seconds, bool)
             or not math.isfinite(seconds)):
         raise ValidationError("delay", f"{delay!r} is not a number of seconds or a timedelta")
-    if seconds < 0:
-        raise ValidationError("delay", f"{seconds:g} is not allowed; must be >= 0 seconds")
+    if not 0 <= seconds <= LATEST_MS / 1000:
+        raise ValidationError("delay", f"{seconds:g} is not allowed; must be >= 0 seconds and "
+                                       f"end before the year 10000")
     return int(seconds * 1000)
 
 
@@ -61,7 +72,8 @@ def resolve(now_ms: int, *, delay: Any = None, at: Any = None, cron: Any = None,
                 raise ValidationError(name, "only applies to recurring jobs; add cron=...")
     if delay is not None:
         ms = _delay_ms(delay)
-        return Schedule(kind=JobKind.DELAYED, fire_ms=now_ms + ms, fields={"delay_ms": ms})
+        return Schedule(kind=JobKind.DELAYED, fire_ms=_bounded("delay", now_ms + ms),
+                        fields={"delay_ms": ms})
     if at is not None:
         return Schedule(kind=JobKind.AT, fire_ms=_instant_ms("at", at), fields={})
     if cron is None:

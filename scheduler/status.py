@@ -72,7 +72,7 @@ class Rate(msgspec.Struct, kw_only=True):
 
 class WorkerStatus(msgspec.Struct, kw_only=True):
     worker_id: str
-    alive: bool  # heartbeat younger than its lease
+    alive: bool  # heartbeat younger than half its lease: 1.5 heartbeat intervals
     heartbeat_age_s: float
     host: str
     pid: int
@@ -191,7 +191,7 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
     lease_ms = int(f.get("lease_ms", 30_000))
     rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
     return WorkerStatus(
-        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms,
+        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2,
         heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
         queues=[q for q in f.get("queues", "").split(",") if q],
         concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),

@@ -50,7 +50,8 @@ def is_postgres(dsn: str) -> bool:
 
 def open_store(dsn: str | None = None) -> HistoryStore:
     """`postgresql://...` (or a keyword DSN) -> Postgres; `sqlite:///abs/path`, a file path, or
-    None (the embedded default file) -> SQLite, migrated on open. A Postgres schema is migrated by
+    None (the embedded default file) -> SQLite, migrated on open (with `?mode=ro` at the end:
+    opened read-only, and only if the file exists). A Postgres schema is migrated by
     `sched db upgrade`, never implicitly; opening one that is behind raises StoreUnavailable."""
     if dsn and is_postgres(dsn):
         from .postgres import PostgresStore
@@ -58,10 +59,14 @@ def open_store(dsn: str | None = None) -> HistoryStore:
         return PostgresStore(dsn)
     from .sqlite import SqliteStore
 
+    read_only = bool(dsn) and dsn.endswith("?mode=ro")  # type: ignore[union-attr]
+    if read_only:
+        dsn = dsn.removesuffix("?mode=ro")  # type: ignore[union-attr]
     if dsn and dsn.startswith("sqlite://"):
         path = Path(dsn.removeprefix("sqlite://"))  # sqlite:///var/lib/x.db -> /var/lib/x.db
     else:
         path = Path(dsn) if dsn else DEFAULT_SQLITE_PATH
-    store = SqliteStore(path)
-    store.upgrade()
+    store = SqliteStore(path, read_only=read_only)
+    if not read_only:
+        store.upgrade()
     return store

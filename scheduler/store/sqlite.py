@@ -20,8 +20,22 @@ M = sqlfiles.queries("sqlite", "migrations.sql")
 class SqliteStore:
     dialect = "sqlite"
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, read_only: bool = False) -> None:
+        """`read_only` (what read-only commands open): the file must exist, and nothing is
+        created or written."""
         self.path = path
+        if read_only:
+            if not path.is_file():
+                raise StoreUnavailable(f"no history file at {path} yet (nothing was "
+                                       f"snapshotted there): run `sched snapshotter`, or "
+                                       f"pass --postgres-dsn / --history-file")
+            try:
+                self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True,
+                                            isolation_level=None, check_same_thread=False,
+                                            timeout=30)
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"cannot open the history file {path} ({exc})") from None
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # check_same_thread off: the snapshotter writes from a worker thread; one

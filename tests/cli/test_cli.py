@@ -15,11 +15,20 @@ from helpers import sched
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--payload", "{not json"], "error: payload: is not valid JSON"),
-    (["--delivery", "twice"], "error: delivery: 'twice' is not a delivery mode; use one of "
-                              "at_least_once, at_most_once, exactly_once"),
-    (["--timeout", "-5"], "error: timeout: -5.0 is not allowed; must be a number of seconds > 0"),
-    (["--timeout", "soon"], "error: Invalid value for '--timeout'"),
-    (["--max-attempts", "0"], "error: max_attempts: 0 is not allowed; must be >= 1"),
+    (["--delivery", "twice"], "error: Invalid value for '--delivery': 'twice' is not one of "
+                              "'at_least_once', 'at_most_once', 'exactly_once'."),
+    (["--cron", "* * * * *", "--catchup", "most"], "error: Invalid value for '--catchup'"),
+    (["--cron", "* * * * *", "--overlap", "never"], "error: Invalid value for '--overlap'"),
+    (["--timeout", "-5"], "error: timeout: -5.0 is not allowed; must be a number of seconds > 0 "
+                          "and at most 31,536,000 (a year)"),
+    (["--timeout", "soon"], "error: timeout: 'soon' is not a duration"),
+    (["--max-attempts", "0"], "error: max_attempts: 0 is not allowed; must be from 1 to 1000"),
+    (["--max-attempts", "100000000000000000000"], "error: max_attempts: 100000000000000000000 "
+                                                  "is not allowed; must be from 1 to 1000"),
+    (["--delay", "1000000000000"], "error: delay: 1e+12 is not allowed; must be >= 0 seconds "
+                                   "and end before the year 10000"),
+    (["--timeout", "400d"], "error: timeout: 34560000.0 is not allowed; must be a number of "
+                            "seconds > 0 and at most 31,536,000 (a year)"),
     (["--queue", "a:b"], "error: queue: 'a:b' is not allowed"),
     (["--payload", "@/nonexistent/file.json"], "error: payload: cannot read /nonexistent"),
 ])

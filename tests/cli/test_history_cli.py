@@ -83,9 +83,25 @@ def test_db_upgrade_is_idempotent(pg_dsn: str, redis_url: str, ns: str, capsys: 
 def test_history_errors_are_one_line(redis_url: str, ns: str, tmp_path: Path,
                                      capsys: Any) -> None:
     file = str(tmp_path / "h.db")
-    for args, start in [(["--status", "nope"], "error: status: 'nope' is not a slot status"),
-                        (["--since", "yesterday"], "error: since: 'yesterday'"),
-                        (["--postgres-dsn", "postgresql://x@127.0.0.1:1/n?connect_timeout=1"],
-                         "error: cannot reach Postgres")]:
+    for args, start, exit_code in [
+            (["--status", "nope"], "error: Invalid value for '--status': 'nope' is not one of "
+                                   "'scheduled'", 2),
+            (["--since", "yesterday"], "error: since: 'yesterday'", 1),
+            (["--postgres-dsn", "postgresql://x@127.0.0.1:1/n?connect_timeout=1"],
+             "error: cannot reach Postgres", 1)]:
         code, _, err = sched(capsys, redis_url, ns, "history", "--history-file", file, *args)
-        assert code == 1 and err.startswith(start) and err.count("\n") == 1, err
+        assert code == exit_code and err.startswith(start) and err.count("\n") == 1, err
+
+
+def test_read_only_commands_create_no_history_file_and_a_dsn_must_be_postgres(
+        redis_url: str, ns: str, tmp_path: Path, capsys: Any) -> None:
+    file = tmp_path / "never.sqlite3"
+    code, _, err = sched(capsys, redis_url, ns, "history", "--history-file", str(file))
+    assert code == 1 and "no history file at" in err and err.count("\n") == 1
+    assert not file.exists()
+    code, _, err = sched(capsys, redis_url, ns, "runs", "some-job", "--history-file",
+                         str(file))
+    assert code == 1 and not file.exists()
+    code, _, err = sched(capsys, redis_url, ns, "history", "--postgres-dsn", "garbage")
+    assert code == 1 and "is not a Postgres DSN" in err
+    assert not (Path.cwd() / "garbage").exists()

@@ -51,3 +51,8 @@ def test_an_unreachable_cluster_is_one_line_from_the_sdk() -> None:
     with pytest.raises(RedisUnavailable, match="127.0.0.1:1") as info:
         Client("redis+cluster://127.0.0.1:1,127.0.0.1:2", "t").submit("t", {})
     assert "\n" not in str(info.value) and "Traceback" not in str(info.value)
+
+
+def test_a_database_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(ConfigError, match="database 'abc' is not a number"):
+        sync_redis("redis://127.0.0.1:6379/abc")

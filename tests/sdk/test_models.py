@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from scheduler import RetryPolicy
@@ -56,7 +58,26 @@ def test_bad_task_names(value: object) -> None:
 def test_payloads_are_json_and_size_limited() -> None:
     value = {"to": "a@b.c", "n": [1, 2.5, None, True]}
     assert decode_payload(encode_payload(value)) == value
-    with pytest.raises(ValidationError, match="JSON-serializable"):
+    with pytest.raises(ValidationError, match="not a JSON value"):
         encode_payload({"f": object()})
+
+
+@pytest.mark.parametrize(("payload", "says"), [
+    ({"x": float("nan")}, "JSON cannot represent"),
+    ([float("inf")], "JSON cannot represent"),
+    ({"b": b"raw"}, "a bytes"),
+    ({"s": {1, 2}}, "a set"),
+    ((1, 2), "a tuple"),
+    ({1: "a"}, "not a string"),
+    ({"when": datetime(2027, 1, 1, tzinfo=UTC)}, "a datetime"),
+])
+def test_a_payload_json_would_change_is_refused(payload: object, says: str) -> None:
+    """msgspec would encode these quietly as something else (null, base64, a list, a
+    string): the handler would not get what was submitted."""
+    with pytest.raises(ValidationError, match=says):
+        encode_payload(payload)
+
+
+def test_payload_size_is_limited() -> None:
     with pytest.raises(ValidationError, match="over the limit of 10 bytes"):
         encode_payload("x" * 20, max_bytes=10)

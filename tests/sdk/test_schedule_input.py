@@ -61,7 +61,7 @@ def test_sdk_names_the_field_and_writes_nothing(r: redis.Redis, redis_url: str, 
       "2030-01-01T00:00:00Z"], "error: end_at: is not after start_at"),
     (["--delay", "5s", "--cron", "* * * * *"], "error: cron: cannot be combined with delay"),
     (["--at", "2030-01-01T00:00:00Z", "--cron", "* * * * *"], "error: cron: cannot be combined"),
-    (["--cron", "* * * * *", "--catchup", "maybe"], "error: catchup: 'maybe' is not a catch-up"),
+    (["--cron", "* * * * *", "--catchup", "maybe"], "error: Invalid value for '--catchup': 'maybe'"),
 ])
 def test_cli_bad_schedule_is_one_line(capsys: pytest.CaptureFixture[str], r: redis.Redis,
                                       redis_url: str, ns: str, args: list[str],
@@ -110,3 +110,11 @@ def test_an_instant_in_the_past_runs_now(redis_url: str, ns: str) -> None:
         (slot,) = client.slots(job_id)
         assert slot.status == "queued" and slot.fire_ms == 1577836800000
         assert client.get_job(job_id).next_fire_ms is None
+
+
+@pytest.mark.parametrize(("alias", "expr"), [("@hourly", "0 * * * *"), ("@daily", "0 0 * * *"),
+                                             ("@WEEKLY", "0 0 * * 0"), ("@yearly", "0 0 1 1 *")])
+def test_cron_shorthands_are_stored_as_what_they_stand_for(alias: str, expr: str) -> None:
+    from scheduler.cronspec import check_cron
+
+    assert check_cron(alias) == expr

@@ -135,3 +135,46 @@ def test_the_cli_ends_a_series_and_cancel_says_how(capsys: pytest.CaptureFixture
     assert code == 0 and "deleted before" in out
     code, out, err = sched(capsys, redis_url, ns, "jobs", "delete", "nope")
     assert code == 1 and "no job 'nope'" in err
+
+
+def test_dlq_commands_say_what_they_could_not_find_and_purge_all_asks(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, redis_url: str,
+        ns: str) -> None:
+    from scheduler import RetryPolicy
+
+    registry = Registry()
+
+    @registry.task("bad")
+    async def bad(ctx: Context, payload: Any) -> None:
+        raise ValueError("no")
+
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("bad", retry=RetryPolicy(max_attempts=1))
+        asyncio.run(run_until(redis_url, ns, registry, lambda: client.slots(job_id)[0].status
+                              is SlotStatus.DEAD))
+        dead = client.slots(job_id)[0].slot_id
+    for verb in ("replay", "purge"):
+        code, _, err = sched(capsys, redis_url, ns, "dlq", verb, "nope:1")
+        assert code == 1 and "1 of 1 slot(s) were not in the dead-letter queue" in err
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("n\n"))
+    code, _, err = sched(capsys, redis_url, ns, "dlq", "purge", "--all")
+    assert code == 1 and "purge all 1 dead slot(s)" in err and "nothing purged" in err
+    with Client(redis_url, ns) as client:
+        assert [d.slot.slot_id for d in client.dead_letters()] == [dead]  # still there
+    code, out, _ = sched(capsys, redis_url, ns, "dlq", "purge", "--all", "--yes")
+    assert code == 0 and "purged 1 slot(s)" in out
+
+
+def test_jobs_show_of_a_busy_cron_shows_its_last_slots(capsys: pytest.CaptureFixture[str],
+                                                      redis_url: str, ns: str) -> None:
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        job_id = client.submit("t", cron="* * * * * *")
+        for _ in range(10):
+            materialize(redis_url, ns, clock)
+            clock.advance(3)
+        total = len(client.slots(job_id))
+    assert total > 25
+    code, out, _ = sched(capsys, redis_url, ns, "jobs", "show", job_id)
+    assert code == 0 and f"the last 20 of {total} slots" in out
+    assert out.count(f"{job_id}:") == 20
