@@ -13,6 +13,22 @@ ready="$workdir/ready.json"
 dev_pid=""
 cleanup() {
   if [ -n "$dev_pid" ]; then kill -TERM "$dev_pid" 2>/dev/null || true; wait "$dev_pid" || true; fi
+  # The demo's keys leave the user's Redis with it (a private one from `sched dev` is gone).
+  [ -n "${SCHED_REDIS_URL:-}" ] && python - <<'PY' || true
+import os
+import redis
+from scheduler.connection import sync_redis
+try:
+    r = sync_redis(os.environ["SCHED_REDIS_URL"], timeout_s=2)
+    pipe, n = r.pipeline(transaction=False), 0
+    for key in r.scan_iter(match=os.environ["SCHED_NAMESPACE"] + ":*", count=5000):
+        pipe.unlink(key)
+        n += 1
+    pipe.execute()
+    print(f"\n== removed the demo's {n:,} keys (namespace {os.environ['SCHED_NAMESPACE']})")
+except (redis.exceptions.RedisError, OSError):
+    pass
+PY
   rm -rf "$workdir"
 }
 trap cleanup EXIT
