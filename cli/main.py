@@ -25,6 +25,7 @@ from . import inspect as inspect_cmds
 from . import observe as observe_cmds
 from . import ops as ops_cmds
 from . import run as run_cmds
+from . import web as web_cmds
 
 
 def _decode_json(value: str) -> Any:
@@ -157,6 +158,7 @@ cli.add_command(history_cmds.db)
 cli.add_command(history_cmds.snapshotter)
 cli.add_command(history_cmds.history)
 cli.add_command(history_cmds.recover)
+cli.add_command(web_cmds.web)
 
 
 def main(argv: list[str] | None = None) -> None:

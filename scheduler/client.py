@@ -83,6 +83,10 @@ class _Driver:
         raise NotImplementedError
 
     @property
+    def namespace(self) -> str:
+        return self._core.keys.ns
+
+    @property
     def events_maxlen(self) -> int:
         return self._core.events_maxlen
 

@@ -25,7 +25,18 @@ ensure_postgres() {
 ensure_venv() {
   if [ ! -x .venv/bin/sched ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+    .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev,web]'
     touch .venv/.installed
+  fi
+}
+
+# The browser tests drive Debian's chromium (Playwright's own browser download does not work
+# everywhere); installed when missing and apt-get is there.
+ensure_chromium() {
+  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
+      || (apt-get update -qq >/dev/null 2>&1 && \
+          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) \
+      || echo "could not install chromium: the browser tests (tests/e2e/test_console.py) will fail" >&2
   fi
 }

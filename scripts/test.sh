@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 ensure_redis
 ensure_postgres
 ensure_venv
+ensure_chromium
 .venv/bin/ruff check scheduler cli tests bench
 .venv/bin/mypy
 .venv/bin/pytest "$@"

@@ -75,10 +75,12 @@ LAYERS = {
                  "snapshot_intake", "snapshotter", "retention", "recovery", "status",
                  "metrics", "exporter", "embedded"},
     "sdk": {"jobspec", "sdk_core", "operations", "schedules", "client"},
+    "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},
               "services": {"contracts", "store", "services"},
-              "sdk": {"contracts", "store", "sdk", "services:status"}}
+              "sdk": {"contracts", "store", "sdk", "services:status"},
+              "web": {"contracts", "sdk", "web", "services:status", "services:loops"}}
 
 
 def test_each_layer_imports_only_what_it_may() -> None:

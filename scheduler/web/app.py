@@ -1,0 +1,235 @@
+"""The operator's console: a Starlette app over an AsyncClient (`sched web`, or mount
+`create_app(...)` in a service of your own). Pages are server-rendered (Jinja2); htmx
+refreshes the overview's health panel and a vendored uPlot draws its charts (no CDN).
+
+Actions are POST forms (cancel, replay, purge, delete a schedule, trigger now), on one item
+or on a selection of checkboxes; each answers with a redirect back to the page it came from
+saying what it did. guard.py says who may do what.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..errors import JobNotFound, RedisUnavailable, SchedulerError, SlotNotFound
+from . import guard, pages
+from .series import Sampler
+
+log = logging.getLogger("scheduler.web")
+HERE = resources.files("scheduler") / "web"
+NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/schedules", "Schedules"),
+       ("/workers", "Workers"), ("/dead-letters", "Dead letters"), ("/history", "History")]
+
+
+def create_app(client: Any, *, token: str | None = None, read_only: bool = False,
+               sample_s: float = 5.0) -> Starlette:
+    """`client`: an AsyncClient of the namespace (with `history=` for the History page).
+    `token`: required on every request when given. `read_only`: refuse every action."""
+    return Console(client, token, read_only, sample_s).app
+
+
+View = Callable[[Request], Awaitable[pages.Page]]
+
+
+class Console:
+    def __init__(self, client: Any, token: str | None, read_only: bool,
+                 sample_s: float) -> None:
+        self.client = client
+        self.token = token
+        self.read_only = read_only
+        self.env = Environment(loader=FileSystemLoader(str(HERE / "templates")),
+                               autoescape=select_autoescape(["html"]))
+        self.sampler = Sampler(client, every_s=sample_s)
+        self.csrf = guard.new_csrf()  # one per process: the double-submit cookie's value
+        q = self._query
+        self.views: dict[str, View] = {
+            "/": self.overview,
+            "/queues": lambda r: self._from_status(pages.queues),
+            "/jobs": lambda r: pages.jobs(client, q(r, "kind"), q(r, "task"), q(r, "state")),
+            "/schedules": lambda r: pages.schedules(client),
+            "/workers": lambda r: self._from_status(pages.workers),
+            "/dead-letters": lambda r: pages.dead_letters(client),
+            "/history": lambda r: pages.history(client, q(r, "job"), q(r, "status")),
+        }
+        g = self._guarded
+        routes = [Route("/healthz", self.healthz), Route("/login", self.login,
+                                                         methods=["GET", "POST"]),
+                  Route("/api/series", g(self.series)), Route("/partials/health", g(self.health)),
+                  Route("/actions/{name}", g(self.act), methods=["POST"]),
+                  Route("/jobs/{job_id}", g(self.page(lambda r: pages.job(
+                      client, r.path_params["job_id"])))),
+                  Route("/slots/{slot_id}", g(self.page(lambda r: pages.slot(
+                      client, r.path_params["slot_id"])))),
+                  *(Route(path, g(self.page(view))) for path, view in self.views.items()),
+                  Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
+        self.app = Starlette(routes=routes, lifespan=self.lifespan)
+
+    @staticmethod
+    def _query(request: Request, name: str) -> str | None:
+        return request.query_params.get(name) or None
+
+    def render(self, request: Request, template: str, context: dict[str, Any],
+               status_code: int = 200) -> HTMLResponse:
+        ctx = {"namespace": self.client.namespace, "nav": NAV, "active": request.url.path,
+               "read_only": self.read_only, "csrf": self.csrf, "next": _here(request),
+               "done": request.query_params.get("done"),
+               "failed": request.query_params.get("failed"), **context}
+        response = HTMLResponse(self.env.get_template(template).render(**ctx), status_code)
+        if request.cookies.get(guard.CSRF_COOKIE) != self.csrf:
+            response.set_cookie(guard.CSRF_COOKIE, self.csrf, httponly=True, samesite="strict")
+        return response
+
+    def _guarded(self, endpoint: Callable[[Request], Awaitable[Response]]
+                 ) -> Callable[[Request], Awaitable[Response]]:
+        async def guarded(request: Request) -> Response:
+            if guard.token_ok(self.token, guard.given_token(request)):
+                return await endpoint(request)
+            if request.url.path.startswith(("/api/", "/partials/", "/actions/")):
+                return PlainTextResponse("a token is needed (Authorization: Bearer TOKEN)", 401)
+            return self.render(request, "login.html", {"title": "Sign in",
+                                                       "next": _here(request)}, 401)
+        return guarded
+
+    def page(self, view: View) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            try:
+                template, context = await view(request)
+            except (JobNotFound, SlotNotFound) as exc:
+                return self.render(request, "table.html", {"title": "Not found", "rows": [],
+                                                           "header": [], "note": str(exc)}, 404)
+            except RedisUnavailable as exc:
+                return self.render(request, "table.html", {"title": "Redis unavailable",
+                                                           "rows": [], "header": [],
+                                                           "note": str(exc)}, 503)
+            return self.render(request, template, context)
+        return endpoint
+
+    async def status(self) -> Any:
+        if self.sampler.last is None:
+            await self.sampler.run_once()
+        return self.sampler.last
+
+    async def _from_status(self, view: Callable[[Any], pages.Page]) -> pages.Page:
+        return view(await self.status())
+
+    async def overview(self, request: Request) -> pages.Page:
+        return "overview.html", _health(await self.status())
+
+    async def health(self, request: Request) -> Response:
+        return self.render(request, "health.html", _health(await self.status()))
+
+    async def series(self, request: Request) -> Response:
+        return JSONResponse(self.sampler.series())
+
+    async def healthz(self, request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def act(self, request: Request) -> Response:
+        if self.read_only:
+            return PlainTextResponse("this console is read-only", 403)
+        form = await request.form()
+        if not guard.csrf_ok(request, form):
+            return PlainTextResponse("this form did not come from the console (CSRF check "
+                                     "failed): reload the page and try again", 403)
+        back = _safe_next(str(form.get("next") or "/"))
+        action = ACTIONS.get(request.path_params["name"])
+        if action is None:
+            return PlainTextResponse("no such action", 404)
+        targets = [str(v) for k, v in form.multi_items() if k in ("ids", "slots", "jobs")]
+        try:
+            said = await action(self.client, targets)
+        except SchedulerError as exc:
+            log.warning("console action %s failed: %s", request.path_params["name"], exc)
+            return RedirectResponse(_with(back, "failed", str(exc)), 303)
+        log.info("console action %s: %s", request.path_params["name"], said)
+        return RedirectResponse(_with(back, "done", said), 303)
+
+    async def login(self, request: Request) -> Response:
+        if request.method == "GET":
+            return self.render(request, "login.html", {
+                "title": "Sign in", "next": _safe_next(request.query_params.get("next", "/"))})
+        form = await request.form()
+        given = str(form.get("token") or "")
+        if not guard.token_ok(self.token, given):
+            return self.render(request, "login.html", {"title": "Sign in", "next": "/",
+                                                       "failed": "wrong token"}, 401)
+        response = RedirectResponse(_safe_next(str(form.get("next") or "/")), 303)
+        response.set_cookie(guard.TOKEN_COOKIE, given, httponly=True, samesite="strict")
+        return response
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        task = asyncio.create_task(self.sampler.run())
+        try:
+            yield
+        finally:
+            self.sampler.stop()
+            await task
+
+
+def _health(s: Any) -> dict[str, Any]:
+    return {"title": "Overview", "status": s, "problems": s.problems(max_lag_s=60.0),
+            "warnings": s.warnings()}
+
+
+def _here(request: Request) -> str:
+    return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+
+
+def _safe_next(target: str) -> str:
+    """Only a path of this console (never another site) to go back to."""
+    parts = urlsplit(target)
+    return target if not parts.scheme and not parts.netloc and target.startswith("/") else "/"
+
+
+def _with(target: str, key: str, text: str) -> str:
+    base = target.split("?", 1)[0]
+    return f"{base}?{key}={quote(text[:300])}"
+
+
+async def _cancel(client: Any, ids: list[str]) -> str:
+    result = await client.cancel(ids, "cancelled from the console")
+    return "cancel: " + ", ".join(f"{sum(1 for v in result.values() if v == what)} {what}"
+                                   for what in sorted(set(result.values())))
+
+
+async def _replay(client: Any, slots: list[str]) -> str:
+    return f"replayed {await client.replay(slots)} of {len(slots)} slot(s)"
+
+
+async def _purge(client: Any, slots: list[str]) -> str:
+    return f"purged {await client.purge(slots)} of {len(slots)} slot(s)"
+
+
+async def _delete(client: Any, jobs: list[str]) -> str:
+    done = [await client.delete_job(j, "deleted from the console") for j in jobs]
+    return (f"deleted {sum(not d.before for d in done)} schedule(s); "
+            f"{sum(d.cancelled for d in done)} waiting slot(s) cancelled")
+
+
+async def _trigger(client: Any, jobs: list[str]) -> str:
+    slots = [await client.trigger(j) for j in jobs]
+    return f"triggered {len(slots)} run(s): {', '.join(slots)[:200]}"
+
+
+ACTIONS = {"cancel": _cancel, "replay": _replay, "purge": _purge, "delete": _delete,
+           "trigger": _trigger}
