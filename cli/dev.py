@@ -40,6 +40,10 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Once running, write {redis_url, metrics_url, embedded_redis} here as JSON "
                    "(for scripts).")
+@click.option("--web-port", type=click.IntRange(min=0, max=65535), default=8080,
+              help="Port of the web console on 127.0.0.1 (a free one when it is taken; 0 "
+                   "always picks one); needs the web extra.")
+@click.option("--no-web", is_flag=True, help="Serve no web console.")
 @click.option("--no-history", is_flag=True,
               help="Run no snapshotter (by default history goes to --history-file, or to "
                    "Postgres with --postgres-dsn).")
@@ -47,10 +51,12 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
 @log_options
 @click.pass_obj
 def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-        metrics_port: int, ready_file: str | None, no_history: bool, postgres_dsn: str | None,
-        history_file: str, log_level: str, log_format: str) -> None:
+        metrics_port: int, ready_file: str | None, web_port: int, no_web: bool,
+        no_history: bool, postgres_dsn: str | None, history_file: str, log_level: str,
+        log_format: str) -> None:
     """Run everything in one process: a scheduler node, a worker, the snapshotter (history in
-    an embedded SQLite file unless --postgres-dsn) and the exporter, against the Redis at
+    an embedded SQLite file unless --postgres-dsn), the exporter and the web console, against
+    the Redis at
     --redis-url, or a private redis-server (temp dir, free port) when none answers there.
     Ctrl-C stops it all."""
     from prometheus_client import REGISTRY
@@ -81,22 +87,27 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     try:
         server = _metrics_server(REGISTRY, metrics_port)
         metrics_url = f"http://127.0.0.1:{server.port}/metrics"
+        web = None if no_web else _web(web_port, history_source(
+            postgres_dsn, history_file, read_only=True) if store is not None else None)
         running = (f"a scheduler node, a worker ({app_spec}, concurrency {concurrency}, "
                    f"queues {','.join(config.queues)}), the exporter"
-                   + ("" if store is None else ", the snapshotter"))
+                   + ("" if store is None else ", the snapshotter")
+                   + ("" if web is None else ", the web console"))
         _banner(namespace, url, embedded is not None, running,
-                None if store is None else postgres_dsn or history_file, server.port)
+                None if store is None else postgres_dsn or history_file, server.port,
+                web[0] if web else None)
         holder: list[Any] = []
 
         def started() -> None:
             if ready_file:
                 _write_atomically(ready_file, {"redis_url": url, "metrics_url": metrics_url,
                                                "namespace": namespace,
+                                               "web_url": web[0] if web else None,
                                                "embedded_redis": embedded is not None})
 
         async def make() -> None:
             await _run_services(url, lease_s, registry, namespace, config, store, holder,
-                                started)
+                                started, web)
 
         def stop() -> None:
             for service in holder:
@@ -127,9 +138,54 @@ def _metrics_server(registry: Any, port: int) -> Any:
         return MetricsServer(registry, host="127.0.0.1", port=0).start()
 
 
+def _web(port: int, history: str | None) -> tuple[str, int, str | None] | None:
+    """(url, port, history source) of the console to serve, or None without the web extra."""
+    import socket
+
+    try:
+        import uvicorn  # noqa: F401
+
+        import scheduler.web  # noqa: F401
+    except ImportError:
+        log.info("no web console: install the web extra (pip install 'redis-sched[web]')")
+        return None
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}/", port, history
+
+
+class _WebService:
+    """The console as one of dev's services: uvicorn in this event loop."""
+
+    def __init__(self, url: str, namespace: str, web: tuple[str, int, str | None]) -> None:
+        import uvicorn
+
+        from scheduler import AsyncClient
+        from scheduler.web import create_app
+
+        self.client = AsyncClient(url, namespace, history=web[2])
+        self.server = uvicorn.Server(uvicorn.Config(
+            create_app(self.client), host="127.0.0.1", port=web[1], log_level="warning",
+            access_log=False, lifespan="on"))
+        self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+
+    async def run(self) -> None:
+        try:
+            await self.server.serve()
+        finally:
+            await self.client.aclose()
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+
+
 async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
                         config: Any, store: Any, holder: list[Any],
-                        started: Any) -> None:
+                        started: Any, web: tuple[str, int, str | None] | None = None) -> None:
     """A node, a worker and (with a store) the snapshotter on one connection pool, until
     one of them ends or each is stopped (through `holder`)."""
     from scheduler.node import NodeConfig, SchedulerNode
@@ -150,6 +206,10 @@ async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
                                   config=SnapshotterConfig(retention_s=None))
         holder.append(snapshotter)
         tasks.append(asyncio.create_task(snapshotter.run(), name="snapshotter"))
+    if web is not None:
+        console = _WebService(url, namespace, web)
+        holder.append(console)
+        tasks.append(asyncio.create_task(console.run(), name="web"))
     started()
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -163,7 +223,7 @@ async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
 
 
 def _banner(namespace: str, url: str, embedded: bool, running: str, history: str | None,
-            port: int) -> None:
+            port: int, web: str | None = None) -> None:
     """What runs where, and commands to try; no password is printed (the commands name the
     URL with *** where it has one: put it back, or set SCHED_REDIS_URL)."""
     url, history = masked(url), history and masked(history)
@@ -173,6 +233,8 @@ def _banner(namespace: str, url: str, embedded: bool, running: str, history: str
     click.echo(f"  running:  {running}")
     if history is not None:
         click.echo(f"  history:  {history}  ({cli} history)")
+    if web:
+        click.echo(f"  console:  {web}")
     click.echo(f"  metrics:  http://127.0.0.1:{port}/metrics  (health: "
                f"http://127.0.0.1:{port}/healthz)")
     click.echo(f"  status:   {cli} status [--watch]")
