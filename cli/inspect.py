@@ -129,7 +129,9 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
         return
     rows = []
     for s in slots:
-        rows.append([s.slot_id, s.status.value, "", "", "", "", ""])
+        result = ("result " + msgspec.json.encode(s.result).decode()[:80]
+                  if s.result is not None else "")
+        rows.append([s.slot_id, s.status.value, "", "", "", "", result])
         for a in s.attempts:
             ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
             rows.append(["", f"#{a.number}", a.outcome.value if a.outcome else "-",
@@ -137,4 +139,4 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
                          f"{ms}ms" if ms is not None else "-", a.error or ""])
         if s.status.value == "running":
             rows.append(["", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
-    table(rows, ["slot", "attempt", "outcome", "worker", "started", "took", "error"])
+    table(rows, ["slot", "attempt", "outcome", "worker", "started", "took", "error / result"])

@@ -7,7 +7,9 @@ from .errors import (
     RedisFailure,
     RedisRefused,
     RedisUnavailable,
+    ResultTimeout,
     Retry,
+    RunFailed,
     SchedulerError,
     SubmitError,
     ValidationError,
@@ -19,7 +21,8 @@ from .states import Delivery, Durability, Outcome, SlotStatus
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",
     "DurabilityError", "Job", "JobSpec",
-    "Outcome", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "Retry",
+    "Outcome", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout",
+    "Retry", "RunFailed",
     "RetryPolicy", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "ValidationError",
 ]
 __version__ = "0.1.0"

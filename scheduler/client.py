@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import redis
 import redis.asyncio
 
-from . import cluster, operations, schedules, scripts
+from . import cluster, operations, results, schedules, scripts
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from .jobspec import JobSpec
@@ -187,6 +187,7 @@ class Client(_Driver):
     next_fires = _blocking(schedules.next_fires)
     trigger = _blocking(schedules.trigger)
     schedule = _blocking(schedules.schedule)
+    result = _blocking(results.result)
 
     def close(self) -> None:
         self.redis.close()
@@ -264,6 +265,7 @@ class AsyncClient(_Driver):
     next_fires = _awaitable(schedules.next_fires)
     trigger = _awaitable(schedules.trigger)
     schedule = _awaitable(schedules.schedule)
+    result = _awaitable(results.result)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

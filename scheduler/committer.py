@@ -29,7 +29,8 @@ from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
 
-SucceededItem = tuple[str, int, int, int]  # slot, token, started_ms, finished_ms
+# slot, token, started_ms, finished_ms[, result: the handler's return value as JSON]
+SucceededItem = tuple[str, int, int, int] | tuple[str, int, int, int, bytes]
 FailedItem = tuple[str, int, str, str, int, float, int, int]  # see scripts.fail
 ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
 KINDS = ("complete", "fail", "release")

@@ -151,3 +151,23 @@ class Cancel(Exception):
 class StoreUnavailable(SchedulerError):
     """The history store cannot be reached or opened (Postgres down, a wrong DSN, a path that
     cannot be written)."""
+
+
+class RunFailed(SchedulerError):
+    """Client.result: the slot ended without success; `status` says how (dead, cancelled,
+    lost, skipped) and `error` is its last attempt's error, if any."""
+
+    def __init__(self, slot_id: str, status: str, error: str | None) -> None:
+        self.slot_id = slot_id
+        self.status = status
+        self.error = error
+        super().__init__(f"slot {slot_id} ended {status}" + (f": {error}" if error else ""))
+
+
+class ResultTimeout(SchedulerError, TimeoutError):
+    """Client.result: the slot had not ended when the timeout ran out (it may still)."""
+
+    def __init__(self, slot_id: str, status: str, timeout_s: float) -> None:
+        self.slot_id = slot_id
+        self.status = status
+        super().__init__(f"slot {slot_id} is still {status} after {timeout_s:g}s")

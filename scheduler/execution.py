@@ -18,6 +18,7 @@ import os
 import random
 import traceback
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import redis.asyncio
 
@@ -25,11 +26,11 @@ from . import metrics, replies, scripts
 from .clock import Clock
 from .committer import Committer
 from .connection import REDIS_ERRORS, translate, where
-from .errors import Cancel, LeaseLost, Retry
+from .errors import Cancel, LeaseLost, Retry, ValidationError
 from .inflight import Inflight, Run
 from .keys import Keys
 from .loops import Backoff, transient
-from .models import decode_payload
+from .models import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
 from .registry import Context, Registry
 from .replies import Code
 from .states import Outcome
@@ -85,6 +86,7 @@ class Execution:
         # watchdog stops them early): their entries are never taken back (slot -> when).
         self.abandoned: dict[str, float] = {}
         self.handler_errors = HandlerErrors()
+        self.result_limit = DEFAULT_MAX_PAYLOAD_BYTES  # the namespace's, once the worker knows
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table)."""
@@ -108,10 +110,10 @@ class Execution:
                           lambda name: self._once(run, name))
             payload = decode_payload(run.payload)
             if task.is_async:
-                await task.fn(ctx, payload)
+                value = await task.fn(ctx, payload)
             else:
-                await asyncio.get_running_loop().run_in_executor(self.executor, task.fn, ctx,
-                                                                 payload)
+                value = await asyncio.get_running_loop().run_in_executor(
+                    self.executor, task.fn, ctx, payload)
         except asyncio.CancelledError:
             if run.stop_reason is None:
                 self.end(run, "lost")
@@ -128,7 +130,7 @@ class Execution:
             self.handler_errors.report(run, exc, self.clock.monotonic())
             self.end(run, Outcome.FAILED, _one_line(exc))
         else:
-            self.end(run, Outcome.SUCCEEDED)
+            self.end(run, Outcome.SUCCEEDED, result=value)
 
     def _stopped(self, run: Run) -> tuple[str, str]:
         """How a run that this worker stopped ended, by the reason it stopped it."""
@@ -139,7 +141,19 @@ class Execution:
             return Outcome.CANCELLED, "cancelled on request"
         return ("released", "") if reason == "release" else ("lost", "")
 
-    def end(self, run: Run, kind: str, error: str = "", retry_ms: int = -1) -> None:
+    def _result(self, run: Run, value: Any) -> bytes | None:
+        """A succeeded handler's return value as stored with the slot: JSON, at most the
+        namespace's payload limit. One that cannot be is logged and not kept (the run still
+        succeeded: its effects happened)."""
+        try:
+            return encode_payload(value, self.result_limit)
+        except ValidationError as exc:
+            log.warning("task %s (slot %s) returned a value that is not kept: %s", run.task,
+                        run.slot_id, str(exc).replace("payload", "result", 1))
+            return None
+
+    def end(self, run: Run, kind: str, error: str = "", retry_ms: int = -1,
+            result: Any = None) -> None:
         """Record how a run ended, once: it leaves the table, and its outcome goes to the
         committer. `kind` is an Outcome, "released" (handed back), or "lost" (the lease is
         gone or about to be: nothing to commit; its entry is never taken back)."""
@@ -154,8 +168,11 @@ class Execution:
         finished = self.clock.now_ms()
         took = finished - run.started_ms
         if kind == Outcome.SUCCEEDED:
+            stored = None if result is None else self._result(run, result)
             self.committer.add_succeeded(run.shard, (run.slot_id, run.token, run.started_ms,
-                                                finished))
+                                                finished) if stored is None else
+                                         (run.slot_id, run.token, run.started_ms, finished,
+                                          stored))
             run.metrics.succeeded(took)
         elif kind == "released":
             self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))

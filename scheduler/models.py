@@ -109,6 +109,7 @@ class Slot(msgspec.Struct, frozen=True, kw_only=True):
     lease_until_ms: int | None = None
     available_ms: int | None = None
     attempts: list[Attempt] = []
+    result: Any = None  # a succeeded handler's return value (None when it returned none)
 
 
 _attempt_decoder = msgspec.json.Decoder(Attempt)
@@ -320,6 +321,7 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
         lease_until_ms=_opt(raw, "lease_until") if status is SlotStatus.RUNNING else None,
         available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
         attempts=[attempts[n] for n in sorted(attempts)],
+        result=decode_payload(raw.get(b"result")),
     )
 
 

@@ -79,13 +79,18 @@ def requeue(prefix: str, now_ms: int, maxlen: int,
 
 
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
-             items: Sequence[tuple[str, int, int, int]]) -> Call:
-    """items: (slot_id, token, started_ms, finished_ms). Times travel as strings: Lua would
-    print numbers back with "%.14g", which costs Redis more than the msgpack bytes."""
+             items: Sequence[tuple[Any, ...]]) -> Call:
+    """items: (slot_id, token, started_ms, finished_ms[, result JSON]). Times travel as
+    strings: Lua would print numbers back with "%.14g", which costs Redis more than the
+    msgpack bytes. Results, rare on the hot path, go apart: (item number, JSON) pairs."""
     flat: list[Any] = []
-    for slot, token, started, finished in items:
-        flat += (slot, str(token), str(int(started)), str(int(finished)))
-    return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat)))
+    results: list[Any] = []
+    for i, item in enumerate(items):
+        flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])))
+        if len(item) > 4:
+            results += (i + 1, _s(item[4]))
+    return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat),
+                                        pack(results) if results else ""))
 
 
 def fail(prefix: str, now_ms: int, maxlen: int, worker: str,

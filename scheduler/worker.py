@@ -114,6 +114,8 @@ class Worker:
         meta = namespace.parse(self.keys.ns,
                                await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
         self.shards = meta.shards
+        if meta.max_payload_bytes:  # results are held to the payload limit
+            self.execution.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
 

@@ -16,7 +16,7 @@ import redis
 import redis.asyncio
 
 from cli.main import main
-from scheduler import Client, Registry, scripts
+from scheduler import Client, Registry, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
@@ -139,3 +139,19 @@ async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterC
         await client.aclose()
         snap.store.close()
     return snap
+
+
+def make_dead(client: Client, redis_url: str, ns: str, n: int = 1,
+              error: str = "no") -> list[str]:
+    """n jobs whose one attempt failed (a real worker ran them): their slots are dead."""
+    registry = Registry()
+
+    @registry.task("t.dies")
+    async def dies(ctx: Any, payload: Any) -> None:
+        raise ValueError(error)
+
+    ids = client.submit_many([{"task": "t.dies", "payload": i,
+                               "retry": RetryPolicy(max_attempts=1)} for i in range(n)])
+    asyncio.run(run_until(redis_url, ns, registry, lambda: all(
+        client.slots(j)[0].status is SlotStatus.DEAD for j in ids)))
+    return ids

@@ -74,7 +74,7 @@ LAYERS = {
                  "worker", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",
                  "snapshot_intake", "snapshotter", "retention", "recovery", "status",
                  "metrics", "exporter", "embedded"},
-    "sdk": {"jobspec", "sdk_core", "operations", "schedules", "client"},
+    "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "client"},
     "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},

@@ -7,6 +7,8 @@
   ARGV[3]  worker_id
   ARGV[4]  slots           msgpack array, 4 per slot: slot_id, token (the attempt number
                            claim returned, as a string), started_ms, finished_ms
+  ARGV[5]  results         "" or a msgpack array of pairs: item number (1-based), the
+                           handler's return value as JSON, kept in the slot's `result`
 
   Reply: one code per slot, in order (R, replies.py)
      R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
@@ -27,6 +29,11 @@ local maxlen = ARGV[2]
 local worker = ARGV[3]
 local items = cmsgpack.unpack(ARGV[4])
 local n = #items / 4
+local results = {}
+if ARGV[5] and ARGV[5] ~= '' then
+  local pairs_ = cmsgpack.unpack(ARGV[5])
+  for k = 1, #pairs_, 2 do results[pairs_[k]] = pairs_[k + 1] end
+end
 
 --- @include "_lib.lua"
 
@@ -42,6 +49,7 @@ for i = 0, n - 1 do
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
+    if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if s.msg and s.msg ~= '' then
       local ids = acks[s.queue]
       if not ids then ids = {}; acks[s.queue] = ids end

@@ -115,7 +115,8 @@ async def slot(client: Any, slot_id: str) -> Page:
         payload = "(the job's definition is no longer in Redis)"
     fields = [("job", link(f"/jobs/{s.job_id}", s.job_id)), ("status", s.status.value),
               ("task", s.task), ("queue", s.queue), ("fire time", when(s.fire_ms)),
-              ("attempts", s.attempt), ("payload", payload[:4000])]
+              ("attempts", s.attempt), ("payload", payload[:4000]),
+              ("result", "-" if s.result is None else msgspec.json.encode(s.result).decode()[:4000])]
     actions: list[tuple[str, str, str, list[str], str | None]] = []
     if s.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED, SlotStatus.RUNNING):
         actions.append(("/actions/cancel", "cancel", "ids", [slot_id], None))

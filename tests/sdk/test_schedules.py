@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from helpers import run_until, sched
+from helpers import make_dead, run_until, sched
 from scheduler import Client, Context, Registry, SlotStatus, ValidationError
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
@@ -140,18 +140,8 @@ def test_the_cli_ends_a_series_and_cancel_says_how(capsys: pytest.CaptureFixture
 def test_dlq_commands_say_what_they_could_not_find_and_purge_all_asks(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, redis_url: str,
         ns: str) -> None:
-    from scheduler import RetryPolicy
-
-    registry = Registry()
-
-    @registry.task("bad")
-    async def bad(ctx: Context, payload: Any) -> None:
-        raise ValueError("no")
-
     with Client(redis_url, ns) as client:
-        job_id = client.submit("bad", retry=RetryPolicy(max_attempts=1))
-        asyncio.run(run_until(redis_url, ns, registry, lambda: client.slots(job_id)[0].status
-                              is SlotStatus.DEAD))
+        [job_id] = make_dead(client, redis_url, ns)
         dead = client.slots(job_id)[0].slot_id
     for verb in ("replay", "purge"):
         code, _, err = sched(capsys, redis_url, ns, "dlq", verb, "nope:1")
