@@ -137,6 +137,7 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
             rows.append(["", f"#{a.number}", a.outcome.value if a.outcome else "-",
                          a.worker or "-", when(a.started_ms),
                          f"{ms}ms" if ms is not None else "-", a.error or ""])
+            rows += [["", "", "", "", "", "", f"| {line}"] for line in a.log or ()]
         if s.status.value == "running":
             rows.append(["", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
     table(rows, ["slot", "attempt", "outcome", "worker", "started", "took", "error / result"])

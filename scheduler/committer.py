@@ -29,9 +29,9 @@ from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
 
-# slot, token, started_ms, finished_ms[, result: the handler's return value as JSON]
-SucceededItem = tuple[str, int, int, int] | tuple[str, int, int, int, bytes]
-FailedItem = tuple[str, int, str, str, int, float, int, int]  # see scripts.fail
+# slot, token, started_ms, finished_ms[, result JSON or None, log lines JSON or None]
+SucceededItem = tuple[Any, ...]
+FailedItem = tuple[Any, ...]  # see scripts.fail (8 fields, and the log lines' JSON)
 ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
 KINDS = ("complete", "fail", "release")
 

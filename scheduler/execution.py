@@ -106,8 +106,8 @@ class Execution:
                     f"unknown task {run.task!r}: no handler is registered for it in this "
                     f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
             job_id = run.slot_id.rpartition(":")[0]
-            ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task, run.delivery,
-                          lambda name: self._once(run, name))
+            ctx = run.ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task,
+                                    run.delivery, lambda name: self._once(run, name))
             payload = decode_payload(run.payload)
             if task.is_async:
                 value = await task.fn(ctx, payload)
@@ -152,6 +152,17 @@ class Execution:
                         run.slot_id, str(exc).replace("payload", "result", 1))
             return None
 
+    @staticmethod
+    def _run_log(run: Run) -> bytes | None:
+        """The lines the handler logged, as JSON for its attempt's record (None: none)."""
+        lines = run.ctx.run_log() if run.ctx is not None else None
+        if lines is None:
+            return None
+        try:
+            return encode_payload([clean(line) for line in lines])
+        except ValidationError:
+            return None
+
     def end(self, run: Run, kind: str, error: str = "", retry_ms: int = -1,
             result: Any = None) -> None:
         """Record how a run ended, once: it leaves the table, and its outcome goes to the
@@ -167,12 +178,13 @@ class Execution:
         self.capacity.set()
         finished = self.clock.now_ms()
         took = finished - run.started_ms
+        logged = self._run_log(run)
         if kind == Outcome.SUCCEEDED:
             stored = None if result is None else self._result(run, result)
             self.committer.add_succeeded(run.shard, (run.slot_id, run.token, run.started_ms,
-                                                finished) if stored is None else
-                                         (run.slot_id, run.token, run.started_ms, finished,
-                                          stored))
+                                                finished) if stored is None and logged is None
+                                         else (run.slot_id, run.token, run.started_ms,
+                                               finished, stored, logged))
             run.metrics.succeeded(took)
         elif kind == "released":
             self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
@@ -181,8 +193,10 @@ class Execution:
             self.abandoned[run.slot_id] = self.clock.monotonic()
             run.metrics.ended("lost", took)
         else:
-            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error, retry_ms,
-                                                  random.random(), run.started_ms, finished))
+            failed = (run.slot_id, run.token, kind, error, retry_ms, random.random(),
+                      run.started_ms, finished)
+            self.committer.add_failed(run.shard, failed if logged is None
+                                      else (*failed, logged))
             run.metrics.ended(kind, took)
 
     def _stuck(self, run: Run) -> None:

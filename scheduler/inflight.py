@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from . import metrics
 from .replies import Grant
@@ -22,7 +23,7 @@ class Run:
 
     __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
                  "delivery", "fire_ms", "started_ms", "handler", "stop_reason", "timer", "metrics",
-                 "deadline", "begun", "ended", "on_stuck", "stuck_after_s")
+                 "deadline", "begun", "ended", "on_stuck", "stuck_after_s", "ctx")
 
     def __init__(self, shard: int, slot_id: str, grant: Grant, deadline: float) -> None:
         self.shard = shard
@@ -42,6 +43,7 @@ class Run:
         self.stop_reason: str | None = None  # why we cancelled it: timeout, lost, cancel, release
         self.timer: asyncio.TimerHandle | None = None
         self.metrics: metrics.RunMetrics
+        self.ctx: Any = None  # the handler's Context, once it started (its log lines)
 
     def stop(self, reason: str) -> bool:
         """Cancel the handler (once); False when it already ended or was stopped. A task not

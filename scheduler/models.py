@@ -93,6 +93,7 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     finished_ms: int | None = None
     outcome: Outcome | None = None
     error: str | None = None
+    log: list[str] | None = None  # the lines the handler logged (ctx.logger, INFO and up)
 
 
 class Slot(msgspec.Struct, frozen=True, kw_only=True):
@@ -306,6 +307,10 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
             claimed_ms=_opt(raw, "claimed_ms"), lease_until_ms=_opt(raw, "lease_until"),
             started_ms=_opt(raw, "started_ms"), finished_ms=_opt(raw, "finished_ms"),
             outcome=Outcome(_s(raw, "outcome")) if raw.get(b"outcome") else None)
+    for key, value in raw.items():
+        if key.startswith(b"log:") and key[4:].isdigit() and int(key[4:]) in attempts:
+            n = int(key[4:])
+            attempts[n] = msgspec.structs.replace(attempts[n], log=decode_payload(value))
     status = SlotStatus(_s(raw, "status"))
     return Slot(
         slot_id=slot,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -11,6 +12,33 @@ from .models import check_task
 
 Handler = Callable[["Context", Any], Any]
 _log = logging.getLogger("scheduler.task")
+LOG_LINES = 100  # a run's ctx.logger lines kept with its attempt (the first ones)
+LOG_LINE_CHARS = 1000
+
+
+class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """ctx.logger: logs as any logger does, and keeps the run's lines at INFO and above, the
+    first LOG_LINES (each cut to LOG_LINE_CHARS), to be stored with its attempt whatever the
+    worker's log level: `sched runs` and the console show them."""
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any]) -> None:
+        super().__init__(logger, extra)
+        self.lines: list[str] = []
+        self.dropped = 0
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level >= logging.INFO:
+            if len(self.lines) < LOG_LINES:
+                try:
+                    text = str(msg) % args if args else str(msg)
+                except (TypeError, ValueError):
+                    text = f"{msg} {args}"
+                stamp = time.strftime("%H:%M:%S", time.gmtime())
+                self.lines.append(f"{stamp} {logging.getLevelName(level)} "
+                                  f"{' '.join(text.split())[:LOG_LINE_CHARS]}")
+            else:
+                self.dropped += 1
+        super().log(level, msg, *args, **kwargs)
 
 
 class Task:
@@ -63,7 +91,7 @@ class Context:
         self.fire_ms = fire_ms
         self.task = task
         self.delivery = delivery
-        self._logger: logging.LoggerAdapter[logging.Logger] | None = None
+        self._logger: RunLogger | None = None
         self._once = once
 
     async def once(self, name: str) -> bool:
@@ -83,9 +111,17 @@ class Context:
         return self.slot_id
 
     @property
-    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+    def logger(self) -> RunLogger:
         # Built on first use: most handlers never log, and this is the hot path.
         if self._logger is None:
-            self._logger = logging.LoggerAdapter(
+            self._logger = RunLogger(
                 _log, {"slot_id": self.slot_id, "task": self.task, "attempt": self.attempt})
         return self._logger
+
+    def run_log(self) -> list[str] | None:
+        """The lines this run logged (None: it logged none), for its attempt's record."""
+        lg = self._logger
+        if lg is None or not lg.lines:
+            return None
+        more = [f"({lg.dropped} more line(s) not kept)"] if lg.dropped else []
+        return [*lg.lines, *more]

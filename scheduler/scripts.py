@@ -80,25 +80,37 @@ def requeue(prefix: str, now_ms: int, maxlen: int,
 
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
              items: Sequence[tuple[Any, ...]]) -> Call:
-    """items: (slot_id, token, started_ms, finished_ms[, result JSON]). Times travel as
-    strings: Lua would print numbers back with "%.14g", which costs Redis more than the
-    msgpack bytes. Results, rare on the hot path, go apart: (item number, JSON) pairs."""
+    """items: (slot_id, token, started_ms, finished_ms[, result JSON, log lines JSON]).
+    Times travel as strings: Lua would print numbers back with "%.14g", which costs Redis
+    more than the msgpack bytes. Results and logs, rare on the hot path, go apart: (item
+    number, JSON) pairs."""
     flat: list[Any] = []
     results: list[Any] = []
+    logs: list[Any] = []
     for i, item in enumerate(items):
         flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])))
         if len(item) > 4:
-            results += (i + 1, _s(item[4]))
+            if item[4] is not None:
+                results += (i + 1, _s(item[4]))
+            if len(item) > 5 and item[5] is not None:
+                logs += (i + 1, _s(item[5]))
     return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat),
-                                        pack(results) if results else ""))
+                                        pack(results) if results else "",
+                                        pack(logs) if logs else ""))
 
 
 def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
-         items: Sequence[tuple[str, int, str, str, int, float, int, int]]) -> Call:
-    """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms)."""
+         items: Sequence[tuple[Any, ...]]) -> Call:
+    """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms[,
+    log lines JSON]); the logs go after the items, as msgpack (item number, JSON) pairs."""
     args: list[Any] = [now_ms, maxlen, worker, len(items)]
-    for item in items:
-        args.extend(item)
+    logs: list[Any] = []
+    for i, item in enumerate(items):
+        args.extend(item[:8])
+        if len(item) > 8 and item[8] is not None:
+            logs += (i + 1, _s(item[8]))
+    if logs:
+        args.append(pack(logs))
     return Call("fail", (prefix,), tuple(args))
 
 

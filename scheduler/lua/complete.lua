@@ -9,6 +9,8 @@
                            claim returned, as a string), started_ms, finished_ms
   ARGV[5]  results         "" or a msgpack array of pairs: item number (1-based), the
                            handler's return value as JSON, kept in the slot's `result`
+  ARGV[6]  logs            "" or the same pairs with the lines the run logged (JSON), kept
+                           in the slot's `log:<attempt>`
 
   Reply: one code per slot, in order (R, replies.py)
      R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
@@ -29,11 +31,15 @@ local maxlen = ARGV[2]
 local worker = ARGV[3]
 local items = cmsgpack.unpack(ARGV[4])
 local n = #items / 4
-local results = {}
-if ARGV[5] and ARGV[5] ~= '' then
-  local pairs_ = cmsgpack.unpack(ARGV[5])
-  for k = 1, #pairs_, 2 do results[pairs_[k]] = pairs_[k + 1] end
+local function by_item(arg)
+  local out = {}
+  if arg and arg ~= '' then
+    local flat = cmsgpack.unpack(arg)
+    for k = 1, #flat, 2 do out[flat[k]] = flat[k + 1] end
+  end
+  return out
 end
+local results, logs = by_item(ARGV[5]), by_item(ARGV[6])
 
 --- @include "_lib.lua"
 
@@ -50,6 +56,7 @@ for i = 0, n - 1 do
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
+    if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. s.attempt, logs[i + 1]) end
     if s.msg and s.msg ~= '' then
       local ids = acks[s.queue]
       if not ids then ids = {}; acks[s.queue] = ids end

@@ -13,6 +13,8 @@
            retry_ms        delay before the retry; -1 = from the job's retry policy
            u               uniform random in [0, 1) for the policy's jitter
            started_ms, finished_ms
+  ARGV[5 + 8n]  logs       (optional) msgpack array of pairs: item number (1-based), the
+                           lines the run logged (JSON), kept in the slot's `log:<attempt>`
 
   The policy delay after f failures: min(backoff_max_ms, backoff_base_ms * 2^(f-1)) *
   (1 - jitter * u). A retry goes back through the `due` set (the promoter dispatches it).
@@ -47,6 +49,12 @@ local function recorded(slot_key, token, outcome)
   return rec and cjson.decode(rec).outcome == outcome
 end
 
+local logs = {}
+if ARGV[5 + 8 * n] then
+  local flat = cmsgpack.unpack(ARGV[5 + 8 * n])
+  for k = 1, #flat, 2 do logs[flat[k]] = flat[k + 1] end
+end
+
 local reply = {}
 local retried, dead, cancelled, refused = {}, {}, {}, {}
 for i = 0, n - 1 do
@@ -63,6 +71,7 @@ for i = 0, n - 1 do
   else
     local record = attempt_record(s, outcome, ARGV[b + 7], ARGV[b + 8], err)
     end_lease(prefix, slot_id, s)
+    if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if outcome == 'cancelled' then
       redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
       reply[i + 1] = R.CANCELLED

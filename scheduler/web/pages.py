@@ -125,10 +125,11 @@ async def slot(client: Any, slot_id: str) -> Page:
                     ("/actions/purge", "purge", "slots", [slot_id], "Purge it from the DLQ?")]
     return "detail.html", {
         "title": f"Slot {slot_id}", "fields": fields, "actions": actions, "tables": [
-            ("Attempts", ["#", "worker", "claimed", "started", "finished", "outcome", "error"],
+            ("Attempts", ["#", "worker", "claimed", "started", "finished", "outcome", "error",
+                          "log"],
              [[a.number, a.worker or "-", when(a.claimed_ms), when(a.started_ms),
-               when(a.finished_ms), a.outcome.value if a.outcome else "-", a.error or ""]
-              for a in s.attempts])],
+               when(a.finished_ms), a.outcome.value if a.outcome else "-", a.error or "",
+               "\n".join(a.log or ())] for a in s.attempts])],
         "note": "The error is its first line and where it was raised; the worker logs the "
                 "whole traceback (logger scheduler.handler)."}
 
