@@ -154,8 +154,12 @@ class Execution:
 
     @staticmethod
     def _run_log(run: Run) -> bytes | None:
-        """The lines the handler logged, as JSON for its attempt's record (None: none)."""
-        lines = run.ctx.run_log() if run.ctx is not None else None
+        """The lines the handler logged, as JSON for its attempt's record (None: none). The
+        run lets go of its Context here: the context's ctx.once closure refers back to the
+        run, and a cycle per run would leave every finished run to the cyclic GC (measured:
+        ~10% of a busy worker's throughput)."""
+        ctx, run.ctx = run.ctx, None
+        lines = ctx.run_log() if ctx is not None else None
         if lines is None:
             return None
         try:
