@@ -182,15 +182,19 @@ def _info(replies: list[Any]) -> tuple[bool | None, int | None]:
             else None)
 
 
+def _info_pipe(node: Any) -> Any:
+    pipe = node.pipeline(transaction=False)
+    pipe.info("persistence")
+    pipe.info("replication")
+    return pipe
+
+
 async def nodes_info_async(client: Any) -> dict[str, tuple[bool | None, int | None]]:
     """host:port of each primary -> (AOF on, replicas connected); None where INFO failed."""
     out = {}
     for name, node in primaries(client):
-        pipe = node.pipeline(transaction=False)
-        pipe.info("persistence")
-        pipe.info("replication")
         try:
-            out[name] = _info(await pipe.execute(raise_on_error=False))
+            out[name] = _info(await _info_pipe(node).execute(raise_on_error=False))
         except redis.exceptions.RedisError:
             out[name] = (None, None)
     return out
@@ -199,11 +203,8 @@ async def nodes_info_async(client: Any) -> dict[str, tuple[bool | None, int | No
 def nodes_info_sync(client: Any) -> dict[str, tuple[bool | None, int | None]]:
     out = {}
     for name, node in primaries(client):
-        pipe = node.pipeline(transaction=False)
-        pipe.info("persistence")
-        pipe.info("replication")
         try:
-            out[name] = _info(pipe.execute(raise_on_error=False))
+            out[name] = _info(_info_pipe(node).execute(raise_on_error=False))
         except redis.exceptions.RedisError:
             out[name] = (None, None)
     return out

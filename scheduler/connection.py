@@ -71,6 +71,18 @@ class SentinelUrl:
     sentinel_password: str | None
 
 
+def _hosts(text: str, what: str, advice: str) -> list[tuple[str, int]]:
+    """host:port[,host:port...] of a sentinel or cluster URL ([IPv6] allowed)."""
+    out = []
+    for item in text.split(","):
+        host, colon, port = item.strip().rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise ConfigError(f"redis url: {what} {item!r} is not host:port ({advice}, "
+                              f"separated by commas)")
+        out.append((host.strip("[]"), int(port)))
+    return out
+
+
 def parse_sentinel(url: str) -> SentinelUrl | None:
     """The parts of a sentinel URL; None for any other URL; ConfigError for a bad one."""
     scheme, sep, rest = url.partition("://")
@@ -82,14 +94,8 @@ def parse_sentinel(url: str) -> SentinelUrl | None:
     if unknown:
         raise ConfigError(f"redis url: unknown option(s) {', '.join(sorted(unknown))} in a "
                           f"sentinel URL")
-    hosts = parts.netloc.rpartition("@")[2]
-    sentinels = []
-    for item in hosts.split(","):
-        host, colon, port = item.strip().rpartition(":")
-        if not colon or not host or not port.isdigit():
-            raise ConfigError(f"redis url: sentinel address {item!r} is not host:port "
-                              f"(give each sentinel as host:port, separated by commas)")
-        sentinels.append((host.strip("[]"), int(port)))
+    sentinels = _hosts(parts.netloc.rpartition("@")[2], "sentinel address",
+                       "give each sentinel as host:port")
     path = [p for p in parts.path.split("/") if p]
     if not path or len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
         raise ConfigError("redis url: a sentinel URL names its service after the hosts, "
@@ -135,13 +141,7 @@ def parse_cluster(url: str) -> ClusterUrl | None:
         return None
     parts = urllib.parse.urlsplit("x://" + rest)
     userinfo, at, hosts = parts.netloc.rpartition("@")
-    nodes = []
-    for item in hosts.split(","):
-        host, colon, port = item.strip().rpartition(":")
-        if not colon or not host or not port.isdigit():
-            raise ConfigError(f"redis url: cluster node {item!r} is not host:port (give any "
-                              f"nodes as host:port, separated by commas)")
-        nodes.append((host.strip("[]"), int(port)))
+    nodes = _hosts(hosts, "cluster node", "give any nodes as host:port")
     host = f"[{nodes[0][0]}]" if ":" in nodes[0][0] else nodes[0][0]
     plain = urllib.parse.urlunsplit((scheme.partition("+")[0], f"{userinfo}{at}{host}:"
                                      f"{nodes[0][1]}", parts.path, parts.query, ""))

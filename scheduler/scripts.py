@@ -314,24 +314,26 @@ def wait_replies(reply: Any, many: bool) -> list[Any]:
     return [r[0] if isinstance(r, list) else r for r in (reply if many else [reply])]
 
 
-def load_sync(client: redis.Redis) -> None:
-    """SCRIPT LOAD every script (on every primary of a cluster)."""
+def _load_pipes(client: Any) -> list[Any]:
+    """SCRIPT LOAD of every script, one pipeline per target (every primary of a cluster)."""
     targets = [c for _, c in cluster.primaries(client)] if cluster.is_cluster(client) \
         else [client]
+    pipes = []
     for target in targets:
         pipe = target.pipeline(transaction=False)
         for s in SOURCES.values():
             pipe.script_load(s.text)
+        pipes.append(pipe)
+    return pipes
+
+
+def load_sync(client: redis.Redis) -> None:
+    for pipe in _load_pipes(client):
         pipe.execute()
 
 
 async def load_async(client: redis.asyncio.Redis) -> None:
-    targets = [c for _, c in cluster.primaries(client)] if cluster.is_cluster(client) \
-        else [client]
-    for target in targets:
-        pipe = target.pipeline(transaction=False)
-        for s in SOURCES.values():
-            pipe.script_load(s.text)
+    for pipe in _load_pipes(client):
         await pipe.execute()
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import shutil
 import socket
 import subprocess
 import tempfile
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from .harness import wait_for
+from .harness import port_pings, stop_servers, wait_for
 
 
 class ClusterSet:
@@ -47,7 +46,7 @@ class ClusterSet:
         for port in self.ports:
             self._server(port)
         for port in self.ports:
-            wait_for(lambda p=port: _pings(p), 10, f"redis-server on {port}")
+            wait_for(lambda p=port: port_pings(p), 10, f"redis-server on {port}")
         subprocess.run(
             ["redis-cli", "--cluster", "create",
              *(f"127.0.0.1:{p}" for p in self.ports),
@@ -117,7 +116,7 @@ class ClusterSet:
         port = _cluster_port()
         self.ports.append(port)
         self._server(port)
-        wait_for(lambda: _pings(port), 10, f"redis-server on {port}")
+        wait_for(lambda: port_pings(port), 10, f"redis-server on {port}")
         subprocess.run(["redis-cli", "--cluster", "add-node", f"127.0.0.1:{port}",
                         f"127.0.0.1:{self.masters()[0]}"], check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=60)
@@ -145,7 +144,7 @@ class ClusterSet:
         """Start a killed node again on its own data dir: it rejoins the cluster (a master
         that was failed over comes back as its successor's replica)."""
         self._server(port)
-        wait_for(lambda: _pings(port), 10, f"redis-server on {port}")
+        wait_for(lambda: port_pings(port), 10, f"redis-server on {port}")
 
     def _all_slots_served(self) -> bool:
         return any(self._state_ok(p) for p in self.live_ports())
@@ -188,11 +187,7 @@ class ClusterSet:
                 m.execute_command("CLUSTER SETSLOT", slot, "NODE", dst)
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            p.kill()
-        for p in self.procs.values():
-            p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        stop_servers(list(self.procs.values()), self.dir)
 
 
 @contextlib.contextmanager
@@ -216,10 +211,3 @@ def _cluster_port() -> int:
             continue
         return port
 
-
-def _pings(port: int) -> bool:
-    with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
-        try:
-            return bool(r.ping())
-        except redis.exceptions.ConnectionError:
-            return False

@@ -38,6 +38,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def port_pings(port: int) -> bool:
+    """A redis-server answers on this loopback port."""
+    with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
+        try:
+            return bool(r.ping())
+        except redis.exceptions.ConnectionError:
+            return False
+
+
+def stop_servers(procs: list[subprocess.Popen[bytes]], workdir: Path) -> None:
+    """SIGKILL every process of a test's server set, reap them, remove their directory."""
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout

@@ -8,13 +8,14 @@ import time
 from collections import Counter
 from typing import Any
 
-from scheduler import Client, JobSpec
+from scheduler import Client, JobSpec, SchedulerError
 from scheduler.states import TERMINAL
 
 from .harness import GRACE_MS, LEASE_S, SWEEP_INTERVAL_S, Processes
 from .invariants import Report, observe, violations
 from .monitor import Monitor
 from .truth import JobTruth, Truth, TruthStore
+from .workload import FAST
 
 ORPHAN_GRACE_MS = int((LEASE_S + SWEEP_INTERVAL_S) * 1000) + 4000
 
@@ -161,3 +162,35 @@ def slow(n: int, effects: str, seconds: float, **kw: Any) -> list[JobSpec]:
     from .workload import FAST
     return [JobSpec(task="chaos.slow", payload={"seconds": seconds, "effects": effects},
                     retry=FAST, **kw) for _ in range(n)]
+
+
+def produce_acknowledged(client: Client, sc: Scenario, stop: Any, stats: dict[str, Any], *,
+                         rate: float, batch: int, seconds: float) -> None:
+    """Submit `rate` no-op jobs/s for `seconds` in batches, recording in the truth only what
+    submit_many acknowledged. A batch that failed (the primary gone, the replicas not
+    confirming in time) is sent again with the same dedupe keys until it is acknowledged, as
+    a producer should: the keys make the repeat safe. Refusals are counted in
+    stats["refused"]; stats["submitted"] is the number acknowledged."""
+    n, t0 = 0, time.monotonic()
+    while not stop.is_set() and time.monotonic() - t0 < seconds:
+        specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
+                         dedupe_key=f"p-{n + i}") for i in range(batch)]
+        lo, given_up = client._core.clock.now_ms(), time.monotonic() + 30
+        while True:
+            try:
+                ids = client.submit_many(specs)
+                break
+            except SchedulerError as exc:  # not acknowledged: send the same batch again
+                stats["refused"].append(type(exc).__name__)
+                if time.monotonic() > given_up:
+                    raise
+                time.sleep(0.05)
+        hi = client._core.clock.now_ms()
+        sc.truth.accept(ids, [JobTruth(kind="noop", max_attempts=FAST.max_attempts,
+                                       submitted_ms=(lo, hi)) for _ in specs])
+        n += batch
+        ahead = t0 + n / rate - time.monotonic()
+        if ahead > 0:
+            time.sleep(ahead)
+    stats["submitted"] = n
+    stats["seconds"] = time.monotonic() - t0

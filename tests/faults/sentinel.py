@@ -6,7 +6,6 @@ primary now."""
 from __future__ import annotations
 
 import contextlib
-import shutil
 import subprocess
 import tempfile
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 
 import redis
 
-from .harness import free_port, wait_for
+from .harness import free_port, port_pings, stop_servers, wait_for
 
 SERVICE = "sched-test"
 
@@ -45,7 +44,7 @@ class SentinelSet:
 
     def start(self) -> SentinelSet:
         self._server("a")
-        wait_for(lambda: _pings(self.ports["a"]), 10, "the primary")
+        wait_for(lambda: port_pings(self.ports["a"]), 10, "the primary")
         for name in list(self.ports)[1:]:
             self._server(name, "--replicaof", "127.0.0.1", str(self.ports["a"]))
         wait_for(lambda: self._replica_synced(self.ports["a"]), 20, "the replicas' first sync")
@@ -113,11 +112,7 @@ class SentinelSet:
                 return False
 
     def stop(self) -> None:
-        for p in self.procs.values():
-            p.kill()
-        for p in self.procs.values():
-            p.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        stop_servers(list(self.procs.values()), self.dir)
 
 
 @contextlib.contextmanager
@@ -128,10 +123,3 @@ def sentinel_set(down_after_ms: int = 1000, replicas: int = 2) -> Iterator[Senti
     finally:
         s.stop()
 
-
-def _pings(port: int) -> bool:
-    with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
-        try:
-            return bool(r.ping())
-        except redis.exceptions.ConnectionError:
-            return False

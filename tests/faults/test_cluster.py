@@ -21,13 +21,13 @@ import pytest
 import redis
 
 from conftest import SCHED
-from scheduler import Client, JobSpec, SchedulerError
+from scheduler import Client, JobSpec
 from scheduler.keys import Keys, shard_of
 from scheduler.sources import SOURCES
 
 from .cluster import ClusterSet, cluster_set
 from .harness import processes, wait_for
-from .scenario import Scenario
+from .scenario import Scenario, produce_acknowledged
 from .truth import JobTruth
 from .workload import FAST
 
@@ -106,32 +106,6 @@ RATE = 100  # jobs/s asked of the producer in the topology tests
 SECONDS = 15.0
 
 
-def _produce(client: Client, sc: Scenario, stop: threading.Event,
-             stats: dict[str, Any]) -> None:
-    n, t0, batch = 0, time.monotonic(), 10
-    while not stop.is_set() and time.monotonic() - t0 < SECONDS:
-        specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
-                         dedupe_key=f"p-{n + i}") for i in range(batch)]
-        lo, given_up = client._core.clock.now_ms(), time.monotonic() + 30
-        while True:
-            try:
-                ids = client.submit_many(specs)
-                break
-            except SchedulerError as exc:  # not acknowledged: send the same batch again
-                stats["refused"].append(type(exc).__name__)
-                if time.monotonic() > given_up:
-                    raise
-                time.sleep(0.05)
-        hi = client._core.clock.now_ms()
-        sc.truth.accept(ids, [JobTruth(kind="noop", max_attempts=FAST.max_attempts,
-                                       submitted_ms=(lo, hi)) for _ in specs])
-        n += batch
-        ahead = t0 + n / RATE - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
-    stats["submitted"] = n
-
-
 def _under_load(c: ClusterSet, redis_url: str, ns: str, fault: Any, **producer: Any) -> str:
     """Two nodes and two workers, a producer at RATE jobs/s, `fault(procs)` 3 s in; then
     every acknowledged job must have run with one committed success."""
@@ -150,7 +124,8 @@ def _under_load(c: ClusterSet, redis_url: str, ns: str, fault: Any, **producer: 
 
             def guarded() -> None:
                 try:
-                    _produce(client, sc, stop, stats)
+                    produce_acknowledged(client, sc, stop, stats, rate=RATE, batch=10,
+                                         seconds=SECONDS)
                 except Exception as exc:  # the test says it, not a thread warning
                     stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
 

@@ -18,13 +18,11 @@ from typing import Any
 
 import pytest
 
-from scheduler import Client, JobSpec, SchedulerError
+from scheduler import Client
 
 from .harness import processes, wait_for
-from .scenario import Scenario
+from .scenario import Scenario, produce_acknowledged
 from .sentinel import sentinel_set
-from .truth import JobTruth
-from .workload import FAST
 
 pytestmark = pytest.mark.slow
 
@@ -34,37 +32,11 @@ SECONDS = 10.0
 KILL_AT = 3.0
 
 
-def _produce(client: Client, sc: Scenario, stop: threading.Event,
-             stats: dict[str, Any]) -> None:
-    n, t0 = 0, time.monotonic()
-    while not stop.is_set() and time.monotonic() - t0 < SECONDS:
-        specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST,
-                         dedupe_key=f"p-{n + i}") for i in range(BATCH)]
-        lo, given_up = client._core.clock.now_ms(), time.monotonic() + 30
-        while True:
-            try:
-                ids = client.submit_many(specs)
-                break
-            except SchedulerError as exc:  # not acknowledged: send the same batch again
-                stats["refused"].append(type(exc).__name__)
-                if time.monotonic() > given_up:
-                    raise
-                time.sleep(0.05)
-        hi = client._core.clock.now_ms()
-        sc.truth.accept(ids, [JobTruth(kind="noop", max_attempts=FAST.max_attempts,
-                                       submitted_ms=(lo, hi)) for _ in specs])
-        n += BATCH
-        ahead = t0 + n / RATE - time.monotonic()
-        if ahead > 0:
-            time.sleep(ahead)
-    stats["submitted"] = n
-    stats["seconds"] = time.monotonic() - t0
-
-
 def _guarded(client: Client, sc: Scenario, stop: threading.Event,
              stats: dict[str, Any]) -> None:
     try:
-        _produce(client, sc, stop, stats)
+        produce_acknowledged(client, sc, stop, stats, rate=RATE, batch=BATCH,
+                             seconds=SECONDS)
     except Exception as exc:  # the test says it, not a thread warning
         stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
 
