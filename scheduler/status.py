@@ -29,6 +29,7 @@ from .connection import where
 from .keys import Keys
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
+ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
 
 
 class QueueShardStatus(msgspec.Struct, kw_only=True):
@@ -72,7 +73,7 @@ class Rate(msgspec.Struct, kw_only=True):
 
 class WorkerStatus(msgspec.Struct, kw_only=True):
     worker_id: str
-    alive: bool  # heartbeat younger than half its lease: 1.5 heartbeat intervals
+    alive: bool  # heartbeat younger than half its lease (1.5 intervals) + ALIVE_SLACK_MS
     heartbeat_age_s: float
     host: str
     pid: int
@@ -191,7 +192,7 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
     lease_ms = int(f.get("lease_ms", 30_000))
     rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
     return WorkerStatus(
-        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2,
+        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
         heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
         queues=[q for q in f.get("queues", "").split(",") if q],
         concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
@@ -386,7 +387,7 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details))
 
 
-def _weakest(values: list[Any], pick: Any) -> Any:
+def _weakest(values: list[Any], pick: Any) -> Any:  # None when any node's is unknown
     return None if not values or any(v is None for v in values) else pick(values)
 
 

@@ -73,5 +73,5 @@ def test_status_counts_failures_beside_successes(capsys: pytest.CaptureFixture[s
 
 def test_a_worker_that_missed_its_heartbeats_is_gone_within_half_its_lease() -> None:
     raw = {b"seen_ms": b"0", b"lease_ms": b"30000", b"host": b"h"}
-    assert _worker("w", 0, 14_000, raw).alive  # one heartbeat (every 10 s) late: alive
-    assert not _worker("w", 0, 16_000, raw).alive  # 1.5 intervals: gone, not 30 s later
+    assert _worker("w", 0, 16_000, raw).alive  # a heartbeat (every 10 s) late: alive
+    assert not _worker("w", 0, 17_500, raw).alive  # 1.5 intervals + 2 s: gone, not at 30 s
