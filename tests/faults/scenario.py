@@ -4,6 +4,7 @@ wait for every slot to settle, and check the invariants against the ground truth
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -194,3 +195,37 @@ def produce_acknowledged(client: Client, sc: Scenario, stop: Any, stats: dict[st
             time.sleep(ahead)
     stats["submitted"] = n
     stats["seconds"] = time.monotonic() - t0
+
+
+class Producer:
+    """produce_acknowledged in a thread, started at once; `finish()` waits for it (it must
+    have had every batch acknowledged), then settles the scenario and checks it, as every
+    test of a fault under load ends."""
+
+    def __init__(self, client: Client, sc: Scenario, **kw: Any) -> None:
+        self.sc = sc
+        self.stop = threading.Event()
+        self.stats: dict[str, Any] = {"refused": []}
+        self.thread = threading.Thread(target=self._run, args=(client, kw))
+        self.timeout = kw["seconds"] + 60
+        self.thread.start()
+
+    def _run(self, client: Client, kw: dict[str, Any]) -> None:
+        try:
+            produce_acknowledged(client, self.sc, self.stop, self.stats, **kw)
+        except Exception as exc:  # the test says it, not a thread warning
+            self.stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
+
+    def join(self) -> None:
+        self.thread.join(self.timeout)
+        self.stop.set()
+
+    def finish(self, procs: Processes) -> _Summary:
+        self.join()
+        assert not self.thread.is_alive(), "the producer never got its batches acknowledged"
+        assert "error" not in self.stats, self.stats["error"]
+        self.sc.settle(procs, 120)
+        summary = self.sc.report(procs)
+        summary.report.fail_if_violated()
+        assert procs.died() == [], procs.output()
+        return summary

@@ -27,7 +27,7 @@ from scheduler.sources import SOURCES
 
 from .cluster import ClusterSet, cluster_set
 from .harness import processes, wait_for
-from .scenario import Scenario, produce_acknowledged
+from .scenario import Producer, Scenario
 from .truth import JobTruth
 from .workload import FAST
 
@@ -111,7 +111,6 @@ def _under_load(c: ClusterSet, redis_url: str, ns: str, fault: Any, **producer: 
     every acknowledged job must have run with one committed success."""
     sc = Scenario(c.url, redis_url, ns)
     client = Client(c.url, ns, **producer)
-    stats: dict[str, Any] = {"refused": []}
     try:
         with processes(c.url, ns, redis_url, sc.truth) as procs:
             sc.client.create_namespace()
@@ -120,30 +119,15 @@ def _under_load(c: ClusterSet, redis_url: str, ns: str, fault: Any, **producer: 
             procs.worker("--concurrency", "100")
             procs.worker("--concurrency", "100")
             wait_for(lambda: len(sc.client.workers()) == 2, 30, "both workers")
-            stop = threading.Event()
-
-            def guarded() -> None:
-                try:
-                    produce_acknowledged(client, sc, stop, stats, rate=RATE, batch=10,
-                                         seconds=SECONDS)
-                except Exception as exc:  # the test says it, not a thread warning
-                    stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
-
-            thread = threading.Thread(target=guarded)
-            thread.start()
+            load = Producer(client, sc, rate=RATE, batch=10, seconds=SECONDS)
             try:
                 time.sleep(3)
                 faulted = time.time()
                 said = fault(procs)
             finally:
-                thread.join(SECONDS + 60)
-                stop.set()
-            assert not thread.is_alive(), "the producer never got its batches acknowledged"
-            assert "error" not in stats, stats["error"]
-            sc.settle(procs, 120)
-            summary = sc.report(procs)
-            summary.report.fail_if_violated()
-            assert procs.died() == [], procs.output()
+                load.join()
+            summary = load.finish(procs)
+            stats = load.stats
             after = sorted(line["t"] for line in sc.store.log()
                            if line["event"] == "ok" and line["t"] > faulted)
     finally:

@@ -12,16 +12,14 @@ until it is acknowledged, as a producer should: the dedupe keys make the repeat 
 
 from __future__ import annotations
 
-import threading
 import time
-from typing import Any
 
 import pytest
 
 from scheduler import Client
 
 from .harness import processes, wait_for
-from .scenario import Scenario, produce_acknowledged
+from .scenario import Producer, Scenario
 from .sentinel import sentinel_set
 
 pytestmark = pytest.mark.slow
@@ -30,15 +28,6 @@ RATE = 1000  # jobs/s asked of the producer
 BATCH = 20
 SECONDS = 10.0
 KILL_AT = 3.0
-
-
-def _guarded(client: Client, sc: Scenario, stop: threading.Event,
-             stats: dict[str, Any]) -> None:
-    try:
-        produce_acknowledged(client, sc, stop, stats, rate=RATE, batch=BATCH,
-                             seconds=SECONDS)
-    except Exception as exc:  # the test says it, not a thread warning
-        stats["error"] = f"the producer failed: {type(exc).__name__}: {exc}"
 
 
 def test_a_primary_killed_under_load_loses_no_acknowledged_job(redis_url: str, ns: str) -> None:
@@ -54,9 +43,7 @@ def test_a_primary_killed_under_load_loses_no_acknowledged_job(redis_url: str, n
                 procs.worker("--concurrency", "200")
                 procs.worker("--concurrency", "200")
                 wait_for(lambda: len(sc.client.workers()) == 2, 30, "both workers")
-                stop, stats = threading.Event(), {"refused": []}
-                thread = threading.Thread(target=_guarded, args=(producer, sc, stop, stats))
-                thread.start()
+                load = Producer(producer, sc, rate=RATE, batch=BATCH, seconds=SECONDS)
                 try:
                     time.sleep(KILL_AT)
                     # Every worker's leases and commits in flight may die with the primary
@@ -66,14 +53,9 @@ def test_a_primary_killed_under_load_loses_no_acknowledged_job(redis_url: str, n
                     killed = time.time()
                     failover_s = hs.wait_failover(old)
                 finally:
-                    thread.join(SECONDS + 60)
-                    stop.set()
-                assert not thread.is_alive(), "the producer never got its batches acknowledged"
-                assert "error" not in stats, stats["error"]
-                sc.settle(procs, 120)
-                summary = sc.report(procs)
-                summary.report.fail_if_violated()
-                assert procs.died() == [], procs.output()
+                    load.join()
+                summary = load.finish(procs)
+                stats = load.stats
                 log = sc.store.log()
         finally:
             producer.close()
