@@ -90,7 +90,8 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
         return
     policy = job.retry
     for label, value in [
-        ("job", job.job_id), ("task", job.task), ("queue", job.queue), ("kind", job.kind),
+        ("job", job.job_id), ("task", job.task), ("queue", job.queue),
+        ("priority", str(job.priority)), ("kind", job.kind),
         ("schedule", schedule_text(job)), ("fire time", when(job.fire_ms)),
         ("next fire", when(job.next_fire_ms)), ("missed", str(job.missed)),
         ("created", when(job.created_ms)),
@@ -131,7 +132,7 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
     for s in slots:
         result = ("result " + msgspec.json.encode(s.result).decode()[:80]
                   if s.result is not None else "")
-        rows.append([s.slot_id, s.status.value, "", "", "", "", result])
+        rows.append([s.slot_id, s.status.value, f"priority {s.priority}", "", "", "", result])
         for a in s.attempts:
             ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
             rows.append(["", f"#{a.number}", a.outcome.value if a.outcome else "-",

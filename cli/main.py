@@ -83,6 +83,8 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.argument("task")
 @click.option("--payload", default="null", help="JSON value, or @FILE to read it from a file.")
 @click.option("--queue", default="default")
+@click.option("--priority", type=click.IntRange(1, 5), default=3, show_default=True,
+              help="1 runs first, 5 last; worse ones still get a tenth of the starts.")
 @click.option("--timeout", default=None,
               help="How long a run may take before it is cancelled: 90 (seconds), 30s, 5m, 1h.")
 @click.option("--max-attempts", type=int, default=3, help="Attempts before the dead-letter queue.")
@@ -113,7 +115,8 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="Seconds to wait for them before failing (exit 1; the job may survive).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: str | None,
+def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: int,
+           timeout: str | None,
            max_attempts: int, delivery: str, dedupe_key: str | None, delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
@@ -130,7 +133,7 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, timeout: st
                 "end_at": _instant("end_at", end_at)}
     with Client(obj["redis_url"], obj["namespace"], durability=durability, replicas=replicas,
                 replica_timeout_s=replica_timeout) as client:
-        job_id = client.submit(task, value, queue=queue,
+        job_id = client.submit(task, value, queue=queue, priority=priority,
                                timeout=_duration_s("timeout", timeout), retry=retry,
                                delivery=delivery, dedupe_key=dedupe_key, **schedule)
         if as_json:

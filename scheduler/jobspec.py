@@ -26,6 +26,8 @@ class JobSpec(msgspec.Struct, kw_only=True):
     (5 fields, or 6 with seconds first); the rest apply to `cron` only: `tz` (IANA zone,
     default UTC), `catchup` (all | latest | none, default all) with `catchup_limit` (default
     1000), `overlap` (allow | skip, default allow), `start_at` / `end_at` (aware datetimes).
+    `priority`: 1 (runs first) to 5 (runs last), default 3 (Reader says how ties and
+    starvation are settled).
     """
 
     task: str
@@ -34,6 +36,7 @@ class JobSpec(msgspec.Struct, kw_only=True):
     timeout: float | None = None
     retry: RetryPolicy | None = None
     delivery: str = "at_least_once"
+    priority: int | None = None
     dedupe_key: str | None = None
     delay: Any = None
     at: Any = None
@@ -101,10 +104,10 @@ def spec_of(raw: Mapping[str, Any]) -> JobSpec:
 
 def one_spec(task: str, payload: Any, queue: str, timeout: float | None,
              retry: RetryPolicy | None, delivery: str, dedupe_key: str | None,
-             schedule: dict[str, Any]) -> list[JobSpec]:
+             schedule: dict[str, Any], priority: int | None = None) -> list[JobSpec]:
     """`submit`'s arguments as the one-job batch it submits."""
     return [JobSpec(task=task, payload=payload, queue=queue, timeout=timeout, retry=retry,
-                    delivery=delivery, dedupe_key=dedupe_key, **schedule)]
+                    delivery=delivery, priority=priority, dedupe_key=dedupe_key, **schedule)]
 
 
 def schedule_arguments(arguments: dict[str, Any]) -> dict[str, Any]:

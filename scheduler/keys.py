@@ -18,7 +18,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           orphans recovered)
     <ns>:{sNN}:config             hash    the namespace's settings its scripts enforce, copied
                                           into each shard (max_payload_bytes)
-    <ns>:{sNN}:q:<queue>          stream  dispatch; consumer group `workers`
+    <ns>:{sNN}:q:<queue>          stream  dispatch of priority 3 (the default); group `workers`
+    <ns>:{sNN}:q:<queue>:p<N>     stream  dispatch of priority N (1, 2, 4, 5): a queue's "lanes"
     <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
     <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
     <ns>:{sNN}:leases             zset    running at_most_once slot ids scored by lease_until (ms):
@@ -47,6 +48,12 @@ SUFFIX_JOB = "job:"
 SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
+
+# Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
+# own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
+# the plain stream name, so a namespace that never uses priorities has the keys it always had.
+PRIORITIES = (1, 2, 3, 4, 5)
+DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, "due", "cron",
@@ -86,6 +93,17 @@ def split_slot_id(slot: str) -> tuple[str, int]:
     if not sep or not fire.isdigit() or not _ID.match(job_id):
         raise ValidationError("slot_id", f"{slot!r} is not a slot id (expected JOB_ID:FIRE_MS)")
     return job_id, int(fire)
+
+
+def lane(queue: str, priority: int) -> str:
+    """The dispatch stream name (after `q:`) of a queue's priority; _lib.lua's lane() is the
+    same rule. Queue names hold no ':', so a lane names one (queue, priority)."""
+    return queue if priority == DEFAULT_PRIORITY else f"{queue}:p{priority}"
+
+
+def lanes(queue: str) -> list[str]:
+    """A queue's lanes, best priority first."""
+    return [lane(queue, p) for p in PRIORITIES]
 
 
 def cron_in(prefix: str) -> str:
@@ -157,8 +175,8 @@ class Keys:
     def config(self, shard: int) -> str:
         return f"{self.prefix(shard)}config"  # hash
 
-    def queue(self, shard: int, queue: str) -> str:
-        return f"{self.prefix(shard)}{SUFFIX_QUEUE}{queue}"  # stream
+    def queue(self, shard: int, queue: str, priority: int = DEFAULT_PRIORITY) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_QUEUE}{lane(queue, priority)}"  # stream
 
     def events(self, shard: int) -> str:
         return f"{self.prefix(shard)}events"  # stream

@@ -12,7 +12,7 @@ from typing import Any
 import msgspec
 
 from .errors import ValidationError
-from .keys import check_name
+from .keys import DEFAULT_PRIORITY, PRIORITIES, check_name
 from .states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -61,6 +61,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     job_id: str
     task: str
     queue: str = "default"
+    priority: int = DEFAULT_PRIORITY  # 1 runs first, 5 last
     payload: Any = None
     timeout_s: float | None = None
     retry: RetryPolicy = RetryPolicy()
@@ -104,6 +105,7 @@ class Slot(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 0
     failures: int = 0
     queue: str = "default"
+    priority: int = DEFAULT_PRIORITY
     task: str = ""
     token: int = 0
     worker: str | None = None
@@ -130,6 +132,16 @@ def check_timeout(timeout: Any) -> float | None:
         raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of "
                                          f"seconds > 0 and at most {MAX_SECONDS:,} (a year)")
     return float(timeout)
+
+
+def check_priority(priority: Any) -> int:
+    if priority is None:
+        return DEFAULT_PRIORITY
+    if type(priority) is not int or priority not in PRIORITIES:
+        raise ValidationError("priority", f"{priority!r} is not a priority; use an integer from "
+                                          f"1 (runs first) to 5 (runs last), default "
+                                          f"{DEFAULT_PRIORITY}")
+    return priority
 
 
 def check_delivery(delivery: Any) -> Delivery:
@@ -214,6 +226,7 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "delivery": Delivery.AT_LEAST_ONCE.value,
     "dedupe_key": "",
     "kind": JobKind.IMMEDIATE.value,
+    "priority": DEFAULT_PRIORITY,
     # schedules (scheduler/schedule.py); immediate jobs store none of them
     "delay_ms": 0,
     "cron": "",
@@ -228,7 +241,8 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
 
 def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
                dedupe_key: str | None, kind: str,
-               schedule: dict[str, str | int] | None = None) -> list[str | bytes | int | float]:
+               schedule: dict[str, str | int] | None = None,
+               priority: int = DEFAULT_PRIORITY) -> list[str | bytes | int | float]:
     """The job hash beyond task/queue/fire_ms/created_ms, as flat field/value pairs, leaving
     out every field equal to its default (less for Redis to store and the script to write)."""
     values: dict[str, str | int | float] = {
@@ -240,6 +254,7 @@ def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, deli
         "delivery": delivery.value,
         "dedupe_key": dedupe_key or "",
         "kind": kind,
+        "priority": priority,
         **(schedule or {}),
     }
     out: list[str | bytes | int | float] = []
@@ -268,6 +283,7 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         job_id=job_id,
         task=_s(raw, "task"),
         queue=_s(raw, "queue", "default"),
+        priority=_i(raw, "priority"),
         payload=decode_payload(raw.get(b"payload")),
         timeout_s=timeout_ms / 1000 if timeout_ms else None,
         retry=RetryPolicy(
@@ -320,6 +336,7 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
         attempt=current,
         failures=_i(raw, "failures"),
         queue=_s(raw, "queue", "default"),
+        priority=_i(raw, "priority", DEFAULT_PRIORITY),
         task=_s(raw, "task"),
         token=current,
         worker=_s(raw, "worker") or None,

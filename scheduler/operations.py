@@ -137,7 +137,8 @@ def now_ms(core: Core) -> Op[int]:
 
 def submit(core: Core, task: str, payload: Any = None, *, queue: str = "default",
            timeout: float | None = None, retry: RetryPolicy | None = None,
-           delivery: str = "at_least_once", dedupe_key: str | None = None,
+           delivery: str = "at_least_once", priority: int | None = None,
+           dedupe_key: str | None = None,
            delay: float | timedelta | None = None, at: datetime | None = None,
            cron: str | None = None, tz: str | None = None, catchup: str | None = None,
            catchup_limit: int | None = None, overlap: str | None = None,
@@ -146,10 +147,10 @@ def submit(core: Core, task: str, payload: Any = None, *, queue: str = "default"
     """Submit one job; returns its id (the first job's id for a repeated dedupe key).
 
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
-    catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `durability` as for
-    submit_many."""
+    catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `priority` 1 (first) to 5
+    (last), default 3. `durability` as for submit_many."""
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
-                    schedule_arguments(locals()))
+                    schedule_arguments(locals()), priority)
     return (yield from submit_many(core, jobs, durability=durability))[0]
 
 

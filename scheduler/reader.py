@@ -2,7 +2,9 @@
 claimed yet (the backlog), and taking back what a lost reply handed it.
 
 One `Reader` per worker, shared by its claim pipelines (worker.py): every pipeline takes
-from the same backlog, so a read of one pipeline feeds the others.
+from the same backlog, so a read of one pipeline feeds the others. A worker reads every lane
+(one stream per priority, keys.lanes) of its queues; the backlog hands entries out by
+priority (backlog.py has the rule).
 
 On a single Redis one XREADGROUP reads every stream. On a Redis Cluster a read may name the
 streams of one hash tag only, so each shard has its own read in flight (`per_shard`), sent to
@@ -22,11 +24,10 @@ from typing import Any
 import redis.asyncio
 
 from . import cluster, namespace, scripts
-from .keys import DISPATCH_GROUP, Keys
+from .backlog import Backlog, Entry
+from .keys import DISPATCH_GROUP, PRIORITIES, Keys, lane
 
 log = logging.getLogger("scheduler.worker")
-
-Entry = tuple[int, str, bytes, str]  # shard, queue, stream entry id, slot id
 
 
 class Reader:
@@ -37,10 +38,12 @@ class Reader:
         self.consumer = consumer
         self.batch = batch
         self.events_maxlen = events_maxlen
-        self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, queue)
+        self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, lane)
+        self.queue_of: dict[str, str] = {}  # lane -> its queue
+        self._per_priority = 1  # streams of one priority: a read's COUNT is shared by these
         self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
-        self._stream_of: dict[bytes, tuple[int, str]] = {}
-        self.backlog: deque[Entry] = deque()
+        self._stream_of: dict[bytes, tuple[int, str, deque[Entry]]] = {}
+        self.backlog = Backlog()
         # A read or claim whose reply was lost may have handed this consumer entries it never
         # saw: the next read first looks at its own pending list (see recover).
         self.must_recover = False
@@ -49,12 +52,20 @@ class Reader:
         self._shard_tail: dict[int, tuple[Any, ...]] = {}  # per_shard: STREAMS ... of a shard
 
     async def open(self, shards: int, queues: Iterable[str]) -> None:
-        """Read these queues over every shard; make sure each stream has the group."""
-        self.streams = [(self.keys.queue(s, q).encode(), s, q) for q in queues
-                        for s in range(shards)]
+        """Read every lane of these queues over every shard; make sure each stream has the
+        group."""
+        queues = list(queues)
+        self.streams = [(self.keys.queue(s, q, p).encode(), s, lane(q, p)) for q in queues
+                        for p in PRIORITIES for s in range(shards)]
+        for q in queues:
+            for p in PRIORITIES:
+                self.queue_of[lane(q, p)] = q
+                self.backlog.know(lane(q, p), p)
+        self._per_priority = max(1, len(self.streams) // len(PRIORITIES))
         self._read_tail = ("STREAMS", *(key for key, _, _ in self.streams),
                            *(">" for _ in self.streams))
-        self._stream_of = {key: (shard, queue) for key, shard, queue in self.streams}
+        self._stream_of = {key: (shard, lane_name, self.backlog.lane(lane_name))
+                           for key, shard, lane_name in self.streams}
         for shard in range(shards):
             keys = [key for key, s, _ in self.streams if s == shard]
             self._shard_tail[shard] = ("STREAMS", *keys, *(">" for _ in keys))
@@ -68,8 +79,10 @@ class Reader:
     async def read(self, free: int, block_ms: int | None) -> None:
         """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
         more entries than there are free run slots: the rest wait in `backlog`, unclaimed
-        (no lease runs down), and are claimed as runs finish."""
-        count = -(-min(self.batch, free) // len(self.streams))
+        (no lease runs down), and are claimed as runs finish. COUNT is shared among the
+        streams of one priority, not all of them: a namespace using one priority must read
+        as much per call as it did before lanes."""
+        count = -(-min(self.batch, free) // self._per_priority)
         if self.per_shard:
             return await self._read_shards(count, block_ms)
         try:
@@ -166,26 +179,25 @@ class Reader:
                         len(self.backlog) - before)
 
     def take(self, n: int) -> list[Entry]:
-        return [self.backlog.popleft() for _ in range(min(n, len(self.backlog)))]
+        return self.backlog.take(n)
 
     def give_back(self, entries: list[Entry]) -> None:
         """Entries whose claim may or may not have run: first in line again."""
-        self.backlog.extendleft(reversed(entries))
+        self.backlog.give_back(entries)
 
     async def requeue_backlog(self, now_ms: int) -> None:
         """Hand back entries read but never claimed, so another worker runs them now rather
         than after the reclaimer's idle timeout."""
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
-        while self.backlog:
-            shard, queue, msg_id, slot_id = self.backlog.popleft()
-            entries.setdefault(shard, []).append((queue, msg_id, slot_id))
+        for shard, lane_name, msg_id, slot_id in self.backlog.drain():
+            entries.setdefault(shard, []).append((lane_name, msg_id, slot_id))
         await scripts.run_async(self.redis, [
             scripts.requeue(self.keys.prefix(s), now_ms, self.events_maxlen, items)
             for s, items in entries.items()])
 
     def prefetch(self, pipe: Any) -> int:
         """Append a non-blocking read to a claim's pipeline (scripts.run_async_then)."""
-        pipe.execute_command(*self._xreadgroup(-(-self.batch // len(self.streams)), None))
+        pipe.execute_command(*self._xreadgroup(-(-self.batch // self._per_priority), None))
         return 1
 
     def _xreadgroup(self, count: int, block_ms: int | None,
@@ -204,12 +216,12 @@ class Reader:
         or the same pairs as a list (RESP2). An entry deleted from the stream comes without
         fields (its slot is the sweeper's to find)."""
         for key, messages in (reply.items() if isinstance(reply, dict) else reply or ()):
-            shard, queue = self._stream_of[key]
+            shard, lane_name, waiting = self._stream_of[key]
             for msg_id, fields in messages:
                 if fields:
                     slot = fields[1].decode()
                     if slot not in skip:
-                        self.backlog.append((shard, queue, msg_id, slot))
+                        waiting.append((shard, lane_name, msg_id, slot))
 
 
 def _from_start(tail: tuple[Any, ...]) -> tuple[Any, ...]:

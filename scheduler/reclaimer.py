@@ -17,7 +17,7 @@ import redis.asyncio
 
 from . import metrics, scripts
 from .clock import Clock, resync
-from .keys import Keys
+from .keys import Keys, lanes
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
 from .replies import Reclaimed
@@ -49,11 +49,11 @@ class Reclaimer(Service):
         """One pass over every shard; returns what it did."""
         await resync(self.clock, self.redis)
         members: set[Any] = await self.redis.smembers(self.keys.queues)
-        queues = sorted(q.decode() for q in members)
+        streams = [lane for q in sorted(q.decode() for q in members) for lane in lanes(q)]
         now = self.clock.now_ms()
         calls = [scripts.reclaim(self.keys.prefix(s), now, self.events_maxlen, self.batch,
                                  self.lease_ms,
-                                 [(q, self.cursors.get((s, q), "-")) for q in queues])
+                                 [(q, self.cursors.get((s, q), "-")) for q in streams])
                  for s in self.shards]
         replies = await scripts.run_async(self.redis, calls)
         # Workers that vanished without a clean stop stay in the registry; after many leases
@@ -65,8 +65,8 @@ class Reclaimer(Service):
             reply = Reclaimed.decode(raw)
             for name, count in reply.counts().items():
                 done[name] += count
-            for queue, cursor in zip(queues, reply.cursors, strict=True):
-                self.cursors[(shard, queue)] = cursor
+            for lane, cursor in zip(streams, reply.cursors, strict=True):
+                self.cursors[(shard, lane)] = cursor
         for name, count in done.items():
             self.totals[name] += count
         expired = done["reclaimed"] + done["lost"] + done["dead"]

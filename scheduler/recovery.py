@@ -23,7 +23,7 @@ from . import cluster, scripts
 from . import namespace as namespace_policy
 from .clock import Clock, RedisClock, resync_sync
 from .errors import NamespaceError
-from .keys import DISPATCH_GROUP, Keys, shard_of
+from .keys import DISPATCH_GROUP, PRIORITIES, Keys, shard_of
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
 from .namespace import EVENTS_MAXLEN
 from .replies import Restored
@@ -71,8 +71,9 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     if queues:
         client.sadd(keys.queues, *{q for _, q in queues})
         pipe = cluster.pipeline(client)
-        namespace_policy.create_groups(pipe, (keys.queue(shard, queue)
-                                              for shard, queue in sorted(queues)), DISPATCH_GROUP)
+        namespace_policy.create_groups(pipe, (keys.queue(shard, queue, p)
+                                              for shard, queue in sorted(queues)
+                                              for p in PRIORITIES), DISPATCH_GROUP)
         namespace_policy.check_groups(pipe.execute(raise_on_error=False))
 
     calls = []

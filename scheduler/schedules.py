@@ -92,8 +92,8 @@ def schedule(core: Core, /, name: str, task: str, payload: Any = None,
     spec writes nothing, a changed spec replaces the definition from the next occurrence
     (occurrences already materialized ahead are removed and made again under the new one),
     and any number of processes declaring it at once make one series. `options` are
-    submit's (cron= required; queue, timeout, retry, delivery, tz, catchup, catchup_limit,
-    overlap, start_at, end_at). A deleted schedule declared again with the same spec stays
+    submit's (cron= required; queue, priority, timeout, retry, delivery, tz, catchup,
+    catchup_limit, overlap, start_at, end_at). A deleted schedule declared again with the same spec stays
     deleted; with another spec it is a series again. Returns the job id (= name)."""
     spec, digest = _named_spec(name, task, payload, options)
     try:
@@ -129,7 +129,10 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
         spec = JobSpec(task=task, payload=payload, **options)
     except TypeError as exc:
         raise ValidationError("options", str(exc)) from None
-    return spec, hashlib.blake2b(msgspec.json.encode(spec, order="sorted"),
+    fields = msgspec.structs.asdict(spec)
+    if fields["priority"] is None:  # specs declared before priorities keep their digest
+        del fields["priority"]
+    return spec, hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
                                  digest_size=12).hexdigest()
 
 

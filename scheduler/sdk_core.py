@@ -35,6 +35,7 @@ from .models import (
     Slot,
     check_dedupe_key,
     check_delivery,
+    check_priority,
     check_queue,
     check_task,
     check_timeout,
@@ -195,6 +196,7 @@ class Core:
         options = spec.schedule_options()
         schedule = IMMEDIATE if options is None else resolve(now_ms, **options)
         timeout = check_timeout(spec.timeout)
+        priority = check_priority(spec.priority)
         dedupe = check_dedupe_key(spec.dedupe_key)
         retry = spec.retry or DEFAULT_RETRY
         if not isinstance(retry, RetryPolicy):
@@ -202,15 +204,15 @@ class Core:
         payload = encode_payload(spec.payload, self.max_payload_bytes)
         job_id = dedupe_job_id(dedupe) if dedupe else random_ids.next()
         if dedupe is None and not schedule.fields:
-            key = (timeout, retry, delivery, schedule.kind)
+            key = (timeout, retry, delivery, schedule.kind, priority)
             rest = self._fields.get(key)
             if rest is None:
                 rest = self._fields[key] = job_fields(b"null", timeout, retry, delivery, None,
-                                                      schedule.kind)
+                                                      schedule.kind, None, priority)
             fields = ["payload", payload, *rest] if payload != b"null" else list(rest)
         else:
             fields = job_fields(payload, timeout, retry, delivery, dedupe, schedule.kind,
-                                schedule.fields)
+                                schedule.fields, priority)
         fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
         return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
 

@@ -138,8 +138,8 @@ class Worker:
         if not take:
             return 0
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
-        for shard, queue, msg_id, slot_id in take:
-            entries.setdefault(shard, []).append((queue, msg_id, slot_id))
+        for shard, lane, msg_id, slot_id in take:
+            entries.setdefault(shard, []).append((lane, msg_id, slot_id))
         # While busy, the next batch is read (without blocking) in the claim's round trip,
         # so a busy worker pays one round trip per batch instead of two.
         prefetch = (len(reader.backlog) < self.config.batch and not self.stopping.is_set()
@@ -196,9 +196,10 @@ class Worker:
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._run_metrics
+        queue_of = self.reader.queue_of
         for shard, reply in zip(shards, answers, strict=True):
-            for (queue, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
-                                                  strict=True):
+            for (lane, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
+                                                 strict=True):
                 if grant is None or slot_id in running:
                     continue
                 if unconfirmed is not None and grant[4] == "at_most_once":
@@ -206,6 +207,7 @@ class Worker:
                     continue
                 run = Run(shard, slot_id, grant, deadline)
                 run.started_ms = now
+                queue = queue_of[lane]
                 m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
                 run.metrics = m
                 m.start_lag.observe_ms(now - run.fire_ms)

@@ -20,7 +20,7 @@ from scheduler import Client, Registry, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
-from scheduler.node import SchedulerNode
+from scheduler.node import NodeConfig, SchedulerNode
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
 from scheduler.store import open_store
 from scheduler.worker import Worker, WorkerConfig
@@ -73,14 +73,15 @@ _queues = itertools.count()
 
 
 async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
-                    timeout: float = 30, node: bool = False, **config: Any) -> Worker:
+                    timeout: float = 30, node: bool = False, node_config: NodeConfig | None = None,
+                    **config: Any) -> Worker:
     """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
     client = async_redis(redis_url)
     config.setdefault("block_ms", 50)
     worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
     services: list[Any] = [worker]
     if node:
-        services.append(SchedulerNode(client, namespace=ns))
+        services.append(SchedulerNode(client, namespace=ns, config=node_config))
     tasks = [asyncio.create_task(s.run()) for s in services]
     deadline = time.monotonic() + timeout
     try:

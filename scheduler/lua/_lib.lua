@@ -12,11 +12,19 @@ local function emit(prefix, maxlen, now, kind, records, worker)
     'type', kind, 'ts', now, 'worker', worker or '', 'data', cjson.encode(records))
 end
 
--- Ack a dispatch-stream entry. Acked entries are trimmed in bulk by claim (trim_acked), which
--- is far cheaper than an XDEL per entry.
-local function ack(prefix, queue, msg)
+-- The dispatch stream (after `q:`) of a queue's priority; keys.lane() is the same rule. A
+-- slot or job hash holds `priority` only when it is not the default, whose lane is the plain
+-- queue name.
+local function lane(queue, priority)
+  if priority and tonumber(priority) ~= DEFAULT.priority then return queue .. ':p' .. priority end
+  return queue
+end
+
+-- Ack a dispatch-stream entry of a lane. Acked entries are trimmed in bulk by claim
+-- (trim_acked), which is far cheaper than an XDEL per entry.
+local function ack(prefix, lane_name, msg)
   if msg and msg ~= '' then
-    redis.call('XACK', prefix .. 'q:' .. queue, 'workers', msg)
+    redis.call('XACK', prefix .. 'q:' .. lane_name, 'workers', msg)
   end
 end
 
@@ -46,16 +54,16 @@ end
 -- The fenced view of a running slot: nil unless it is running under `token` (its attempt).
 local function leased(slot_key, token)
   local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker',
-    'claimed_ms', 'lease_until', 'job_id')
+    'claimed_ms', 'lease_until', 'job_id', 'priority')
   if st[1] ~= 'running' or st[2] ~= token then return nil, st end
-  return {msg = st[3], queue = st[4], attempt = tonumber(st[2]), worker = st[5],
+  return {msg = st[3], lane = lane(st[4], st[9]), attempt = tonumber(st[2]), worker = st[5],
     claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8]}, st
 end
 
 -- The attempt is over: its stream entry is acked, or it leaves the shard's lease set.
 local function end_lease(prefix, slot_id, s)
   if s.msg and s.msg ~= '' then
-    ack(prefix, s.queue, s.msg)
+    ack(prefix, s.lane, s.msg)
   else  -- at_most_once: acked at claim, tracked in `leases` instead
     redis.call('ZREM', prefix .. 'leases', slot_id)
   end
@@ -64,9 +72,10 @@ end
 -- leased() for the hot path (complete): only what ending the lease needs (and the worker,
 -- to tell a repeated commit from a late one).
 local function leased_brief(slot_key, token)
-  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker')
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker',
+    'priority')
   if st[1] ~= 'running' or st[2] ~= token then return nil, st end
-  return {msg = st[3], queue = st[4], attempt = tonumber(st[2])}, st
+  return {msg = st[3], lane = lane(st[4], st[6]), attempt = tonumber(st[2])}, st
 end
 
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
@@ -80,9 +89,9 @@ local function attempt_record(s, outcome, started, finished, err)
   return cjson.encode(rec)
 end
 
--- Put a slot (back) into its queue's dispatch stream under a new entry.
-local function dispatch(prefix, slot_key, slot_id, queue, now)
-  local msg = redis.call('XADD', prefix .. 'q:' .. queue, '*', 's', slot_id)
+-- Put a slot (back) into its lane's dispatch stream under a new entry.
+local function dispatch(prefix, slot_key, slot_id, lane_name, now)
+  local msg = redis.call('XADD', prefix .. 'q:' .. lane_name, '*', 's', slot_id)
   redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'available_ms', now)
   return msg
 end
@@ -124,6 +133,6 @@ local function expire_lease(prefix, slot_id, slot_key, s, now)
     return 'dead', {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
   end
   redis.call('HSET', slot_key, 'a:' .. token, record)
-  dispatch(prefix, slot_key, slot_id, s.queue, now)
+  dispatch(prefix, slot_key, slot_id, s.lane, now)
   return 'reclaimed', {slot = slot_id, attempt = s.attempt, worker = s.worker}
 end

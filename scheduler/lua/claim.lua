@@ -6,8 +6,9 @@
   ARGV[2]  events_maxlen
   ARGV[3]  worker_id       also the worker's consumer name in group "workers"
   ARGV[4]  lease_ms        the lease granted: lease_until = now + lease_ms
-  ARGV[5]  entries         msgpack array, 3 strings per entry: queue, msg_id (the stream
-                           entry id), slot_id
+  ARGV[5]  entries         msgpack array, 3 strings per entry: lane (the queue's dispatch
+                           stream it was read from, keys.lane), msg_id (the stream entry
+                           id), slot_id
 
   Reply: one array per entry, in order (codes: R, replies.py; decoded by replies.claimed)
      {R.OK, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt
@@ -55,8 +56,8 @@ local records = {}
 local touched = {}
 for i = 0, n - 1 do
   local b = i * 3
-  local queue, msg, slot_id = items[b + 1], items[b + 2], items[b + 3]
-  touched[queue] = true
+  local lane_name, msg, slot_id = items[b + 1], items[b + 2], items[b + 3]
+  touched[lane_name] = true
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms', 'attempt',
     'worker')
@@ -70,7 +71,7 @@ for i = 0, n - 1 do
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s, 'msg', '')
       redis.call('ZADD', leases, lease_s, slot_id)
-      ack(prefix, queue, msg)
+      ack(prefix, lane_name, msg)
     else
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s)
@@ -85,12 +86,12 @@ for i = 0, n - 1 do
   elseif st[1] == 'running' and st[2] == msg then
     reply[i + 1] = {R.HELD}
   else
-    ack(prefix, queue, msg)
+    ack(prefix, lane_name, msg)
     reply[i + 1] = {R.STALE}
   end
 end
 
-for queue in pairs(touched) do trim_acked(prefix .. 'q:' .. queue) end
+for lane_name in pairs(touched) do trim_acked(prefix .. 'q:' .. lane_name) end
 if #records > 0 then
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
     'type', 'claimed', 'ts', now_s, 'worker', worker, 'lease_until', lease_s,

@@ -45,7 +45,7 @@ local results, logs = by_item(ARGV[5]), by_item(ARGV[6])
 
 local reply = {}
 local done, refused = {}, {}
-local acks = {}  -- queue -> entry ids, acked together after the loop
+local acks = {}  -- lane -> entry ids, acked together after the loop
 for i = 0, n - 1 do
   local b = i * 4
   local slot_id, token = items[b + 1], items[b + 2]
@@ -58,8 +58,8 @@ for i = 0, n - 1 do
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. s.attempt, logs[i + 1]) end
     if s.msg and s.msg ~= '' then
-      local ids = acks[s.queue]
-      if not ids then ids = {}; acks[s.queue] = ids end
+      local ids = acks[s.lane]
+      if not ids then ids = {}; acks[s.lane] = ids end
       ids[#ids + 1] = s.msg
     else
       end_lease(prefix, slot_id, s)  -- at_most_once: leaves the leases set

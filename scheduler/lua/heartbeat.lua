@@ -20,16 +20,19 @@ local lease_until = now + tonumber(ARGV[2])
 local worker = ARGV[3]
 local n = tonumber(ARGV[4])
 
+--- @include "_lib.lua"
+
 local reply = {}
 for i = 0, n - 1 do
   local b = 4 + i * 2
   local slot_id, token = ARGV[b + 1], ARGV[b + 2]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'cancel')
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'cancel',
+    'priority')
   if st[1] == 'running' and st[2] == token then
     redis.call('HSET', slot_key, 'lease_until', lease_until)
     if st[3] and st[3] ~= '' then
-      redis.call('XCLAIM', prefix .. 'q:' .. st[4], 'workers', worker, 0, st[3], 'JUSTID')
+      redis.call('XCLAIM', prefix .. 'q:' .. lane(st[4], st[6]), 'workers', worker, 0, st[3], 'JUSTID')
     else  -- at_most_once: no pending entry; its lease lives in the `leases` zset
       redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)
     end

@@ -10,7 +10,8 @@
                            only what the owner has left overdue
 
   Slots in `due` whose score is <= due_before are taken in score order. A slot that is no longer
-  `scheduled` (cancelled, or gone) is only removed from `due`.
+  `scheduled` (cancelled, or gone) is only removed from `due`. A slot goes to the lane of its
+  priority (slot field `priority`, absent for the default: _lib.lua's lane()).
 
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
   overlap="skip") is dispatched only if the job's last dispatched slot (job field `active`)
@@ -48,7 +49,7 @@ end
 
 for _, slot_id in ipairs(ids) do
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'job_id')
+  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'job_id', 'priority')
   if st[1] == 'scheduled' then
     local job_key = prefix .. 'job:' .. (st[4] or '')
     local active = nil
@@ -57,7 +58,7 @@ for _, slot_id in ipairs(ids) do
       redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
       skipped[#skipped + 1] = {slot = slot_id, active = active}
     else
-      local msg = redis.call('XADD', prefix .. 'q:' .. st[2], '*', 's', slot_id)
+      local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[5]), '*', 's', slot_id)
       redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
       if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
       records[#records + 1] = {slot = slot_id}

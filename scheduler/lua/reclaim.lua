@@ -8,8 +8,9 @@
   ARGV[2]  events_maxlen
   ARGV[3]  limit           most slots per pass, per source
   ARGV[4]  min_idle_ms     min idle time of pending entries (the lease length)
-  ARGV[5]  q               number of queues; then 2 fields per queue: queue, cursor (the
-                           first pending id to look at, "-" to start)
+  ARGV[5]  q               number of lanes (dispatch streams: a queue has one per priority,
+                           keys.lanes); then 2 fields per lane: lane, cursor (the first
+                           pending id to look at, "-" to start)
 
   Where running slots are found:
   1. at_least_once / exactly_once slots keep their stream entry pending while they run, and

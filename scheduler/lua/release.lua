@@ -46,7 +46,7 @@ for i = 0, n - 1 do
     else
       redis.call('HSET', slot_key, 'a:' .. token,
         attempt_record(s, 'released', ARGV[b + 3], now, 'worker shut down'))
-      dispatch(prefix, slot_key, slot_id, s.queue, now)
+      dispatch(prefix, slot_key, slot_id, s.lane, now)
       reply[i + 1] = R.OK
       released[#released + 1] = {slot = slot_id, attempt = s.attempt}
     end

@@ -24,11 +24,11 @@ local replayed = {}
 for i = 1, n do
   local slot_id = ARGV[3 + i]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'attempt')
+  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'attempt', 'priority')
   if st[1] == 'dead' and redis.call('ZREM', prefix .. 'dlq', slot_id) == 1 then
     redis.call('HSET', slot_key, 'failures', 0)
     redis.call('HDEL', slot_key, 'finished_ms')
-    dispatch(prefix, slot_key, slot_id, st[2], now)
+    dispatch(prefix, slot_key, slot_id, lane(st[2], st[4]), now)
     reply[i] = R.OK
     replayed[#replayed + 1] = {slot = slot_id, attempt = tonumber(st[3])}
   else

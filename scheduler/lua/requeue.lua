@@ -5,7 +5,8 @@
 
   ARGV[1]  now_ms
   ARGV[2]  events_maxlen
-  ARGV[3]  n               number of entries; then 3 fields per entry: queue, msg_id, slot_id
+  ARGV[3]  n               number of entries; then 3 fields per entry: lane (the queue's
+                           dispatch stream the entry is in, keys.lane), msg_id, slot_id
 
   An entry whose slot is still `queued` under it is acked and the slot dispatched under a new
   entry (any worker may read it); any other entry is just acked, as claim would.

@@ -56,13 +56,13 @@ for _ = 1, tonumber(ARGV[b]) do
   if redis.call('EXISTS', slot_key) == 0 then
     redis.call('HSET', slot_key, unpack(ARGV, first, last))
     local st = redis.call('HMGET', slot_key, 'status', 'queue', 'available_ms', 'fire_ms',
-      'attempt', 'worker', 'claimed_ms', 'lease_until', 'job_id', 'cancel')
+      'attempt', 'worker', 'claimed_ms', 'lease_until', 'job_id', 'cancel', 'priority')
     local status = st[1]
     if status == 'scheduled' then
       redis.call('ZADD', prefix .. 'due', tonumber(st[3]) or tonumber(st[4]), slot_id)
       scheduled = scheduled + 1
     elseif status == 'queued' then
-      dispatch(prefix, slot_key, slot_id, st[2], now)
+      dispatch(prefix, slot_key, slot_id, lane(st[2], st[11]), now)
       dispatched = dispatched + 1
     elseif status == 'running' then
       local s = {attempt = tonumber(st[5]), worker = st[6], claimed_ms = tonumber(st[7]),
@@ -78,7 +78,7 @@ for _ = 1, tonumber(ARGV[b]) do
         redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now)
         ended = ended + 1
       else
-        dispatch(prefix, slot_key, slot_id, st[2], now)
+        dispatch(prefix, slot_key, slot_id, lane(st[2], st[11]), now)
         dispatched = dispatched + 1
       end
     end

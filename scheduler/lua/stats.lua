@@ -17,7 +17,8 @@
                     absent); owner_pttl_ms its PTTL (-2 absent, -1 no expiry)
      history        {lag, pending, oldest_unread_ms} of the events stream's group "history"
                     (the snapshotter), or {-1, -1, -1} when that group does not exist
-     queues         one {lag, pending, oldest_ready_ms} per queue, in ARGV order:
+     queues         one {lag, pending, oldest_ready_ms} per queue, in ARGV order, over all
+                    its lanes (one stream per priority, _lib.lua's lane()):
                     lag = entries not yet delivered to the group "workers" (XINFO GROUPS
                     lag; counted with a capped XRANGE when Redis cannot tell), pending = entries
                     delivered and not acked, oldest_ready_ms = id time of the oldest entry not
@@ -30,6 +31,8 @@ local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
 local n = tonumber(ARGV[2])
 local COUNT_CAP = 10000
+
+--- @include "_lib.lua"
 
 -- {lag, pending, oldest_unread_ms} of `group` on `stream`; nil when the group is absent.
 local function group_view(stream, group)
@@ -76,22 +79,28 @@ end
 
 local history = group_view(prefix .. 'events', 'history') or {-1, -1, -1}
 
+local function lane_view(stream)
+  local view = group_view(stream, 'workers')
+  if view then return view end
+  -- No group yet (no worker ever read this lane): every entry is undelivered.
+  local len = redis.call('XLEN', stream)
+  local oldest = -1
+  if len > 0 then
+    local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
+    oldest = tonumber(string.match(first[1][1], '^(%d+)'))
+  end
+  return {len, 0, oldest}
+end
+
 local queues = {}
 for i = 1, n do
-  local stream = prefix .. 'q:' .. ARGV[2 + i]
-  local view = group_view(stream, 'workers')
-  if view then
-    queues[i] = view
-  else
-    -- No group yet (no worker ever read this queue): every entry is undelivered.
-    local len = redis.call('XLEN', stream)
-    local oldest = -1
-    if len > 0 then
-      local first = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)
-      oldest = tonumber(string.match(first[1][1], '^(%d+)'))
-    end
-    queues[i] = {len, 0, oldest}
+  local sum = {0, 0, -1}
+  for priority = 1, 5 do  -- keys.PRIORITIES
+    local v = lane_view(prefix .. 'q:' .. lane(ARGV[2 + i], tostring(priority)))
+    sum[1], sum[2] = sum[1] + v[1], sum[2] + v[2]
+    if v[3] >= 0 and (sum[3] < 0 or v[3] < sum[3]) then sum[3] = v[3] end
   end
+  queues[i] = sum
 end
 
 local o = redis.call('HMGET', prefix .. 'stats', 'orphans', 'orphans_last_ms', 'orphans_waiting')

@@ -15,13 +15,15 @@
   call with an error reply "INVALID job <i> (<id>): <problem>", and nothing is written:
   - job id: 1-128 characters from A-Z a-z 0-9 _ . - (it becomes part of key names);
   - queue: 1-64 characters from the same set; task: 1-200 characters; fire_ms: an integer;
+  - priority (job field, only when not the default 3): an integer from 1 to 5;
   - payload: at most the namespace's limit, field `max_payload_bytes` of `<prefix>config`
     (a copy of the namespace's, written by the client that created it; 1 MiB, as
     DEFAULT_MAX_PAYLOAD_BYTES in scheduler/models.py, when absent).
 
   Reply: one code per job, in order (R, replies.py)
      R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now)
-               or a `due` entry (fire_ms > now). A recurring job (field kind = "cron") gets
+               or a `due` entry (fire_ms > now); the entry goes to the lane of the job's
+               priority (_lib.lua's lane()), and the slot copies a priority field. A recurring job (field kind = "cron") gets
                no slot here: it enters the shard's `cron` set scored by fire_ms, its first
                occurrence, and the materializer creates its slots. Jobs of any kind but
                "immediate" are indexed in the shard's `jobs` set (for listing).
@@ -57,6 +59,7 @@ end
 -- Check every job before writing any. Queue and task names repeat across a batch: each
 -- distinct one is checked once (the checks cost ~15% of the script before that).
 local good_queue, good_task = {}, {}
+local PRIORITY_OK = {['1'] = true, ['2'] = true, ['3'] = true, ['4'] = true, ['5'] = true}
 local b = 0
 for i = 1, n do
   local job_id, task, queue, f = items[b + 1], items[b + 2], items[b + 3], items[b + 5]
@@ -74,18 +77,22 @@ for i = 1, n do
   local fire = tonumber(items[b + 4])
   if not fire or fire < 0 or fire % 1 ~= 0 then return invalid(i, job_id, 'bad fire_ms') end
   if type(f) ~= 'number' or f < 0 then return invalid(i, job_id, 'bad field count') end
-  if f > 0 and items[b + 6] == 'payload' then  -- the client sends the payload first
-    local value = items[b + 7]
+  local k = b + 6
+  if f > 0 and items[k] == 'payload' then  -- the client sends the payload first
+    local value = items[k + 1]
     if type(value) == 'string' and #value > MAX_PAYLOAD then
       return invalid(i, job_id, 'payload of ' .. #value .. ' bytes is over the namespace limit of '
         .. MAX_PAYLOAD .. ' bytes')
     end
-  else
-    for k = b + 8, b + 5 + 2 * f, 2 do
-      local value = items[k + 1]
-      if items[k] == 'payload' and type(value) == 'string' and #value > MAX_PAYLOAD then
-        return invalid(i, job_id, 'payload over the namespace limit of ' .. MAX_PAYLOAD .. ' bytes')
-      end
+    k = k + 2
+  end
+  -- The other fields (none for most jobs): a priority becomes part of a stream's key name.
+  for at = k, b + 5 + 2 * f, 2 do
+    local name, value = items[at], items[at + 1]
+    if name == 'payload' and type(value) == 'string' and #value > MAX_PAYLOAD then
+      return invalid(i, job_id, 'payload over the namespace limit of ' .. MAX_PAYLOAD .. ' bytes')
+    elseif name == 'priority' and not PRIORITY_OK[tostring(value)] then
+      return invalid(i, job_id, 'priority must be an integer from 1 to 5')
     end
   end
   b = b + 5 + 2 * f
@@ -106,9 +113,12 @@ for i = 1, n do
     local fire = tonumber(fire_ms)
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
       'created_ms', now_s, unpack(items, first, last))
-    local kind = 'immediate'
+    local kind, priority = 'immediate', nil
     for k = first, last, 2 do
-      if items[k] == 'kind' then kind = items[k + 1] end
+      local name = items[k]
+      if name == 'kind' then kind = items[k + 1] elseif name == 'priority' then
+        priority = tostring(items[k + 1])
+      end
     end
     if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now_s, job_id) end
     local slot_id = job_id .. ':' .. fire_ms
@@ -117,7 +127,7 @@ for i = 1, n do
     if kind == 'cron' then
       redis.call('ZADD', prefix .. 'cron', fire_ms, job_id)
     elseif fire <= now then
-      msg = redis.call('XADD', prefix .. 'q:' .. queue, '*', 's', slot_id)
+      msg = redis.call('XADD', prefix .. 'q:' .. lane(queue, priority), '*', 's', slot_id)
     else
       status = 'scheduled'
       redis.call('ZADD', prefix .. 'due', fire_ms, slot_id)
@@ -125,6 +135,7 @@ for i = 1, n do
     if kind ~= 'cron' then
       redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire_ms, 'status', status,
         'queue', queue, 'task', task, 'msg', msg)
+      if priority then redis.call('HSET', slot_key, 'priority', priority) end
     end
     reply[i] = R.OK
     -- Only what the snapshotter needs (it reads the hashes): every key and number here is

@@ -94,7 +94,7 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
   -- not six: the sweep's cost is per key of the whole retention window).
   local status = redis.call('HGET', slot_key, 'status')
   local st = LIVE[status] and redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt',
-    'available_ms', 'fire_ms')
+    'available_ms', 'fire_ms', 'priority')
   if not st then
     -- finished, or gone since SCAN saw it: nothing to repair
   elseif status == 'scheduled' then
@@ -103,9 +103,10 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
       found(slot_id, status, 'rescheduled')
     end
   elseif status == 'queued' and st[3] then
-    if stranded(st[3], st[2]) then
-      if st[2] and st[2] ~= '' then ack(prefix, st[3], st[2]) end
-      dispatch(prefix, slot_key, slot_id, st[3], now)
+    local its_lane = lane(st[3], st[7])
+    if stranded(its_lane, st[2]) then
+      if st[2] and st[2] ~= '' then ack(prefix, its_lane, st[2]) end
+      dispatch(prefix, slot_key, slot_id, its_lane, now)
       found(slot_id, status, 'redispatched')
     end
   elseif status == 'running' and st[4] then
@@ -115,7 +116,7 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
     if amo then
       lost_index = not redis.call('ZSCORE', prefix .. 'leases', slot_id)
     else
-      lost_index = not pending(prefix .. 'q:' .. s.queue, s.msg)
+      lost_index = not pending(prefix .. 'q:' .. s.lane, s.msg)
     end
     if lost_index then
       if not (s.lease_until and s.lease_until > now) then

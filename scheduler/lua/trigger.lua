@@ -21,7 +21,7 @@ local job_id = ARGV[3]
 --- @include "_lib.lua"
 
 local job = redis.call('HMGET', prefix .. 'job:' .. job_id, 'task', 'queue', 'overlap',
-  'deleted_ms')
+  'deleted_ms', 'priority')
 if not job[1] then return {R.MISSING, ''} end
 if job[4] then return {R.TERMINAL, ''} end
 local queue = job[2] or 'default'
@@ -38,7 +38,8 @@ fire = fire - 1
 redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', string.format('%d', fire),
   'status', 'scheduled', 'queue', queue, 'task', job[1], 'msg', '', 'triggered', now)
 if job[3] == 'skip' then redis.call('HSET', slot_key, 'overlap', 'skip') end
+if job[5] then redis.call('HSET', slot_key, 'priority', job[5]) end
 redis.call('ZADD', prefix .. 'runs:' .. job_id, fire, slot_id)
 emit(prefix, maxlen, now, 'triggered', {{job = job_id, slot = slot_id}}, nil)
-dispatch(prefix, slot_key, slot_id, queue, now)
+dispatch(prefix, slot_key, slot_id, lane(queue, job[5]), now)
 return {R.OK, slot_id}

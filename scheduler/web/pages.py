@@ -82,7 +82,7 @@ async def job(client: Any, job_id: str) -> Page:
     slots = (await client.slots(job_id))[-50:]
     fires = await client.next_fires(job_id, 10) if not j.deleted_ms else []
     fields: list[tuple[str, Any]] = [
-        ("task", j.task), ("queue", j.queue), ("kind", j.kind.value),
+        ("task", j.task), ("queue", j.queue), ("priority", j.priority), ("kind", j.kind.value),
         ("cron", f"{j.cron} ({j.tz})" if j.cron else "-"), ("state", _job_state(j)),
         ("created", when(j.created_ms)), ("delivery", j.delivery.value),
         ("timeout", f"{j.timeout_s:g}s" if j.timeout_s else "none"),
@@ -114,7 +114,8 @@ async def slot(client: Any, slot_id: str) -> Page:
     except Exception:  # the job hash left with retention: the slot still shows
         payload = "(the job's definition is no longer in Redis)"
     fields = [("job", link(f"/jobs/{s.job_id}", s.job_id)), ("status", s.status.value),
-              ("task", s.task), ("queue", s.queue), ("fire time", when(s.fire_ms)),
+              ("task", s.task), ("queue", s.queue), ("priority", s.priority),
+              ("fire time", when(s.fire_ms)),
               ("attempts", s.attempt), ("payload", payload[:4000]),
               ("result", "-" if s.result is None else msgspec.json.encode(s.result).decode()[:4000])]
     actions: list[tuple[str, str, str, list[str], str | None]] = []

@@ -59,9 +59,10 @@ MUTANTS = [
            "(commit rule: a success committed by a worker without the lease)",
            "scheduler/lua/_lib.lua",
            "  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', "
-           "'worker')\n  if st[1] ~= 'running' or st[2] ~= token then return nil, st end",
+           "'worker',\n    'priority')\n  if st[1] ~= 'running' or st[2] ~= token then return nil, st end",
            "  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', "
-           "'worker')\n  if st[1] ~= 'running' then return nil, st end", (LATE,), fast=True),
+           "'worker',\n    'priority')\n  if st[1] ~= 'running' then return nil, st end", (LATE,),
+           fast=True),
     Mutant("reclaim-disabled", "the reclaimer does nothing (settling times out)",
            "scheduler/reclaimer.py",
            '        """One pass over every shard; returns what it did."""',
