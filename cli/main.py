@@ -24,6 +24,7 @@ from . import history as history_cmds
 from . import inspect as inspect_cmds
 from . import observe as observe_cmds
 from . import ops as ops_cmds
+from . import queues as queue_cmds
 from . import run as run_cmds
 from . import web as web_cmds
 
@@ -162,6 +163,7 @@ cli.add_command(history_cmds.snapshotter)
 cli.add_command(history_cmds.history)
 cli.add_command(history_cmds.recover)
 cli.add_command(web_cmds.web)
+cli.add_command(queue_cmds.queues)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,6 +14,7 @@ from .errors import (
     SubmitError,
     ValidationError,
 )
+from .limits import QueueLimit
 from .models import Attempt, Job, RetryPolicy, Slot
 from .registry import Context, Registry
 from .states import Delivery, Durability, Outcome, SlotStatus
@@ -21,7 +22,7 @@ from .states import Delivery, Durability, Outcome, SlotStatus
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",
     "DurabilityError", "Job", "JobSpec",
-    "Outcome", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout",
+    "Outcome", "QueueLimit", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout",
     "Retry", "RunFailed",
     "RetryPolicy", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "ValidationError",
 ]

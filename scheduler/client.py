@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 
 from . import cluster, operations, results, schedules, scripts
+from . import queues as queue_ops
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from .jobspec import JobSpec
@@ -188,6 +189,9 @@ class Client(_Driver):
     trigger = _blocking(schedules.trigger)
     schedule = _blocking(schedules.schedule)
     result = _blocking(results.result)
+    set_queue_limit = _blocking(queue_ops.set_queue_limit)
+    queue_limits = _blocking(queue_ops.queue_limits)
+    queues = _blocking(queue_ops.queues)
 
     def close(self) -> None:
         self.redis.close()
@@ -266,6 +270,9 @@ class AsyncClient(_Driver):
     trigger = _awaitable(schedules.trigger)
     schedule = _awaitable(schedules.schedule)
     result = _awaitable(results.result)
+    set_queue_limit = _awaitable(queue_ops.set_queue_limit)
+    queue_limits = _awaitable(queue_ops.queue_limits)
+    queues = _awaitable(queue_ops.queues)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

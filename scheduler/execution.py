@@ -179,6 +179,8 @@ class Execution:
             run.timer.cancel()
         if self.running.get(run.slot_id) is run:
             del self.running[run.slot_id]
+        if run.on_end is not None:
+            run.on_end(run)
         self.capacity.set()
         finished = self.clock.now_ms()
         took = finished - run.started_ms

@@ -23,7 +23,8 @@ class Run:
 
     __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
                  "delivery", "fire_ms", "started_ms", "handler", "stop_reason", "timer", "metrics",
-                 "deadline", "begun", "ended", "on_stuck", "stuck_after_s", "ctx")
+                 "deadline", "begun", "ended", "on_stuck", "stuck_after_s", "ctx", "permit",
+                 "on_end")
 
     def __init__(self, shard: int, slot_id: str, grant: Grant, deadline: float) -> None:
         self.shard = shard
@@ -44,6 +45,10 @@ class Run:
         self.timer: asyncio.TimerHandle | None = None
         self.metrics: metrics.RunMetrics
         self.ctx: Any = None  # the handler's Context, once it started (its log lines)
+        # A run of a queue with a queue-wide limit: (queue, permit), and what gives the
+        # permit back when the run ends (limiter.py). ("", "") and None for every other run.
+        self.permit: tuple[str, str] = ("", "")
+        self.on_end: Callable[[Run], None] | None = None
 
     def stop(self, reason: str) -> bool:
         """Cancel the handler (once); False when it already ended or was stopped. A task not

@@ -8,6 +8,10 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
     <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
+    <ns>:limits                   hash    queue -> its queue-wide limit (JSON, limits.py)
+    <ns>:{lim:<queue>}:permits    zset    a limited queue's permits: one per run in flight
+                                          anywhere, scored by expiry (ms); lua/acquire.lua
+    <ns>:{lim:<queue>}:bucket     hash    a rate-limited queue's token bucket (same hash tag)
     <ns>:{sNN}:job:<job_id>       hash    job definition
     <ns>:{sNN}:slot:<slot_id>     hash    slot state, lease, fencing token, attempts (`a:<n>`)
     <ns>:{sNN}:due                zset    slot ids scored by available-at (ms)
@@ -119,7 +123,8 @@ def job_in(prefix: str, job_id: str) -> str:
 class Keys:
     """Key names of one namespace."""
 
-    __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "_slot_head", "_slot_mid")
+    __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "limits", "_slot_head",
+                 "_slot_mid")
 
     def __init__(self, namespace: str) -> None:
         self.ns = check_name("namespace", namespace)
@@ -129,9 +134,16 @@ class Keys:
         self.queues = f"{namespace}:queues"  # set
         self.workers = f"{namespace}:workers"  # zset
         self.schedulers = f"{namespace}:schedulers"  # zset
+        self.limits = f"{namespace}:limits"  # hash
 
     def worker(self, worker_id: str) -> str:
         return f"{self.ns}:worker:{worker_id}"  # hash
+
+    def permits(self, queue: str) -> str:
+        return f"{self.ns}:{{lim:{queue}}}:permits"  # zset
+
+    def bucket(self, queue: str) -> str:
+        return f"{self.ns}:{{lim:{queue}}}:bucket"  # hash
 
     def prefix(self, shard: int) -> str:
         return f"{self.ns}:{{s{shard:02d}}}:"

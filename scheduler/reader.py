@@ -82,6 +82,9 @@ class Reader:
         (no lease runs down), and are claimed as runs finish. COUNT is shared among the
         streams of one priority, not all of them: a namespace using one priority must read
         as much per call as it did before lanes."""
+        if not self.streams:  # every queue of the worker is limited: limiter.py reads them
+            await asyncio.sleep((block_ms or 0) / 1000)
+            return
         count = -(-min(self.batch, free) // self._per_priority)
         if self.per_shard:
             return await self._read_shards(count, block_ms)
@@ -161,6 +164,9 @@ class Reader:
         flight, outcomes waiting to be committed, runs given up on) and those in the backlog.
         Claiming any of them again is safe (claim.lua grants this worker's own claims again,
         and refuses the rest)."""
+        if not self.streams:
+            self.must_recover = False
+            return
         if self.per_shard:
             pipe = cluster.pipeline(self.redis)
             for tail in self._shard_tail.values():

@@ -240,3 +240,21 @@ class Retired(msgspec.Struct, frozen=True):
     @classmethod
     def decode(cls, reply: Sequence[Any]) -> Retired:
         return cls(*_ints(reply, 3))
+
+
+class Acquired(msgspec.Struct, frozen=True):
+    """acquire.lua: how many permits were granted, how long until the rate allows the next
+    (-1: it did not hold the grant back), and the members granted ("" each when the queue
+    has no concurrency limit: nothing to give back)."""
+
+    granted: int
+    wait_ms: int
+    members: list[str]
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Acquired:
+        granted, wait = _ints(reply, 2)
+        members = [m.decode() if isinstance(m, bytes) else str(m) for m in reply[2:]]
+        if len(members) != granted:
+            raise ScriptError(f"acquire: {granted} permits granted but {len(members)} members")
+        return cls(granted, wait, members)

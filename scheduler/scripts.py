@@ -202,6 +202,15 @@ def stats(prefix: str, now_ms: int, queues: Sequence[str]) -> Call:
     return Call("stats", (prefix,), (now_ms, len(queues), *queues))
 
 
+def acquire(permits: str, bucket: str, now_ms: int, want: int, concurrency: int | None,
+            rate: float | None, ttl_ms: int, holder: str, give_back: Sequence[str]) -> Call:
+    """Permits for a limited queue (lua/acquire.lua; keys: Keys.permits/bucket)."""
+    return Call("acquire", (permits, bucket),
+                (now_ms, want, -1 if concurrency is None else concurrency,
+                 -1 if rate is None else repr(float(rate)), ttl_ms, holder, len(give_back),
+                 *give_back))
+
+
 def trim_history(prefix: str, exact: bool = False) -> Call:
     return Call("trim_history", (prefix,), (1 if exact else 0,))
 

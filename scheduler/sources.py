@@ -15,7 +15,7 @@ from .replies import Code
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
          "trim_history", "retire", "restore", "history_read", "sweep", "delete_job", "trigger",
-         "redefine")
+         "redefine", "acquire")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 

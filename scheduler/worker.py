@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -29,7 +30,8 @@ from .errors import ConfigError
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .inflight import Inflight, Run
-from .keys import Keys, check_name
+from .keys import Keys, check_name, lanes
+from .limiter import LimitedClaims
 from .loops import Backoff, ErrorLog, Service, pause
 from .namespace import EVENTS_MAXLEN
 from .reader import Reader
@@ -105,6 +107,8 @@ class Worker:
                                    threads=min(self.config.concurrency, 64))
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
         self.errors = ErrorLog(log, "reading from Redis")
+        self.queue_of = {name: q for q in self.config.queues for name in lanes(q)}
+        self.limited = LimitedClaims(self)
 
     # --- setup ---------------------------------------------------------------------------
 
@@ -118,6 +122,7 @@ class Worker:
             self.execution.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
+        await self.limited.refresh()  # limited queues move from self.reader to its own
 
     # --- reading and claiming ------------------------------------------------------------
 
@@ -179,7 +184,8 @@ class Worker:
         return newest if 0 < newest - now < 1000 else now
 
     async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
-                     prefetch: bool = False) -> int:
+                     prefetch: bool = False,
+                     on_start: Callable[[Run], None] | None = None) -> int:
         now = self._claim_time(entries)
         shards = list(entries)
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
@@ -196,7 +202,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._run_metrics
-        queue_of = self.reader.queue_of
+        queue_of = self.queue_of
         for shard, reply in zip(shards, answers, strict=True):
             for (lane, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
                                                  strict=True):
@@ -212,6 +218,8 @@ class Worker:
                 run.metrics = m
                 m.start_lag.observe_ms(now - run.fire_ms)
                 running[slot_id] = run
+                if on_start is not None:
+                    on_start(run)
                 start(run, loop)
                 started += 1
         return started
@@ -281,6 +289,7 @@ class Worker:
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
         readers = [asyncio.create_task(ClaimLoop(self).run(), name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
+        readers.append(asyncio.create_task(self.limited.run(), name="claim-limited"))
         stopped = asyncio.create_task(self.stopping.wait())
         try:
             await asyncio.wait({*readers, stopped, committer},
@@ -301,6 +310,7 @@ class Worker:
             except TimeoutError:
                 log.error("could not commit %d outcome(s) before exit; their leases will "
                           "expire and the slots will be reclaimed", len(self.committer))
+            await self._hand_back_limited()  # permits of the runs that ended meanwhile
             self.heartbeat.stop()
             await heartbeat
             try:
@@ -310,7 +320,15 @@ class Worker:
             self.execution.close()
             log.info("worker %s stopped", self.worker_id)
 
+    async def _hand_back_limited(self) -> None:
+        try:
+            await self.limited.hand_back()
+        except Exception as exc:
+            log.warning("could not hand back what the limited queues hold (%s): entries are "
+                        "reclaimed and permits expire after the lease", exc)
+
     async def _drain(self) -> None:
+        await self._hand_back_limited()
         await self.reader.settle()
         if self.reader.backlog:
             try:

@@ -68,13 +68,13 @@ def test_no_import_cycle_in_the_library() -> None:
 LAYERS = {
     "contracts": {"errors", "states", "keys", "events", "replies", "clock", "cronspec",
                   "schedule", "models", "namespace", "connection", "cluster", "scripts", "sources",
-                  "sqlfiles"},
+                  "sqlfiles", "limits"},
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
     "services": {"loops", "registry", "inflight", "reader", "backlog", "execution", "committer",
-                 "heartbeat", "worker", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",
+                 "heartbeat", "worker", "limiter", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",
                  "snapshot_intake", "snapshotter", "retention", "recovery", "status",
                  "metrics", "exporter", "embedded"},
-    "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "client"},
+    "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "queues", "client"},
     "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},

@@ -1,0 +1,193 @@
+"""Queue-wide limits: at most N runs of a queue at once across every worker, at most R starts
+a second, slots over the limit left queued (scheduler/limiter.py, lua/acquire.lua)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from helpers import sched
+from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus, scripts
+from scheduler.connection import async_redis
+from scheduler.errors import ValidationError
+from scheduler.keys import Keys
+from scheduler.replies import Acquired
+from scheduler.worker import Worker, WorkerConfig
+
+
+async def _run_workers(redis_url: str, ns: str, registry: Registry, n: int,
+                       done: Any, timeout: float = 60, **config: Any) -> None:
+    clients = [async_redis(redis_url) for _ in range(n)]
+    workers = [Worker(c, registry, namespace=ns, config=WorkerConfig(block_ms=50, **config))
+               for c in clients]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    deadline = time.monotonic() + timeout
+    try:
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            for t in tasks:
+                if t.done():
+                    t.result()
+            await asyncio.sleep(0.02)
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*tasks)
+        for c in clients:
+            await c.aclose()
+
+
+def _most_at_once(spans: list[tuple[float, float]]) -> int:
+    edges = sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.slow
+def test_a_concurrency_limit_holds_across_workers(redis_url: str, ns: str) -> None:
+    """The issue's check: 3 workers of concurrency 50, limit 4, 60 jobs of 0.3 s: never more
+    than 4 running (from the handlers' own start and end times), all complete."""
+    registry = Registry()
+    spans: list[tuple[float, float]] = []
+
+    @registry.task("slow")
+    async def slow(ctx: Context, payload: Any) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(0.3)
+        spans.append((start, time.monotonic()))
+
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", concurrency=4)
+        ids = client.submit_many([JobSpec(task="slow") for _ in range(60)])
+        began = time.monotonic()
+        asyncio.run(_run_workers(redis_url, ns, registry, 3, lambda: len(spans) == 60,
+                                 concurrency=50))
+        took = time.monotonic() - began
+        assert all(client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in ids)
+    assert _most_at_once(spans) <= 4, _most_at_once(spans)
+    # The limit is used, not just respected: 60 x 0.3 s / 4 is 4.5 s.
+    assert _most_at_once(spans) == 4 and took < 12, took
+
+
+@pytest.mark.slow
+def test_a_rate_limit_holds_over_ten_seconds(redis_url: str, ns: str) -> None:
+    """The issue's check: a rate limit of 20/s holds within 10% over 10 s."""
+    registry = Registry()
+    starts: list[float] = []
+
+    @registry.task("quick")
+    async def quick(ctx: Context, payload: Any) -> None:
+        starts.append(time.monotonic())
+
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", rate=20)
+        client.submit_many([JobSpec(task="quick") for _ in range(400)])
+        asyncio.run(_run_workers(redis_url, ns, registry, 2, lambda: len(starts) >= 260,
+                                 concurrency=100))
+    first = starts[0]
+    in_ten = sum(1 for t in starts if t < first + 10)
+    assert 180 <= in_ten <= 220, in_ten
+
+
+def test_acquire_grants_up_to_the_limit_and_takes_back(redis_url: str, ns: str, r: Any) -> None:
+    keys = Keys(ns)
+    permits, bucket = keys.permits("q"), keys.bucket("q")
+
+    def acquire(now: int, want: int, concurrency: int | None = 2, rate: float | None = None,
+                back: tuple[str, ...] = (), holder: str = "w:1") -> Acquired:
+        call = scripts.acquire(permits, bucket, now, want, concurrency, rate, 1000, holder,
+                               list(back))
+        return Acquired.decode(scripts.run_sync(r, [call])[0])
+
+    first = acquire(10_000, 3)
+    assert first.granted == 2 and first.members == ["w:1:1", "w:1:2"]
+    assert acquire(10_001, 1, holder="w:2").granted == 0  # full
+    again = acquire(10_002, 1, back=("w:1:1",), holder="w:3")  # one given back
+    assert again.members == ["w:3:1"]
+    # A permit not renewed expires with the lease: a crashed worker's come back.
+    assert acquire(11_001, 2, holder="w:4").granted == 1  # w:1:2 expired at 11_000
+    assert r.zcard(permits) == 2
+    # The rate: a bucket of a tenth of a second's worth, refilled at the rate.
+    got = acquire(20_000, 50, concurrency=None, rate=100)
+    assert got.granted == 10 and got.members == [""] * 10 and got.wait_ms == 10
+    assert acquire(20_005, 50, concurrency=None, rate=100).granted == 0
+    assert acquire(20_030, 50, concurrency=None, rate=100).granted == 3
+
+
+def test_limits_are_set_listed_and_cleared(redis_url: str, ns: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    with Client(redis_url, ns) as client:
+        client.submit_many([JobSpec(task="t"), JobSpec(task="t", queue="mail")])
+        assert client.set_queue_limit("mail", concurrency=3, rate=2.5) == QueueLimit(
+            concurrency=3, rate=2.5)
+        assert client.queue_limits() == {"mail": QueueLimit(concurrency=3, rate=2.5)}
+        rows = {q.queue: q for q in client.queues()}
+        assert rows["mail"].limit == QueueLimit(concurrency=3, rate=2.5)
+        assert rows["mail"].permits_held == 0 and rows["mail"].depth == 1
+        assert rows["default"].limit is None and rows["default"].depth == 1
+        code, out, _ = sched(capsys, redis_url, ns, "queues")
+        assert code == 0 and "3 at once, 2.5/s" in out
+        code, out, err = sched(capsys, redis_url, ns, "queues", "limit", "default",
+                               "--rate", "300/m")
+        assert code == 0, err
+        assert client.queue_limits()["default"] == QueueLimit(rate=5.0)
+        code, out, _ = sched(capsys, redis_url, ns, "queues", "limit", "mail", "--clear")
+        assert code == 0 and "cleared" in out
+        assert "mail" not in client.queue_limits()
+
+
+@pytest.mark.parametrize("args", [("--concurrency", "0"), ("--rate", "fast"),
+                                  ("--rate", "-1"), (), ("--clear", "--concurrency", "2")])
+def test_the_cli_refuses_bad_limits(redis_url: str, ns: str, args: tuple[str, ...],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = sched(capsys, redis_url, ns, "queues", "limit", "mail", *args)
+    assert code != 0 and "Traceback" not in err and err.strip()
+    with Client(redis_url, ns) as client:
+        assert client.queue_limits() == {}
+
+
+@pytest.mark.parametrize("kwargs", [{"concurrency": 0}, {"concurrency": 1.5}, {"rate": 0},
+                                    {"rate": float("nan")}, {"concurrency": True}])
+def test_the_sdk_refuses_bad_limits(redis_url: str, ns: str, kwargs: dict[str, Any]) -> None:
+    with Client(redis_url, ns) as client, pytest.raises(ValidationError):
+        client.set_queue_limit("mail", **kwargs)
+
+
+def test_slots_over_the_limit_stay_queued(redis_url: str, ns: str) -> None:
+    """With every permit held elsewhere, a worker claims nothing of the queue; the slots wait
+    (queued, no attempt), and run once the permits come back."""
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(ctx.slot_id)
+
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", concurrency=1)
+        keys = Keys(ns)
+        r = client.redis
+        r.zadd(keys.permits("default"), {"elsewhere:1": int(time.time() * 1000) + 60_000})
+        ids = client.submit_many([JobSpec(task="t") for _ in range(3)])
+
+        async def main() -> None:
+            freed = False
+            task = asyncio.create_task(_run_workers(redis_url, ns, registry, 1,
+                                                    lambda: freed and len(ran) == 3,
+                                                    timeout=15))
+            await asyncio.sleep(2.0)
+            assert ran == []
+            assert {client.slots(j)[0].status for j in ids} == {SlotStatus.QUEUED}
+            assert all(client.slots(j)[0].attempt == 0 for j in ids)
+            r.zrem(keys.permits("default"), "elsewhere:1")
+            freed = True
+            await task
+
+        asyncio.run(main())
+    assert sorted(ran) == sorted(client.slots(j)[0].slot_id for j in ids)
