@@ -23,7 +23,7 @@ import msgspec
 import redis
 import redis.asyncio
 
-from . import cluster, scripts, sources
+from . import capacity, cluster, scripts, sources
 from .clock import Clock, resync, resync_sync
 from .connection import where
 from .keys import Keys
@@ -76,15 +76,25 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
     seen = int(f.get("seen_ms", seen_ms))
     lease_ms = int(f.get("lease_ms", 30_000))
     rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
+    inflight: dict[str, int] = (msgspec.json.decode(f["queue_inflight"])
+                                if f.get("queue_inflight") else {})
     return WorkerStatus(
         worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
         heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
         queues=[q for q in f.get("queues", "").split(",") if q],
         concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
+        max_concurrency=int(f.get("max_concurrency", 0)),
         succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
         succeeded_per_s=sum(r[0] for r in rates.values()),
         failed_per_s=sum(r[1] for r in rates.values()),
-        by_queue={q: Rate(succeeded_per_s=r[0], failed_per_s=r[1]) for q, r in rates.items()})
+        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
+
+
+def _rate(r: list[float] | None, inflight: int) -> Rate:
+    """[ok/s, failed/s, mean run s] as the heartbeat writes it (the mean since issue 17)."""
+    r = r or [0.0, 0.0]
+    return Rate(succeeded_per_s=r[0], failed_per_s=r[1],
+                mean_run_s=r[2] if len(r) > 2 else 0.0, inflight=inflight)
 
 
 class Topology(NamedTuple):
@@ -241,19 +251,28 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
                details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
                ) -> Status:
     alive = [w for w in workers if w.alive]
-    rates: dict[str, list[float]] = {q: [0.0, 0.0] for q in queues}
+    # Per queue: ok/s, failed/s, ended/s of the workers that timed runs, the seconds of run
+    # those ended runs took per second (mean run = that / ended/s), in flight.
+    rates: dict[str, list[float]] = {q: [0.0] * 5 for q in queues}
     for w in alive:
         for q, rate in w.by_queue.items():
             if q in rates:
-                rates[q][0] += rate.succeeded_per_s
-                rates[q][1] += rate.failed_per_s
+                ended = rate.succeeded_per_s + rate.failed_per_s
+                sums = rates[q]
+                sums[0] += rate.succeeded_per_s
+                sums[1] += rate.failed_per_s
+                sums[2] += ended if rate.mean_run_s else 0.0
+                sums[3] += ended * rate.mean_run_s
+                sums[4] += rate.inflight
     by_queue = [QueueStatus(
         queue=q,
         depth=sum(qs.depth for d in details for qs in d.queues if qs.queue == q),
         pending=sum(qs.pending for d in details for qs in d.queues if qs.queue == q),
         oldest_ready_age_s=max([qs.oldest_ready_age_s for d in details for qs in d.queues
                                 if qs.queue == q], default=0.0),
-        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1]) for q in queues]
+        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1], inflight=int(rates[q][4]),
+        mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0)
+        for q in queues]
     snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
     last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),
                       default=None)
@@ -269,7 +288,8 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         orphans_recovered=sum(d.orphans_recovered for d in details),
         orphans_last_age_s=_age_s(now, last_orphan) if last_orphan is not None else None,
         orphans_waiting=sum(d.orphans_waiting for d in details),
-        snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details))
+        snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details),
+        scaling=capacity.plan(by_queue, workers))
 
 
 def _weakest(values: list[Any], pick: Any) -> Any:  # None when any node's is unknown

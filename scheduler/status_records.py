@@ -40,11 +40,15 @@ class QueueStatus(msgspec.Struct, kw_only=True):
     oldest_ready_age_s: float
     succeeded_per_s: float
     failed_per_s: float
+    inflight: int = 0  # runs in flight on live workers (their heartbeats)
+    mean_run_s: float = 0.0  # over the runs that ended in the workers' last heartbeat interval
 
 
 class Rate(msgspec.Struct, kw_only=True):
     succeeded_per_s: float
     failed_per_s: float
+    mean_run_s: float = 0.0  # 0: no run ended in the interval
+    inflight: int = 0
 
 
 class WorkerStatus(msgspec.Struct, kw_only=True):
@@ -54,13 +58,14 @@ class WorkerStatus(msgspec.Struct, kw_only=True):
     host: str
     pid: int
     queues: list[str]
-    concurrency: int
+    concurrency: int  # run slots now (an autoscaling worker moves it, scheduler/autoscale.py)
     inflight: int
     succeeded: int  # since the worker started
     failed: int
     succeeded_per_s: float
     failed_per_s: float
     by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
+    max_concurrency: int = 0  # the most it may grow to (`--autoscale MIN:MAX`); 0: unknown
 
 
 class NodeStatus(msgspec.Struct, kw_only=True):
@@ -68,6 +73,20 @@ class NodeStatus(msgspec.Struct, kw_only=True):
     shards: list[int]  # the namespace's shards it holds
     aof: bool | None = None  # None: INFO not allowed or it did not answer
     replicas: int | None = None
+
+
+class Scaling(msgspec.Struct, kw_only=True):
+    """How many workers the observed lag and throughput call for (the rule:
+    scheduler/capacity.py)."""
+
+    running: int  # live workers
+    wanted: int
+    change: int  # wanted - running: add (+) or remove (-) this many
+    slots_wanted: float  # run slots over every queue
+    slots_per_worker: int
+    by_queue: dict[str, float]  # run slots each queue calls for
+    target_lag_s: float
+    target_utilisation: float
 
 
 class Status(msgspec.Struct, kw_only=True):
@@ -92,6 +111,7 @@ class Status(msgspec.Struct, kw_only=True):
     redis_replicas: int | None = None  # replicas connected to it
     snapshot_backlog_events: int = 0  # events not in history yet: what a loss would cost
     nodes: list[NodeStatus] = []  # which Redis node holds which shards
+    scaling: Scaling | None = None  # None only on a record not read by scheduler/status.py
 
     def warnings(self) -> list[str]:
         """What puts accepted jobs at risk or slows them without making the namespace

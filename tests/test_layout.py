@@ -73,7 +73,8 @@ LAYERS = {
     "services": {"loops", "registry", "inflight", "reader", "execution", "committer", "heartbeat",
                  "worker", "leases", "promoter", "materializer", "reclaimer", "sweeper", "node",
                  "snapshot_intake", "snapshotter", "retention", "recovery", "status",
-                 "status_records", "metrics", "exporter", "embedded"},
+                 "status_records", "capacity", "autoscale", "fastmetrics", "metrics", "exporter",
+                 "embedded"},
     "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "client"},
     "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
 }
