@@ -12,7 +12,9 @@ worker's per-queue rates over its last heartbeat interval into its `worker:<id>`
 queue's rate is the sum over live workers. That costs no Redis command beyond the heartbeat
 the worker sends anyway and nothing per job; the price is that a rate is an average over the
 last heartbeat interval (lease/3, 10 s by default). Prometheus computes finer rates from the
-workers' own `sched_runs_total` counters.
+workers' own `sched_runs_total` counters. The same heartbeat gives each queue's runs in flight
+and mean run time, from which `Status.scaling` (scheduler/capacity.py) says how many workers
+the load calls for.
 """
 
 from __future__ import annotations
