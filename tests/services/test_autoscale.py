@@ -16,9 +16,10 @@ import redis
 from conftest import SCHED
 from helpers import sched
 from scheduler import Client, Context, Registry
-from scheduler.autoscale import AutoscaleConfig, Controller
+from scheduler.autoscale import AutoscaleConfig, Autoscaler, Controller
 from scheduler.connection import async_redis
 from scheduler.errors import ConfigError
+from scheduler.metrics import RunMetrics
 from scheduler.worker import Worker, WorkerConfig
 
 LATE, ON_TIME = 5000.0, 10.0  # mean start lag of an observation's claims, ms
@@ -85,6 +86,31 @@ def test_hysteresis_a_row_broken_by_the_other_condition_or_the_dead_band_starts_
     c.observe(None, busy=15)
     c.observe(LATE, busy=15)
     assert c.concurrency == 23
+
+
+def test_the_autoscaler_reads_the_mean_lag_of_new_claims_off_the_histograms() -> None:
+    class FakeWorker:
+        running: dict[str, Any] = {}
+        claiming = 0
+        reader = type("R", (), {"backlog": []})()
+        _run_metrics: dict[tuple[str, str], RunMetrics] = {}
+
+        def set_concurrency(self, concurrency: int) -> None:
+            self.concurrency = concurrency
+
+    w = FakeWorker()
+    scaler = Autoscaler(w, AutoscaleConfig(min_concurrency=1, max_concurrency=4, raise_after=1))
+    queue = f"lag-{time.monotonic_ns()}"  # the histograms are the process's: a fresh child
+    a, b = RunMetrics(queue, "a"), RunMetrics(queue, "b")  # one queue: one lag child
+    a.start_lag.observe_ms(99_000)  # before the worker knew it: a baseline, not a claim
+    w._run_metrics = {(queue, "a"): a, (queue, "b"): b}
+    assert scaler.lag_ms() is None
+    a.start_lag.observe_ms(1000)
+    b.start_lag.observe_ms(3000)
+    assert scaler.lag_ms() == 2000 and scaler.lag_ms() is None
+    w.running = {"s": None}  # the one slot busy, and the next claim 5 s late: raise
+    a.start_lag.observe_ms(5000)
+    assert asyncio.run(scaler.run_once()) == 2 and w.concurrency == 2
 
 
 @pytest.mark.parametrize("text", ["5", "a:b", "1:", ":3", "-1:4", "1.5:3", "0:4", "5:2"])
