@@ -91,10 +91,12 @@ class Controller:
         none), the busy slots, and whether entries this worker read wait for a slot. Returns
         the concurrency to use from now on."""
         c, cfg = self.concurrency, self.config
-        saturated = busy >= c or waiting
-        if saturated and lag_ms is None:
-            return c  # no claim to judge by: neither row breaks
-        if saturated and lag_ms is not None and lag_ms > cfg.target_lag_ms:
+        if busy >= c or waiting:  # saturated: more work than slots
+            if lag_ms is None:
+                return c  # no claim to judge by: neither row breaks
+            if lag_ms <= cfg.target_lag_ms:
+                self.lagging = self.idle = 0  # keeping up: the dead band
+                return c
             self.lagging, self.idle = self.lagging + 1, 0
             if self.lagging >= cfg.raise_after and c < cfg.max_concurrency:
                 self.lagging = 0
@@ -109,7 +111,7 @@ class Controller:
                             f"observations ({busy} now)")
                 self.concurrency = max(cfg.min_concurrency, c - max(1, int(c * self.LOWER)))
         else:
-            self.lagging = self.idle = 0
+            self.lagging = self.idle = 0  # between half and all slots busy: the dead band
         return self.concurrency
 
 

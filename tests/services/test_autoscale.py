@@ -52,6 +52,9 @@ def test_entries_waiting_here_for_a_slot_count_as_saturated() -> None:
     c.observe(LATE, busy=3, waiting=True)
     c.observe(LATE, busy=3, waiting=True)
     assert c.concurrency == 6
+    for _ in range(30):  # waiting on time with few runs (e.g. just started): not idle
+        c.observe(ON_TIME, busy=0, waiting=True)
+    assert c.concurrency == 6
 
 
 def test_it_lowers_when_idle_down_to_min_and_slower_than_it_raises() -> None:
