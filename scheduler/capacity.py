@@ -26,6 +26,12 @@ load / U slots, and a backlog asks for more in proportion to how long it would t
 The backlog term is the start-lag term too: the newest of B ready jobs starts B / X' seconds
 from now at completion rate X', and the drain slots make that at most T.
 
+Why T is 30 s and not the 2 s start lag the requirements ask of a job: the fleet reacts in
+tens of seconds (an autoscaler's polling, a pod's start, rates averaged over a heartbeat
+interval), so a target shorter than that only adds workers after the backlog that called for
+them is gone, then removes them. The 2 s is held inside the fleet: by the headroom U, and by
+each worker's own concurrency (`--autoscale`, scheduler/autoscale.py, which reacts in seconds).
+
 Limits: the count assumes every worker reads every queue; a deployment that reads a few
 queues should scale on those queues' `sched_queue_slots_wanted` divided by its own concurrency.
 More slots help only handlers that wait (I/O); CPU-bound handlers need more processes, which
