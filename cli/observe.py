@@ -10,6 +10,7 @@ import click
 import msgspec
 
 from .inspect import echo_json, table, when
+from .options import scaling_options
 
 UNHEALTHY = 3  # exit code when the namespace is unhealthy (1 is an error, 2 a usage error)
 
@@ -58,7 +59,7 @@ def render(s: Any, problems: list[str]) -> None:
         click.echo(f"orphans:      {s.orphans_recovered:,} stranded slot(s) repaired{last}; "
                    f"{s.orphans_waiting:,} waiting for their lease")
     click.echo("")
-    render_workers(s.workers, s.workers_alive, s.workers_known)
+    render_workers(s.workers, s.workers_alive, s.workers_known, s.scaling)
     click.echo("")
     for w in s.warnings():
         click.echo(f"WARNING: {w}")
@@ -69,8 +70,16 @@ def render(s: Any, problems: list[str]) -> None:
         click.echo("healthy")
 
 
-def render_workers(workers: list[Any], alive: int, known: int) -> None:
-    click.echo(f"workers: {alive} alive" + (f", {known} known" if known != alive else ""))
+def render_workers(workers: list[Any], alive: int, known: int, scaling: Any = None) -> None:
+    """With `scaling` (sched status): `workers: N running, M wanted (+K)`, the workers the
+    observed lag and throughput call for (scheduler/capacity.py)."""
+    gone = f" ({known} known)" if known != alive else ""
+    if scaling is None:
+        click.echo(f"workers: {alive} alive{gone}")
+    else:
+        click.echo(f"workers: {alive} running{gone}, {scaling.wanted} wanted "
+                   f"({scaling.change:+d}) for {scaling.slots_wanted:,.1f} run slots at "
+                   f"{scaling.slots_per_worker} per worker")
     shown = [w for w in workers if w.alive] + [w for w in workers if not w.alive][:5]
     if shown:
         table([[w.worker_id, "alive" if w.alive else "gone", f"{_age(w.heartbeat_age_s)} ago",
@@ -91,18 +100,23 @@ def render_workers(workers: list[Any], alive: int, known: int) -> None:
                    "(seconds).")
 @click.option("--max-dead-letter", type=int, default=None,
               help="Unhealthy when the dead-letter sets hold more slots.")
+@scaling_options
 @click.pass_obj
 def status(obj: dict[str, str], as_json: bool, watch: bool, interval: float, max_lag_s: float,
-           max_dead_letter: int | None) -> None:
-    """Queues, backlog, dead letters, workers and shard owners at a glance. Exits 3 when
-    unhealthy (no worker alive, or waits past --max-lag), for scripts."""
+           max_dead_letter: int | None, target_lag_s: float, target_utilisation: float) -> None:
+    """Queues, backlog, dead letters, workers (and how many the load calls for) and shard
+    owners at a glance. Exits 3 when unhealthy (no worker alive, or waits past --max-lag),
+    for scripts."""
     from scheduler import Client
+    from scheduler.capacity import ScalingTarget, plan
 
+    target = ScalingTarget(target_lag_s=target_lag_s, utilisation=target_utilisation)
     problems: list[str] = []
     with Client(obj["redis_url"], obj["namespace"]) as client:
         try:
             while True:
                 s = client.status()
+                s.scaling = plan(s.queues, s.workers, target)
                 problems = s.problems(max_lag_s=max_lag_s, max_dead_letter=max_dead_letter)
                 if watch and not as_json:
                     click.clear()

@@ -35,3 +35,39 @@ def history_source(postgres_dsn: str | None, history_file: str, read_only: bool 
                               f"use postgresql://user@host/db (or 'host=... dbname=...')")
         return postgres_dsn
     return f"sqlite://{history_file}" + ("?mode=ro" if read_only else "")
+
+
+def _autoscale(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    from scheduler.autoscale import AutoscaleConfig
+    from scheduler.errors import ConfigError
+
+    if value is None:
+        return None
+    try:
+        return AutoscaleConfig.parse(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+autoscale_option = click.option(
+    "--autoscale", metavar="MIN:MAX", default=None, callback=_autoscale,
+    help="Move the concurrency between MIN and MAX from the start lag of this worker's "
+         "claims: up while claims start late with every slot busy, down while slots sit "
+         "idle (README: Scaling). Starts at MIN; replaces --concurrency.")
+
+
+def scaling_options(fn: F) -> F:
+    """The targets of the workers-wanted rule (scheduler/capacity.py); defaults there."""
+    from scheduler.capacity import ScalingTarget
+
+    default = ScalingTarget()
+    fn = click.option("--target-utilisation", "target_utilisation",
+                      type=click.FloatRange(min=0, max=1, min_open=True),
+                      default=default.utilisation,
+                      help="Workers wanted: size the fleet so this share of its run slots "
+                           "is busy.")(fn)
+    fn = click.option("--target-lag", "target_lag_s", type=click.FloatRange(min=0, min_open=True),
+                      default=default.target_lag_s,
+                      help="Workers wanted: enough to start the ready backlog within this "
+                           "many seconds.")(fn)
+    return fn

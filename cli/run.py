@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import click
 
@@ -16,6 +17,7 @@ from scheduler.connection import REDIS_ERRORS, process_redis, sync_redis
 from scheduler.errors import ConfigError
 
 from .logs import log_options, setup_logging
+from .options import autoscale_option, scaling_options
 
 log = logging.getLogger("scheduler.cli")
 
@@ -119,20 +121,24 @@ def _awaiting(coro: object) -> list[str]:
 @click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
               help="Seconds a claim waits for them; an at_most_once run they did not "
                    "confirm is not started (it ends lost).")
+@autoscale_option
 @metrics_port_option
 @log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
            grace_s: float, batch: int, pipelines: int, claim_replicas: int,
-           replica_timeout: float, metrics_port: int | None, log_level: str,
+           replica_timeout: float, autoscale: Any, metrics_port: int | None, log_level: str,
            log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
+    if autoscale is not None and click.get_current_context().get_parameter_source(
+            "concurrency") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give --concurrency or --autoscale MIN:MAX, not both")
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           pipelines=pipelines, claim_replicas=claim_replicas,
-                          replica_timeout_s=replica_timeout,
+                          replica_timeout_s=replica_timeout, autoscale=autoscale,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
@@ -205,22 +211,26 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
               envvar="SCHED_EXPORTER_PORT", help="Port for /metrics and /healthz (env "
                                                  "SCHED_EXPORTER_PORT); 0 picks a free one.")
 @click.option("--host", default="0.0.0.0", help="Address to listen on.")
+@scaling_options
 @log_options
 @click.pass_obj
-def exporter(obj: dict[str, str], port: int, host: str, log_level: str, log_format: str) -> None:
-    """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers) read from
-    Redis at each scrape. /healthz answers 503 while Redis does not."""
+def exporter(obj: dict[str, str], port: int, host: str, target_lag_s: float,
+             target_utilisation: float, log_level: str, log_format: str) -> None:
+    """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers, workers
+    wanted) read from Redis at each scrape. /healthz answers 503 while Redis does not."""
     import threading
 
     from prometheus_client import CollectorRegistry
 
+    from scheduler.capacity import ScalingTarget
     from scheduler.exporter import MetricsServer
     from scheduler.metrics import NamespaceCollector
 
     setup_logging(log_level, log_format)
     client = sync_redis(obj["redis_url"])
     registry = CollectorRegistry()
-    registry.register(NamespaceCollector(client, obj["namespace"]))
+    registry.register(NamespaceCollector(client, obj["namespace"], ScalingTarget(
+        target_lag_s=target_lag_s, utilisation=target_utilisation)))
 
     def healthy() -> bool:
         try:

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -29,7 +29,7 @@ import redis.asyncio
 
 from . import cluster, metrics, scripts
 from .clock import Clock
-from .inflight import Inflight
+from .inflight import Inflight, Run
 from .keys import Keys
 from .loops import Backoff, ErrorLog, Service
 from .replies import Code, codes
@@ -42,7 +42,8 @@ class Heartbeat(Service):
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
                  lease_ms: int, concurrency: int, queues: Iterable[str], running: Inflight,
-                 tallies: Callable[[], dict[str, tuple[int, int]]] | None = None) -> None:
+                 tallies: Callable[[], dict[str, tuple[int, int, int, int]]] | None = None,
+                 max_concurrency: int | None = None) -> None:
         super().__init__()
         self.redis = client
         self.keys = keys
@@ -55,8 +56,8 @@ class Heartbeat(Service):
         self.tallies = tallies or dict
         self.info: dict[Any, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
                      "concurrency": concurrency, "queues": ",".join(queues),
-                     "lease_ms": lease_ms}
-        self._last: tuple[int, dict[str, tuple[int, int]]] | None = None
+                     "lease_ms": lease_ms, "max_concurrency": max_concurrency or concurrency}
+        self._last: tuple[int, dict[str, tuple[int, int, int, int]]] | None = None
         self._reported = (0, 0)  # (succeeded, failed) at the last progress line
         # Without heartbeats every lease expires: after a failure, try again soon.
         self.backoff = Backoff(cap_s=min(1.0, self.interval_s))
@@ -106,21 +107,24 @@ class Heartbeat(Service):
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
                   mapping={**self.info, "inflight": len(runs), "seen_ms": now,
-                           **self._counts(now)})
+                           "queue_inflight": _by_queue(runs), **self._counts(now)})
         pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
         await pipe.execute()
 
     def _counts(self, now: int) -> dict[Any, Any]:
-        """Totals since start and per-queue rates (succeeded/s, failed/s) since the last beat."""
+        """Totals since start, and per queue since the last beat: succeeded/s, failed/s and
+        the mean run time of the runs that ended (0 when none did)."""
         tallies = self.tallies()
-        rates: dict[str, tuple[float, float]] = {}
+        rates: dict[str, tuple[float, float, float]] = {}
         if self._last is not None and now > self._last[0]:
             seconds = (now - self._last[0]) / 1000
             before = self._last[1]
-            for queue, (ok, failed) in tallies.items():
-                ok0, failed0 = before.get(queue, (0, 0))
+            for queue, (ok, failed, ended, run_ms) in tallies.items():
+                ok0, failed0, ended0, run_ms0 = before.get(queue, (0, 0, 0, 0))
                 rates[queue] = (round((ok - ok0) / seconds, 3),
-                                round((failed - failed0) / seconds, 3))
+                                round((failed - failed0) / seconds, 3),
+                                round((run_ms - run_ms0) / (ended - ended0) / 1000, 4)
+                                if ended > ended0 else 0.0)
         self._last = (now, tallies)
         return {"succeeded": sum(t[0] for t in tallies.values()),
                 "failed": sum(t[1] for t in tallies.values()),
@@ -159,3 +163,12 @@ class Heartbeat(Service):
         pipe.delete(self.keys.worker(self.worker_id))
         await pipe.execute()
 
+
+def _by_queue(runs: list[Run]) -> bytes:
+    """Runs in flight per queue (for the workers-wanted rule, scheduler/capacity.py)."""
+    counts: Counter[str] = Counter()
+    for run in runs:
+        m = getattr(run, "metrics", None)  # set by the worker's claim; a test's bare Run: none
+        if m is not None:
+            counts[m.queue] += 1
+    return msgspec.json.encode(counts)

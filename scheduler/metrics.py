@@ -14,9 +14,9 @@ Two kinds:
 The worker's hot path runs tens of thousands of jobs a second, so the per-run metrics
 (`sched_runs_total`, `sched_start_lag_seconds`, `sched_run_duration_seconds`) are not
 prometheus_client's locked Counter and Histogram but the single-writer `FastCounter` and
-`FastHistogram` below: an increment is a plain attribute update (no lock: only the event loop
-thread writes them; a scrape thread reads a consistent-enough copy), and the worker looks label
-children up once per (queue, task) and keeps them (`RunMetrics`), never `.labels()` per job.
+`FastHistogram` of scheduler/fastmetrics.py (an increment is a plain attribute update), and
+the worker looks label children up once per (queue, task) and keeps them (`RunMetrics`),
+never `.labels()` per job.
 Everything counted per batch or per rare event uses prometheus_client's Counter.
 """
 
@@ -25,116 +25,21 @@ from __future__ import annotations
 import logging
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
 
 import redis
-from prometheus_client import REGISTRY, CollectorRegistry, Counter
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-)
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .capacity import ScalingTarget, plan
 from .clock import RedisClock
 from .connection import REDIS_ERRORS
+from .fastmetrics import FastCounter, FastHistogram
 from .keys import Keys
-from .status import Topology, WorkerStatus, read_status
+from .status import Status, Topology, WorkerStatus, read_status
 
 log = logging.getLogger("scheduler.metrics")
-
-# --- single-writer families for the hot path ----------------------------------------------
-
-
-class CounterChild:
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0
-
-    def inc(self, amount: int = 1) -> None:
-        self.value += amount
-
-
-class HistogramChild:
-    """Observations in integer milliseconds (the unit the scheduler's clock has)."""
-
-    __slots__ = ("bounds_ms", "counts", "sum_ms")
-
-    def __init__(self, bounds_ms: list[float]) -> None:
-        self.bounds_ms = bounds_ms
-        self.counts = [0] * (len(bounds_ms) + 1)  # per bucket, not cumulative; last is +Inf
-        self.sum_ms = 0
-
-    def observe_ms(self, value_ms: int) -> None:
-        self.counts[bisect_left(self.bounds_ms, value_ms)] += 1
-        self.sum_ms += value_ms
-
-
-class _Family(Collector):
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
-                 registry: CollectorRegistry | None) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = labelnames
-        self.children: dict[tuple[str, ...], Any] = {}
-        if registry is not None:
-            registry.register(self)
-
-    def describe(self) -> Iterable[Metric]:
-        return list(self._families({}))
-
-    def collect(self) -> Iterable[Metric]:
-        return list(self._families(dict(self.children)))
-
-    def _families(self, children: dict[tuple[str, ...], Any]) -> Iterator[Metric]:
-        raise NotImplementedError
-
-
-class FastCounter(_Family):
-    def labels(self, *values: str) -> CounterChild:
-        child = self.children.get(values)
-        if child is None:
-            child = self.children[values] = CounterChild()
-        return child
-
-    def _families(self, children: dict[tuple[str, ...], Any]) -> Iterator[Metric]:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in children.items():
-            family.add_metric(list(values), child.value)
-        yield family
-
-
-class FastHistogram(_Family):
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...],
-                 buckets_s: tuple[float, ...], registry: CollectorRegistry | None) -> None:
-        self.buckets_s = buckets_s
-        self.bounds_ms = [b * 1000 for b in buckets_s]
-        super().__init__(name, documentation, labelnames, registry)
-
-    def labels(self, *values: str) -> HistogramChild:
-        child = self.children.get(values)
-        if child is None:
-            child = self.children[values] = HistogramChild(self.bounds_ms)
-        return child
-
-    def _families(self, children: dict[tuple[str, ...], Any]) -> Iterator[Metric]:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in children.items():
-            counts, total_ms = list(child.counts), child.sum_ms
-            cumulative, buckets = 0, []
-            for bound, n in zip([*self.buckets_s, float("inf")], counts, strict=True):
-                cumulative += n
-                buckets.append((_le(bound), cumulative))
-            family.add_metric(list(values), buckets, total_ms / 1000)
-        yield family
-
-
-def _le(bound: float) -> str:
-    return "+Inf" if bound == float("inf") else repr(float(bound))
-
 
 # --- process metrics ------------------------------------------------------------------------
 
@@ -210,9 +115,10 @@ class RunMetrics:
     """The label children of one (queue, task), looked up once per worker and kept on each
     run; `ok`/`failed` are this worker's own tallies, which its heartbeat turns into rates."""
 
-    __slots__ = ("start_lag", "duration", "outcomes", "succeeded_child", "ok", "failed")
+    __slots__ = ("queue", "start_lag", "duration", "outcomes", "succeeded_child", "ok", "failed")
 
     def __init__(self, queue: str, task: str) -> None:
+        self.queue = queue
         self.start_lag = START_LAG.labels(queue)
         self.duration = RUN_DURATION.labels(queue, task)
         self.outcomes = {o: RUNS.labels(queue, task, o) for o in OUTCOMES}
@@ -254,8 +160,13 @@ GAUGES = {
     "sched_orphans_waiting": ("Running slots without their pending entry, waiting for their "
                               "lease to end before the sweeper re-runs them.", ("shard",)),
     "sched_workers_alive": ("Workers whose heartbeat is younger than their lease.", ()),
+    "sched_workers_wanted": ("Workers the observed lag and throughput call for (the rule: "
+                             "scheduler/capacity.py); what an autoscaler scales on.", ()),
+    "sched_queue_slots_wanted": ("Run slots a queue's flow and ready backlog call for "
+                                 "(scheduler/capacity.py).", ("queue",)),
     "sched_worker_inflight": ("Runs in flight per live worker.", ("worker",)),
-    "sched_worker_concurrency": ("Concurrency limit per live worker.", ("worker",)),
+    "sched_worker_concurrency": ("Concurrency limit per live worker (now: an autoscaling "
+                                 "worker moves it).", ("worker",)),
     "sched_worker_heartbeat_age_seconds": ("Age of each live worker's last heartbeat.",
                                            ("worker",)),
     "sched_worker_succeeded_per_second": ("Successes per second per live worker over its last "
@@ -277,13 +188,15 @@ GAUGES = {
 }
 
 
-def tallies(runs: dict[tuple[str, str], RunMetrics]) -> dict[str, tuple[int, int]]:
-    """(succeeded, failed) per queue from a worker's RunMetrics by (queue, task), for its
-    heartbeat."""
-    out: dict[str, tuple[int, int]] = {}
+def tallies(runs: dict[tuple[str, str], RunMetrics]) -> dict[str, tuple[int, int, int, int]]:
+    """Per queue, from a worker's RunMetrics by (queue, task), for its heartbeat: succeeded,
+    failed, runs ended (any outcome) and the milliseconds they took (the duration histogram's
+    count and sum: the mean run time costs nothing per job)."""
+    out: dict[str, tuple[int, int, int, int]] = {}
     for (queue, _), m in runs.items():
-        ok, failed = out.get(queue, (0, 0))
-        out[queue] = (ok + m.ok, failed + m.failed)
+        ok, failed, ended, run_ms = out.get(queue, (0, 0, 0, 0))
+        out[queue] = (ok + m.ok, failed + m.failed, ended + sum(m.duration.counts),
+                      run_ms + m.duration.sum_ms)
     return out
 
 
@@ -305,8 +218,10 @@ class NamespaceCollector(Collector):
     since the previous scrape and deserves a person's attention: a worker that joined, one
     that stopped heartbeating without leaving (a crash or a partition), one that left."""
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
+    def __init__(self, client: redis.Redis, namespace: str,
+                 target: ScalingTarget | None = None) -> None:
         self.redis = client
+        self.target = target  # None: the status's own plan (capacity.ScalingTarget defaults)
         self.keys = Keys(namespace)
         self._failing = False
         self._alive: set[str] | None = None  # None until the first scrape
@@ -356,6 +271,15 @@ class NamespaceCollector(Collector):
         if status.redis_aof is not None and status.redis_replicas is not None:
             g["sched_redis_durable"].add_metric(
                 [], 1 if status.redis_aof or status.redis_replicas else 0)
+        self._workers(g, status)
+        self._log_worker_changes(status.workers)
+        g["sched_shards_owned"].add_metric([], status.shards_owned)
+        g["sched_shards"].add_metric([], status.shards)
+        g["sched_exporter_up"].add_metric([], 1)
+        g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
+        return list(g.values())
+
+    def _workers(self, g: dict[str, GaugeMetricFamily], status: Status) -> None:
         for w in status.workers:
             if w.alive:
                 g["sched_worker_inflight"].add_metric([w.worker_id], w.inflight)
@@ -365,13 +289,13 @@ class NamespaceCollector(Collector):
                 g["sched_worker_succeeded_per_second"].add_metric([w.worker_id],
                                                                   w.succeeded_per_s)
                 g["sched_worker_failed_per_second"].add_metric([w.worker_id], w.failed_per_s)
-        self._log_worker_changes(status.workers)
         g["sched_workers_alive"].add_metric([], status.workers_alive)
-        g["sched_shards_owned"].add_metric([], status.shards_owned)
-        g["sched_shards"].add_metric([], status.shards)
-        g["sched_exporter_up"].add_metric([], 1)
-        g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
-        return list(g.values())
+        scaling = (plan(status.queues, status.workers, self.target) if self.target
+                   else status.scaling)
+        if scaling is not None:
+            g["sched_workers_wanted"].add_metric([], scaling.wanted)
+            for queue, slots in scaling.by_queue.items():
+                g["sched_queue_slots_wanted"].add_metric([queue], slots)
 
     def _log_worker_changes(self, workers: list[WorkerStatus]) -> None:
         alive = {w.worker_id for w in workers if w.alive}

@@ -12,7 +12,9 @@ worker's per-queue rates over its last heartbeat interval into its `worker:<id>`
 queue's rate is the sum over live workers. That costs no Redis command beyond the heartbeat
 the worker sends anyway and nothing per job; the price is that a rate is an average over the
 last heartbeat interval (lease/3, 10 s by default). Prometheus computes finer rates from the
-workers' own `sched_runs_total` counters.
+workers' own `sched_runs_total` counters. The same heartbeat gives each queue's runs in flight
+and mean run time, from which `Status.scaling` (scheduler/capacity.py) says how many workers
+the load calls for.
 """
 
 from __future__ import annotations
@@ -23,141 +25,26 @@ import msgspec
 import redis
 import redis.asyncio
 
-from . import cluster, scripts, sources
+from . import capacity, cluster, scripts, sources
 from .clock import Clock, resync, resync_sync
 from .connection import where
 from .keys import Keys
+from .status_records import (
+    NodeStatus,
+    QueueShardStatus,
+    QueueStatus,
+    Rate,
+    ShardStatus,
+    Status,
+    WorkerStatus,
+)
+
+__all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
+           "Topology", "WorkerStatus", "read_status", "read_status_async", "read_workers",
+           "read_workers_async"]
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
-
-
-class QueueShardStatus(msgspec.Struct, kw_only=True):
-    queue: str
-    shard: int
-    depth: int  # entries not yet delivered to the consumer group
-    pending: int  # delivered, not yet acked (running or about to be committed)
-    oldest_ready_age_s: float  # how long the oldest undelivered entry has waited; 0 if none
-
-
-class ShardStatus(msgspec.Struct, kw_only=True):
-    shard: int
-    due_slots: int  # everything in `due`: retries, delayed and cron slots
-    due_backlog: int  # due slots whose time has come but that are not promoted yet
-    oldest_overdue_s: float  # how late the oldest of those is; 0 if none
-    dead_letter_size: int
-    owner: str | None  # the node id holding the shard's lease (the key is "<epoch>:<node_id>")
-    owner_epoch: int | None
-    owner_ttl_s: float | None
-    snapshot_backlog_events: int | None  # events the snapshotter has not acked; None: no snapshotter
-    snapshot_lag_s: float | None  # age of the oldest event it has not read yet
-    queues: list[QueueShardStatus]
-    orphans_recovered: int = 0  # slots the sweeper found stranded and repaired, ever
-    orphans_last_ms: int | None = None  # when it last did
-    orphans_waiting: int = 0  # stranded slots it found whose lease is not over yet
-
-
-class QueueStatus(msgspec.Struct, kw_only=True):
-    queue: str
-    depth: int
-    pending: int
-    oldest_ready_age_s: float
-    succeeded_per_s: float
-    failed_per_s: float
-
-
-class Rate(msgspec.Struct, kw_only=True):
-    succeeded_per_s: float
-    failed_per_s: float
-
-
-class WorkerStatus(msgspec.Struct, kw_only=True):
-    worker_id: str
-    alive: bool  # heartbeat younger than half its lease (1.5 intervals) + ALIVE_SLACK_MS
-    heartbeat_age_s: float
-    host: str
-    pid: int
-    queues: list[str]
-    concurrency: int
-    inflight: int
-    succeeded: int  # since the worker started
-    failed: int
-    succeeded_per_s: float
-    failed_per_s: float
-    by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
-
-
-class NodeStatus(msgspec.Struct, kw_only=True):
-    node: str  # host:port of a primary (a single Redis: the one node)
-    shards: list[int]  # the namespace's shards it holds
-    aof: bool | None = None  # None: INFO not allowed or it did not answer
-    replicas: int | None = None
-
-
-class Status(msgspec.Struct, kw_only=True):
-    namespace: str
-    now_ms: int
-    shards: int
-    queues: list[QueueStatus]
-    workers: list[WorkerStatus]
-    workers_alive: int
-    workers_known: int  # entries in the registry, including dead ones not shown
-    due_slots: int
-    due_backlog: int
-    oldest_overdue_s: float
-    dead_letter_size: int
-    shards_owned: int
-    snapshot_lag_s: float | None
-    shard_details: list[ShardStatus]
-    orphans_recovered: int = 0
-    orphans_last_age_s: float | None = None  # since the sweeper last repaired one
-    orphans_waiting: int = 0
-    redis_aof: bool | None = None  # the server's AOF is on (None: INFO not allowed)
-    redis_replicas: int | None = None  # replicas connected to it
-    snapshot_backlog_events: int = 0  # events not in history yet: what a loss would cost
-    nodes: list[NodeStatus] = []  # which Redis node holds which shards
-
-    def warnings(self) -> list[str]:
-        """What puts accepted jobs at risk or slows them without making the namespace
-        unhealthy: no durability, and shards spread unevenly over a cluster's nodes."""
-        found = []
-        if self.redis_aof is False and self.redis_replicas == 0:
-            found.append(f"Redis has neither AOF nor a replica: acknowledged jobs will be lost "
-                         f"if it restarts; `sched recover` can restore what history has (now "
-                         f"{self.snapshot_backlog_events} event(s) behind"
-                         + (f", {self.snapshot_lag_s:.1f}s" if self.snapshot_lag_s is not None
-                            else "") + ")")
-        counts = [len(n.shards) for n in self.nodes]
-        if len(counts) > 1 and self.shards and max(counts) - min(counts) > 1:
-            found.append(f"shards fall {'/'.join(map(str, sorted(counts, reverse=True)))} "
-                         f"over {len(counts)} nodes: the busiest node does "
-                         f"{max(counts) / self.shards:.0%} of the work; move a shard's slot with "
-                         f"`redis-cli --cluster reshard` (README: Redis Cluster)")
-        return found
-
-    def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
-                 ) -> list[str]:
-        """Why this namespace is unhealthy, one line each; empty when it is healthy."""
-        found = []
-        if self.workers_alive == 0:
-            found.append("no worker is alive: start one with `sched worker --app MODULE:REGISTRY`")
-        if max_lag_s is not None:
-            for q in self.queues:
-                if q.oldest_ready_age_s > max_lag_s:
-                    found.append(f"queue {q.queue}: the oldest ready job has waited "
-                                 f"{q.oldest_ready_age_s:.1f}s (over {max_lag_s:g}s): add workers")
-            if self.oldest_overdue_s > max_lag_s:
-                found.append(f"{self.due_backlog} due slot(s) not promoted, the oldest "
-                             f"{self.oldest_overdue_s:.1f}s late: is a `sched scheduler` running?")
-            if self.snapshot_lag_s is not None and self.snapshot_lag_s > max_lag_s:
-                found.append(f"the snapshotter is {self.snapshot_lag_s:.1f}s behind")
-        if max_dead_letter is not None and self.dead_letter_size > max_dead_letter:
-            found.append(f"{self.dead_letter_size} dead slot(s), over {max_dead_letter}")
-        if self.orphans_waiting:
-            found.append(f"{self.orphans_waiting} running slot(s) lost their pending stream "
-                         f"entry; the sweeper re-runs them when their lease is over (see the "
-                         f"'orphaned' events)")
-        return found
 
 
 def _s(value: Any) -> str:
@@ -191,15 +78,25 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
     seen = int(f.get("seen_ms", seen_ms))
     lease_ms = int(f.get("lease_ms", 30_000))
     rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
+    inflight: dict[str, int] = (msgspec.json.decode(f["queue_inflight"])
+                                if f.get("queue_inflight") else {})
     return WorkerStatus(
         worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
         heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
         queues=[q for q in f.get("queues", "").split(",") if q],
         concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
+        max_concurrency=int(f.get("max_concurrency", 0)),
         succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
         succeeded_per_s=sum(r[0] for r in rates.values()),
         failed_per_s=sum(r[1] for r in rates.values()),
-        by_queue={q: Rate(succeeded_per_s=r[0], failed_per_s=r[1]) for q, r in rates.items()})
+        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
+
+
+def _rate(r: list[float] | None, inflight: int) -> Rate:
+    """[ok/s, failed/s, mean run s] as the heartbeat writes it (the mean since issue 17)."""
+    r = r or [0.0, 0.0]
+    return Rate(succeeded_per_s=r[0], failed_per_s=r[1],
+                mean_run_s=r[2] if len(r) > 2 else 0.0, inflight=inflight)
 
 
 class Topology(NamedTuple):
@@ -356,19 +253,28 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
                details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
                ) -> Status:
     alive = [w for w in workers if w.alive]
-    rates: dict[str, list[float]] = {q: [0.0, 0.0] for q in queues}
+    # Per queue: ok/s, failed/s, ended/s of the workers that timed runs, the seconds of run
+    # those ended runs took per second (mean run = that / ended/s), in flight.
+    rates: dict[str, list[float]] = {q: [0.0] * 5 for q in queues}
     for w in alive:
         for q, rate in w.by_queue.items():
             if q in rates:
-                rates[q][0] += rate.succeeded_per_s
-                rates[q][1] += rate.failed_per_s
+                ended = rate.succeeded_per_s + rate.failed_per_s
+                sums = rates[q]
+                sums[0] += rate.succeeded_per_s
+                sums[1] += rate.failed_per_s
+                sums[2] += ended if rate.mean_run_s else 0.0
+                sums[3] += ended * rate.mean_run_s
+                sums[4] += rate.inflight
     by_queue = [QueueStatus(
         queue=q,
         depth=sum(qs.depth for d in details for qs in d.queues if qs.queue == q),
         pending=sum(qs.pending for d in details for qs in d.queues if qs.queue == q),
         oldest_ready_age_s=max([qs.oldest_ready_age_s for d in details for qs in d.queues
                                 if qs.queue == q], default=0.0),
-        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1]) for q in queues]
+        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1], inflight=int(rates[q][4]),
+        mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0)
+        for q in queues]
     snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
     last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),
                       default=None)
@@ -384,7 +290,8 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         orphans_recovered=sum(d.orphans_recovered for d in details),
         orphans_last_age_s=_age_s(now, last_orphan) if last_orphan is not None else None,
         orphans_waiting=sum(d.orphans_waiting for d in details),
-        snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details))
+        snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details),
+        scaling=capacity.plan(by_queue, workers))
 
 
 def _weakest(values: list[Any], pick: Any) -> Any:  # None when any node's is unknown

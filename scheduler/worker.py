@@ -23,6 +23,8 @@ import msgspec
 import redis.asyncio
 
 from . import cluster, metrics, namespace, replies, scripts
+from .autoscale import AutoscaleConfig, Autoscaler
+from .capacity import DEFAULT_CONCURRENCY
 from .clock import Clock, RedisClock, resync
 from .committer import Committer
 from .connection import socket_timeout
@@ -40,7 +42,7 @@ from .registry import Registry
 log = logging.getLogger("scheduler.worker")
 
 class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
-    concurrency: int = 100
+    concurrency: int = DEFAULT_CONCURRENCY
     queues: tuple[str, ...] = ("default",)
     batch: int = 500  # most entries claimed per read
     pipelines: int = 2
@@ -56,6 +58,9 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     would run it twice). One the replicas did not confirm within `replica_timeout_s` is not
     started: its lease runs out and it ends `lost`, as at_most_once allows."""
     replica_timeout_s: float = 1.0
+    autoscale: AutoscaleConfig | None = None
+    """Move the concurrency between its bounds from the start lag of this worker's claims
+    (scheduler/autoscale.py), starting at its MIN; `concurrency` is then not used."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -89,6 +94,10 @@ class Worker:
                              self.config.events_maxlen)
         self.running: Inflight = {}
         self.claiming = 0  # entries taken from the backlog whose claim has not returned yet
+        auto = self.config.autoscale
+        # The run slots now, read by _free(); only set_concurrency() changes it.
+        self.concurrency = auto.min_concurrency if auto else self.config.concurrency
+        most = auto.max_concurrency if auto else self.config.concurrency
         self.stopping = asyncio.Event()
         self.capacity = asyncio.Event()
         lease_ms = int(self.config.lease_s * 1000)
@@ -100,11 +109,11 @@ class Worker:
         self.committer = Committer(client, self.keys, self.clock, self.worker_id,
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
-                                   self.config.concurrency, self.config.queues, self.running,
-                                   lambda: metrics.tallies(self._run_metrics))
+                                   self.concurrency, self.config.queues, self.running,
+                                   lambda: metrics.tallies(self._run_metrics), most)
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
-                                   threads=min(self.config.concurrency, 64))
+                                   threads=min(most, 64))
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
         self.errors = ErrorLog(log, "reading from Redis")
         self.queue_of = {name: q for q in self.config.queues for name in lanes(q)}
@@ -163,7 +172,14 @@ class Worker:
             self.claiming -= len(take)
 
     def _free(self) -> int:
-        return self.config.concurrency - len(self.running) - self.claiming
+        return self.concurrency - len(self.running) - self.claiming
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """Change the run slots while running (the autoscaler does). Fewer take effect as
+        runs end, none is stopped; more wake a claim loop waiting for a free slot."""
+        self.concurrency = concurrency
+        self.heartbeat.info["concurrency"] = concurrency
+        self.capacity.set()
 
     def _known(self) -> set[str]:
         """Slots this worker has in hand besides its backlog: runs in flight, outcomes
@@ -283,9 +299,14 @@ class Worker:
         """Run until stop(); then shut down in the order the module docstring gives."""
         if not await self._setup():
             return
-        log.info("worker %s reading %s across %d shards (concurrency %d)", self.worker_id,
-                 ",".join(self.config.queues), self.shards, self.config.concurrency)
+        auto = self.config.autoscale
+        log.info("worker %s reading %s across %d shards (concurrency %s)", self.worker_id,
+                 ",".join(self.config.queues), self.shards,
+                 f"{auto.min_concurrency}..{auto.max_concurrency}, autoscaled" if auto
+                 else self.concurrency)
         committer = asyncio.create_task(self.committer.run(), name="committer")
+        scaler = asyncio.create_task(Autoscaler(self, auto, stop=self.stopping).run(),
+                                     name="autoscale") if auto else None
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
         readers = [asyncio.create_task(ClaimLoop(self).run(), name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
@@ -302,7 +323,7 @@ class Worker:
             await self._drain()
         finally:
             stopped.cancel()
-            for task in readers:
+            for task in (*readers, *([scaler] if scaler else [])):
                 task.cancel()
             self.committer.stop()
             try:
