@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class SchedulerError(Exception):
     """Base class of every error this library raises."""
@@ -171,3 +173,16 @@ class ResultTimeout(SchedulerError, TimeoutError):
         self.slot_id = slot_id
         self.status = status
         super().__init__(f"slot {slot_id} is still {status} after {timeout_s:g}s")
+
+
+class HandlerFailed(SchedulerError):
+    """The testing mode (scheduler.testing): handlers raised during `drain()` or `advance()`.
+    `runs` holds the failed runs (scheduler.testing.Ran); the first one's exception is the
+    cause, so a test shows the handler's own traceback. Its slots moved on as a worker would
+    move them (retry or dead letter) before this was raised."""
+
+    def __init__(self, runs: list[Any]) -> None:
+        self.runs = runs
+        lines = [f"{r.task} (slot {r.slot_id}, attempt {r.attempt}): {r.error}" for r in runs[:5]]
+        more = f"; and {len(runs) - 5} more" if len(runs) > 5 else ""
+        super().__init__(f"{len(runs)} run(s) failed: " + "; ".join(lines) + more)

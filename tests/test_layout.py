@@ -77,11 +77,13 @@ LAYERS = {
                  "metrics", "exporter", "embedded"},
     "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "queues", "client"},
     "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
+    "testing": {"testing", "testing.fakeserver", "testing.harness"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},
               "services": {"contracts", "store", "services"},
               "sdk": {"contracts", "store", "sdk", "services:status"},
-              "web": {"contracts", "sdk", "web", "services:status", "services:loops"}}
+              "web": {"contracts", "sdk", "web", "services:status", "services:loops"},
+              "testing": {"contracts", "store", "services", "sdk", "testing"}}
 
 
 def test_each_layer_imports_only_what_it_may() -> None:

@@ -90,3 +90,37 @@ def test_every_link_in_the_readme_is_inside_the_repository() -> None:
     for path in re.findall(r"`((?:tests|scheduler|bench|scripts|deploy|cli)/[\w/.-]+\.\w+)`",
                            README):
         assert (ROOT / path).exists(), f"the README names {path}, which does not exist"
+
+
+# Given to the README's testing example: any connection its process tries fails the run.
+_NO_NETWORK = '''
+import socket
+
+tried = []
+
+
+def refuse(self, address):
+    tried.append(address)
+    raise ConnectionRefusedError(address)
+
+
+socket.socket.connect = socket.socket.connect_ex = refuse
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if tried:
+        raise SystemExit(f"the testing example tried to connect: {tried}")
+'''
+
+
+def test_the_testing_example_runs_with_no_redis(tmp_path: Path) -> None:
+    [example] = _blocks(_section("Testing your handlers"), "python")
+    assert example.startswith("# test_tasks.py")
+    (tmp_path / "test_tasks.py").write_text(example)
+    (tmp_path / "conftest.py").write_text(_NO_NETWORK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "SCHED_REDIS_URL": "redis://127.0.0.1:1/0"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-W", "error", str(tmp_path)], cwd=tmp_path, env=env, timeout=120,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout

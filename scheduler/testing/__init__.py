@@ -1,0 +1,8 @@
+"""The testing mode: `TestScheduler(registry)` runs the real scripts and services on an
+in-memory Redis and a fake clock, in the test's process (`pip install 'redis-sched[testing]'`).
+README, "Testing your handlers"."""
+
+from ..errors import HandlerFailed
+from .harness import Ran, TestClient, TestScheduler
+
+__all__ = ["HandlerFailed", "Ran", "TestClient", "TestScheduler"]
