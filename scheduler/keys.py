@@ -105,6 +105,11 @@ def lane(queue: str, priority: int) -> str:
     return queue if priority == DEFAULT_PRIORITY else f"{queue}:p{priority}"
 
 
+def queue_of(lane_name: str) -> str:
+    """The queue a lane belongs to."""
+    return lane_name.partition(":")[0]
+
+
 def lanes(queue: str) -> list[str]:
     """A queue's lanes, best priority first."""
     return [lane(queue, p) for p in PRIORITIES]

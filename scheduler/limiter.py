@@ -30,6 +30,7 @@ from typing import Any
 
 from . import cluster, limits, scripts
 from .inflight import Run
+from .keys import queue_of
 from .loops import Service
 from .reader import Reader
 from .replies import Acquired
@@ -169,7 +170,7 @@ class LimitedClaims(Service):
         entries = reader.take(len(reader.backlog))
         by_queue: dict[str, list[Any]] = {}
         for entry in entries:
-            by_queue.setdefault(w.queue_of[entry[1]], []).append(entry)
+            by_queue.setdefault(queue_of(entry[1]), []).append(entry)
         free = w._free()
         wants = {}
         for q, mine in by_queue.items():

@@ -39,7 +39,6 @@ class Reader:
         self.batch = batch
         self.events_maxlen = events_maxlen
         self.streams: list[tuple[bytes, int, str]] = []  # (stream key, shard, lane)
-        self.queue_of: dict[str, str] = {}  # lane -> its queue
         self._per_priority = 1  # streams of one priority: a read's COUNT is shared by these
         self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
         self._stream_of: dict[bytes, tuple[int, str, deque[Entry]]] = {}
@@ -59,7 +58,6 @@ class Reader:
                         for p in PRIORITIES for s in range(shards)]
         for q in queues:
             for p in PRIORITIES:
-                self.queue_of[lane(q, p)] = q
                 self.backlog.know(lane(q, p), p)
         self._per_priority = max(1, len(self.streams) // len(PRIORITIES))
         self._read_tail = ("STREAMS", *(key for key, _, _ in self.streams),

@@ -32,7 +32,7 @@ from .errors import ConfigError
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .inflight import Inflight, Run
-from .keys import Keys, check_name, lanes
+from .keys import Keys, check_name, queue_of
 from .limiter import LimitedClaims
 from .loops import Backoff, ErrorLog, Service, pause
 from .namespace import EVENTS_MAXLEN
@@ -116,7 +116,6 @@ class Worker:
                                    threads=min(most, 64))
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
         self.errors = ErrorLog(log, "reading from Redis")
-        self.queue_of = {name: q for q in self.config.queues for name in lanes(q)}
         self.limited = LimitedClaims(self)
 
     # --- setup ---------------------------------------------------------------------------
@@ -218,7 +217,6 @@ class Worker:
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._run_metrics
-        queue_of = self.queue_of
         for shard, reply in zip(shards, answers, strict=True):
             for (lane, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
                                                  strict=True):
@@ -229,7 +227,7 @@ class Worker:
                     continue
                 run = Run(shard, slot_id, grant, deadline)
                 run.started_ms = now
-                queue = queue_of[lane]
+                queue = queue_of(lane)
                 m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
                 run.metrics = m
                 m.start_lag.observe_ms(now - run.fire_ms)
