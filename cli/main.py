@@ -114,6 +114,10 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="Replicas that must confirm (--durability replicated).")
 @click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
               help="Seconds to wait for them before failing (exit 1; the job may survive).")
+@click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
+              help="An OpenTelemetry span for the submit, the parent of the job's run spans "
+                   "(env SCHED_OTEL=1; needs the otel extra and a configured TracerProvider, "
+                   "e.g. opentelemetry-instrument).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: int,
@@ -122,7 +126,7 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: i
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
            end_at: str | None, durability: str, replicas: int, replica_timeout: float,
-           as_json: bool) -> None:
+           trace: bool, as_json: bool) -> None:
     """Submit a job: now, after --delay, --at an instant, or on a --cron schedule."""
     from scheduler import Client, RetryPolicy
 
@@ -133,7 +137,7 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: i
                 "overlap": overlap, "start_at": _instant("start_at", start_at),
                 "end_at": _instant("end_at", end_at)}
     with Client(obj["redis_url"], obj["namespace"], durability=durability, replicas=replicas,
-                replica_timeout_s=replica_timeout) as client:
+                replica_timeout_s=replica_timeout, tracing=trace) as client:
         job_id = client.submit(task, value, queue=queue, priority=priority,
                                timeout=_duration_s("timeout", timeout), retry=retry,
                                delivery=delivery, dedupe_key=dedupe_key, **schedule)

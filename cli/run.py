@@ -122,13 +122,17 @@ def _awaiting(coro: object) -> list[str]:
               help="Seconds a claim waits for them; an at_most_once run they did not "
                    "confirm is not started (it ends lost).")
 @autoscale_option
+@click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
+              help="An OpenTelemetry span per run, to the global TracerProvider: configure it "
+                   "in the --app module or run under opentelemetry-instrument (env "
+                   "SCHED_OTEL=1; needs the otel extra).")
 @metrics_port_option
 @log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
            grace_s: float, batch: int, pipelines: int, claim_replicas: int,
-           replica_timeout: float, autoscale: Any, metrics_port: int | None, log_level: str,
-           log_format: str) -> None:
+           replica_timeout: float, autoscale: Any, trace: bool, metrics_port: int | None,
+           log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
@@ -138,7 +142,7 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           pipelines=pipelines, claim_replicas=claim_replicas,
-                          replica_timeout_s=replica_timeout, autoscale=autoscale,
+                          replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []

@@ -62,7 +62,8 @@ class _Driver:
                  events_maxlen: int = EVENTS_MAXLEN,
                  history: str | HistoryStore | None = None,
                  timeout_s: float = SDK_TIMEOUT_S, durability: str = "primary",
-                 replicas: int = 1, replica_timeout_s: float = 1.0) -> None:
+                 replicas: int = 1, replica_timeout_s: float = 1.0, tracing: bool = False,
+                 tracer_provider: Any = None) -> None:
         """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
         is the embedded default file, opened on first use. `max_payload_bytes` is the
         namespace's limit if this client creates it (its scripts enforce it); a client of an
@@ -71,9 +72,15 @@ class _Driver:
         `durability`: when a submit returns, unless the call says otherwise: "primary" (the
         primary has the jobs), "replicated" (and `replicas` replicas confirmed them within
         `replica_timeout_s`, else DurabilityError) or "fsynced" (the primary's AOF fsynced
-        them: Redis 7.2+)."""
+        them: Redis 7.2+). `tracing`: an OpenTelemetry span per submit call, its traceparent
+        stored with the jobs (the `otel` extra; scheduler/tracing.py), on `tracer_provider`
+        or the global one."""
         self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen,
                           durability, replicas, replica_timeout_s)
+        if tracing:
+            from .tracing import SubmitTracer
+
+            self._core.tracer = SubmitTracer(tracer_provider)
         self.keys = self._core.keys
         self._history_source = history
         self._store: HistoryStore | None = None

@@ -18,7 +18,7 @@ import os
 import random
 import traceback
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
@@ -34,6 +34,9 @@ from .models import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
 from .registry import Context, Registry
 from .replies import Code
 from .states import Outcome
+
+if TYPE_CHECKING:
+    from .tracing import RunTracer
 
 log = logging.getLogger("scheduler.worker")
 handler_log = logging.getLogger("scheduler.handler")
@@ -68,7 +71,8 @@ class HandlerErrors:
 class Execution:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
                  registry: Registry, committer: Committer, running: Inflight,
-                 capacity: asyncio.Event, *, lease_s: float, threads: int) -> None:
+                 capacity: asyncio.Event, *, lease_s: float, threads: int,
+                 tracer: RunTracer | None = None) -> None:
         self.redis = client
         self.keys = keys
         self.clock = clock
@@ -76,8 +80,9 @@ class Execution:
         self.committer = committer
         self.running = running
         self.capacity = capacity  # set whenever a run ends: the reader may claim again
-        self.executor = ThreadPoolExecutor(max_workers=threads,
-                                           thread_name_prefix="sched-handler")
+        self.tracer = tracer
+        pool = ThreadPoolExecutor if tracer is None else tracer.pool  # carries the span
+        self.executor = pool(max_workers=threads, thread_name_prefix="sched-handler")
         # How long a cancelled handler has to stop before it is given up on: within the
         # watchdog's margin (a quarter of the lease), so even then before the lease ends.
         self.stuck_after_s = min(5.0, lease_s / 8)
@@ -91,7 +96,10 @@ class Execution:
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table)."""
         run.on_stuck, run.stuck_after_s = self._stuck, self.stuck_after_s
-        run.handler = loop.create_task(self._execute(run))
+        if self.tracer is None:
+            run.handler = loop.create_task(self._execute(run))
+        else:  # the handler runs inside its run's span
+            run.handler = loop.create_task(self._execute(run), context=self.tracer.begin(run))
         if run.timeout_ms:
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
 
@@ -128,6 +136,8 @@ class Execution:
             self.end(run, Outcome.CANCELLED, clean(exc.reason))
         except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only
             self.handler_errors.report(run, exc, self.clock.monotonic())
+            if self.tracer is not None:
+                self.tracer.raised(run, exc)
             self.end(run, Outcome.FAILED, _one_line(exc))
         else:
             self.end(run, Outcome.SUCCEEDED, result=value)
@@ -177,6 +187,8 @@ class Execution:
         run.ended = True
         if run.timer is not None:
             run.timer.cancel()
+        if self.tracer is not None:
+            self.tracer.end(run, kind, error)
         if self.running.get(run.slot_id) is run:
             del self.running[run.slot_id]
         if run.on_end is not None:

@@ -166,7 +166,16 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
     them, "fsynced" (Redis 7.2+ with the AOF on; refused before writing otherwise) until
     the primary's AOF fsynced them (WAITAOF); both up to the client's
     `replica_timeout_s`, else DurabilityError."""
-    jobs, at = list(jobs), core.at
+    jobs = list(jobs)
+    if core.tracer is not None:  # one span around the call (tracing.py)
+        return (yield from core.tracer.submit(jobs, lambda extra: _submit(core, jobs,
+                                                                          durability, extra)))
+    return (yield from _submit(core, jobs, durability, ()))
+
+
+def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str | None,
+            extra: tuple[Any, ...]) -> Op[list[str]]:
+    at = core.at
     mode = core.durability if durability is None else durability_of(durability)
     wait: tuple[Any, ...] | None = None
     if mode is Durability.REPLICATED:
@@ -177,12 +186,12 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
         yield from _ready(core)
         if mode is Durability.FSYNCED:
             yield from _check_fsync(core)
-        ids, calls, members = core.submit_calls(jobs)  # validates all before any write
+        ids, calls, members = core.submit_calls(jobs, extra)  # validates all before writing
         before = (core.shards, core.max_payload_bytes)
         yield from _ensure_namespace(core)
         assert core.registered is not None
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first
-            ids, calls, members = core.submit_calls(jobs)
+            ids, calls, members = core.submit_calls(jobs, extra)
         new_queues = core.known_queues - core.registered
         if new_queues:
             pipe = Pipe()

@@ -119,6 +119,14 @@ def claimed(reply: Sequence[Any]) -> list[Grant | None]:
     return out
 
 
+def traces(reply: Sequence[Any]) -> list[tuple[str | None, bool] | None]:
+    """The trace part of claim.lua's reply (sent with trace "1"), one item per entry: the
+    job's traceparent (None: stored without one) and whether it is a cron job; None for an
+    entry not granted. Only a tracing worker calls it (tracing.py)."""
+    return [(item[7].decode() if item[7] else None, item[8] == b"cron")
+            if item[0] == _OK and len(item) > 8 else None for item in reply]
+
+
 class Lease(msgspec.Struct, frozen=True):
     """lease.lua: whether this node holds (acquire) or gave back (release) the shard's lease,
     its epoch if so, else the current holder's value ("" if none)."""

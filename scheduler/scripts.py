@@ -60,12 +60,14 @@ def submit(prefix: str, now_ms: int, maxlen: int,
 
 
 def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
-          entries: Iterable[tuple[str, bytes | str, str]]) -> Call:
-    """entries: (queue, msg_id, slot_id)."""
+          entries: Iterable[tuple[str, bytes | str, str]], trace: bool = False) -> Call:
+    """entries: (queue, msg_id, slot_id). trace: grants also carry the job's traceparent and
+    kind (replies.traces), for a tracing worker."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)
-    return Call("claim", (prefix,), (now_ms, maxlen, worker, lease_ms, pack(items)))
+    args = (now_ms, maxlen, worker, lease_ms, pack(items))
+    return Call("claim", (prefix,), (*args, "1") if trace else args)
 
 
 def requeue(prefix: str, now_ms: int, maxlen: int,

@@ -50,7 +50,7 @@ from .schedule import resolve
 from .states import Delivery, Durability, SlotStatus
 
 if TYPE_CHECKING:
-    pass
+    from .tracing import SubmitTracer
 
 R = TypeVar("R")
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
@@ -162,6 +162,7 @@ class Core:
         # Job-hash fields of the options most jobs share, computed once per distinct set.
         self._fields: dict[tuple[Any, ...], list[Any]] = {}
         self._checked: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
+        self.tracer: SubmitTracer | None = None  # set by a client with tracing on
 
     def adopt(self, reply: Any, *, written: bool) -> None:
         """Take the shard count and payload limit stored in Redis (namespace.read's reply).
@@ -216,10 +217,12 @@ class Core:
         fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
         return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
 
-    def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]]
+    def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]],
+                     extra: tuple[Any, ...] = ()
                      ) -> tuple[list[str], list[scripts.Call], list[list[int]]]:
         """Validate every job first (bad input writes nothing), then group by shard. Returns
-        the ids in input order, the calls, and which jobs (input indexes) each call holds."""
+        the ids in input order, the calls, and which jobs (input indexes) each call holds.
+        `extra` job-hash fields go with every job (tracing.py's traceparent)."""
         now = self.clock.now_ms()
         ids: list[str] = []
         by_shard: dict[int, list[tuple[str, str, str, int, list[Any]]]] = {}
@@ -231,6 +234,9 @@ class Core:
             by_shard.setdefault(shard, []).append(row)
             index.setdefault(shard, []).append(i)
             self.known_queues.add(row[2])
+        if extra:
+            for row in (row for rows in by_shard.values() for row in rows):
+                row[4].extend(extra)
         calls, members = [], []
         for shard, rows in by_shard.items():
             for i in range(0, len(rows), SUBMIT_CHUNK):

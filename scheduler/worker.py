@@ -17,7 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import redis.asyncio
@@ -38,6 +38,9 @@ from .loops import Backoff, ErrorLog, Service, pause
 from .namespace import EVENTS_MAXLEN
 from .reader import Reader
 from .registry import Registry
+
+if TYPE_CHECKING:
+    from .tracing import RunTracer
 
 log = logging.getLogger("scheduler.worker")
 
@@ -61,6 +64,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     autoscale: AutoscaleConfig | None = None
     """Move the concurrency between its bounds from the start lag of this worker's claims
     (scheduler/autoscale.py), starting at its MIN; `concurrency` is then not used."""
+    tracing: bool = False
+    """An OpenTelemetry span per run (the `otel` extra; scheduler/tracing.py)."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -82,7 +87,9 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
 class Worker:
     def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
                  namespace: str = "sched", config: WorkerConfig | None = None,
-                 clock: Clock | None = None, worker_id: str | None = None) -> None:
+                 clock: Clock | None = None, worker_id: str | None = None,
+                 tracer_provider: Any = None) -> None:
+        """`tracer_provider`: where a tracing worker's spans go (default: the global one)."""
         self.redis = client
         self.registry = registry
         self.config = config or WorkerConfig()
@@ -106,6 +113,11 @@ class Worker:
         timeout = socket_timeout(client)
         self.block_ms = (self.config.block_ms if not timeout
                          else max(10, min(self.config.block_ms, int(timeout * 500))))
+        self.tracer: RunTracer | None = None
+        if self.config.tracing:
+            from .tracing import RunTracer
+
+            self.tracer = RunTracer(self.worker_id, tracer_provider)
         self.committer = Committer(client, self.keys, self.clock, self.worker_id,
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
@@ -113,7 +125,7 @@ class Worker:
                                    lambda: metrics.tallies(self._run_metrics), most)
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
-                                   threads=min(most, 64))
+                                   threads=min(most, 64), tracer=self.tracer)
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
         self.errors = ErrorLog(log, "reading from Redis")
         self.limited = LimitedClaims(self)
@@ -202,9 +214,10 @@ class Worker:
                      prefetch: bool = False,
                      on_start: Callable[[Run], None] | None = None) -> int:
         now = self._claim_time(entries)
-        shards = list(entries)
+        shards, tracer = list(entries), self.tracer
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
-                               self.worker_id, self.lease_ms, entries[s]) for s in shards]
+                               self.worker_id, self.lease_ms, entries[s], tracer is not None)
+                 for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         unconfirmed = None
         if prefetch or self.config.claim_replicas:
@@ -218,6 +231,8 @@ class Worker:
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._run_metrics
         for shard, reply in zip(shards, answers, strict=True):
+            if tracer is not None:
+                tracer.claimed(entries[shard], reply, queue_of)
             for (lane, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
                                                  strict=True):
                 if grant is None or slot_id in running:

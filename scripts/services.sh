@@ -25,7 +25,7 @@ ensure_postgres() {
 ensure_venv() {
   if [ ! -x .venv/bin/sched ] || [ pyproject.toml -nt .venv/.installed ]; then
     python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev,web,testing]'
+    .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev,web,testing,otel]'
     touch .venv/.installed
   fi
 }

@@ -9,10 +9,15 @@
   ARGV[5]  entries         msgpack array, 3 strings per entry: lane (the queue's dispatch
                            stream it was read from, keys.lane), msg_id (the stream entry
                            id), slot_id
+  ARGV[6]  trace           optional: "1" makes each grant also carry the job's traceparent
+                           and kind (a tracing worker, scheduler/tracing.py); absent, the
+                           script reads and returns nothing more
 
   Reply: one array per entry, in order (codes: R, replies.py; decoded by replies.claimed)
      {R.OK, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt
               number is the fencing token that complete/fail/release/heartbeat must present
+              (with trace "1": {..., fire_ms, traceparent, kind}, decoded by replies.traces;
+              traceparent nil for a job stored without one)
      {R.STALE} not claimable: the slot is gone, or not queued under this entry (a stale or
               duplicate entry, e.g. the slot was cancelled); the entry is acked
      {R.HELD}  the slot is running under this very entry (another consumer holds its
@@ -46,10 +51,26 @@ local lease_until = now + tonumber(ARGV[4])
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 local items = cmsgpack.unpack(ARGV[5])
 local n = #items / 3
+local trace = ARGV[6] == '1'
 
 --- @include "_lib.lua"
 
 local leases = prefix .. 'leases'
+
+local function job_of(job_id)
+  if trace then
+    return redis.call('HMGET', prefix .. 'job:' .. job_id,
+      'task', 'payload', 'timeout_ms', 'delivery', 'traceparent', 'kind')
+  end
+  return redis.call('HMGET', prefix .. 'job:' .. job_id,
+    'task', 'payload', 'timeout_ms', 'delivery')
+end
+
+local function grant(attempt, job, fire_ms)
+  local g = {R.OK, attempt, job[1], job[2], job[3], job[4], fire_ms}
+  if trace then g[8], g[9] = job[5], job[6] end
+  return g
+end
 
 local reply = {}
 local records = {}
@@ -63,8 +84,7 @@ for i = 0, n - 1 do
     'worker')
   if st[1] == 'queued' and st[2] == msg then
     local attempt = (tonumber(st[5]) or 0) + 1
-    local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
-      'task', 'payload', 'timeout_ms', 'delivery')
+    local job = job_of(st[3])
     local attempt_s = string.format('%d', attempt)
     if job[4] == 'at_most_once' then
       -- Acked now, so no pending entry can show the lease: the `leases` zset does.
@@ -76,13 +96,12 @@ for i = 0, n - 1 do
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s)
     end
-    reply[i + 1] = {R.OK, attempt, job[1], job[2], job[3], job[4], st[4]}
+    reply[i + 1] = grant(attempt, job, st[4])
     records[#records + 1] = {slot = slot_id, attempt = attempt}
   elseif st[1] == 'running' and st[2] == msg and st[6] == worker then
-    local job = redis.call('HMGET', prefix .. 'job:' .. st[3],
-      'task', 'payload', 'timeout_ms', 'delivery')
+    local job = job_of(st[3])
     redis.call('HSET', slot_key, 'lease_until', lease_s)
-    reply[i + 1] = {R.OK, tonumber(st[5]), job[1], job[2], job[3], job[4], st[4]}
+    reply[i + 1] = grant(tonumber(st[5]), job, st[4])
   elseif st[1] == 'running' and st[2] == msg then
     reply[i + 1] = {R.HELD}
   else
