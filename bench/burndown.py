@@ -32,12 +32,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own, so other "
                         "users of a shared Redis neither slow it nor blur its CPU figures")
+    p.add_argument("--trace", action="store_true",
+                   help="tracing on (scheduler/tracing.py): spans go to an SDK TracerProvider "
+                        "with a BatchSpanProcessor whose exporter drops them, so the figures "
+                        "are the spans' cost without an exporter's")
     p.add_argument("--out", default=None)
 
 
 async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
                 pipelines: int = 2, client: Any = None,
-                cpu: Callable[[], float] | None = None) -> dict[str, float]:
+                cpu: Callable[[], float] | None = None, provider: Any = None
+                ) -> dict[str, float]:
     """`client` (default: a plain client of `url`) is what the worker uses; `cpu` reads
     Redis's CPU seconds (default: INFO cpu of `url`)."""
     registry = Registry()
@@ -55,12 +60,15 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
     cpu = cpu or (lambda: redis_cpu_s(sync))
     worker = Worker(client, registry, namespace=ns,
                     config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100,
-                                        pipelines=pipelines))
+                                        pipelines=pipelines, tracing=provider is not None),
+                    tracer_provider=provider)
     await worker.setup()
     cpu0, rcpu0, t0 = time.process_time(), cpu(), time.perf_counter()
     task = asyncio.create_task(worker.run())
     await finished.wait()
     elapsed = time.perf_counter() - t0
+    if provider is not None:
+        provider.force_flush()  # the exporter thread's work is the process's too
     used, rcpu = time.process_time() - cpu0, cpu() - rcpu0
     worker.stop()
     await task
@@ -73,9 +81,9 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
             "committed": worker.committer.committed}
 
 
-def submit(url: str, ns: str, n: int) -> float:
+def submit(url: str, ns: str, n: int, provider: Any = None) -> float:
     """Pre-submit `n` no-op jobs with `submit_many`; returns the seconds it took."""
-    with Client(url, ns) as client:
+    with Client(url, ns, tracing=provider is not None, tracer_provider=provider) as client:
         t = time.perf_counter()
         for i in range(0, n, 10_000):
             client.submit_many([{"task": "bench.noop", "payload": j}
@@ -88,12 +96,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     r = redis.Redis.from_url(args.redis_url)
     runs = []
+    spans = _SpanSink.provider() if args.trace else None
     for _ in range(args.runs):
         ns = fresh_namespace("burn")
         try:
-            submit_s = submit(args.redis_url, ns, args.jobs)
+            submit_s = submit(args.redis_url, ns, args.jobs, spans)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
-                                      args.batch, args.pipelines))
+                                      args.batch, args.pipelines, provider=spans))
             result["submit_per_s"] = args.jobs / submit_s
             runs.append(result)
         finally:
@@ -103,10 +112,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return statistics.median(x[key] for x in runs)
 
     ok = all(x["duplicates"] == 0 and x["committed"] == args.jobs for x in runs)
-    summary = (f"burndown: {args.jobs} jobs x{args.runs}: {med('per_s'):,.0f} executions/s "
+    summary = (f"burndown{' --trace' if args.trace else ''}: {args.jobs} jobs x{args.runs}: {med('per_s'):,.0f} executions/s "
                f"(median), worker {med('worker_us_per_job'):.1f} us/job + redis "
                f"{med('redis_us_per_job'):.1f} us/job CPU; submit_many {med('submit_per_s'):,.0f}"
                f" jobs/s; exactly once: {'yes' if ok else 'NO'}")
     return {"summary": summary, "ok": ok, "jobs": args.jobs, "runs": runs,
             "median_per_s": med("per_s"), "median_submit_per_s": med("submit_per_s"),
             "machine": machine(r)}
+
+
+class _SpanSink:
+    """An SDK exporter that drops what it is given (and counts it)."""
+
+    exported = 0
+
+    @classmethod
+    def provider(cls) -> Any:
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import (
+            BatchSpanProcessor,
+            SpanExporter,
+            SpanExportResult,
+        )
+
+        class Drop(SpanExporter):
+            def export(self, spans: Any) -> SpanExportResult:
+                cls.exported += len(spans)
+                return SpanExportResult.SUCCESS
+
+        provider = TracerProvider()
+        # A queue that holds a whole run: the default (2,048) drops spans past it, which
+        # would make tracing look cheaper than it is.
+        provider.add_span_processor(BatchSpanProcessor(Drop(), max_queue_size=1 << 20))
+        return provider

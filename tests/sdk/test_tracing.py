@@ -61,9 +61,8 @@ def test_a_submit_has_a_span_and_its_job_stores_the_span_as_traceparent(
         assert span.attributes is not None
         assert dict(span.attributes) == {
             "messaging.system": "redis-sched", "messaging.operation.type": "send",
-            "messaging.operation.name": "submit", "sched.job_count": 1,
-            "sched.task": "email.send", "sched.queue": "mail",
-            "messaging.destination.name": "mail", "sched.job_id": job_id}
+            "sched.task": "email.send", "messaging.destination.name": "mail",
+            "sched.job_id": job_id}
         assert stored_traceparent(client, r, job_id).decode() == traceparent_of(span)
         assert client.get_job(job_id).task == "email.send"  # the extra field is harmless
 
@@ -76,7 +75,6 @@ def test_submit_many_is_one_span_whose_traceparent_every_job_stores(
         [span] = spans.named("submit")
         assert span.name == "submit"  # two tasks: no single name for the batch
         assert span.attributes is not None
-        assert span.attributes["sched.job_count"] == 20
         assert span.attributes["messaging.batch.message_count"] == 20
         assert "sched.task" not in span.attributes and "sched.job_id" not in span.attributes
         assert {stored_traceparent(client, r, i).decode() for i in ids} == {
@@ -124,12 +122,12 @@ def test_each_attempt_is_a_run_span_child_of_the_submit_with_its_outcome(
         assert span.parent is not None and span.parent.span_id == submit.context.span_id
         assert span.context.trace_id == submit.context.trace_id
         attrs = dict(span.attributes or {})
-        assert {k: attrs[k] for k in ("sched.task", "sched.queue", "sched.job_id",
-                                      "sched.slot_id", "sched.attempt", "sched.outcome",
-                                      "messaging.destination.name")} == {
-            "sched.task": "flaky", "sched.queue": "q1", "sched.job_id": job_id,
-            "sched.slot_id": slot.slot_id, "sched.attempt": attempt, "sched.outcome": outcome,
-            "messaging.destination.name": "q1"}
+        assert attrs.pop("sched.start_lag_ms") >= 0  # type: ignore[operator]
+        assert attrs.pop("error.type", outcome) == outcome
+        assert attrs == {
+            "messaging.system": "redis-sched", "messaging.operation.type": "process",
+            "messaging.destination.name": "q1", "messaging.message.id": slot.slot_id,
+            "sched.task": "flaky", "sched.attempt": attempt, "sched.outcome": outcome}
     failed, succeeded = runs
     assert failed.status.status_code is StatusCode.ERROR
     assert "first try fails" in (failed.status.description or "")
@@ -189,7 +187,7 @@ def test_each_cron_occurrence_runs_in_a_trace_of_its_own_linked_to_the_submit(
                               queues=("q3",), tracing=True, tracer_provider=spans.provider))
     [submit] = spans.named("submit")
     runs = spans.named("run tick")
-    assert len(runs) >= 2 and len({s.attributes["sched.slot_id"]  # type: ignore[index]
+    assert len(runs) >= 2 and len({s.attributes["messaging.message.id"]  # type: ignore[index]
                                     for s in runs}) == len(runs)
     for span in runs:
         assert span.parent is None  # a root: a trace per occurrence
@@ -241,3 +239,26 @@ def test_tracing_without_the_otel_extra_says_what_to_install(
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
     with pytest.raises(ConfigError, match=r"redis-sched\[otel\]"):
         Client(redis_url, ns, tracing=True)
+
+
+def test_a_stored_traceparent_is_parsed_back_exactly(spans: Spans) -> None:
+    from scheduler import tracing
+
+    span = spans.provider.get_tracer("t").start_span("s")
+    value = tracing.traceparent(span)  # type: ignore[arg-type]
+    assert value is not None
+    ctx = tracing._span_context(value)
+    assert ctx is not None and ctx.is_remote
+    assert (ctx.trace_id, ctx.span_id, ctx.trace_flags) == (
+        span.get_span_context().trace_id, span.get_span_context().span_id,
+        span.get_span_context().trace_flags)
+
+
+@pytest.mark.parametrize("value", [
+    "", "junk", "01-" + "1" * 32 + "-" + "2" * 16 + "-01", "00-" + "0" * 32 + "-" + "2" * 16 + "-01",
+    "00-" + "1" * 32 + "-" + "0" * 16 + "-01", "00-" + "x" * 32 + "-" + "2" * 16 + "-01",
+    "00-" + "1" * 31 + "-" + "2" * 16 + "-01-"])
+def test_a_malformed_traceparent_gives_the_run_no_parent(value: str) -> None:
+    from scheduler import tracing
+
+    assert tracing._span_context(value) is None
