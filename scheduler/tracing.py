@@ -36,7 +36,7 @@ fits, else `sched.*`):
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -55,13 +55,12 @@ from . import __version__, replies
 
 if TYPE_CHECKING:
     from .inflight import Run
-    from .jobspec import JobSpec
-    from .sdk_core import Op
 
 FIELD = "traceparent"  # the job-hash field (claim.lua returns it to a worker that asks)
 SYSTEM = "redis-sched"  # messaging.system
 ERRORS = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, "lost"})
 R = TypeVar("R")
+Op = Generator[Any, Any, R]  # an SDK operation (sdk_core.Op; not imported: no cycle)
 _W3C = TraceContextTextMapPropagator()
 _ROOT = otel_context.Context()  # a run's parent is its submit, never the worker's context
 
@@ -103,7 +102,7 @@ class SubmitTracer:
     def __init__(self, provider: Any = None) -> None:
         self.tracer = _tracer(provider)
 
-    def submit(self, jobs: Sequence[JobSpec | Mapping[str, Any]],
+    def submit(self, jobs: Sequence[Any],
                op: Callable[[tuple[str, ...]], Op[R]]) -> Op[R]:
         """Run the submit operation inside one span for the call: `op(fields)`, the
         job-hash fields to store with every job (the span's traceparent)."""
@@ -132,9 +131,9 @@ class SubmitTracer:
             span.end()
 
 
-def _names(jobs: Iterable[JobSpec | Mapping[str, Any]], field: str) -> set[str]:
-    """The distinct task or queue names of a batch (not validated yet: anything not a
-    string is left out)."""
+def _names(jobs: Iterable[Any], field: str) -> set[str]:
+    """The distinct task or queue names of a batch of JobSpecs or mappings (not validated
+    yet: anything not a string is left out)."""
     default = "default" if field == "queue" else None
     out = set()
     for job in jobs:

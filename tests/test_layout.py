@@ -74,14 +74,14 @@ LAYERS = {
                  "heartbeat", "worker", "limiter", "leases", "promoter", "materializer",
                  "reclaimer", "sweeper", "node", "snapshot_intake", "snapshotter", "retention",
                  "recovery", "status", "status_records", "capacity", "autoscale", "fastmetrics",
-                 "metrics", "exporter", "embedded"},
+                 "metrics", "exporter", "embedded", "tracing"},
     "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "queues", "client"},
     "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
     "testing": {"testing", "testing.fakeserver", "testing.harness"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},
               "services": {"contracts", "store", "services"},
-              "sdk": {"contracts", "store", "sdk", "services:status"},
+              "sdk": {"contracts", "store", "sdk", "services:status", "services:tracing"},
               "web": {"contracts", "sdk", "web", "services:status", "services:loops"},
               "testing": {"contracts", "store", "services", "sdk", "testing"}}
 
