@@ -262,3 +262,18 @@ def test_a_malformed_traceparent_gives_the_run_no_parent(value: str) -> None:
     from scheduler import tracing
 
     assert tracing._span_context(value) is None
+
+
+def test_the_asyncio_client_traces_its_submits_the_same_way(
+        redis_url: str, ns: str, r: Any, spans: Spans) -> None:
+    from scheduler import AsyncClient
+
+    async def go() -> str:
+        async with AsyncClient(redis_url, ns, tracing=True,
+                               tracer_provider=spans.provider) as client:
+            return await client.submit("t")
+
+    job_id = asyncio.run(go())
+    [span] = spans.named("submit t")
+    with Client(redis_url, ns) as client:
+        assert stored_traceparent(client, r, job_id).decode() == traceparent_of(span)
