@@ -60,8 +60,7 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
     cpu = cpu or (lambda: redis_cpu_s(sync))
     worker = Worker(client, registry, namespace=ns,
                     config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100,
-                                        pipelines=pipelines, tracing=provider is not None),
-                    tracer_provider=provider)
+                                        pipelines=pipelines, tracing=provider or False))
     await worker.setup()
     cpu0, rcpu0, t0 = time.process_time(), cpu(), time.perf_counter()
     task = asyncio.create_task(worker.run())
@@ -83,7 +82,7 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
 
 def submit(url: str, ns: str, n: int, provider: Any = None) -> float:
     """Pre-submit `n` no-op jobs with `submit_many`; returns the seconds it took."""
-    with Client(url, ns, tracing=provider is not None, tracer_provider=provider) as client:
+    with Client(url, ns, tracing=provider or False) as client:
         t = time.perf_counter()
         for i in range(0, n, 10_000):
             client.submit_many([{"task": "bench.noop", "payload": j}

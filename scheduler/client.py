@@ -62,8 +62,8 @@ class _Driver:
                  events_maxlen: int = EVENTS_MAXLEN,
                  history: str | HistoryStore | None = None,
                  timeout_s: float = SDK_TIMEOUT_S, durability: str = "primary",
-                 replicas: int = 1, replica_timeout_s: float = 1.0, tracing: bool = False,
-                 tracer_provider: Any = None) -> None:
+                 replicas: int = 1, replica_timeout_s: float = 1.0,
+                 tracing: Any = False) -> None:
         """`history`: the history store (a Postgres DSN, a SQLite path, or a store); None
         is the embedded default file, opened on first use. `max_payload_bytes` is the
         namespace's limit if this client creates it (its scripts enforce it); a client of an
@@ -73,14 +73,14 @@ class _Driver:
         primary has the jobs), "replicated" (and `replicas` replicas confirmed them within
         `replica_timeout_s`, else DurabilityError) or "fsynced" (the primary's AOF fsynced
         them: Redis 7.2+). `tracing`: an OpenTelemetry span per submit call, its traceparent
-        stored with the jobs (the `otel` extra; scheduler/tracing.py), on `tracer_provider`
-        or the global one."""
+        stored with the jobs (the `otel` extra; scheduler/tracing.py): True for the global
+        TracerProvider, or the provider to use."""
         self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen,
                           durability, replicas, replica_timeout_s)
         if tracing:
             from .tracing import SubmitTracer
 
-            self._core.tracer = SubmitTracer(tracer_provider)
+            self._core.tracer = SubmitTracer(None if tracing is True else tracing)
         self.keys = self._core.keys
         self._history_source = history
         self._store: HistoryStore | None = None

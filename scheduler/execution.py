@@ -72,7 +72,7 @@ class Execution:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
                  registry: Registry, committer: Committer, running: Inflight,
                  capacity: asyncio.Event, *, lease_s: float, threads: int,
-                 tracer: RunTracer | None = None) -> None:
+                 tracing: Any = False) -> None:
         self.redis = client
         self.keys = keys
         self.clock = clock
@@ -80,8 +80,12 @@ class Execution:
         self.committer = committer
         self.running = running
         self.capacity = capacity  # set whenever a run ends: the reader may claim again
-        self.tracer = tracer
-        pool = ThreadPoolExecutor if tracer is None else tracer.pool  # carries the span
+        self.tracer: RunTracer | None = None
+        if tracing:  # True, or the TracerProvider to use
+            from .tracing import RunTracer
+
+            self.tracer = RunTracer(None if tracing is True else tracing)
+        pool = ThreadPoolExecutor if self.tracer is None else self.tracer.pool  # carries spans
         self.executor = pool(max_workers=threads, thread_name_prefix="sched-handler")
         # How long a cancelled handler has to stop before it is given up on: within the
         # watchdog's margin (a quarter of the lease), so even then before the lease ends.

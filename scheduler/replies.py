@@ -119,12 +119,12 @@ def claimed(reply: Sequence[Any]) -> list[Grant | None]:
     return out
 
 
-def traces(reply: Sequence[Any]) -> list[tuple[str | None, bool] | None]:
-    """The trace part of claim.lua's reply (sent with trace "1"), one item per entry: the
-    job's traceparent (None: stored without one) and whether it is a cron job; None for an
-    entry not granted. Only a tracing worker calls it (tracing.py)."""
-    return [(item[7].decode() if item[7] else None, item[8] == b"cron")
-            if item[0] == _OK and len(item) > 8 else None for item in reply]
+def traces(reply: Sequence[Any]) -> dict[str, tuple[str | None, bool]]:
+    """The trace part of claim.lua's reply (sent with trace "1"): for each granted slot, its
+    job's traceparent (None: stored without one) and whether it is a cron job. Only a
+    tracing worker calls it (tracing.py)."""
+    return {item[9].decode(): (item[7].decode() if item[7] else None, item[8] == b"cron")
+            for item in reply if item[0] == _OK and len(item) > 9}
 
 
 class Lease(msgspec.Struct, frozen=True):

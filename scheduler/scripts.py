@@ -60,9 +60,9 @@ def submit(prefix: str, now_ms: int, maxlen: int,
 
 
 def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
-          entries: Iterable[tuple[str, bytes | str, str]], trace: bool = False) -> Call:
-    """entries: (queue, msg_id, slot_id). trace: grants also carry the job's traceparent and
-    kind (replies.traces), for a tracing worker."""
+          entries: Iterable[tuple[str, bytes | str, str]], trace: object = None) -> Call:
+    """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
+    grants also carry the job's traceparent and kind and the slot id (replies.traces)."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)

@@ -2,11 +2,12 @@
 
 Turned on per process: `Client(..., tracing=True)` (or AsyncClient), `WorkerConfig(tracing=
 True)`, `sched worker --trace` / `sched submit --trace` (env SCHED_OTEL=1). Spans go to the
-TracerProvider the application configured, the global one unless `tracer_provider=` is given:
+TracerProvider the application configured, the global one unless `tracing=` is a provider:
 exporters, sampling and the OTEL_* variables are the application's, as with any instrumented
 library. Off, this module is never imported and opentelemetry need not be installed: the
-submit and claim paths pay one `is None` check per call or per run, the claim script
-returns nothing more, and no job stores a traceparent.
+submit path pays one `is None` check per call, the claim loop one per claim call and one per
+run start and end, the claim script reads and returns nothing more (its trace flag, ARGV[6],
+is absent), and no job stores a traceparent.
 
 Spans (attribute names: `messaging.*` from the OpenTelemetry messaging conventions where one
 fits, else `sched.*`):
@@ -157,24 +158,23 @@ class RunTracer:
 
     pool = ContextPool
 
-    def __init__(self, worker_id: str, provider: Any = None) -> None:
+    def __init__(self, provider: Any = None) -> None:
         self.tracer = _tracer(provider)
-        self.worker_id = worker_id
-        # slot -> (queue, traceparent, cron) of the claim reply being started; the worker
-        # starts a reply's runs before it awaits anything, so one reply's worth at a time.
-        self.pending: dict[str, tuple[str, str | None, bool]] = {}
+        # slot -> (traceparent, cron) of the claim reply being started; the worker starts a
+        # reply's runs before it awaits anything, so one reply's worth at a time.
+        self.pending: dict[str, tuple[str | None, bool]] = {}
         self.spans: dict[Run, trace.Span] = {}
 
-    def claimed(self, entries: Sequence[tuple[str, Any, str]], reply: Sequence[Any],
-                queue_of: Mapping[str, str]) -> None:
-        """One shard's claim reply (sent with trace=True) for its entries (lane, msg id,
-        slot), before its runs start; `queue_of` names each lane's queue (reader.py)."""
-        self.pending = {slot: (queue_of[lane], *found) for (lane, _, slot), found
-                        in zip(entries, replies.traces(reply), strict=True) if found}
+    def claimed(self, reply: Sequence[Any]) -> list[replies.Grant | None]:
+        """replies.claimed for a tracing worker: one shard's claim reply (sent with the
+        trace flag) decoded, its trace part kept for the runs about to start."""
+        self.pending = replies.traces(reply)
+        return replies.claimed(reply)
 
     def begin(self, run: Run) -> contextvars.Context:
         """Start the run's span; returns the context its handler's task runs in."""
-        queue, parent_id, cron = self.pending.pop(run.slot_id, ("", None, False))
+        parent_id, cron = self.pending.pop(run.slot_id, (None, False))
+        queue = run.metrics.queue
         submitted = _span_context(parent_id) if parent_id else None
         parent, links = _ROOT, []
         if submitted is not None and cron:

@@ -17,7 +17,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 import redis.asyncio
@@ -38,9 +38,6 @@ from .loops import Backoff, ErrorLog, Service, pause
 from .namespace import EVENTS_MAXLEN
 from .reader import Reader
 from .registry import Registry
-
-if TYPE_CHECKING:
-    from .tracing import RunTracer
 
 log = logging.getLogger("scheduler.worker")
 
@@ -64,8 +61,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     autoscale: AutoscaleConfig | None = None
     """Move the concurrency between its bounds from the start lag of this worker's claims
     (scheduler/autoscale.py), starting at its MIN; `concurrency` is then not used."""
-    tracing: bool = False
-    """An OpenTelemetry span per run (the `otel` extra; scheduler/tracing.py)."""
+    tracing: Any = False  # a span per run (tracing.py): True, or the TracerProvider to use
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -87,9 +83,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
 class Worker:
     def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
                  namespace: str = "sched", config: WorkerConfig | None = None,
-                 clock: Clock | None = None, worker_id: str | None = None,
-                 tracer_provider: Any = None) -> None:
-        """`tracer_provider`: where a tracing worker's spans go (default: the global one)."""
+                 clock: Clock | None = None, worker_id: str | None = None) -> None:
         self.redis = client
         self.registry = registry
         self.config = config or WorkerConfig()
@@ -113,11 +107,6 @@ class Worker:
         timeout = socket_timeout(client)
         self.block_ms = (self.config.block_ms if not timeout
                          else max(10, min(self.config.block_ms, int(timeout * 500))))
-        self.tracer: RunTracer | None = None
-        if self.config.tracing:
-            from .tracing import RunTracer
-
-            self.tracer = RunTracer(self.worker_id, tracer_provider)
         self.committer = Committer(client, self.keys, self.clock, self.worker_id,
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
@@ -125,7 +114,7 @@ class Worker:
                                    lambda: metrics.tallies(self._run_metrics), most)
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
-                                   threads=min(most, 64), tracer=self.tracer)
+                                   threads=min(most, 64), tracing=self.config.tracing)
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
         self.errors = ErrorLog(log, "reading from Redis")
         self.limited = LimitedClaims(self)
@@ -214,10 +203,9 @@ class Worker:
                      prefetch: bool = False,
                      on_start: Callable[[Run], None] | None = None) -> int:
         now = self._claim_time(entries)
-        shards, tracer = list(entries), self.tracer
+        shards, tracer = list(entries), self.execution.tracer
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
-                               self.worker_id, self.lease_ms, entries[s], tracer is not None)
-                 for s in shards]
+                               self.worker_id, self.lease_ms, entries[s], tracer) for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         unconfirmed = None
         if prefetch or self.config.claim_replicas:
@@ -230,10 +218,9 @@ class Worker:
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._run_metrics
+        claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
         for shard, reply in zip(shards, answers, strict=True):
-            if tracer is not None:
-                tracer.claimed(entries[shard], reply, queue_of)
-            for (lane, _, slot_id), grant in zip(entries[shard], replies.claimed(reply),
+            for (lane, _, slot_id), grant in zip(entries[shard], claimed(reply),
                                                  strict=True):
                 if grant is None or slot_id in running:
                     continue

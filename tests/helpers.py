@@ -74,13 +74,11 @@ _queues = itertools.count()
 
 async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
                     timeout: float = 30, node: bool = False, node_config: NodeConfig | None = None,
-                    tracer_provider: Any = None,
                     **config: Any) -> Worker:
     """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
     client = async_redis(redis_url)
     config.setdefault("block_ms", 50)
-    worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config),
-                    tracer_provider=tracer_provider)
+    worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
     services: list[Any] = [worker]
     if node:
         services.append(SchedulerNode(client, namespace=ns, config=node_config))

@@ -10,14 +10,14 @@
                            stream it was read from, keys.lane), msg_id (the stream entry
                            id), slot_id
   ARGV[6]  trace           optional: "1" makes each grant also carry the job's traceparent
-                           and kind (a tracing worker, scheduler/tracing.py); absent, the
-                           script reads and returns nothing more
+                           and kind and the slot id (a tracing worker, scheduler/tracing.py);
+                           absent, the script reads and returns nothing more
 
   Reply: one array per entry, in order (codes: R, replies.py; decoded by replies.claimed)
      {R.OK, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt
               number is the fencing token that complete/fail/release/heartbeat must present
-              (with trace "1": {..., fire_ms, traceparent, kind}, decoded by replies.traces;
-              traceparent nil for a job stored without one)
+              (with trace "1": {..., fire_ms, traceparent, kind, slot_id}, decoded by
+              replies.traces; traceparent and kind nil when the job hash has none)
      {R.STALE} not claimable: the slot is gone, or not queued under this entry (a stale or
               duplicate entry, e.g. the slot was cancelled); the entry is acked
      {R.HELD}  the slot is running under this very entry (another consumer holds its
@@ -66,9 +66,9 @@ local function job_of(job_id)
     'task', 'payload', 'timeout_ms', 'delivery')
 end
 
-local function grant(attempt, job, fire_ms)
+local function grant(attempt, job, fire_ms, slot_id)
   local g = {R.OK, attempt, job[1], job[2], job[3], job[4], fire_ms}
-  if trace then g[8], g[9] = job[5], job[6] end
+  if trace then g[8], g[9], g[10] = job[5], job[6], slot_id end
   return g
 end
 
@@ -96,12 +96,12 @@ for i = 0, n - 1 do
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s)
     end
-    reply[i + 1] = grant(attempt, job, st[4])
+    reply[i + 1] = grant(attempt, job, st[4], slot_id)
     records[#records + 1] = {slot = slot_id, attempt = attempt}
   elseif st[1] == 'running' and st[2] == msg and st[6] == worker then
     local job = job_of(st[3])
     redis.call('HSET', slot_key, 'lease_until', lease_s)
-    reply[i + 1] = grant(tonumber(st[5]), job, st[4])
+    reply[i + 1] = grant(tonumber(st[5]), job, st[4], slot_id)
   elseif st[1] == 'running' and st[2] == msg then
     reply[i + 1] = {R.HELD}
   else

@@ -5,18 +5,20 @@ their schedule's submit, and nothing at all when tracing is off."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from helpers import run_until
+from helpers import run_until, sched
 from scheduler import Client, Context, Registry, RetryPolicy, scripts
 from scheduler.errors import ConfigError
 from scheduler.keys import DISPATCH_GROUP, shard_of
@@ -33,6 +35,20 @@ class Spans:
 
     def named(self, prefix: str) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+_GLOBAL: list[Spans] = []
+
+
+@pytest.fixture
+def global_spans() -> Spans:
+    """The process's global TracerProvider (it can be set once: the first test sets it),
+    its spans cleared."""
+    if not _GLOBAL:
+        _GLOBAL.append(Spans())
+        trace.set_tracer_provider(_GLOBAL[0].provider)
+    _GLOBAL[0].exporter.clear()
+    return _GLOBAL[0]
 
 
 @pytest.fixture
@@ -54,7 +70,7 @@ def stored_traceparent(client: Client, r: Any, job_id: str) -> Any:
 
 def test_a_submit_has_a_span_and_its_job_stores_the_span_as_traceparent(
         redis_url: str, ns: str, r: Any, spans: Spans) -> None:
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         job_id = client.submit("email.send", {"to": "a"}, queue="mail")
         [span] = spans.named("submit")
         assert span.name == "submit email.send" and span.kind is SpanKind.PRODUCER
@@ -69,7 +85,7 @@ def test_a_submit_has_a_span_and_its_job_stores_the_span_as_traceparent(
 
 def test_submit_many_is_one_span_whose_traceparent_every_job_stores(
         redis_url: str, ns: str, r: Any, spans: Spans) -> None:
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         ids = client.submit_many([{"task": "a" if i % 2 else "b", "payload": i}
                                   for i in range(20)])
         [span] = spans.named("submit")
@@ -83,7 +99,7 @@ def test_submit_many_is_one_span_whose_traceparent_every_job_stores(
 
 def test_a_refused_submit_ends_its_span_with_the_error(
         redis_url: str, ns: str, spans: Spans) -> None:
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         with pytest.raises(ValueError):
             client.submit("t", queue="bad queue name")
     [span] = spans.named("submit")
@@ -107,11 +123,11 @@ def test_each_attempt_is_a_run_span_child_of_the_submit_with_its_outcome(
         done.set()
         return "ok"
 
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         job_id = client.submit("flaky", queue="q1", retry=RetryPolicy(
             max_attempts=3, base_s=0.05, max_s=1, jitter=0))
         asyncio.run(run_until(redis_url, ns, registry, done.is_set, node=True, queues=("q1",),
-                              tracing=True, tracer_provider=spans.provider))
+                              tracing=spans.provider))
         [slot] = client.slots(job_id)
     [submit] = spans.named("submit")
     runs = sorted(spans.named("run"), key=lambda s: s.attributes["sched.attempt"])  # type: ignore[index]
@@ -156,11 +172,11 @@ def test_a_sync_handler_in_a_thread_sees_its_run_span_and_a_timeout_is_an_outcom
     async def slow(ctx: Context, payload: Any) -> None:
         await asyncio.sleep(10)
 
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         client.submit("sync", queue="q2")
         client.submit("slow", queue="q2", timeout=0.1, retry=RetryPolicy(max_attempts=1))
         asyncio.run(run_until(redis_url, ns, registry, lambda: len(spans.named("run")) == 2,
-                              queues=("q2",), tracing=True, tracer_provider=spans.provider))
+                              queues=("q2",), tracing=spans.provider))
     runs = {s.attributes["sched.task"]: s for s in spans.named("run")}  # type: ignore[index]
     [inside] = spans.named("inside-thread")
     assert finished[0].startswith("sched-handler")
@@ -181,10 +197,10 @@ def test_each_cron_occurrence_runs_in_a_trace_of_its_own_linked_to_the_submit(
     async def tick(ctx: Context, payload: Any) -> None:
         seen.add(ctx.slot_id)
 
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         client.submit("tick", cron="* * * * * *", queue="q3")
         asyncio.run(run_until(redis_url, ns, registry, lambda: len(seen) >= 2, node=True,
-                              queues=("q3",), tracing=True, tracer_provider=spans.provider))
+                              queues=("q3",), tracing=spans.provider))
     [submit] = spans.named("submit")
     runs = spans.named("run tick")
     assert len(runs) >= 2 and len({s.attributes["messaging.message.id"]  # type: ignore[index]
@@ -197,7 +213,7 @@ def test_each_cron_occurrence_runs_in_a_trace_of_its_own_linked_to_the_submit(
 
 
 def test_tracing_off_makes_no_span_and_stores_and_returns_no_traceparent(
-        redis_url: str, ns: str, r: Any, spans: Spans) -> None:
+        redis_url: str, ns: str, r: Any, global_spans: Spans) -> None:
     registry = Registry()
     ran: list[str] = []
 
@@ -205,18 +221,49 @@ def test_tracing_off_makes_no_span_and_stores_and_returns_no_traceparent(
     async def t(ctx: Context, payload: Any) -> None:
         ran.append(ctx.slot_id)
 
-    with Client(redis_url, ns) as client:  # tracing off, however a provider is configured
+    with Client(redis_url, ns) as client:  # off, though a global provider is configured
         job_id = client.submit("t", queue="q4")
         assert stored_traceparent(client, r, job_id) is None
-        asyncio.run(run_until(redis_url, ns, registry, lambda: bool(ran), queues=("q4",),
-                              tracer_provider=spans.provider))
-    assert spans.exporter.get_finished_spans() == ()
+        worker = asyncio.run(run_until(redis_url, ns, registry, lambda: bool(ran),
+                                       queues=("q4",)))
+    assert worker.execution.tracer is None
+    assert global_spans.exporter.get_finished_spans() == ()
+
+
+def test_tracing_off_never_imports_the_tracing_module(redis_url: str, ns: str,
+                                                     app_env: dict[str, str]) -> None:
+    """(redis-py 8 imports opentelemetry itself where it is installed: not asserted.)"""
+    code = ("import sys; from scheduler import Client; from scheduler.worker import Worker; "
+            f"c = Client({redis_url!r}, {ns!r}); c.submit('t'); c.close(); "
+            "assert 'scheduler.tracing' not in sys.modules, 'imported'")
+    subprocess.run([sys.executable, "-c", code], env=app_env, check=True, timeout=60)
+
+
+def test_tracing_true_uses_the_global_provider_and_so_does_sched_submit_trace(
+        redis_url: str, ns: str, r: Any, global_spans: Spans,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    registry = Registry()
+    ran: list[str] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(ctx.slot_id)
+
+    code, out, _ = sched(capsys, redis_url, ns, "submit", "t", "--queue", "q6", "--trace")
+    assert code == 0
+    [submit] = global_spans.named("submit t")
+    with Client(redis_url, ns) as client:
+        assert stored_traceparent(client, r, out.strip()).decode() == traceparent_of(submit)
+    asyncio.run(run_until(redis_url, ns, registry, lambda: bool(ran), queues=("q6",),
+                          tracing=True))
+    [run] = global_spans.named("run t")
+    assert run.parent is not None and run.parent.span_id == submit.context.span_id
 
 
 @pytest.mark.parametrize("trace", [False, True])
 def test_the_claim_script_returns_the_traceparent_only_when_asked(
         redis_url: str, ns: str, r: Any, spans: Spans, trace: bool) -> None:
-    with Client(redis_url, ns, tracing=True, tracer_provider=spans.provider) as client:
+    with Client(redis_url, ns, tracing=spans.provider) as client:
         job_id = client.submit("t", queue="q5")
         shard = shard_of(job_id, client.shards)
         stream = client.keys.queue(shard, "q5")
@@ -227,7 +274,7 @@ def test_the_claim_script_returns_the_traceparent_only_when_asked(
         [grant] = scripts.run_sync(r, [call])[0]
     [submit] = spans.named("submit")
     if trace:
-        assert len(grant) == 9
+        assert len(grant) == 10 and grant[9].decode() == fields[b"s"].decode()
         assert grant[7].decode() == traceparent_of(submit) and grant[8] is None  # the default kind
     else:
         assert len(grant) == 7
@@ -269,8 +316,7 @@ def test_the_asyncio_client_traces_its_submits_the_same_way(
     from scheduler import AsyncClient
 
     async def go() -> str:
-        async with AsyncClient(redis_url, ns, tracing=True,
-                               tracer_provider=spans.provider) as client:
+        async with AsyncClient(redis_url, ns, tracing=spans.provider) as client:
             return await client.submit("t")
 
     job_id = asyncio.run(go())
