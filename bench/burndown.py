@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own, so other "
                         "users of a shared Redis neither slow it nor blur its CPU figures")
+    p.add_argument("--limit", type=int, default=None,
+                   help="set a queue-wide concurrency limit of N on the queue first (the cost "
+                        "of limits: N >= --concurrency never binds)")
     p.add_argument("--out", default=None)
 
 
@@ -92,6 +95,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ns = fresh_namespace("burn")
         try:
             submit_s = submit(args.redis_url, ns, args.jobs)
+            if args.limit:
+                with Client(args.redis_url, ns) as client:
+                    client.set_queue_limit("default", concurrency=args.limit)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
                                       args.batch, args.pipelines))
             result["submit_per_s"] = args.jobs / submit_s
