@@ -36,6 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tracing on (scheduler/tracing.py): spans go to an SDK TracerProvider "
                         "with a BatchSpanProcessor whose exporter drops them, so the figures "
                         "are the spans' cost without an exporter's")
+    p.add_argument("--limit", type=int, default=None,
+                   help="set a queue-wide concurrency limit of N on the queue first (the cost "
+                        "of limits: N >= --concurrency never binds)")
     p.add_argument("--out", default=None)
 
 
@@ -100,6 +103,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ns = fresh_namespace("burn")
         try:
             submit_s = submit(args.redis_url, ns, args.jobs, spans)
+            if args.limit:
+                with Client(args.redis_url, ns) as client:
+                    client.set_queue_limit("default", concurrency=args.limit)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
                                       args.batch, args.pipelines, provider=spans))
             result["submit_per_s"] = args.jobs / submit_s
