@@ -76,7 +76,8 @@ class Worker:
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
                                    threads=min(most, 64), tracing=self.config.tracing)
-        self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}
+        self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}  # (queue, task)
+        self._by_lane: dict[tuple[str, str], metrics.RunMetrics] = {}  # the same, by lane
         self.errors = ErrorLog(log, "reading from Redis")
         self.limited = LimitedClaims(self)
 
@@ -178,7 +179,7 @@ class Worker:
         started = 0
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
-        start, running, cache = self.execution.start, self.running, self._run_metrics
+        start, running, cache = self.execution.start, self.running, self._by_lane
         claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
         for shard, reply in zip(shards, answers, strict=True):
             for (lane, _, slot_id), grant in zip(entries[shard], claimed(reply),
@@ -190,8 +191,7 @@ class Worker:
                     continue
                 run = Run(shard, slot_id, grant, deadline)
                 run.started_ms = now
-                queue = queue_of(lane)
-                m = cache.get((queue, run.task)) or self._metrics_for(queue, run.task)
+                m = cache.get((lane, run.task)) or self._metrics_for(lane, run.task)
                 run.metrics = m
                 m.start_lag.observe_ms(now - run.fire_ms)
                 running[slot_id] = run
@@ -233,11 +233,18 @@ class Worker:
                     "claim; its lease will run out and it ends lost", slot_id, confirmed,
                     self.config.claim_replicas)
 
-    def _metrics_for(self, queue: str, task: str) -> metrics.RunMetrics:
-        # Task names come from Redis: label only the ones this worker knows, so a flood of
-        # unknown names cannot grow the metrics without bound.
-        label = task if self.registry.get(task) is not None else "(unknown)"
-        m = self._run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
+    def _metrics_for(self, lane: str, task: str) -> metrics.RunMetrics:
+        """The RunMetrics of a (queue, task), one per pair whatever lanes its runs come
+        from (the heartbeat's tallies sum them by queue), found by (lane, task) on the hot
+        path."""
+        queue = queue_of(lane)
+        m = self._run_metrics.get((queue, task))
+        if m is None:
+            # Task names come from Redis: label only the ones this worker knows, so a flood
+            # of unknown names cannot grow the metrics without bound.
+            label = task if self.registry.get(task) is not None else "(unknown)"
+            m = self._run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
+        self._by_lane[(lane, task)] = m
         return m
 
     # --- the loops -----------------------------------------------------------------------
