@@ -141,10 +141,7 @@ class LimitedClaims(Service):
     # --- the loop --------------------------------------------------------------------------
 
     async def ready(self) -> None:
-        w = self.worker
-        while w._free() <= 0 and not self.finished():
-            w.capacity.clear()
-            await w.capacity.wait()
+        await self.worker.wait_for_capacity(self.finished)
 
     async def run_once(self) -> int:
         w = self.worker

@@ -133,6 +133,12 @@ class Worker:
         finally:
             self.claiming -= len(take)
 
+    async def wait_for_capacity(self, finished: Callable[[], bool]) -> None:
+        """Until a run slot is free (or `finished()`): every claim loop waits here."""
+        while self._free() <= 0 and not finished():
+            self.capacity.clear()
+            await self.capacity.wait()
+
     def _free(self) -> int:
         return self.concurrency - len(self.running) - self.claiming
 
@@ -356,10 +362,7 @@ class ClaimLoop(Service):
         self.worker = worker
 
     async def ready(self) -> None:
-        worker = self.worker
-        while worker._free() <= 0 and not self.finished():
-            worker.capacity.clear()
-            await worker.capacity.wait()
+        await self.worker.wait_for_capacity(self.finished)
 
     async def run_once(self) -> int:
         return await self.worker.run_once(block_ms=self.worker.block_ms)

@@ -74,12 +74,15 @@ _queues = itertools.count()
 
 async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[[], bool], *,
                     timeout: float = 30, node: bool = False, node_config: NodeConfig | None = None,
-                    **config: Any) -> Worker:
-    """Run a worker (and a scheduler node, for retries) until done() or the timeout."""
-    client = async_redis(redis_url)
+                    workers: int = 1, **config: Any) -> Worker:
+    """Run `workers` workers, each on a connection of its own (and a scheduler node, for
+    retries), until done() or the timeout; returns the first."""
+    clients = [async_redis(redis_url) for _ in range(workers)]
+    client = clients[0]
     config.setdefault("block_ms", 50)
-    worker = Worker(client, registry, namespace=ns, config=WorkerConfig(**config))
-    services: list[Any] = [worker]
+    services: list[Any] = [Worker(c, registry, namespace=ns, config=WorkerConfig(**config))
+                           for c in clients]
+    worker: Worker = services[0]
     if node:
         services.append(SchedulerNode(client, namespace=ns, config=node_config))
     tasks = [asyncio.create_task(s.run()) for s in services]
@@ -95,7 +98,8 @@ async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[
         for s in services:
             s.stop()
         await asyncio.gather(*tasks)
-        await client.aclose()
+        for c in clients:
+            await c.aclose()
     return worker
 
 

@@ -9,35 +9,11 @@ from typing import Any
 
 import pytest
 
-from helpers import sched
+from helpers import run_until, sched
 from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus, scripts
-from scheduler.connection import async_redis
 from scheduler.errors import ValidationError
 from scheduler.keys import Keys
 from scheduler.replies import Acquired
-from scheduler.worker import Worker, WorkerConfig
-
-
-async def _run_workers(redis_url: str, ns: str, registry: Registry, n: int,
-                       done: Any, timeout: float = 60, **config: Any) -> None:
-    clients = [async_redis(redis_url) for _ in range(n)]
-    workers = [Worker(c, registry, namespace=ns, config=WorkerConfig(block_ms=50, **config))
-               for c in clients]
-    tasks = [asyncio.create_task(w.run()) for w in workers]
-    deadline = time.monotonic() + timeout
-    try:
-        while not done():
-            assert time.monotonic() < deadline, "timed out"
-            for t in tasks:
-                if t.done():
-                    t.result()
-            await asyncio.sleep(0.02)
-    finally:
-        for w in workers:
-            w.stop()
-        await asyncio.gather(*tasks)
-        for c in clients:
-            await c.aclose()
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:
@@ -66,8 +42,8 @@ def test_a_concurrency_limit_holds_across_workers(redis_url: str, ns: str) -> No
         client.set_queue_limit("default", concurrency=4)
         ids = client.submit_many([JobSpec(task="slow") for _ in range(60)])
         began = time.monotonic()
-        asyncio.run(_run_workers(redis_url, ns, registry, 3, lambda: len(spans) == 60,
-                                 concurrency=50))
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(spans) == 60, workers=3,
+                              concurrency=50, timeout=60))
         took = time.monotonic() - began
         assert all(client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in ids)
     print(f"most at once {_most_at_once(spans)}, 60 jobs in {took:.2f} s")
@@ -89,8 +65,8 @@ def test_a_rate_limit_holds_over_ten_seconds(redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
         client.set_queue_limit("default", rate=20)
         client.submit_many([JobSpec(task="quick") for _ in range(400)])
-        asyncio.run(_run_workers(redis_url, ns, registry, 2, lambda: len(starts) >= 260,
-                                 concurrency=100))
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(starts) >= 260, workers=2,
+                              concurrency=100, timeout=60))
     first = starts[0]
     in_ten = sum(1 for t in starts if t < first + 10)
     print(f"{in_ten} starts in the first 10 s at 20/s")
@@ -180,9 +156,8 @@ def test_slots_over_the_limit_stay_queued(redis_url: str, ns: str) -> None:
 
         async def main() -> None:
             freed = False
-            task = asyncio.create_task(_run_workers(redis_url, ns, registry, 1,
-                                                    lambda: freed and len(ran) == 3,
-                                                    timeout=15))
+            task = asyncio.create_task(run_until(redis_url, ns, registry,
+                                                 lambda: freed and len(ran) == 3, timeout=15))
             await asyncio.sleep(2.0)
             assert ran == []
             assert {client.slots(j)[0].status for j in ids} == {SlotStatus.QUEUED}
