@@ -33,6 +33,8 @@ MANY = "tests/faults/test_faults.py::test_many_delayed_and_cron_jobs_all_run_onc
 CLUSTER = "tests/faults/test_cluster.py::test_one_namespace_runs_over_three_masters"
 MIGRATING = ("tests/faults/test_cluster.py::"
              "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
+PRIORITIES = "tests/sdk/test_priorities.py"
+LIMITS = "tests/sdk/test_queue_limits.py"
 
 
 @dataclass(frozen=True)
@@ -153,4 +155,31 @@ MUTANTS = [
            "        for shard, tail in self._shard_tail.items():\n            if shard not in",
            "        for shard, tail in list(self._shard_tail.items())[:1]:\n            if "
            "shard not in", (CLUSTER,)),
+    Mutant("heartbeat-renews-the-default-lane", "the heartbeat renews a running slot's "
+           "pending entry in the queue's plain stream, not its priority's lane: a live run of "
+           "priority 1 looks idle to the reclaimer", "scheduler/lua/heartbeat.lua",
+           "prefix .. 'q:' .. lane(st[4], st[6])", "prefix .. 'q:' .. st[4]",
+           (f"{PRIORITIES}::test_a_long_run_in_a_priority_lane_keeps_its_lease",)),
+    Mutant("backlog-worst-first", "the backlog hands out the worst priority waiting first",
+           "scheduler/backlog.py", "                pick = waiting[0]",
+           "                pick = waiting[-1]",
+           (f"{PRIORITIES}::test_better_priorities_start_first",)),
+    Mutant("backlog-no-turns", "the 10th start always goes to the best of the worse "
+           "priorities: 5 starves behind 3 (starvation rule)", "scheduler/backlog.py",
+           "                pick = next((i for i in worse if i > self._turn), worse[0])",
+           "                pick = worse[0]", (f"{PRIORITIES}::test_the_backlog_rule",)),
+    Mutant("acquire-grants-two-over", "acquire.lua grants two permits over the concurrency "
+           "limit", "scheduler/lua/acquire.lua",
+           "  grant = math.min(grant, concurrency - redis.call('ZCARD', permits))",
+           "  grant = math.min(grant, concurrency + 2 - redis.call('ZCARD', permits))",
+           (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
+    Mutant("permits-never-given-back", "a limited run's permit is not given back when it "
+           "ends: the queue stalls until the permits expire", "scheduler/limiter.py",
+           "            if run.permit[1]:\n                run.on_end = self._on_end",
+           "            if False:\n                run.on_end = self._on_end",
+           (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
+    Mutant("rate-bucket-two-seconds", "the rate's bucket holds two seconds' worth: a burst "
+           "breaks the rate over 10 s", "scheduler/lua/acquire.lua",
+           "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
+           (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
 ]
