@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import SCHED, TESTS
 from scheduler import Client
 
@@ -30,6 +32,7 @@ def _blocks(text: str, lang: str) -> list[str]:
     return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
 
 
+@pytest.mark.slow  # real processes: ~5 s
 def test_the_quickstarts_run_as_written(tmp_path: Path, redis_url: str, ns: str) -> None:
     tasks, snippet = _blocks(_section("Quickstart: the SDK"), "python")[:2]
     assert tasks.startswith("# myapp/tasks.py")
@@ -113,6 +116,7 @@ def pytest_sessionfinish(session, exitstatus):
 '''
 
 
+@pytest.mark.slow  # a pytest subprocess: ~2 s
 def test_the_testing_example_runs_with_no_redis(tmp_path: Path) -> None:
     [example] = _blocks(_section("Testing your handlers"), "python")
     assert example.startswith("# test_tasks.py")

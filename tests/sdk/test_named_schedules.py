@@ -101,6 +101,7 @@ with Client(url, ns) as client:
 """
 
 
+@pytest.mark.slow  # eight processes: ~2.7 s each
 @pytest.mark.parametrize("changed", [False, True])
 def test_eight_processes_declaring_at_once_make_one_series(redis_url: str, ns: str,
                                                            changed: bool) -> None:

@@ -160,6 +160,7 @@ def test_the_script_refuses_a_priority_the_client_did_not_check(redis_url: str, 
         assert not r.exists(f"{prefix}job:hand-made")
 
 
+@pytest.mark.slow  # a 3 s run
 def test_a_long_run_in_a_priority_lane_keeps_its_lease(redis_url: str, ns: str, r: Any) -> None:
     """The heartbeat renews the pending entry in the slot's own lane (its idle time stays
     under the lease), so the reclaimer never has to look at a live run of priority 1."""

@@ -137,6 +137,7 @@ def test_the_sdk_refuses_bad_limits(redis_url: str, ns: str, kwargs: dict[str, A
         client.set_queue_limit("mail", **kwargs)
 
 
+@pytest.mark.slow  # waits 2 s on purpose
 def test_slots_over_the_limit_stay_queued(redis_url: str, ns: str) -> None:
     """With every permit held elsewhere, a worker claims nothing of the queue; the slots wait
     (queued, no attempt), and run once the permits come back."""

@@ -188,6 +188,7 @@ def test_a_sync_handler_in_a_thread_sees_its_run_span_and_a_timeout_is_an_outcom
     assert timed_out.status.status_code is StatusCode.ERROR
 
 
+@pytest.mark.slow  # waits for cron seconds: ~2 s
 def test_each_cron_occurrence_runs_in_a_trace_of_its_own_linked_to_the_submit(
         redis_url: str, ns: str, spans: Spans) -> None:
     registry = Registry()
