@@ -113,14 +113,23 @@ class LimitedClaims(Service):
         w = self.worker
         now = w.clock.now_ms()
         queues = list(wants) + [q for q in self.returning if q not in wants]
+        back = {q: self.returning.pop(q, []) for q in queues}
         calls = []
         for q in queues:
             lim = self.limits.get(q) or limits.QueueLimit()
             calls.append(scripts.acquire(
                 self.keys.permits(q), self.keys.bucket(q), now, wants.get(q, 0),
                 lim.concurrency, lim.rate, w.lease_ms, f"{w.worker_id}:{next(self._calls)}",
-                self.returning.pop(q, [])))
-        replies = await scripts.run_async(w.redis, calls)
+                back[q]))
+        try:
+            replies = await scripts.run_async(w.redis, calls)
+        except BaseException:
+            # The give-backs may not have run: send them again next pass (ZREM twice is
+            # harmless), rather than leave those permits to expire with the lease.
+            for q, members in back.items():
+                if members:
+                    self.returning.setdefault(q, []).extend(members)
+            raise
         out = {q: Acquired.decode(r) for q, r in zip(queues, replies, strict=True)}
         for q, got in out.items():
             if self.limits.get(q, limits.QueueLimit()).concurrency is not None:
