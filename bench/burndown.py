@@ -1,5 +1,9 @@
 """Burn-down: N pre-submitted no-op jobs run by one worker process (this one).
 
+The worker runs as `sched worker` runs it: uvloop and `WorkerConfig()`'s defaults, which are
+the CLI's (concurrency 100, batch 500, 2 claim pipelines, 1 s blocking reads), unless the
+flags say otherwise.
+
 Measures submit_many throughput, execution throughput, and CPU per job: this process's own
 CPU time and Redis's (INFO cpu) over the run. Checks every handler ran exactly once.
 """
@@ -22,13 +26,17 @@ from scheduler.worker import Worker, WorkerConfig
 
 from .common import drop_namespace, fresh_namespace, machine, redis_cpu_s
 
+_DEFAULTS = WorkerConfig()  # sched worker's flags default to these
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=3, help="repeat and report the median")
-    p.add_argument("--concurrency", type=int, default=1000)
-    p.add_argument("--batch", type=int, default=500)
-    p.add_argument("--pipelines", type=int, default=2, help="claim round trips in flight")
+    p.add_argument("--concurrency", type=int, default=_DEFAULTS.concurrency,
+                   help="default: sched worker's")
+    p.add_argument("--batch", type=int, default=_DEFAULTS.batch)
+    p.add_argument("--pipelines", type=int, default=_DEFAULTS.pipelines,
+                   help="claim round trips in flight")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own, so other "
                         "users of a shared Redis neither slow it nor blur its CPU figures")
@@ -62,7 +70,7 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
     sync = redis.Redis.from_url(url) if cpu is None else None
     cpu = cpu or (lambda: redis_cpu_s(sync))
     worker = Worker(client, registry, namespace=ns,
-                    config=WorkerConfig(concurrency=concurrency, batch=batch, block_ms=100,
+                    config=WorkerConfig(concurrency=concurrency, batch=batch,
                                         pipelines=pipelines, tracing=provider or False))
     await worker.setup()
     cpu0, rcpu0, t0 = time.process_time(), cpu(), time.perf_counter()
@@ -117,7 +125,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return statistics.median(x[key] for x in runs)
 
     ok = all(x["duplicates"] == 0 and x["committed"] == args.jobs for x in runs)
-    summary = (f"burndown{' --trace' if args.trace else ''}: {args.jobs} jobs x{args.runs}: {med('per_s'):,.0f} executions/s "
+    summary = (f"burndown{' --trace' if args.trace else ''} (concurrency {args.concurrency}, "
+               f"batch {args.batch}, {args.pipelines} pipelines): {args.jobs} jobs "
+               f"x{args.runs}: {med('per_s'):,.0f} executions/s "
                f"(median), worker {med('worker_us_per_job'):.1f} us/job + redis "
                f"{med('redis_us_per_job'):.1f} us/job CPU; submit_many {med('submit_per_s'):,.0f}"
                f" jobs/s; exactly once: {'yes' if ok else 'NO'}")

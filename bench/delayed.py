@@ -43,17 +43,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default=None)
 
 
-def _procs(url: str, ns: str, concurrency: int, workers: int = 1
-           ) -> list[subprocess.Popen[bytes]]:
+def _procs(url: str, ns: str, concurrency: int, workers: int = 1,
+           node_args: tuple[str, ...] = ()) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
-    return [subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT)] + [
+    return [subprocess.Popen([*base, "scheduler", "--log-level", "warning", *node_args],
+                             cwd=ROOT)] + [
         subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",
                           str(concurrency), "--log-level", "warning"], cwd=ROOT)
         for _ in range(workers)]
 
 
 @contextmanager
-def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int, workers: int = 1
+def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int, workers: int = 1,
+          node_args: tuple[str, ...] = (), pids: list[int] | None = None
           ) -> Iterator[tuple[str, Client]]:
     """A fresh namespace with a scheduler node and `workers` worker processes running on it,
     ready to take work; stopped and dropped afterwards. Yields (namespace, client)."""
@@ -62,7 +64,10 @@ def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int, workers: int 
     try:
         with Client(url, ns) as client:
             client.create_namespace()  # the processes wait for it
-            procs = _procs(url, ns, concurrency, workers)
+            procs = _procs(url, ns, concurrency, workers, node_args)
+            if pids is not None:
+                pids += [p.pid for p in procs]  # the node's, then the workers'
+
             time.sleep(1.5)  # the node takes its shards, the worker creates its groups
             yield ns, client
     finally:

@@ -85,12 +85,12 @@ class LimitedClaims(Service):
         w = self.worker
         if self.reader is not None:
             await self.reader.settle()
-            if self.reader.backlog:
+            if self.reader.in_hand():
                 await self.reader.requeue_backlog(w.clock.now_ms())
         self.reader = None
         if self.limits:
             self.reader = Reader(w.redis, self.keys, w.worker_id, w.config.batch,
-                                 w.config.events_maxlen)
+                                 w.config.events_maxlen, w.clock, w.reader.hold_cap)
             await self.reader.open(w.shards, sorted(self.limits))
             log.info("queue limits: %s", "; ".join(f"{q} {lim.text()}"
                                                    for q, lim in sorted(self.limits.items())))
@@ -168,9 +168,9 @@ class LimitedClaims(Service):
             return 0
         if (reader.backlog and self._waiting_since is not None
                 and mono - self._waiting_since >= HOLD_S):
-            await reader.requeue_backlog(w.clock.now_ms())  # let another worker have them
+            await reader.requeue_backlog(w.clock.now_ms(), held=False)  # another worker's turn
             self._waiting_since = None
-        if not reader.backlog:
+        if not reader.ready():
             await reader.read(max(1, min(w._free(), w.config.batch)),
                               min(w.block_ms, int(REFRESH_S * 1000)))
         entries = reader.take(len(reader.backlog))
@@ -209,7 +209,7 @@ class LimitedClaims(Service):
             by_shard.setdefault(shard, []).append((lane, msg_id, slot_id))
         w.claiming += len(entries)
         try:
-            started: int = await w._claim(by_shard, on_start=on_start)
+            started: int = await w._claim(by_shard, on_start=on_start, reader=self.reader)
         except BaseException:
             assert self.reader is not None
             self.reader.give_back(entries)
@@ -252,7 +252,7 @@ class LimitedClaims(Service):
         reader = self.reader
         if reader is not None:
             await reader.settle()
-            if reader.backlog:
+            if reader.in_hand():
                 await reader.requeue_backlog(self.worker.clock.now_ms())
         if self.returning:
             await self._acquire({})

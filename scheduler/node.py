@@ -35,7 +35,7 @@ from .leases import ShardLeases
 from .loops import Backoff, ErrorLog
 from .materializer import Materializer
 from .namespace import EVENTS_MAXLEN
-from .promoter import Promoter
+from .promoter import PROMOTE_AHEAD_MS, Promoter
 from .reclaimer import Reclaimer
 from .sweeper import Sweeper
 
@@ -47,6 +47,9 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     lease_s: float = 30.0  # the workers' slot lease: pending entries idle this long are reclaimed
     reclaim_interval_s: float = 1.0
     lookahead_s: float = 3.0  # cron slots are created this far ahead of their fire time
+    promote_ahead_s: float = PROMOTE_AHEAD_MS / 1000
+    """Due slots are dispatched this far ahead of their time, held by a worker until then
+    (promoter.py); at most a quarter of `lease_s` is used. 0: at their time."""
     misfire_grace_s: float = 5.0  # later than this, an occurrence is missed (catch-up policy)
     sweep_interval_s: float = 10.0  # between the starts of two orphan sweeps (sweeper.py)
     sweep_keys_per_s: int = 5_000  # pace of the sweep's SCAN: bounds its cost to Redis
@@ -57,8 +60,8 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"shard lease must be >= 0.3 s, not {self.shard_lease_s}")
         if self.lease_s < 1:
             raise ConfigError(f"lease must be >= 1 s, not {self.lease_s}")
-        if self.lookahead_s < 0 or self.misfire_grace_s < 0:
-            raise ConfigError("lookahead and misfire grace must be >= 0 s")
+        if self.lookahead_s < 0 or self.misfire_grace_s < 0 or self.promote_ahead_s < 0:
+            raise ConfigError("lookahead, promote-ahead and misfire grace must be >= 0 s")
         if self.sweep_interval_s <= 0 or self.sweep_keys_per_s < 1:
             raise ConfigError("the sweep interval must be > 0 s and its pace >= 1 key/s")
 
@@ -72,7 +75,9 @@ class SchedulerNode:
         self.clock = clock or RedisClock()
         self.config = config or NodeConfig()
         self.node_id = node_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.promoter = Promoter(client, [], self.clock, events_maxlen=self.config.events_maxlen)
+        ahead_ms = int(min(self.config.promote_ahead_s, self.config.lease_s / 4) * 1000)
+        self.promoter = Promoter(client, [], self.clock, events_maxlen=self.config.events_maxlen,
+                                 ahead_ms=ahead_ms)
         self.materializer = Materializer(client, [], self.clock,
                                          lookahead_s=self.config.lookahead_s,
                                          misfire_grace_s=self.config.misfire_grace_s,

@@ -6,6 +6,12 @@ from the same backlog, so a read of one pipeline feeds the others. A worker read
 (one stream per priority, keys.lanes) of its queues; the backlog hands entries out by
 priority (backlog.py has the rule).
 
+Entries dispatched early (promote.lua: field `f`, the time the slot may start) are held apart,
+in time order, until the worker's Redis clock reaches it, then join the backlog: a burst due
+at one instant is read before it and costs only its claims then. At most `hold_cap` are held
+(read ahead beyond that, the rest wait in their streams for whichever worker is free at the
+instant); a blocking read never blocks past the earliest held time.
+
 On a single Redis one XREADGROUP reads every stream. On a Redis Cluster a read may name the
 streams of one hash tag only, so each shard has its own read in flight (`per_shard`), sent to
 its node over a plain connection (no COMMAND GETKEYS), blocking while the shard is idle; a
@@ -16,6 +22,7 @@ what they bring to the backlog when they end.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 from collections import deque
 from collections.abc import Collection, Iterable
@@ -25,15 +32,24 @@ import redis.asyncio
 
 from . import cluster, namespace, scripts
 from .backlog import Backlog, Entry
+from .clock import Clock, RedisClock
 from .keys import DISPATCH_GROUP, PRIORITIES, Keys, lane
 
 log = logging.getLogger("scheduler.worker")
 
+SHARP_MS = 100  # how long before a held entry's time reads stop blocking
+POLL_MS = 5  # ...and how often they look meanwhile
+
 
 class Reader:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, consumer: str, batch: int,
-                 events_maxlen: int) -> None:
+                 events_maxlen: int, clock: Clock | None = None, hold_cap: int = 0) -> None:
         self.redis = client
+        self.clock = clock or RedisClock()
+        self.hold_cap = max(batch, hold_cap)
+        # Entries dispatched early: (not before ms, arrival, entry), a heap.
+        self.early: list[tuple[int, int, Entry]] = []
+        self._arrivals = 0
         self.keys = keys
         self.consumer = consumer
         self.batch = batch
@@ -83,6 +99,19 @@ class Reader:
         if not self.streams:  # every queue of the worker is limited: limiter.py reads them
             await asyncio.sleep((block_ms or 0) / 1000)
             return
+        if self.early and block_ms is not None:
+            wait = self.early[0][0] - self.clock.now_ms()
+            if len(self.early) >= self.hold_cap:  # held enough: wait for their time instead
+                await asyncio.sleep(max(0, min(wait, block_ms)) / 1000)
+                return
+            if wait <= SHARP_MS:
+                # Redis ends a BLOCK on its own timer (every 100 ms when idle): the last
+                # stretch is polled, so the held entries start on time.
+                if not self.per_shard:  # (shard reads in flight go on meanwhile)
+                    await self.read(free, None)
+                await asyncio.sleep(max(0, min(wait, POLL_MS)) / 1000)
+                return
+            block_ms = min(block_ms, wait - SHARP_MS)
         count = -(-min(self.batch, free) // self._per_priority)
         if self.per_shard:
             return await self._read_shards(count, block_ms)
@@ -104,7 +133,11 @@ class Reader:
             if shard not in self._reads:
                 self._reads[shard] = asyncio.create_task(self._read_shard(shard, tail, count,
                                                                           block_ms))
+        # Reads in flight keep their first block: while entries are held for their time,
+        # wait for those reads no longer than the time asks (they stay in flight).
         done, _ = await asyncio.wait(list(self._reads.values()),
+                                     timeout=block_ms / 1000 if self.early and block_ms is not None
+                                     else None,
                                      return_when=asyncio.FIRST_COMPLETED)
         self._harvest(done)
 
@@ -176,32 +209,63 @@ class Reader:
             reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
                 *self._xreadgroup(self.batch, None, start="0"))
         self.must_recover = False
-        before = len(self.backlog)
-        self.add(reply, skip={slot for _, _, _, slot in self.backlog} | set(known))
-        if len(self.backlog) > before:
+        before = len(self.backlog) + len(self.early)
+        self.add(reply, skip={slot for _, _, _, slot in self.backlog}
+                 | {entry[3] for _, _, entry in self.early} | set(known))
+        if len(self.backlog) + len(self.early) > before:
             log.warning("took back %d entries whose read or claim reply was lost",
-                        len(self.backlog) - before)
+                        len(self.backlog) + len(self.early) - before)
+
+    def ready(self) -> bool:
+        """Whether entries wait to be claimed now (held ones whose time came join them)."""
+        if self.early:
+            self._release(self.clock.now_ms())
+        return bool(self.backlog)
 
     def take(self, n: int) -> list[Entry]:
+        if self.early:
+            self._release(self.clock.now_ms())
         return self.backlog.take(n)
+
+    def in_hand(self) -> int:
+        """Entries read and not claimed: the backlog and those held for their time."""
+        return len(self.backlog) + len(self.early)
+
+    def hold(self, entry: Entry, not_before_ms: int) -> None:
+        """An entry not to claim before this time (claim.lua answered EARLY)."""
+        self._arrivals += 1
+        heapq.heappush(self.early, (not_before_ms, self._arrivals, entry))
+
+    def _release(self, now_ms: int) -> None:
+        early = self.early
+        while early and early[0][0] <= now_ms:
+            entry = heapq.heappop(early)[2]
+            self.backlog.lane(entry[1]).append(entry)
 
     def give_back(self, entries: list[Entry]) -> None:
         """Entries whose claim may or may not have run: first in line again."""
         self.backlog.give_back(entries)
 
-    async def requeue_backlog(self, now_ms: int) -> None:
-        """Hand back entries read but never claimed, so another worker runs them now rather
-        than after the reclaimer's idle timeout."""
+    async def requeue_backlog(self, now_ms: int, held: bool = True) -> None:
+        """Hand back entries read but never claimed (and those held for their time, unless
+        `held` is false), so another worker runs them on time rather than after the
+        reclaimer's idle timeout. A held entry goes back without its `f`: the slot's `nb`
+        keeps it from starting early (claim.lua)."""
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
-        for shard, lane_name, msg_id, slot_id in self.backlog.drain():
+        drained = self.backlog.drain()
+        if held:
+            drained += [entry for _, _, entry in self.early]
+            self.early.clear()
+        for shard, lane_name, msg_id, slot_id in drained:
             entries.setdefault(shard, []).append((lane_name, msg_id, slot_id))
         await scripts.run_async(self.redis, [
             scripts.requeue(self.keys.prefix(s), now_ms, self.events_maxlen, items)
             for s, items in entries.items()])
 
-    def prefetch(self, pipe: Any) -> int:
-        """Append a non-blocking read to a claim's pipeline (scripts.run_async_then)."""
-        pipe.execute_command(*self._xreadgroup(-(-self.batch // self._per_priority), None))
+    def prefetch(self, pipe: Any, count: int) -> int:
+        """Append a non-blocking read of up to `count` entries (per priority) to a claim's
+        pipeline (scripts.run_async_then)."""
+        pipe.execute_command(*self._xreadgroup(-(-count // self._per_priority), None))
         return 1
 
     def _xreadgroup(self, count: int, block_ms: int | None,
@@ -217,15 +281,24 @@ class Reader:
 
     def add(self, reply: Any, skip: Collection[str] = ()) -> None:
         """A raw XREADGROUP reply: {stream key: [[entry id, [b"s", slot id]], ...]} (RESP3),
-        or the same pairs as a list (RESP2). An entry deleted from the stream comes without
-        fields (its slot is the sweeper's to find)."""
+        or the same pairs as a list (RESP2); an entry dispatched early has [b"s", slot id,
+        b"f", not before ms]. An entry deleted from the stream comes without fields (its
+        slot is the sweeper's to find)."""
+        now = 0
         for key, messages in (reply.items() if isinstance(reply, dict) else reply or ()):
             shard, lane_name, waiting = self._stream_of[key]
             for msg_id, fields in messages:
                 if fields:
                     slot = fields[1].decode()
-                    if slot not in skip:
-                        waiting.append((shard, lane_name, msg_id, slot))
+                    if slot in skip:
+                        continue
+                    if len(fields) > 3:
+                        now = now or self.clock.now_ms()
+                        not_before = int(fields[3])
+                        if not_before > now:
+                            self.hold((shard, lane_name, msg_id, slot), not_before)
+                            continue
+                    waiting.append((shard, lane_name, msg_id, slot))
 
 
 def _from_start(tail: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -37,10 +37,11 @@ class Code(IntEnum):
     LOST = 13  # release of an at_most_once run: it ends lost, never re-run
     MOVED = 14  # materialize: the watermark moved (another node did it first); redefine: the
     #            definition changed meanwhile; nothing written
+    EARLY = 15  # claim: the slot was dispatched early and its time has not come; nothing written
 
 
 ANSWERS: dict[str, frozenset[Code]] = {
-    "claim": frozenset({Code.OK, Code.STALE, Code.HELD}),
+    "claim": frozenset({Code.OK, Code.STALE, Code.HELD, Code.EARLY}),
     "complete": frozenset({Code.OK, Code.REPEAT, Code.STALE}),
     "fail": frozenset({Code.RETRY, Code.DEAD, Code.CANCELLED, Code.REPEAT, Code.STALE}),
     "release": frozenset({Code.OK, Code.LOST, Code.STALE}),
@@ -98,14 +99,16 @@ def triggered(reply: Sequence[Any]) -> tuple[Code, str]:
 Grant = tuple[int, str, bytes, int, str, int]
 """One claimed entry: (attempt = fencing token, task, payload, timeout_ms, delivery, fire_ms)."""
 
-_OK, _STALE, _HELD = int(Code.OK), int(Code.STALE), int(Code.HELD)
+_OK, _STALE, _HELD, _EARLY = int(Code.OK), int(Code.STALE), int(Code.HELD), int(Code.EARLY)
 
 
-def claimed(reply: Sequence[Any]) -> list[Grant | None]:
-    """claim.lua's reply for one shard, one item per entry in order: its grant, or None when
+def claimed(reply: Sequence[Any]) -> list[Grant | int | None]:
+    """claim.lua's reply for one shard, one item per entry in order: its grant; None when
     the entry was not claimed (STALE: acked, the slot moved on; HELD: another consumer has
-    it). This runs once per claimed slot on the worker's hot path: plain tuples and ints."""
-    out: list[Grant | None] = []
+    it); or, for EARLY, the int time (ms) before which the slot may not start, so the worker
+    holds its entry until then. This runs once per claimed slot on the worker's hot path:
+    plain tuples and ints."""
+    out: list[Grant | int | None] = []
     for item in reply:
         c = item[0]
         if c == _OK:
@@ -114,6 +117,8 @@ def claimed(reply: Sequence[Any]) -> list[Grant | None]:
                         int(item[6])))
         elif c == _STALE or c == _HELD:
             out.append(None)
+        elif c == _EARLY:
+            out.append(int(item[1]))
         else:
             raise ScriptError(f"unexpected reply code from claim.lua: {item!r}")
     return out

@@ -60,13 +60,17 @@ def submit(prefix: str, now_ms: int, maxlen: int,
 
 
 def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
-          entries: Iterable[tuple[str, bytes | str, str]], trace: object = None) -> Call:
+          entries: Iterable[tuple[str, bytes | str, str]], trace: object = None,
+          trim: bool = True) -> Call:
     """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
-    grants also carry the job's traceparent and kind and the slot id (replies.traces)."""
+    grants also carry the job's traceparent and kind and the slot id (replies.traces).
+    trim: trim the streams touched of their acked head."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)
-    args = (now_ms, maxlen, worker, lease_ms, pack(items))
+    args: tuple[Any, ...] = (now_ms, maxlen, worker, lease_ms, pack(items))
+    if not trim:
+        return Call("claim", (prefix,), (*args, "1" if trace else "", "0"))
     return Call("claim", (prefix,), (*args, "1") if trace else args)
 
 
@@ -126,11 +130,12 @@ def release(prefix: str, now_ms: int, maxlen: int, worker: str,
 
 
 def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
-            due_before_ms: int | None = None) -> Call:
-    """due_before_ms: only slots due by then (a non-owner's overdue pass)."""
-    args = (now_ms, maxlen, limit) if due_before_ms is None else (now_ms, maxlen, limit,
-                                                                    due_before_ms)
-    return Call("promote", (prefix,), args)
+            due_before_ms: int | None = None, ahead_ms: int = 0) -> Call:
+    """due_before_ms: only slots due by then (a non-owner's overdue pass); ahead_ms: also
+    those due that long after, early."""
+    args: tuple[Any, ...] = (now_ms, maxlen, limit,
+                             now_ms if due_before_ms is None else due_before_ms)
+    return Call("promote", (prefix,), (*args, ahead_ms) if ahead_ms else args)
 
 
 def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,

@@ -165,7 +165,7 @@ class RunTracer:
         self.pending: dict[str, tuple[str | None, bool]] = {}
         self.spans: dict[Run, trace.Span] = {}
 
-    def claimed(self, reply: Sequence[Any]) -> list[replies.Grant | None]:
+    def claimed(self, reply: Sequence[Any]) -> list[replies.Grant | int | None]:
         """replies.claimed for a tracing worker: one shard's claim reply (sent with the
         trace flag) decoded, its trace part kept for the runs about to start."""
         self.pending = replies.traces(reply)

@@ -40,6 +40,13 @@ log = logging.getLogger("scheduler.worker")
 
 __all__ = ["ClaimLoop", "Worker", "WorkerConfig"]
 
+# Entries dispatched early a worker holds for their time, per run slot: enough to have read a
+# minute-boundary burst's share before the instant, few enough that the rest is left in the
+# streams for whichever worker is free then (and that a worker dying holding them delays
+# only those, by a lease).
+HOLD_RUNS = 10
+TRIM_EVERY = 256  # entries claimed on a shard between two trims of its streams (claim.lua)
+
 
 class Worker:
     def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
@@ -52,14 +59,14 @@ class Worker:
         self.clock = clock or RedisClock()
         self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.shards = 0
-        self.reader = Reader(client, self.keys, self.worker_id, self.config.batch,
-                             self.config.events_maxlen)
         self.running: Inflight = {}
         self.claiming = 0  # entries taken from the backlog whose claim has not returned yet
         auto = self.config.autoscale
         # The run slots now, read by _free(); only set_concurrency() changes it.
         self.concurrency = auto.min_concurrency if auto else self.config.concurrency
         most = auto.max_concurrency if auto else self.config.concurrency
+        self.reader = Reader(client, self.keys, self.worker_id, self.config.batch,
+                             self.config.events_maxlen, self.clock, HOLD_RUNS * most)
         self.stopping = asyncio.Event()
         self.capacity = asyncio.Event()
         lease_ms = int(self.config.lease_s * 1000)
@@ -78,6 +85,7 @@ class Worker:
                                    threads=min(most, 64), tracing=self.config.tracing)
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}  # (queue, task)
         self._by_lane: dict[tuple[str, str], metrics.RunMetrics] = {}  # the same, by lane
+        self._untrimmed: dict[int, int] = {}  # shard -> entries claimed since its last trim
         self.errors = ErrorLog(log, "reading from Redis")
         self.limited = LimitedClaims(self)
 
@@ -107,10 +115,12 @@ class Worker:
         reader = self.reader
         if reader.must_recover:
             await reader.recover(self._known())
-        if not reader.backlog:
+        if not reader.ready():
             await reader.read(free, block_ms)
-        # Another pipeline may have claimed while this one read: take only what still fits.
-        take = reader.take(min(self._free(), self.config.batch))
+        # Another pipeline may have claimed while this one read: take only what still fits,
+        # and no more than this pipeline's share of the run slots, so that at any
+        # concurrency every pipeline has a claim in flight while the others' runs go.
+        take = reader.take(min(self._free(), self._share()))
         if not take:
             return 0
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
@@ -142,6 +152,10 @@ class Worker:
     def _free(self) -> int:
         return self.concurrency - len(self.running) - self.claiming
 
+    def _share(self) -> int:
+        """Most entries one claim takes: a batch, or a pipeline's share of the run slots."""
+        return max(1, min(self.config.batch, -(-self.concurrency // self.config.pipelines)))
+
     def set_concurrency(self, concurrency: int) -> None:
         """Change the run slots while running (the autoscaler does). Fewer take effect as
         runs end, none is stopped; more wake a claim loop waiting for a free slot."""
@@ -169,11 +183,13 @@ class Worker:
 
     async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
                      prefetch: bool = False,
-                     on_start: Callable[[Run], None] | None = None) -> int:
+                     on_start: Callable[[Run], None] | None = None,
+                     reader: Reader | None = None) -> int:
         now = self._claim_time(entries)
         shards, tracer = list(entries), self.execution.tracer
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
-                               self.worker_id, self.lease_ms, entries[s], tracer) for s in shards]
+                               self.worker_id, self.lease_ms, entries[s], tracer,
+                               self._trim(s, len(entries[s]))) for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         unconfirmed = None
         if prefetch or self.config.claim_replicas:
@@ -188,9 +204,12 @@ class Worker:
         start, running, cache = self.execution.start, self.running, self._by_lane
         claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
         for shard, reply in zip(shards, answers, strict=True):
-            for (lane, _, slot_id), grant in zip(entries[shard], claimed(reply),
-                                                 strict=True):
+            for (lane, msg, slot_id), grant in zip(entries[shard], claimed(reply),
+                                                   strict=True):
                 if grant is None or slot_id in running:
+                    continue
+                if isinstance(grant, int):  # EARLY: not before this time
+                    (reader or self.reader).hold((shard, lane, msg, slot_id), grant)
                     continue
                 if unconfirmed is not None and grant[4] == "at_most_once":
                     self._not_replicated(slot_id, unconfirmed)
@@ -207,9 +226,15 @@ class Worker:
                 started += 1
         return started
 
+    def _trim(self, shard: int, n: int) -> bool:
+        """Whether this claim trims the shard's streams: once per TRIM_EVERY entries."""
+        claimed = self._untrimmed.get(shard, 0) + n
+        self._untrimmed[shard] = 0 if claimed >= TRIM_EVERY else claimed
+        return claimed >= TRIM_EVERY
+
     def _tail(self, prefetch: bool) -> Any:
         def tail(pipe: Any) -> int:
-            n = self.reader.prefetch(pipe) if prefetch else 0
+            n = self.reader.prefetch(pipe, self.config.batch) if prefetch else 0
             if self.config.claim_replicas:
                 cluster.each_node(pipe, "WAIT", self.config.claim_replicas,
                                   max(1, int(self.config.replica_timeout_s * 1000)))
@@ -325,12 +350,12 @@ class Worker:
     async def _drain(self) -> None:
         await self._hand_back_limited()
         await self.reader.settle()
-        if self.reader.backlog:
+        if self.reader.in_hand():
             try:
                 await self.reader.requeue_backlog(self.clock.now_ms())
             except Exception as exc:
                 log.warning("could not hand back %d unclaimed entries (%s); the reclaimer "
-                            "will dispatch them after the lease", len(self.reader.backlog), exc)
+                            "will dispatch them after the lease", self.reader.in_hand(), exc)
         runs = [r.handler for r in self.running.values() if r.handler is not None]
         if runs:
             log.info("waiting up to %.1fs for %d run(s) in flight", self.config.grace_s,

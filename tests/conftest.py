@@ -30,7 +30,7 @@ TESTS = Path(__file__).parent
 # worker's reliability and history. The cluster runs are marked slow (the fast set stays one
 # Redis).
 ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_snapshotter",
-                  "test_priorities", "test_queue_limits",
+                  "test_priorities", "test_queue_limits", "test_early_dispatch",
                   "test_committer", "test_client", "test_schedules", "test_named_schedules"}
 
 

@@ -1,7 +1,7 @@
 """Ours in the peers' workloads, through the same code as `bench burndown` and `bench delayed`.
 
-Burn-down: burndown.py's `submit` and `_burn` (the worker runs in this process, uvloop,
-concurrency 1000, batch 500). Delayed: delayed.py's real processes (one `sched scheduler`
+Burn-down: burndown.py's `submit` and `_burn` (the worker runs in this process as `sched
+worker` runs it: uvloop, its default concurrency (100), batch 500, 2 pipelines). Delayed: delayed.py's real processes (one `sched scheduler`
 node, one `sched worker`), every job due at the same whole second; lag = claimed_ms - fire_ms.
 """
 
@@ -22,7 +22,8 @@ from ..common import drop_namespace, fresh_namespace, stop_processes
 from .runner import lag_stats
 
 
-def burn(url: str, jobs: int, concurrency: int = 1000, batch: int = 500) -> dict[str, Any]:
+def burn(url: str, jobs: int, concurrency: int = burndown._DEFAULTS.concurrency,
+         batch: int = burndown._DEFAULTS.batch) -> dict[str, Any]:
     import uvloop
 
     r = redis.Redis.from_url(url)
@@ -44,7 +45,7 @@ def delayed(url: str, jobs: int, lead_s: float, timeout_s: float) -> dict[str, A
     r = redis.Redis.from_url(url)
     ns = fresh_namespace("peers-delayed")
     os.environ.setdefault("PYTHONPATH", str(delayed_bench.ROOT))
-    procs = delayed_bench._procs(url, ns, 1000)
+    procs = delayed_bench._procs(url, ns, burndown._DEFAULTS.concurrency)
     try:
         with Client(url, ns) as client:
             time.sleep(2.0)  # the node takes its shards, the worker creates its groups

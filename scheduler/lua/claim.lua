@@ -12,6 +12,11 @@
   ARGV[6]  trace           optional: "1" makes each grant also carry the job's traceparent
                            and kind and the slot id (a tracing worker, scheduler/tracing.py);
                            absent, the script reads and returns nothing more
+  ARGV[7]  trim            optional: "0" skips trimming the streams touched (below); the
+                           worker trims a shard's streams once per few hundred entries
+                           claimed there, not on every call: a trim costs ~10 us whatever
+                           it drops, which at small batches (low concurrency) is more than
+                           the claims
 
   Reply: one array per entry, in order (codes: R, replies.py; decoded by replies.claimed)
      {R.OK, attempt, task, payload, timeout_ms, delivery, fire_ms}  claimed; the attempt
@@ -22,6 +27,10 @@
               duplicate entry, e.g. the slot was cancelled); the entry is acked
      {R.HELD}  the slot is running under this very entry (another consumer holds its
               lease); the entry is left alone
+     {R.EARLY, nb}  the slot was dispatched early (promote.lua) and its not-before time nb
+              is still after now_ms: nothing changes, the entry stays with this consumer,
+              which holds it until nb (reader.py). The one guard that a slot never starts
+              before its time, whatever path its entry took
      The same worker claiming an entry it already holds (it sent the claim again because
      the first reply was lost) gets the claim again, {R.OK, ...} with the same attempt and a
      fresh lease, so a lost reply never strands a slot until its lease runs out.
@@ -36,7 +45,7 @@
   (XPENDING ... IDLE), except for at_most_once slots: they are acked here, so a crash after this
   point never re-runs them, and enter the shard's `leases` zset instead (scored by
   lease_until; their `msg` field is emptied). Each
-  stream touched is trimmed of its acked head (trim_acked).
+  stream touched is trimmed of its acked head (trim_acked), unless trim is "0".
 
   Event: type "claimed" (worker, records {slot, attempt, lease_until}).
 ]]
@@ -52,6 +61,7 @@ local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until
 local items = cmsgpack.unpack(ARGV[5])
 local n = #items / 3
 local trace = ARGV[6] == '1'
+local trim = ARGV[7] ~= '0'
 
 --- @include "_lib.lua"
 
@@ -70,8 +80,10 @@ for i = 0, n - 1 do
   touched[lane_name] = true
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'fire_ms', 'attempt',
-    'worker')
-  if st[1] == 'queued' and st[2] == msg then
+    'worker', 'nb')
+  if st[1] == 'queued' and st[2] == msg and st[7] and tonumber(st[7]) > now then
+    reply[i + 1] = {R.EARLY, st[7]}
+  elseif st[1] == 'queued' and st[2] == msg then
     local attempt = (tonumber(st[5]) or 0) + 1
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3], unpack(job_fields))
     local attempt_s = string.format('%d', attempt)
@@ -103,7 +115,9 @@ for i = 0, n - 1 do
   end
 end
 
-for lane_name in pairs(touched) do trim_acked(prefix .. 'q:' .. lane_name) end
+if trim then
+  for lane_name in pairs(touched) do trim_acked(prefix .. 'q:' .. lane_name) end
+end
 if #records > 0 then
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
     'type', 'claimed', 'ts', now_s, 'worker', worker, 'lease_until', lease_s,

@@ -8,19 +8,30 @@
   ARGV[4]  due_before_ms   optional: take only slots due at or before this (default now_ms);
                            a node that does not own the shard passes now - 1 s, to promote
                            only what the owner has left overdue
+  ARGV[5]  ahead_ms        optional (default 0): also take slots due within this long after
+                           due_before, early (see below)
 
-  Slots in `due` whose score is <= due_before are taken in score order. A slot that is no longer
-  `scheduled` (cancelled, or gone) is only removed from `due`. A slot goes to the lane of its
-  priority (slot field `priority`, absent for the default: _lib.lua's lane()).
+  Slots in `due` whose score is <= due_before + ahead are taken in score order. A slot that is
+  no longer `scheduled` (cancelled, or gone) is only removed from `due`. A slot goes to the
+  lane of its priority (slot field `priority`, absent for the default: _lib.lua's lane()).
+
+  Early: a slot whose score (its fire time, or a retry's backoff time) is still ahead of now
+  is dispatched now, so the work of the fire instant is done before it (a minute-boundary
+  burst then costs Redis only its claims and commits at the instant). Its stream entry carries
+  field `f` = the score and the slot field `nb` (not before) the same: the worker holds the
+  entry until its Redis clock reaches `f` (reader.py), and claim.lua refuses (R.EARLY) to
+  start a slot before its `nb`, so no path that loses `f` (a requeue, a sweep) can start it
+  early. An overlap="skip" slot is never taken early (its overlap check must see the job as
+  it is at the fire time): it stays in `due` until then.
 
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
   overlap="skip") is dispatched only if the job's last dispatched slot (job field `active`)
   is no longer scheduled, queued or running; otherwise it ends `skipped`. Checking at
   dispatch time, not when the slot was created, is what makes "still running" mean now.
 
-  Reply: {promoted, next_due_ms, skipped}: how many slots were dispatched, the score of the
-  earliest slot still in `due` (-1 when empty), so the caller can sleep until then, and how
-  many occurrences ended `skipped`.
+  Reply: {promoted, next_ms, skipped}: how many slots were dispatched; when the caller
+  should call again (ms, Redis time; -1 when `due` is empty): the earliest score left minus
+  ahead_ms, or an overlap="skip" slot's own score; and how many occurrences ended `skipped`.
 
   Events: "queued" {slot} (the slot hash holds the rest), "skipped" {slot, active} (the slot
   still active).
@@ -30,12 +41,17 @@ local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local limit = tonumber(ARGV[3])
 local due_before = tonumber(ARGV[4] or ARGV[1])
+local ahead = tonumber(ARGV[5] or 0)
 
 --- @include "_lib.lua"
 
 local due = prefix .. 'due'
-local ids = redis.call('ZRANGE', due, '-inf', due_before, 'BYSCORE', 'LIMIT', 0, limit)
+local until_ms = due_before + ahead
+local ids = redis.call('ZRANGE', due, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0, limit,
+  'WITHSCORES')
 local records, skipped = {}, {}
+local left = nil  -- the earliest score of an overlap="skip" slot left for its fire time
+local taken = {}  -- ids leaving `due`, only kept once one stays behind (see the end)
 
 -- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active
 -- slot itself comes back through `due` and must not skip itself.)
@@ -47,31 +63,54 @@ local function busy(job_key, slot_id)
   return nil
 end
 
-for _, slot_id in ipairs(ids) do
+for i = 1, #ids, 2 do
+  local slot_id, score = ids[i], ids[i + 1]
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'job_id', 'priority')
-  if st[1] == 'scheduled' then
-    local job_key = prefix .. 'job:' .. (st[4] or '')
-    local active = nil
-    if st[3] == 'skip' then active = busy(job_key, slot_id) end
-    if active then
-      redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
-      skipped[#skipped + 1] = {slot = slot_id, active = active}
-    else
-      local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[5]), '*', 's', slot_id)
-      redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
-      if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
-      records[#records + 1] = {slot = slot_id}
+  local early = tonumber(score) > now
+  if early and st[1] == 'scheduled' and st[3] == 'skip' then
+    if not left then left = tonumber(score) end
+  else
+    taken[#taken + 1] = slot_id
+    if st[1] == 'scheduled' then
+      local job_key = prefix .. 'job:' .. (st[4] or '')
+      local active = nil
+      if st[3] == 'skip' then active = busy(job_key, slot_id) end
+      if active then
+        redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
+        skipped[#skipped + 1] = {slot = slot_id, active = active}
+      elseif early then
+        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[5]), '*', 's', slot_id,
+          'f', score)
+        redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
+        records[#records + 1] = {slot = slot_id}
+      else
+        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[5]), '*', 's', slot_id)
+        redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
+        if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
+        records[#records + 1] = {slot = slot_id}
+      end
     end
   end
 end
 -- The slots taken are the lowest-ranked entries of `due` (nothing above adds to it): they
--- leave in one call rather than one ZREM each.
-if #ids > 0 then redis.call('ZREMRANGEBYRANK', due, 0, #ids - 1) end
+-- leave in one call rather than one ZREM each, unless a slot stays behind among them.
+if not left then
+  if #taken > 0 then redis.call('ZREMRANGEBYRANK', due, 0, #taken - 1) end
+elseif #taken > 0 then
+  redis.call('ZREM', due, unpack(taken))
+end
 
 emit(prefix, maxlen, now, 'queued', records, nil)
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
-local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
-local next_due = -1
-if #head > 0 then next_due = tonumber(head[2]) end
-return {#records, next_due, #skipped}
+local next_ms = -1
+local head
+if #ids / 2 >= limit or not left then  -- the head of `due` is the next thing to take
+  head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
+else  -- past what stays behind for its time
+  head = redis.call('ZRANGE', due, '(' .. until_ms, '+inf', 'BYSCORE', 'LIMIT', 0, 1,
+    'WITHSCORES')
+end
+if #head > 0 then next_ms = tonumber(head[2]) - ahead end
+if left and (next_ms < 0 or left < next_ms) then next_ms = left end
+return {#records, next_ms, #skipped}

@@ -124,8 +124,10 @@ class TestScheduler:
         self.ran: list[Ran] = []
         self._raised = _Raised()
         # The only node: its shard leases need renewing seldom (every ttl/3 of fake time).
+        # Slots are promoted at their time, not ahead of it: on a fake clock nothing is gained,
+        # and `due` stays the one place that says what falls due next.
         self._node_config = NodeConfig(lookahead_s=lookahead_s, misfire_grace_s=misfire_grace_s,
-                                       shard_lease_s=LEASE_TTL_S)
+                                       shard_lease_s=LEASE_TTL_S, promote_ahead_s=0)
         self._renew_at = 0
         self._concurrency = concurrency
         fakeserver.SERVER_TIME.push(self.clock)

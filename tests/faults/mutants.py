@@ -35,6 +35,8 @@ MIGRATING = ("tests/faults/test_cluster.py::"
              "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
 PRIORITIES = "tests/sdk/test_priorities.py"
 LIMITS = "tests/sdk/test_queue_limits.py"
+EARLY = "tests/services/test_early_dispatch.py"
+AHEAD = "tests/lua/test_promote_ahead.py"
 
 
 @dataclass(frozen=True)
@@ -182,4 +184,24 @@ MUTANTS = [
            "breaks the rate over 10 s", "scheduler/lua/acquire.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
+    Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
+           "handed back without its time (a stopping worker's requeue) starts before its "
+           "fire time", "scheduler/lua/claim.lua",
+           "if st[1] == 'queued' and st[2] == msg and st[7] and tonumber(st[7]) > now then",
+           "if st[1] == 'queued' and st[2] == msg and false then",
+           (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",
+            f"{AHEAD}::test_a_slot_due_within_the_horizon_is_dispatched_early_and_not_claimed_"
+            "before_its_time"), fast=True),
+    Mutant("early-reply-dropped", "the worker drops an entry claim.lua answered EARLY for, "
+           "instead of holding it: the slot waits in its pending list for the reclaimer",
+           "scheduler/worker.py",
+           "                    (reader or self.reader).hold((shard, lane, msg, slot_id), grant)\n",
+           "                    pass\n",
+           (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",)),
+    Mutant("skip-overlap-promoted-early", "an overlap=\"skip\" occurrence is dispatched early, "
+           "so its overlap check sees the job as it was up to the horizon before its time",
+           "scheduler/lua/promote.lua",
+           "  if early and st[1] == 'scheduled' and st[3] == 'skip' then",
+           "  if false then",
+           (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
 ]
