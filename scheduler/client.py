@@ -19,14 +19,26 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import redis
 import redis.asyncio
 
-from . import cluster, operations, results, schedules, scripts
+from . import cluster, operations, results, schedules, script_stream, scripts
 from . import queues as queue_ops
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from .jobspec import JobSpec
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
 from .namespace import EVENTS_MAXLEN
-from .sdk_core import Core, Done, Io, Op, Pipe, Request, Scripts, StoreCall, advance, translated
+from .sdk_core import (
+    Core,
+    Done,
+    Io,
+    Op,
+    Pipe,
+    Request,
+    Scripts,
+    ScriptStream,
+    StoreCall,
+    advance,
+    translated,
+)
 
 if TYPE_CHECKING:
     from .store import HistoryStore
@@ -164,6 +176,8 @@ class Client(_Driver):
                 return scripts.run_sync_waiting(self.redis, request.calls, request.raise_errors,
                                                 request.wait)
             return scripts.run_sync(self.redis, request.calls, raise_errors=request.raise_errors)
+        if isinstance(request, ScriptStream):
+            return script_stream.run_sync(self.redis, request.calls, request.wait)
         if isinstance(request, Io):
             return request.blocking(self.redis, *request.args)
         assert isinstance(request, StoreCall)
@@ -247,6 +261,8 @@ class AsyncClient(_Driver):
                                                        request.raise_errors, request.wait)
             return await scripts.run_async(self.redis, request.calls,
                                            raise_errors=request.raise_errors)
+        if isinstance(request, ScriptStream):
+            return await script_stream.run_async(self.redis, request.calls, request.wait)
         if isinstance(request, Io):
             return await request.asyncio(self.redis, *request.args)
         assert isinstance(request, StoreCall)

@@ -31,6 +31,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
     <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
                                           by when their hash may leave Redis (ms)
+    <ns>:{sNN}:submitted:<job_id> string  "this submit call ran" marker, named by the call's
+                                          first job, expiring after 10 min (lua/submit.lua)
 
 The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
 below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys_and_states.py checks that the
@@ -52,6 +54,7 @@ SUFFIX_JOB = "job:"
 SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
+SUFFIX_SUBMITTED = "submitted:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -60,7 +63,8 @@ PRIORITIES = (1, 2, 3, 4, 5)
 DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
-SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, "due", "cron",
+SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
+                            SUFFIX_SUBMITTED, "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain"})
 
@@ -86,6 +90,12 @@ def check_job_id(value: str) -> str:
 def shard_of(job_id: str, shards: int) -> int:
     """Stable across processes and Python versions (unlike hash())."""
     return zlib.crc32(job_id.encode()) % shards
+
+
+def shards_of(job_ids: list[str], shards: int) -> list[int]:
+    """shard_of of each id (submit_many: no function call per job)."""
+    crc32 = zlib.crc32
+    return [crc32(job_id.encode()) % shards for job_id in job_ids]
 
 
 def slot_id(job_id: str, fire_ms: int) -> str:

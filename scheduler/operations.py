@@ -28,12 +28,12 @@ from .sdk_core import (
     Op,
     Pipe,
     Scripts,
+    ScriptStream,
     StoreCall,
     durability_of,
     history_query,
     merge_runs,
     not_replicated,
-    nothing_written,
 )
 from .states import Durability
 from .status import (
@@ -44,6 +44,7 @@ from .status import (
     read_workers,
     read_workers_async,
 )
+from .submit_batch import Batch, nothing_written
 
 CANCEL_RESULTS = {
     Code.CANCELLED: "cancelled",
@@ -186,12 +187,12 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
         yield from _ready(core)
         if mode is Durability.FSYNCED:
             yield from _check_fsync(core)
-        ids, calls, members = core.submit_calls(jobs, extra)  # validates all before writing
+        batch = Batch(core, jobs, extra)  # validates every job before anything is written
         before = (core.shards, core.max_payload_bytes)
         yield from _ensure_namespace(core)
         assert core.registered is not None
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first
-            ids, calls, members = core.submit_calls(jobs, extra)
+            batch = Batch(core, jobs, extra)
         new_queues = core.known_queues - core.registered
         if new_queues:
             pipe = Pipe()
@@ -203,22 +204,21 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
     exists: list[bool] | None = None
     cause: RedisErrors | None = None
     try:
-        results: Any = yield Scripts(calls, raise_errors=False, wait=wait)
-        if wait is not None:
-            results, confirmed = results
+        # Each call is packed while Redis runs the one before (script_stream.py).
+        results, confirmed = yield ScriptStream(batch.calls(), wait)
     except REDIS_ERRORS as exc:  # unknown which calls ran: ask
-        results, cause = [None] * len(calls), exc
+        results, cause = [None] * len(batch.members), exc
         try:
             pipe = Pipe()
-            core.ask_exist(pipe, ids)
+            batch.ask_exist(pipe, core)
             exists = [bool(x) for x in (yield pipe)]
         except REDIS_ERRORS:
             pass
-    core.submit_outcome(ids, members, results, exists, at, cause)
+    batch.outcome(results, exists, at, cause)
     wanted = 1 if mode is Durability.FSYNCED else core.replicas
     if wait is not None and confirmed < wanted:
-        raise not_replicated(core, ids, max(confirmed, 0), mode)
-    return ids
+        raise not_replicated(core, batch.ids, max(confirmed, 0), mode)
+    return batch.ids
 
 
 def get_job(core: Core, job_id: str) -> Op[Job]:

@@ -18,7 +18,8 @@ from .jobspec import JobSpec
 from .keys import check_job_id, shard_of
 from .operations import _ensure_namespace, _ready, get_job
 from .replies import Code, Deleted, codes, triggered
-from .sdk_core import Core, Op, Pipe, Scripts, nothing_written
+from .sdk_core import Core, Op, Pipe, Scripts
+from .submit_batch import hash_fields, nothing_written, validate
 
 MAX_NEXT_FIRES = 1000
 
@@ -99,7 +100,9 @@ def schedule(core: Core, /, name: str, task: str, payload: Any = None,
     try:
         yield from _ready(core)
         yield from _ensure_namespace(core)
-        _, (_, task, queue, fire_ms, fields) = core.row(spec, core.clock.now_ms())
+        job = validate(core, spec, core.clock.now_ms())
+        _, task, queue, fire_ms, _, _ = job
+        fields = hash_fields(job)
     except REDIS_ERRORS as exc:
         raise nothing_written(1, exc, core.at) from exc
     fields = ["task", task, "queue", queue, *fields, "spec", digest]

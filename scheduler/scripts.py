@@ -50,13 +50,16 @@ def _s(value: bytes | str) -> str:
 
 
 def submit(prefix: str, now_ms: int, maxlen: int,
-           rows: Sequence[tuple[str, str, str, int, Sequence[Any]]]) -> Call:
-    """rows: (job_id, task, queue, fire_ms, job-hash field/value pairs)."""
+           rows: Sequence[tuple[str, str, str, int, Sequence[Any]]], fresh: bool = False) -> Call:
+    """rows: (job_id, task, queue, fire_ms, job-hash field/value pairs: str or numbers, the
+    payload's JSON as str). `fresh`: every job id was drawn at random for this call alone
+    (submit.lua's ARGV[5]: one marker per call instead of an EXISTS per job)."""
     items: list[Any] = []
     for job_id, task, queue, fire_ms, fields in rows:
         items += (job_id, task, queue, str(fire_ms), len(fields) // 2)
-        items += [_s(v) if isinstance(v, bytes) else v for v in fields]
-    return Call("submit", (prefix,), (now_ms, maxlen, len(rows), pack(items)))
+        items += fields
+    args = (now_ms, maxlen, len(rows), pack(items))
+    return Call("submit", (prefix,), (*args, "1") if fresh else args)
 
 
 def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,

@@ -1,14 +1,15 @@
 """The SDK without I/O: what `Client` and `AsyncClient` share (scheduler/operations.py holds
 the operations themselves, scheduler/client.py the two drivers).
 
-An operation is a generator: it yields a request (`Pipe`, `Scripts`, `Io`, `StoreCall`) and
+An operation is a generator: it yields a request (`Pipe`, `Scripts`, `ScriptStream`, `Io`,
+`StoreCall`) and
 is sent the reply, or thrown the redis-py error the request raised. So one function is both
 the blocking and the asyncio method, and the two clients cannot drift apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -17,43 +18,20 @@ import msgspec
 
 from . import scripts
 from .clock import Clock, RedisClock
-from .connection import REDIS_ERRORS, RedisErrors, translate
+from .connection import REDIS_ERRORS, translate
 from .cronspec import CronSpec
-from .errors import (
-    DurabilityError,
-    JobNotFound,
-    RedisUnavailable,
-    SubmitError,
-    ValidationError,
-    submit_error,
-)
-from .jobspec import DEFAULT_RETRY, IMMEDIATE, JobSpec, dedupe_job_id, random_ids, spec_of
+from .errors import DurabilityError, JobNotFound, ValidationError
 from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, split_slot_id
-from .models import (
-    Job,
-    RetryPolicy,
-    Slot,
-    check_dedupe_key,
-    check_delivery,
-    check_priority,
-    check_queue,
-    check_task,
-    check_timeout,
-    encode_payload,
-    job_fields,
-    job_from_hash,
-)
+from .models import Job, Slot, job_from_hash
 from .namespace import Meta, NamespaceMissing, check_shards, write_config
 from .namespace import create as create_namespace
 from .namespace import parse as parse_meta
-from .schedule import resolve
 from .states import Delivery, Durability, SlotStatus
 
 if TYPE_CHECKING:
     from .tracing import SubmitTracer
 
 R = TypeVar("R")
-SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
 
 
 class Pipe:
@@ -83,6 +61,17 @@ class Scripts(msgspec.Struct, frozen=True):
     wait: tuple[int, int] | None = None
 
 
+class ScriptStream(msgspec.Struct, frozen=True):
+    """A request: Lua calls in one pipelined round trip, each written to Redis as soon as
+    the iterator makes it, so the client makes call k+1 while Redis runs call k
+    (script_stream.py; submit_many's batches). The reply is (their replies, each one's
+    reply or exception; the fewest replicas that confirmed, -1 without `wait`), as for
+    Scripts with `wait`."""
+
+    calls: Iterator[scripts.Call]
+    wait: tuple[Any, ...] | None = None
+
+
 class Io(msgspec.Struct, frozen=True):
     """A request served by a reader that has a blocking and an asyncio form, both called
     with the driver's connection first (the status readers of scheduler/status.py)."""
@@ -101,7 +90,7 @@ class StoreCall(msgspec.Struct, frozen=True):
     kwargs: dict[str, Any] = {}
 
 
-Request = Pipe | Scripts | Io | StoreCall
+Request = Pipe | Scripts | ScriptStream | Io | StoreCall
 Op = Generator[Request, Any, R]
 
 
@@ -132,8 +121,9 @@ def translated(at: str) -> Iterator[None]:
 
 
 class Core:
-    """One client's state and every decision that needs no I/O: validation, the rows and
-    Lua calls of a submit, key names, and the decoding of replies."""
+    """One client's state and every decision that needs no I/O: key names, the decoding
+    of replies, and (with submit_batch.py, which validates a submit and makes its Lua
+    calls) the caches a submit keeps."""
 
     def __init__(self, namespace: str, shards: int | None, clock: Clock | None,
                  max_payload_bytes: int, events_maxlen: int,
@@ -159,9 +149,10 @@ class Core:
         self.known_queues: set[str] = set()
         self.registered: set[str] | None = None  # queues added to the index, once it wrote
         self.at = "redis"  # where Redis is, for error messages: the driver sets it
-        # Job-hash fields of the options most jobs share, computed once per distinct set.
-        self._fields: dict[tuple[Any, ...], list[Any]] = {}
-        self._checked: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
+        # submit_batch.validate's caches: the job-hash fields of the options most jobs
+        # share, computed once per distinct set, and the (task, queue, delivery) seen valid.
+        self.option_fields: dict[tuple[Any, ...], list[Any]] = {}
+        self.checked_names: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
         self.tracer: SubmitTracer | None = None  # set by a client with tracing on
 
     def adopt(self, reply: Any, *, written: bool) -> None:
@@ -179,113 +170,14 @@ class Core:
         if meta.max_payload_bytes is not None:
             self.max_payload_bytes = meta.max_payload_bytes
 
-    def row(self, spec: JobSpec, now_ms: int) -> tuple[int, tuple[str, str, str, int, list[Any]]]:
-        """Validate one job; return its shard and its submit row. Raises ValidationError."""
-        # Names repeat across a batch: each distinct (task, queue, delivery) of plain strings
-        # is checked once (anything else, unhashable values included, every time).
-        given = (spec.task, spec.queue, spec.delivery)
-        plain = type(given[0]) is str and type(given[1]) is str and type(given[2]) is str
-        names = self._checked.get(given) if plain else None
-        if names is None:
-            names = (check_task(spec.task), check_queue(spec.queue),
-                     check_delivery(spec.delivery))
-            if plain:
-                if len(self._checked) >= 4096:
-                    self._checked.clear()
-                self._checked[given] = names
-        task, queue, delivery = names
-        options = spec.schedule_options()
-        schedule = IMMEDIATE if options is None else resolve(now_ms, **options)
-        timeout = check_timeout(spec.timeout)
-        priority = check_priority(spec.priority)
-        dedupe = check_dedupe_key(spec.dedupe_key)
-        retry = spec.retry or DEFAULT_RETRY
-        if not isinstance(retry, RetryPolicy):
-            raise ValidationError("retry", "must be a RetryPolicy")
-        payload = encode_payload(spec.payload, self.max_payload_bytes)
-        job_id = dedupe_job_id(dedupe) if dedupe else random_ids.next()
-        if dedupe is None and not schedule.fields:
-            key = (timeout, retry, delivery, schedule.kind, priority)
-            rest = self._fields.get(key)
-            if rest is None:
-                rest = self._fields[key] = job_fields(b"null", timeout, retry, delivery, None,
-                                                      schedule.kind, None, priority)
-            fields = ["payload", payload, *rest] if payload != b"null" else list(rest)
-        else:
-            fields = job_fields(payload, timeout, retry, delivery, dedupe, schedule.kind,
-                                schedule.fields, priority)
-        fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
-        return shard_of(job_id, self.shards), (job_id, task, queue, fire_ms, fields)
-
-    def submit_calls(self, specs: Iterable[JobSpec | Mapping[str, Any]],
-                     extra: tuple[Any, ...] = ()
-                     ) -> tuple[list[str], list[scripts.Call], list[list[int]]]:
-        """Validate every job first (bad input writes nothing), then group by shard. Returns
-        the ids in input order, the calls, and which jobs (input indexes) each call holds.
-        `extra` job-hash fields go with every job (tracing.py's traceparent)."""
-        now = self.clock.now_ms()
-        ids: list[str] = []
-        by_shard: dict[int, list[tuple[str, str, str, int, list[Any]]]] = {}
-        index: dict[int, list[int]] = {}
-        for i, raw in enumerate(specs):
-            spec = raw if isinstance(raw, JobSpec) else spec_of(raw)
-            shard, row = self.row(spec, now)
-            ids.append(row[0])
-            by_shard.setdefault(shard, []).append(row)
-            index.setdefault(shard, []).append(i)
-            self.known_queues.add(row[2])
-        if extra:
-            for row in (row for rows in by_shard.values() for row in rows):
-                row[4].extend(extra)
-        calls, members = [], []
-        for shard, rows in by_shard.items():
-            for i in range(0, len(rows), SUBMIT_CHUNK):
-                calls.append(scripts.submit(self.keys.prefix(shard), now, self.events_maxlen,
-                                            rows[i:i + SUBMIT_CHUNK]))
-                members.append(index[shard][i:i + SUBMIT_CHUNK])
-        return ids, calls, members
-
     def namespace_writes(self, pipe: Any) -> None:
         """The first write of a client: create the namespace (the policy is namespace.py's)."""
         create_namespace(pipe, self.keys, self.shards, self.max_payload_bytes)
-
-    def ask_exist(self, pipe: Any, ids: list[str]) -> None:
-        """After a broken submit round trip: which of its jobs are there?"""
-        for job_id in ids:
-            pipe.exists(self.job_key(job_id))
 
     def config_writes(self, pipe: Any) -> None:
         """Each shard's copy of the namespace's limits, which its scripts enforce."""
         write_config(pipe, self.keys,
                                Meta(self.shards, self.max_payload_bytes))
-
-    def submit_outcome(self, ids: list[str], members: list[list[int]], results: list[Any],
-                       exists: list[Any] | None, at: str,
-                       cause: BaseException | None = None) -> None:
-        """Raise SubmitError unless every call succeeded. `results` has each call's reply or
-        exception (None: unknown, the round trip broke with `cause`); `exists`, when Redis
-        could be asked afterwards, whether each job id is there."""
-        failures = [r for r in results if not isinstance(r, list)]
-        if not failures:
-            return
-        written, not_written, unknown = [], [], []
-        for call_members, result in zip(members, results, strict=True):
-            for i in call_members:
-                if isinstance(result, list) or (exists is not None and exists[i]):
-                    written.append(i)
-                elif isinstance(result, BaseException) or exists is not None:
-                    not_written.append(i)
-                else:
-                    unknown.append(i)
-        cause = cause or next((r for r in failures if isinstance(r, BaseException)), None)
-        failure = (translate(cause, at) if isinstance(cause, REDIS_ERRORS)
-                   else RedisUnavailable(f"the connection to {at} broke ({cause})", at))
-        written.sort()
-        raise submit_error(
-            failure, f"{failure}; submit_many wrote {len(written)} of {len(ids)} jobs"
-            + (f", {len(unknown)} unknown" if unknown else "")
-            + " (SubmitError.written has their ids)", [ids[i] for i in written],
-            not_written, unknown) from cause
 
     def job_key(self, job_id: str) -> str:
         check_job_id(job_id)
@@ -369,12 +261,6 @@ def ms_of(value: datetime | int | None, default: int) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise ValidationError("since/until", f"{value!r} is not a datetime or a time in ms")
-
-
-def nothing_written(n: int, exc: RedisErrors, at: str) -> SubmitError:
-    failure = translate(exc, at)
-    return submit_error(failure, f"{failure}; submit_many wrote none of its {n} jobs", [],
-                        list(range(n)), [])
 
 
 def durability_of(value: str) -> Durability:

@@ -75,7 +75,8 @@ LAYERS = {
                  "reclaimer", "sweeper", "node", "snapshot_intake", "snapshotter", "retention",
                  "recovery", "status", "status_records", "capacity", "autoscale", "fastmetrics",
                  "metrics", "exporter", "embedded", "tracing"},
-    "sdk": {"jobspec", "sdk_core", "operations", "schedules", "results", "queues", "client"},
+    "sdk": {"jobspec", "sdk_core", "submit_batch", "script_stream", "operations", "schedules",
+            "results", "queues", "client"},
     "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
     "testing": {"testing", "testing.fakeserver", "testing.harness"},
 }

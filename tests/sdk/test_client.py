@@ -5,27 +5,38 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
+from collections.abc import Iterator
 
 import pytest
 import redis
 
 from conftest import ns_keys
-from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus, operations, scripts
+from scheduler import (
+    AsyncClient,
+    Client,
+    JobSpec,
+    RetryPolicy,
+    SlotStatus,
+    operations,
+    script_stream,
+    scripts,
+)
 from scheduler.errors import JobNotFound, NamespaceError, ValidationError
 
 
 def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
         redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     batches: list[list[scripts.Call]] = []
-    real = scripts.run_sync
+    real = script_stream.run_sync
 
-    def spy(client: redis.Redis, calls: list[scripts.Call], **kw: bool) -> list[object]:
+    def spy(client: redis.Redis, calls: Iterator[scripts.Call],
+            wait: tuple[object, ...] | None) -> tuple[list[object], int]:
         batches.append(list(calls))
-        return real(client, calls, **kw)
+        return real(client, iter(batches[-1]), wait)
 
     with Client(redis_url, ns, shards=4) as client:
         client.submit("warm", None)
-        monkeypatch.setattr(scripts, "run_sync", spy)
+        monkeypatch.setattr(script_stream, "run_sync", spy)
         ids = client.submit_many([{"task": "t", "payload": i} for i in range(400)])
         assert len(batches) == 1  # one pipelined round trip
         assert sorted(c.keys[0] for c in batches[0]) == [client.keys.prefix(s) for s in range(4)]
