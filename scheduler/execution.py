@@ -1,7 +1,9 @@
 """Runs the handlers of claimed slots and records, once, how each run ended.
 
 `start()` creates a run's task and its timeout; the task calls the handler (an `async def`
-as a task, a plain `def` in the thread pool) and hands its outcome to the committer. A run is
+as a task, a plain `def` in the thread pool) and hands its outcome to the committer. On
+Python 3.12+ the task starts eagerly: an `async def` that returns without awaiting has ended
+within `start()`, never scheduled on the loop (3.11 runs it on the next loop iteration). A run is
 stopped (scheduler/inflight.py, `Run.stop`) for its timeout, a lost lease, a cancel request or
 the worker's shutdown; its outcome then follows from the reason. A handler that does not stop
 within `stuck_after_s` of its cancellation (it caught CancelledError and went on) is given up
@@ -13,10 +15,13 @@ worker down: its error text is made one line of valid UTF-8 before it is sent to
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import random
+import sys
 import traceback
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -98,13 +103,15 @@ class Execution:
         self.result_limit = DEFAULT_MAX_PAYLOAD_BYTES  # the namespace's, once the worker knows
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
-        """Start a claimed run (it is already in the table)."""
+        """Start a claimed run (it is already in the table). On Python 3.12+ its task starts
+        eagerly (`_task`): the handler runs here up to its first await, and one that returns
+        without awaiting has ended (left the table, outcome with the committer) before this
+        returns, so its timer is never set."""
         run.on_stuck, run.stuck_after_s = self._stuck, self.stuck_after_s
-        if self.tracer is None:
-            run.handler = loop.create_task(self._execute(run))
-        else:  # the handler runs inside its run's span
-            run.handler = loop.create_task(self._execute(run), context=self.tracer.begin(run))
-        if run.timeout_ms:
+        # Under tracing the handler runs inside its run's span.
+        context = None if self.tracer is None else self.tracer.begin(run)
+        run.handler = _task(loop, self._execute(run), context)
+        if run.timeout_ms and not run.ended:
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
 
     async def _execute(self, run: Run) -> None:
@@ -265,6 +272,21 @@ class Execution:
                 run.handler.get_coro().close()
                 run.handler.cancel()
         self.given_up.clear()
+
+
+if sys.version_info >= (3, 12):
+    def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
+              context: contextvars.Context | None) -> asyncio.Task[None]:
+        """A handler's task, started eagerly (as `asyncio.eager_task_factory` does, for these
+        tasks only): a handler that never awaits is not scheduled on the loop at all. A loop
+        with a task factory of its own gets its tasks from it."""
+        if loop.get_task_factory() is not None:
+            return loop.create_task(coro, context=context)
+        return asyncio.Task(coro, loop=loop, context=context, eager_start=True)
+else:  # 3.11: no eager start, the task first runs on the loop's next iteration
+    def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
+              context: contextvars.Context | None) -> asyncio.Task[None]:
+        return loop.create_task(coro, context=context)
 
 
 def clean(text: str, limit: int = 1000) -> str:

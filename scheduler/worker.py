@@ -202,7 +202,7 @@ class Worker:
             unconfirmed = self._take_tails(tails, prefetch)
         else:
             answers = await scripts.run_async(self.redis, calls)
-        started = 0
+        started, begun = 0, set()  # begun: slots started here, which may have ended already
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._by_lane
@@ -210,7 +210,9 @@ class Worker:
         for shard, reply in zip(shards, answers, strict=True):
             for (lane, msg, slot_id), grant in zip(entries[shard], claimed(reply),
                                                    strict=True):
-                if grant is None or slot_id in running:
+                # An entry twice in a batch is granted twice: run it once, even when its
+                # first run ended within start() (an eager start: execution.py).
+                if grant is None or slot_id in running or slot_id in begun:
                     continue
                 if isinstance(grant, int):  # EARLY: not before this time
                     (reader or self.reader).hold((shard, lane, msg, slot_id), grant)
@@ -227,6 +229,7 @@ class Worker:
                 if on_start is not None:
                     on_start(run)
                 start(run, loop)
+                begun.add(slot_id)
                 started += 1
         return started
 

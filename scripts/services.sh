@@ -22,11 +22,56 @@ ensure_postgres() {
   echo "warning: PostgreSQL is not running on 127.0.0.1:5432 (history tests need it)" >&2
 }
 
+# The Python the venvs are built with: the newest CPython 3.11+ this machine has (pyenv's
+# versions, python3.N on PATH, then python3), or the newest 3.N when asked for one (`3.11`).
+# SCHED_PYTHON=/path/to/python overrides the search. Prints the interpreter's path.
+find_python() {
+  local want="${1:-}" best="" best_key=-1 py ver key root
+  local candidates=()
+  if [ -n "${SCHED_PYTHON:-}" ]; then
+    candidates=("$SCHED_PYTHON")
+  else
+    root="$( (command -v pyenv >/dev/null && pyenv root) 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+    for py in "$root"/versions/3.*/bin/python3; do
+      # Released CPythons only (not 3.14-dev, 3.13.0t, a virtualenv's name...).
+      [[ "$py" =~ /versions/3\.[0-9]+\.[0-9]+/bin/python3$ ]] && candidates+=("$py")
+    done
+    for minor in $(seq 30 -1 11); do
+      py="$(command -v "python3.$minor" 2>/dev/null)" && candidates+=("$py")
+    done
+    py="$(command -v python3 2>/dev/null)" && candidates+=("$py")
+  fi
+  for py in "${candidates[@]}"; do
+    # A pyenv shim of a version not selected fails here, and so does a Python without venv.
+    ver="$("$py" -c 'import sys, venv, ensurepip; print("%d %d %d" % sys.version_info[:3])' \
+           2>/dev/null)" || continue
+    set -- $ver
+    [ "$1" = 3 ] && [ "$2" -ge 11 ] || continue
+    [ -z "$want" ] || [ "3.$2" = "$want" ] || continue
+    key=$(( $2 * 1000 + $3 ))
+    if [ "$key" -gt "$best_key" ]; then best="$py"; best_key="$key"; fi
+  done
+  if [ -z "$best" ]; then
+    echo "no Python ${want:-3.11+} with venv found (pyenv install ${want:-3.13}, or apt-get install python3-venv)" >&2
+    return 1
+  fi
+  echo "$best"
+}
+
+# ensure_venv [DIR [3.N]]: DIR (default .venv) holds the project and its extras, installed
+# with find_python's interpreter. .installed records that interpreter: the venv is built
+# again when it was made with another one, or pyproject.toml changed since.
 ensure_venv() {
-  if [ ! -x .venv/bin/sched ] || [ pyproject.toml -nt .venv/.installed ]; then
-    python3 -m venv .venv
-    .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev,web,testing,otel]'
-    touch .venv/.installed
+  local dir="${1:-.venv}" py want
+  py="$(find_python "${2:-}")" || return 1
+  want="$("$py" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')"
+  if [ ! -x "$dir/bin/sched" ] || [ pyproject.toml -nt "$dir/.installed" ] \
+      || [ "$(cat "$dir/.installed" 2>/dev/null)" != "$want" ]; then
+    echo "building $dir with Python $want" >&2
+    rm -rf "$dir"
+    "$py" -m venv "$dir"
+    "$dir/bin/pip" install --quiet --disable-pip-version-check -e '.[dev,web,testing,otel]'
+    echo "$want" >"$dir/.installed"
   fi
 }
 

@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (venv, Redis, PostgreSQL) and run lint, types and tests.
+# Set up everything the tests need (venv, Redis, PostgreSQL) and run lint, types and tests, on
+# the newest Python 3.11+ the machine has (scripts/services.sh, find_python), in .venv.
+# `scripts/test.sh --python 3.11 [pytest args]` runs the tests alone (no lint, no types) on
+# the newest 3.11 instead, in a venv of its own (.venv-3.11); .ci/run does both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
 ensure_redis
 ensure_postgres
+if [ "${1:-}" = "--python" ]; then
+  version="$2"
+  shift 2
+  ensure_venv ".venv-$version" "$version"
+  ensure_chromium
+  exec ".venv-$version/bin/pytest" "$@"
+fi
 ensure_venv
 ensure_chromium
 .venv/bin/ruff check scheduler cli tests bench

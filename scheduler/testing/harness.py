@@ -138,6 +138,7 @@ class TestScheduler:
                                         name="sched-testing")
         self._thread.start()
         self._queues: set[str] = set()
+        self._started: list[Run] = []  # by the worker, since the last look (_work)
         self._call(self._open())
 
     # --- what a test calls -----------------------------------------------------------------
@@ -194,6 +195,14 @@ class TestScheduler:
                              config=WorkerConfig(concurrency=self._concurrency),
                              worker_id="testing-worker")
         self.worker.execution.handler_errors = self._raised
+        # What ran is what the worker started: a run that ended within start() (an eager
+        # start, Python 3.12+: execution.py) has left worker.running when run_once returns.
+        start = self.worker.execution.start
+
+        def started(run: Run, loop: asyncio.AbstractEventLoop) -> None:
+            self._started.append(run)
+            start(run, loop)
+        self.worker.execution.start = started  # type: ignore[method-assign]
         await self.worker.setup()
         self._queues = set(self.worker.config.queues)
 
@@ -234,7 +243,7 @@ class TestScheduler:
         worker, runs = self.worker, []
         while True:
             started = await worker.run_once(block_ms=None)
-            batch = list(worker.running.values())
+            batch, self._started = self._started, []
             runs += batch
             await asyncio.gather(*(r.handler for r in batch if r.handler is not None))
             if not started and not worker.reader.backlog:
