@@ -71,7 +71,7 @@ LAYERS = {
                   "sqlfiles", "limits"},
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
     "services": {"loops", "registry", "inflight", "reader", "backlog", "execution", "committer",
-                 "heartbeat", "worker", "worker_config", "limiter", "leases", "promoter", "materializer",
+                 "heartbeat", "worker", "claiming", "worker_config", "limiter", "leases", "promoter", "materializer",
                  "reclaimer", "sweeper", "node", "snapshot_intake", "snapshotter", "retention",
                  "recovery", "status", "status_records", "capacity", "autoscale", "fastmetrics",
                  "metrics", "exporter", "embedded", "tracing"},

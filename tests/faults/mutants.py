@@ -194,7 +194,7 @@ MUTANTS = [
             "before_its_time"), fast=True),
     Mutant("early-reply-dropped", "the worker drops an entry claim.lua answered EARLY for, "
            "instead of holding it: the slot waits in its pending list for the reclaimer",
-           "scheduler/worker.py",
+           "scheduler/claiming.py",
            "                    (reader or self.reader).hold((shard, lane, msg, slot_id), grant)\n",
            "                    pass\n",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",)),
