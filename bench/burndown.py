@@ -47,13 +47,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None,
                    help="set a queue-wide concurrency limit of N on the queue first (the cost "
                         "of limits: N >= --concurrency never binds)")
+    p.add_argument("--sleep-ms", type=float, default=0,
+                   help="each handler awaits this long (0: returns at once)")
     p.add_argument("--out", default=None)
 
 
 async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
                 pipelines: int = 2, client: Any = None,
-                cpu: Callable[[], float] | None = None, provider: Any = None
-                ) -> dict[str, float]:
+                cpu: Callable[[], float] | None = None, provider: Any = None,
+                sleep_ms: float = 0) -> dict[str, float]:
     """`client` (default: a plain client of `url`) is what the worker uses; `cpu` reads
     Redis's CPU seconds (default: INFO cpu of `url`)."""
     registry = Registry()
@@ -62,6 +64,8 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
 
     @registry.task("bench.noop")
     async def noop(ctx: Context, payload: Any) -> None:
+        if sleep_ms:
+            await asyncio.sleep(sleep_ms / 1000)
         seen[ctx.slot_id] += 1
         if len(seen) == n:
             finished.set()
@@ -115,7 +119,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with Client(args.redis_url, ns) as client:
                     client.set_queue_limit("default", concurrency=args.limit)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
-                                      args.batch, args.pipelines, provider=spans))
+                                      args.batch, args.pipelines, provider=spans,
+                                      sleep_ms=args.sleep_ms))
             result["submit_per_s"] = args.jobs / submit_s
             runs.append(result)
         finally:
