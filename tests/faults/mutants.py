@@ -204,4 +204,10 @@ MUTANTS = [
            "  if early and st[1] == 'scheduled' and st[3] == 'skip' then",
            "  if false then",
            (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
+    Mutant("claim-takes-every-free-slot", "a claim takes every free run slot, not a "
+           "pipeline's share: at the default concurrency one pipeline holds them all and the "
+           "other idles", "scheduler/worker.py",
+           "        return max(1, min(self.config.batch, -(-self.concurrency // self.config.pipelines)))",
+           "        return max(1, min(self.config.batch, self.concurrency))",
+           ("tests/services/test_claim_share.py",)),
 ]
