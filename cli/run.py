@@ -179,7 +179,7 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
               help="Seconds ahead of their fire time that cron slots are created.")
 @click.option("--misfire-grace", "misfire_grace_s", type=float, default=5.0,
               help="Seconds late after which a cron occurrence counts as missed (catch-up).")
-@click.option("--promote-ahead", "promote_ahead_s", type=click.FloatRange(min=0), default=2.0,
+@click.option("--promote-ahead", "promote_ahead_s", type=click.FloatRange(min=0), default=3.0,
               show_default=True,
               help="Seconds ahead of their time that due slots are dispatched; the worker that "
                    "reads one holds it until its time (at most a quarter of --lease; 0: at "

@@ -33,7 +33,7 @@ from .replies import Promoted
 log = logging.getLogger("scheduler.promoter")
 
 OVERDUE_MS = 1000
-PROMOTE_AHEAD_MS = 2000  # NodeConfig.promote_ahead_s's default
+PROMOTE_AHEAD_MS = 3000  # NodeConfig.promote_ahead_s's default: the cron lookahead
 
 
 class Promoter(Service):
@@ -41,7 +41,7 @@ class Promoter(Service):
     log = log
 
     def __init__(self, client: redis.asyncio.Redis, prefixes: Sequence[str], clock: Clock, *,
-                 batch: int = 1000, max_sleep_s: float = 0.1, events_maxlen: int = EVENTS_MAXLEN,
+                 batch: int = 500, max_sleep_s: float = 0.1, events_maxlen: int = EVENTS_MAXLEN,
                  others: Sequence[str] = (), overdue_ms: int = OVERDUE_MS,
                  overdue_interval_s: float = 0.25, ahead_ms: int = 0) -> None:
         super().__init__()

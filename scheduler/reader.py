@@ -237,10 +237,13 @@ class Reader:
         heapq.heappush(self.early, (not_before_ms, self._arrivals, entry))
 
     def _release(self, now_ms: int) -> None:
-        early = self.early
-        while early and early[0][0] <= now_ms:
+        """Held entries whose time came join the backlog, two batches' worth at a time: at
+        a burst's instant the first claim goes out without waiting for the whole heap."""
+        early, room = self.early, 2 * self.batch - len(self.backlog)
+        while room > 0 and early and early[0][0] <= now_ms:
             entry = heapq.heappop(early)[2]
             self.backlog.lane(entry[1]).append(entry)
+            room -= 1
 
     def give_back(self, entries: list[Entry]) -> None:
         """Entries whose claim may or may not have run: first in line again."""
