@@ -204,8 +204,8 @@ class Worker:
         start, running, cache = self.execution.start, self.running, self._by_lane
         claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
         for shard, reply in zip(shards, answers, strict=True):
-            for (lane, msg, slot_id), grant in zip(entries[shard], claimed(reply),
-                                                   strict=True):
+            batch = entries[shard]
+            for (lane, msg, slot_id), grant in zip(batch, claimed(reply, batch), strict=True):
                 if grant is None or slot_id in running:
                     continue
                 if isinstance(grant, int):  # EARLY: not before this time
