@@ -88,8 +88,8 @@ class Claiming:
         start, running, cache = self.execution.start, self.running, self._by_lane
         claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
         for shard, reply in zip(shards, answers, strict=True):
-            for (lane, msg, slot_id), grant in zip(entries[shard], claimed(reply),
-                                                   strict=True):
+            batch = entries[shard]
+            for (lane, msg, slot_id), grant in zip(batch, claimed(reply, batch), strict=True):
                 # An entry twice in a batch is granted twice: run it once, even when its
                 # first run ended within start() (an eager start: execution.py).
                 if grant is None or slot_id in running or slot_id in begun:

@@ -102,34 +102,63 @@ Grant = tuple[int, str, bytes, int, str, int]
 _OK, _STALE, _HELD, _EARLY = int(Code.OK), int(Code.STALE), int(Code.HELD), int(Code.EARLY)
 
 
-def claimed(reply: Sequence[Any]) -> list[Grant | int | None]:
-    """claim.lua's reply for one shard, one item per entry in order: its grant; None when
-    the entry was not claimed (STALE: acked, the slot moved on; HELD: another consumer has
-    it); or, for EARLY, the int time (ms) before which the slot may not start, so the worker
-    holds its entry until then. This runs once per claimed slot on the worker's hot path:
-    plain tuples and ints."""
+def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
+            traced: bool = False) -> list[Grant | int | None]:
+    """claim.lua's reply for one shard (one flat array: each entry's code, then its
+    values), one item per entry of `entries` (the (lane, msg_id, slot_id) the call was
+    built from), in order: its grant; None when the entry was not claimed (STALE: acked, the
+    slot moved on; HELD: another consumer has it); or, for EARLY, the int time (ms) before
+    which the slot may not start, so the worker holds its entry until then. The grant's
+    fire_ms is the slot id's (JOB_ID:FIRE_MS), not sent back. `traced`: the call was sent
+    with trace "1" (each grant 3 values longer, see traces). This runs once per claimed slot
+    on the worker's hot path: plain tuples and ints."""
     out: list[Grant | int | None] = []
-    for item in reply:
-        c = item[0]
-        if c == _OK:
-            out.append((int(item[1]), item[2].decode() if item[2] else "", item[3],
-                        int(item[4] or 0), item[5].decode() if item[5] else "at_least_once",
-                        int(item[6])))
-        elif c == _STALE or c == _HELD:
-            out.append(None)
-        elif c == _EARLY:
-            out.append(int(item[1]))
-        else:
-            raise ScriptError(f"unexpected reply code from claim.lua: {item!r}")
+    width = 9 if traced else 6  # the code and its values
+    i, end = 0, len(reply)
+    try:
+        for _, _, slot_id in entries:
+            c = reply[i]
+            if c == _OK:
+                task, delivery = reply[i + 2], reply[i + 5]
+                out.append((int(reply[i + 1]), task.decode() if task else "", reply[i + 3],
+                            int(reply[i + 4] or 0),
+                            delivery.decode() if delivery else "at_least_once",
+                            int(slot_id[slot_id.rindex(":") + 1:])))
+                i += width
+            elif c == _STALE or c == _HELD:
+                out.append(None)
+                i += 1
+            elif c == _EARLY:
+                out.append(int(reply[i + 1]))
+                i += 2
+            else:
+                raise ScriptError(f"unexpected reply code from claim.lua: {c!r}")
+    except (IndexError, TypeError, ValueError):
+        i = -1
+    if i != end:
+        raise ScriptError(f"claim.lua's reply does not match its {len(entries)} entries: "
+                          f"{list(reply)[:12]!r}...")
     return out
+
+
+def claim_items(reply: Sequence[Any], traced: bool = False) -> list[list[Any]]:
+    """claim.lua's flat reply cut into one list per entry ([code, values...]): for tests and
+    traces, not the hot path."""
+    items, i = [], 0
+    width = {_OK: 9 if traced else 6, _EARLY: 2}
+    while i < len(reply):
+        n = width.get(reply[i], 1)
+        items.append(list(reply[i:i + n]))
+        i += n
+    return items
 
 
 def traces(reply: Sequence[Any]) -> dict[str, tuple[str | None, bool]]:
     """The trace part of claim.lua's reply (sent with trace "1"): for each granted slot, its
     job's traceparent (None: stored without one) and whether it is a cron job. Only a
     tracing worker calls it (tracing.py)."""
-    return {item[9].decode(): (item[7].decode() if item[7] else None, item[8] == b"cron")
-            for item in reply if item[0] == _OK and len(item) > 9}
+    return {item[8].decode(): (item[6].decode() if item[6] else None, item[7] == b"cron")
+            for item in claim_items(reply, traced=True) if item[0] == _OK}
 
 
 class Lease(msgspec.Struct, frozen=True):

@@ -165,11 +165,12 @@ class RunTracer:
         self.pending: dict[str, tuple[str | None, bool]] = {}
         self.spans: dict[Run, trace.Span] = {}
 
-    def claimed(self, reply: Sequence[Any]) -> list[replies.Grant | int | None]:
+    def claimed(self, reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]]
+                ) -> list[replies.Grant | int | None]:
         """replies.claimed for a tracing worker: one shard's claim reply (sent with the
         trace flag) decoded, its trace part kept for the runs about to start."""
         self.pending = replies.traces(reply)
-        return replies.claimed(reply)
+        return replies.claimed(reply, entries, traced=True)
 
     def begin(self, run: Run) -> contextvars.Context:
         """Start the run's span; returns the context its handler's task runs in."""

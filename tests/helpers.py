@@ -16,7 +16,7 @@ import redis
 import redis.asyncio
 
 from cli.main import main
-from scheduler import Client, Registry, RetryPolicy, SlotStatus, scripts
+from scheduler import Client, Registry, RetryPolicy, SlotStatus, replies, scripts
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
@@ -50,8 +50,9 @@ class Shard:
         return [(self.queue, mid, f[b"s"].decode()) for _, msgs in reply for mid, f in msgs]
 
     def claim(self, entries: list[tuple[str, bytes, str]], worker: str = W) -> list[Any]:
-        return self.run(scripts.claim(self.prefix, self.clock.now_ms(), 1000, worker, LEASE,
-                                      entries))
+        """claim.lua's flat reply, one list per entry ([code, values...])."""
+        return replies.claim_items(self.run(scripts.claim(
+            self.prefix, self.clock.now_ms(), 1000, worker, LEASE, entries)))
 
     def slot(self) -> Any:
         return self.client.get_slot(self.slot_id)

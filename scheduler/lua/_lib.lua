@@ -69,15 +69,6 @@ local function end_lease(prefix, slot_id, s)
   end
 end
 
--- leased() for the hot path (complete): only what ending the lease needs (and the worker,
--- to tell a repeated commit from a late one).
-local function leased_brief(slot_key, token)
-  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker',
-    'priority')
-  if st[1] ~= 'running' or st[2] ~= token then return nil, st end
-  return {msg = st[3], lane = lane(st[4], st[6]), attempt = tonumber(st[2])}, st
-end
-
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
 -- slot's life on the hot path (complete) are not archived this way: the slot's own fields
 -- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.

@@ -50,23 +50,29 @@ for i = 0, n - 1 do
   local b = i * 4
   local slot_id, token = items[b + 1], items[b + 2]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local s, st = leased_brief(slot_key, token)
-  if s then
+  -- The fenced read inline, without the worker: a Lua call and a table per slot,
+  -- and a field (~0.27 us), less. The worker is read only to tell a repeat from a refusal.
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority')
+  if st[1] == 'running' and st[2] == token then
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
-    if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. s.attempt, logs[i + 1]) end
-    if s.msg and s.msg ~= '' then
-      local ids = acks[s.lane]
-      if not ids then ids = {}; acks[s.lane] = ids end
-      ids[#ids + 1] = s.msg
-    else
-      end_lease(prefix, slot_id, s)  -- at_most_once: leaves the leases set
+    if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
+    local msg = st[3]
+    if msg and msg ~= '' then
+      local lane_name = lane(st[4], st[5])
+      local ids = acks[lane_name]
+      if not ids then ids = {}; acks[lane_name] = ids end
+      ids[#ids + 1] = msg
+    else  -- at_most_once: acked at claim, leaves the leases set
+      redis.call('ZREM', prefix .. 'leases', slot_id)
     end
     reply[i + 1] = R.OK
-    done[#done + 1] = {slot = slot_id, attempt = s.attempt}
-  elseif st[1] == 'succeeded' and st[2] == token and st[5] == worker then
+    -- JSON built as a string (see claim.lua): token is the attempt, an integer string.
+    done[#done + 1] = '{"slot":"' .. slot_id .. '","attempt":' .. token .. '}'
+  elseif st[1] == 'succeeded' and st[2] == token
+      and redis.call('HGET', slot_key, 'worker') == worker then
     reply[i + 1] = R.REPEAT
   else
     reply[i + 1] = R.STALE
@@ -80,6 +86,9 @@ for queue, ids in pairs(acks) do
   end
 end
 
-emit(prefix, maxlen, now, 'succeeded', done, worker)
+if #done > 0 then
+  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'succeeded',
+    'ts', ARGV[1], 'worker', worker, 'data', '[' .. table.concat(done, ',') .. ']')
+end
 emit(prefix, maxlen, now, 'refused', refused, worker)
 return reply

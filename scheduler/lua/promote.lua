@@ -66,29 +66,32 @@ end
 for i = 1, #ids, 2 do
   local slot_id, score = ids[i], ids[i + 1]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'job_id', 'priority')
+  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority')
   local early = tonumber(score) > now
   if early and st[1] == 'scheduled' and st[3] == 'skip' then
     if not left then left = tonumber(score) end
   else
     taken[#taken + 1] = slot_id
     if st[1] == 'scheduled' then
-      local job_key = prefix .. 'job:' .. (st[4] or '')
-      local active = nil
-      if st[3] == 'skip' then active = busy(job_key, slot_id) end
+      -- The job's hash only matters to overlap="skip" (busy): its id is read only then.
+      local job_key, active = nil, nil
+      if st[3] == 'skip' then
+        job_key = prefix .. 'job:' .. (redis.call('HGET', slot_key, 'job_id') or '')
+        active = busy(job_key, slot_id)
+      end
       if active then
         redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
         skipped[#skipped + 1] = {slot = slot_id, active = active}
       elseif early then
-        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[5]), '*', 's', slot_id,
+        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[4]), '*', 's', slot_id,
           'f', score)
         redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
-        records[#records + 1] = {slot = slot_id}
+        records[#records + 1] = '{"slot":"' .. slot_id .. '"}'
       else
-        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[5]), '*', 's', slot_id)
+        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[4]), '*', 's', slot_id)
         redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
         if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
-        records[#records + 1] = {slot = slot_id}
+        records[#records + 1] = '{"slot":"' .. slot_id .. '"}'
       end
     end
   end
@@ -101,7 +104,10 @@ elseif #taken > 0 then
   redis.call('ZREM', due, unpack(taken))
 end
 
-emit(prefix, maxlen, now, 'queued', records, nil)
+if #records > 0 then  -- emit, with the records' JSON built as strings (see claim.lua)
+  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'queued',
+    'ts', ARGV[1], 'worker', '', 'data', '[' .. table.concat(records, ',') .. ']')
+end
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local next_ms = -1
 local head

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from helpers import drain, run_until, sched
-from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, scripts
+from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, replies, scripts
 from scheduler.keys import DISPATCH_GROUP, shard_of
 from scheduler.snapshotter import SnapshotterConfig
 from scheduler.store import Batch, job_row, open_store, slot_rows
@@ -54,11 +54,13 @@ def _claim(r: redis.Redis, client: Client, job_ids: list[str], queue: str,
         read = r.xreadgroup(DISPATCH_GROUP, "ghost", {stream: ">"}, count=100)
         entries = [(queue, mid, f[b"s"].decode()) for _, msgs in read for mid, f in msgs]
         prefix = client.keys.prefix(shard)
-        replies = scripts.run_sync(r, [scripts.claim(prefix, now, 1000, "ghost", LEASE_MS,
-                                                     entries)])[0]
+        reply = scripts.run_sync(r, [scripts.claim(prefix, now, 1000, "ghost", LEASE_MS,
+                                                   entries)])[0]
         if outcome:
-            items = [(slot, int(rep[1]), outcome, "try later", 300, 0.0, now, now)
-                     for (_, _, slot), rep in zip(entries, replies, strict=True)]
+            grants = replies.claimed(reply, entries)
+            items = [(slot, grant[0], outcome, "try later", 300, 0.0, now, now)
+                     for (_, _, slot), grant in zip(entries, grants, strict=True)
+                     if isinstance(grant, tuple)]
             scripts.run_sync(r, [scripts.fail(prefix, now, 1000, "ghost", items)])
 
 

@@ -61,12 +61,9 @@ MUTANTS = [
            "        return False", (CHAOS,)),
     Mutant("complete-unfenced", "complete.lua commits whatever token the worker presents "
            "(commit rule: a success committed by a worker without the lease)",
-           "scheduler/lua/_lib.lua",
-           "  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', "
-           "'worker',\n    'priority')\n  if st[1] ~= 'running' or st[2] ~= token then return nil, st end",
-           "  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', "
-           "'worker',\n    'priority')\n  if st[1] ~= 'running' then return nil, st end", (LATE,),
-           fast=True),
+           "scheduler/lua/complete.lua",
+           "  if st[1] == 'running' and st[2] == token then",
+           "  if st[1] == 'running' then", (LATE,), fast=True),
     Mutant("reclaim-disabled", "the reclaimer does nothing (settling times out)",
            "scheduler/reclaimer.py",
            '        """One pass over every shard; returns what it did."""',
@@ -187,7 +184,7 @@ MUTANTS = [
     Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
            "handed back without its time (a stopping worker's requeue) starts before its "
            "fire time", "scheduler/lua/claim.lua",
-           "if st[1] == 'queued' and st[2] == msg and st[7] and tonumber(st[7]) > now then",
+           "if st[1] == 'queued' and st[2] == msg and st[5] and tonumber(st[5]) > now then",
            "if st[1] == 'queued' and st[2] == msg and false then",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",
             f"{AHEAD}::test_a_slot_due_within_the_horizon_is_dispatched_early_and_not_claimed_"

@@ -123,3 +123,20 @@ def test_job_field_defaults_come_from_models(name: str) -> None:
     code = _without_comments(SOURCES[name])
     assert set(DEFAULT_NAME.findall(code)) <= set(JOB_FIELD_DEFAULTS), name
     assert not BARE_DEFAULT.search(code), f"{name}.lua: {BARE_DEFAULT.search(code)}"
+
+
+_LIB_FUNCTIONS = set(re.findall(r"^local function (\w+)\(", SOURCES["_lib"], re.M))
+
+
+@pytest.mark.parametrize("name", sources.NAMES)
+def test_a_script_inlines_the_lib_functions_it_calls_and_no_others(name: str) -> None:
+    text = sources.read_source(name)
+    defined = set(re.findall(r"^local function (\w+)\(", text, re.M)) & _LIB_FUNCTIONS
+    code = _without_comments(text)
+    called = {f for f in _LIB_FUNCTIONS
+              if re.search(rf"(?<!function )\b{f}\(", code)}
+    assert called <= defined, f"{name}.lua calls {sorted(called - defined)} without them"
+    assert defined <= called, f"{name}.lua inlines {sorted(defined - called)}, never called"
+    for f in defined:  # each defined before its first call, as Lua locals must be
+        assert code.index(f"local function {f}(") < re.search(
+            rf"(?<!function )\b{f}\(", code).start()

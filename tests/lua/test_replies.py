@@ -25,11 +25,34 @@ def test_replies_decode_by_name() -> None:
     assert replies.Lease.decode([Code.HELD, b"5:node-b"]) == replies.Lease(False, 0, "5:node-b")
 
 
+_ENTRIES = [("q", b"1-0", "a:1700"), ("q", b"2-0", "b:5"), ("q", b"3-0", "c:6"),
+            ("q", b"4-0", "d:7"), ("q", b"5-0", "e:9")]
+
+
 def test_a_claim_reply_gives_grants_in_entry_order() -> None:
-    reply = [[Code.OK, 2, b"emails.send", b'{"to":1}', 5000, b"at_most_once", 1700],
-             [Code.STALE], [Code.HELD], [Code.OK, 1, b"t", b"", None, None, 9]]
-    assert replies.claimed(reply) == [(2, "emails.send", b'{"to":1}', 5000, "at_most_once", 1700),
-                                      None, None, (1, "t", b"", 0, "at_least_once", 9)]
+    reply = [Code.OK, 2, b"emails.send", b'{"to":1}', 5000, b"at_most_once",
+             Code.STALE, Code.HELD, Code.EARLY, b"40", Code.OK, 1, b"t", b"", None, None]
+    assert replies.claimed(reply, _ENTRIES) == [
+        (2, "emails.send", b'{"to":1}', 5000, "at_most_once", 1700), None, None, 40,
+        (1, "t", b"", 0, "at_least_once", 9)]
+    assert replies.claim_items(reply)[3] == [Code.EARLY, b"40"]
+
+
+def test_a_traced_claim_reply_carries_trace_context() -> None:
+    reply = [Code.OK, 2, b"t", b"", None, None, b"00-ab-cd-01", b"cron", b"a:1700",
+             Code.STALE, Code.OK, 1, b"t", b"", None, None, None, None, b"c:6"]
+    entries = [_ENTRIES[0], _ENTRIES[1], _ENTRIES[2]]
+    assert replies.claimed(reply, entries, traced=True) == [
+        (2, "t", b"", 0, "at_least_once", 1700), None, (1, "t", b"", 0, "at_least_once", 6)]
+    assert replies.traces(reply) == {"a:1700": ("00-ab-cd-01", True), "c:6": (None, False)}
+
+
+@pytest.mark.parametrize("reply", [[Code.OK, 1, b"t"], [Code.STALE, Code.STALE],
+                                   [Code.OK, 1, b"t", b"", None, None, Code.STALE]])
+def test_a_claim_reply_that_does_not_fit_its_entries_is_a_script_error(reply: list[object]
+                                                                       ) -> None:
+    with pytest.raises(ScriptError, match="claim.lua"):
+        replies.claimed(reply, _ENTRIES[:1])
 
 
 @pytest.mark.parametrize("decode", [replies.Promoted.decode, replies.Reclaimed.decode,
@@ -44,7 +67,7 @@ def test_an_unknown_code_is_a_script_error() -> None:
     with pytest.raises(ScriptError, match="materialize.lua"):
         replies.MaterializeReply.decode([70, 0])
     with pytest.raises(ScriptError, match="claim.lua"):
-        replies.claimed([[0]])  # the old "stale" code is no code at all now
+        replies.claimed([0], _ENTRIES[:1])  # the old "stale" code is no code at all now
 
 
 def test_a_code_of_another_script_is_refused() -> None:

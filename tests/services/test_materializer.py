@@ -127,6 +127,15 @@ def test_end_at_ends_the_job_and_start_at_delays_it(r: redis.Redis, redis_url: s
         assert client.get_job(job_id).next_fire_ms is None
 
 
+def promote(redis_url: str, ns: str, clock: ManualClock) -> None:
+    """One promoter pass over every shard."""
+    async def go() -> None:
+        c = async_redis(redis_url)
+        await Promoter(c, [Keys(ns).prefix(s) for s in range(SHARDS)], clock).run_once()
+        await c.aclose()
+    asyncio.run(go())
+
+
 def test_overlap_skip_records_skipped_while_the_last_run_is_active(r: redis.Redis,
                                                                    redis_url: str,
                                                                    ns: str) -> None:
@@ -136,24 +145,41 @@ def test_overlap_skip_records_skipped_while_the_last_run_is_active(r: redis.Redi
         other = client.submit("t", cron="* * * * * *")  # overlap allowed: all run
         k = Keys(ns)
 
-        async def promote() -> None:
-            c = async_redis(redis_url)
-            await Promoter(c, [k.prefix(s) for s in range(SHARDS)], clock).run_once()
-            await c.aclose()
-
         materialize(redis_url, ns, clock)
-        asyncio.run(promote())  # T0 dispatched; it is still queued (no worker)
+        promote(redis_url, ns, clock)  # T0 dispatched; it is still queued (no worker)
         clock.advance(1)
-        asyncio.run(promote())  # T0+1: the T0 slot is active -> skipped
+        promote(redis_url, ns, clock)  # T0+1: the T0 slot is active -> skipped
         first = client.slots(job_id)[0]
         r.hset(k.slot(shard_of(job_id, SHARDS), first.slot_id), "status", "succeeded")
         clock.advance(1)
-        asyncio.run(promote())  # T0+2: nothing active -> dispatched
+        promote(redis_url, ns, clock)  # T0+2: nothing active -> dispatched
         assert [s.status.value for s in client.slots(job_id)[:3]] == ["succeeded", "skipped",
                                                                       "queued"]
         assert [s.status.value for s in client.slots(other)[:3]] == ["queued"] * 3
         events = [f for _, f in r.xrange(k.events(shard_of(job_id, SHARDS)))]
         assert any(e[b"type"] == b"skipped" for e in events)
+
+
+def test_overlap_skip_is_judged_per_job(r: redis.Redis, redis_url: str, ns: str) -> None:
+    """Two overlap="skip" jobs: one's active run skips only its own next occurrence (promote
+    finds each slot's job by its id)."""
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        by_shard: dict[int, list[str]] = {}
+        while not any(len(ids) == 2 for ids in by_shard.values()):  # two in one shard
+            job_id = client.submit("t", cron="* * * * * *", overlap="skip")
+            by_shard.setdefault(shard_of(job_id, SHARDS), []).append(job_id)
+        [busy, idle] = next(ids for ids in by_shard.values() if len(ids) == 2)
+        k = Keys(ns)
+
+        materialize(redis_url, ns, clock)
+        promote(redis_url, ns, clock)  # both T0 slots dispatched
+        done = client.slots(idle)[0]
+        r.hset(k.slot(shard_of(idle, SHARDS), done.slot_id), "status", "succeeded")
+        clock.advance(1)
+        promote(redis_url, ns, clock)
+        assert [s.status.value for s in client.slots(busy)[:2]] == ["queued", "skipped"]
+        assert [s.status.value for s in client.slots(idle)[:2]] == ["succeeded", "queued"]
 
 
 def test_daylight_saving_skips_missing_times_and_runs_repeated_ones_once() -> None:
