@@ -2,7 +2,8 @@
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
-`python -m bench submit [--jobs N] [--batch B] [--singles M]`.
+`python -m bench submit [--jobs N] [--batch B] [--singles M]`,
+`python -m bench script_ab --a TREE [--b TREE]`.
 
 Each prints one summary line and writes JSON to bench/out/<name>.json.
 """
@@ -23,6 +24,7 @@ from . import (
     metrics_cost,
     peers,
     retention,
+    script_ab,
     snapshot,
     submit,
     sustained,
@@ -31,7 +33,7 @@ from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "delayed": delayed,
             "metrics_cost": metrics_cost, "peers": peers, "retention": retention,
-            "snapshot": snapshot, "submit": submit, "sustained": sustained}
+            "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,7 +69,9 @@ for i = 0, n - 1 do
       redis.call('ZREM', prefix .. 'leases', slot_id)
     end
     reply[i + 1] = R.OK
-    -- JSON built as a string (see claim.lua): token is the attempt, an integer string.
+    -- The record's JSON built as text, not a table for cjson: ~5% of the script per slot
+    -- (bench/RESULTS.md). A slot id holds no character JSON escapes (keys.py:
+    -- [A-Za-z0-9_.-] and ':'), and token, equal to the attempt field, is an integer.
     done[#done + 1] = '{"slot":"' .. slot_id .. '","attempt":' .. token .. '}'
   elseif st[1] == 'succeeded' and st[2] == token
       and redis.call('HGET', slot_key, 'worker') == worker then

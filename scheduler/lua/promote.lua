@@ -104,7 +104,7 @@ elseif #taken > 0 then
   redis.call('ZREM', due, unpack(taken))
 end
 
-if #records > 0 then  -- emit, with the records' JSON built as strings (see claim.lua)
+if #records > 0 then  -- emit, with the records' JSON built as text (see complete.lua)
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'queued',
     'ts', ARGV[1], 'worker', '', 'data', '[' .. table.concat(records, ',') .. ']')
 end

@@ -122,3 +122,12 @@ def test_sustained_with_history_writes_into_a_schema_of_its_own(tmp_path: Path) 
             assert jobs == (result["submitted"],)  # every job, in the run's own schema
         finally:
             conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_script_ab_smoke(tmp_path: Path) -> None:
+    """A tree against itself: every row measured, ratios near 1 (not asserted: noise)."""
+    stdout, result = bench(tmp_path, "script_ab", "--a", str(ROOT), "--b", str(ROOT),
+                           "--rounds", "1", "--jobs", "128", "--batch", "64")
+    assert stdout.startswith("script_ab (us per entry")
+    assert set(result["rows"]) == {"claim", "complete", "promote", "claim0", "complete0"}
+    assert all(row["A"] > 0 and row["B"] > 0 for row in result["rows"].values())

@@ -41,6 +41,8 @@ def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock)
     assert [a.outcome for a in slot.attempts] == ["succeeded"]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert [e[0] for e in s.events()] == ["submitted", "claimed", "succeeded"]
+    # Each script's records, whether cjson or text builds them, read as the same JSON.
+    assert [e[1] for e in s.events()[1:]] == [[{"slot": s.slot_id, "attempt": 1}]] * 2
 
 
 def test_a_commit_with_a_stale_token_is_refused_and_recorded(
@@ -116,6 +118,7 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     clock.advance(0.001)
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1, 0]
     assert s.slot().status is SlotStatus.QUEUED
+    assert s.events()[-1] == ("queued", [{"slot": s.slot_id}])
     [reply] = s.claim(s.read())
     assert reply[:2] == [Code.OK, 2]  # attempt 2, a new token
 
