@@ -26,7 +26,8 @@ def bench(tmp_path: Path, command: str, *args: str, codes: tuple[int, ...] = (0,
 
 def test_burndown_smoke(tmp_path: Path) -> None:
     stdout, result = bench(tmp_path, "burndown", "--jobs", "300", "--runs", "1")
-    assert stdout.startswith("burndown: 300 jobs x1:") and "exactly once: yes" in stdout
+    assert stdout.startswith("burndown (concurrency 100, batch 500, 2 pipelines): 300 jobs x1:")
+    assert "exactly once: yes" in stdout
     assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300
 
 
@@ -56,10 +57,13 @@ def test_delayed_smoke(tmp_path: Path) -> None:
 
 
 def test_burst_smoke(tmp_path: Path) -> None:
-    stdout, result = bench(tmp_path, "burst", "--sizes", "200")
-    assert stdout.startswith("burst: 200 due at once: start lag p50 ")
-    [res] = result["results"]
-    assert res["n"] == 200 and 0 <= res["p50_ms"] <= res["p99_ms"] <= res["all_started_ms"]
+    stdout, result = bench(tmp_path, "burst", "--sizes", "200", "--runs", "1",
+                           "--compare-ahead", "0")
+    assert stdout.startswith("burst: 200 due at once [node default]: start lag p50 ")
+    assert "200 due at once [--promote-ahead 0]: " in stdout
+    for res in result["results"]:
+        assert res["n"] == 200 and 0 <= res["p50_ms"] <= res["p99_ms"] <= res["all_started_ms"]
+        assert res["early"] == 0 and res["min_ms"] >= 0
 
 
 def test_sustained_smoke(tmp_path: Path) -> None:
