@@ -49,13 +49,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "of limits: N >= --concurrency never binds)")
     p.add_argument("--sleep-ms", type=float, default=0,
                    help="each handler awaits this long (0: returns at once)")
+    p.add_argument("--eager", action="store_true",
+                   help="WorkerConfig(eager_start=True): handlers' tasks start eagerly "
+                        "(Python 3.12+; no effect on 3.11)")
     p.add_argument("--out", default=None)
 
 
 async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
                 pipelines: int = 2, client: Any = None,
                 cpu: Callable[[], float] | None = None, provider: Any = None,
-                sleep_ms: float = 0) -> dict[str, float]:
+                sleep_ms: float = 0, eager: bool = False) -> dict[str, float]:
     """`client` (default: a plain client of `url`) is what the worker uses; `cpu` reads
     Redis's CPU seconds (default: INFO cpu of `url`)."""
     registry = Registry()
@@ -75,7 +78,8 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
     cpu = cpu or (lambda: redis_cpu_s(sync))
     worker = Worker(client, registry, namespace=ns,
                     config=WorkerConfig(concurrency=concurrency, batch=batch,
-                                        pipelines=pipelines, tracing=provider or False))
+                                        pipelines=pipelines, tracing=provider or False,
+                                        eager_start=eager))
     await worker.setup()
     cpu0, rcpu0, t0 = time.process_time(), cpu(), time.perf_counter()
     task = asyncio.create_task(worker.run())
@@ -120,7 +124,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     client.set_queue_limit("default", concurrency=args.limit)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
                                       args.batch, args.pipelines, provider=spans,
-                                      sleep_ms=args.sleep_ms))
+                                      sleep_ms=args.sleep_ms, eager=args.eager))
             result["submit_per_s"] = args.jobs / submit_s
             runs.append(result)
         finally:
@@ -130,7 +134,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return statistics.median(x[key] for x in runs)
 
     ok = all(x["duplicates"] == 0 and x["committed"] == args.jobs for x in runs)
-    summary = (f"burndown{' --trace' if args.trace else ''} (concurrency {args.concurrency}, "
+    flags = (" --trace" if args.trace else "") + (" --eager" if args.eager else "")
+    summary = (f"burndown{flags} (concurrency {args.concurrency}, "
                f"batch {args.batch}, {args.pipelines} pipelines): {args.jobs} jobs "
                f"x{args.runs}: {med('per_s'):,.0f} executions/s "
                f"(median), worker {med('worker_us_per_job'):.1f} us/job + redis "

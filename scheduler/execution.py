@@ -1,9 +1,10 @@
 """Runs the handlers of claimed slots and records, once, how each run ended.
 
 `start()` creates a run's task and its timeout; the task calls the handler (an `async def`
-as a task, a plain `def` in the thread pool) and hands its outcome to the committer. On
-Python 3.12+ the task starts eagerly: an `async def` that returns without awaiting has ended
-within `start()`, never scheduled on the loop (3.11 runs it on the next loop iteration). A run is
+as a task, a plain `def` in the thread pool) and hands its outcome to the committer. With
+`WorkerConfig(eager_start=True)` on Python 3.12+ the task starts eagerly: an `async def` that
+returns without awaiting has ended within `start()`, never scheduled on the loop (otherwise,
+and always on 3.11, it runs on the next loop iteration). A run is
 stopped (scheduler/inflight.py, `Run.stop`) for its timeout, a lost lease, a cancel request or
 the worker's shutdown; its outcome then follows from the reason. A handler that does not stop
 within `stuck_after_s` of its cancellation (it caught CancelledError and went on) is given up
@@ -77,7 +78,7 @@ class Execution:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
                  registry: Registry, committer: Committer, running: Inflight,
                  capacity: asyncio.Event, *, lease_s: float, threads: int,
-                 tracing: Any = False) -> None:
+                 tracing: Any = False, eager: bool = False) -> None:
         self.redis = client
         self.keys = keys
         self.clock = clock
@@ -101,16 +102,17 @@ class Execution:
         self.abandoned: dict[str, float] = {}
         self.handler_errors = HandlerErrors()
         self.result_limit = DEFAULT_MAX_PAYLOAD_BYTES  # the namespace's, once the worker knows
+        self._task = _eager_task if eager else _task  # WorkerConfig.eager_start
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
-        """Start a claimed run (it is already in the table). On Python 3.12+ its task starts
-        eagerly (`_task`): the handler runs here up to its first await, and one that returns
+        """Start a claimed run (it is already in the table). With eager start (3.12+,
+        `_eager_task`) the handler runs here up to its first await, and one that returns
         without awaiting has ended (left the table, outcome with the committer) before this
         returns, so its timer is never set."""
         run.on_stuck, run.stuck_after_s = self._stuck, self.stuck_after_s
         # Under tracing the handler runs inside its run's span.
         context = None if self.tracer is None else self.tracer.begin(run)
-        run.handler = _task(loop, self._execute(run), context)
+        run.handler = self._task(loop, self._execute(run), context)
         if run.timeout_ms and not run.ended:
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
 
@@ -274,19 +276,23 @@ class Execution:
         self.given_up.clear()
 
 
+def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
+          context: contextvars.Context | None) -> asyncio.Task[None]:
+    """A handler's task, first run on the loop's next iteration."""
+    return loop.create_task(coro, context=context)
+
+
 if sys.version_info >= (3, 12):
-    def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
-              context: contextvars.Context | None) -> asyncio.Task[None]:
+    def _eager_task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
+                    context: contextvars.Context | None) -> asyncio.Task[None]:
         """A handler's task, started eagerly (as `asyncio.eager_task_factory` does, for these
         tasks only): a handler that never awaits is not scheduled on the loop at all. A loop
         with a task factory of its own gets its tasks from it."""
         if loop.get_task_factory() is not None:
             return loop.create_task(coro, context=context)
         return asyncio.Task(coro, loop=loop, context=context, eager_start=True)
-else:  # 3.11: no eager start, the task first runs on the loop's next iteration
-    def _task(loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, None],
-              context: contextvars.Context | None) -> asyncio.Task[None]:
-        return loop.create_task(coro, context=context)
+else:  # 3.11 has no eager start
+    _eager_task = _task
 
 
 def clean(text: str, limit: int = 1000) -> str:

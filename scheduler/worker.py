@@ -82,7 +82,8 @@ class Worker(Claiming):
                                    lambda: metrics.tallies(self._run_metrics), most)
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
-                                   threads=min(most, 64), tracing=self.config.tracing)
+                                   threads=min(most, 64), tracing=self.config.tracing,
+                                   eager=self.config.eager_start)
         self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}  # (queue, task)
         self._by_lane: dict[tuple[str, str], metrics.RunMetrics] = {}  # the same, by lane
         self._untrimmed: dict[int, int] = {}  # shard -> entries claimed since its last trim

@@ -114,13 +114,20 @@ def test_sustained_with_history_writes_into_a_schema_of_its_own(tmp_path: Path) 
 
     from conftest import POSTGRES_DSN
 
+    def schemas() -> set[str]:
+        # The PostgreSQL is shared: other runs' schemas may be there, before and meanwhile.
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            return {name for (name,) in conn.execute(
+                "SELECT schema_name FROM information_schema.schemata "
+                "WHERE schema_name LIKE 'bench_sustained_%'").fetchall()}
+
+    before = schemas()
     stdout, result = bench(tmp_path, "sustained", "--rate", "200", "--seconds", "2",
                            "--sample", "1", "--history", POSTGRES_DSN, "--retention", "30",
                            "--keep-history")
     assert "1 snapshotter(s) with 30s retention" in stdout and result["lag"]["n"] > 0
+    [schema] = schemas() - before
     with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        [(schema,)] = conn.execute("SELECT schema_name FROM information_schema.schemata "
-                                   "WHERE schema_name LIKE 'bench_sustained_%'").fetchall()
         try:
             jobs = conn.execute(f'SELECT count(*) FROM "{schema}".jobs').fetchone()
             assert jobs == (result["submitted"],)  # every job, in the run's own schema

@@ -3,7 +3,7 @@ slot and runs once, across two nodes and after one is SIGKILLed; backfill after 
 were down; delayed jobs never start early.
 
 The cron test's size comes from the environment so CI stays quick: SCHED_TEST_CRON_JOBS
-(default 50) every-second jobs for SCHED_TEST_CRON_SECONDS (default 10). The size the issue
+(default 50) every-second jobs for SCHED_TEST_CRON_SECONDS (default 6). The size the issue
 asks for:
 
     SCHED_TEST_CRON_JOBS=200 SCHED_TEST_CRON_SECONDS=30 .venv/bin/pytest \
@@ -30,7 +30,7 @@ from scheduler.keys import Keys
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 
 JOBS = int(os.environ.get("SCHED_TEST_CRON_JOBS", "50"))
-SECONDS = int(os.environ.get("SCHED_TEST_CRON_SECONDS", "10"))
+SECONDS = int(os.environ.get("SCHED_TEST_CRON_SECONDS", "6"))
 LEASE_S = 2.0
 
 

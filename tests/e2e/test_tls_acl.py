@@ -34,8 +34,11 @@ def _openssl(*args: str, cwd: Path) -> None:
 
 @pytest.fixture
 def tls_redis(tmp_path: Path, ns: str) -> Iterator[tuple[str, Path]]:
+    # The CA says what its key is for: Python 3.13 verifies strictly (VERIFY_X509_STRICT)
+    # and refuses a CA certificate without a key usage extension.
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
-             "/CN=sched-test-ca", "-keyout", "ca.key", "-out", "ca.crt", cwd=tmp_path)
+             "/CN=sched-test-ca", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+             "-keyout", "ca.key", "-out", "ca.crt", cwd=tmp_path)
     _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1", "-keyout",
              "server.key", "-out", "server.csr", cwd=tmp_path)
     (tmp_path / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")

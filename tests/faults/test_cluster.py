@@ -116,7 +116,7 @@ def test_one_namespace_runs_over_three_masters(redis_url: str, redis_cluster: Cl
 
 
 RATE = 100  # jobs/s asked of the producer in the topology tests
-SECONDS = 15.0
+SECONDS = 10.0  # the fault 3 s in, then 7 s more of load
 
 
 def _under_load(c: ClusterSet, redis_url: str, ns: str, fault: Any, **producer: Any) -> str:
