@@ -37,14 +37,48 @@ def _submit_at(client: Client, n: int, lead_ms: int) -> tuple[int, list[str]]:
     return fire, client.submit_many([{"task": "t", "payload": i, "at": at} for i in range(n)])
 
 
-async def _until(done: Any, timeout: float, *tasks: asyncio.Task[Any]) -> None:
-    deadline = time.monotonic() + timeout
-    while not done():
-        assert time.monotonic() < deadline, "timed out"
-        for task in tasks:
-            if task.done():
-                task.result()
-        await asyncio.sleep(0.005)
+class _Fleet:
+    """A node and workers on their own connections, run until the test leaves the block."""
+
+    def __init__(self, redis_url: str, ns: str, ahead_s: float,
+                 started: dict[str, tuple[float, int]]) -> None:
+        self.url, self.ns, self.started = redis_url, ns, started
+        self.conns = [async_redis(redis_url)]
+        self.services: list[Any] = [SchedulerNode(self.conns[0], namespace=ns,
+                                                  config=NodeConfig(promote_ahead_s=ahead_s))]
+        self.tasks = [asyncio.create_task(self.services[0].run())]
+
+    def worker(self) -> Worker:
+        self.conns.append(async_redis(self.url))
+        w = Worker(self.conns[-1], _registry(self.started), namespace=self.ns,
+                   config=WorkerConfig(block_ms=1000))
+        self.services.append(w)
+        self.tasks.append(asyncio.create_task(w.run()))
+        return w
+
+    async def until(self, done: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            for task in self.tasks:
+                if task.done():
+                    task.result()
+            await asyncio.sleep(0.005)
+
+    async def stop(self, service: Any) -> None:
+        service.stop()
+        await self.tasks.pop(self.services.index(service))
+        self.services.remove(service)
+
+    async def __aenter__(self) -> _Fleet:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for s in self.services:
+            s.stop()
+        await asyncio.gather(*self.tasks)
+        for c in self.conns:
+            await c.aclose()
 
 
 def test_slots_due_soon_are_dispatched_before_their_time_and_start_at_it(
@@ -55,22 +89,12 @@ def test_slots_due_soon_are_dispatched_before_their_time_and_start_at_it(
         fire, ids = _submit_at(client, n, 1500)
 
         async def main() -> None:
-            conns = [async_redis(redis_url) for _ in range(3)]
-            node = SchedulerNode(conns[0], namespace=ns, config=NodeConfig(promote_ahead_s=2))
-            workers = [Worker(c, _registry(started), namespace=ns,
-                              config=WorkerConfig(block_ms=1000)) for c in conns[1:]]
-            tasks = [asyncio.create_task(s.run()) for s in (node, *workers)]
-            try:
+            async with _Fleet(redis_url, ns, 2, started) as fleet:
+                workers = [fleet.worker(), fleet.worker()]
                 # Every slot leaves `due` for the workers' hands before its time...
-                await _until(lambda: sum(w.reader.in_hand() for w in workers) == n, 5, *tasks)
+                await fleet.until(lambda: sum(w.reader.in_hand() for w in workers) == n, 5)
                 assert _redis_ms(client) < fire and not started
-                await _until(lambda: len(started) == n, 10, *tasks)
-            finally:
-                for s in (node, *workers):
-                    s.stop()
-                await asyncio.gather(*tasks)
-                for c in conns:
-                    await c.aclose()
+                await fleet.until(lambda: len(started) == n, 10)
 
         asyncio.run(main())
         slots = [s for j in ids for s in client.slots(j)]
@@ -93,29 +117,15 @@ def test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time
         fire, ids = _submit_at(client, n, 2000)
 
         async def main() -> None:
-            conns = [async_redis(redis_url) for _ in range(3)]
-            node = SchedulerNode(conns[0], namespace=ns, config=NodeConfig(promote_ahead_s=3))
-            first = Worker(conns[1], _registry(started), namespace=ns,
-                           config=WorkerConfig(block_ms=1000))
-            tasks = [asyncio.create_task(s.run()) for s in (node, first)]
-            second = None
-            try:
-                await _until(lambda: first.reader.in_hand() == n, 5, *tasks)
-                first.stop()
-                await tasks.pop()
+            async with _Fleet(redis_url, ns, 3, started) as fleet:
+                first = fleet.worker()
+                await fleet.until(lambda: first.reader.in_hand() == n, 5)
+                await fleet.stop(first)
                 assert _redis_ms(client) < fire - 500, "too slow to test before the fire time"
-                second = Worker(conns[2], _registry(started), namespace=ns,
-                                config=WorkerConfig(block_ms=1000))
-                tasks.append(asyncio.create_task(second.run()))
-                await _until(lambda: len(second.reader.early) == n, 3, *tasks)
+                second = fleet.worker()
+                await fleet.until(lambda: len(second.reader.early) == n, 3)
                 assert not started
-                await _until(lambda: len(started) == n, 10, *tasks)
-            finally:
-                for s in (node, first, *([second] if second else [])):
-                    s.stop()
-                await asyncio.gather(*tasks)
-                for c in conns:
-                    await c.aclose()
+                await fleet.until(lambda: len(started) == n, 10)
 
         asyncio.run(main())
         assert {s.status.value for j in ids for s in client.slots(j)} == {"succeeded"}
