@@ -45,6 +45,11 @@ def test_sigterm_mid_run_loses_no_job(r: redis.Redis, redis_url: str, ns: str,
         first = start_worker(redis_url, ns, app_env, "--concurrency", "50", "--grace", grace)
         try:
             wait_for(lambda: r.hlen(effects) >= 60, 30, "the first runs")
+            # Effects land as a claim's runs end, and the next claim's runs start then:
+            # signalled a little later, runs are surely in flight with more than 0.1 s to go
+            # (signalled at once, the runs of another pipeline's claim could all end within
+            # the short grace, and nothing would be released).
+            time.sleep(0.15)
             first.send_signal(signal.SIGTERM)
             out, _ = first.communicate(timeout=60)
         finally:
