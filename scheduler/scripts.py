@@ -19,7 +19,7 @@ import msgspec
 import redis
 import redis.asyncio
 
-from . import cluster
+from . import cluster, direct
 from .sources import SOURCES
 
 
@@ -368,7 +368,7 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
         pipe = cluster.pipeline(client)
         batch.fill(pipe)
         n = tail(pipe)
-        out = await pipe.execute(raise_on_error=False)
+        out = await direct.execute(client, pipe)
         extras.append(out[len(out) - n:])
         if not batch.absorb(out[:len(out) - n]):
             break
@@ -386,7 +386,7 @@ async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
         batch.fill(pipe)
         if wait is not None:
             cluster.each_node(pipe, *wait)
-        out = await pipe.execute(raise_on_error=False)
+        out = await direct.execute(client, pipe)
         acked = _acked(batch, out, wait, acked, cluster.is_cluster(client))
         if not batch.absorb(out[:len(batch.todo)]):
             break

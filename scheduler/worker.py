@@ -21,7 +21,7 @@ from typing import Any
 
 import redis.asyncio
 
-from . import metrics, namespace
+from . import direct, metrics, namespace
 from .autoscale import Autoscaler
 from .claiming import Claiming
 from .clock import Clock, RedisClock, resync
@@ -193,6 +193,7 @@ class Worker(Claiming):
         """Run until stop(); then shut down in the order the module docstring gives."""
         if not await self._setup():
             return
+        direct.enable(self.redis)  # claims and commits on connections of their own
         auto = self.config.autoscale
         log.info("worker %s reading %s across %d shards (concurrency %s)", self.worker_id,
                  ",".join(self.config.queues), self.shards,
@@ -233,6 +234,7 @@ class Worker(Claiming):
             except Exception:
                 pass  # the registry entry expires by itself
             self.execution.close()
+            await direct.close(self.redis)
             log.info("worker %s stopped", self.worker_id)
 
     async def _hand_back_limited(self) -> None:

@@ -29,14 +29,16 @@
      R.STALE  not claimable: the slot is gone, or not queued under this entry (a stale or
               duplicate entry, e.g. the slot was cancelled); the entry is acked
      R.HELD   the slot is running under this very entry (another consumer holds its
-              lease); the entry is left alone
+              lease, or this one did and the lease ran out: the reclaimer ends that
+              attempt); the entry is left alone
      R.EARLY, nb  the slot was dispatched early (promote.lua) and its not-before time nb
               is still after now_ms: nothing changes, the entry stays with this consumer,
               which holds it until nb (reader.py). The one guard that a slot never starts
               before its time, whatever path its entry took
      The same worker claiming an entry it already holds (it sent the claim again because
      the first reply was lost) gets the claim again, R.OK, ... with the same attempt and a
-     fresh lease, so a lost reply never strands a slot until its lease runs out.
+     fresh lease, so a lost reply never strands a slot until its lease runs out; once that
+     lease has run out, HELD (see repeat_of).
   Flat, not an array per entry: a Lua table and a RESP array fewer per entry (~3% of the
   script's time per entry, bench/RESULTS.md "Redis side of claim and complete").
 
@@ -78,6 +80,16 @@ local leases = prefix .. 'leases'
 local job_fields = {'task', 'payload', 'timeout_ms', 'delivery'}
 if trace then job_fields[5], job_fields[6] = 'traceparent', 'kind' end
 
+-- A claim of a running slot's own entry by the worker holding it is that worker's claim
+-- sent again (its reply was lost) only while the lease it was given lives. Past it, the
+-- worker gave the run up (its watchdog stops runs before their lease ends), maybe after the
+-- handler had begun: granting that attempt again would start it twice, and its ctx.once
+-- marks would hide effects the first start never made. The reclaimer ends it instead.
+local function repeat_of(slot_key)
+  local held = redis.call('HMGET', slot_key, 'worker', 'lease_until')
+  return held[1] == worker and (tonumber(held[2]) or 0) >= now
+end
+
 local reply, r = {}, 0  -- r: the reply's length so far
 local records = {}
 local touched = {}
@@ -114,7 +126,7 @@ for i = 0, n - 1 do
       r = r + 3
     end
     records[#records + 1] = {slot = slot_id, attempt = attempt}
-  elseif st[1] == 'running' and st[2] == msg and redis.call('HGET', slot_key, 'worker') == worker then
+  elseif st[1] == 'running' and st[2] == msg and repeat_of(slot_key) then
     local job = redis.call('HMGET', prefix .. 'job:' .. st[3], unpack(job_fields))
     redis.call('HSET', slot_key, 'lease_until', lease_s)
     reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =

@@ -181,6 +181,13 @@ MUTANTS = [
            "breaks the rate over 10 s", "scheduler/lua/acquire.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
+    Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
+           "after that claim's lease ran out: a run its watchdog gave up, maybe after "
+           "ctx.once, starts a second time under the same attempt", "scheduler/lua/claim.lua",
+           "  return held[1] == worker and (tonumber(held[2]) or 0) >= now",
+           "  return held[1] == worker",
+           ("tests/lua/test_transitions.py::test_a_claim_sent_again_after_its_lease_ran_out_"
+            "is_not_granted",), fast=True),
     Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
            "handed back without its time (a stopping worker's requeue) starts before its "
            "fire time", "scheduler/lua/claim.lua",

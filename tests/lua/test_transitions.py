@@ -102,6 +102,19 @@ def test_a_claim_sent_again_by_its_worker_is_granted_again(
     assert s.claim(entries, worker="worker-2") == [[Code.HELD]]
 
 
+def test_a_claim_sent_again_after_its_lease_ran_out_is_not_granted(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """Past its lease the worker gave the run up (its watchdog stopped it, maybe after the
+    handler began): the same attempt granted again would start twice, so the entry is left
+    for the reclaimer, which ends the attempt and dispatches the slot anew."""
+    s = make(r, client, clock)
+    entries = s.read()
+    s.claim(entries)
+    clock.advance(LEASE / 1000 + 0.001)
+    assert s.claim(entries) == [[Code.HELD]]
+    assert s.slot().attempt == 1
+
+
 def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=2, max_s=60, jitter=0))

@@ -1,0 +1,130 @@
+"""The worker's round trips on connections of its own: what a redis-py pipeline collected,
+sent and read without the pool's bookkeeping around each round trip.
+
+Why: redis-py's asyncio `Pipeline.execute()` costs ~220 us of client CPU per round trip on
+the two-core box of bench/RESULTS.md, against ~80 us for the write and the reads themselves:
+the pool's lock, its connection-count recording and its `can_read` check on every get and
+release, the retry wrapper, the fieldset preflight. A worker at its default concurrency (100)
+makes ~0.06 round trips per job (a claim per 50 entries, a commit per ~25 outcomes), so that
+was close to half of its CPU per job.
+
+How: the commands are still built by a redis-py Pipeline (`fill` and `tail` in scripts.py),
+and each reply is parsed by the client's own response callback, so what comes back is what
+`execute(raise_on_error=False)` returns: the replies in order, an error reply as its
+exception. Only the I/O differs: one write of every command, then one read per reply, on a
+connection kept here for the client (`enable`), outside its pool.
+
+Why no check is needed: a connection carries one round trip at a time (it is taken from the
+free list and put back only after its last reply was read), and any exception on it (a
+broken or stalled connection, a timeout, a cancellation) disconnects it, so no reply is ever
+left unread on a connection that is used again. A broken round trip is retried as the
+client's own retry policy says, exactly as its pipeline would be (a worker's client retries
+none: a call that may have run is not sent again behind the caller's back, connection.py).
+More than MAX_LINKS round trips at once take the pipeline path, so the connections kept here
+stay few.
+"""
+
+from __future__ import annotations
+
+import inspect
+import weakref
+from typing import Any
+
+import redis.asyncio
+import redis.exceptions
+from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+
+MAX_LINKS = 8  # connections kept per client: the claim pipelines, the committer, a heartbeat
+_NOT_OPTIONS = {"keys", EMPTY_RESPONSE, NEVER_DECODE}  # consumed by parse_response
+
+
+class _Links:
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.free: list[Any] = []
+        self.busy = 0
+        self.users = 0  # enable() calls not yet closed: workers sharing one client
+        self.closed = False
+
+    async def put_back(self, conn: Any) -> None:
+        self.busy -= 1
+        if self.closed:
+            await conn.disconnect()
+        else:
+            self.free.append(conn)
+
+
+_LINKS: weakref.WeakKeyDictionary[Any, _Links] = weakref.WeakKeyDictionary()
+
+
+def enable(client: Any) -> None:
+    """Make `client`'s script round trips (scripts.run_async...) go through here. A Redis
+    Cluster client, or anything but a plain redis-py asyncio client, keeps its pipelines."""
+    if type(client) is not redis.asyncio.Redis:
+        return
+    links = _LINKS.get(client.connection_pool)
+    if links is None:
+        links = _LINKS[client.connection_pool] = _Links(client.connection_pool)
+    links.users += 1
+
+
+async def close(client: Any) -> None:
+    """Undo one enable(); the last one closes the connections kept for `client` (one still
+    in use closes when its round trip ends)."""
+    links = _LINKS.get(client.connection_pool) if type(client) is redis.asyncio.Redis else None
+    if links is None:
+        return
+    links.users -= 1
+    if links.users > 0:
+        return
+    del _LINKS[client.connection_pool]
+    links.closed = True
+    free, links.free = links.free, []
+    for conn in free:
+        await conn.disconnect()
+
+
+async def execute(client: Any, pipe: Any) -> list[Any]:
+    """`pipe.execute(raise_on_error=False)`, on a connection of our own when enabled."""
+    links = _LINKS.get(getattr(client, "connection_pool", None)) \
+        if type(client) is redis.asyncio.Redis else None
+    stack = getattr(pipe, "command_stack", None)
+    if links is None or not stack or (not links.free and links.busy >= MAX_LINKS):
+        return list(await pipe.execute(raise_on_error=False))
+    conn = links.free.pop() if links.free else links.pool.make_connection()
+    links.busy += 1
+    try:
+        # The client's retry policy, as its pipelines apply it: the whole round trip again
+        # on a fresh connection (a worker's client retries nothing: connection.py).
+        out: list[Any] = await conn.retry.call_with_retry(
+            lambda: _round_trip(client, conn, stack), lambda error: conn.disconnect())
+    except BaseException:
+        await conn.disconnect()  # replies may still be on their way: out of step
+        await links.put_back(conn)
+        raise
+    await links.put_back(conn)
+    return out
+
+
+async def _round_trip(client: Any, conn: Any, stack: list[Any]) -> list[Any]:
+    if not conn.is_connected:
+        await conn.connect()
+    await conn.send_packed_command(conn.pack_commands([args for args, _ in stack]),
+                                   check_health=False)
+    return [await _reply(client, conn, args[0], options) for args, options in stack]
+
+
+async def _reply(client: Any, conn: Any, command: Any, options: dict[str, Any]) -> Any:
+    """One reply, as redis-py's `parse_response` makes it (its options and callbacks)."""
+    try:
+        if NEVER_DECODE in options:
+            response = await conn.read_response(disable_decoding=True)
+        else:
+            response = await conn.read_response()
+    except redis.exceptions.ResponseError as exc:  # an error reply: read, the next follows
+        return options[EMPTY_RESPONSE] if EMPTY_RESPONSE in options else exc
+    callback = client.response_callbacks.get(command)
+    if callback is None:
+        return response
+    value = callback(response, **{k: v for k, v in options.items() if k not in _NOT_OPTIONS})
+    return await value if inspect.isawaitable(value) else value

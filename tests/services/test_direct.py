@@ -1,0 +1,152 @@
+"""The worker's round trips on connections of their own (scheduler/direct.py): the same
+results as redis-py's pipeline, error replies in their place, a script cache flushed under
+it, a connection killed under it, and a round trip cancelled in the middle, after which no
+reply of it is read as the next one's."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+from scheduler import direct, scripts
+from scheduler.connection import async_redis, process_redis
+from scheduler.keys import Keys
+
+
+def _calls(client: Any, ns: str) -> list[scripts.Call]:
+    """Two calls on a namespace that exists (client), each answering for a slot it lacks."""
+    prefix = Keys(ns).prefix(0)
+    return [scripts.heartbeat(prefix, 1, 1000, "w", [("nope:1", 1)]),
+            scripts.complete(prefix, 1, 1000, "w", [("nope:1", "1", 1, 2)])]
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_replies_are_the_pipelines_own(redis_url: str, ns: str, client: Any) -> None:
+    async def scenario() -> tuple[list[Any], list[Any], int]:
+        conn = async_redis(redis_url)
+        calls = _calls(client, ns)
+        plain = await scripts.run_async(conn, calls, raise_errors=False)
+        direct.enable(conn)
+        mine = await scripts.run_async(conn, calls, raise_errors=False)
+        kept = len(direct._LINKS[conn.connection_pool].free)
+        await direct.close(conn)
+        await conn.aclose()
+        return plain, mine, kept
+
+    plain, mine, kept = _run(scenario())
+    assert mine == plain
+    assert kept == 1  # the round trip went over a connection of its own
+
+
+def test_an_error_reply_takes_its_place_and_the_rest_still_run(redis_url: str, ns: str,
+                                                                client: Any) -> None:
+    async def scenario() -> list[Any]:
+        conn = async_redis(redis_url)
+        direct.enable(conn)
+        pipe = conn.pipeline(transaction=False)
+        pipe.set(f"{ns}:direct:a", "1")
+        pipe.hset(f"{ns}:direct:a", "f", "v")  # WRONGTYPE
+        pipe.get(f"{ns}:direct:a")
+        out = await direct.execute(conn, pipe)
+        await direct.close(conn)
+        await conn.aclose()
+        return out
+
+    out = _run(scenario())
+    assert out[0] is True and out[2] == b"1"
+    assert isinstance(out[1], redis.exceptions.ResponseError) and "WRONGTYPE" in str(out[1])
+
+
+def test_a_flushed_script_cache_is_loaded_again(redis_url: str, ns: str, client: Any,
+                                                r: redis.Redis) -> None:
+    async def scenario() -> list[Any]:
+        conn = async_redis(redis_url)
+        direct.enable(conn)
+        await scripts.run_async(conn, _calls(client, ns))
+        r.script_flush()
+        out = await scripts.run_async(conn, _calls(client, ns))
+        await direct.close(conn)
+        await conn.aclose()
+        return out
+
+    out = _run(scenario())
+    assert all(isinstance(x, list) for x in out)
+
+
+def _own_addr(conn: Any) -> str:
+    [link] = direct._LINKS[conn.connection_pool].free
+    host, port = link._writer.get_extra_info("sockname")[:2]
+    return f"{host}:{port}"
+
+
+@pytest.mark.parametrize("retries", [0, 3])
+def test_a_killed_connection_fails_or_is_retried_as_the_clients_policy_says(
+        redis_url: str, ns: str, client: Any, r: redis.Redis, retries: int) -> None:
+    async def scenario() -> Any:
+        conn = async_redis(redis_url, retries=retries)
+        direct.enable(conn)
+        await scripts.run_async(conn, _calls(client, ns))
+        r.client_kill(_own_addr(conn))
+        try:
+            return await scripts.run_async(conn, _calls(client, ns))
+        except redis.exceptions.ConnectionError as exc:
+            return exc
+        finally:
+            await direct.close(conn)
+            await conn.aclose()
+
+    out = _run(scenario())
+    if retries:
+        assert isinstance(out, list) and all(isinstance(x, list) for x in out)
+    else:  # a worker's client: nothing sent twice behind its back
+        assert isinstance(out, redis.exceptions.ConnectionError)
+
+
+def test_a_round_trip_cancelled_in_flight_leaves_no_reply_for_the_next(
+        redis_url: str, ns: str) -> None:
+    key = f"{ns}:direct:list"
+
+    async def scenario() -> list[Any]:
+        conn = process_redis(redis_url, 30)
+        direct.enable(conn)
+        pipe = conn.pipeline(transaction=False)
+        pipe.blpop([key], timeout=0.3)  # its reply comes 0.3 s later, after the cancel
+        task = asyncio.create_task(direct.execute(conn, pipe))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.4)  # the blocked reply has been sent by now
+        pipe = conn.pipeline(transaction=False)
+        pipe.echo("next")
+        out = await direct.execute(conn, pipe)
+        await direct.close(conn)
+        await conn.aclose()
+        return out
+
+    assert _run(scenario()) == [b"next"]
+
+
+def test_close_disconnects_what_it_kept_once_the_last_user_is_done(redis_url: str, ns: str,
+                                                                   client: Any) -> None:
+    async def scenario() -> tuple[bool, bool]:
+        conn = async_redis(redis_url)
+        direct.enable(conn)
+        direct.enable(conn)  # two workers on one client
+        await scripts.run_async(conn, _calls(client, ns))
+        [link] = direct._LINKS[conn.connection_pool].free
+        await direct.close(conn)
+        after_one = link.is_connected
+        await direct.close(conn)
+        after_both = link.is_connected
+        await conn.aclose()
+        return after_one, after_both
+
+    assert _run(scenario()) == (True, False)
