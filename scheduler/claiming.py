@@ -71,9 +71,15 @@ class Claiming:
                      reader: Reader | None = None) -> int:
         now = self._claim_time(entries)
         shards, tracer = list(entries), self.execution.tracer
+        source = reader or self.reader
+        # The job fields the entries carry (a tracing worker needs the job's trace fields:
+        # its claims read the job), and what the claim is told of them (claim.lua ARGV[8]).
+        carry = {s: self._carried(source, entries[s]) for s in shards} if tracer is None \
+            else {}
         calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
                                self.worker_id, self.lease_ms, entries[s], tracer,
-                               self._trim(s, len(entries[s]))) for s in shards]
+                               self._trim(s, len(entries[s])),
+                               carry[s][0] if carry else "") for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         unconfirmed = None
         if prefetch or self.config.claim_replicas:
@@ -87,15 +93,19 @@ class Claiming:
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._by_lane
         claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
+        held = source.carried
         for shard, reply in zip(shards, answers, strict=True):
             batch = entries[shard]
-            for (lane, msg, slot_id), grant in zip(batch, claimed(reply, batch), strict=True):
+            grants = replies.claimed(reply, batch, carry=carry[shard][1]) if carry \
+                else claimed(reply, batch)
+            for (lane, msg, slot_id), grant in zip(batch, grants, strict=True):
+                if isinstance(grant, int):  # EARLY: not before this time
+                    source.hold((shard, lane, msg, slot_id), grant)
+                    continue
+                held.pop(slot_id, None)
                 # An entry twice in a batch is granted twice: run it once, even when its
                 # first run ended within start() (an eager start: execution.py).
                 if grant is None or slot_id in running or slot_id in begun:
-                    continue
-                if isinstance(grant, int):  # EARLY: not before this time
-                    (reader or self.reader).hold((shard, lane, msg, slot_id), grant)
                     continue
                 if unconfirmed is not None and grant[4] == "at_most_once":
                     self._not_replicated(slot_id, unconfirmed)
@@ -112,6 +122,27 @@ class Claiming:
                 begun.add(slot_id)
                 started += 1
         return started
+
+    @staticmethod
+    def _carried(reader: Reader, batch: list[tuple[str, bytes, str]]
+                 ) -> tuple[str, list[replies.Carried | None]]:
+        """claim.lua's ARGV[8] for a batch ("k", "a" for at_most_once, "-" for an entry
+        carrying nothing), and the carried fields of each entry."""
+        held = reader.carried
+        if not held:
+            return "", []
+        flags: list[str] = []
+        fields: list[replies.Carried | None] = []
+        for _, _, slot_id in batch:
+            raw = held.get(slot_id)
+            if raw is None:
+                flags.append("-")
+                fields.append(None)
+            else:
+                job = replies.carried(raw)
+                flags.append("a" if job[3] == "at_most_once" else "k")
+                fields.append(job)
+        return "".join(flags), fields
 
     def _trim(self, shard: int, n: int) -> bool:
         """Whether this claim trims the shard's streams: once per TRIM_EVERY entries."""

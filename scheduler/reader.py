@@ -59,6 +59,12 @@ class Reader:
         self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
         self._stream_of: dict[bytes, tuple[int, str, deque[Entry]]] = {}
         self.backlog = Backlog()
+        # The job fields entries in hand carry (slot id -> t, p, o, d: carry_entry in
+        # _lib.lua; entry ids repeat across streams, slot ids do not), for claims that read
+        # no job hash. Only a shortcut: an entry without (or forgotten, past the cap) is
+        # claimed with the job read.
+        self.carried: dict[str, tuple[bytes, bytes, bytes, bytes]] = {}
+        self.carry_cap = 4 * (self.hold_cap + batch)
         # A read or claim whose reply was lost may have handed this consumer entries it never
         # saw: the next read first looks at its own pending list (see recover).
         self.must_recover = False
@@ -261,6 +267,7 @@ class Reader:
             self.early.clear()
         for shard, lane_name, msg_id, slot_id in drained:
             entries.setdefault(shard, []).append((lane_name, msg_id, slot_id))
+            self.carried.pop(slot_id, None)
         await scripts.run_async(self.redis, [
             scripts.requeue(self.keys.prefix(s), now_ms, self.events_maxlen, items)
             for s, items in entries.items()])
@@ -283,11 +290,15 @@ class Reader:
                 *tail)
 
     def add(self, reply: Any, skip: Collection[str] = ()) -> None:
-        """A raw XREADGROUP reply: {stream key: [[entry id, [b"s", slot id]], ...]} (RESP3),
-        or the same pairs as a list (RESP2); an entry dispatched early has [b"s", slot id,
-        b"f", not before ms]. An entry deleted from the stream comes without fields (its
-        slot is the sweeper's to find)."""
+        """A raw XREADGROUP reply: {stream key: [[entry id, [b"s", slot id, ...]], ...]}
+        (RESP3), or the same pairs as a list (RESP2). After `s` an entry may carry its job's
+        fields (b"t", task, b"p", payload, b"o", timeout, b"d", delivery: carry_entry in
+        _lib.lua), and one dispatched early ends with b"f", not before ms. An entry deleted
+        from the stream comes without fields (its slot is the sweeper's to find)."""
         now = 0
+        carried = self.carried
+        if len(carried) > self.carry_cap:  # entries that left without a claim: start over
+            carried.clear()
         for key, messages in (reply.items() if isinstance(reply, dict) else reply or ()):
             shard, lane_name, waiting = self._stream_of[key]
             for msg_id, fields in messages:
@@ -295,9 +306,12 @@ class Reader:
                     slot = fields[1].decode()
                     if slot in skip:
                         continue
-                    if len(fields) > 3:
+                    n = len(fields)
+                    if n >= 10 and fields[2] == b"t":
+                        carried[slot] = (fields[3], fields[5], fields[7], fields[9])
+                    if n > 3 and fields[n - 2] == b"f":
                         now = now or self.clock.now_ms()
-                        not_before = int(fields[3])
+                        not_before = int(fields[n - 1])
                         if not_before > now:
                             self.hold((shard, lane_name, msg_id, slot), not_before)
                             continue

@@ -38,10 +38,11 @@ class Code(IntEnum):
     MOVED = 14  # materialize: the watermark moved (another node did it first); redefine: the
     #            definition changed meanwhile; nothing written
     EARLY = 15  # claim: the slot was dispatched early and its time has not come; nothing written
+    GRANT = 16  # claim: claimed, with the job fields the worker holds from the stream entry
 
 
 ANSWERS: dict[str, frozenset[Code]] = {
-    "claim": frozenset({Code.OK, Code.STALE, Code.HELD, Code.EARLY}),
+    "claim": frozenset({Code.OK, Code.GRANT, Code.STALE, Code.HELD, Code.EARLY}),
     "complete": frozenset({Code.OK, Code.REPEAT, Code.STALE}),
     "fail": frozenset({Code.RETRY, Code.DEAD, Code.CANCELLED, Code.REPEAT, Code.STALE}),
     "release": frozenset({Code.OK, Code.LOST, Code.STALE}),
@@ -100,25 +101,43 @@ Grant = tuple[int, str, bytes, int, str, int]
 """One claimed entry: (attempt = fencing token, task, payload, timeout_ms, delivery, fire_ms)."""
 
 _OK, _STALE, _HELD, _EARLY = int(Code.OK), int(Code.STALE), int(Code.HELD), int(Code.EARLY)
+_GRANT = int(Code.GRANT)
+Carried = tuple[str, bytes | None, int, str]
+"""The job fields a dispatch-stream entry carries (carry_entry in _lib.lua): task, payload
+(None: null), timeout_ms (0: none), delivery; see carried()."""
+
+
+def carried(fields: Sequence[bytes]) -> Carried:
+    """An entry's t, p, o and d values (reader.py finds them by position) as a grant has them."""
+    task, payload, timeout, delivery = fields
+    return (task.decode(), payload or None, int(timeout or 0),
+            delivery.decode() if delivery else "at_least_once")
 
 
 def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
-            traced: bool = False) -> list[Grant | int | None]:
+            traced: bool = False,
+            carry: Sequence[Carried | None] | None = None) -> list[Grant | int | None]:
     """claim.lua's reply for one shard (one flat array: each entry's code, then its
     values), one item per entry of `entries` (the (lane, msg_id, slot_id) the call was
     built from), in order: its grant; None when the entry was not claimed (STALE: acked, the
     slot moved on; HELD: another consumer has it); or, for EARLY, the int time (ms) before
     which the slot may not start, so the worker holds its entry until then. The grant's
-    fire_ms is the slot id's (JOB_ID:FIRE_MS), not sent back. `traced`: the call was sent
+    fire_ms is the slot id's (JOB_ID:FIRE_MS), not sent back; a GRANT's job fields are the
+    ones `carry` holds for its entry (the call's ARGV[8] said so). `traced`: the call was sent
     with trace "1" (each grant 3 values longer, see traces). This runs once per claimed slot
     on the worker's hot path: plain tuples and ints."""
     out: list[Grant | int | None] = []
     width = 9 if traced else 6  # the code and its values
     i, end = 0, len(reply)
     try:
-        for _, _, slot_id in entries:
+        for k, (_, _, slot_id) in enumerate(entries):
             c = reply[i]
-            if c == _OK:
+            if c == _GRANT:
+                job: Any = carry[k]  # type: ignore[index]
+                out.append((int(reply[i + 1]), job[0], job[1], job[2], job[3],
+                            int(slot_id[slot_id.rindex(":") + 1:])))
+                i += 2
+            elif c == _OK:
                 task, delivery = reply[i + 2], reply[i + 5]
                 out.append((int(reply[i + 1]), task.decode() if task else "", reply[i + 3],
                             int(reply[i + 4] or 0),
@@ -145,7 +164,7 @@ def claim_items(reply: Sequence[Any], traced: bool = False) -> list[list[Any]]:
     """claim.lua's flat reply cut into one list per entry ([code, values...]): for tests and
     traces, not the hot path."""
     items, i = [], 0
-    width = {_OK: 9 if traced else 6, _EARLY: 2}
+    width = {_OK: 9 if traced else 6, _EARLY: 2, _GRANT: 2}
     while i < len(reply):
         n = width.get(reply[i], 1)
         items.append(list(reply[i:i + n]))

@@ -64,17 +64,17 @@ def submit(prefix: str, now_ms: int, maxlen: int,
 
 def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
           entries: Iterable[tuple[str, bytes | str, str]], trace: object = None,
-          trim: bool = True) -> Call:
+          trim: bool = True, carried: str = "") -> Call:
     """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
-    grants also carry the job's traceparent and kind and the slot id (replies.traces).
-    trim: trim the streams touched of their acked head."""
+    grants also carry the job's traceparent and kind and the slot id (replies.traces). trim:
+    trim the streams touched. carried: claim.lua's ARGV[8] (the entries' job fields held)."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)
     args: tuple[Any, ...] = (now_ms, maxlen, worker, lease_ms, pack(items))
-    if not trim:
-        return Call("claim", (prefix,), (*args, "1" if trace else "", "0"))
-    return Call("claim", (prefix,), (*args, "1") if trace else args)
+    if trace or not trim or carried:
+        args += ("1" if trace else "", "1" if trim else "0", carried)
+    return Call("claim", (prefix,), args)
 
 
 def requeue(prefix: str, now_ms: int, maxlen: int,

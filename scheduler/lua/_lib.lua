@@ -80,6 +80,25 @@ local function attempt_record(s, outcome, started, finished, err)
   return cjson.encode(rec)
 end
 
+-- A slot's dispatch-stream entry carrying the job fields its claim needs, so that the claim
+-- reads no job hash (claim.lua's ARGV[8]): s slot id, then t task, p payload, o timeout_ms, d
+-- delivery in this order ('' where the job hash has no such field; reader.py reads them by
+-- position), and f when dispatched early (nb: not before). A payload over 4 KiB is not copied
+-- (the entry would hold it until trimmed): that entry has s (and f) alone, as the entries
+-- other transitions make (dispatch, below), and its claim reads the job.
+local function carry_entry(stream, slot_id, task, payload, timeout, delivery, nb)
+  if not task or (payload and #payload > 4096) then
+    if nb then return redis.call('XADD', stream, '*', 's', slot_id, 'f', nb) end
+    return redis.call('XADD', stream, '*', 's', slot_id)
+  end
+  if nb then
+    return redis.call('XADD', stream, '*', 's', slot_id, 't', task, 'p', payload or '',
+      'o', timeout or '', 'd', delivery or '', 'f', nb)
+  end
+  return redis.call('XADD', stream, '*', 's', slot_id, 't', task, 'p', payload or '',
+    'o', timeout or '', 'd', delivery or '')
+end
+
 -- Put a slot (back) into its lane's dispatch stream under a new entry.
 local function dispatch(prefix, slot_key, slot_id, lane_name, now)
   local msg = redis.call('XADD', prefix .. 'q:' .. lane_name, '*', 's', slot_id)

@@ -17,9 +17,17 @@
                            claimed there, not on every call: a trim costs ~10 us whatever
                            it drops, which at small batches (low concurrency) is more than
                            the claims
+  ARGV[8]  carried         optional: one character per entry, in order: "k" the worker has
+                           the job's fields from the stream entry (submit.lua and promote.lua
+                           copy them there when the entry is made: entry_fields in _lib.lua),
+                           "a" the same for an at_most_once job, anything else (or past the
+                           end) it has not. A carried entry's grant is R.GRANT without the job
+                           hash read: ~20% of this script per entry (bench/RESULTS.md)
 
   Reply: one flat array, each entry's answer in order, a code then its values (codes: R,
   replies.py; decoded by replies.claimed, which walks it by code)
+     R.GRANT, attempt   claimed, the job's fields carried by the entry (ARGV[8]): the job as
+              it was when the slot was dispatched, which is the job the slot was made for
      R.OK, attempt, task, payload, timeout_ms, delivery   claimed (5 values); the attempt
               number is the fencing token that complete/fail/release/heartbeat must present;
               timeout_ms and delivery nil when the job hash holds the default. The worker
@@ -71,6 +79,8 @@ local items = cmsgpack.unpack(ARGV[5])
 local n = #items / 3
 local trace = ARGV[6] == '1'
 local trim = ARGV[7] ~= '0'
+local carried = ARGV[8] or ''
+local CARRIED, CARRIED_AT_MOST_ONCE = 107, 97  -- string.byte of "k" and "a"
 
 --- @include "_lib.lua"
 
@@ -98,17 +108,22 @@ for i = 0, n - 1 do
   local lane_name, msg, slot_id = items[b + 1], items[b + 2], items[b + 3]
   touched[lane_name] = true
   local slot_key = prefix .. 'slot:' .. slot_id
-  -- Five fields: each one more costs ~0.27 us. The worker, needed only to tell a repeated
-  -- claim from another consumer's, is read in that rare branch.
-  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'job_id', 'attempt', 'nb')
-  if st[1] == 'queued' and st[2] == msg and st[5] and tonumber(st[5]) > now then
-    reply[r + 1], reply[r + 2] = R.EARLY, st[5]
+  local k = string.byte(carried, i + 1)
+  if k ~= CARRIED and k ~= CARRIED_AT_MOST_ONCE then k = nil end
+  -- Four fields, and the job id only for a claim that reads the job: each one more costs
+  -- ~0.27 us. The worker, needed only to tell a repeated claim from another consumer's, is
+  -- read in that rare branch.
+  local st = k and redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb')
+    or redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb', 'job_id')
+  if st[1] == 'queued' and st[2] == msg and st[4] and tonumber(st[4]) > now then
+    reply[r + 1], reply[r + 2] = R.EARLY, st[4]
     r = r + 2
   elseif st[1] == 'queued' and st[2] == msg then
-    local attempt = (tonumber(st[4]) or 0) + 1
-    local job = redis.call('HMGET', prefix .. 'job:' .. st[3], unpack(job_fields))
+    local attempt = (tonumber(st[3]) or 0) + 1
+    local job
+    if not k then job = redis.call('HMGET', prefix .. 'job:' .. st[5], unpack(job_fields)) end
     local attempt_s = string.format('%d', attempt)
-    if job[4] == 'at_most_once' then
+    if (k and k == CARRIED_AT_MOST_ONCE) or (not k and job[4] == 'at_most_once') then
       -- Acked now, so no pending entry can show the lease: the `leases` zset does.
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s, 'msg', '')
@@ -118,23 +133,33 @@ for i = 0, n - 1 do
       redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt_s, 'worker', worker,
         'claimed_ms', now_s, 'lease_until', lease_s)
     end
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-      R.OK, attempt, job[1], job[2], job[3], job[4]
-    r = r + 6
-    if trace then
-      reply[r + 1], reply[r + 2], reply[r + 3] = job[5], job[6], slot_id
-      r = r + 3
+    if k then
+      reply[r + 1], reply[r + 2] = R.GRANT, attempt
+      r = r + 2
+    else
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+        R.OK, attempt, job[1], job[2], job[3], job[4]
+      r = r + 6
+      if trace then
+        reply[r + 1], reply[r + 2], reply[r + 3] = job[5], job[6], slot_id
+        r = r + 3
+      end
     end
     records[#records + 1] = {slot = slot_id, attempt = attempt}
   elseif st[1] == 'running' and st[2] == msg and repeat_of(slot_key) then
-    local job = redis.call('HMGET', prefix .. 'job:' .. st[3], unpack(job_fields))
     redis.call('HSET', slot_key, 'lease_until', lease_s)
-    reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
-      R.OK, tonumber(st[4]), job[1], job[2], job[3], job[4]
-    r = r + 6
-    if trace then
-      reply[r + 1], reply[r + 2], reply[r + 3] = job[5], job[6], slot_id
-      r = r + 3
+    if k then
+      reply[r + 1], reply[r + 2] = R.GRANT, tonumber(st[3])
+      r = r + 2
+    else
+      local job = redis.call('HMGET', prefix .. 'job:' .. st[5], unpack(job_fields))
+      reply[r + 1], reply[r + 2], reply[r + 3], reply[r + 4], reply[r + 5], reply[r + 6] =
+        R.OK, tonumber(st[3]), job[1], job[2], job[3], job[4]
+      r = r + 6
+      if trace then
+        reply[r + 1], reply[r + 2], reply[r + 3] = job[5], job[6], slot_id
+        r = r + 3
+      end
     end
   elseif st[1] == 'running' and st[2] == msg then
     r = r + 1

@@ -24,6 +24,9 @@
   early. An overlap="skip" slot is never taken early (its overlap check must see the job as
   it is at the fire time): it stays in `due` until then.
 
+  Every entry carries the job fields its claim needs (_lib.lua's carry_entry: the job hash is
+  read here, before the fire time, instead of by the claim at it).
+
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
   overlap="skip") is dispatched only if the job's last dispatched slot (job field `active`)
   is no longer scheduled, queued or running; otherwise it ends `skipped`. Checking at
@@ -66,31 +69,31 @@ end
 for i = 1, #ids, 2 do
   local slot_id, score = ids[i], ids[i + 1]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority')
+  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority', 'job_id')
   local early = tonumber(score) > now
   if early and st[1] == 'scheduled' and st[3] == 'skip' then
     if not left then left = tonumber(score) end
   else
     taken[#taken + 1] = slot_id
     if st[1] == 'scheduled' then
-      -- The job's hash only matters to overlap="skip" (busy): its id is read only then.
-      local job_key, active = nil, nil
-      if st[3] == 'skip' then
-        job_key = prefix .. 'job:' .. (redis.call('HGET', slot_key, 'job_id') or '')
-        active = busy(job_key, slot_id)
-      end
+      local job_key, active = prefix .. 'job:' .. (st[5] or ''), nil
+      if st[3] == 'skip' then active = busy(job_key, slot_id) end
       if active then
         redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
         skipped[#skipped + 1] = {slot = slot_id, active = active}
-      elseif early then
-        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[4]), '*', 's', slot_id,
-          'f', score)
-        redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
-        records[#records + 1] = '{"slot":"' .. slot_id .. '"}'
       else
-        local msg = redis.call('XADD', prefix .. 'q:' .. lane(st[2], st[4]), '*', 's', slot_id)
-        redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
-        if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
+        -- The job's fields travel in the entry (carry_entry): read here, ahead of the fire
+        -- time for an early slot, instead of by the claim at it.
+        local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
+        local stream = prefix .. 'q:' .. lane(st[2], st[4])
+        if early then
+          local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], score)
+          redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
+        else
+          local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], nil)
+          redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
+          if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
+        end
         records[#records + 1] = '{"slot":"' .. slot_id .. '"}'
       end
     end

@@ -28,7 +28,8 @@
     DEFAULT_MAX_PAYLOAD_BYTES in scheduler/models.py, when absent).
 
   Reply: one code per job, in order (R, replies.py)
-     R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now)
+     R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now;
+               it carries the job fields a claim needs: _lib.lua's carry_entry)
                or a `due` entry (fire_ms > now); the entry goes to the lane of the job's
                priority (_lib.lua's lane()), and the slot copies a priority field. A recurring job (field kind = "cron") gets
                no slot here: it enters the shard's `cron` set scored by fire_ms, its first
@@ -132,11 +133,14 @@ for i = 1, n do
     local fire = tonumber(fire_ms)
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
       'created_ms', now_s, unpack(items, first, last))
-    local kind, priority = 'immediate', nil
+    local kind, priority, payload, timeout, delivery = 'immediate', nil, nil, nil, nil
     for k = first, last, 2 do
       local name = items[k]
-      if name == 'kind' then kind = items[k + 1] elseif name == 'priority' then
-        priority = tostring(items[k + 1])
+      if name == 'payload' then payload = items[k + 1]
+      elseif name == 'kind' then kind = items[k + 1]
+      elseif name == 'priority' then priority = tostring(items[k + 1])
+      elseif name == 'timeout_ms' then timeout = items[k + 1]
+      elseif name == 'delivery' then delivery = items[k + 1]
       end
     end
     if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now_s, job_id) end
@@ -151,7 +155,7 @@ for i = 1, n do
         stream = prefix .. 'q:' .. lane_name
         streams[lane_name] = stream
       end
-      msg = redis.call('XADD', stream, '*', 's', slot_id)
+      msg = carry_entry(stream, slot_id, task, payload, timeout, delivery, nil)
     else
       status = 'scheduled'
       redis.call('ZADD', prefix .. 'due', fire_ms, slot_id)

@@ -191,7 +191,7 @@ MUTANTS = [
     Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
            "handed back without its time (a stopping worker's requeue) starts before its "
            "fire time", "scheduler/lua/claim.lua",
-           "if st[1] == 'queued' and st[2] == msg and st[5] and tonumber(st[5]) > now then",
+           "if st[1] == 'queued' and st[2] == msg and st[4] and tonumber(st[4]) > now then",
            "if st[1] == 'queued' and st[2] == msg and false then",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",
             f"{AHEAD}::test_a_slot_due_within_the_horizon_is_dispatched_early_and_not_claimed_"
@@ -199,7 +199,7 @@ MUTANTS = [
     Mutant("early-reply-dropped", "the worker drops an entry claim.lua answered EARLY for, "
            "instead of holding it: the slot waits in its pending list for the reclaimer",
            "scheduler/claiming.py",
-           "                    (reader or self.reader).hold((shard, lane, msg, slot_id), grant)\n",
+           "                    source.hold((shard, lane, msg, slot_id), grant)\n",
            "                    pass\n",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",)),
     Mutant("skip-overlap-promoted-early", "an overlap=\"skip\" occurrence is dispatched early, "

@@ -29,7 +29,8 @@ def test_a_slot_due_within_the_horizon_is_dispatched_early_and_not_claimed_befor
     assert (moved, next_ms) == (1, -1)
     assert s.slot().status is SlotStatus.QUEUED
     [(_, [(msg, fields)])] = r.xreadgroup("workers", W, {s.stream: ">"})
-    assert fields == {b"s": s.slot_id.encode(), b"f": str(fire).encode()}
+    assert fields == {b"s": s.slot_id.encode(), b"t": b"t", b"p": b'{"n":1}', b"o": b"",
+                      b"d": b"", b"f": str(fire).encode()}
     entries = [(s.queue, msg, s.slot_id)]
     # Before its time the claim changes nothing and says until when.
     assert s.claim(entries) == [[Code.EARLY, str(fire).encode()]]

@@ -103,3 +103,44 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
     assert committer.dropped == 2 and len(committer) == 0
     assert {s.slot().status for s, _ in good} == {SlotStatus.SUCCEEDED}
     assert bad.slot().status is SlotStatus.RUNNING  # left to its lease, like a crashed worker
+
+
+def test_outcomes_wait_while_the_worker_is_behind_but_no_longer_than_defer_s(
+        r: redis.Redis, redis_url: str, client: Client, clock: ManualClock) -> None:
+    """At a burst's instant the claims go first: commits wait while due entries do (the
+    worker's `behind`), at most defer_s, and go at once when the worker is not behind."""
+    runs = _claimed(r, client, clock, 2)
+
+    async def scenario() -> tuple[float, float, float]:
+        conn = async_redis(redis_url)
+        committer = _committer(conn, client, clock)
+        committer.defer_s, behind = 0.3, [True]
+        committer.behind = lambda: behind[0]
+        loop = asyncio.get_running_loop()
+
+        async def flush_after(item: tuple[Any, ...], shard: int) -> float:
+            committer.add_succeeded(shard, item)
+            t = loop.time()
+            await committer.ready()
+            return loop.time() - t
+
+        (s1, t1), (s2, t2) = runs
+        waited_out = await flush_after((s1.slot_id, t1, 1, 2), s1.shard)  # behind throughout
+        await committer.run_once()
+        behind[0] = False
+        at_once = await flush_after((s2.slot_id, t2, 1, 2), s2.shard)
+        await committer.run_once()
+        behind[0] = True
+        committer.add_succeeded(s2.shard, (s2.slot_id, t2, 1, 2))
+        t = loop.time()
+        loop.call_later(0.05, lambda: behind.__setitem__(0, False))  # caught up
+        await committer.ready()
+        caught_up = loop.time() - t
+        await conn.aclose()
+        return waited_out, at_once, caught_up
+
+    waited_out, at_once, caught_up = asyncio.run(scenario())
+    assert 0.29 <= waited_out < 0.6
+    assert at_once < 0.05
+    assert 0.04 <= caught_up < 0.2
+    assert {s.slot().status for s, _ in runs} == {SlotStatus.SUCCEEDED}
