@@ -11,11 +11,8 @@ outcomes sent alone; one that still fails alone is dropped with an error line, a
 is reclaimed when its lease runs out, like a crashed worker's. So one bad outcome never holds
 up, or takes down, the others.
 
-At a burst's instant (the worker's backlog of due entries at least a batch) the outcomes wait
-up to `defer_s` (lease/8, at most 1 s: a finished run's lease is no longer renewed, so its
-outcome must arrive well within it): Redis's time then goes to the claims that start runs,
-which is what a start-lag bound counts, and the commits follow in larger batches, CHUNK
-outcomes per script call.
+A round trip carries at most CHUNK outcomes per script call, so no single call holds Redis
+long however many outcomes waited (a Redis that was away for a while).
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio
@@ -41,8 +37,6 @@ SucceededItem = tuple[Any, ...]
 FailedItem = tuple[Any, ...]  # see scripts.fail (8 fields, and the log lines' JSON)
 ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
 KINDS = ("complete", "fail", "release")
-DEFER_MOST = 20_000  # outcomes held back while the worker is behind (see ready)
-DEFER_STEP_S = 0.005
 CHUNK = 1000  # outcomes per script call: bounds how long one call holds Redis
 
 
@@ -66,8 +60,6 @@ class Committer(Service):
         self.refused = 0
         self.committed = 0
         self.dropped = 0
-        self.behind: Callable[[], bool] | None = None  # see ready(); set by the worker
-        self.defer_s = 0.0
 
     def add_succeeded(self, shard: int, item: SucceededItem) -> None:
         self.pending["complete"][shard].append(item)
@@ -175,21 +167,6 @@ class Committer(Service):
         while not len(self) and not self.stopping:
             self.wake.clear()
             await self.wake.wait()
-        # While the worker is behind (a burst's instant: due entries wait to be claimed), the
-        # outcomes wait too, at most `defer_s`: Redis's time goes to the claims that start
-        # runs first, and the commits follow in larger batches.
-        if self.behind is not None and self.behind():
-            await self._while_behind(self.behind)
-
-    async def _while_behind(self, behind: Callable[[], bool]) -> None:
-        """Polled: being behind is the worker's backlog, which no event marks."""
-        loop = asyncio.get_running_loop()
-        until = loop.time() + self.defer_s
-        for _ in range(int(self.defer_s / DEFER_STEP_S) + 1):
-            if (not behind() or self.stopping or len(self) >= DEFER_MOST
-                    or loop.time() >= until):
-                return
-            await asyncio.sleep(DEFER_STEP_S)
 
     def finished(self) -> bool:
         return self.stopping and not len(self)

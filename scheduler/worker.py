@@ -78,10 +78,6 @@ class Worker(Claiming):
                          else max(10, min(self.config.block_ms, int(timeout * 500))))
         self.committer = Committer(client, self.keys, self.clock, self.worker_id,
                                    self.config.events_maxlen)
-        # Commits wait while due entries do (a burst's instant), well within the lease that
-        # an outcome must beat: the finished run's lease is no longer renewed.
-        self.committer.behind = lambda: len(self.reader.backlog) >= self.config.batch
-        self.committer.defer_s = min(1.0, self.config.lease_s / 8)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
                                    self.concurrency, self.config.queues, self.running,
                                    lambda: metrics.tallies(self._run_metrics), most)
