@@ -92,12 +92,11 @@ class Claiming:
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._by_lane
-        claimed = replies.claimed if tracer is None else tracer.claimed  # tracing.py
         held = source.carried
         for shard, reply in zip(shards, answers, strict=True):
             batch = entries[shard]
-            grants = replies.claimed(reply, batch, carry=carry[shard][1]) if carry \
-                else claimed(reply, batch)
+            grants = replies.claimed(reply, batch, carry=carry[shard][1]) if tracer is None \
+                else tracer.claimed(reply, batch)  # tracing.py
             for (lane, msg, slot_id), grant in zip(batch, grants, strict=True):
                 if isinstance(grant, int):  # EARLY: not before this time
                     source.hold((shard, lane, msg, slot_id), grant)
