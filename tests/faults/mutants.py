@@ -188,6 +188,21 @@ MUTANTS = [
            "  return held[1] == worker",
            ("tests/lua/test_transitions.py::test_a_claim_sent_again_after_its_lease_ran_out_"
             "is_not_granted",), fast=True),
+    Mutant("carried-at-most-once-not-acked", "claim.lua takes a carried at_most_once entry "
+           "for an at_least_once one: its entry stays pending, so a crash after the claim "
+           "runs it again", "scheduler/lua/claim.lua",
+           "    if (k and k == CARRIED_AT_MOST_ONCE) or (not k and job[4] == 'at_most_once') then",
+           "    if not k and job[4] == 'at_most_once' then",
+           ("tests/lua/test_carried.py::test_a_carried_at_most_once_claim_acks_its_entry",),
+           fast=True),
+    Mutant("carried-keyed-by-entry-id", "the worker keeps carried job fields by stream entry "
+           "id, which repeats across shards' streams: a run gets another job's payload",
+           "scheduler/reader.py",
+           "                        carried[slot] = (fields[3], fields[5], fields[7], fields[9])",
+           "                        carried[msg_id.decode()] = (fields[3], fields[5], fields[7],"
+           " fields[9])",
+           ("tests/lua/test_carried.py::test_the_reader_keeps_what_entries_carry_and_reads_f_at_"
+            "the_end", "tests/services/test_worker.py")),
     Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
            "handed back without its time (a stopping worker's requeue) starts before its "
            "fire time", "scheduler/lua/claim.lua",
