@@ -225,10 +225,6 @@ def trim_history(prefix: str, exact: bool = False) -> Call:
     return Call("trim_history", (prefix,), (1 if exact else 0,))
 
 
-def history_read(prefix: str, slots: Sequence[str], jobs: Sequence[str]) -> Call:
-    return Call("history_read", (prefix,), (pack(list(slots)), pack(list(jobs))))
-
-
 def retire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
     return Call("retire", (prefix,), (now_ms, retention_ms, limit))
 

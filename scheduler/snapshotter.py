@@ -2,7 +2,7 @@
 
 Events only say WHICH slots changed: each batch reads the events of every shard through the
 consumer group `history`, fetches the current slot hashes (and job hashes, for submissions)
-in one pipelined round trip, writes rows in one store transaction, and only then acks the
+in one round trip (hash_read.py), writes rows in one store transaction, and only then acks the
 events, schedules the terminal slots for removal from Redis (`retain`), and trims the acked
 head of each events stream. A crash between commit and ack replays the batch, which the
 versioned upserts make a no-op. Several snapshotters share the group; entries a dead one left
@@ -40,7 +40,7 @@ import time
 import msgspec
 import redis.asyncio
 
-from . import cluster, namespace, scripts
+from . import cluster, hash_read, namespace, scripts
 from .clock import Clock, RedisClock, resync
 from .keys import HISTORY_GROUP, Keys
 from .loops import Backoff, Service
@@ -56,7 +56,7 @@ from .store import (
 )
 
 log = logging.getLogger("scheduler.snapshotter")
-READ_CHUNK = 2000  # hashes per history_read call: bounds how long one call holds Redis
+READ_CHUNK = 2000  # hashes per MULTI (hash_read.py): bounds how long one holds Redis
 
 class Snapshotter(Service):
     what = "snapshot (the batch stays pending and is retried)"
@@ -163,26 +163,26 @@ class Snapshotter(Service):
             await drop.execute(raise_on_error=False)
 
     async def _fetch(self, work: dict[int, Work]) -> tuple[Batch, list[tuple[int, str, int]]]:
-        """Read the hashes, one script call per shard (chunked), all in one round trip. The
-        version is read with them, so a row's state is the state at its version."""
-        calls, plan = [], []
+        """Read the hashes, one MULTI per shard (chunked), all in one round trip per node
+        (hash_read.py). The version is read with them, so a row's state is the state at its
+        version."""
+        reads, plan = [], []
         for shard, w in work.items():
             slots, jobs = list(w.slots), sorted(w.jobs)
             for i in range(0, max(len(slots), len(jobs), 1), READ_CHUNK):
-                part_slots, part_jobs = slots[i:i + READ_CHUNK], jobs[i:i + READ_CHUNK]
-                calls.append(scripts.history_read(self.keys.prefix(shard), part_slots,
-                                                  part_jobs))
-                plan.append((shard, part_slots, part_jobs))
-        replies = await scripts.run_async(self.redis, calls)
+                reads.append(hash_read.Read(self.keys.prefix(shard), slots[i:i + READ_CHUNK],
+                                            jobs[i:i + READ_CHUNK]))
+                plan.append(shard)
+        states = await hash_read.read(self.redis, reads)
         batch = Batch(jobs=[], slots=[], attempts=[], new_jobs=[], new_slots=[],
                       new_attempts=[])
         finished: list[tuple[int, str, int]] = []
         seen = self.intake.seen
-        for (shard, slots, jobs), (top, slot_raws, job_raws) in zip(plan, replies, strict=True):
-            version = version_of(top)
+        for shard, r, state in zip(plan, reads, states, strict=True):
+            version = version_of(state.top)
             created = work[shard].created
             events = work[shard].slots
-            for slot, flat in zip(slots, slot_raws, strict=True):
+            for slot, flat in zip(r.slots, state.slots, strict=True):
                 # Created by an event of this batch and never written by this process: new,
                 # unless this is a replay (after a crash, or another snapshotter's entries).
                 fresh = slot in created and slot not in seen
@@ -199,7 +199,7 @@ class Snapshotter(Service):
                         record))
                     if gone is not None:
                         batch.slots.append(gone)
-            for job_id, flat in zip(jobs, job_raws, strict=True):
+            for job_id, flat in zip(r.jobs, state.jobs, strict=True):
                 key = "job:" + job_id
                 fresh = key in created and key not in seen
                 seen[key] = version
@@ -315,12 +315,16 @@ class Snapshotter(Service):
         held-back slot written."""
         self.backoff = Backoff(base_s=self.config.idle_sleep_s)
         log.info("snapshotter %s started (namespace %s)", self.consumer, self.keys.ns)
-        await super().run()
+        hash_read.start(self.redis)  # its reads on connections of their own
         try:
-            await self.settle()  # shutdown: commit and ack the last batch before returning
-            await self.flush()
-        except Exception:
-            log.exception("the last batch failed; it stays pending and is retried")
+            await super().run()
+            try:
+                await self.settle()  # shutdown: commit and ack the last batch before returning
+                await self.flush()
+            except Exception:
+                log.exception("the last batch failed; it stays pending and is retried")
+        finally:
+            await hash_read.stop(self.redis)
         log.info("snapshotter %s stopped (%d row(s) written)", self.consumer, self.rows)
 
     def progress(self) -> str | None:

@@ -32,7 +32,7 @@ TESTS = Path(__file__).parent
 ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_snapshotter",
                   "test_priorities", "test_queue_limits", "test_early_dispatch",
                   "test_committer", "test_client", "test_schedules", "test_named_schedules",
-                  "test_submit_stream"}
+                  "test_submit_stream", "test_hash_read"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -16,7 +16,7 @@ import redis
 import redis.asyncio
 
 from cli.main import main
-from scheduler import Client, Registry, RetryPolicy, SlotStatus, replies, scripts
+from scheduler import Client, Registry, RetryPolicy, SlotStatus, hash_read, replies, scripts
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
@@ -137,11 +137,13 @@ async def drain(redis_url: str, ns: str, store_dsn: str, *, config: SnapshotterC
     snap = Snapshotter(client, open_store(store_dsn), namespace=ns, config=config)
     if hook:
         hook(snap)
+    hash_read.start(client)  # reads as Snapshotter.run makes them
     try:
         while await snap.run_once():
             pass
         await snap.flush()
     finally:
+        await hash_read.stop(client)
         await client.aclose()
         snap.store.close()
     return snap

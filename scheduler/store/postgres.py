@@ -3,8 +3,8 @@ table, in one transaction. Rows the batch marks new are COPYed straight into the
 instead, which costs Postgres about half as much as the upsert; if one exists after all (a
 replay after a crash, another snapshotter, a forgotten slot), the unique violation rolls the
 transaction back and the whole batch is upserted, and the next batches upsert everything
-for a while. Slots and attempts are partitioned by fire day; the partitions a batch needs are
-created before it is written (under an advisory lock, since two snapshotters may need the
+for a while. Slots and attempt_log are partitioned by fire day; the partitions a batch needs
+are created before it is written (under an advisory lock, since two snapshotters may need the
 same day), and retention drops whole days."""
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The rows the snapshotter writes, built from the Redis hashes the events point at.
 
 The store holds each slot's latest known state (`state` is the slot hash, attempts included)
-plus one row per attempt for SQL users. Upserts are keyed by (namespace, job_id[, fire_ms[,
+plus, for SQL users, a row per attempt of the slots that had more than one (`attempt_log`;
+the `attempts` view adds every other slot's one attempt, from its state). Upserts are keyed by (namespace, job_id[, fire_ms[,
 number]]) and guarded by `version` (the shard's last events-stream id at read time), so
 replaying a batch, or two snapshotters racing on one slot, never moves a row back to an
 older state.
@@ -17,14 +18,13 @@ import msgspec
 
 from ..events import FINAL_STATUS
 from ..models import Slot, slot_from_hash
-from ..states import TERMINAL, JobKind, Outcome
+from ..states import TERMINAL, JobKind
 
 DAY_MS = 86_400_000
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _json = msgspec.json.Encoder()
 _TERMINAL = frozenset(s.value for s in TERMINAL)
-_OUTCOMES = frozenset(o.value for o in Outcome)
 _state_decoder = msgspec.json.Decoder(dict[str, str])
 
 
@@ -105,10 +105,19 @@ class RecoveryJob(NamedTuple):
 # --- rows from Redis hashes ----------------------------------------------------------------
 
 
-def text_hash(flat: list[bytes]) -> dict[str, str]:
-    """An HGETALL reply (alternating field and value) as text. Every field the scheduler
-    writes is UTF-8 text (payloads are JSON)."""
-    it = iter(flat)
+def text_hash(reply: list[Any] | dict[Any, Any]) -> dict[str, str]:
+    """An HGETALL reply (a RESP3 map, or RESP2's alternating field and value) as text: already
+    text when the connection decoded it (hash_read.py's raw reads), else bytes. Every field
+    the scheduler writes is UTF-8 text (payloads are JSON)."""
+    if isinstance(reply, dict):
+        first = next(iter(reply), "")
+        if isinstance(first, str):
+            return reply
+        return {k.decode(): v.decode() for k, v in reply.items()}
+    if reply and isinstance(reply[0], str):
+        it = iter(reply)
+        return dict(zip(it, it, strict=True))
+    it = iter(reply)
     return {k.decode(): v.decode() for k, v in zip(it, it, strict=True)}
 
 
@@ -118,33 +127,17 @@ def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:
                   int(h.get("fire_ms") or 0), _json.encode(h).decode())
 
 
-def _outcome(value: str | None) -> str | None:
-    if value and value not in _OUTCOMES:
-        raise ValueError(f"unknown attempt outcome {value!r}")
-    return value or None
-
-
-def _opt(h: dict[str, str], name: str) -> int | None:
-    value = h.get(name)
-    return int(value) if value else None
-
-
 def slot_rows(namespace: str, slot_id: str, h: dict[str, str], version: int
               ) -> tuple[SlotRow, list[AttemptRow]]:
     status = h.get("status", "")
     attempt = int(h.get("attempt") or 0)
     job_id = h.get("job_id", "")
     fire_ms = int(h.get("fire_ms") or 0)
-    if not attempt:
-        attempts = []  # never claimed (most slots at submission)
-    elif attempt == 1 and "a:1" not in h:
-        # The common case, read straight from the hash: one attempt, still in the slot's own
-        # fields (complete.lua archives an attempt as JSON only when another one starts).
-        outcome = h.get("outcome") or None
-        attempts = [AttemptRow(namespace, job_id, fire_ms, 1, h.get("worker") or None,
-                               _opt(h, "claimed_ms"), _opt(h, "lease_until"),
-                               _opt(h, "started_ms"), _opt(h, "finished_ms"),
-                               _outcome(outcome), None, version)]
+    if not attempt or (attempt == 1 and "a:1" not in h):
+        # Never claimed, or the common case: one attempt, still in the slot's own fields
+        # (complete.lua archives an attempt as JSON only when another one starts). The slot
+        # row's state holds it, and the `attempts` view reads it from there (migration 0002).
+        attempts = []
     else:
         slot = slot_from_hash(slot_id, {k.encode(): v.encode() for k, v in h.items()})
         attempts = [AttemptRow(namespace, slot.job_id, slot.fire_ms, a.number, a.worker,

@@ -68,7 +68,6 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "trim_history": lambda p: scripts.trim_history(p),
         "retire": lambda p: scripts.retire(p, 1, 1000, 10),
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
-        "history_read": lambda p: scripts.history_read(p, [], []),
         "sweep": lambda p: scripts.sweep(p, 1, 10, []),
         "delete_job": lambda p: scripts.delete_job(p, 1, 10, "j", "why"),
         "trigger": lambda p: scripts.trigger(p, 1, 10, "j"),

@@ -73,7 +73,7 @@ def test_events_a_finished_slots_read_already_covers_cost_nothing(
     snap = asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(
         retention_s=None, read_count=1, defer_s=0)))  # one events entry per shard per batch
     assert snap.skipped >= 2 * 60  # one claimed and one succeeded record per job at least
-    assert snap.rows == 3 * 60  # job, slot and attempt rows, each written once
+    assert snap.rows == 2 * 60  # job and slot rows, each written once (one attempt: no row)
     with Client(redis_url, ns, history=store_dsn) as client:
         slots = client.history(limit=1000)
     assert {s.job_id for s in slots} == set(ok_ids)
@@ -238,7 +238,7 @@ def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
     # their final state, and no rollback.
     assert {s.job_id: s.status for s in after} == {
         **{j: SlotStatus.SUCCEEDED for j in soon}, later: SlotStatus.SCHEDULED}
-    assert snap.store.conflicts == 0 and snap.rows == 11 + 11 + 10  # jobs, slots, attempts
+    assert snap.store.conflicts == 0 and snap.rows == 11 + 11  # jobs, slots (one attempt each)
 
 
 def test_held_back_slots_are_written_at_their_deadline_and_on_flush(

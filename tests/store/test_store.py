@@ -170,3 +170,83 @@ def test_postgres_unreachable_is_one_clear_error() -> None:
 
     with pytest.raises(StoreUnavailable, match="cannot reach Postgres.*SCHED_POSTGRES_DSN"):
         open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
+
+
+def _attempts(store: Any) -> list[tuple[Any, ...]]:
+    """The `attempts` view, as SQL users read it."""
+    cur = store.conn.execute(
+        "SELECT job_id, number, worker, outcome, finished_ms FROM attempts "
+        "WHERE namespace = 'ns1' ORDER BY job_id, number")
+    return [tuple(r) for r in cur.fetchall()]
+
+
+def test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored(store: Any) -> None:
+    from scheduler.store import AttemptRow
+
+    one = slot("one", DAY0, "succeeded", 5, attempt=1, outcome="succeeded",
+               finished_ms=DAY0 + 9)
+    many = slot("many", DAY0, "dead", 5, attempt=3, finished_ms=DAY0 + 100, worker="w3",
+                **{f"a:{n}": json.dumps({"number": n, "worker": f"w{n}", "outcome": "failed"})
+                   for n in (1, 2)})
+    never = slot("never", DAY0, "queued", 5)
+    assert one[1] == [] and never[1] == [] and len(many[1]) == 3  # one attempt: no row
+    write(store, [], [one, many, never])
+    # A row an older version wrote for a single attempt (before migration 0002), behind
+    # the state that finished it: the state wins.
+    stale = AttemptRow(NS, "late", DAY0, 1, "w1", DAY0 + 1, None, None, None, None, None, 4)
+    late = slot("late", DAY0, "succeeded", 5, attempt=1, outcome="succeeded",
+                finished_ms=DAY0 + 7)
+    store.write(Batch(jobs=[], slots=[late[0]], attempts=[stale]))
+    assert _attempts(store) == [
+        ("late", 1, "w1", "succeeded", DAY0 + 7),
+        ("many", 1, "w1", "failed", None), ("many", 2, "w2", "failed", None),
+        ("many", 3, "w3", None, DAY0 + 100),
+        ("one", 1, "w1", "succeeded", DAY0 + 9)]
+
+
+def test_upgrading_a_version_1_store_keeps_its_attempt_rows(store_dsn: str) -> None:
+    """A store written by version 1 (an attempt row per attempt, in table `attempts`) reads
+    the same through the view once upgraded, and takes new writes."""
+    import sqlite3
+
+    from scheduler.store import open_store
+
+    dialect = "sqlite" if store_dsn.startswith("sqlite://") else "postgres"
+    v1 = dict(sqlfiles.migrations(dialect))[1]
+    state = ('{"status": "succeeded", "attempt": "1", "worker": "w0", "outcome": "succeeded", '
+             f'"finished_ms": "{DAY0 + 3}"}}')
+    rows = (f"INSERT INTO slots VALUES ('ns1', 'old', {DAY0}, 'succeeded', 't', 'q', 1, 0, NULL, "
+            f"{DAY0 + 3}, 5, '{state}');"
+            f"INSERT INTO attempts VALUES ('ns1', 'old', {DAY0}, 1, 'w0', NULL, NULL, NULL, "
+            f"{DAY0 + 3}, 'succeeded', NULL, 5);")
+    versions = "CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at text);" \
+               "INSERT INTO schema_migrations VALUES (1, '');"
+    if dialect == "sqlite":  # opening migrates: the version-1 file is made first
+        path = store_dsn.removeprefix("sqlite://")
+        with sqlite3.connect(path) as c:
+            c.executescript(v1 + rows + versions)
+        c.close()
+    else:
+        import psycopg
+
+        from scheduler.store.postgres import _day_name
+
+        day = DAY0 // DAY_MS
+        with psycopg.connect(store_dsn, autocommit=True) as c:  # the fixture migrated it
+            c.execute("DROP TABLE jobs, slots, attempt_log, namespaces, schema_migrations "
+                      "CASCADE")
+            c.execute(v1.encode())
+            parts = (f"CREATE TABLE {_day_name('slots', day)} PARTITION OF slots FOR VALUES "
+                     f"FROM ({DAY0}) TO ({DAY0 + DAY_MS});"
+                     f"CREATE TABLE {_day_name('attempts', day)} PARTITION OF attempts FOR "
+                     f"VALUES FROM ({DAY0}) TO ({DAY0 + DAY_MS});")
+            c.execute((parts + rows + versions).encode())
+    s = open_store(store_dsn)
+    try:
+        assert s.upgrade() == SCHEMA_VERSION
+        assert _attempts(s) == [("old", 1, "w0", "succeeded", DAY0 + 3)]
+        write(s, [], [slot("new", DAY0, "succeeded", 6, attempt=1, outcome="succeeded",
+                           finished_ms=DAY0 + 4)])
+        assert [r[0] for r in _attempts(s)] == ["new", "old"]
+    finally:
+        s.close()

@@ -4,7 +4,7 @@
 -- name: stage
 CREATE TEMP TABLE IF NOT EXISTS stage_jobs (LIKE jobs) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS stage_slots (LIKE slots) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS stage_attempts (LIKE attempts) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS stage_attempts (LIKE attempt_log) ON COMMIT DELETE ROWS;
 
 -- name: copy_jobs
 COPY stage_jobs (namespace, job_id, task, queue, kind, created_ms, fire_ms, definition)
@@ -29,7 +29,7 @@ COPY slots (namespace, job_id, fire_ms, status, task, queue, attempt, failures, 
 FROM STDIN
 
 -- name: insert_attempts
-COPY attempts (namespace, job_id, fire_ms, number, worker, claimed_ms, lease_until_ms,
+COPY attempt_log (namespace, job_id, fire_ms, number, worker, claimed_ms, lease_until_ms,
                started_ms, finished_ms, outcome, error, version)
 FROM STDIN
 
@@ -50,23 +50,23 @@ ON CONFLICT (namespace, job_id, fire_ms) DO UPDATE SET
 WHERE slots.version <= excluded.version;
 
 -- name: upsert_attempts
-INSERT INTO attempts SELECT * FROM stage_attempts ORDER BY namespace, job_id, fire_ms, number
+INSERT INTO attempt_log SELECT * FROM stage_attempts ORDER BY namespace, job_id, fire_ms, number
 ON CONFLICT (namespace, job_id, fire_ms, number) DO UPDATE SET
     worker = excluded.worker, claimed_ms = excluded.claimed_ms,
     lease_until_ms = excluded.lease_until_ms, started_ms = excluded.started_ms,
     finished_ms = excluded.finished_ms, outcome = excluded.outcome, error = excluded.error,
     version = excluded.version
-WHERE attempts.version <= excluded.version;
+WHERE attempt_log.version <= excluded.version;
 
 -- name: create_partition
 CREATE TABLE IF NOT EXISTS {slots_part} PARTITION OF slots FOR VALUES FROM ({start}) TO ({end});
-CREATE TABLE IF NOT EXISTS {attempts_part} PARTITION OF attempts FOR VALUES FROM ({start}) TO ({end});
+CREATE TABLE IF NOT EXISTS {attempts_part} PARTITION OF attempt_log FOR VALUES FROM ({start}) TO ({end});
 
 -- name: partitions
 SELECT c.relname FROM pg_inherits i
 JOIN pg_class c ON c.oid = i.inhrelid
 JOIN pg_class p ON p.oid = i.inhparent
-WHERE p.relname IN ('slots', 'attempts') AND p.relnamespace = current_schema()::regnamespace;
+WHERE p.relname IN ('slots', 'attempt_log') AND p.relnamespace = current_schema()::regnamespace;
 
 -- name: drop_partition
 DROP TABLE IF EXISTS {part};

@@ -20,7 +20,7 @@ ON CONFLICT (namespace, job_id, fire_ms) DO UPDATE SET
 WHERE slots.version <= excluded.version;
 
 -- name: upsert_attempts
-INSERT INTO attempts (namespace, job_id, fire_ms, number, worker, claimed_ms, lease_until_ms,
+INSERT INTO attempt_log (namespace, job_id, fire_ms, number, worker, claimed_ms, lease_until_ms,
                       started_ms, finished_ms, outcome, error, version)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (namespace, job_id, fire_ms, number) DO UPDATE SET
@@ -28,13 +28,13 @@ ON CONFLICT (namespace, job_id, fire_ms, number) DO UPDATE SET
     lease_until_ms = excluded.lease_until_ms, started_ms = excluded.started_ms,
     finished_ms = excluded.finished_ms, outcome = excluded.outcome, error = excluded.error,
     version = excluded.version
-WHERE attempts.version <= excluded.version;
+WHERE attempt_log.version <= excluded.version;
 
 -- name: drop_slots_before
 DELETE FROM slots WHERE fire_ms < :cutoff_ms;
 
 -- name: drop_attempts_before
-DELETE FROM attempts WHERE fire_ms < :cutoff_ms;
+DELETE FROM attempt_log WHERE fire_ms < :cutoff_ms;
 
 -- name: drop_orphan_jobs
 DELETE FROM jobs WHERE kind <> 'cron' AND created_ms < :cutoff_ms
