@@ -5,10 +5,17 @@
 -- another follows (state field `a:1`). `attempts` is a view with the columns the table had:
 -- those rows, and for every other claimed slot its one attempt, read from its state (which
 -- wins over a row an older version wrote for it). Queries on `attempts` go on working.
--- Also dropped: `jobs_kind`, an index no query uses, that every job insert paid for.
+-- Also dropped: `jobs_kind`, an index no query uses, that every job insert paid for. And
+-- `slots_status` keeps only the slots that did not succeed: it serves the queries that filter
+-- on status (recovery's scheduled/queued/running, an operator's look at failures), and
+-- leaving succeeded slots (nearly all) out saved ~3 us of Postgres per job;
+-- `sched history --status succeeded` reads the time range instead. On a large history the
+-- index is rebuilt partition by partition: the upgrade takes a while.
 
 ALTER TABLE attempts RENAME TO attempt_log;
 DROP INDEX IF EXISTS jobs_kind;
+DROP INDEX IF EXISTS slots_status;
+CREATE INDEX slots_status ON slots (namespace, status, fire_ms) WHERE status <> 'succeeded';
 
 CREATE VIEW attempts AS
 SELECT a.namespace, a.job_id, a.fire_ms, a.number, a.worker, a.claimed_ms, a.lease_until_ms,
