@@ -229,4 +229,15 @@ MUTANTS = [
            "        return max(1, min(self.config.batch, -(-self.concurrency // self.config.pipelines)))",
            "        return max(1, min(self.config.batch, self.concurrency))",
            ("tests/services/test_claim_share.py",)),
+    Mutant("hash-read-slots-as-jobs", "the snapshotter's raw read asks for each slot's hash "
+           "under the job key: history gets job hashes for slots (or nothing)",
+           "scheduler/hash_read.py",
+           "_bulk(slot_key + s) for s in r.slots", "_bulk(job_key + s) for s in r.slots",
+           ("tests/services/test_hash_read.py",), fast=True),
+    Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
+           "older version left a row for it: the slot's state does not hide the stale row",
+           "scheduler/sql/postgres/0002_attempt_log.sql",
+           "WHERE NOT EXISTS (SELECT 1 FROM slots s", "WHERE 1 = 1 OR NOT EXISTS (SELECT 1 FROM slots s",
+           ("tests/store/test_store.py::test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored",),
+           fast=True),
 ]
