@@ -6,8 +6,9 @@ Why MULTI and not a Lua script: a script's HGETALL turns the reply into a Lua ta
 table back into a reply, measured at 8.1 us of Redis CPU per hash against 3.0 for the same
 HGETALLs in a MULTI (bench/RESULTS.md, issue 18 session 10). Redis's CPU is what the whole
 stack runs short of. Why raw I/O (direct.raw): redis-py reads a MULTI's QUEUED replies one
-coroutine call each, ~15 us of client CPU per hash, against ~2 here, where hiredis parses the
-EXEC's reply in one call.
+coroutine call each, 15-22 us of client CPU per hash, against ~5.6 here with the decoding to
+text, about what the script's reply cost the client: hiredis parses the EXEC's reply in one
+call.
 
 Between `start(client)` and `stop(client)` (the snapshotter's run) reads go raw, on a Redis
 Cluster to each primary's plain client (enabled on first use); otherwise, and for clients
