@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from . import scripts
 from .connection import REDIS_ERRORS, RedisErrors, translate
 from .errors import RedisUnavailable, SubmitError, ValidationError, submit_error
-from .jobspec import DEFAULT_RETRY, IMMEDIATE, JobSpec, dedupe_job_id, random_ids, spec_of
+from .jobspec import DEFAULT_RETRY, IMMEDIATE, JobSpec, dedupe_job_id, job_ids, spec_of
 from .keys import shards_of
 from .models import (
     RetryPolicy,
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from .sdk_core import Core
 
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
-# Calls of at least this many jobs, all with random ids, are `fresh` (submit.lua's ARGV[5]):
+# Calls of at least this many jobs, all with generated ids, are `fresh` (submit.lua's ARGV[5]):
 # one marker key per call, alive 10 minutes, instead of an EXISTS per job. Below it the
 # EXISTS are cheap and a marker per small call (a single submit) would cost more memory.
 FRESH_MIN_JOBS = 32
@@ -102,7 +102,7 @@ class Batch:
         self.now = now = core.clock.now_ms()
         self.jobs = jobs = [validate(core, raw if isinstance(raw, JobSpec) else spec_of(raw),
                                      now) for raw in specs]
-        drawn = random_ids.take(len(jobs))  # one slice of the pool, not a call per job
+        drawn = job_ids.take(len(jobs), now)  # one slice of the pool, not a call per job
         self.ids = [job[0] or fresh for job, fresh in zip(jobs, drawn, strict=True)]
         by_shard: list[list[int]] = [[] for _ in range(core.shards)]
         for i, shard in enumerate(shards_of(self.ids, core.shards)):

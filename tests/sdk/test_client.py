@@ -161,13 +161,20 @@ def test_the_async_client_runs_the_operator_actions(redis_url: str, ns: str) -> 
     asyncio.run(main())
 
 
-def test_random_job_ids_are_distinct_and_a_forked_child_never_repeats_its_parent() -> None:
+def test_job_ids_are_distinct_uuid7s_in_time_order_and_a_forked_child_never_repeats() -> None:
     import os
+    import uuid
 
-    from scheduler.jobspec import random_ids as _random_ids
+    from scheduler.jobspec import job_ids as _random_ids
 
     first = [_random_ids.next() for _ in range(5000)]  # crosses a refill of the pool
     assert len(set(first)) == 5000 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)
+    assert {(uuid.UUID(i).version, uuid.UUID(i).variant) for i in first} == {(7, uuid.RFC_4122)}
+    assert {i[16] for i in first} == set("89ab")  # the variant's digit, random bits and all
+    # Time first (history's B-trees grow at their right edge), the clock's ms when given.
+    early, late = _random_ids.take(3, 1_700_000_000_000), _random_ids.take(3, 1_700_000_000_001)
+    assert max(early) < min(late) and early[0][:12] == f"{1_700_000_000_000:012x}"
+    assert len({i[13:] for i in early + late}) == 6
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its next ids, to the parent
