@@ -108,3 +108,25 @@ def test_a_busy_port_is_one_line(redis_url: str, ns: str, app_env: dict[str, str
                               timeout=30)
     assert proc.returncode == 1 and proc.stderr.startswith("error: ") and \
         proc.stderr.count("\n") == 1, proc.stderr
+
+
+def test_a_service_runs_with_the_collector_thresholds_of_cli_run() -> None:
+    """serve() sets GC_THRESHOLD for the service's life: at Python's default the collector
+    was a sixth of the snapshotter's and the worker's CPU (cli/run.py)."""
+    import asyncio
+    import gc
+
+    from cli.run import GC_THRESHOLD, serve
+
+    seen: list[tuple[int, int, int]] = []
+
+    async def make() -> None:
+        seen.append(gc.get_threshold())
+        await asyncio.sleep(0)
+
+    before = gc.get_threshold()
+    try:
+        serve(make, lambda: None)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == [GC_THRESHOLD] and GC_THRESHOLD[0] >= 20_000
