@@ -41,7 +41,7 @@ SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
 # EXISTS are cheap and a marker per small call (a single submit) would cost more memory.
 FRESH_MIN_JOBS = 32
 
-# A validated job: (job id of its dedupe key, or None for a random one; task; queue;
+# A validated job: (job id of its dedupe key, or None for a generated one; task; queue;
 # fire_ms; the payload's JSON text, or None for null; the other job-hash field/value pairs,
 # a list shared by every job with the same options: never mutate it).
 Validated = tuple[str | None, str, str, int, str | None, list[Any]]
@@ -119,7 +119,7 @@ class Batch:
         jobs, ids, extra = self.jobs, self.ids, self.extra
         for prefix, members in zip(self.prefixes, self.members, strict=True):
             rows = []
-            fresh = len(members) >= FRESH_MIN_JOBS  # and every id random (below)
+            fresh = len(members) >= FRESH_MIN_JOBS  # and every id generated (below)
             for i in members:
                 job = jobs[i]
                 fields = hash_fields(job)

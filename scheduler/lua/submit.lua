@@ -10,12 +10,13 @@
   ARGV[4]  jobs            msgpack array (strings and numbers; see scripts.pack), per job:
            job_id, task, queue, fire_ms, f (number of job-hash fields), then f field/value
            pairs for the job hash (only fields that differ from their defaults)
-  ARGV[5]  fresh           optional; "1": the caller drew every job id of this call at random
-           (128 bits) for this call alone, so no other call can hold one of them and only
-           this very call, sent again (redis-py resends a pipeline whose reply was lost), can
-           find them written. One marker key `<prefix>submitted:<first job id>` (expiring after
-           SUBMITTED_TTL_MS) then stands for the EXISTS of every job: the script is atomic,
-           so it ran exactly when the marker is there. Without it (dedupe keys, named
+  ARGV[5]  fresh           optional; "1": the caller drew every job id of this call afresh
+           (jobspec.py: UUIDv7s, 74 random bits each) for this call alone, so no other call
+           can hold one of them and only this very call, sent again (redis-py resends a
+           pipeline whose reply was lost), can find them written. One marker key
+           `<prefix>submitted:<first job id>` (expiring after SUBMITTED_TTL_MS) then stands
+           for the EXISTS of every job: the script is atomic, so it ran exactly when the
+           marker is there. Without it (dedupe keys, named
            schedules, calls of a few jobs: submit_batch.FRESH_MIN_JOBS) each id is checked.
 
   Every job is checked before anything is written; one that fails a check refuses the whole
@@ -36,7 +37,7 @@
                occurrence, and the materializer creates its slots. Jobs of any kind but
                "immediate" are indexed in the shard's `jobs` set (for listing).
      R.EXISTS  the job id already existed (a dedupe key repeated, or this very call run
-               again by a client retry after a lost reply: random ids need the check too,
+               again by a client retry after a lost reply: generated ids need the check too,
                made once per call when `fresh`); nothing was written
 
   Event: type "submitted", one record per created job {job, slot (none for a cron job: its
