@@ -4,6 +4,7 @@ namespace per test, and its keys removed afterwards."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
 import uuid
@@ -23,6 +24,11 @@ REDIS_URL = os.environ.get("SCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("SCHED_HISTORY_FILE",
                       os.path.join(tempfile.mkdtemp(prefix="sched-tests-"), "history.sqlite3"))
 TESTS = Path(__file__).parent
+# A suite started in the background of a shell without job control (`cmd &` in a script)
+# inherits SIGINT ignored, and so would every `sched` process it starts, which then never
+# sees the Ctrl-C a test sends it. A handler here becomes the default in those children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # Modules whose tests run twice: on the single Redis and on a Redis Cluster (3 masters, 3
