@@ -70,7 +70,7 @@ def load_app(spec: str) -> object:
 # batch in flight, which then survives into the older generations and is walked again: in
 # `bench sustained` at 10,000 jobs/s that was 17% of the snapshotter's CPU and 16% of the
 # worker's (bench/RESULTS.md, issue 18 session 11). At 50,000 a batch's objects are mostly
-# freed before a collection sees them: the snapshotter collected for 0.27 s a minute, not 4.7.
+# freed before a collection sees them: the snapshotter collected for 0.36 s a minute, not 4.7.
 GC_THRESHOLD = (50_000, 20, 20)
 
 

@@ -16,8 +16,8 @@
            pipeline whose reply was lost), can find them written. One marker key
            `<prefix>submitted:<first job id>` (expiring after SUBMITTED_TTL_MS) then stands
            for the EXISTS of every job: the script is atomic, so it ran exactly when the
-           marker is there. Without it (dedupe keys, named
-           schedules, calls of a few jobs: submit_batch.FRESH_MIN_JOBS) each id is checked.
+           marker is there. Without it (dedupe keys, named schedules, calls of a few jobs:
+           submit_batch.FRESH_MIN_JOBS) each id is checked.
 
   Every job is checked before anything is written; one that fails a check refuses the whole
   call with an error reply "INVALID job <i> (<id>): <problem>", and nothing is written:

@@ -165,24 +165,24 @@ def test_job_ids_are_distinct_uuid7s_in_time_order_and_a_forked_child_never_repe
     import os
     import uuid
 
-    from scheduler.jobspec import job_ids as _random_ids
+    from scheduler.jobspec import job_ids
 
-    first = [_random_ids.next() for _ in range(5000)]  # crosses a refill of the pool
+    first = [job_ids.next() for _ in range(5000)]  # crosses a refill of the pool
     assert len(set(first)) == 5000 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)
     assert {(uuid.UUID(i).version, uuid.UUID(i).variant) for i in first} == {(7, uuid.RFC_4122)}
     assert {i[16] for i in first} == set("89ab")  # the variant's digit, random bits and all
     # Time first (history's B-trees grow at their right edge), the clock's ms when given.
-    early, late = _random_ids.take(3, 1_700_000_000_000), _random_ids.take(3, 1_700_000_000_001)
+    early, late = job_ids.take(3, 1_700_000_000_000), job_ids.take(3, 1_700_000_000_001)
     assert max(early) < min(late) and early[0][:12] == f"{1_700_000_000_000:012x}"
     assert len({i[13:] for i in early + late}) == 6
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: its next ids, to the parent
-        os.write(write, "".join(_random_ids.next() for _ in range(10)).encode())
+        os.write(write, "".join(job_ids.next() for _ in range(10)).encode())
         os._exit(0)
     os.close(write)
     os.waitpid(pid, 0)
     child = os.read(read, 1000).decode()
     os.close(read)
-    parent = "".join(_random_ids.next() for _ in range(10))
+    parent = "".join(job_ids.next() for _ in range(10))
     assert len(child) == 320 and child != parent
