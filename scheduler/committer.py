@@ -128,7 +128,9 @@ class Committer(Service):
                     first_error = first_error or exc
                 else:
                     self.dropped += 1
-                    log.error("dropped the %s outcome of %s: Redis will not take it (%s: %s); "
+                    # %r: the id may hold what Redis refused (a lone surrogate), which a
+                    # UTF-8 log file could not take either
+                    log.error("dropped the %s outcome of %r: Redis will not take it (%s: %s); "
                               "its lease will expire and the slot be reclaimed", kind, item[0],
                               type(exc).__name__, exc)
                 continue

@@ -3,9 +3,14 @@
 # the newest Python 3.11+ the machine has (scripts/services.sh, find_python), in .venv.
 # `scripts/test.sh --python 3.11 [pytest args]` runs the tests alone (no lint, no types) on
 # the newest 3.11 instead, in a venv of its own (.venv-3.11); .ci/run does both.
+# The tests run in SCHED_TEST_PROCESSES pytest-xdist processes (default 2: most of the slow
+# tests wait on real processes and timeouts, so two halve the wall time on two cores without
+# starving them; each process starts its own Redis Cluster). `-n 0` in the args runs them in
+# this one process (`-s`, pdb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
+parallel=(-n "${SCHED_TEST_PROCESSES:-2}" --dist worksteal)
 ensure_redis
 ensure_postgres
 if [ "${1:-}" = "--python" ]; then
@@ -13,10 +18,10 @@ if [ "${1:-}" = "--python" ]; then
   shift 2
   ensure_venv ".venv-$version" "$version"
   ensure_chromium
-  exec ".venv-$version/bin/pytest" "$@"
+  exec ".venv-$version/bin/pytest" "${parallel[@]}" "$@"
 fi
 ensure_venv
 ensure_chromium
 .venv/bin/ruff check scheduler cli tests bench
 .venv/bin/mypy
-.venv/bin/pytest "$@"
+.venv/bin/pytest "${parallel[@]}" "$@"
