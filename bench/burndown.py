@@ -49,16 +49,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "of limits: N >= --concurrency never binds)")
     p.add_argument("--sleep-ms", type=float, default=0,
                    help="each handler awaits this long (0: returns at once)")
-    p.add_argument("--eager", action="store_true",
-                   help="WorkerConfig(eager_start=True): handlers' tasks start eagerly "
-                        "(Python 3.12+; no effect on 3.11)")
+    p.add_argument("--no-eager", dest="eager", action="store_false",
+                   help="WorkerConfig(eager_start=False), as `sched worker --no-eager-start`: "
+                        "handlers' tasks are scheduled, not started eagerly (the default on "
+                        "Python 3.12+; 3.11 has no eager start)")
     p.add_argument("--out", default=None)
 
 
 async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
                 pipelines: int = 2, client: Any = None,
                 cpu: Callable[[], float] | None = None, provider: Any = None,
-                sleep_ms: float = 0, eager: bool = False) -> dict[str, float]:
+                sleep_ms: float = 0, eager: bool = True) -> dict[str, float]:
     """`client` (default: a plain client of `url`) is what the worker uses; `cpu` reads
     Redis's CPU seconds (default: INFO cpu of `url`)."""
     registry = Registry()
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return statistics.median(x[key] for x in runs)
 
     ok = all(x["duplicates"] == 0 and x["committed"] == args.jobs for x in runs)
-    flags = (" --trace" if args.trace else "") + (" --eager" if args.eager else "")
+    flags = (" --trace" if args.trace else "") + ("" if args.eager else " --no-eager")
     summary = (f"burndown{flags} (concurrency {args.concurrency}, "
                f"batch {args.batch}, {args.pipelines} pipelines): {args.jobs} jobs "
                f"x{args.runs}: {med('per_s'):,.0f} executions/s "

@@ -134,6 +134,10 @@ def _awaiting(coro: object) -> list[str]:
 @click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
               help="Seconds a claim waits for them; an at_most_once run they did not "
                    "confirm is not started (it ends lost).")
+@click.option("--eager-start/--no-eager-start", default=True, show_default=True,
+              help="Python 3.12+: run each handler up to its first await within the claim "
+                   "that started it (one that never awaits is never scheduled: less CPU); "
+                   "no effect on 3.11.")
 @autoscale_option
 @click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
               help="An OpenTelemetry span per run, to the global TracerProvider: configure it "
@@ -144,8 +148,8 @@ def _awaiting(coro: object) -> list[str]:
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
            grace_s: float, batch: int, pipelines: int, claim_replicas: int,
-           replica_timeout: float, autoscale: Any, trace: bool, metrics_port: int | None,
-           log_level: str, log_format: str) -> None:
+           replica_timeout: float, eager_start: bool, autoscale: Any, trace: bool,
+           metrics_port: int | None, log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker import Worker, WorkerConfig
 
@@ -156,7 +160,7 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           pipelines=pipelines, claim_replicas=claim_replicas,
                           replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
-                          queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+                          eager_start=eager_start, queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 

@@ -1,10 +1,10 @@
 """Runs the handlers of claimed slots and records, once, how each run ended.
 
 `start()` creates a run's task and its timeout; the task calls the handler (an `async def`
-as a task, a plain `def` in the thread pool) and hands its outcome to the committer. With
-`WorkerConfig(eager_start=True)` on Python 3.12+ the task starts eagerly: an `async def` that
-returns without awaiting has ended within `start()`, never scheduled on the loop (otherwise,
-and always on 3.11, it runs on the next loop iteration). A run is
+as a task, a plain `def` in the thread pool) and hands its outcome to the committer. On
+Python 3.12+ the task starts eagerly (`WorkerConfig.eager_start`, on by default): an `async
+def` that returns without awaiting has ended within `start()`, never scheduled on the loop
+(with it off, and always on 3.11, it runs on the next loop iteration). A run is
 stopped (scheduler/inflight.py, `Run.stop`) for its timeout, a lost lease, a cancel request or
 the worker's shutdown; its outcome then follows from the reason. A handler that does not stop
 within `stuck_after_s` of its cancellation (it caught CancelledError and went on) is given up

@@ -35,12 +35,12 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     """Move the concurrency between its bounds from the start lag of this worker's claims
     (scheduler/autoscale.py), starting at its MIN; `concurrency` is then not used."""
     tracing: Any = False  # a span per run (tracing.py): True, or the TracerProvider to use
-    eager_start: bool = False
+    eager_start: bool = True
     """Python 3.12+: start each handler's task eagerly (execution.py), so a handler that
     returns without awaiting ends within its claim, never scheduled on the loop (~27% less
-    worker CPU per no-op job, bench/RESULTS.md). Off by default: with 200 handlers a worker
-    each opening its first connection on a loaded two-core box, a fault test saw the loop
-    held past the heartbeats (tests/faults, many delayed and cron jobs). No effect on 3.11."""
+    worker CPU per no-op job, bench/RESULTS.md). A handler's code up to its first await then
+    runs inside the claim: False (`sched worker --no-eager-start`) schedules every task as
+    asyncio does by default. No effect on 3.11."""
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -63,6 +63,12 @@ find_python() {
 # again when it was made with another one, or pyproject.toml changed since.
 ensure_venv() {
   local dir="${1:-.venv}" py want
+  # A test suite running from DIR (tests/conftest.py names it) that runs these scripts must
+  # not rebuild it under itself: the other test processes would lose their packages.
+  if [ -n "${SCHED_TEST_VENV:-}" ] && [ -x "$dir/bin/sched" ] \
+      && [ "$(realpath "$dir")" = "$(realpath "$SCHED_TEST_VENV")" ]; then
+    return 0
+  fi
   py="$(find_python "${2:-}")" || return 1
   want="$("$py" -c 'import os, sys; print(os.path.realpath(sys.executable), sys.version.split()[0])')"
   if [ ! -x "$dir/bin/sched" ] || [ pyproject.toml -nt "$dir/.installed" ] \

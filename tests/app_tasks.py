@@ -37,6 +37,22 @@ async def effect(ctx: Context, payload: Any) -> None:
     await _redis().hincrby(payload["effects"], ctx.slot_id, 1)
 
 
+@registry.task("test.where_started")
+async def where_started(ctx: Context, payload: Any) -> None:
+    """Records "claim" when the handler runs inside the claim that started it (an eager
+    start), "loop" when the loop scheduled it."""
+    import sys
+
+    from scheduler.claiming import Claiming
+
+    frame, place = sys._getframe(), "loop"
+    while frame is not None:
+        if frame.f_code is Claiming._claim.__code__:
+            place = "claim"
+        frame = frame.f_back  # type: ignore[assignment]
+    await _redis().hset(payload["effects"], ctx.slot_id, place)
+
+
 @registry.task("test.sync_sleep")
 def sync_sleep(ctx: Context, payload: Any) -> None:
     time.sleep(float(payload["seconds"]))

@@ -24,6 +24,9 @@ REDIS_URL = os.environ.get("SCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 os.environ.setdefault("SCHED_HISTORY_FILE",
                       os.path.join(tempfile.mkdtemp(prefix="sched-tests-"), "history.sqlite3"))
 TESTS = Path(__file__).parent
+# The venv running the suite: scripts/services.sh's ensure_venv, run by a test (the README's
+# demo), never rebuilds it under the suite's other processes.
+os.environ["SCHED_TEST_VENV"] = sys.prefix
 # A suite started in the background of a shell without job control (`cmd &` in a script)
 # inherits SIGINT ignored, and so would every `sched` process it starts, which then never
 # sees the Ctrl-C a test sends it. A handler here becomes the default in those children.

@@ -72,6 +72,42 @@ def test_worker_metrics_port(redis_url: str, ns: str, app_env: dict[str, str]) -
         assert name in text
 
 
+@pytest.mark.slow
+def test_sched_worker_starts_handlers_eagerly_unless_told_not_to(
+        redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    """On 3.12+ a handler runs up to its first await inside the claim that started it;
+    `--no-eager-start` (and 3.11) schedule it on the loop."""
+    import sys
+
+    import redis as redis_py
+
+    from scheduler import Client
+
+    r = redis_py.Redis.from_url(redis_url)
+    places = {}
+    with Client(redis_url, ns) as client:
+        for flag in ("", "--no-eager-start"):
+            effects = f"{ns}:where:{flag}"
+            job = client.submit("test.where_started", {"effects": effects})
+            proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns,
+                                     "worker", "--app", "app_tasks:registry",
+                                     "--log-level", "warning", *([flag] if flag else [])],
+                                    env={**app_env, "SCHED_TEST_REDIS_URL_APP": redis_url},
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            try:
+                deadline = time.monotonic() + 30
+                while not r.hlen(effects) and proc.poll() is None \
+                        and time.monotonic() < deadline:
+                    time.sleep(0.05)
+            finally:
+                out = stop(proc)
+            assert r.hlen(effects), out
+            places[flag] = {v.decode() for v in r.hvals(effects)}
+            assert client.get_job(job) is not None
+    eager = "claim" if sys.version_info >= (3, 12) else "loop"
+    assert places == {"": {eager}, "--no-eager-start": {"loop"}}
+
+
 def test_status_watch_refreshes_until_interrupted(redis_url: str, ns: str) -> None:
     proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "status",
                              "--watch", "--interval", "0.2"],

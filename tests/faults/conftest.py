@@ -30,6 +30,10 @@ def scenario(sut: RedisServer, redis_url: str, ns: str) -> Iterator[Scenario]:
 
 
 @pytest.fixture
-def procs(sut: RedisServer, redis_url: str, ns: str, scenario: Scenario) -> Iterator[Processes]:
-    with processes(sut.url, ns, redis_url, scenario.truth) as p:
+def procs(request: pytest.FixtureRequest, sut: RedisServer, redis_url: str, ns: str,
+          scenario: Scenario) -> Iterator[Processes]:
+    """`@pytest.mark.lease(S)`: the processes' leases last S seconds (harness.LEASE_S else)."""
+    lease = request.node.get_closest_marker("lease")
+    with processes(sut.url, ns, redis_url, scenario.truth,
+                   **({"lease_s": float(lease.args[0])} if lease else {})) as p:
         yield p
