@@ -135,9 +135,10 @@ def _awaiting(coro: object) -> list[str]:
               help="Seconds a claim waits for them; an at_most_once run they did not "
                    "confirm is not started (it ends lost).")
 @click.option("--eager-start/--no-eager-start", default=True, show_default=True,
+              envvar="SCHED_EAGER_START",
               help="Python 3.12+: run each handler up to its first await within the claim "
                    "that started it (one that never awaits is never scheduled: less CPU); "
-                   "no effect on 3.11.")
+                   "no effect on 3.11 (env SCHED_EAGER_START=0 for --no-eager-start).")
 @autoscale_option
 @click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
               help="An OpenTelemetry span per run, to the global TracerProvider: configure it "

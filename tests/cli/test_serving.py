@@ -92,7 +92,9 @@ def test_sched_worker_starts_handlers_eagerly_unless_told_not_to(
             proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns,
                                      "worker", "--app", "app_tasks:registry",
                                      "--log-level", "warning", *([flag] if flag else [])],
-                                    env={**app_env, "SCHED_TEST_REDIS_URL_APP": redis_url},
+                                    env={**{k: v for k, v in app_env.items()
+                                            if k != "SCHED_EAGER_START"},
+                                         "SCHED_TEST_REDIS_URL_APP": redis_url},
                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
             try:
                 deadline = time.monotonic() + 30
