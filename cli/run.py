@@ -161,7 +161,8 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           pipelines=pipelines, claim_replicas=claim_replicas,
                           replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
-                          eager_start=eager_start, queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+                          eager_start=eager_start,
+                          queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 
