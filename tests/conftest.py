@@ -108,6 +108,35 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+@pytest.fixture(scope="module")
+def private_redis_url() -> Iterator[str]:
+    """A redis-server of this module's own (tests/faults/harness.py)."""
+    sys.path.insert(0, str(TESTS))
+    from faults.harness import RedisServer
+
+    server = RedisServer().start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def flushable(request: pytest.FixtureRequest, redis_url: str, ns: str,
+              clock: ManualClock) -> Iterator[tuple[Any, Client, str]]:
+    """(plain client, Client, url) of a Redis whose script cache the test may flush and keep
+    flushed until its next call: under pytest-xdist the other test process loads scripts
+    into the shared Redis at any moment, so on the single Redis a private one (the session's
+    cluster is already this process's own)."""
+    url = redis_url if is_cluster_url(redis_url) else request.getfixturevalue(
+        "private_redis_url")
+    plain: Any = (redis.cluster.RedisCluster.from_url(url) if is_cluster_url(redis_url)
+                  else redis.Redis.from_url(url))
+    with Client(url, ns, shards=4, clock=clock) as c:
+        yield plain, c, url
+    plain.close()
+
+
 @pytest.fixture
 def client(redis_url: str, ns: str, clock: ManualClock) -> Iterator[Client]:
     """A blocking client on the test's namespace (4 shards) with the injected clock."""

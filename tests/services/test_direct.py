@@ -64,10 +64,12 @@ def test_an_error_reply_takes_its_place_and_the_rest_still_run(redis_url: str, n
     assert isinstance(out[1], redis.exceptions.ResponseError) and "WRONGTYPE" in str(out[1])
 
 
-def test_a_flushed_script_cache_is_loaded_again(redis_url: str, ns: str, client: Any,
-                                                r: redis.Redis) -> None:
+def test_a_flushed_script_cache_is_loaded_again(ns: str, flushable: tuple[Any, Any, str]
+                                                ) -> None:
+    r, client, url = flushable
+
     async def scenario() -> list[Any]:
-        conn = async_redis(redis_url)
+        conn = async_redis(url)
         direct.enable(conn)
         await scripts.run_async(conn, _calls(client, ns))
         r.script_flush()
