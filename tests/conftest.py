@@ -109,14 +109,14 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture(scope="module")
-def private_redis_url() -> Iterator[str]:
-    """A redis-server of this module's own (tests/faults/harness.py)."""
-    sys.path.insert(0, str(TESTS))
+def private() -> Iterator[Any]:
+    """A redis-server of this module's own (tests/faults/harness.py's RedisServer): for
+    tests that drive Redis itself (out of memory, its script cache)."""
     from faults.harness import RedisServer
 
     server = RedisServer().start()
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
 
@@ -128,8 +128,7 @@ def flushable(request: pytest.FixtureRequest, redis_url: str, ns: str,
     flushed until its next call: under pytest-xdist the other test process loads scripts
     into the shared Redis at any moment, so on the single Redis a private one (the session's
     cluster is already this process's own)."""
-    url = redis_url if is_cluster_url(redis_url) else request.getfixturevalue(
-        "private_redis_url")
+    url = redis_url if is_cluster_url(redis_url) else request.getfixturevalue("private").url
     plain: Any = (redis.cluster.RedisCluster.from_url(url) if is_cluster_url(redis_url)
                   else redis.Redis.from_url(url))
     with Client(url, ns, shards=4, clock=clock) as c:

@@ -21,13 +21,6 @@ from scheduler.keys import shard_of
 
 
 @pytest.fixture(scope="module")
-def private() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def silent() -> Iterator[str]:
     """A server that accepts connections and never answers."""
     sock = socket.socket()
