@@ -77,13 +77,15 @@ MUTANTS = [
            "dispatching one slot in a thousand (orphan rule, or settling times out)",
            "scheduler/lua/promote.lua", "  if st[1] == 'scheduled' then",
            "  if st[1] == 'scheduled' and string.sub(slot_id, -3) ~= '007' then", (MANY,)),
-    Mutant("committer-drops-a-batch", "every tenth commit round trip is forgotten (lost rule: "
-           "leases expire on healthy workers)",
+    # From the first round trip: the one healthy worker of its test may make only two (a
+    # whole wave of completions in each), and a mutant dropping the third survived in CI.
+    Mutant("committer-drops-a-batch", "every tenth commit round trip, from the first, is "
+           "forgotten (lost rule: leases expire on healthy workers)",
            "scheduler/committer.py",
            "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}",
            "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}\n"
            "        self.dropped += 1\n"
-           "        if self.dropped % 10 == 3:\n"
+           "        if self.dropped % 10 == 1:\n"
            "            return 0", (SIGKILL,), fast=True),
     Mutant("sweeper-disabled", "the sweeper never walks (orphans stay stranded)",
            "scheduler/sweeper.py", "        if not self.active:\n            return False",
