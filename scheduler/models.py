@@ -266,6 +266,16 @@ def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, deli
     return out
 
 
+def schedule_fields(schedule: dict[str, str | int]) -> list[str | int]:
+    """A schedule's job-hash field/value pairs as job_fields() lays them out (defaults left
+    out), for a caller that has the rest of them already."""
+    out: list[str | int] = []
+    for name, value in schedule.items():
+        if value != JOB_FIELD_DEFAULTS[name]:
+            out += [name, value]
+    return out
+
+
 def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
     value = raw.get(name.encode())
     return value.decode() if value is not None else default

@@ -58,6 +58,13 @@ def _delay_ms(delay: object) -> int:
     return int(seconds * 1000)
 
 
+def delayed(now_ms: int, delay: Any) -> Schedule:
+    """A one-time job `delay` (seconds or a timedelta) after now_ms."""
+    ms = _delay_ms(delay)
+    return Schedule(kind=JobKind.DELAYED, fire_ms=_bounded("delay", now_ms + ms),
+                    fields={"delay_ms": ms})
+
+
 def resolve(now_ms: int, *, delay: Any = None, at: Any = None, cron: Any = None,
             tz: Any = None, catchup: Any = None, catchup_limit: Any = None,
             overlap: Any = None, start_at: Any = None, end_at: Any = None) -> Schedule:
@@ -71,9 +78,7 @@ def resolve(now_ms: int, *, delay: Any = None, at: Any = None, cron: Any = None,
             if v is not None:
                 raise ValidationError(name, "only applies to recurring jobs; add cron=...")
     if delay is not None:
-        ms = _delay_ms(delay)
-        return Schedule(kind=JobKind.DELAYED, fire_ms=_bounded("delay", now_ms + ms),
-                        fields={"delay_ms": ms})
+        return delayed(now_ms, delay)
     if at is not None:
         return Schedule(kind=JobKind.AT, fire_ms=_instant_ms("at", at), fields={})
     if cron is None:

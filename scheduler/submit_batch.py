@@ -29,8 +29,8 @@ from .models import (
     check_timeout,
     encode_payload,
     job_fields,
+    schedule_fields,
 )
-from .schedule import resolve
 
 if TYPE_CHECKING:
     from .sdk_core import Core
@@ -62,8 +62,7 @@ def validate(core: Core, spec: JobSpec, now_ms: int) -> Validated:
                 core.checked_names.clear()
             core.checked_names[given] = names
     task, queue, delivery = names
-    options = spec.schedule_options()
-    schedule = IMMEDIATE if options is None else resolve(now_ms, **options)
+    schedule = spec.schedule(now_ms)
     timeout = None if spec.timeout is None else check_timeout(spec.timeout)
     priority = check_priority(spec.priority)
     dedupe = None if spec.dedupe_key is None else check_dedupe_key(spec.dedupe_key)
@@ -73,12 +72,16 @@ def validate(core: Core, spec: JobSpec, now_ms: int) -> Validated:
     data = encode_payload(spec.payload, core.max_payload_bytes)
     # Redis's cmsgpack reads no msgpack `bin`: the JSON travels as a str (scripts.pack).
     payload = None if data == b"null" else data.decode()
-    if dedupe is None and not schedule.fields:
+    if dedupe is None:
+        # The fields of a job's options, made once per distinct options; a schedule's own
+        # fields (a delay's delay_ms) come last, as job_fields() lays them out.
         key = (timeout, retry, delivery, schedule.kind, priority)
         rest = core.option_fields.get(key)
         if rest is None:
             rest = core.option_fields[key] = job_fields(b"null", timeout, retry, delivery,
                                                         None, schedule.kind, None, priority)
+        if schedule.fields:
+            rest = [*rest, *schedule_fields(schedule.fields)]
     else:
         rest = job_fields(b"null", timeout, retry, delivery, dedupe, schedule.kind,
                           schedule.fields, priority)

@@ -118,3 +118,50 @@ def test_cron_shorthands_are_stored_as_what_they_stand_for(alias: str, expr: str
     from scheduler.cronspec import check_cron
 
     assert check_cron(alias) == expr
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"delay": 30}, {"delay": 0}, {"delay": timedelta(minutes=2), "timeout": 1.5},
+    {"delay": 5, "priority": 1, "delivery": "at_most_once"}, {"at": SOON},
+    {"cron": "*/5 * * * *", "tz": "Europe/Paris", "catchup": "latest"},
+    {"delay": 5, "dedupe_key": "once-a"}, {"timeout": 2.0, "priority": 5},
+])
+def test_every_job_hash_holds_the_fields_of_its_options(r: redis.Redis, redis_url: str,
+                                                        ns: str, options: dict[str, Any]
+                                                        ) -> None:
+    """submit_many makes each distinct option set's fields once and adds the schedule's:
+    what it writes is what job_fields() lays out for the job alone."""
+    from scheduler.keys import shard_of
+    from scheduler.models import Delivery, RetryPolicy, job_fields
+    from scheduler.schedule import resolve
+
+    sched_opts = {k: v for k, v in options.items() if k in ("delay", "at", "cron", "tz",
+                                                            "catchup")}
+    with Client(redis_url, ns) as client:
+        # Twice in one batch and once more: the cached fields must not leak between jobs.
+        ids = client.submit_many([{"task": "t", **options, **({"dedupe_key": None}
+                                   if "dedupe_key" in options else {})}
+                                  for _ in range(2)] + [{"task": "t", **options}])
+        for job_id in ids:
+            stored = {k.decode(): v.decode() for k, v in
+                      r.hgetall(client.keys.job(shard_of(job_id, client.shards), job_id)).items()}
+            fire = resolve(int(stored["created_ms"]), **sched_opts) if sched_opts else None
+            dedupe = options.get("dedupe_key") if job_id == ids[-1] else None
+            want = job_fields(b"null", options.get("timeout"), RetryPolicy(),
+                              Delivery(options.get("delivery", "at_least_once")), dedupe,
+                              fire.kind if fire else "immediate", fire.fields if fire else None,
+                              options.get("priority", 3))
+            pairs = dict(zip(want[::2], want[1::2], strict=True))
+            extra = {k: v for k, v in stored.items()
+                     if k not in ("task", "queue", "fire_ms", "created_ms")}
+            assert extra == {k: str(v) for k, v in pairs.items()}, (options, job_id)
+
+
+def test_delays_in_one_batch_keep_their_own_fields(r: redis.Redis, redis_url: str,
+                                                   ns: str) -> None:
+    from scheduler.keys import shard_of
+
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": "t", "delay": d} for d in (30, 0, 5, 0)])
+        got = [r.hget(client.keys.job(shard_of(j, client.shards), j), "delay_ms") for j in ids]
+    assert got == [b"30000", None, b"5000", None]
