@@ -112,13 +112,10 @@ def clock() -> ManualClock:
 def private() -> Iterator[Any]:
     """A redis-server of this module's own (tests/faults/harness.py's RedisServer): for
     tests that drive Redis itself (out of memory, its script cache)."""
-    from faults.harness import RedisServer
+    from faults.harness import redis_server
 
-    server = RedisServer().start()
-    try:
+    with redis_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -7,17 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from .harness import Processes, RedisServer, processes
+from .harness import Processes, RedisServer, processes, redis_server
 from .scenario import Scenario
 
 
 @pytest.fixture
 def sut() -> Iterator[RedisServer]:
-    server = RedisServer().start()
-    try:
+    with redis_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
