@@ -44,8 +44,8 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     covered (about 150 bytes each)."""
     defer_s: float = 2.0
     """Hold back a slot whose `submitted` event comes alone and that is due within this long,
-    until its next event or this long has passed (see the module docstring); 0 writes at
-    once."""
+    until its next event (a promotion ahead of its time only renews the wait) or this long
+    has passed (see snapshotter.py's docstring); 0 writes at once."""
 
     def __post_init__(self) -> None:
         if self.read_count < 1 or self.batch_records < 1:
@@ -114,6 +114,7 @@ class Intake:
         self.held: dict[str, tuple[int, float]] = {}
         self.skipped = 0  # event records already covered by an earlier read
         self.deferred = 0  # slots held back so far
+        self.reheld = 0  # `queued` events of held-back slots that left them held
 
     def take(self, work: dict[int, Work], shard: int,
               entries: Sequence[tuple[bytes, dict[bytes, bytes]]]) -> None:
@@ -148,6 +149,15 @@ class Intake:
                         # Unread: whatever it did since, a later event of it is unread too.
                         deferred[slot] = (shard, deadline)
                         self.deferred += 1
+                    elif kind == "queued" and slot in deferred and _fire_ms(slot) <= horizon:
+                        # Held back and promoted ahead of its time (promote.lua, "Early"):
+                        # its claim comes at its fire time, still within the horizon. Written
+                        # now, it would be written again then (half of sustained's rows
+                        # were, as upserts). Held on, its deadline counted from now (dicts
+                        # keep insertion order: re-inserted, it stays in deadline order).
+                        del deferred[slot]
+                        deferred[slot] = (shard, deadline)
+                        self.reheld += 1
                     else:
                         self._slot(w, slot, kind, record)
                 if isinstance(job, str) and seen.get("job:" + job, -1) < version:

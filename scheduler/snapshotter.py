@@ -22,8 +22,10 @@ everything else is upserted.
 
 A slot whose `submitted` event comes with no later event of it in the batch, and that is due
 within `defer_s` (an immediate job, a delayed one about to run), is held back unread: its
-next event (queued, claimed, succeeded...) brings it into a later batch, where it is still
-new and is written once, in its later state, instead of twice. One that no event brought back
+next event (claimed, succeeded...) brings it into a later batch, where it is still new and
+is written once, in its later state, instead of twice. A `queued` event (promoted early,
+still due within `defer_s`) leaves it held, its deadline renewed: its claim follows at its
+fire time. One that no event brought back
 within `defer_s` (no worker took it) is written then; `flush()`, also run when the
 snapshotter stops, writes them all. If the process dies holding some, each is written with
 its next event; until then `sched recover` would not know it.

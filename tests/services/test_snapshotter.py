@@ -241,6 +241,54 @@ def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
     assert snap.store.conflicts == 0 and snap.rows == 11 + 11  # jobs, slots (one attempt each)
 
 
+def test_a_held_back_slot_promoted_ahead_of_its_time_is_still_written_once(
+        redis_url: str, ns: str, pg_dsn: str) -> None:
+    """A delayed slot due within defer_s is promoted up to 3 s early (promote.lua, "Early"):
+    its `queued` event must leave it held, not write it queued and then again when it runs."""
+    from scheduler.node import SchedulerNode
+    from scheduler.store import open_store
+
+    setup = open_store(pg_dsn)
+    setup.upgrade()
+    setup.close()
+    with Client(redis_url, ns, shards=2) as client:
+        soon = client.submit_many([{"task": "ok", "delay": 2} for _ in range(6)])
+
+    async def scenario(client: Client) -> tuple[Snapshotter, list[Any], list[Any]]:
+        conn = async_redis(redis_url)
+        snap = Snapshotter(conn, open_store(pg_dsn), namespace=ns, config=SnapshotterConfig(
+            retention_s=None, defer_s=60, settle_s=0))
+
+        async def drain_events() -> list[Any]:
+            while await snap.run_once():
+                pass
+            await snap.settle()
+            return client.history(limit=100)
+
+        try:
+            node = SchedulerNode(conn, namespace=ns)
+            task = asyncio.create_task(node.run())
+            while not all(client.slots(j)[0].status is SlotStatus.QUEUED for j in soon):
+                assert not task.done() and time.monotonic() < deadline, "not promoted"
+                await asyncio.sleep(0.01)
+            node.stop()
+            await task
+            before = await drain_events()
+            await run_until(redis_url, ns, _registry(), lambda: all(
+                client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in soon), node=True)
+            return snap, before, await drain_events()
+        finally:
+            await conn.aclose()
+            snap.store.close()
+
+    deadline = time.monotonic() + 10
+    with Client(redis_url, ns, history=pg_dsn) as client:
+        snap, before, after = asyncio.run(scenario(client))
+    assert before == [] and snap.deferred == 6 and snap.intake.reheld == 6
+    assert {s.job_id: s.status for s in after} == {j: SlotStatus.SUCCEEDED for j in soon}
+    assert snap.store.conflicts == 0 and snap.rows == 6 + 6  # jobs, then each slot once
+
+
 def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
         redis_url: str, ns: str, store_dsn: str) -> None:
     with Client(redis_url, ns, shards=2) as client:
