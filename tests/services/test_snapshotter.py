@@ -199,16 +199,12 @@ def test_only_slots_created_in_the_batch_take_the_insert_path(
                                                                SlotStatus.DEAD}
 
 
-def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
-        redis_url: str, ns: str, pg_dsn: str) -> None:
+def _held_back_run(redis_url: str, ns: str, pg_dsn: str, ids: list[str],
+                   before_drain: Any = None) -> tuple[Snapshotter, list[Any], list[Any]]:
+    """A snapshotter holding back slots due within a minute drains the events twice: first
+    (after `before_drain()`, when given), then once every one of `ids` has succeeded; the
+    history after each drain."""
     from scheduler.store import open_store
-
-    setup = open_store(pg_dsn)
-    setup.upgrade()
-    setup.close()
-    with Client(redis_url, ns, shards=2) as client:
-        soon = client.submit_many([{"task": "ok"} for _ in range(10)])
-        later = client.submit("ok", delay=600)  # not due within defer_s: written at once
 
     async def scenario(client: Client) -> tuple[Snapshotter, list[Any], list[Any]]:
         conn = async_redis(redis_url)
@@ -222,16 +218,35 @@ def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
             return client.history(limit=100)
 
         try:
+            if before_drain is not None:
+                await before_drain(conn, client)
             before = await drain_events()
             await run_until(redis_url, ns, _registry(), lambda: all(
-                client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in soon))
+                client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in ids), node=True)
             return snap, before, await drain_events()
         finally:
             await conn.aclose()
             snap.store.close()
 
     with Client(redis_url, ns, history=pg_dsn) as client:
-        snap, before, after = asyncio.run(scenario(client))
+        return asyncio.run(scenario(client))
+
+
+def _upgraded(pg_dsn: str) -> None:
+    from scheduler.store import open_store
+
+    setup = open_store(pg_dsn)
+    setup.upgrade()
+    setup.close()
+
+
+def test_slots_due_soon_are_held_back_and_written_once_in_their_later_state(
+        redis_url: str, ns: str, pg_dsn: str) -> None:
+    _upgraded(pg_dsn)
+    with Client(redis_url, ns, shards=2) as client:
+        soon = client.submit_many([{"task": "ok"} for _ in range(10)])
+        later = client.submit("ok", delay=600)  # not due within defer_s: written at once
+    snap, before, after = _held_back_run(redis_url, ns, pg_dsn, soon)
     # Held back while queued: only the far-off slot was written in the first pass.
     assert [s.job_id for s in before] == [later] and snap.deferred == 10
     # Their `claimed`/`succeeded` events brought them back, still new: one insert each, in
@@ -246,44 +261,22 @@ def test_a_held_back_slot_promoted_ahead_of_its_time_is_still_written_once(
     """A delayed slot due within defer_s is promoted up to 3 s early (promote.lua, "Early"):
     its `queued` event must leave it held, not write it queued and then again when it runs."""
     from scheduler.node import SchedulerNode
-    from scheduler.store import open_store
 
-    setup = open_store(pg_dsn)
-    setup.upgrade()
-    setup.close()
+    _upgraded(pg_dsn)
     with Client(redis_url, ns, shards=2) as client:
         soon = client.submit_many([{"task": "ok", "delay": 2} for _ in range(6)])
 
-    async def scenario(client: Client) -> tuple[Snapshotter, list[Any], list[Any]]:
-        conn = async_redis(redis_url)
-        snap = Snapshotter(conn, open_store(pg_dsn), namespace=ns, config=SnapshotterConfig(
-            retention_s=None, defer_s=60, settle_s=0))
+    async def promote(conn: redis.asyncio.Redis, client: Client) -> None:
+        node = SchedulerNode(conn, namespace=ns)
+        task = asyncio.create_task(node.run())
+        deadline = time.monotonic() + 10
+        while not all(client.slots(j)[0].status is SlotStatus.QUEUED for j in soon):
+            assert not task.done() and time.monotonic() < deadline, "not promoted"
+            await asyncio.sleep(0.01)
+        node.stop()
+        await task
 
-        async def drain_events() -> list[Any]:
-            while await snap.run_once():
-                pass
-            await snap.settle()
-            return client.history(limit=100)
-
-        try:
-            node = SchedulerNode(conn, namespace=ns)
-            task = asyncio.create_task(node.run())
-            while not all(client.slots(j)[0].status is SlotStatus.QUEUED for j in soon):
-                assert not task.done() and time.monotonic() < deadline, "not promoted"
-                await asyncio.sleep(0.01)
-            node.stop()
-            await task
-            before = await drain_events()
-            await run_until(redis_url, ns, _registry(), lambda: all(
-                client.slots(j)[0].status is SlotStatus.SUCCEEDED for j in soon), node=True)
-            return snap, before, await drain_events()
-        finally:
-            await conn.aclose()
-            snap.store.close()
-
-    deadline = time.monotonic() + 10
-    with Client(redis_url, ns, history=pg_dsn) as client:
-        snap, before, after = asyncio.run(scenario(client))
+    snap, before, after = _held_back_run(redis_url, ns, pg_dsn, soon, promote)
     assert before == [] and snap.deferred == 6 and snap.intake.reheld == 6
     assert {s.job_id: s.status for s in after} == {j: SlotStatus.SUCCEEDED for j in soon}
     assert snap.store.conflicts == 0 and snap.rows == 6 + 6  # jobs, then each slot once
