@@ -27,7 +27,7 @@ import redis.cluster
 import redis.retry
 import redis.sentinel
 
-from . import cluster
+from . import cluster, packing
 from .errors import ConfigError, RedisFailure, RedisRefused, RedisUnavailable
 
 # What redis-py raises: its RedisError, and on a cluster RedisClusterException, which is not one
@@ -223,6 +223,8 @@ def _plain(asyncio: bool, host: str, port: int, opts: dict[str, Any], retry: Any
     pool = module.BlockingConnectionPool(host=host, port=port, retry=retry,
                                          max_connections=MAX_CONNECTIONS, timeout=timeout_s,
                                          **kw)
+    if asyncio:
+        packing.adopt(pool)
     return module.Redis.from_pool(pool)
 
 
@@ -252,8 +254,11 @@ def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any
                        "password": s.sentinel_password}
     module = redis.asyncio.sentinel if asyncio else redis.sentinel
     manager = module.Sentinel(list(s.sentinels), sentinel_kwargs=sentinel_kwargs)
-    return manager.master_for(s.service, db=s.db, username=s.username, password=s.password,
-                              retry=retry, **_options(timeout_s), **tls)
+    client = manager.master_for(s.service, db=s.db, username=s.username, password=s.password,
+                                retry=retry, **_options(timeout_s), **tls)
+    if asyncio:
+        packing.adopt(client.connection_pool)
+    return client
 
 
 def _options(timeout_s: float) -> dict[str, Any]:
@@ -294,6 +299,7 @@ def async_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
         **_options(timeout_s))
+    packing.adopt(pool)
     return redis.asyncio.Redis.from_pool(pool)
 
 

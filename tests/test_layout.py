@@ -67,7 +67,7 @@ def test_no_import_cycle_in_the_library() -> None:
 # layers below it in this list).
 LAYERS = {
     "contracts": {"errors", "states", "keys", "events", "replies", "clock", "cronspec",
-                  "schedule", "models", "namespace", "connection", "cluster", "scripts", "direct", "hash_read", "sources",
+                  "schedule", "models", "namespace", "connection", "packing", "cluster", "scripts", "direct", "hash_read", "sources",
                   "sqlfiles", "limits"},
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
     "services": {"loops", "registry", "inflight", "reader", "backlog", "execution", "committer",

@@ -131,12 +131,12 @@ MUTANTS = [
     Mutant("sentinel-pins-first-primary", "a sentinel URL is resolved once, at start: after a "
            "failover every process keeps talking to the dead primary (settling times out)",
            "scheduler/connection.py",
-           "    return manager.master_for(s.service, db=s.db, username=s.username, "
+           "    client = manager.master_for(s.service, db=s.db, username=s.username, "
            "password=s.password,\n",
            "    host, port = redis.sentinel.Sentinel(list(s.sentinels)).discover_master("
            "s.service)\n    return (redis.asyncio.Redis if asyncio else redis.Redis)(host=host, "
            "port=port, db=s.db, retry=retry, **_options(timeout_s))\n    "
-           "return manager.master_for(s.service, db=s.db, username=s.username, "
+           "client = manager.master_for(s.service, db=s.db, username=s.username, "
            "password=s.password,\n",
            (SENTINEL,)),
     Mutant("replicated-without-confirmation", "durability=\"replicated\" returns as if the "
