@@ -22,6 +22,7 @@ import redis
 import redis.asyncio
 
 from scheduler import Client, Context, Registry
+from scheduler.connection import process_redis
 from scheduler.worker import Worker, WorkerConfig
 
 from .common import drop_namespace, fresh_namespace, machine, redis_cpu_s
@@ -74,7 +75,8 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
         if len(seen) == n:
             finished.set()
 
-    client = client or redis.asyncio.Redis.from_url(url)
+    # The client `sched worker` makes (cli/run.py): its timeouts, its pool, its packing.
+    client = client or process_redis(url, WorkerConfig().lease_s)
     sync = redis.Redis.from_url(url) if cpu is None else None
     cpu = cpu or (lambda: redis_cpu_s(sync))
     worker = Worker(client, registry, namespace=ns,
