@@ -2,10 +2,10 @@
 
 redis-py's synchronous connections pack a command with hiredis when it is installed; its
 asyncio connections (8.x) always pack in Python, joining bytes argument by argument: ~1.5 us
-per argument against ~0.2 (a claim of 50 entries, 159 arguments: 233 against 33 us; a
-ZADD of 1,000 members: 3.4 against 0.5 ms; bench/RESULTS.md, issue 18 session 14). A
-worker's claims, the snapshotter's acks and retention entries and the node's promotions
-are such commands. The bytes are the same (checked for str, bytes, int, float, bytearray,
+per argument against ~0.2 (a command of 159 arguments: 233 against 33 us; a ZADD of 1,000
+members: 3.4 against 0.5 ms; bench/RESULTS.md, issue 18 session 14). The snapshotter's acks
+and retention entries and the worker's pipelined reads are such commands (a claim is not:
+its entries travel as one msgpack argument). The bytes are the same (checked for str, bytes, int, float, bytearray,
 memoryview and a first argument holding a space), and a value hiredis cannot pack raises
 redis-py's DataError as before.
 
