@@ -236,6 +236,14 @@ MUTANTS = [
            "scheduler/hash_read.py",
            "_bulk(slot_key + s) for s in r.slots", "_bulk(job_key + s) for s in r.slots",
            ("tests/services/test_hash_read.py",), fast=True),
+    Mutant("reheld-slot-dropped", "a held-back slot's early promotion drops it from the held "
+           "set instead of renewing its hold: never claimed, it never reaches history",
+           "scheduler/snapshot_intake.py",
+           "                        deferred[slot] = (shard, deadline)\n                        self.reheld += 1",
+           "                        self.reheld += 1",
+           ("tests/services/test_snapshotter.py::"
+            "test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_deadline",),
+           fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",
            "scheduler/sql/postgres/0002_attempt_log.sql",

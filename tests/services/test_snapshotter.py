@@ -282,6 +282,47 @@ def test_a_held_back_slot_promoted_ahead_of_its_time_is_still_written_once(
     assert snap.store.conflicts == 0 and snap.rows == 6 + 6  # jobs, then each slot once
 
 
+def test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_deadline(
+        redis_url: str, ns: str, pg_dsn: str) -> None:
+    """The promotion renews the hold; it must not drop the slot: with no worker to claim
+    it, the deadline alone brings it, queued."""
+    from scheduler.node import SchedulerNode
+    from scheduler.store import open_store
+
+    _upgraded(pg_dsn)
+    with Client(redis_url, ns, shards=2) as client:
+        ids = client.submit_many([{"task": "ok", "delay": 2} for _ in range(4)])
+
+    async def scenario(client: Client) -> tuple[Snapshotter, list[Any]]:
+        conn = async_redis(redis_url)
+        snap = Snapshotter(conn, open_store(pg_dsn), namespace=ns, config=SnapshotterConfig(
+            retention_s=None, defer_s=3, settle_s=0))
+        node = SchedulerNode(conn, namespace=ns)
+        task = asyncio.create_task(node.run())
+        try:
+            deadline = time.monotonic() + 10
+            while not all(client.slots(j)[0].status is SlotStatus.QUEUED for j in ids):
+                assert not task.done() and time.monotonic() < deadline, "not promoted"
+                await asyncio.sleep(0.01)
+            while await snap.run_once():
+                pass
+            await snap.settle()
+            await asyncio.sleep(3.2)  # past every held slot's deadline
+            await snap.run_once()
+            await snap.settle()
+            return snap, client.history(limit=100)
+        finally:
+            node.stop()
+            await task
+            await conn.aclose()
+            snap.store.close()
+
+    with Client(redis_url, ns, history=pg_dsn) as client:
+        snap, written = asyncio.run(scenario(client))
+    assert snap.intake.reheld == 4
+    assert {s.job_id: s.status for s in written} == {j: SlotStatus.QUEUED for j in ids}
+
+
 def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
         redis_url: str, ns: str, store_dsn: str) -> None:
     with Client(redis_url, ns, shards=2) as client:
