@@ -1,7 +1,8 @@
 """The worker's round trips on connections of their own (scheduler/direct.py): the same
 results as redis-py's pipeline, error replies in their place, a script cache flushed under
-it, a connection killed under it, and a round trip cancelled in the middle, after which no
-reply of it is read as the next one's."""
+it, a connection killed under it, a round trip cancelled in the middle or past its timeout
+(after which no reply of it is read as the next one's), and a connection class's own read
+kept (Sentinel's)."""
 
 from __future__ import annotations
 
@@ -111,20 +112,30 @@ def test_a_killed_connection_fails_or_is_retried_as_the_clients_policy_says(
         assert isinstance(out, redis.exceptions.ConnectionError)
 
 
-def test_a_round_trip_cancelled_in_flight_leaves_no_reply_for_the_next(
-        redis_url: str, ns: str) -> None:
+@pytest.mark.parametrize("how", ["cancelled", "past its socket timeout"])
+def test_a_round_trip_cut_short_leaves_no_reply_for_the_next(redis_url: str, ns: str,
+                                                             how: str) -> None:
+    """Cancelled in flight, or past the socket timeout (one deadline for the whole round
+    trip, raised as redis-py's TimeoutError): the reply still on its way is never read as
+    the next round trip's."""
     key = f"{ns}:direct:list"
 
     async def scenario() -> list[Any]:
-        conn = process_redis(redis_url, 30)
+        conn = (process_redis(redis_url, 30) if how == "cancelled"
+                else async_redis(redis_url, timeout_s=0.2, retries=0))
         direct.enable(conn)
         pipe = conn.pipeline(transaction=False)
-        pipe.blpop([key], timeout=0.3)  # its reply comes 0.3 s later, after the cancel
-        task = asyncio.create_task(direct.execute(conn, pipe))
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        pipe.echo("first")
+        pipe.blpop([key], timeout=0.3)  # its reply comes 0.3 s later, after the cut
+        if how == "cancelled":
+            task = asyncio.create_task(direct.execute(conn, pipe))
+            await asyncio.sleep(0.05)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        else:
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await direct.execute(conn, pipe)
         await asyncio.sleep(0.4)  # the blocked reply has been sent by now
         pipe = conn.pipeline(transaction=False)
         pipe.echo("next")
@@ -134,6 +145,41 @@ def test_a_round_trip_cancelled_in_flight_leaves_no_reply_for_the_next(
         return out
 
     assert _run(scenario()) == [b"next"]
+
+
+def test_a_connection_class_with_a_read_of_its_own_keeps_it(redis_url: str) -> None:
+    """Sentinel's connection turns a READONLY reply into a disconnect in its read_response
+    (its primary was demoted): the round trips here must read through it."""
+    reads: list[bool] = []
+
+    class Counted(redis.asyncio.Connection):
+        async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            reads.append(True)
+            return await super().read_response(*args, **kwargs)
+
+    async def scenario() -> list[Any]:
+        base = async_redis(redis_url)
+        kwargs = {**base.connection_pool.connection_kwargs}
+        await base.aclose()
+        conn = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
+            connection_class=Counted, **kwargs))
+        direct.enable(conn)
+        pipe = conn.pipeline(transaction=False)
+        pipe.echo("connects")  # the handshake's reads are not the round trip's
+        await direct.execute(conn, pipe)
+        reads.clear()
+        pipe = conn.pipeline(transaction=False)
+        pipe.echo("a")
+        pipe.execute_command("NO-SUCH-COMMAND")
+        pipe.echo("b")
+        out = await direct.execute(conn, pipe)
+        await direct.close(conn)
+        await conn.aclose()
+        return out
+
+    out = _run(scenario())
+    assert out[0] == b"a" and isinstance(out[1], redis.exceptions.ResponseError)
+    assert out[2] == b"b" and len(reads) == 3
 
 
 def test_close_disconnects_what_it_kept_once_the_last_user_is_done(redis_url: str, ns: str,
