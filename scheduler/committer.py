@@ -56,6 +56,10 @@ class Committer(Service):
         self.pending: dict[str, defaultdict[int, list[Any]]] = {
             k: defaultdict(list) for k in KINDS}
         self.alone: list[tuple[str, int, Any]] = []  # (kind, shard, item) to send one by one
+        # What the round trip in flight carries: still this worker's to commit (slots()), so
+        # a recovery read meanwhile does not take those slots' entries back and run them again.
+        self.flying: dict[str, defaultdict[int, list[Any]]] = {}
+        self.flying_alone: list[tuple[str, int, Any]] = []
         self.wake = asyncio.Event()
         self.refused = 0
         self.committed = 0
@@ -80,7 +84,9 @@ class Committer(Service):
     def slots(self) -> set[str]:
         """The slots whose outcome waits to be committed."""
         return {item[0] for by in self.pending.values() for items in by.values()
-                for item in items} | {item[0] for _, _, item in self.alone}
+                for item in items} | {item[0] for by in self.flying.values()
+                                      for items in by.values() for item in items} | {
+            item[0] for _, _, item in (*self.alone, *self.flying_alone)}
 
     def _call(self, kind: str, shard: int, items: list[Any], now: int) -> scripts.Call:
         build: Any = {"complete": scripts.complete, "fail": scripts.fail,
@@ -94,6 +100,13 @@ class Committer(Service):
         its own); returns how many outcomes Redis took. Raises the first error after keeping
         what it could not send."""
         batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}
+        self.flying = batch
+        try:
+            return await self._send(batch)
+        finally:
+            self.flying, self.flying_alone = {}, []
+
+    async def _send(self, batch: dict[str, defaultdict[int, list[Any]]]) -> int:
         now = self.clock.now_ms()
         parts = [(kind, shard, items[i:i + CHUNK]) for kind, by in batch.items()
                  for shard, items in by.items() for i in range(0, len(items), CHUNK)]
@@ -118,6 +131,7 @@ class Committer(Service):
                 else:
                     took += self._tally(kind, result)
         alone, self.alone = self.alone, []
+        self.flying_alone = alone
         for kind, shard, item in alone:
             try:
                 call = self._call(kind, shard, [item], now)

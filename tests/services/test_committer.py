@@ -1,12 +1,14 @@
 """The worker's committer on its own: outcomes of several shards in one round trip, kept
-through a Redis that does not answer, a poison outcome dropped alone, a repeat answered
-"already"."""
+through a Redis that does not answer, still known while their round trip is in flight, a
+poison outcome dropped alone, a repeat answered "already"."""
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio
 
@@ -76,6 +78,35 @@ def test_outcomes_wait_through_a_redis_that_does_not_answer(
 
     asyncio.run(scenario())
     assert {s.slot().status for s, _ in runs} == {SlotStatus.SUCCEEDED}
+
+
+def test_outcomes_in_flight_are_still_this_workers(r: redis.Redis, client: Client,
+                                                   clock: ManualClock) -> None:
+    """While a round trip is on its way, its outcomes are neither pending nor committed:
+    `slots()` must still name them, or a recovery read meanwhile (Reader.recover) takes
+    their entries back, and claim.lua grants this worker its own running slot again: the
+    handler would run a second time."""
+    runs = _claimed(r, client, clock, 3)
+
+    async def scenario() -> tuple[set[str], set[str]]:
+        with socket.socket() as silent:  # accepts the connection, never answers
+            silent.bind(("127.0.0.1", 0))
+            silent.listen()
+            conn = process_redis(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", 3.0)
+            committer = _committer(conn, client, clock)
+            for shard, token in runs:
+                committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+            flight = asyncio.create_task(committer.run_once())
+            await asyncio.sleep(0.2)
+            assert not flight.done()
+            in_flight = committer.slots()
+            with pytest.raises(redis.exceptions.TimeoutError):
+                await flight
+            await conn.aclose()
+        return in_flight, committer.slots()
+
+    in_flight, kept = asyncio.run(scenario())
+    assert in_flight == kept == {s.slot_id for s, _ in runs}
 
 
 def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, client: Client,
