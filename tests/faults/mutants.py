@@ -244,6 +244,12 @@ MUTANTS = [
            ("tests/services/test_snapshotter.py::"
             "test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_deadline",),
            fast=True),
+    Mutant("flying-outcomes-forgotten", "the outcomes of the committer's round trip in flight "
+           "are not this worker's (slots()): a recovery read meanwhile takes their entries back",
+           "scheduler/committer.py",
+           "        self.flying = batch\n", "",
+           ("tests/services/test_committer.py::test_outcomes_in_flight_are_still_this_workers",),
+           fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",
            "scheduler/sql/postgres/0002_attempt_log.sql",
