@@ -131,7 +131,7 @@ async def _round_trip(client: Any, conn: Any, stack: list[Any]) -> list[Any]:
     redis-py's send and reads each open a timeout of their own (a wait_for, then one per
     reply: a timer armed and cancelled each time). One deadline for the exchange cut a round
     trip of three replies from ~200 to ~150 us of client CPU, and a worker at its default
-    concurrency by ~0.5 us per job (bench/RESULTS.md, issue 18 session 15). The errors are
+    concurrency by ~2 us per job (bench/RESULTS.md, issue 18 session 15). The errors are
     the ones redis-py's send and read raise, so its retry policy tells them apart, and the
     connection is closed after any of them."""
     if not conn.is_connected:
