@@ -22,7 +22,7 @@ import redis
 
 from conftest import SCHED, TESTS
 
-from .truth import Truth
+from .truth import Outage, Truth, wall_ms
 
 LEASE_S = 2.0
 SHARD_LEASE_S = 2.0
@@ -30,6 +30,9 @@ SWEEP_INTERVAL_S = 1.0
 # How long past its lease a slot may stay running before it is reclaimed: the reclaim
 # interval, a dead owner's shard lease and its next tick, and a Redis fault of up to 3 s.
 GRACE_MS = 6000
+# A killed node's shards: its last renewal (up to a tick before) runs out, then another node
+# takes them at its next tick (scheduler/leases.py ticks every ttl/3).
+SHARD_TAKEOVER_MS = int(SHARD_LEASE_S * 1000 * 4 / 3)
 
 
 def free_port() -> int:
@@ -174,6 +177,9 @@ class Processes:
 
     def kill(self, p: subprocess.Popen[bytes]) -> None:
         self.truth.faulted_pids.add(p.pid)
+        if self.roles[p.pid] == "scheduler":  # its shards wait out their leases, then a tick
+            now = wall_ms()
+            self.truth.outages.append(Outage("node killed", now, now + SHARD_TAKEOVER_MS))
         self.killed.add(p.pid)
         p.send_signal(signal.SIGKILL)
         p.wait()
@@ -197,6 +203,19 @@ class Processes:
     def touch_all_workers(self) -> None:
         """A fault of Redis itself (OOM, restart) may cost any worker its leases."""
         self.truth.faulted_pids |= {p.pid for p in self.workers()}
+
+    @contextlib.contextmanager
+    def redis_outage(self, what: str) -> Iterator[None]:
+        """A fault of Redis itself while the block runs: any worker may lose its leases, and
+        no node can reclaim. The outage lasts one lease tick longer: shard leases that ran
+        out meanwhile are taken back at the nodes' next tick."""
+        self.touch_all_workers()
+        outage = Outage(what, wall_ms())
+        self.truth.outages.append(outage)
+        try:
+            yield
+        finally:
+            outage.end_ms = wall_ms() + int(SHARD_LEASE_S * 1000 / 3)
 
     # --- reaping ------------------------------------------------------------------------
 

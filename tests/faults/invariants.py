@@ -17,7 +17,9 @@ per rule, and watches each rule fire. The rules, each named in its message:
   exactly-once  one effect; none only when the attempt that recorded it was lost
   effect      an at-least-once success had its effect
   lease       no attempt sat past its lease + grace before it was reclaimed (and the live
-              monitor, tests/faults/monitor.py, saw no running slot past it)
+              monitor, tests/faults/monitor.py, saw no running slot past it); the time the
+              test's outages (truth.Outage: Redis refusing writes, a node killed with its
+              shards) cover is not counted, as no node could reclaim then
   orphan      the sweeper recovered only slots whose entries the test removed
 """
 
@@ -57,6 +59,8 @@ class Report:
     observed: Observed
     violations: list[str]
     exempt_once: int = 0  # exactly-once slots whose effect died with a lost attempt
+    # per lost attempt: ms from its lease's end to its reclaim, less the outages' share
+    reclaim_lags: list[int] = field(default_factory=list)
 
     def fail_if_violated(self, label: str = "") -> None:
         v = self.violations
@@ -111,7 +115,7 @@ def violations(obs: Observed, truth: Truth, *, grace_ms: int, settled: bool = Tr
             v.append(f"accepted: job {job_id}: {len(slots)} slots for one occurrence")
         for slot in slots:
             report.exempt_once += _slot(v, slot, job.kind, job.delivery, job.max_attempts,
-                                        obs, truth, grace_ms, settled)
+                                        obs, truth, grace_ms, settled, report.reclaim_lags)
     dead = {s for s, slot in obs.slots.items() if slot.status is SlotStatus.DEAD}
     for s in sorted(obs.dlq - dead):
         v.append(f"dead: {s}: in the DLQ but {obs.slots[s].status.value if s in obs.slots else 'gone'}")
@@ -141,7 +145,7 @@ def _cron(v: list[str], job_id: str, job: Any, slots: list[Slot]) -> None:
 
 
 def _slot(v: list[str], slot: Slot, kind: str, delivery: str, max_attempts: int,
-          obs: Observed, truth: Truth, grace_ms: int, settled: bool) -> int:
+          obs: Observed, truth: Truth, grace_ms: int, settled: bool, lags: list[int]) -> int:
     """The per-slot rules; returns 1 for an exactly-once slot exempted from its effect."""
     s = slot.slot_id
     attempts = {a.number: a for a in slot.attempts}
@@ -167,10 +171,13 @@ def _slot(v: list[str], slot: Slot, kind: str, delivery: str, max_attempts: int,
             if worker_pid(a.worker) not in truth.faulted_pids:
                 v.append(f"lost: {s}: attempt {a.number} lost on worker {a.worker}, which no "
                          f"fault touched")
-            if (a.lease_until_ms is not None and a.finished_ms is not None
-                    and a.finished_ms - a.lease_until_ms > grace_ms):
-                v.append(f"lease: {s}: attempt {a.number} sat "
-                         f"{a.finished_ms - a.lease_until_ms} ms past its lease")
+            if a.lease_until_ms is not None and a.finished_ms is not None:
+                lo, hi = a.lease_until_ms, a.finished_ms
+                lags.append(hi - lo - truth.outage_ms(lo, hi))
+                if lags[-1] > grace_ms:
+                    v.append(f"lease: {s}: attempt {a.number} sat {hi - lo} ms past its lease "
+                             f"({truth.outage_ms(lo, hi)} of them in outages: "
+                             f"{truth.outages_within(lo, hi)})")
         elif a.outcome in FAILURES and kind not in FAILS_BY_DESIGN:
             v.append(f"failed: {s}: attempt {a.number} {a.outcome.value} ({a.error}), but a "
                      f"{kind} job never fails")

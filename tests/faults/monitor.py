@@ -5,6 +5,8 @@ test and records what no end state can show.
 - orphan: a slot `queued` whose stream entry is gone, or `running` past its lease with no
   pending entry, for longer than `orphan_grace_ms` (the sweeper did not repair it).
 
+Neither counts the time the truth's outages cover (no node could repair anything then).
+
 Unreachable Redis (a restart fault) skips a sample; nothing else is tolerated.
 """
 
@@ -18,11 +20,14 @@ import redis
 from scheduler.connection import sync_redis
 from scheduler.keys import DISPATCH_GROUP, Keys
 
+from .truth import Truth
+
 
 class Monitor(threading.Thread):
     def __init__(self, url: str, ns: str, *, grace_ms: int, orphan_grace_ms: int,
-                 interval_s: float = 0.5) -> None:
+                 interval_s: float = 0.5, truth: Truth | None = None) -> None:
         super().__init__(daemon=True)
+        self.truth = truth or Truth()  # its outages are not counted against a grace
         self.redis = sync_redis(url, timeout_s=5)  # any URL the processes take (sentinel)
         self.keys = Keys(ns)
         self.grace_ms = grace_ms
@@ -66,9 +71,11 @@ class Monitor(threading.Thread):
                                                            strict=True)]
         suspects: list[tuple[str, str, Any, Any]] = []
         for slot, status, lease, msg, queue in rows:
-            if status == b"running" and lease and now > int(lease) + self.grace_ms:
+            if (status == b"running" and lease and now > int(lease) + self.grace_ms
+                    and now - int(lease) - self.truth.outage_ms(int(lease), now) > self.grace_ms):
                 self._once(slot, f"lease: {slot}: running {now - int(lease)} ms past its "
-                                 f"lease (seen live)")
+                                 f"lease (seen live; outages: "
+                                 f"{self.truth.outages_within(int(lease), now)})")
             if status in (b"queued", b"running") and msg and queue:
                 suspects.append((slot, status.decode(), msg, queue))
         pipe = r.pipeline(transaction=False)
@@ -86,7 +93,7 @@ class Monitor(threading.Thread):
             if orphan:
                 current.add(slot)
                 since = self._orphan_since.setdefault(slot, now)
-                if now - since > self.orphan_grace_ms:
+                if now - since - self.truth.outage_ms(since, now) > self.orphan_grace_ms:
                     self._once(slot, f"orphan: {slot}: {status} without its "
                                      f"{'stream' if status == 'queued' else 'pending'} entry "
                                      f"for {now - since} ms (seen live)")

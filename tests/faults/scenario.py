@@ -45,7 +45,7 @@ class Scenario:
 
     def watch(self) -> Monitor:
         self.monitor = Monitor(self.url, self.ns, grace_ms=self.grace_ms,
-                               orphan_grace_ms=ORPHAN_GRACE_MS)
+                               orphan_grace_ms=ORPHAN_GRACE_MS, truth=self.truth)
         self.monitor.start()
         return self.monitor
 

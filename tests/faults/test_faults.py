@@ -16,6 +16,7 @@ import redis
 from scheduler import JobSpec, RetryPolicy
 
 from .harness import LEASE_S, Processes, RedisServer, processes, redis_server, wait_for
+from .invariants import Report
 from .scenario import Scenario, slow
 from .workload import mixed
 
@@ -175,14 +176,16 @@ def test_chaos_rounds(request: pytest.FixtureRequest, sut: RedisServer, redis_ur
                              f"seed {seed} round {round_no}")
         print(f"round {round_no}: {len(report.observed.slots)} slots in "
               f"{time.monotonic() - started:.0f}s, events {dict(report.observed.events)}, "
-              f"exactly-once effects lost with their attempt: {report.exempt_once}")
+              f"exactly-once effects lost with their attempt: {report.exempt_once}, "
+              f"slowest reclaim past a lease (outages not counted): "
+              f"{max(report.reclaim_lags, default=0)} ms")
         for key in r.scan_iter(match=f"{round_ns}:*", count=5000):
             r.unlink(key)
     r.close()
 
 
 def chaos_round(sut: RedisServer, truth_url: str, ns: str, jobs: int, rng: random.Random,
-                label: str) -> object:
+                label: str) -> Report:
     sc = Scenario(sut.url, truth_url, ns)
     try:
         work = mixed(jobs, rng, sc.effects)
@@ -214,12 +217,12 @@ def inject(fault: str, rng: random.Random, sc: Scenario, sut: RedisServer, procs
     elif fault == "stall_worker":
         procs.stall(rng.choice(workers), rng.uniform(0.5, LEASE_S + 1.5))
     elif fault == "oom":
-        procs.touch_all_workers()
-        sut.oom(True)
-        try:
-            time.sleep(rng.uniform(1.0, 3.0))
-        finally:
-            sut.oom(False)
+        with procs.redis_outage("oom"):
+            sut.oom(True)
+            try:
+                time.sleep(rng.uniform(1.0, 3.0))
+            finally:
+                sut.oom(False)
     elif fault == "delete_entries":
         delete_entries(sc, rng, 3)
 

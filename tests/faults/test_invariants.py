@@ -11,7 +11,7 @@ from scheduler.models import Attempt, Slot
 from scheduler.states import Outcome, SlotStatus
 
 from .invariants import Observed, observe, violations
-from .truth import JobTruth, Truth
+from .truth import JobTruth, Outage, Truth
 
 BASE = 1_800_000_000_000
 A, B = "host-100-aaaaaa", "host-200-bbbbbb"  # workers with pids 100 and 200
@@ -131,6 +131,28 @@ def test_each_rule_fires(case: str) -> None:
     plant(h)
     found = h.check()
     assert expected in rule(found), found
+
+
+def test_only_outages_excuse_a_late_reclaim() -> None:
+    """Time in which the test kept every node from reclaiming is not held against the lease
+    rule; overlapping outages count once, and time outside them still does."""
+    h = good()
+    h.truth.faulted_pids.add(100)
+    lease_end = BASE + 2000
+    h.job("late", "noop", "succeeded", [attempt(1, "lost", finished_ms=lease_end + 9000),
+                                         attempt(2, "succeeded")])
+    h.truth.outages += [Outage("oom", lease_end + 1000, lease_end + 4000),
+                        Outage("node killed", lease_end + 2000, lease_end + 4500)]
+    # 9,000 ms late, 3,500 of them in outages: 5,500 > the 5,000 grace (counted twice: 3,500)
+    assert rule(found := h.check()) == {"lease"}, found
+    assert "3500 of them in outages: oom +1000..+4000, node killed +2000..+4500" in found[0]
+    h.truth.outages.append(Outage("oom", lease_end - 500, lease_end + 500))  # 500 ms more
+    assert h.check() == []
+    # One still going counts up to the end of the span; one outside it, not at all.
+    h.truth.outages[:] = [Outage("oom", lease_end + 4000), Outage("oom", BASE - 9000, BASE)]
+    assert h.check() == []
+    h.truth.outages[:] = [Outage("oom", lease_end + 6000), Outage("oom", BASE - 9000, BASE)]
+    assert rule(h.check()) == {"lease"}
 
 
 def test_the_exemptions_hold_only_where_they_should() -> None:

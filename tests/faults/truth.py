@@ -10,6 +10,7 @@ under test back, or a bug that rewrites it, cannot erase any of this.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,10 +43,27 @@ class JobTruth:
     submitted_ms: tuple[int, int] = (0, 0)  # Redis time just before and just after submit
 
 
+def wall_ms() -> int:
+    """Wall-clock ms. The Redis under test runs on this host, so its TIME (lease_until,
+    finished_ms) is on the same clock."""
+    return int(time.time() * 1000)
+
+
+@dataclass
+class Outage:
+    """A span in which a fault the test injected kept every node from reclaiming: Redis
+    refused writes, or a node died holding shards that no one may take before their leases
+    run out. `end_ms` is None while it lasts."""
+    what: str
+    start_ms: int
+    end_ms: int | None = None
+
+
 @dataclass
 class Truth:
     jobs: dict[str, JobTruth] = field(default_factory=dict)
     faulted_pids: set[int] = field(default_factory=set)  # workers whose leases may be lost
+    outages: list[Outage] = field(default_factory=list)
     planted_orphans: set[str] = field(default_factory=set)  # slots whose entries we removed
     effects: dict[str, int] = field(default_factory=dict)  # slot -> effects recorded
     starts: dict[str, int] = field(default_factory=dict)  # slot -> handler starts recorded
@@ -54,6 +72,25 @@ class Truth:
         """Record what submit_many returned for these jobs (in input order)."""
         assert len(ids) == len(jobs), "submit_many returned a different number of ids"
         self.jobs.update(zip(ids, jobs, strict=True))
+
+    def outage_ms(self, lo: int, hi: int) -> int:
+        """How much of [lo, hi] the outages cover (overlapping ones counted once)."""
+        spans = sorted((max(o.start_ms, lo), min(hi if o.end_ms is None else o.end_ms, hi))
+                       for o in list(self.outages))
+        covered, reach = 0, lo
+        for a, b in spans:
+            a = max(a, reach)
+            if b > a:
+                covered += b - a
+                reach = b
+        return covered
+
+    def outages_within(self, lo: int, hi: int) -> str:
+        """The outages that touch [lo, hi], as ms from lo, for a violation's message."""
+        out = [f"{o.what} {o.start_ms - lo:+d}..{'' if o.end_ms is None else f'{o.end_ms - lo:+d}'}"
+               for o in list(self.outages)
+               if o.start_ms <= hi and (o.end_ms is None or o.end_ms >= lo)]
+        return ", ".join(out) or "none"
 
 
 class TruthStore:
