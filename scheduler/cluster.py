@@ -81,6 +81,9 @@ class SyncCluster(redis.cluster.RedisCluster):
         nodes, self.sched_nodes = self.sched_nodes, None
         for client in (nodes.clients.values() if nodes else ()):
             client.close()
+        # redis-py's close() leaves the nodes' pooled connections open (their clients do not
+        # own their pools) until the garbage collector finds them: a ResourceWarning.
+        self.disconnect_connection_pools()  # type: ignore[no-untyped-call]
         super().close()
 
 
