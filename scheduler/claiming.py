@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import redis.asyncio
 
     from .clock import Clock
+    from .committer import Committer
     from .execution import Execution
     from .inflight import Inflight
     from .keys import Keys
@@ -48,6 +49,7 @@ class Claiming:
     worker_id: str
     lease_ms: int
     reader: Reader
+    committer: Committer
     running: Inflight
     execution: Execution
     _run_metrics: dict[tuple[str, str], metrics.RunMetrics]
@@ -81,13 +83,7 @@ class Claiming:
                                self._trim(s, len(entries[s])),
                                carry[s][0] if carry else "") for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
-        unconfirmed = None
-        if prefetch or self.config.claim_replicas:
-            answers, tails = await scripts.run_async_then(self.redis, calls,
-                                                          self._tail(prefetch))
-            unconfirmed = self._take_tails(tails, prefetch)
-        else:
-            answers = await scripts.run_async(self.redis, calls)
+        answers, unconfirmed = await self._send(calls, prefetch)
         started, begun = 0, set()  # begun: slots started here, which may have ended already
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
@@ -121,6 +117,35 @@ class Claiming:
                 begun.add(slot_id)
                 started += 1
         return started
+
+    async def _send(self, calls: list[scripts.Call], prefetch: bool) -> tuple[list[Any], Any]:
+        """The claim round trip: the claims' replies, and the fewest replicas that confirmed
+        them when short of claim_replicas (_take_tails). The outcomes waiting to be committed
+        ride along, ahead of the claims: one round trip instead of two (committer.py)."""
+        boarding = self.committer.board()
+        if boarding is not None:
+            calls = [*boarding.calls, *calls]
+        unconfirmed = None
+        try:
+            if prefetch or self.config.claim_replicas:
+                answers, tails = await scripts.run_async_then(
+                    self.redis, calls, self._tail(prefetch), raise_errors=boarding is None)
+                unconfirmed = self._take_tails(tails, prefetch)
+            else:
+                answers = await scripts.run_async(self.redis, calls,
+                                                  raise_errors=boarding is None)
+        except BaseException as exc:
+            if boarding is not None:
+                self.committer.land(boarding, exc)
+            raise
+        if boarding is not None:
+            n = len(boarding.calls)
+            self.committer.land(boarding, answers[:n])
+            answers = answers[n:]
+            for answer in answers:
+                if isinstance(answer, Exception):
+                    raise answer
+        return answers, unconfirmed
 
     @staticmethod
     def _carried(reader: Reader, batch: list[tuple[str, bytes, str]]

@@ -353,7 +353,8 @@ async def load_async(client: redis.asyncio.Redis) -> None:
 
 
 async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
-                         tail: Callable[[Any], int]) -> tuple[list[Any], list[list[Any]]]:
+                         tail: Callable[[Any], int], raise_errors: bool = True
+                         ) -> tuple[list[Any], list[list[Any]]]:
     """run_async, plus the commands `tail` appends to the same pipeline (it returns how
     many), in the same round trip. Their replies (or errors) come back as the second value,
     one list per pipeline sent: after a NOSCRIPT reload the calls that did not run go again
@@ -369,7 +370,7 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
         if not batch.absorb(out[:len(out) - n]):
             break
         await load_async(client)
-    return batch.finish(), extras
+    return batch.finish(raise_errors), extras
 
 
 async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],

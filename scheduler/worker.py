@@ -221,6 +221,8 @@ class Worker(Claiming):
             stopped.cancel()
             for task in (*readers, *([scaler] if scaler else [])):
                 task.cancel()
+            # A claim cut short hands the outcomes riding it back to the committer first.
+            await asyncio.wait(readers, timeout=1.0)
             self.committer.stop()
             try:
                 await asyncio.wait_for(committer, timeout=max(self.config.grace_s, 5.0))

@@ -79,14 +79,15 @@ MUTANTS = [
            "  if st[1] == 'scheduled' and string.sub(slot_id, -3) ~= '007' then", (MANY,)),
     # From the first round trip: the one healthy worker of its test may make only two (a
     # whole wave of completions in each), and a mutant dropping the third survived in CI.
-    Mutant("committer-drops-a-batch", "every tenth commit round trip, from the first, is "
-           "forgotten (lost rule: leases expire on healthy workers)",
+    Mutant("committer-drops-a-batch", "every tenth batch of outcomes, from the first, is "
+           "forgotten, whether its own round trip or a claim's carries it (lost rule: leases "
+           "expire on healthy workers)",
            "scheduler/committer.py",
            "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}",
            "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}\n"
            "        self.dropped += 1\n"
            "        if self.dropped % 10 == 1:\n"
-           "            return 0", (SIGKILL,), fast=True),
+           "            return {k: defaultdict(list) for k in KINDS}", (SIGKILL,), fast=True),
     Mutant("sweeper-disabled", "the sweeper never walks (orphans stay stranded)",
            "scheduler/sweeper.py", "        if not self.active:\n            return False",
            "        if True:\n            return False", (ORPHANS,)),
@@ -124,9 +125,9 @@ MUTANTS = [
     Mutant("committer-loses-unbuildable-batch", "an outcome whose call cannot be built takes "
            "its whole batch down with it (the committer's own test)",
            "scheduler/committer.py",
-           "            except Exception:\n                self.alone += [(kind, shard, item) "
-           "for item in items]",
-           "            except Exception:\n                raise",
+           "                    except Exception:\n"
+           "                        self.alone += [(kind, shard, item) for item in part]",
+           "                    except Exception:\n                        raise",
            ("tests/services/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
     Mutant("sentinel-pins-first-primary", "a sentinel URL is resolved once, at start: after a "
            "failover every process keeps talking to the dead primary (settling times out)",
@@ -247,8 +248,20 @@ MUTANTS = [
     Mutant("flying-outcomes-forgotten", "the outcomes of the committer's round trip in flight "
            "are not this worker's (slots()): a recovery read meanwhile takes their entries back",
            "scheduler/committer.py",
-           "        self.flying = batch\n", "",
-           ("tests/services/test_committer.py::test_outcomes_in_flight_are_still_this_workers",),
+           "        batches = [self.pending, *self.flying]\n", "        batches = [self.pending]\n",
+           ("tests/services/test_committer.py::test_outcomes_in_flight_are_still_this_workers",
+            "tests/services/test_committer.py::"
+            "test_outcomes_that_ride_a_claim_are_committed_or_kept"),
+           fast=True),
+    Mutant("boarded-outcomes-dropped", "the outcomes that rode a claim's round trip are "
+           "forgotten when it fails: their slots wait out their leases and run again",
+           "scheduler/committer.py",
+           "            if isinstance(results, BaseException):\n"
+           "                results = [results] * len(boarding.built)\n",
+           "            if isinstance(results, BaseException):\n"
+           "                return\n",
+           ("tests/services/test_committer.py::"
+            "test_outcomes_that_ride_a_claim_are_committed_or_kept",),
            fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",

@@ -12,11 +12,14 @@ import pytest
 import redis
 import redis.asyncio
 
-from helpers import Shard, W, make
-from scheduler import Client, SlotStatus
+from conftest import is_cluster_url
+from helpers import Shard, W, make, statuses
+from scheduler import Client, Context, Registry, SlotStatus, scripts
 from scheduler.clock import ManualClock
 from scheduler.committer import Committer
 from scheduler.connection import async_redis, process_redis
+from scheduler.worker import Worker
+from scheduler.worker_config import WorkerConfig
 
 
 def _claimed(r: redis.Redis, client: Client, clock: ManualClock, n: int) -> list[tuple[Shard, int]]:
@@ -135,3 +138,76 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
     assert {s.slot().status for s, _ in good} == {SlotStatus.SUCCEEDED}
     assert bad.slot().status is SlotStatus.RUNNING  # left to its lease, like a crashed worker
 
+
+
+def test_outcomes_that_ride_a_claim_are_committed_or_kept(
+        r: redis.Redis, redis_url: str, client: Client, clock: ManualClock) -> None:
+    """board() hands the pending outcomes to a claim's round trip; they stay this worker's
+    (slots()) until land(). Replies are tallied as the committer's own; a round trip that
+    failed, or was cancelled, gives them back to be sent again, and wakes the committer."""
+    runs = _claimed(r, client, clock, 6)
+    ids = {s.slot_id for s, _ in runs}
+
+    async def scenario() -> None:
+        conn = async_redis(redis_url)
+        committer = _committer(conn, client, clock)
+        assert committer.board() is None  # nothing pending: the claim goes alone
+        for shard, token in runs:
+            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+        for failure in (redis.exceptions.ConnectionError("cut"), asyncio.CancelledError()):
+            boarding = committer.board()
+            assert boarding is not None and len(committer) == 0 and committer.slots() == ids
+            committer.wake.clear()
+            committer.land(boarding, failure)
+            assert len(committer) == 6 and committer.slots() == ids and committer.wake.is_set()
+        boarding = committer.board()
+        assert boarding is not None
+        replies = await scripts.run_async(conn, boarding.calls)
+        committer.land(boarding, replies)
+        assert committer.committed == 6 and len(committer) == 0 and committer.slots() == set()
+        await conn.aclose()
+
+    asyncio.run(scenario())
+    assert {s.slot().status for s, _ in runs} == {SlotStatus.SUCCEEDED}
+
+
+def test_a_worker_commits_in_its_claims_round_trips(redis_url: str, client: Client,
+                                                    ns: str) -> None:
+    """Burning down with instant handlers, most outcomes go in the next claim's round trip
+    (the committer's own round trips carry the rest), and every slot ends succeeded: nothing
+    that rode a claim was lost."""
+    registry = Registry()
+
+    @registry.task("noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        pass
+
+    ids = client.submit_many([{"task": "noop"} for _ in range(600)])
+
+    async def scenario() -> tuple[int, int]:
+        conn = async_redis(redis_url)
+        worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(concurrency=50))
+        own, sent_alone = worker.committer.run_once, [0]
+
+        async def counted() -> int:
+            sent_alone[0] += len(worker.committer)
+            return await own()
+
+        worker.committer.run_once = counted  # type: ignore[method-assign]
+        task = asyncio.create_task(worker.run())
+        try:
+            while worker.committer.committed < len(ids):
+                assert not task.done()
+                await asyncio.sleep(0.05)
+        finally:
+            worker.stop()
+            await task
+            await conn.aclose()
+        return worker.committer.committed, sent_alone[0]
+
+    committed, sent_alone = asyncio.run(scenario())
+    # A cluster's reader reads each shard in a round trip of its own (no prefetch in the
+    # claim's): fewer claims find outcomes waiting.
+    most = 0.9 if is_cluster_url(redis_url) else 0.5
+    assert committed == len(ids) and sent_alone < len(ids) * most, (committed, sent_alone)
+    assert statuses(client, ids) == {"succeeded": len(ids)}
