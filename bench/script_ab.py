@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             entries[v] = [("default", m, f[b"s"].decode()) for _, ms in got for m, f in ms]
         pre = {v: c.keys.prefix(0) for v, c in clients.items()}
         alternate("claim", "claim", b, lambda v, i: [scripts.claim(
-            pre[v], now, 100_000, "w", 30_000, entries[v][i * b:(i + 1) * b], trim=False)],
+            pre[v], now, "w", 30_000, entries[v][i * b:(i + 1) * b], trim=False)],
             n // b, rnd)
         alternate("complete", "complete", b, lambda v, i: [scripts.complete(
             pre[v], now, 100_000, "w", [(s, 1, now, now) for _, _, s in
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         alternate("promote", "promote", b, lambda v, i: [scripts.promote(
             pre[v], now + 10_000, 100_000, b)], n // b, rnd)
         alternate("claim0", "claim", 1, lambda v, i: [scripts.claim(
-            pre[v], now, 100_000, "w", 30_000, [], trim=False)] * 50, 20, rnd)
+            pre[v], now, "w", 30_000, [], trim=False)] * 50, 20, rnd)
         alternate("complete0", "complete", 1, lambda v, i: [scripts.complete(
             pre[v], now, 100_000, "w", [])] * 50, 20, rnd)
         for c in clients.values():  # the group stays; the next round reads only new entries

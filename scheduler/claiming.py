@@ -75,12 +75,11 @@ class Claiming:
         shards, tracer = list(entries), self.execution.tracer
         source = reader or self.reader
         # The job fields the entries carry (a tracing worker needs the job's trace fields:
-        # its claims read the job), and what the claim is told of them (claim.lua ARGV[8]).
+        # its claims read the job), and what the claim is told of them (claim.lua ARGV[7]).
         carry = {s: self._carried(source, entries[s]) for s in shards} if tracer is None \
             else {}
-        calls = [scripts.claim(self.keys.prefix(s), now, self.config.events_maxlen,
-                               self.worker_id, self.lease_ms, entries[s], tracer,
-                               self._trim(s, len(entries[s])),
+        calls = [scripts.claim(self.keys.prefix(s), now, self.worker_id, self.lease_ms,
+                               entries[s], tracer, self._trim(s, len(entries[s])),
                                carry[s][0] if carry else "") for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         answers, unconfirmed = await self._send(calls, prefetch)
@@ -105,7 +104,8 @@ class Claiming:
                 if unconfirmed is not None and grant[4] == "at_most_once":
                     self._not_replicated(slot_id, unconfirmed)
                     continue
-                run = Run(shard, slot_id, grant, deadline)
+                run = Run(shard, slot_id, grant, deadline, lane,
+                          "" if grant[4] == "at_most_once" else msg)
                 run.started_ms = now
                 m = cache.get((lane, run.task)) or self._metrics_for(lane, run.task)
                 run.metrics = m
@@ -150,7 +150,7 @@ class Claiming:
     @staticmethod
     def _carried(reader: Reader, batch: list[tuple[str, bytes, str]]
                  ) -> tuple[str, list[replies.Carried | None]]:
-        """claim.lua's ARGV[8] for a batch ("k", "a" for at_most_once, "-" for an entry
+        """claim.lua's ARGV[7] for a batch ("k", "a" for at_most_once, "-" for an entry
         carrying nothing), and the carried fields of each entry."""
         held = reader.carried
         if not held:

@@ -34,7 +34,8 @@ from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
 
-# slot, token, started_ms, finished_ms[, result JSON or None, log lines JSON or None]
+# slot, token, started_ms, finished_ms, lane, msg_id (the claimed entry: "" for none)[,
+# result JSON or None, log lines JSON or None]: scripts.complete
 SucceededItem = tuple[Any, ...]
 FailedItem = tuple[Any, ...]  # see scripts.fail (8 fields, and the log lines' JSON)
 ReleasedItem = tuple[str, int, int]  # slot, token, started_ms

@@ -22,7 +22,7 @@ class EventType(StrEnum):
     MISSED = "missed"
     # a slot's way through its attempts
     QUEUED = "queued"  # promoted from `due` into its dispatch stream
-    CLAIMED = "claimed"
+    CLAIMED = "claimed"  # a run still going at its worker's first heartbeat (heartbeat.lua)
     SUCCEEDED = "succeeded"
     RETRY = "retry"
     DEAD = "dead"

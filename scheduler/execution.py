@@ -213,9 +213,10 @@ class Execution:
         if kind == Outcome.SUCCEEDED:
             stored = None if result is None else self._result(run, result)
             self.committer.add_succeeded(run.shard, (run.slot_id, run.token, run.started_ms,
-                                                finished) if stored is None and logged is None
+                                                finished, run.lane, run.msg)
+                                         if stored is None and logged is None
                                          else (run.slot_id, run.token, run.started_ms,
-                                               finished, stored, logged))
+                                               finished, run.lane, run.msg, stored, logged))
             run.metrics.succeeded(took)
         elif kind == "released":
             self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))

@@ -32,6 +32,7 @@ from .clock import Clock
 from .inflight import Inflight, Run
 from .keys import Keys
 from .loops import Backoff, ErrorLog, Service
+from .namespace import EVENTS_MAXLEN
 from .replies import Code, codes
 
 log = logging.getLogger("scheduler.worker")
@@ -43,7 +44,8 @@ class Heartbeat(Service):
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
                  lease_ms: int, concurrency: int, queues: Iterable[str], running: Inflight,
                  tallies: Callable[[], dict[str, tuple[int, int, int, int]]] | None = None,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, events_maxlen: int = EVENTS_MAXLEN
+                 ) -> None:
         super().__init__()
         self.redis = client
         self.keys = keys
@@ -53,6 +55,7 @@ class Heartbeat(Service):
         self.interval_s = lease_ms / 3000
         self.margin_s = lease_ms / 4000
         self.running = running
+        self.events_maxlen = events_maxlen
         self.tallies = tallies or dict
         self.info: dict[Any, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
                      "concurrency": concurrency, "queues": ",".join(queues),
@@ -73,22 +76,22 @@ class Heartbeat(Service):
     async def run_once(self) -> None:
         sent = self.clock.monotonic()
         now = self.clock.now_ms()
-        by_shard: defaultdict[int, list[tuple[str, int]]] = defaultdict(list)
+        by_shard: defaultdict[int, list[tuple[str, int, bool]]] = defaultdict(list)
         for slot, run in list(self.running.items()):
             if run.handler is not None and run.handler.done():  # a bug: never keep such a lease alive
                 log.error("run of %s ended without its outcome; its lease is left to expire",
                           slot)
                 del self.running[slot]
         runs = list(self.running.values())
-        for run in runs:
-            by_shard[run.shard].append((run.slot_id, run.token))
-        calls = [scripts.heartbeat(self.keys.prefix(s), now, self.lease_ms, self.worker_id, items)
-                 for s, items in by_shard.items()]
+        for run in runs:  # a run's first heartbeat announces it (heartbeat.lua's "claimed")
+            by_shard[run.shard].append((run.slot_id, run.token, not run.announced))
+        calls = [scripts.heartbeat(self.keys.prefix(s), now, self.lease_ms, self.worker_id, items,
+                                   self.events_maxlen) for s, items in by_shard.items()]
         replies = await scripts.run_async(self.redis, calls)
         lost = 0
         deadline = sent + self.lease_ms / 1000
         for items, reply in zip(by_shard.values(), replies, strict=True):
-            for (slot, token), code in zip(items, codes(reply, "heartbeat"), strict=True):
+            for (slot, token, _), code in zip(items, codes(reply, "heartbeat"), strict=True):
                 held = self.running.get(slot)
                 if held is None or held.token != token:
                     continue  # finished (and maybe committed) since the list was taken
@@ -98,6 +101,7 @@ class Heartbeat(Service):
                         lost += 1
                     continue
                 held.deadline = max(held.deadline, deadline)
+                held.announced = True
                 if code is Code.CANCEL_REQUESTED:
                     held.stop("cancel")
         if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds

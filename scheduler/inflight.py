@@ -24,11 +24,17 @@ class Run:
     __slots__ = ("shard", "slot_id", "token", "attempt", "task", "payload", "timeout_ms",
                  "delivery", "fire_ms", "started_ms", "handler", "stop_reason", "timer", "metrics",
                  "deadline", "begun", "ended", "on_stuck", "stuck_after_s", "ctx", "permit",
-                 "on_end")
+                 "on_end", "lane", "msg", "announced")
 
-    def __init__(self, shard: int, slot_id: str, grant: Grant, deadline: float) -> None:
+    def __init__(self, shard: int, slot_id: str, grant: Grant, deadline: float,
+                 lane: str = "", msg: bytes | str = "") -> None:
         self.shard = shard
         self.slot_id = slot_id
+        # The entry it was claimed from, pending until its outcome is committed ("" for an
+        # at_most_once slot, acked at claim): complete.lua's fence (scripts.complete).
+        self.lane = lane
+        self.msg = msg
+        self.announced = False  # a heartbeat told history it runs ("claimed", heartbeat.lua)
         # The attempt number is the fencing token.
         (self.token, self.task, self.payload, self.timeout_ms, self.delivery,
          self.fire_ms) = grant

@@ -20,6 +20,7 @@ import redis
 import redis.asyncio
 
 from . import cluster, direct
+from .namespace import EVENTS_MAXLEN
 from .sources import SOURCES
 
 
@@ -62,16 +63,16 @@ def submit(prefix: str, now_ms: int, maxlen: int,
     return Call("submit", (prefix,), (*args, "1") if fresh else args)
 
 
-def claim(prefix: str, now_ms: int, maxlen: int, worker: str, lease_ms: int,
+def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
           entries: Iterable[tuple[str, bytes | str, str]], trace: object = None,
           trim: bool = True, carried: str = "") -> Call:
     """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
     grants also carry the job's traceparent and kind and the slot id (replies.traces). trim:
-    trim the streams touched. carried: claim.lua's ARGV[8] (the entries' job fields held)."""
+    trim the streams touched. carried: claim.lua's ARGV[7] (the entries' job fields held)."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)
-    args: tuple[Any, ...] = (now_ms, maxlen, worker, lease_ms, pack(items))
+    args: tuple[Any, ...] = (now_ms, worker, lease_ms, pack(items))
     if trace or not trim or carried:
         args += ("1" if trace else "", "1" if trim else "0", carried)
     return Call("claim", (prefix,), args)
@@ -89,20 +90,21 @@ def requeue(prefix: str, now_ms: int, maxlen: int,
 
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
              items: Sequence[tuple[Any, ...]]) -> Call:
-    """items: (slot_id, token, started_ms, finished_ms[, result JSON, log lines JSON]).
-    Times travel as strings: Lua would print numbers back with "%.14g", which costs Redis
-    more than the msgpack bytes. Results and logs, rare on the hot path, go apart: (item
-    number, JSON) pairs."""
+    """items: (slot_id, token, started_ms, finished_ms[, lane, msg_id[, result JSON, log
+    lines JSON]]); lane and msg_id, the claimed entry, fence it unread ("": none; complete.lua).
+    Times go as strings: Lua would print numbers with "%.14g", dearer to Redis than the
+    bytes. Results and logs, rare on the hot path, go apart as (item number, JSON) pairs."""
     flat: list[Any] = []
     results: list[Any] = []
     logs: list[Any] = []
     for i, item in enumerate(items):
-        flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])))
-        if len(item) > 4:
-            if item[4] is not None:
-                results += (i + 1, _s(item[4]))
-            if len(item) > 5 and item[5] is not None:
-                logs += (i + 1, _s(item[5]))
+        n = len(item)
+        flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])),
+                 item[4] if n > 5 else "", _s(item[5]) if n > 5 else "")
+        if n > 6 and item[6] is not None:
+            results += (i + 1, _s(item[6]))
+        if n > 7 and item[7] is not None:
+            logs += (i + 1, _s(item[7]))
     return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat),
                                         pack(results) if results else "",
                                         pack(logs) if logs else ""))
@@ -126,10 +128,8 @@ def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
 def release(prefix: str, now_ms: int, maxlen: int, worker: str,
             items: Sequence[tuple[str, int, int]]) -> Call:
     """items: (slot_id, token, started_ms)."""
-    args: list[Any] = [now_ms, maxlen, worker, len(items)]
-    for item in items:
-        args.extend(item)
-    return Call("release", (prefix,), tuple(args))
+    return Call("release", (prefix,), (now_ms, maxlen, worker, len(items),
+                                       *(value for item in items for value in item)))
 
 
 def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
@@ -142,10 +142,12 @@ def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
 
 
 def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
-              items: Sequence[tuple[str, int]]) -> Call:
-    args: list[Any] = [now_ms, lease_ms, worker, len(items)]
+              items: Sequence[tuple[Any, ...]], maxlen: int = EVENTS_MAXLEN) -> Call:
+    """items: (slot_id, token[, new]): new, the run's first heartbeat since its claim,
+    announces it in a "claimed" event (heartbeat.lua)."""
+    args: list[Any] = [now_ms, lease_ms, worker, maxlen, len(items)]
     for item in items:
-        args.extend(item)
+        args += (item[0], item[1], "1" if len(item) > 2 and item[2] else "")
     return Call("heartbeat", (prefix,), tuple(args))
 
 

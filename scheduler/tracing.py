@@ -6,7 +6,7 @@ TracerProvider the application configured, the global one unless `tracing=` is a
 exporters, sampling and the OTEL_* variables are the application's, as with any instrumented
 library. Off, this module is never imported and opentelemetry need not be installed: the
 submit path pays one `is None` check per call, the claim loop one per claim call and one per
-run start and end, the claim script reads and returns nothing more (its trace flag, ARGV[6],
+run start and end, the claim script reads and returns nothing more (its trace flag, ARGV[5],
 is absent), and no job stores a traceparent.
 
 Spans (attribute names: `messaging.*` from the OpenTelemetry messaging conventions where one

@@ -80,7 +80,8 @@ class Worker(Claiming):
                                    self.config.events_maxlen)
         self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
                                    self.concurrency, self.config.queues, self.running,
-                                   lambda: metrics.tallies(self._run_metrics), most)
+                                   lambda: metrics.tallies(self._run_metrics), most,
+                                   self.config.events_maxlen)
         self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
                                    self.running, self.capacity, lease_s=self.config.lease_s,
                                    threads=min(most, 64), tracing=self.config.tracing,

@@ -52,7 +52,7 @@ class Shard:
     def claim(self, entries: list[tuple[str, bytes, str]], worker: str = W) -> list[Any]:
         """claim.lua's flat reply, one list per entry ([code, values...])."""
         return replies.claim_items(self.run(scripts.claim(
-            self.prefix, self.clock.now_ms(), 1000, worker, LEASE, entries)))
+            self.prefix, self.clock.now_ms(), worker, LEASE, entries)))
 
     def slot(self) -> Any:
         return self.client.get_slot(self.slot_id)

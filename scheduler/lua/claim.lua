@@ -3,21 +3,20 @@
   KEYS[1]  shard prefix, e.g. "sched:{s03}:"
 
   ARGV[1]  now_ms          Redis time in ms
-  ARGV[2]  events_maxlen
-  ARGV[3]  worker_id       also the worker's consumer name in group "workers"
-  ARGV[4]  lease_ms        the lease granted: lease_until = now + lease_ms
-  ARGV[5]  entries         msgpack array, 3 strings per entry: lane (the queue's dispatch
+  ARGV[2]  worker_id       also the worker's consumer name in group "workers"
+  ARGV[3]  lease_ms        the lease granted: lease_until = now + lease_ms
+  ARGV[4]  entries         msgpack array, 3 strings per entry: lane (the queue's dispatch
                            stream it was read from, keys.lane), msg_id (the stream entry
                            id), slot_id
-  ARGV[6]  trace           optional: "1" makes each grant also carry the job's traceparent
+  ARGV[5]  trace           optional: "1" makes each grant also carry the job's traceparent
                            and kind and the slot id (a tracing worker, scheduler/tracing.py);
                            absent, the script reads and returns nothing more
-  ARGV[7]  trim            optional: "0" skips trimming the streams touched (below); the
+  ARGV[6]  trim            optional: "0" skips trimming the streams touched (below); the
                            worker trims a shard's streams once per few hundred entries
                            claimed there, not on every call: a trim costs ~10 us whatever
                            it drops, which at small batches (low concurrency) is more than
                            the claims
-  ARGV[8]  carried         optional: one character per entry, in order: "k" the worker has
+  ARGV[7]  carried         optional: one character per entry, in order: "k" the worker has
                            the job's fields from the stream entry (submit.lua and promote.lua
                            copy them there when the entry is made: entry_fields in _lib.lua),
                            "a" the same for an at_most_once job, anything else (or past the
@@ -26,7 +25,7 @@
 
   Reply: one flat array, each entry's answer in order, a code then its values (codes: R,
   replies.py; decoded by replies.claimed, which walks it by code)
-     R.GRANT, attempt   claimed, the job's fields carried by the entry (ARGV[8]): the job as
+     R.GRANT, attempt   claimed, the job's fields carried by the entry (ARGV[7]): the job as
               it was when the slot was dispatched, which is the job the slot was made for
      R.OK, attempt, task, payload, timeout_ms, delivery   claimed (5 values); the attempt
               number is the fencing token that complete/fail/release/heartbeat must present;
@@ -62,24 +61,24 @@
   lease_until; their `msg` field is emptied). Each
   stream touched is trimmed of its acked head (trim_acked), unless trim is "0".
 
-  Event: type "claimed" (worker, lease_until; records {slot, attempt}). The records stay
-  tables for cjson: built as JSON text (as complete.lua and promote.lua do) they measured
-  no cheaper here (paired median 0.99, within noise; bench/RESULTS.md).
+  Event: none. A run still going at its worker's first heartbeat is announced then, as
+  "claimed" (heartbeat.lua); one that ends sooner, nearly every run, needs no event of its
+  own: its end's event brings its slot, claim fields included, to history. A "claimed"
+  record per grant was ~14% of this script per entry (bench/RESULTS.md, session 17).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
-local maxlen = ARGV[2]
-local worker = ARGV[3]
-local lease_until = now + tonumber(ARGV[4])
+local worker = ARGV[2]
+local lease_until = now + tonumber(ARGV[3])
 -- Times and counters go to Redis as strings formatted once: a Lua number passed to
 -- redis.call is printed with "%.14g", and that floating-point printing was ~7% of Redis's
 -- CPU on the hot path.
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
-local items = cmsgpack.unpack(ARGV[5])
+local items = cmsgpack.unpack(ARGV[4])
 local n = #items / 3
-local trace = ARGV[6] == '1'
-local trim = ARGV[7] ~= '0'
-local carried = ARGV[8] or ''
+local trace = ARGV[5] == '1'
+local trim = ARGV[6] ~= '0'
+local carried = ARGV[7] or ''
 local CARRIED, CARRIED_AT_MOST_ONCE = 107, 97  -- string.byte of "k" and "a"
 
 --- @include "_lib.lua"
@@ -101,7 +100,6 @@ local function repeat_of(slot_key)
 end
 
 local reply, r = {}, 0  -- r: the reply's length so far
-local records = {}
 local touched = {}
 for i = 0, n - 1 do
   local b = i * 3
@@ -145,7 +143,6 @@ for i = 0, n - 1 do
         r = r + 3
       end
     end
-    records[#records + 1] = {slot = slot_id, attempt = attempt}
   elseif st[1] == 'running' and st[2] == msg and repeat_of(slot_key) then
     redis.call('HSET', slot_key, 'lease_until', lease_s)
     if k then
@@ -173,10 +170,5 @@ end
 
 if trim then
   for lane_name in pairs(touched) do trim_acked(prefix .. 'q:' .. lane_name) end
-end
-if #records > 0 then
-  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
-    'type', 'claimed', 'ts', now_s, 'worker', worker, 'lease_until', lease_s,
-    'data', cjson.encode(records))
 end
 return reply

@@ -5,17 +5,30 @@
   ARGV[1]  now_ms
   ARGV[2]  events_maxlen
   ARGV[3]  worker_id
-  ARGV[4]  slots           msgpack array, 4 per slot: slot_id, token (the attempt number
-                           claim returned, as a string), started_ms, finished_ms
+  ARGV[4]  slots           msgpack array, 6 per slot: slot_id, token (the attempt number
+                           claim returned, as a string), started_ms, finished_ms, lane and
+                           msg_id (the dispatch-stream entry the worker claimed the slot
+                           from, keys.lane; both "" when it holds none: at_most_once, or a
+                           caller that does not know it)
   ARGV[5]  results         "" or a msgpack array of pairs: item number (1-based), the
                            handler's return value as JSON, kept in the slot's `result`
   ARGV[6]  logs            "" or the same pairs with the lines the run logged (JSON), kept
                            in the slot's `log:<attempt>`
 
+  The fence without a read: a claimed entry stays pending in its lane's group exactly while
+  the attempt that claimed it is the slot's current one. Every transition that ends or moves
+  a running attempt acks its entry in the same script (complete, fail, release, reclaim,
+  sweep, requeue), every new dispatch is a new entry, and a claim of a running slot's own
+  entry grants the same attempt again. So the batch's entries are acked first, one XACK per
+  lane: a lane whose every entry was still pending commits its slots without reading them
+  (the HMGET was ~28% of this script per slot: bench/RESULTS.md, session 17). The slots of
+  any other lane (one entry among them already acked: its slot was reclaimed, or this is a
+  commit sent again), and those without an entry, are checked against the slot hash as
+  before: status running under this token.
+
   Reply: one code per slot, in order (R, replies.py)
      R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
-        (outcome, started_ms, finished_ms), stream entry acked (one XACK per queue for the
-        whole batch)
+               (outcome, started_ms, finished_ms), stream entry acked
      R.STALE   refused: the slot is not running under this token (the lease was lost and
                the slot reclaimed, cancelled or already finished); nothing changed but the
                refusal event
@@ -30,7 +43,7 @@ local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local worker = ARGV[3]
 local items = cmsgpack.unpack(ARGV[4])
-local n = #items / 4
+local n = #items / 6
 local function by_item(arg)
   local out = {}
   if arg and arg ~= '' then
@@ -43,30 +56,48 @@ local results, logs = by_item(ARGV[5]), by_item(ARGV[6])
 
 --- @include "_lib.lua"
 
+-- The entries, acked lane by lane; `fenced[lane]`: every one of them was still pending.
+local by_lane = {}
+for i = 0, n - 1 do
+  local lane_name, msg = items[i * 6 + 5], items[i * 6 + 6]
+  if msg ~= '' then
+    local ids = by_lane[lane_name]
+    if not ids then ids = {}; by_lane[lane_name] = ids end
+    ids[#ids + 1] = msg
+  end
+end
+local fenced = {}
+for lane_name, ids in pairs(by_lane) do
+  local acked = 0
+  for i = 1, #ids, 1000 do  -- bounded: unpack puts every id on the Lua stack
+    acked = acked + redis.call('XACK', prefix .. 'q:' .. lane_name, 'workers',
+      unpack(ids, i, math.min(i + 999, #ids)))
+  end
+  fenced[lane_name] = acked == #ids
+end
+
 local reply = {}
 local done, refused = {}, {}
-local acks = {}  -- lane -> entry ids, acked together after the loop
 for i = 0, n - 1 do
-  local b = i * 4
+  local b = i * 6
   local slot_id, token = items[b + 1], items[b + 2]
   local slot_key = prefix .. 'slot:' .. slot_id
-  -- The fenced read inline, without the worker: a Lua call and a table per slot,
-  -- and a field (~0.27 us), less. The worker is read only to tell a repeat from a refusal.
-  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority')
-  if st[1] == 'running' and st[2] == token then
+  local st  -- read only off the fenced path: the worker is read only for a repeat
+  if items[b + 6] == '' or not fenced[items[b + 5]] then
+    st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority')
+  end
+  if not st or (st[1] == 'running' and st[2] == token) then
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
-    local msg = st[3]
-    if msg and msg ~= '' then
-      local lane_name = lane(st[4], st[5])
-      local ids = acks[lane_name]
-      if not ids then ids = {}; acks[lane_name] = ids end
-      ids[#ids + 1] = msg
-    else  -- at_most_once: acked at claim, leaves the leases set
-      redis.call('ZREM', prefix .. 'leases', slot_id)
+    if st then  -- its own entry (or lease) ends here; a repeat XACK of an acked one is a no-op
+      if st[3] and st[3] ~= '' then
+        ack(prefix, lane(st[4], st[5]), st[3])
+      else  -- at_most_once: acked at claim, leaves the leases set
+        redis.call('ZREM', prefix .. 'leases', slot_id)
+      end
     end
     reply[i + 1] = R.OK
     -- The record's JSON built as text, not a table for cjson: ~5% of the script per slot
@@ -79,12 +110,6 @@ for i = 0, n - 1 do
   else
     reply[i + 1] = R.STALE
     refused[#refused + 1] = refusal(slot_id, token, st, 'succeeded')
-  end
-end
-
-for queue, ids in pairs(acks) do
-  for i = 1, #ids, 1000 do  -- bounded: unpack puts every id on the Lua stack
-    redis.call('XACK', prefix .. 'q:' .. queue, 'workers', unpack(ids, i, math.min(i + 999, #ids)))
   end
 end
 

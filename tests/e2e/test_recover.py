@@ -54,7 +54,7 @@ def _claim(r: redis.Redis, client: Client, job_ids: list[str], queue: str,
         read = r.xreadgroup(DISPATCH_GROUP, "ghost", {stream: ">"}, count=100)
         entries = [(queue, mid, f[b"s"].decode()) for _, msgs in read for mid, f in msgs]
         prefix = client.keys.prefix(shard)
-        reply = scripts.run_sync(r, [scripts.claim(prefix, now, 1000, "ghost", LEASE_MS,
+        reply = scripts.run_sync(r, [scripts.claim(prefix, now, "ghost", LEASE_MS,
                                                    entries)])[0]
         if outcome:
             grants = replies.claimed(reply, entries)

@@ -37,6 +37,8 @@ PRIORITIES = "tests/sdk/test_priorities.py"
 LIMITS = "tests/sdk/test_queue_limits.py"
 EARLY = "tests/services/test_early_dispatch.py"
 AHEAD = "tests/lua/test_promote_ahead.py"
+FENCE = ("tests/lua/test_recovery_transitions.py::"
+         "test_an_entry_a_reclaim_acked_fences_out_the_old_commit")
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,13 @@ MUTANTS = [
     Mutant("complete-unfenced", "complete.lua commits whatever token the worker presents "
            "(commit rule: a success committed by a worker without the lease)",
            "scheduler/lua/complete.lua",
-           "  if st[1] == 'running' and st[2] == token then",
-           "  if st[1] == 'running' then", (LATE,), fast=True),
+           "  if not st or (st[1] == 'running' and st[2] == token) then",
+           "  if not st or st[1] == 'running' then", (LATE,), fast=True),
+    Mutant("complete-trusts-its-acks", "complete.lua commits a lane's slots unread even when "
+           "one of their entries was acked already (a reclaimed slot's late commit lands: "
+           "commit rule)",
+           "scheduler/lua/complete.lua", "  fenced[lane_name] = acked == #ids",
+           "  fenced[lane_name] = true", (FENCE, LATE), fast=True),
     Mutant("reclaim-disabled", "the reclaimer does nothing (settling times out)",
            "scheduler/reclaimer.py",
            '        """One pass over every shard; returns what it did."""',

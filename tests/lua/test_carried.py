@@ -1,5 +1,5 @@
 """Stream entries that carry their job's fields (carry_entry in _lib.lua), and the claims
-that read no job hash for them (claim.lua's ARGV[8], R.GRANT)."""
+that read no job hash for them (claim.lua's ARGV[7], R.GRANT)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_a_carried_claim_reads_no_job_and_grants_the_attempt(
     job = carried(fields[3:10:2])
     # The job hash is gone: a claim that read it would grant an empty task.
     r.rename(f"{s.prefix}job:{s.job_id}", f"{s.prefix}job:{s.job_id}:away")
-    reply = s.run(scripts.claim(s.prefix, clock.now_ms(), 1000, W, LEASE, entries,
+    reply = s.run(scripts.claim(s.prefix, clock.now_ms(), W, LEASE, entries,
                                 carried="k"))
     assert claim_items(reply) == [[Code.GRANT, 1]]
     [grant] = claimed(reply, entries, carry=[job])
@@ -62,7 +62,7 @@ def test_a_carried_at_most_once_claim_acks_its_entry(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock, delivery="at_most_once")
     msg, fields = _entry(r, s)
-    reply = s.run(scripts.claim(s.prefix, clock.now_ms(), 1000, W, LEASE,
+    reply = s.run(scripts.claim(s.prefix, clock.now_ms(), W, LEASE,
                                 [(s.queue, msg, s.slot_id)], carried="a"))
     assert claim_items(reply) == [[Code.GRANT, 1]]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
@@ -77,7 +77,7 @@ def test_only_the_entries_marked_carried_skip_the_job_read(
         "XREADGROUP GROUP", DISPATCH_GROUP, W, "COUNT", 10, "STREAMS", a.stream, ">").values()
         for m, f in ms]
     entries = [("same", m, f[1].decode()) for m, f in msgs]
-    reply = a.run(scripts.claim(a.prefix, clock.now_ms(), 1000, W, LEASE, entries,
+    reply = a.run(scripts.claim(a.prefix, clock.now_ms(), W, LEASE, entries,
                                 carried="k-"))
     codes = [item[0] for item in claim_items(reply)]
     assert codes == [Code.GRANT, Code.OK]
@@ -131,7 +131,7 @@ def test_a_carried_claim_sent_again_is_granted_again_while_its_lease_lives(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     s = make(r, client, clock)
     msg, _ = _entry(r, s)
-    call = lambda: s.run(scripts.claim(s.prefix, clock.now_ms(), 1000, W, LEASE,  # noqa: E731
+    call = lambda: s.run(scripts.claim(s.prefix, clock.now_ms(), W, LEASE,  # noqa: E731
                                        [(s.queue, msg, s.slot_id)], carried="k"))
     assert claim_items(call()) == [[Code.GRANT, 1]]
     clock.advance(1)

@@ -50,7 +50,7 @@ def test_slot_ids_round_trip() -> None:
 def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> None:
     builders = {
         "submit": lambda p: scripts.submit(p, 1, 10, []),
-        "claim": lambda p: scripts.claim(p, 1, 10, "w", 1000, []),
+        "claim": lambda p: scripts.claim(p, 1, "w", 1000, []),
         "complete": lambda p: scripts.complete(p, 1, 10, "w", []),
         "fail": lambda p: scripts.fail(p, 1, 10, "w", []),
         "release": lambda p: scripts.release(p, 1, 10, "w", []),

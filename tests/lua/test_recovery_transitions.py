@@ -7,7 +7,7 @@ import redis
 from helpers import LEASE, Shard, W, make
 from scheduler import Client, RetryPolicy, SlotStatus, scripts
 from scheduler.clock import ManualClock
-from scheduler.keys import DISPATCH_GROUP
+from scheduler.keys import DISPATCH_GROUP, shard_of
 from scheduler.replies import Code
 
 
@@ -39,6 +39,60 @@ def test_an_expired_lease_is_reclaimed_and_the_old_commit_refused(
     assert s.run(scripts.complete(s.prefix, now, 1000, "w2", [(s.slot_id, 2, now, now)])) == [1]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert "refused" in [kind for kind, _ in s.events()]
+
+
+def committed(s: Shard, worker: str, items: list[tuple[str, bytes, str, int]]) -> list[int]:
+    """complete.lua's codes for (lane, msg_id, slot_id, token) items, each presented with
+    the entry it was claimed from, as a worker presents them."""
+    now = s.clock.now_ms()
+    return [int(c) for c in s.run(scripts.complete(
+        s.prefix, now, 1000, worker, [(slot, token, now, now, lane, msg)
+                                      for lane, msg, slot, token in items]))]
+
+
+def test_a_commit_fenced_by_its_pending_entry(r: redis.Redis, client: Client,
+                                              clock: ManualClock) -> None:
+    """A claimed entry still pending commits its slot (complete.lua reads no hash for it) and
+    is acked; sent again, it is answered "already" from the slot, and another worker's
+    commit of it is refused."""
+    s = make(r, client, clock)
+    [(lane, msg, slot)] = s.read()
+    s.claim([(lane, msg, slot)])
+    assert committed(s, W, [(lane, msg, slot, 1)]) == [Code.OK]
+    assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
+    assert s.slot().status is SlotStatus.SUCCEEDED
+    assert committed(s, W, [(lane, msg, slot, 1)]) == [Code.REPEAT]
+    assert committed(s, "other", [(lane, msg, slot, 1)]) == [Code.STALE]
+    kinds = [kind for kind, _ in s.events()]
+    assert kinds.count("succeeded") == 1 and kinds.count("refused") == 1
+
+
+def test_an_entry_a_reclaim_acked_fences_out_the_old_commit(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """Two slots of one lane claimed by one worker; one's lease runs out and the reclaimer
+    acks its entry and dispatches it again. The worker's late commit of both, each with its
+    entry, finds the lane's entries not all pending: each slot is checked, the reclaimed one
+    refused (it runs again elsewhere), the other committed."""
+    ids = client.submit_many([{"task": "t", "queue": "fenced"} for _ in range(5)])
+    by_shard: dict[int, list[str]] = {}
+    for job_id in ids:
+        by_shard.setdefault(shard_of(job_id, client.shards), []).append(job_id)
+    first, second = next(jobs for jobs in by_shard.values() if len(jobs) >= 2)[:2]
+    s = Shard(r, client, clock, first)
+    entries = {slot: (lane, msg, slot) for lane, msg, slot in s.read()}
+    late, live = entries[client.slots(first)[0].slot_id], entries[client.slots(second)[0].slot_id]
+    s.claim([late])
+    clock.advance(LEASE / 1000 / 2)
+    s.claim([live])
+    clock.advance(LEASE / 1000 / 2 + 1)
+    # The first lease only (the shard's other entries, read and never claimed, are
+    # dispatched again too).
+    assert reclaim(s)[0] == 1
+    assert committed(s, W, [(*late, 1), (*live, 1)]) == [Code.STALE, Code.OK]
+    assert client.get_slot(late[2]).status is SlotStatus.QUEUED
+    assert client.get_slot(live[2]).status is SlotStatus.SUCCEEDED
+    pending = {p["message_id"] for p in r.xpending_range(s.stream, DISPATCH_GROUP, "-", "+", 10)}
+    assert not pending & {late[1], live[1]}
 
 
 def test_heartbeats_keep_a_lease_from_being_reclaimed(r: redis.Redis, client: Client,

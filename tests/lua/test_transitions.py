@@ -41,9 +41,9 @@ def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock)
     assert slot.status is SlotStatus.SUCCEEDED
     assert [a.outcome for a in slot.attempts] == ["succeeded"]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
-    assert [e[0] for e in s.events()] == ["submitted", "claimed", "succeeded"]
-    # Each script's records, whether cjson or text builds them, read as the same JSON.
-    assert [e[1] for e in s.events()[1:]] == [[{"slot": s.slot_id, "attempt": 1}]] * 2
+    # The claim writes no event (a run outliving its first heartbeat gets one from it).
+    assert [e[0] for e in s.events()] == ["submitted", "succeeded"]
+    assert s.events()[1][1] == [{"slot": s.slot_id, "attempt": 1}]
 
 
 def test_a_commit_with_a_stale_token_is_refused_and_recorded(
@@ -216,6 +216,23 @@ def test_heartbeat_extends_the_lease_and_reports_lost_ones(
     assert s.slot().lease_until_ms == clock.now_ms() + LEASE
 
 
+def test_a_runs_first_heartbeat_announces_it_once(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The claim writes no event; the first heartbeat that extends a run's lease (new) tells
+    history it runs, a later one (not new) and a refused one (stale token) say nothing."""
+    s = make(r, client, clock)
+    s.claim(s.read())
+    assert [kind for kind, _ in s.events()] == ["submitted"]
+    clock.advance(10)
+    assert s.run(scripts.heartbeat(s.prefix, clock.now_ms(), LEASE, W,
+                                   [(s.slot_id, 1, True), (s.slot_id, 9, True)])) == [
+        Code.OK, Code.STALE]
+    assert s.events()[1:] == [("claimed", [{"slot": s.slot_id, "attempt": 1}])]
+    assert s.run(scripts.heartbeat(s.prefix, clock.now_ms(), LEASE, W,
+                                   [(s.slot_id, 1, False)])) == [Code.OK]
+    assert len(s.events()) == 2
+
+
 def test_promote_skips_slots_that_are_no_longer_scheduled(
         r: redis.Redis, client: Client, clock: ManualClock, ns: str) -> None:
     k = Keys(ns)
@@ -249,7 +266,7 @@ def test_a_reload_sends_the_pipeline_tail_again_after_the_calls_that_ran_again(
     async def go() -> tuple[list[object], list[list[object]]]:
         conn = async_redis(url)
         try:
-            call = scripts.claim(s.prefix, clock.now_ms(), 1000, W, LEASE, entries)
+            call = scripts.claim(s.prefix, clock.now_ms(), W, LEASE, entries)
 
             def tail(pipe: object) -> int:
                 cluster.each_node(pipe, "WAIT", 0, 10)  # once per node on a cluster

@@ -270,7 +270,7 @@ def test_the_claim_script_returns_the_traceparent_only_when_asked(
         stream = client.keys.queue(shard, "q5")
         r.xgroup_create(stream, DISPATCH_GROUP, id="0", mkstream=True)
         [(_, [(msg, fields)])] = r.xreadgroup(DISPATCH_GROUP, "w", {stream: ">"}, count=1)
-        call = scripts.claim(client.keys.prefix(shard), client.now_ms(), 1000, "w", 30_000,
+        call = scripts.claim(client.keys.prefix(shard), client.now_ms(), "w", 30_000,
                              [("q5", msg, fields[b"s"].decode())], trace)
         grant = scripts.run_sync(r, [call])[0]  # flat: the code, then its values
     [submit] = spans.named("submit")

@@ -45,3 +45,32 @@ def test_the_watchdog_and_the_renewal_follow_the_injected_clock(
 
     stopped, reason = asyncio.run(scenario())
     assert stopped == [0, 0, 1] and reason == "lost"
+
+
+def test_a_run_is_announced_by_its_first_renewal_only(
+        r: redis.Redis, client: Client, clock: ManualClock, redis_url: str) -> None:
+    """A run still going at the heartbeat is told to history once ("claimed": the claim
+    itself writes no event), by the first beat that renewed its lease."""
+    s = make(r, client, clock)
+    entries = s.read()
+    [grant] = replies.claimed(sum(s.claim(entries), []), entries)
+    assert grant is not None
+
+    async def scenario() -> list[bool]:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        run = Run(s.shard, s.slot_id, grant, deadline=clock.monotonic() + LEASE / 1000)
+        run.handler = asyncio.create_task(asyncio.sleep(3600))
+        beat = Heartbeat(conn, s.keys, clock, W, LEASE, 10, ["q"], {s.slot_id: run})
+        announced = [run.announced]
+        try:
+            for _ in range(2):
+                await beat.run_once()
+                announced.append(run.announced)
+            return announced
+        finally:
+            run.handler.cancel()
+            await conn.aclose()
+
+    assert asyncio.run(scenario()) == [False, True, True]
+    assert [(kind, data) for kind, data in s.events() if kind == "claimed"] == [
+        ("claimed", [{"slot": s.slot_id, "attempt": 1}])]

@@ -68,11 +68,12 @@ def test_every_slot_and_attempt_reaches_the_store(redis_url: str, ns: str, r: re
 def test_events_a_finished_slots_read_already_covers_cost_nothing(
         redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
     """Jobs that ran to the end before the snapshotter reached their `submitted` event: that
-    first read finds them finished, so their `claimed` and `succeeded` events are skipped."""
+    first read finds them finished, so their `succeeded` events are skipped (a run this short
+    has no `claimed` event: heartbeat.lua writes it)."""
     ok_ids, _ = _run_jobs(redis_url, ns, 60, 0)
     snap = asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(
         retention_s=None, read_count=1, defer_s=0)))  # one events entry per shard per batch
-    assert snap.skipped >= 2 * 60  # one claimed and one succeeded record per job at least
+    assert snap.skipped >= 60  # one succeeded record per job at least
     assert snap.rows == 2 * 60  # job and slot rows, each written once (one attempt: no row)
     with Client(redis_url, ns, history=store_dsn) as client:
         slots = client.history(limit=1000)
