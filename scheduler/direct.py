@@ -41,11 +41,16 @@ from typing import Any
 import hiredis
 import redis.asyncio
 import redis.exceptions
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
 from redis.client import EMPTY_RESPONSE, NEVER_DECODE
+
+from . import cluster
 
 MAX_LINKS = 8  # connections kept per client: the claim pipelines, the committer, a heartbeat
 _NOT_OPTIONS = {"keys", EMPTY_RESPONSE, NEVER_DECODE}  # consumed by parse_response
 _BASE_READ = redis.asyncio.connection.AbstractConnection.read_response
+_HIREDIS = _AsyncHiredisParser
+_PUSH = getattr(hiredis, "PushNotification", None)
 
 
 class _Links:
@@ -103,12 +108,42 @@ def enabled(client: Any) -> bool:
     return type(client) is redis.asyncio.Redis and client.connection_pool in _LINKS
 
 
+class Stack:
+    """The commands of one round trip, collected as a redis-py pipeline collects them
+    (`execute_command`, `evalsha`: what scripts.py's fill and tails call) without building
+    one: a Pipeline and its per-command bookkeeping cost ~10 us of a worker's round trip."""
+
+    __slots__ = ("command_stack",)
+
+    def __init__(self) -> None:
+        self.command_stack: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def execute_command(self, *args: Any, **options: Any) -> None:
+        self.command_stack.append((args, options))
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> None:
+        self.command_stack.append((("EVALSHA", sha, numkeys, *keys_and_args), {}))
+
+    def __len__(self) -> int:
+        return len(self.command_stack)
+
+
+def stack(client: Any) -> Any:
+    """Where a round trip's commands go: a Stack for a client direct() serves, else the
+    client's own non-transactional pipeline (cluster.pipeline). execute() runs either."""
+    return Stack() if enabled(client) else cluster.pipeline(client)
+
+
 async def execute(client: Any, pipe: Any) -> list[Any]:
     """`pipe.execute(raise_on_error=False)`, on a connection of our own when enabled."""
     links = _LINKS.get(getattr(client, "connection_pool", None)) \
         if type(client) is redis.asyncio.Redis else None
     stack = getattr(pipe, "command_stack", None)
     if links is None or not stack or (not links.free and links.busy >= MAX_LINKS):
+        if isinstance(pipe, Stack):  # more round trips at once than MAX_LINKS
+            pipe = client.pipeline(transaction=False)
+            for args, options in stack or ():
+                pipe.execute_command(*args, **options)
         return list(await pipe.execute(raise_on_error=False))
     conn = links.free.pop() if links.free else links.pool.make_connection()
     links.busy += 1
@@ -156,18 +191,14 @@ async def _exchange(client: Any, conn: Any, packed: list[bytes], stack: list[Any
                     ) -> list[Any]:
     conn._writer.writelines(packed)
     await conn._writer.drain()
-    # A connection class with a read of its own keeps it: Sentinel's turns a READONLY
-    # reply (its primary was demoted) into a disconnect, so the next connect asks anew.
-    own = type(conn).read_response is not _BASE_READ
-    read = conn.read_response if own else conn._read_response_from_parser
     callbacks = client.response_callbacks
     found: dict[Any, Any] = {}  # command name -> its callback: a pipeline repeats a few
+    if _readable_at_once(conn, stack):
+        replies = await _read_all(conn._parser, len(stack))
+    else:
+        replies = await _read_each(conn, stack)
     out: list[Any] = []
-    for args, options in stack:
-        try:
-            response = await read(disable_decoding=NEVER_DECODE in options)
-        except redis.exceptions.ResponseError as exc:  # own's error reply, read: go on
-            response = exc
+    for (args, options), response in zip(stack, replies, strict=True):
         if isinstance(response, redis.exceptions.ResponseError):  # read, the next follows
             out.append(options[EMPTY_RESPONSE] if EMPTY_RESPONSE in options else response)
             continue
@@ -180,6 +211,53 @@ async def _exchange(client: Any, conn: Any, packed: list[bytes], stack: list[Any
         value = callback(response,
                          **{k: v for k, v in options.items() if k not in _NOT_OPTIONS})
         out.append(await value if inspect.isawaitable(value) else value)
+    return out
+
+
+def _readable_at_once(conn: Any, stack: list[Any]) -> bool:
+    """Whether every reply can come from the connection's hiredis reader in one loop: the
+    connection class reads as redis-py's base does (Sentinel's turns a READONLY reply, its
+    primary demoted, into a disconnect: it keeps its own read), and no reply asks to stay
+    undecoded from a client that decodes."""
+    if type(conn).read_response is not _BASE_READ or type(conn._parser) is not _HIREDIS:
+        return False
+    return not conn.encoder.decode_responses or not any(
+        NEVER_DECODE in options for _, options in stack)
+
+
+async def _read_all(parser: Any, n: int) -> list[Any]:
+    """n replies, as redis-py's hiredis parser would return them one coroutine call each
+    (an error reply as its exception; a connection error raised), in one loop: ~20 us less
+    of a worker's CPU per round trip (bench/RESULTS.md, session 17)."""
+    reader = parser._reader
+    out: list[Any] = []
+    while len(out) < n:
+        response = reader.gets()
+        if response is NOT_ENOUGH_DATA:
+            await parser.read_from_socket()
+            continue
+        if isinstance(response, redis.exceptions.ConnectionError):
+            raise response
+        if type(response) is list and response and isinstance(
+                response[0], redis.exceptions.ConnectionError):
+            raise response[0]
+        if _PUSH is not None and isinstance(response, _PUSH):
+            continue  # RESP3 out-of-band (no subscription here asks for any)
+        out.append(response)
+    return out
+
+
+async def _read_each(conn: Any, stack: list[Any]) -> list[Any]:
+    # A connection class with a read of its own keeps it: Sentinel's turns a READONLY
+    # reply (its primary was demoted) into a disconnect, so the next connect asks anew.
+    own = type(conn).read_response is not _BASE_READ
+    read = conn.read_response if own else conn._read_response_from_parser
+    out: list[Any] = []
+    for _, options in stack:
+        try:
+            out.append(await read(disable_decoding=NEVER_DECODE in options))
+        except redis.exceptions.ResponseError as exc:  # own's error reply, read: go on
+            out.append(exc)
     return out
 
 

@@ -364,7 +364,7 @@ async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
     both pipelines' tail replies count (a read in the first delivered its entries too)."""
     batch, extras = _Batch(calls), []
     while batch.todo:
-        pipe = cluster.pipeline(client)
+        pipe = direct.stack(client)
         batch.fill(pipe)
         n = tail(pipe)
         out = await direct.execute(client, pipe)
@@ -381,7 +381,7 @@ async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
     """Async twin of run_sync_waiting."""
     batch, acked = _Batch(calls), -1
     while batch.todo:
-        pipe = cluster.pipeline(client)
+        pipe = direct.stack(client)
         batch.fill(pipe)
         if wait is not None:
             cluster.each_node(pipe, *wait)

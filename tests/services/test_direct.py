@@ -198,3 +198,31 @@ def test_close_disconnects_what_it_kept_once_the_last_user_is_done(redis_url: st
         return after_one, after_both
 
     assert _run(scenario()) == (True, False)
+
+
+def test_more_round_trips_than_links_at_once_take_the_pipeline_path(redis_url: str,
+                                                                    ns: str) -> None:
+    """Commands collected in a Stack (no redis-py pipeline built) past MAX_LINKS round trips
+    in flight go by the client's own pipeline, with the same replies."""
+    key = f"{ns}:direct:idle"
+
+    async def scenario() -> tuple[list[Any], int]:
+        conn = async_redis(redis_url)
+        direct.enable(conn)
+
+        async def one(i: int) -> Any:
+            stack = direct.stack(conn)
+            assert isinstance(stack, direct.Stack)
+            stack.execute_command("BLPOP", key, 0.2)  # holds its link while the rest start
+            stack.execute_command("ECHO", str(i))
+            return await direct.execute(conn, stack)
+
+        out = await asyncio.gather(*(one(i) for i in range(direct.MAX_LINKS + 3)))
+        kept = len(direct._LINKS[conn.connection_pool].free)
+        await direct.close(conn)
+        await conn.aclose()
+        return list(out), kept
+
+    out, kept = _run(scenario())
+    assert out == [[None, str(i).encode()] for i in range(direct.MAX_LINKS + 3)]
+    assert kept == direct.MAX_LINKS
