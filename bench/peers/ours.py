@@ -1,7 +1,9 @@
 """Ours in the peers' workloads, through the same code as `bench burndown` and `bench delayed`.
 
 Burn-down: burndown.py's `submit` and `_burn` (the worker runs in this process as `sched
-worker` runs it: uvloop, its default concurrency (100), batch 500, 2 pipelines). Delayed: delayed.py's real processes (one `sched scheduler`
+worker` runs it: uvloop, its default concurrency (100), batch 500, 2 pipelines), measured as
+every other peer is (runner.py): executions/s from the first execution to the last, the
+worker's CPU over that window. Delayed: delayed.py's real processes (one `sched scheduler`
 node, one `sched worker`), every job due at the same whole second; lag = claimed_ms - fire_ms.
 """
 
@@ -35,8 +37,8 @@ def burn(url: str, jobs: int, concurrency: int = burndown._DEFAULTS.concurrency,
         drop_namespace(r, ns)
         r.close()
     return {"jobs": jobs, "done": result["committed"], "finished": True,
-            "seconds": result["seconds"], "per_s": result["per_s"],
-            "worker_us_per_job": result["worker_us_per_job"],
+            "seconds": result["seconds"], "per_s": result["window_per_s"],
+            "worker_us_per_job": result["window_worker_us_per_job"],
             "redis_us_per_job": result["redis_us_per_job"], "enqueue_per_s": jobs / submit_s,
             "duplicates": result["duplicates"]}
 
