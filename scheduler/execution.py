@@ -103,13 +103,14 @@ class Execution:
         self.handler_errors = HandlerErrors()
         self.result_limit = DEFAULT_MAX_PAYLOAD_BYTES  # the namespace's, once the worker knows
         self._task = _eager_task if eager else _task  # WorkerConfig.eager_start
+        self._on_stuck = self._stuck  # bound once: start() runs once per job
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table). With eager start (3.12+,
         `_eager_task`) the handler runs here up to its first await, and one that returns
         without awaiting has ended (left the table, outcome with the committer) before this
         returns, so its timer is never set."""
-        run.on_stuck, run.stuck_after_s = self._stuck, self.stuck_after_s
+        run.on_stuck, run.stuck_after_s = self._on_stuck, self.stuck_after_s
         # Under tracing the handler runs inside its run's span.
         context = None if self.tracer is None else self.tracer.begin(run)
         run.handler = self._task(loop, self._execute(run), context)
@@ -121,7 +122,7 @@ class Execution:
         try:
             if run.stop_reason is not None:  # stopped before this task could start
                 raise asyncio.CancelledError
-            task = self.registry.get(run.task)
+            task = self.registry.tasks.get(run.task)
             if task is None:
                 raise LookupError(
                     f"unknown task {run.task!r}: no handler is registered for it in this "
@@ -182,7 +183,8 @@ class Execution:
         run, and a cycle per run would leave every finished run to the cyclic GC (measured:
         ~10% of a busy worker's throughput)."""
         ctx, run.ctx = run.ctx, None
-        lines = ctx.run_log() if ctx is not None else None
+        # Most handlers never touch ctx.logger: no logger, nothing to read (the hot path).
+        lines = ctx.run_log() if ctx is not None and ctx._logger is not None else None
         if lines is None:
             return None
         try:

@@ -99,8 +99,9 @@ def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
     logs: list[Any] = []
     for i, item in enumerate(items):
         n = len(item)
+        msg = item[5] if n > 5 else ""
         flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])),
-                 item[4] if n > 5 else "", _s(item[5]) if n > 5 else "")
+                 item[4] if n > 5 else "", msg if isinstance(msg, str) else msg.decode())
         if n > 6 and item[6] is not None:
             results += (i + 1, _s(item[6]))
         if n > 7 and item[7] is not None:
