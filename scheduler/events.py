@@ -1,15 +1,20 @@
 """The lifecycle event types: what each shard's events stream (`<ns>:{sNN}:events`) says
-happened. The Lua transitions write them (`emit` in _lib.lua, and claim.lua's own XADD); the
-snapshotter and the history store read them. tests/test_lua_contracts.py checks that every
+happened. The Lua transitions write them (`emit` in _lib.lua, and complete.lua's own XADD);
+the snapshotter and the history store read them. tests/test_lua_contracts.py checks that every
 type a script writes is declared here, and every type declared here is written.
 
 Each entry: `type`, `ts` (Redis ms), `worker`, and `data`, a JSON list of records (one per
-slot or job the transition touched).
+slot or job the transition touched), each a JSON object. One exception, the hot path's: a
+"succeeded" entry whose slots all succeeded with the same attempt has that number in its
+field `attempt`, and each record is the slot id alone (complete.lua); `records()` reads both.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 
 class EventType(StrEnum):
@@ -57,3 +62,11 @@ SLOT_ONLY = frozenset({
 FINAL_STATUS = {EventType.SUCCEEDED: "succeeded", EventType.DEAD: "dead",
                 EventType.CANCELLED: "cancelled", EventType.LOST: "lost",
                 EventType.PURGED: "dead"}
+
+
+def records(fields: Mapping[bytes, bytes]) -> list[dict[str, Any]]:
+    """An entry's records as objects: a slot id alone is {"slot": id, "attempt": n}, n from
+    the entry's `attempt` (for readers that are not the snapshotter's hot path: tests, tools)."""
+    attempt = fields.get(b"attempt")
+    return [{"slot": r, "attempt": int(attempt or 0)} if isinstance(r, str) else r
+            for r in json.loads(fields.get(b"data") or b"[]")]

@@ -71,7 +71,8 @@ class _Record(msgspec.Struct):
     attempt: Any = None
 
 
-_records = msgspec.json.Decoder(list[_Record])
+# A record is an object, or a slot id alone (a "succeeded" entry's: events.py).
+_records = msgspec.json.Decoder(list[_Record | str])
 # Most slots held back at once (defer_s): ~100 bytes each. Past it (a long backlog of
 # submissions no worker takes), slots are written at once.
 DEFER_MAX = 200_000
@@ -83,6 +84,14 @@ def _fire_ms(slot_id: str) -> int:
         return int(slot_id.rpartition(":")[2])
     except ValueError:
         return 0
+
+
+def _decoded(shard: int, entry_id: bytes, fields: dict[bytes, bytes]) -> list[_Record | str]:
+    try:
+        return _records.decode(fields.get(b"data") or b"[]")
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        log.error("shard %d: event %s has unreadable data; skipped", shard, entry_id)
+        return []
 
 
 def version_of(entry_id: bytes | str) -> int:
@@ -130,12 +139,9 @@ class Intake:
                 continue
             version = version_of(entry_id)
             kind = fields.get(b"type", b"").decode()
-            try:
-                records = _records.decode(fields.get(b"data") or b"[]")
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                log.error("shard %d: event %s has unreadable data; skipped", shard, entry_id)
-                continue
-            for record in records:
+            for record in _decoded(shard, entry_id, fields):
+                if isinstance(record, str):
+                    record = _Record(slot=record)
                 job = record.job  # submitted and materialized: cron jobs have no slot
                 slot = record.slot
                 if isinstance(slot, str):

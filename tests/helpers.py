@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -16,7 +15,16 @@ import redis
 import redis.asyncio
 
 from cli.main import main
-from scheduler import Client, Registry, RetryPolicy, SlotStatus, hash_read, replies, scripts
+from scheduler import (
+    Client,
+    Registry,
+    RetryPolicy,
+    SlotStatus,
+    events,
+    hash_read,
+    replies,
+    scripts,
+)
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
@@ -60,7 +68,7 @@ class Shard:
     def events(self) -> list[tuple[str, list[dict[str, Any]]]]:
         out = []
         for _, f in self.r.xrange(self.keys.events(self.shard)):
-            out.append((f[b"type"].decode(), json.loads(f[b"data"])))
+            out.append((f[b"type"].decode(), events.records(f)))
         return out
 
 

@@ -35,8 +35,13 @@
      R.REPEAT  this very attempt's success was committed before (the worker sent it again
                because the first reply was lost); nothing changed
 
-  Events: "succeeded" (records {slot, attempt}) and "refused" (records {slot, token, status,
-  current_token, outcome}), each only when non-empty.
+  Events: "succeeded" and "refused" (records {slot, token, status, current_token, outcome}),
+  each only when non-empty. A "succeeded" entry whose slots all succeeded with the same
+  attempt (nearly always) has that number in its field `attempt` and the slot ids alone as
+  its records (["<slot id>", ...]); otherwise its records are {slot, attempt} and `attempt`
+  is "". Records as JSON objects, one string per slot, cost ~9% of this script per slot
+  (bench/RESULTS.md, session 17). A slot id holds no character JSON escapes (keys.py:
+  [A-Za-z0-9_.-] and ':'), and a token, equal to the attempt field, is an integer.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -77,7 +82,7 @@ for lane_name, ids in pairs(by_lane) do
 end
 
 local reply = {}
-local done, refused = {}, {}
+local done, tokens, refused = {}, {}, {}  -- done: the slots committed, with their tokens
 for i = 0, n - 1 do
   local b = i * 6
   local slot_id, token = items[b + 1], items[b + 2]
@@ -100,10 +105,7 @@ for i = 0, n - 1 do
       end
     end
     reply[i + 1] = R.OK
-    -- The record's JSON built as text, not a table for cjson: ~5% of the script per slot
-    -- (bench/RESULTS.md). A slot id holds no character JSON escapes (keys.py:
-    -- [A-Za-z0-9_.-] and ':'), and token, equal to the attempt field, is an integer.
-    done[#done + 1] = '{"slot":"' .. slot_id .. '","attempt":' .. token .. '}'
+    done[#done + 1], tokens[#done + 1] = slot_id, token
   elseif st[1] == 'succeeded' and st[2] == token
       and redis.call('HGET', slot_key, 'worker') == worker then
     reply[i + 1] = R.REPEAT
@@ -114,8 +116,20 @@ for i = 0, n - 1 do
 end
 
 if #done > 0 then
+  local attempt = tokens[1]  -- the one attempt number of them all, or nil
+  for i = 2, #tokens do
+    if tokens[i] ~= attempt then attempt = nil; break end
+  end
+  local data
+  if attempt then
+    data = '["' .. table.concat(done, '","') .. '"]'
+  else
+    local records = {}
+    for i = 1, #done do records[i] = '{"slot":"' .. done[i] .. '","attempt":' .. tokens[i] .. '}' end
+    data = '[' .. table.concat(records, ',') .. ']'
+  end
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'succeeded',
-    'ts', ARGV[1], 'worker', worker, 'data', '[' .. table.concat(done, ',') .. ']')
+    'ts', ARGV[1], 'worker', worker, 'attempt', attempt or '', 'data', data)
 end
 emit(prefix, maxlen, now, 'refused', refused, worker)
 return reply

@@ -25,13 +25,13 @@ per rule, and watches each rule fire. The rules, each named in its message:
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 
+from scheduler import events
 from scheduler.cronspec import CronSpec
 from scheduler.keys import Keys
 from scheduler.models import Slot, slot_from_hash
@@ -85,7 +85,7 @@ def observe(r: redis.Redis, ns: str) -> Observed:
         obs.dlq |= {m.decode() for m in r.zrange(keys.dlq(shard), 0, -1)}
         for _, fields in r.xrange(keys.events(shard)):
             kind = fields[b"type"].decode()
-            records = json.loads(fields[b"data"])
+            records = events.records(fields)
             obs.events[kind] += len(records)
             if kind == "succeeded":
                 worker = fields.get(b"worker", b"").decode()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import redis
 
 from helpers import LEASE, Shard, W, make
-from scheduler import Client, RetryPolicy, SlotStatus, scripts
+from scheduler import Client, RetryPolicy, SlotStatus, events, scripts
 from scheduler.clock import ManualClock
 from scheduler.keys import DISPATCH_GROUP, shard_of
 from scheduler.replies import Code
@@ -93,6 +95,36 @@ def test_an_entry_a_reclaim_acked_fences_out_the_old_commit(
     assert client.get_slot(live[2]).status is SlotStatus.SUCCEEDED
     pending = {p["message_id"] for p in r.xpending_range(s.stream, DISPATCH_GROUP, "-", "+", 10)}
     assert not pending & {late[1], live[1]}
+
+
+def test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The hot path's compact records: slot ids, with their one attempt number in the entry's
+    `attempt`; a batch of several attempt numbers has a record {slot, attempt} each."""
+    ids = client.submit_many([{"task": "t", "queue": "compact"} for _ in range(13)])
+    by_shard: dict[int, list[str]] = {}
+    for job_id in ids:
+        by_shard.setdefault(shard_of(job_id, client.shards), []).append(job_id)
+    jobs = next(jobs for jobs in by_shard.values() if len(jobs) >= 4)
+    s = Shard(r, client, clock, jobs[0])
+    entries = {slot: (lane, msg, slot) for lane, msg, slot in s.read()}
+    first, second, third, fourth = (entries[client.slots(j)[0].slot_id] for j in jobs[:4])
+    s.claim([first, second, third])
+    assert committed(s, W, [(*first, 1), (*second, 1)]) == [Code.OK, Code.OK]
+    clock.advance(LEASE / 1000 + 1)
+    # The third's attempt 1 is lost, and it and the fourth (read, never claimed) are
+    # dispatched again under new entries.
+    assert reclaim(s)[0] == 1
+    anew = {slot: (lane, msg, slot) for lane, msg, slot in s.read(consumer="w2")}
+    third, fourth = anew[third[2]], anew[fourth[2]]
+    s.claim([third, fourth], worker="w2")
+    assert committed(s, "w2", [(*third, 2), (*fourth, 1)]) == [Code.OK, Code.OK]
+    raw = [f for _, f in r.xrange(s.keys.events(s.shard)) if f[b"type"] == b"succeeded"]
+    assert [(f[b"attempt"], json.loads(f[b"data"])) for f in raw] == [
+        (b"1", [first[2], second[2]]),
+        (b"", [{"slot": third[2], "attempt": 2}, {"slot": fourth[2], "attempt": 1}])]
+    assert events.records(raw[0]) == [{"slot": first[2], "attempt": 1},
+                                      {"slot": second[2], "attempt": 1}]
 
 
 def test_heartbeats_keep_a_lease_from_being_reclaimed(r: redis.Redis, client: Client,
