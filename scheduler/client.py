@@ -98,6 +98,7 @@ class _Driver:
         self._store: HistoryStore | None = None
         self.redis = self._connect(redis_url, timeout_s)
         self._core.at = where(self.redis)
+        self._core.on_cluster = cluster.is_cluster(self.redis)
 
     def _connect(self, redis_url: str, timeout_s: float) -> Any:
         raise NotImplementedError

@@ -6,8 +6,9 @@ enforce (copied into each shard's `config` hash, where `submit.lua` reads it).
 
 The policy:
 - **Writers create it.** A client's first submit, and `sched recover`, write the count (the
-  one they were given, or DEFAULT_SHARDS) and the limit with HSETNX: the first writer wins,
-  and every writer after it adopts what is stored.
+  one they were given, or DEFAULT_SHARDS on one Redis and DEFAULT_CLUSTER_SHARDS on a
+  Cluster: keys.py says why) and the limit with HSETNX: the first writer wins, and every
+  writer after it adopts what is stored.
 - **Everyone else waits for it.** Workers, scheduler nodes, the snapshotter and retention
   read the count and, while there is none, raise `NamespaceMissing`, which their start-up
   loops log (once, then at most every 30 s) and retry. So a worker started before the first

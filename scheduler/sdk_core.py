@@ -21,7 +21,14 @@ from .clock import Clock, RedisClock
 from .connection import REDIS_ERRORS, translate
 from .cronspec import CronSpec
 from .errors import DurabilityError, JobNotFound, ValidationError
-from .keys import DEFAULT_SHARDS, Keys, check_job_id, shard_of, split_slot_id
+from .keys import (
+    DEFAULT_CLUSTER_SHARDS,
+    DEFAULT_SHARDS,
+    Keys,
+    check_job_id,
+    shard_of,
+    split_slot_id,
+)
 from .models import Job, Slot, job_from_hash
 from .namespace import Meta, NamespaceMissing, check_shards, write_config
 from .namespace import create as create_namespace
@@ -149,6 +156,7 @@ class Core:
         self.known_queues: set[str] = set()
         self.registered: set[str] | None = None  # queues added to the index, once it wrote
         self.at = "redis"  # where Redis is, for error messages: the driver sets it
+        self.on_cluster = False  # ...and whether it is a Redis Cluster (the default shards)
         # submit_batch.validate's caches: the job-hash fields of the options most jobs
         # share, computed once per distinct set, and the (task, queue, delivery) seen valid.
         self.option_fields: dict[tuple[Any, ...], list[Any]] = {}
@@ -164,7 +172,8 @@ class Core:
         except NamespaceMissing:
             if written:
                 raise
-            self.shards = self.requested_shards or DEFAULT_SHARDS
+            self.shards = self.requested_shards or (
+                DEFAULT_CLUSTER_SHARDS if self.on_cluster else DEFAULT_SHARDS)
             return
         self.shards = meta.shards
         if meta.max_payload_bytes is not None:

@@ -16,7 +16,7 @@ from cli.main import main
 from cli.observe import UNHEALTHY
 from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy
 from scheduler.clock import RedisClock
-from scheduler.keys import Keys
+from scheduler.keys import DEFAULT_SHARDS, Keys
 from scheduler.status import Topology, _Reader, read_status
 from scheduler.worker import Worker, WorkerConfig
 
@@ -45,7 +45,7 @@ def test_status_without_workers_is_unhealthy(capsys: pytest.CaptureFixture[str],
         "no worker is alive: start one with `sched worker --app MODULE:REGISTRY`"]
     [mail] = status["queues"]
     assert (mail["queue"], mail["depth"], mail["pending"]) == ("mail", 7, 0)
-    assert status["shards"] == 8 and len(status["shard_details"]) == 8
+    assert status["shards"] == DEFAULT_SHARDS and len(status["shard_details"]) == DEFAULT_SHARDS
     assert status["dead_letter_size"] == 0 and status["workers_alive"] == 0
 
     code, out, _ = sched(capsys, redis_url, ns, "status")

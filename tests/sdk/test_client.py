@@ -17,11 +17,13 @@ from scheduler import (
     JobSpec,
     RetryPolicy,
     SlotStatus,
+    cluster,
     operations,
     script_stream,
     scripts,
 )
 from scheduler.errors import JobNotFound, NamespaceError, ValidationError
+from scheduler.keys import DEFAULT_CLUSTER_SHARDS, DEFAULT_SHARDS
 
 
 def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
@@ -43,6 +45,19 @@ def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
         assert len(set(ids)) == 400
         assert [client.get_job(i).payload for i in ids[:5]] == [0, 1, 2, 3, 4]
         assert all(s.status is SlotStatus.QUEUED for i in ids[:20] for s in client.slots(i))
+
+
+def test_a_new_namespace_has_the_default_shards_of_where_it_is_made(
+        redis_url: str, ns: str, r: redis.Redis) -> None:
+    """Two on one Redis (shards spread nothing there, and cost script calls), eight on a
+    Redis Cluster (its unit of spread over masters); a given count wins either way."""
+    with Client(redis_url, ns) as client:
+        client.submit("t", None)
+        expected = DEFAULT_CLUSTER_SHARDS if cluster.is_cluster(client.redis) else DEFAULT_SHARDS
+        assert client.shards == expected == int(r.hget(client.keys.meta, "shards"))
+    with Client(redis_url, ns + "-given", shards=3) as client:
+        client.submit("t", None)
+        assert client.shards == 3
 
 
 def test_a_dedupe_key_returns_the_first_job(redis_url: str, ns: str) -> None:
