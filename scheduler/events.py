@@ -4,9 +4,11 @@ the snapshotter and the history store read them. tests/test_lua_contracts.py che
 type a script writes is declared here, and every type declared here is written.
 
 Each entry: `type`, `ts` (Redis ms), `worker`, and `data`, a JSON list of records (one per
-slot or job the transition touched), each a JSON object. One exception, the hot path's: a
-"succeeded" entry whose slots all succeeded with the same attempt has that number in its
-field `attempt`, and each record is the slot id alone (complete.lua); `records()` reads both.
+slot or job the transition touched), each a JSON object, or on the hot path the slot id
+alone: a "submitted" record of a job with a slot (its job id is the slot id's prefix), a
+"queued" record, and the records of a "succeeded" entry whose slots all succeeded with the
+same attempt, which its field `attempt` then holds (submit.lua, promote.lua, complete.lua).
+`records()` reads either form.
 """
 
 from __future__ import annotations
@@ -65,8 +67,10 @@ FINAL_STATUS = {EventType.SUCCEEDED: "succeeded", EventType.DEAD: "dead",
 
 
 def records(fields: Mapping[bytes, bytes]) -> list[dict[str, Any]]:
-    """An entry's records as objects: a slot id alone is {"slot": id, "attempt": n}, n from
-    the entry's `attempt` (for readers that are not the snapshotter's hot path: tests, tools)."""
+    """An entry's records as objects: a slot id alone is {"slot": id}, with "attempt" from
+    the entry's `attempt` when it has one (for readers that are not the snapshotter's hot
+    path: tests, tools)."""
     attempt = fields.get(b"attempt")
-    return [{"slot": r, "attempt": int(attempt or 0)} if isinstance(r, str) else r
+    alone = {"attempt": int(attempt)} if attempt else {}
+    return [{"slot": r, **alone} if isinstance(r, str) else r
             for r in json.loads(fields.get(b"data") or b"[]")]

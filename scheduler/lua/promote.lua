@@ -36,8 +36,8 @@
   should call again (ms, Redis time; -1 when `due` is empty): the earliest score left minus
   ahead_ms, or an overlap="skip" slot's own score; and how many occurrences ended `skipped`.
 
-  Events: "queued" {slot} (the slot hash holds the rest), "skipped" {slot, active} (the slot
-  still active).
+  Events: "queued", each record its slot id alone (events.py; the slot hash holds the rest),
+  "skipped" {slot, active} (the slot still active).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -94,7 +94,7 @@ for i = 1, #ids, 2 do
           redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
           if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
         end
-        records[#records + 1] = '{"slot":"' .. slot_id .. '"}'
+        records[#records + 1] = slot_id
       end
     end
   end
@@ -107,9 +107,9 @@ elseif #taken > 0 then
   redis.call('ZREM', due, unpack(taken))
 end
 
-if #records > 0 then  -- emit, with the records' JSON built as text (see complete.lua)
+if #records > 0 then  -- emit, the slot ids joined as JSON text (events.py)
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'queued',
-    'ts', ARGV[1], 'worker', '', 'data', '[' .. table.concat(records, ',') .. ']')
+    'ts', ARGV[1], 'worker', '', 'data', '["' .. table.concat(records, '","') .. '"]')
 end
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local next_ms = -1

@@ -40,9 +40,12 @@
                again by a client retry after a lost reply: generated ids need the check too,
                made once per call when `fresh`); nothing was written
 
-  Event: type "submitted", one record per created job {job, slot (none for a cron job: its
-  slots come from materialize)}; `late_ms` when fire_ms was already past (an `at` instant in
-  the past runs now, and its lag is visible here). The job and slot hashes hold the rest.
+  Event: type "submitted", one record per created job: its slot id alone (the job's id is
+  its prefix: events.py), or {job} for a cron job (its slots come from materialize), or
+  {job, slot, late_ms} when fire_ms was already past (an `at` instant in the past runs now,
+  and its lag is visible here). The job and slot hashes hold the rest. Ids alone are joined
+  as JSON text, with no table and no cjson per job: a record as a table for cjson was ~10%
+  of this script per job (bench/RESULTS.md, session 17).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -119,7 +122,7 @@ if fresh and n > 0 and not redis.call('SET', prefix .. 'submitted:' .. items[1],
 end
 -- Per job: HSET job, XADD (or ZADD), HSET slot, and EXISTS unless `fresh` (an EXISTS from
 -- Lua measured ~0.6 us, command and glue, about 6% of this script per job), and nothing else.
-local records = {}
+local records, plain = {}, true  -- plain: every record is a slot id
 local streams = {}  -- dispatch stream key per lane, built once per call
 b = 0
 for i = 1, n do
@@ -171,14 +174,21 @@ for i = 1, n do
         'status', status, 'queue', queue, 'task', task, 'msg', msg)
     end
     reply[i] = R.OK
-    -- Only what the snapshotter needs (it reads the hashes): every key and number here is
-    -- cjson work on the hot path, and bytes in the events stream until the snapshotter acks.
-    -- (A record concatenated as JSON text instead measured slower than a table and cjson.)
-    local record = {job = job_id, slot = slot_id}
-    if fire < now then record.late_ms = now - fire end
-    records[#records + 1] = record
+    -- Only what the snapshotter needs (it reads the hashes): bytes in the events stream
+    -- until the snapshotter acks.
+    if not slot_id or fire < now then
+      plain = false
+      records[#records + 1] = {job = job_id, slot = slot_id,
+        late_ms = slot_id and fire < now and now - fire or nil}
+    else
+      records[#records + 1] = slot_id
+    end
   end
 end
 
-emit(prefix, maxlen, now, 'submitted', records, nil)
+if #records > 0 then
+  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'submitted',
+    'ts', now_s, 'worker', '', 'data',
+    plain and '["' .. table.concat(records, '","') .. '"]' or cjson.encode(records))
+end
 return reply

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -10,10 +11,10 @@ import redis
 
 from conftest import is_cluster_url
 from helpers import LEASE, Shard, W, make
-from scheduler import Client, RetryPolicy, SlotStatus, cluster, replies, scripts
+from scheduler import Client, RetryPolicy, SlotStatus, cluster, events, replies, scripts
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
-from scheduler.keys import DISPATCH_GROUP, Keys
+from scheduler.keys import DISPATCH_GROUP, Keys, shard_of
 from scheduler.replies import Code
 
 
@@ -25,6 +26,30 @@ def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
     assert slot.fire_ms == clock.now_ms()
     assert r.xlen(s.stream) == 1
     assert s.events()[0][0] == "submitted"
+
+
+def test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A job with a slot is its slot id alone in the `submitted` entry (the hot path's form,
+    events.py); a cron job ({job}) or an instant already past ({job, slot, late_ms}) makes
+    the entry's records objects."""
+    keys = Keys(client.namespace)
+
+    def submitted(job_id: str) -> tuple[Any, list[dict[str, Any]]]:
+        shard = shard_of(job_id, client.shards)
+        [fields] = [f for _, f in r.xrange(keys.events(shard))
+                    if f[b"type"] == b"submitted" and job_id.encode() in f[b"data"]][-1:]
+        return json.loads(fields[b"data"]), events.records(fields)
+
+    plain = client.submit("t", None, queue="forms")
+    slot = client.slots(plain)[0].slot_id
+    assert submitted(plain) == ([slot], [{"slot": slot}])
+    recurring = client.submit("t", None, queue="forms", cron="* * * * *")
+    assert submitted(recurring)[0] == [{"job": recurring}]
+    past = client.submit("t", None, queue="forms",
+                         at=datetime.fromtimestamp((clock.now_ms() - 3000) / 1000, UTC))
+    raw, _ = submitted(past)
+    assert raw == [{"job": past, "slot": client.slots(past)[0].slot_id, "late_ms": 3000}]
 
 
 def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock) -> None:
@@ -133,6 +158,8 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100)) == [1, -1, 0]
     assert s.slot().status is SlotStatus.QUEUED
     assert s.events()[-1] == ("queued", [{"slot": s.slot_id}])
+    [(_, last)] = r.xrevrange(s.keys.events(s.shard), count=1)
+    assert json.loads(last[b"data"]) == [s.slot_id]  # the slot id alone (events.py)
     [reply] = s.claim(s.read())
     assert reply[:2] == [Code.OK, 2]  # attempt 2, a new token
 
