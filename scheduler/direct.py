@@ -111,7 +111,8 @@ def enabled(client: Any) -> bool:
 class Stack:
     """The commands of one round trip, collected as a redis-py pipeline collects them
     (`execute_command`, `evalsha`: what scripts.py's fill and tails call) without building
-    one: a Pipeline and its per-command bookkeeping cost ~10 us of a worker's round trip."""
+    one. With the replies read in one loop (_read_all), a round trip of two script calls and
+    a read cost ~7 us (~10%) less client CPU (bench/RESULTS.md, session 17)."""
 
     __slots__ = ("command_stack",)
 
@@ -227,8 +228,7 @@ def _readable_at_once(conn: Any, stack: list[Any]) -> bool:
 
 async def _read_all(parser: Any, n: int) -> list[Any]:
     """n replies, as redis-py's hiredis parser would return them one coroutine call each
-    (an error reply as its exception; a connection error raised), in one loop: ~20 us less
-    of a worker's CPU per round trip (bench/RESULTS.md, session 17)."""
+    (an error reply as its exception; a connection error raised), in one loop."""
     reader = parser._reader
     out: list[Any] = []
     while len(out) < n:
