@@ -194,7 +194,7 @@ class Claiming:
         short: list[Any] = []
         for tail in tails:
             if self.config.claim_replicas:
-                for got in scripts.wait_replies(tail.pop(), self.reader.per_shard):
+                for got in replies.wait_replies(tail.pop(), self.reader.per_shard):
                     if not (isinstance(got, int) and got >= self.config.claim_replicas):
                         short.append(got)
             if prefetch and not isinstance(tail[0], Exception):  # NOGROUP etc.: the next

@@ -26,6 +26,7 @@ import redis.asyncio
 import redis.exceptions
 
 from . import cluster, scripts
+from .replies import confirmed
 from .sources import SOURCES
 
 AHEAD = 2  # calls sent but unanswered before the client reads a reply
@@ -139,7 +140,7 @@ def _absorb(sent: list[scripts.Call], out: list[Any], waited: Any,
     again = [i for i, r in enumerate(out) if isinstance(r, redis.exceptions.NoScriptError)]
     acked = -1
     if wait is not None and len(again) < len(sent):  # something was written: WAIT counts
-        acked = min(r if isinstance(r, int) else 0 for r in scripts.wait_replies(waited, False))
+        acked = confirmed(waited, False)
     return out, acked, again
 
 

@@ -21,6 +21,7 @@ import redis.asyncio
 
 from . import cluster, direct
 from .namespace import EVENTS_MAXLEN
+from .replies import confirmed
 from .sources import SOURCES
 
 
@@ -305,31 +306,18 @@ def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: b
         if wait is not None:
             cluster.each_node(pipe, *wait)
         out = pipe.execute(raise_on_error=False)
-        acked = _acked(batch, out, wait, acked, cluster.is_cluster(client))
+        acked = _acked(out, wait, acked, cluster.is_cluster(client))
         if not batch.absorb(out[:len(batch.todo)]):
             break
         load_sync(client)
     return batch.finish(raise_errors), acked
 
 
-def _acked(batch: _Batch, out: list[Any], wait: tuple[Any, ...] | None, acked: int,
-           many: bool) -> int:
+def _acked(out: list[Any], wait: tuple[Any, ...] | None, acked: int, many: bool) -> int:
     if wait is None:
         return acked
     wrote = any(not isinstance(r, redis.exceptions.NoScriptError) for r in out[:-1])
-    if not wrote:
-        return acked
-    for reply in wait_replies(out[-1], many):
-        replicas = reply if isinstance(reply, int) else 0  # the wait failed: none known
-        acked = replicas if acked < 0 else min(acked, replicas)
-    return acked
-
-
-def wait_replies(reply: Any, many: bool) -> list[Any]:
-    """The confirmation count of each node a WAIT or WAITAOF went to (`many`: sent by
-    cluster.each_node, whose reply is the nodes' list): WAIT's count, WAITAOF's local fsync
-    (its reply is [local, replicas]), or the error."""
-    return [r[0] if isinstance(r, list) else r for r in (reply if many else [reply])]
+    return confirmed(out[-1], many, acked) if wrote else acked
 
 
 def _load_pipes(client: Any) -> list[Any]:
@@ -387,7 +375,7 @@ async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
         if wait is not None:
             cluster.each_node(pipe, *wait)
         out = await direct.execute(client, pipe)
-        acked = _acked(batch, out, wait, acked, cluster.is_cluster(client))
+        acked = _acked(out, wait, acked, cluster.is_cluster(client))
         if not batch.absorb(out[:len(batch.todo)]):
             break
         await load_async(client)

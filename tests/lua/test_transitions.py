@@ -307,7 +307,7 @@ def test_a_reload_sends_the_pipeline_tail_again_after_the_calls_that_ran_again(
     assert len(tails) == 2  # the first pipeline's and the second's
     replicas = 1 if is_cluster_url(redis_url) else 0  # each master has one
     for t in tails:
-        assert [n <= replicas for n in scripts.wait_replies(t[0], replicas == 1)] == [True]
+        assert [n <= replicas for n in replies.wait_replies(t[0], replicas == 1)] == [True]
 
 
 def test_claim_trims_the_acked_head_of_the_stream(r: redis.Redis, redis_url: str,
