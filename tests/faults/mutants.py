@@ -39,6 +39,11 @@ EARLY = "tests/services/test_early_dispatch.py"
 AHEAD = "tests/lua/test_promote_ahead.py"
 FENCE = ("tests/lua/test_recovery_transitions.py::"
          "test_an_entry_a_reclaim_acked_fences_out_the_old_commit")
+ANNOUNCED = "tests/services/test_heartbeat.py::test_a_run_is_announced_by_its_first_renewal_only"
+SUBMITTED = ("tests/lua/test_transitions.py::"
+             "test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects")
+COMPACT = ("tests/lua/test_recovery_transitions.py::"
+           "test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt")
 
 
 @dataclass(frozen=True)
@@ -277,4 +282,19 @@ MUTANTS = [
            "WHERE NOT EXISTS (SELECT 1 FROM slots s", "WHERE 1 = 1 OR NOT EXISTS (SELECT 1 FROM slots s",
            ("tests/store/test_store.py::test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored",),
            fast=True),
+    Mutant("running-never-announced", "no heartbeat tells history that a run outlived its "
+           "first interval (the claim writes no event: a long run stays `queued` in history)",
+           "scheduler/heartbeat.py",
+           "by_shard[run.shard].append((run.slot_id, run.token, not run.announced))",
+           "by_shard[run.shard].append((run.slot_id, run.token, False))", (ANNOUNCED,),
+           fast=True),
+    Mutant("submitted-record-without-its-job", "a cron job's `submitted` record is taken for a "
+           "slot id (it has none: the snapshotter never hears of the job)",
+           "scheduler/lua/submit.lua", "    if not slot_id or fire < now then",
+           "    if not slot_id and false then", (SUBMITTED,), fast=True),
+    Mutant("succeeded-records-one-attempt-for-all", "a `succeeded` entry names its slots alone "
+           "with the first slot's attempt even when the batch holds several attempt numbers",
+           "scheduler/lua/complete.lua",
+           "    if tokens[i] ~= attempt then attempt = nil; break end",
+           "    if false then attempt = nil; break end", (COMPACT,), fast=True),
 ]
