@@ -12,6 +12,13 @@ local function emit(prefix, maxlen, now, kind, records, worker)
     'type', kind, 'ts', now, 'worker', worker or '', 'data', cjson.encode(records))
 end
 
+-- Slot ids as an event's records, each the id alone (events.py: the hot path's form), as JSON
+-- text: one concat per call, no table or cjson per record. Ids hold no character JSON escapes
+-- (keys.py).
+local function id_records(ids)
+  return '["' .. table.concat(ids, '","') .. '"]'
+end
+
 -- The dispatch stream (after `q:`) of a queue's priority; keys.lane() is the same rule. A
 -- slot or job hash holds `priority` only when it is not the default, whose lane is the plain
 -- queue name.

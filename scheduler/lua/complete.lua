@@ -122,7 +122,7 @@ if #done > 0 then
   end
   local data
   if attempt then
-    data = '["' .. table.concat(done, '","') .. '"]'
+    data = id_records(done)
   else
     local records = {}
     for i = 1, #done do records[i] = '{"slot":"' .. done[i] .. '","attempt":' .. tokens[i] .. '}' end

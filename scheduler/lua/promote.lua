@@ -109,7 +109,7 @@ end
 
 if #records > 0 then  -- emit, the slot ids joined as JSON text (events.py)
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'queued',
-    'ts', ARGV[1], 'worker', '', 'data', '["' .. table.concat(records, '","') .. '"]')
+    'ts', ARGV[1], 'worker', '', 'data', id_records(records))
 end
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local next_ms = -1

@@ -189,6 +189,6 @@ end
 if #records > 0 then
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'submitted',
     'ts', now_s, 'worker', '', 'data',
-    plain and '["' .. table.concat(records, '","') .. '"]' or cjson.encode(records))
+    plain and id_records(records) or cjson.encode(records))
 end
 return reply
