@@ -6,6 +6,7 @@ traceback.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from datetime import datetime
@@ -17,11 +18,13 @@ import psycopg
 
 from scheduler.connection import REDIS_ERRORS
 from scheduler.errors import RedisUnavailable, SchedulerError, ValidationError
+from scheduler.masking import masked
 from scheduler.states import Catchup, Delivery, Overlap
 
 from . import dev as dev_cmds
 from . import history as history_cmds
 from . import inspect as inspect_cmds
+from . import logs
 from . import observe as observe_cmds
 from . import ops as ops_cmds
 from . import queues as queue_cmds
@@ -170,8 +173,25 @@ cli.add_command(web_cmds.web)
 cli.add_command(queue_cmds.queues)
 
 
+def _sources(argv: list[str]) -> tuple[str, ...]:
+    """The Redis URL and Postgres DSN this command was given (options or environment): their
+    passwords are masked in every line it prints or logs, wherever a library quotes them."""
+    found = [os.environ.get("SCHED_REDIS_URL", ""), os.environ.get("SCHED_POSTGRES_DSN", "")]
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in ("--redis-url", "--postgres-dsn"):
+            found.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    return tuple(s for s in found if s)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `sched` console script."""
+    sources = _sources(sys.argv[1:] if argv is None else argv)
+    logs.mask_also(sources)
+
+    def error(text: str) -> None:
+        click.echo(masked(text, *sources), err=True)
+
     try:
         code = cli.main(args=argv, prog_name="sched", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -180,26 +200,26 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         code = 130
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        error(f"error: {exc.format_message()}")
         code = exc.exit_code
     except RedisUnavailable as exc:
-        click.echo(f"error: {exc}; check --redis-url / SCHED_REDIS_URL", err=True)
+        error(f"error: {exc}; check --redis-url / SCHED_REDIS_URL")
         code = 1
     except SchedulerError as exc:
-        click.echo(f"error: {exc}", err=True)
+        error(f"error: {exc}")
         code = 1
     except psycopg.OperationalError as exc:
         first = (str(exc).strip().splitlines() or ["connection failed"])[0]
-        click.echo(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
-                   f"SCHED_POSTGRES_DSN", err=True)
+        error(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
+              f"SCHED_POSTGRES_DSN")
         code = 1
     except psycopg.Error as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        click.echo(f"error: history store: {first}", err=True)
+        error(f"error: history store: {first}")
         code = 1
     except REDIS_ERRORS as exc:  # a command that talks to Redis outside the SDK
         from scheduler.connection import translate
 
-        click.echo(f"error: {translate(exc, 'the --redis-url')}", err=True)
+        error(f"error: {translate(exc, 'the --redis-url')}")
         code = 1
     sys.exit(code if isinstance(code, int) else 0)

@@ -27,11 +27,13 @@ def history_source(postgres_dsn: str | None, history_file: str, read_only: bool 
     """The store to open: --postgres-dsn (which must be a Postgres DSN), else the embedded
     file; `read_only` commands neither create nor write the file."""
     from scheduler.errors import ConfigError
+    from scheduler.masking import masked
     from scheduler.store.interface import is_postgres
 
     if postgres_dsn is not None:
         if not is_postgres(postgres_dsn):
-            raise ConfigError(f"--postgres-dsn {postgres_dsn[:60]!r} is not a Postgres DSN: "
+            shown = masked(postgres_dsn, postgres_dsn)[:60]  # masked before it is cut
+            raise ConfigError(f"--postgres-dsn {shown!r} is not a Postgres DSN: "
                               f"use postgresql://user@host/db (or 'host=... dbname=...')")
         return postgres_dsn
     return f"sqlite://{history_file}" + ("?mode=ro" if read_only else "")

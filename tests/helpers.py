@@ -4,10 +4,16 @@ condition holds, and call the CLI in-process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+import socket
+import subprocess
+import sys
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -171,3 +177,41 @@ def make_dead(client: Client, redis_url: str, ns: str, n: int = 1,
     asyncio.run(run_until(redis_url, ns, registry, lambda: all(
         client.slots(j)[0].status is SlotStatus.DEAD for j in ids)))
     return ids
+
+
+@contextlib.contextmanager
+def console(redis_url: str, ns: str, *args: str) -> Iterator[str]:
+    """A real `sched web` (no token: loopback only) on a free port, until the block ends;
+    yields its base URL once it answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "cli", "--redis-url", redis_url,
+                             "--namespace", ns, "web", "--port", str(port), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+                assert time.monotonic() < deadline, "sched web did not start"
+                time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET, an error status included."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()
