@@ -13,7 +13,7 @@ import click
 from scheduler.connection import masked, process_redis, sync_redis
 
 from .logs import log_options, setup_logging
-from .options import history_source, store_options
+from .options import Finite, history_source, store_options
 from .run import load_app, serve
 
 log = logging.getLogger("scheduler.dev")
@@ -31,7 +31,7 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
               help="MODULE:ATTRIBUTE of your Registry.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=100)
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
-@click.option("--lease", "lease_s", type=float, default=6.0,
+@click.option("--lease", "lease_s", type=Finite(), default=6.0,
               help="Lease per claim in seconds; heartbeats (and the rates `sched status` "
                    "shows) refresh every lease/3.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464,

@@ -6,6 +6,7 @@ traceback.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -30,6 +31,7 @@ from . import ops as ops_cmds
 from . import queues as queue_cmds
 from . import run as run_cmds
 from . import web as web_cmds
+from .options import Finite
 
 
 def _decode_json(value: str) -> Any:
@@ -54,10 +56,11 @@ def _duration_s(field: str, value: str | None) -> float | None:
     if value is None:
         return None
     m = _DURATION.match(value.strip())
-    if not m:
-        raise ValidationError(field, f"{value!r} is not a duration; use e.g. 90 (seconds), "
-                                     f"30s, 5m, 1h, 2d")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)] if m else math.nan
+    if not math.isfinite(seconds):  # 400 digits are a float too: infinity
+        raise ValidationError(field, f"{value[:40]!r} is not a duration; use e.g. 90 "
+                                     f"(seconds), 30s, 5m, 1h, 2d")
+    return seconds
 
 
 def _instant(field: str, value: str | None) -> datetime | None:
@@ -115,7 +118,7 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
                    "Redis 7.2+).")
 @click.option("--replicas", type=click.IntRange(min=1), default=1,
               help="Replicas that must confirm (--durability replicated).")
-@click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
+@click.option("--replica-timeout", type=Finite(min=0.001), default=1.0,
               help="Seconds to wait for them before failing (exit 1; the job may survive).")
 @click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
               help="An OpenTelemetry span for the submit, the parent of the job's run spans "

@@ -9,7 +9,7 @@ import click
 from scheduler.errors import ConfigError
 
 from .logs import log_options, setup_logging
-from .options import history_source, store_options
+from .options import Finite, history_source, store_options
 
 log = logging.getLogger("scheduler.web")
 
@@ -22,7 +22,7 @@ log = logging.getLogger("scheduler.web")
               help="Every request must carry it (Authorization: Bearer, or sign in once) "
                    "(env SCHED_WEB_TOKEN).")
 @click.option("--read-only", is_flag=True, help="Show everything, change nothing.")
-@click.option("--sample-interval", type=click.FloatRange(min=0.1), default=5.0,
+@click.option("--sample-interval", type=Finite(min=0.1), default=5.0,
               show_default=True, help="Seconds between the overview charts' samples.")
 @store_options
 @log_options

@@ -12,15 +12,12 @@ from typing import Any
 import msgspec
 
 from .errors import ValidationError
+from .finite import finite_number
 from .keys import DEFAULT_PRIORITY, PRIORITIES, check_name
 from .states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
-
-
-def _finite_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 MAX_ATTEMPTS = 1000
@@ -44,12 +41,12 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
                                                   f"from 1 to {MAX_ATTEMPTS}")
         for field in ("base_s", "max_s"):
             value = getattr(self, field)
-            if not _finite_number(value) or not 0 <= value <= MAX_SECONDS:
+            if not finite_number(value) or not 0 <= value <= MAX_SECONDS:
                 raise ValidationError(field, f"{value!r} is not allowed; must be a number of "
                                              f"seconds from 0 to {MAX_SECONDS:,} (a year)")
         if self.max_s < self.base_s:
             raise ValidationError("max_s", f"{self.max_s} is below base_s {self.base_s}")
-        if not _finite_number(self.jitter) or not 0 <= self.jitter <= 1:
+        if not finite_number(self.jitter) or not 0 <= self.jitter <= 1:
             raise ValidationError("jitter", f"{self.jitter!r} is not allowed; must be in [0, 1]")
 
     def delay_s(self, failures: int, u: float) -> float:
@@ -128,7 +125,7 @@ def check_task(task: object) -> str:
 def check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if not _finite_number(timeout) or not 0 < float(timeout) <= MAX_SECONDS:
+    if not finite_number(timeout) or not 0 < float(timeout) <= MAX_SECONDS:
         raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of "
                                          f"seconds > 0 and at most {MAX_SECONDS:,} (a year)")
     return float(timeout)
