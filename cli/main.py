@@ -20,6 +20,7 @@ import psycopg
 from scheduler.connection import REDIS_ERRORS
 from scheduler.errors import RedisUnavailable, SchedulerError, ValidationError
 from scheduler.masking import masked
+from scheduler.models import MAX_DEPTH
 from scheduler.states import Catchup, Delivery, Overlap
 
 from . import dev as dev_cmds
@@ -35,17 +36,32 @@ from .options import Finite
 
 
 def _decode_json(value: str) -> Any:
+    """--payload: a JSON value, or @FILE holding one as UTF-8 text (a byte-order mark is
+    allowed); each problem one ValidationError."""
+    where = "is not valid JSON"
     if value.startswith("@"):
         path = value[1:]
         try:
             with open(path, "rb") as f:
-                value = f.read().decode()
+                data = f.read()
         except OSError as exc:
             raise ValidationError("payload", f"cannot read {path}: {exc.strerror}") from None
+        try:
+            value = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValidationError("payload", f"{path} is not UTF-8 text (byte "
+                                             f"0x{data[exc.start]:02x} at offset {exc.start})"
+                                  ) from None
+        where = f"{path} does not hold valid JSON"
     try:
         return msgspec.json.decode(value.encode())
+    except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8
+        raise ValidationError("payload", "is not UTF-8 text") from None
+    except RecursionError:
+        raise ValidationError("payload", f"is nested too deep (a JSON payload nests at most "
+                                         f"{MAX_DEPTH} levels)") from None
     except msgspec.DecodeError as exc:
-        raise ValidationError("payload", f"is not valid JSON ({exc})") from None
+        raise ValidationError("payload", f"{where} ({exc})") from None
 
 
 _DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ms|s|m|h|d)?$")

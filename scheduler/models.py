@@ -158,30 +158,37 @@ def check_dedupe_key(key: object) -> str | None:
     return key
 
 
+MAX_DEPTH = 64  # how deep a payload (or a result) may nest lists and objects
+
+
 def _check_json(value: Any, depth: int = 0) -> None:
     """Refuse what JSON cannot hold as it is: msgspec would quietly turn NaN into null, bytes
     into base64, a set or a tuple into a list, a datetime into a string, and the handler
-    would get something else than was submitted."""
+    would get something else than was submitted. And refuse nesting past MAX_DEPTH: every
+    reader decodes a payload recursively."""
     if value is None or isinstance(value, str | bool | int):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValidationError("payload", f"holds {value!r}, which JSON cannot represent; "
                                              f"use None or a string")
-    elif isinstance(value, dict):
+        return
+    if not isinstance(value, dict | list):
+        raise ValidationError("payload", f"holds a {type(value).__name__} ({str(value)[:40]!r}"
+                                         f"), which is not a JSON value: convert it first "
+                                         f"(str, int, float, bool, None, list, dict)")
+    if depth >= MAX_DEPTH:
+        raise ValidationError("payload", f"nests lists and objects deeper than {MAX_DEPTH} "
+                                         f"levels")
+    if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError("payload", f"has a key {key!r} that is not a string "
                                                  f"(JSON object keys are strings)")
             _check_json(item, depth + 1)
-    elif isinstance(value, list) and depth < 64:
+    else:
         for item in value:
             _check_json(item, depth + 1)
-    else:
-        raise ValidationError("payload", f"holds a {type(value).__name__} ({str(value)[:40]!r}"
-                                         f"), which is not a JSON value: convert it first "
-                                         f"(str, int, float, bool, None, list, dict; a list "
-                                         f"nested at most 64 deep)")
 
 
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -190,6 +197,9 @@ def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> 
         _check_json(payload)
     try:
         data = _payload_encoder.encode(payload)
+    except UnicodeEncodeError:
+        raise ValidationError("payload", "holds text that is not valid Unicode (a lone "
+                                         "surrogate: bytes that were not UTF-8)") from None
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValidationError("payload", f"is not JSON-serializable: {exc}") from None
     if len(data) > max_bytes:
@@ -203,6 +213,36 @@ def decode_payload(data: bytes | None) -> Any:
     if not data:
         return None
     return msgspec.json.decode(data)
+
+
+def shown_payload(data: bytes | None) -> Any:
+    """A stored payload or result as a reader shows it: decoded, or, when it does not decode
+    (written past the SDK's checks, straight to the scripts: not JSON, not UTF-8, nested
+    past MAX_DEPTH), a string that says so, so one such job fails no listing."""
+    deep = f"(not shown: {len(data or b'')} bytes of JSON nested deeper than {MAX_DEPTH} levels)"
+    try:
+        value = decode_payload(data)
+    except RecursionError:
+        return deep
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return f"(not shown: {len(data or b'')} bytes that do not decode as JSON)"
+    if data and data.count(b"[") + data.count(b"{") > MAX_DEPTH and _deeper(value):
+        return deep
+    return value
+
+
+def _deeper(value: Any) -> bool:
+    """Whether a decoded value nests past MAX_DEPTH; without recursion (encoding it for a
+    page or `--json` would recurse past Python's limit)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                   else item))
+    return False
 
 
 def check_queue(queue: object) -> str:
@@ -291,7 +331,7 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         task=_s(raw, "task"),
         queue=_s(raw, "queue", "default"),
         priority=_i(raw, "priority"),
-        payload=decode_payload(raw.get(b"payload")),
+        payload=shown_payload(raw.get(b"payload")),
         timeout_s=timeout_ms / 1000 if timeout_ms else None,
         retry=RetryPolicy(
             max_attempts=_i(raw, "max_attempts"),
@@ -350,7 +390,7 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
         lease_until_ms=_opt(raw, "lease_until") if status is SlotStatus.RUNNING else None,
         available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
         attempts=[attempts[n] for n in sorted(attempts)],
-        result=decode_payload(raw.get(b"result")),
+        result=shown_payload(raw.get(b"result")),
     )
 
 
