@@ -314,8 +314,10 @@ def schedule_fields(schedule: dict[str, str | int]) -> list[str | int]:
 
 
 def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
+    # Bytes that are not UTF-8 (written straight to a script) read as U+FFFD: such a job
+    # must fail no listing.
     value = raw.get(name.encode())
-    return value.decode() if value is not None else default
+    return value.decode("utf-8", "replace") if value is not None else default
 
 
 def _i(raw: dict[bytes, bytes], name: str, default: int = 0) -> int:
