@@ -7,13 +7,14 @@ what is allowed.
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 from typing import Any
 
 import msgspec
 
 from .errors import ValidationError
 from .finite import finite_number
-from .keys import DEFAULT_PRIORITY, PRIORITIES, check_name
+from .keys import DEFAULT_PRIORITY, PRIORITIES, check_name, control_character
 from .states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
@@ -117,9 +118,26 @@ _payload_encoder = msgspec.json.Encoder()
 
 
 def check_task(task: object) -> str:
-    if not isinstance(task, str) or not task or len(task) > 200 or task != task.strip():
-        raise ValidationError("task", f"{task!r} is not a task name (a non-empty string, at most 200 characters)")
+    if isinstance(task, str) and (control := control_character(task)):
+        raise ValidationError("task", f"{task[:60]!r} holds the control character {control}; "
+                                      f"a task name is 1-200 printable characters")
+    if isinstance(task, str) and not _is_unicode(task):
+        raise ValidationError("task", f"{task[:60]!r} is not valid text (bytes that are not "
+                                      f"UTF-8, or a lone surrogate)")
+    if not isinstance(task, str) or not task or len(task.encode()) > 200 or task != task.strip():
+        raise ValidationError("task", f"{task!r} is not a task name (a non-empty string, at "
+                                      f"most 200 bytes in UTF-8, no space at either end)")
     return task
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (a lone surrogate does not: bytes a shell passed that
+    were not UTF-8 arrive as one)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_timeout(timeout: Any) -> float | None:
@@ -274,6 +292,17 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "start_ms": 0,
     "end_ms": 0,
 }
+
+
+# Every job-hash field a submit may write besides task, queue, fire_ms and created_ms:
+# submit.lua refuses any other (sources.py gives it this table as JOB_FIELD_TYPES). Those
+# with a default above, the payload, a named schedule's digest of its definition
+# (schedules.py) and a traced submit's W3C traceparent (tracing.FIELD).
+SUBMIT_FIELDS = (*JOB_FIELD_DEFAULTS, "payload", "spec", "traceparent")
+# The fields whose value is one of an enum's (a reader turns it into the enum: another
+# value would fail every listing of the job).
+ENUM_FIELDS: dict[str, type[StrEnum]] = {"kind": JobKind, "delivery": Delivery,
+                                         "catchup": Catchup, "overlap": Overlap}
 
 
 def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
