@@ -1,5 +1,6 @@
-"""Script A/B: Redis's cost of claim, complete and promote per entry (and of a call with no
-entries) in two source trees, measured call by call in tight alternation on one private
+"""Script A/B: Redis's cost of claim, complete and promote per entry, of submit per job (jobs
+with a payload only, and delayed ones with their schedule's fields too), and of a call with
+no entries, in two source trees, measured call by call in tight alternation on one private
 redis-server, so both variants see the same noise. `INFO commandstats` usec is wall-clock
 inside the call and inflates when the CPU is contended; alternation makes the ratio fair.
 
@@ -27,7 +28,7 @@ import redis
 from scheduler import Client, scripts
 from scheduler.keys import DISPATCH_GROUP
 
-NAMES = ("claim", "complete", "promote")
+NAMES = ("claim", "complete", "promote", "submit")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            for v, root in (("A", args.a), ("B", args.b))}
     clients = {v: Client(args.redis_url, f"ab{v}{int(time.time())}", shards=1) for v in sha}
     res: dict[str, dict[str, list[float]]] = {
-        k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0")}
+        k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "submit",
+                                        "submit_delayed", "claim0", "complete0")}
 
     def usec(v: str, name: str, calls: list[scripts.Call]) -> tuple[float, list[Any]]:
         r.config_resetstat()
@@ -97,6 +99,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pre[v], now, "w", 30_000, [], trim=False)] * 50, 20, rnd)
         alternate("complete0", "complete", 1, lambda v, i: [scripts.complete(
             pre[v], now, 100_000, "w", [])] * 50, 20, rnd)
+        # Jobs as submit_many sends them (fresh ids, batches of `b`); the delayed ones fire
+        # far beyond what promote above reaches, in later rounds too.
+        later = now + 10**9
+        alternate("submit", "submit", b, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, [(f"s{rnd}.{i}.{k}", "bench.noop", "default", now,
+                                    ["payload", str(k)]) for k in range(b)], fresh=True)],
+            n // b, rnd)
+        alternate("submit_delayed", "submit", b, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, [(f"d{rnd}.{i}.{k}", "bench.noop", "default", later,
+                                    ["payload", str(k), "kind", "delayed", "delay_ms", 10**9])
+                                   for k in range(b)], fresh=True)], n // b, rnd)
         for c in clients.values():  # the group stays; the next round reads only new entries
             r.xtrim(c.keys.queue(0, "default"), maxlen=0)
             r.delete(c.keys.events(0))
