@@ -194,10 +194,11 @@ def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
 
 
 def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
-                next_ms: int, missed: int, fires: Sequence[int]) -> Call:
-    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job."""
-    return Call("materialize", (prefix,),
-                (now_ms, maxlen, job_id, expected_ms, next_ms, missed, len(fires), *fires))
+                digest: str, next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job; digest:
+    the job's `spec` field the occurrences were computed from ("" for none)."""
+    return Call("materialize", (prefix,), (now_ms, maxlen, job_id, expected_ms, digest,
+                                           next_ms, missed, len(fires), *fires))
 
 
 def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[bytes]) -> Call:

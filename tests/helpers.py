@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import signal
+import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ import redis
 import redis.asyncio
 
 from cli.main import main
+from conftest import SCHED
 from scheduler import (
     Client,
     Registry,
@@ -124,6 +128,35 @@ def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,
     return int(exit_.value.code or 0), out, err
 
 
+
+
+def sched_process(redis_url: str, ns: str, env: dict[str, str],
+                  *args: str) -> subprocess.Popen[bytes]:
+    """A real `sched` process (`scheduler`, `worker`...) on the namespace; the handlers of
+    tests/app_tasks.py record to the Redis under test."""
+    return subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
+                            env={**env, "SCHED_TEST_REDIS_URL_APP": redis_url},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@contextmanager
+def running(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Stops the processes when the block ends (SIGTERM; SIGKILL after 20 s), printing the
+    stderr of each that did not exit cleanly."""
+    try:
+        yield
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+            if p.returncode not in (0, -signal.SIGKILL):
+                print(err.decode()[-3000:])
 
 
 def pending(r: redis.Redis, ns: str) -> int:

@@ -44,6 +44,12 @@ SUBMITTED = ("tests/lua/test_transitions.py::"
              "test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects")
 COMPACT = ("tests/lua/test_recovery_transitions.py::"
            "test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt")
+NAMED = "tests/sdk/test_named_schedules.py::"
+KEPT_DEFINITION = NAMED + "test_a_materializer_left_running_takes_the_new_cadence_in_its_next_pass"
+WITHDRAWN = (NAMED + "test_a_redefinition_withdraws_what_was_dispatched_ahead_and_leaves_what_"
+             "is_due")
+CARRIED_OVER = ("tests/lua/test_carried.py::"
+                "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 
 
 @dataclass(frozen=True)
@@ -297,4 +303,28 @@ MUTANTS = [
            "scheduler/lua/complete.lua",
            "    if tokens[i] ~= attempt then attempt = nil; break end",
            "    if false then attempt = nil; break end", (COMPACT,), fast=True),
+    Mutant("materializer-keeps-its-definition", "a refused plan does not drop the job's kept "
+           "definition: a running node never takes a named schedule's new cadence",
+           "scheduler/materializer.py", "                self._jobs.pop((prefix, job_id), None)\n",
+           "", (KEPT_DEFINITION + "[single]",), fast=True),
+    Mutant("materialize-ignores-the-version", "materialize.lua creates occurrences planned from "
+           "a definition since replaced (a node's kept one: the old cadence runs on)",
+           "scheduler/lua/materialize.lua",
+           "if (job[5] or '') ~= digest then return {R.MOVED, 0} end",
+           "", (KEPT_DEFINITION + "[single]",), fast=True),
+    Mutant("redefine-leaves-dispatched-ahead", "redefine.lua removes only `scheduled` "
+           "occurrences: those dispatched ahead of their time run the old definition",
+           "scheduler/lua/redefine.lua",
+           "  elseif st[1] == 'queued' and (tonumber(st[2]) or 0) > now then",
+           "  elseif false then", (WITHDRAWN + "[single]",), fast=True),
+    Mutant("materialize-leaves-withdrawn-slots", "materialize.lua never takes over the slot "
+           "id of an occurrence a redefinition withdrew: a time both cadences share never "
+           "runs again", "scheduler/lua/materialize.lua",
+           "  if st[2] and st[1] == 'cancelled' then", "  if false then",
+           (WITHDRAWN + "[single]",), fast=True),
+    Mutant("reader-keeps-older-carried-fields", "an entry carrying nothing is claimed with "
+           "the job fields an older entry of its slot carried (a slot made again by a "
+           "redefinition runs the old definition)",
+           "scheduler/reader.py", "                    elif slot in carried:",
+           "                    elif False:", (CARRIED_OVER,), fast=True),
 ]
