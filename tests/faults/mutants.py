@@ -48,6 +48,8 @@ NAMED = "tests/sdk/test_named_schedules.py::"
 KEPT_DEFINITION = NAMED + "test_a_materializer_left_running_takes_the_new_cadence_in_its_next_pass"
 WITHDRAWN = (NAMED + "test_a_redefinition_withdraws_what_was_dispatched_ahead_and_leaves_what_"
              "is_due")
+LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
+            "test_cancelling_or_deleting_a_read_entry_acks_it_on_its_priority_lane")
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 
@@ -327,4 +329,9 @@ MUTANTS = [
            "redefinition runs the old definition)",
            "scheduler/reader.py", "                    elif slot in carried:",
            "                    elif False:", (CARRIED_OVER,), fast=True),
+    Mutant("cancel-acks-the-default-lane", "cancel.lua acks a queued slot's read entry on "
+           "its queue's default stream, not its priority's: the entry of a priority-1 slot "
+           "stays pending until the reclaimer takes it", "scheduler/lua/cancel.lua",
+           "ack(prefix, lane(st[3], st[5]), st[2])", "ack(prefix, st[3], st[2])", (LANE_ACK,),
+           fast=True),
 ]
