@@ -227,10 +227,9 @@ class Execution:
             self.abandoned[run.slot_id] = self.clock.monotonic()
             run.metrics.ended("lost", took)
         else:
-            failed = (run.slot_id, run.token, kind, error, retry_ms, random.random(),
-                      run.started_ms, finished)
-            self.committer.add_failed(run.shard, failed if logged is None
-                                      else (*failed, logged))
+            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error,
+                                                  retry_ms, random.random(), run.started_ms,
+                                                  finished, logged, run.task))
             run.metrics.ended(kind, took)
 
     def _stuck(self, run: Run) -> None:
