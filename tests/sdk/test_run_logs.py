@@ -11,7 +11,10 @@ import pytest
 
 from helpers import run_until, sched
 from scheduler import Client, Context, Registry, Retry, RetryPolicy, SlotStatus
+from scheduler.clock import RedisClock
+from scheduler.connection import async_redis
 from scheduler.registry import LOG_LINES
+from scheduler.worker import Worker, WorkerConfig
 
 
 def test_each_attempt_keeps_the_lines_it_logged(redis_url: str, ns: str,
@@ -58,3 +61,67 @@ def test_each_attempt_keeps_the_lines_it_logged(redis_url: str, ns: str,
     assert none.log is None
     code, out, _ = sched(capsys, redis_url, ns, "runs", job)
     assert code == 0 and "| " in out and "INFO sent" in out and "WARNING server busy" in out
+
+
+class _AheadClock(RedisClock):
+    """The worker's clock when Redis's host clock runs AHEAD_MS ahead of the worker's host:
+    what every time a worker writes (started_ms, finished_ms, leases) is read on."""
+
+    def anchor(self, redis_time: Any) -> None:
+        super().anchor(redis_time)
+        self._base_ms += AHEAD_MS
+
+
+AHEAD_MS = 5_000
+DAY_MS = 86_400_000
+
+
+def _time_of_day_ms(line: str) -> int:
+    hms, _, ms = line.split(" ", 1)[0].partition(".")
+    h, m, s = (int(part) for part in hms.split(":"))
+    return ((h * 60 + m) * 60 + s) * 1000 + int(ms or 0)
+
+
+def test_a_run_log_line_is_stamped_by_the_clock_its_attempt_started_on(
+        redis_url: str, ns: str) -> None:
+    """started_ms comes from the worker's clock (Redis TIME): so do its log lines' stamps,
+    so no line reads earlier than the run that logged it, whatever the host's clock says."""
+    registry = Registry()
+
+    @registry.task("logs.async")
+    async def logs_async(ctx: Context, payload: Any) -> None:
+        ctx.logger.info("first line")
+
+    @registry.task("logs.sync")
+    def logs_sync(ctx: Context, payload: Any) -> None:
+        ctx.logger.info("first line")
+
+    async def go(client: Client) -> list[str]:
+        conn = async_redis(redis_url)
+        worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(block_ms=50),
+                        clock=_AheadClock())
+        task = asyncio.create_task(worker.run())
+        try:
+            ids = await asyncio.to_thread(client.submit_many, [
+                {"task": "logs.async" if i % 2 else "logs.sync", "payload": i}
+                for i in range(200)])
+            for _ in range(1500):
+                if all(s.status is SlotStatus.SUCCEEDED for s in await asyncio.to_thread(
+                        lambda: [s for j in ids for s in client.slots(j)])):
+                    return ids
+                await asyncio.sleep(0.01)
+            raise AssertionError("the runs did not all succeed within 15 s")
+        finally:
+            worker.stop()
+            await task
+            await conn.aclose()
+
+    with Client(redis_url, ns) as client:
+        ids = asyncio.run(go(client))
+        attempts = [a for j in ids for s in client.slots(j) for a in s.attempts]
+    assert len(attempts) == 200
+    for a in attempts:
+        assert a.started_ms is not None and a.log, a
+        # The stamp is a time of day (UTC): how far after the start it reads, within a day.
+        after_ms = (_time_of_day_ms(a.log[0]) - a.started_ms % DAY_MS) % DAY_MS
+        assert after_ms < 60_000, (a.log[0], a.started_ms)
