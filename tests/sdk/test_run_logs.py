@@ -125,3 +125,60 @@ def test_a_run_log_line_is_stamped_by_the_clock_its_attempt_started_on(
         # The stamp is a time of day (UTC): how far after the start it reads, within a day.
         after_ms = (_time_of_day_ms(a.log[0]) - a.started_ms % DAY_MS) % DAY_MS
         assert after_ms < 60_000, (a.log[0], a.started_ms)
+
+
+def _columns(out: str) -> list[dict[str, str]]:
+    """`sched runs`' table as one dict per row, each cell read under its header's column."""
+    header, *lines = out.rstrip("\n").splitlines()
+    names = header.split("  ")
+    names = [n.strip() for n in names if n.strip()]
+    starts = [header.index(n) for n in names]
+    rows = []
+    for line in lines:
+        row = {}
+        for i, name in enumerate(names):
+            end = starts[i + 1] if i + 1 < len(names) else None
+            cell = line[starts[i]:end]
+            # left-aligned: a value starts at its column's start, after a space
+            assert not cell.strip() or (cell[0] != " " and line[starts[i] - 1:starts[i]]
+                                        in ("", " ")), (line, name)
+            row[name] = cell.strip()
+        rows.append(row)
+    return rows
+
+
+def test_sched_runs_puts_each_field_under_its_header(redis_url: str, ns: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    registry = Registry()
+
+    @registry.task("flaky")
+    async def flaky(ctx: Context, payload: Any) -> str:
+        ctx.logger.info("try %d", ctx.attempt)
+        if ctx.attempt == 1:
+            raise ValueError("not yet")
+        return "done"
+
+    with Client(redis_url, ns) as client:
+        job = client.submit("flaky", priority=2,
+                            retry=RetryPolicy(max_attempts=3, base_s=0.05, jitter=0))
+        asyncio.run(run_until(redis_url, ns, registry, lambda: client.slots(job)[0].status
+                              is SlotStatus.SUCCEEDED, node=True))
+        [slot] = client.slots(job)
+    code, out, _ = sched(capsys, redis_url, ns, "runs", job)
+    assert code == 0
+    slot_row, first, log1, second, log2 = _columns(out)
+    assert (slot_row["attempt"], slot_row["outcome"]) == ("", "")
+    assert out.splitlines()[0].split() == ["slot", "status", "priority", "attempt", "outcome",
+                                           "worker", "started", "took", "error", "/", "result"]
+    assert slot_row == {"slot": slot.slot_id, "status": "succeeded", "priority": "2",
+                        "attempt": "", "outcome": "", "worker": "", "started": "", "took": "",
+                        "error / result": 'result "done"'}
+    for row, number, outcome in ((first, "#1", "failed"), (second, "#2", "succeeded")):
+        assert (row["slot"], row["status"], row["priority"]) == ("", "", "")
+        assert (row["attempt"], row["outcome"]) == (number, outcome)
+        assert row["worker"] and row["started"].endswith("Z") and row["took"].endswith("ms")
+    assert first["error / result"].startswith("ValueError: not yet")
+    assert log1["error / result"].startswith("| ") and log1["error / result"].endswith(
+        "INFO try 1")
+    assert log2["error / result"].endswith("INFO try 2")
+    assert all(v == "" for k, v in log1.items() if k != "error / result")
