@@ -229,9 +229,10 @@ class Execution:
             self.abandoned[run.slot_id] = self.clock.monotonic()
             run.metrics.ended("lost", took)
         else:
+            u = random.random()  # nosec B311 # the retry delay's jitter, not a secret
             self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error,
-                                                  retry_ms, random.random(), run.started_ms,
-                                                  finished, logged, run.task))
+                                                  retry_ms, u, run.started_ms, finished,
+                                                  logged, run.task))
             run.metrics.ended(kind, took)
 
     def _stuck(self, run: Run) -> None:
