@@ -62,10 +62,12 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     from prometheus_client import REGISTRY
 
     from scheduler.embedded import EmbeddedRedis, answers
+    from scheduler.keys import check_name
     from scheduler.metrics import NamespaceCollector
     from scheduler.store import open_store
     from scheduler.worker import WorkerConfig
 
+    check_name("namespace", obj["namespace"])  # before anything starts that it would leave
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))

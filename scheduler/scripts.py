@@ -115,7 +115,8 @@ def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
 def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
          items: Sequence[tuple[Any, ...]]) -> Call:
     """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms[,
-    log lines JSON]); the logs go after the items, as msgpack (item number, JSON) pairs."""
+    log lines JSON or None[, task]]); the logs go after the items, as msgpack (item number,
+    JSON) pairs; the task is not sent (the committer names it when the slot is dead)."""
     args: list[Any] = [now_ms, maxlen, worker, len(items)]
     logs: list[Any] = []
     for i, item in enumerate(items):

@@ -89,6 +89,6 @@ _CODE = re.compile(r"\bR\.([A-Z_]+)\b")
 _DEFAULT = re.compile(r"\bDEFAULT\.([a-z_]+)\b")
 
 SOURCES = {
-    n: _Source(n, t, hashlib.sha1(t.encode()).hexdigest())
+    n: _Source(n, t, hashlib.sha1(t.encode(), usedforsecurity=False).hexdigest())
     for n, t in ((n, with_constants(read_source(n))) for n in NAMES)
 }

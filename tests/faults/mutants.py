@@ -284,6 +284,12 @@ MUTANTS = [
            ("tests/services/test_committer.py::"
             "test_outcomes_that_ride_a_claim_are_committed_or_kept",),
            fast=True),
+    Mutant("dead-slot-unlogged", "a slot dead-lettered by a worker's commit logs no line of "
+           "its own: behind the traceback's rate limit, most dead slots go unseen in the log",
+           "scheduler/committer.py", "                self._dead(answers, items)\n",
+           "                pass\n",
+           ("tests/services/test_service_logs.py::"
+            "test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it",), fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",
            "scheduler/sql/postgres/0002_attempt_log.sql",
