@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from conftest import SCHED, TESTS
-from helpers import run_until
+from helpers import run_until, running, serve_console
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
 
 pytestmark = pytest.mark.slow
@@ -31,37 +31,6 @@ pytestmark = pytest.mark.slow
 TOKEN = "console-test-token"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = TESTS / "e2e" / "screenshots"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _serve(redis_url: str, ns: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "web",
-                             "--port", str(port), *args], stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
-            return proc, base
-        except (urllib.error.URLError, ConnectionError):
-            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-            assert time.monotonic() < deadline, "sched web did not start"
-            time.sleep(0.1)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
-    proc.wait(20)
-    if proc.stderr is not None:
-        proc.stderr.close()
 
 
 def _get(url: str, **headers: str) -> tuple[int, str]:
@@ -105,16 +74,13 @@ def stack(redis_url: str, ns: str) -> Iterator[dict[str, Any]]:
             client.slots(j)[0].status is SlotStatus.DEAD for j in dead)))
         waiting = client.submit("t.ok", {"n": 2}, delay=3600)
         nightly = client.schedule("nightly-report", "t.ok", {"kind": "daily"}, cron="0 3 * * *")
-        proc, base = _serve(redis_url, ns, "--token", TOKEN, "--sample-interval", "0.5")
+        proc, base = serve_console(redis_url, ns, "--token", TOKEN, "--sample-interval", "0.5")
         worker = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns,
                                    "worker", "--app", "scheduler.examples.tasks:registry",
                                    "--lease", "3", "--log-level", "error"], stderr=subprocess.PIPE)
-        try:
+        with running(worker, proc):
             yield {"client": client, "base": base, "done": done, "waiting": waiting,
                    "nightly": nightly, "dead": [client.slots(j)[0].slot_id for j in dead]}
-        finally:
-            _stop(worker)
-            _stop(proc)
 
 
 def test_every_page_and_action_in_a_browser(stack: dict[str, Any], tmp_path: Path) -> None:
@@ -201,13 +167,11 @@ def test_what_the_console_refuses(stack: dict[str, Any], redis_url: str, ns: str
     assert _post(f"{base}/actions/cancel", f"ids={stack['waiting']}",
                  Authorization=f"Bearer {TOKEN}") == 403
     assert stack["client"].slots(stack["waiting"])[0].status is SlotStatus.SCHEDULED
-    proc, ro = _serve(redis_url, ns, "--read-only")
-    try:
+    proc, ro = serve_console(redis_url, ns, "--read-only")
+    with running(proc):
         code, body = _get(f"{ro}/jobs/{stack['nightly']}")
         assert code == 200 and "read-only" in body and "data-action" not in body
         assert _post(f"{ro}/actions/trigger", f"jobs={stack['nightly']}") == 403
-    finally:
-        _stop(proc)
     refused = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, "web",
                               "--host", "0.0.0.0"], capture_output=True, text=True, timeout=30)
     assert refused.returncode != 0 and refused.stderr.count("\n") == 1
