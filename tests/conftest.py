@@ -99,8 +99,16 @@ def close_plain(client: Any) -> None:
 
 @pytest.fixture
 def ns(r: redis.Redis) -> Iterator[str]:
-    name = "t" + uuid.uuid4().hex[:10]
+    name = new_namespace()
     yield name
+    drop_namespace(r, name)
+
+
+def new_namespace() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+def drop_namespace(r: redis.Redis, name: str) -> None:
     keys = list(r.scan_iter(match=f"{name}:*", count=10_000))
     for i in range(0, len(keys), 500):
         r.delete(*keys[i:i + 500])

@@ -1,13 +1,16 @@
 """Helpers shared by the tests: run transitions on one job's shard, run a worker until a
-condition holds, and call the CLI in-process."""
+condition holds, call the CLI in-process, and serve the web console as a process."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import signal
 import subprocess
 import time
+import urllib.error
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -31,6 +34,7 @@ from scheduler import (
 )
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
+from scheduler.embedded import free_port
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
 from scheduler.node import NodeConfig, SchedulerNode
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
@@ -204,3 +208,21 @@ def make_dead(client: Client, redis_url: str, ns: str, n: int = 1,
     asyncio.run(run_until(redis_url, ns, registry, lambda: all(
         client.slots(j)[0].status is SlotStatus.DEAD for j in ids)))
     return ids
+
+
+def serve_console(redis_url: str, ns: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A `sched web ARGS` process on a free loopback port, once it answers: (process, base
+    URL). Stop it with `running`."""
+    port = free_port()
+    proc = sched_process(redis_url, ns, dict(os.environ), "web", "--port", str(port), *args)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
+            return proc, base
+        except (urllib.error.URLError, ConnectionError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with running(proc):
+                    pytest.fail("sched web did not start")
+            time.sleep(0.1)

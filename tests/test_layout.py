@@ -68,7 +68,8 @@ LAYERS = {
                  "metrics", "exporter", "embedded", "tracing"},
     "sdk": {"jobspec", "sdk_core", "submit_batch", "script_stream", "operations", "schedules",
             "results", "queues", "client"},
-    "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
+    "web": {"web", "web.app", "web.guard", "web.middleware", "web.pages", "web.ratelimit",
+            "web.series"},
     "testing": {"testing", "testing.fakeserver", "testing.harness"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -29,9 +29,12 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
 from ..errors import JobNotFound, RedisUnavailable, SchedulerError, SlotNotFound
 from . import guard, pages
+from .guard import Admission
+from .middleware import SecurityMiddleware
 from .series import Sampler
 
 log = logging.getLogger("scheduler.web")
@@ -41,25 +44,34 @@ NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/schedules
 
 
 def create_app(client: Any, *, token: str | None = None, read_only: bool = False,
-               sample_s: float = 5.0) -> Starlette:
+               sample_s: float = 5.0, behind_proxy: bool = False,
+               allow_hosts: Iterable[str] = (), session_s: float | None = None,
+               secret: bytes | None = None) -> ASGIApp:
     """`client`: an AsyncClient of the namespace (with `history=` for the History page).
-    `token`: required on every request when given. `read_only`: refuse every action."""
-    return Console(client, token, read_only, sample_s).app
+    `token`: required on every request when given; without one only loopback Host names (and
+    `allow_hosts`) are served. `read_only`: refuse every action. `behind_proxy`: trust the
+    proxy's X-Forwarded-Proto and X-Forwarded-For. `session_s`: how long a sign-in lasts
+    (guard.SESSION_S unless given).
+    `secret`: the key of the CSRF fields (random per process unless given: consoles behind
+    one load balancer share one)."""
+    gate = guard.Gate(token, secret, session_s or guard.SESSION_S)
+    return SecurityMiddleware(Console(client, gate, read_only, sample_s).app,
+                              loopback_only=not gate.needs_token, allow_hosts=allow_hosts,
+                              behind_proxy=behind_proxy)
 
 
 View = Callable[[Request], Awaitable[pages.Page]]
 
 
 class Console:
-    def __init__(self, client: Any, token: str | None, read_only: bool,
+    def __init__(self, client: Any, gate: guard.Gate, read_only: bool,
                  sample_s: float) -> None:
         self.client = client
-        self.token = token
+        self.gate = gate
         self.read_only = read_only
         self.env = Environment(loader=FileSystemLoader(str(HERE / "templates")),
                                autoescape=select_autoescape(["html"]))
         self.sampler = Sampler(client, every_s=sample_s)
-        self.csrf = guard.new_csrf()  # one per process: the double-submit cookie's value
         q = self._query
         self.views: dict[str, View] = {
             "/": self.overview,
@@ -75,6 +87,7 @@ class Console:
                                                          methods=["GET", "POST"]),
                   Route("/api/series", g(self.series)), Route("/partials/health", g(self.health)),
                   Route("/actions/{name}", g(self.act), methods=["POST"]),
+                  Route("/logout", g(self.logout), methods=["POST"]),
                   Route("/jobs/{job_id}", g(self.page(lambda r: pages.job(
                       client, r.path_params["job_id"])))),
                   Route("/slots/{slot_id}", g(self.page(lambda r: pages.slot(
@@ -89,25 +102,41 @@ class Console:
 
     def render(self, request: Request, template: str, context: dict[str, Any],
                status_code: int = 200) -> HTMLResponse:
+        session, new_session = self.gate.session(request)
         ctx = {"namespace": self.client.namespace, "nav": NAV, "active": request.url.path,
-               "read_only": self.read_only, "csrf": self.csrf, "next": _here(request),
-               "done": request.query_params.get("done"),
+               "read_only": self.read_only, "csrf": self.gate.csrf(session),
+               "sign_out": self.gate.needs_token and template != "login.html",
+               "next": _here(request), "done": request.query_params.get("done"),
                "failed": request.query_params.get("failed"), **context}
         response = HTMLResponse(self.env.get_template(template).render(**ctx), status_code)
-        if request.cookies.get(guard.CSRF_COOKIE) != self.csrf:
-            response.set_cookie(guard.CSRF_COOKIE, self.csrf, httponly=True, samesite="strict")
+        if new_session is not None:
+            self.gate.set_session(request, response, new_session)
         return response
 
     def _guarded(self, endpoint: Callable[[Request], Awaitable[Response]]
                  ) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            if guard.token_ok(self.token, guard.given_token(request)):
+            admission = self.gate.admit(request)
+            if admission is Admission.IN:
                 return await endpoint(request)
-            if request.url.path.startswith(("/api/", "/partials/", "/actions/")):
-                return PlainTextResponse("a token is needed (Authorization: Bearer TOKEN)", 401)
-            return self.render(request, "login.html", {"title": "Sign in",
-                                                       "next": _here(request)}, 401)
+            if admission is Admission.LIMITED:
+                return self.too_many(request)
+            response: Response
+            if request.method != "GET" or request.url.path.startswith(("/api/", "/partials/")):
+                response = PlainTextResponse("a token is needed (Authorization: Bearer TOKEN)",
+                                             401)
+            else:
+                response = self.render(request, "login.html", {"title": "Sign in",
+                                                               "next": _here(request)}, 401)
+            if admission is Admission.WRONG:  # a stale cookie: sent (and counted) once
+                self.gate.sign_out(request, response)
+            return response
         return guarded
+
+    def too_many(self, request: Request) -> Response:
+        wait = max(1, self.gate.retry_after(request))
+        return PlainTextResponse(f"too many failed sign-ins from your address: try again in "
+                                 f"{wait} s", 429, headers={"Retry-After": str(wait)})
 
     def page(self, view: View) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
@@ -147,10 +176,9 @@ class Console:
         if self.read_only:
             return PlainTextResponse("this console is read-only", 403)
         form = await request.form()
-        if not guard.csrf_ok(request, form):
-            return PlainTextResponse("this form did not come from the console (CSRF check "
-                                     "failed): reload the page and try again", 403)
-        back = _safe_next(str(form.get("next") or "/"))
+        if not self.gate.csrf_ok(request, form):
+            return _csrf_failed()
+        back = guard.safe_next(_text(form.get("next")))
         action = ACTIONS.get(request.path_params["name"])
         if action is None:
             return PlainTextResponse("no such action", 404)
@@ -166,14 +194,25 @@ class Console:
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self.render(request, "login.html", {
-                "title": "Sign in", "next": _safe_next(request.query_params.get("next", "/"))})
+                "title": "Sign in", "next": guard.safe_next(request.query_params.get("next"))})
         form = await request.form()
-        given = str(form.get("token") or "")
-        if not guard.token_ok(self.token, given):
-            return self.render(request, "login.html", {"title": "Sign in", "next": "/",
+        back = guard.safe_next(_text(form.get("next")))
+        admission = self.gate.sign_in(request, form.get("token"))
+        if admission is Admission.LIMITED:
+            return self.too_many(request)
+        if admission is not Admission.IN:
+            return self.render(request, "login.html", {"title": "Sign in", "next": back,
                                                        "failed": "wrong token"}, 401)
-        response = RedirectResponse(_safe_next(str(form.get("next") or "/")), 303)
-        response.set_cookie(guard.TOKEN_COOKIE, given, httponly=True, samesite="strict")
+        response = RedirectResponse(back, 303)
+        if self.gate.needs_token:
+            self.gate.set_sign_in(request, response)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        if not self.gate.csrf_ok(request, await request.form()):
+            return _csrf_failed()
+        response = RedirectResponse("/login", 303)
+        self.gate.sign_out(request, response)
         return response
 
     @contextlib.asynccontextmanager
@@ -195,10 +234,13 @@ def _here(request: Request) -> str:
     return request.url.path + (f"?{request.url.query}" if request.url.query else "")
 
 
-def _safe_next(target: str) -> str:
-    """Only a path of this console (never another site) to go back to."""
-    parts = urlsplit(target)
-    return target if not parts.scheme and not parts.netloc and target.startswith("/") else "/"
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _csrf_failed() -> Response:
+    return PlainTextResponse("this form did not come from the console (CSRF check failed): "
+                             "reload the page and try again", 403)
 
 
 def _with(target: str, key: str, text: str) -> str:

@@ -52,6 +52,7 @@ LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
             "test_cancelling_or_deleting_a_read_entry_acks_it_on_its_priority_lane")
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
+DOORS = "tests/e2e/test_console_doors.py::"
 
 
 @dataclass(frozen=True)
@@ -340,4 +341,35 @@ MUTANTS = [
            "stays pending until the reclaimer takes it", "scheduler/lua/cancel.lua",
            "ack(prefix, lane(st[3], st[5]), st[2])", "ack(prefix, st[3], st[2])", (LANE_ACK,),
            fast=True),
+    Mutant("next-leaves-the-console", "`next=//evil.example` is taken for a path of the "
+           "console (the redirect after sign-in and after each action goes to another site)",
+           "scheduler/web/guard.py", 'or target.startswith("//")', "or False",
+           (DOORS + "test_next_after_sign_in_is_a_path_of_the_console",), fast=True),
+    Mutant("any-host-without-token", "a console without a token answers to any Host name "
+           "(a DNS-rebinding page reads payloads and triggers runs)",
+           "scheduler/web/middleware.py", "if self.loopback_only and not guard.host_allowed(",
+           "if False and not guard.host_allowed(",
+           (DOORS + "test_without_a_token_only_loopback_names_are_served",), fast=True),
+    Mutant("csrf-double-submit", "the CSRF field is checked against the session cookie alone, "
+           "not the console's HMAC of it (a planted cookie pair passes)",
+           "scheduler/web/guard.py", "hmac.compare_digest(_bytes(self.csrf(session)), _bytes(sent))",
+           "hmac.compare_digest(_bytes(session), _bytes(sent))",
+           (DOORS + "test_a_planted_cookie_pair_does_not_pass",), fast=True),
+    Mutant("post-without-origin", "a POST with neither Origin nor Referer counts as the "
+           "console's own", "scheduler/web/guard.py",
+           'source = headers.get("origin") or headers.get("referer")',
+           'source = headers.get("origin") or headers.get("referer") or "//" + headers["host"]',
+           (DOORS + "test_a_post_from_another_site_is_refused",), fast=True),
+    Mutant("sign-ins-unlimited", "failed sign-ins are never limited",
+           "scheduler/web/ratelimit.py", "if times is None or len(times) < self.limit:",
+           "if True:", (DOORS + "test_failed_sign_ins_are_limited_per_address",), fast=True),
+    Mutant("sign-in-compared-as-text", "the sign-in form's token is compared as text (a "
+           "non-ASCII one is a 500)", "scheduler/web/guard.py",
+           "hmac.compare_digest(self.token, _bytes(given))",
+           "hmac.compare_digest(self.token.decode(), given)",
+           (DOORS + "test_odd_tokens_and_fields_are_refused_never_an_error",), fast=True),
+    Mutant("sign-in-cookie-forever", "the sign-in cookie has no Max-Age (it lasts as long as "
+           "the browser keeps it)", "scheduler/web/guard.py",
+           "max_age=int(self.session_s), ", "",
+           (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
 ]
