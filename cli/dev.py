@@ -164,15 +164,13 @@ class _WebService:
     """The console as one of dev's services: uvicorn in this event loop."""
 
     def __init__(self, url: str, namespace: str, web: tuple[str, int, str | None]) -> None:
-        import uvicorn
-
         from scheduler import AsyncClient
         from scheduler.web import create_app
 
+        from .web import console_server
+
         self.client = AsyncClient(url, namespace, history=web[2])
-        self.server = uvicorn.Server(uvicorn.Config(
-            create_app(self.client), host="127.0.0.1", port=web[1], log_level="warning",
-            access_log=False, lifespan="on"))
+        self.server = console_server(create_app(self.client), "127.0.0.1", web[1])
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     async def run(self) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import click
 
@@ -45,7 +46,7 @@ def web(obj: dict[str, str], host: str, port: int, token: str | None, read_only:
     Without --token it binds only loopback and answers only to loopback Host names.
     """
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401  (the web extra is installed)
 
         from scheduler.web import check_bind, create_app
     except ImportError as exc:
@@ -62,12 +63,18 @@ def web(obj: dict[str, str], host: str, port: int, token: str | None, read_only:
                      session_s=None if session_hours is None else session_hours * 3600)
     log.info("console for namespace %r on http://%s:%d/%s", obj["namespace"], host, port,
              " (read-only)" if read_only else "")
-    # The app reads the proxy's headers itself (--behind-proxy), never uvicorn's way: it
-    # trusts them from any local process by default.
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            lifespan="on", proxy_headers=False)
-    server = uvicorn.Server(config)
+    server = console_server(app, host, port)
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits 1 when it cannot bind
         raise ConfigError(f"cannot serve on {host}:{port}; choose another --port") from exc
+
+
+def console_server(app: Any, host: str, port: int) -> Any:
+    """The uvicorn server of a console (`sched web`, `sched dev`). The app reads a proxy's
+    headers itself (--behind-proxy), never uvicorn's way: uvicorn trusts them from any local
+    process by default."""
+    import uvicorn
+
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                         access_log=False, lifespan="on", proxy_headers=False))
