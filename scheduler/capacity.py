@@ -109,7 +109,7 @@ def _workers(n: int) -> str:
 def in_words(scaling: Scaling, queues: list[QueueStatus]) -> str:
     """What the rule says, for people (`sched status`): "idle, no work waiting" when no queue
     holds or runs anything (a trickle of recent runs still asks the rule for a worker), else
-    "the load calls for 3 workers of 100 run slots: add 1" (or "enough", or "2 more than it
+    "the load calls for 3 workers at 100 run slots each: add 1" (or "enough", or "2 more than it
     needs")."""
     if not any(q.depth or q.pending or q.inflight for q in queues):
         return "idle, no work waiting"
@@ -119,5 +119,5 @@ def in_words(scaling: Scaling, queues: list[QueueStatus]) -> str:
         verdict = f"{-scaling.change} more than it needs"
     else:
         verdict = "enough"
-    return (f"the load calls for {_workers(scaling.wanted)} of {scaling.slots_per_worker} run "
-            f"slots: {verdict}")
+    return (f"the load calls for {_workers(scaling.wanted)} at {scaling.slots_per_worker} run "
+            f"slots each: {verdict}")

@@ -140,7 +140,7 @@ def test_sched_status_shows_running_and_wanted(
     _situation(r, client, redis_url, ns, clock)
     code, out, _ = sched(capsys, redis_url, ns, "status", "--max-lag", "3600")
     assert code == 0, out
-    assert "workers: 2 alive; the load calls for 5 workers of 10 run slots: add 3" in out
+    assert "workers: 2 alive; the load calls for 5 workers at 10 run slots each: add 3" in out
     code, out, _ = sched(capsys, redis_url, ns, "status", "--json", "--target-lag", "60")
     scaling = json.loads(out)["scaling"]
     assert (scaling["running"], scaling["wanted"], scaling["change"]) == (2, 4, 2)
