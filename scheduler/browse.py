@@ -114,6 +114,11 @@ def _start(cursor: _Cursor | None, k: int, unique: bool) -> _Start | None:
     return _Start(cursor.a, cursor.b, True, cursor.ties if k == cursor.source else 0)
 
 
+def _starts(cursor: _Cursor | None, first: int, n: int, unique: bool) -> list[_Start | None]:
+    """_start of sources first .. first + n - 1."""
+    return [_start(cursor, k, unique) for k in range(first, first + n)]
+
+
 def _id(a: int, b: int) -> str:
     return f"{a}-{b}"
 
@@ -267,10 +272,8 @@ def queued(core: Core, queue: str, *, after: str | None = None, limit: int = PAG
         pipe.xinfo_groups(key)
     groups = yield pipe
     pipe = Pipe(raise_on_error=False)
-    starts = []
-    for k, ((_, _, key), reply) in enumerate(zip(lanes, groups, strict=True)):
-        start = _start(cursor, k, unique=True)
-        starts.append(start)
+    starts = _starts(cursor, 0, len(lanes), unique=True)
+    for (_, _, key), reply, start in zip(lanes, groups, starts, strict=True):
         delivered = _delivered(reply) if not isinstance(reply, Exception) else None
         pipe.xrange(key, _stream_min(start, delivered), "+", limit)
     batches = []
@@ -299,10 +302,8 @@ def scheduled(core: Core, queue: str | None = None, *, retrying: bool = False,
     count = max(limit, SCAN) if filtered else limit
     yield from _ready(core)
     pipe = Pipe(raise_on_error=False)
-    starts = []
-    for shard in range(core.shards):
-        start = _start(cursor, shard, unique=False)
-        starts.append(start)
+    starts = _starts(cursor, 0, core.shards, unique=False)
+    for shard, start in enumerate(starts):
         low, offset = _set_min(start)
         pipe.zrange(core.keys.due(shard), low, "+inf", byscore=True, offset=offset,
                     num=count, withscores=True)
@@ -347,14 +348,11 @@ def running(core: Core, queue: str | None = None, *, after: str | None = None,
         names = [queue]
     lanes = _lanes(core, names)
     pipe = Pipe(raise_on_error=False)
-    starts = []
-    for k, (_, _, key) in enumerate(lanes):
-        start = _start(cursor, k, unique=True)
-        starts.append(start)
+    starts = _starts(cursor, 0, len(lanes), unique=True)
+    for (_, _, key), start in zip(lanes, starts, strict=True):
         pipe.xpending_range(key, DISPATCH_GROUP, _stream_min(start, None), "+", limit)
-    for shard in range(core.shards):
-        start = _start(cursor, len(lanes) + shard, unique=False)
-        starts.append(start)
+    starts += _starts(cursor, len(lanes), core.shards, unique=False)
+    for shard, start in enumerate(starts[len(lanes):]):
         low, offset = _set_min(start)
         pipe.zrange(core.keys.leases(shard), low, "+inf", byscore=True, offset=offset,
                     num=limit, withscores=True)
@@ -396,10 +394,8 @@ def recent_jobs(core: Core, *, after: str | None = None, limit: int = PAGE
     limit, cursor = _check_limit(limit), _cursor(after)
     yield from _ready(core)
     pipe = Pipe(raise_on_error=False)
-    starts = []
-    for shard in range(core.shards):
-        start = _start(cursor, shard, unique=False)
-        starts.append(start)
+    starts = _starts(cursor, 0, core.shards, unique=False)
+    for shard, start in enumerate(starts):
         high = "+" if start is None else (("" if start.inclusive else "(")
                                           + _id(start.a, start.b))
         pipe.xrevrange(core.keys.events(shard), high, "-", EVENTS_SCAN)
