@@ -165,15 +165,15 @@ class Console:
         names the allowed ones), 404 for an id Redis does not know, 503 when Redis or the
         history store cannot answer."""
         if isinstance(exc, ValidationError):
-            title, code = "Bad request", 400
+            title, status_code = "Bad request", 400
         elif isinstance(exc, JobNotFound | SlotNotFound):
-            title, code = "Not found", 404
+            title, status_code = "Not found", 404
         elif isinstance(exc, RedisFailure | StoreUnavailable):
-            title, code = "Unavailable", 503
+            title, status_code = "Unavailable", 503
         else:
             raise exc
         return self.render(request, "table.html", {"title": title, "rows": [], "header": [],
-                                                   "note": str(exc)}, code)
+                                                   "note": str(exc)}, status_code)
 
     async def status(self) -> tuple[Any, list[Any]]:
         """What Redis says now: the status (one `status()`, as `sched status` reads it) and

@@ -210,8 +210,7 @@ async def slot_list(client: Any, what: str, queue: str | None, params: Params) -
     return "table.html", {
         "title": title, "tabs": tabs, "header": _slot_header(what),
         "rows": [_row(s.slot_id, *_slot_cells(s, what, now)) for s in page.slots],
-        "select": "ids" if what in ("queued", "scheduled", "retrying", "running") else None,
-        "actions": [("/actions/cancel", "cancel")],
+        "select": "ids", "actions": [("/actions/cancel", "cancel")],
         "empty": SLOT_LIST_EMPTY[what] if after is None else "no more",
         "pager": _pager(path, params, page.next),
         "note": _LIST_NOTES[what]}

@@ -386,9 +386,10 @@ def test_no_query_a_user_or_attacker_can_send_answers_500(redis_url: str, ns: st
             for p in params:
                 check(f"{path}?{p}={value}")
         check(f"{path}?{'&'.join(f'{p}=1' for p in params)}&{'&'.join(['kind=at'] * 50)}")
-    for route, weird in itertools.product(["/jobs/", "/slots/", "/queues/", "/queues/q/"],
-                                          WEIRD_IDS):
+    for route, weird in itertools.product(["/jobs/", "/slots/", "/queues/", "/queues/q/",
+                                           "/static/"], WEIRD_IDS):
         check(route + weird)
+    check("/static/%2E%2E/%2E%2E/%2E%2E/etc/passwd")
     assert seen.get(400, 0) > 100 and seen.get(200, 0) > 100, seen
     code, _ = _get(f"{web}/jobs?task={'x' * 20_000}")  # past the server's own bounds
     assert code != 500
