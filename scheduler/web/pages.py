@@ -101,9 +101,9 @@ def queue_rows(status: Any, infos: list[Any]) -> list[dict[str, Any]]:
         if q.limit is not None:
             limit = q.limit.text() + ("" if q.permits_held is None
                                       else f" ({q.permits_held:,} held)")
+        runs = f"{base}/running"
         rows.append(_row(q.queue, link(base, q.queue), link(base, f"{q.depth:,}"),
-                         f"{q.pending:,}", link(f"{base}/running",
-                                                f"{running.get(q.queue, 0):,}"),
+                         link(runs, f"{q.pending:,}"), link(runs, f"{running.get(q.queue, 0):,}"),
                          f"{q.oldest_ready_age_s:.1f}s", _rate(q.succeeded_per_s),
                          _rate(q.failed_per_s), limit))
     return rows
