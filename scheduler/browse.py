@@ -385,8 +385,9 @@ def running(core: Core, queue: str | None = None, *, after: str | None = None,
 
 def recent_jobs(core: Core, *, after: str | None = None, limit: int = PAGE
                 ) -> Op[SubmissionPage]:
-    """Jobs submitted most recently, newest first, of every kind (immediate jobs, which no
-    index lists, included), `limit` at a time; `after` is the `next` of the page before.
+    """Jobs submitted most recently, newest first (by the ms: jobs of one ms in two shards
+    come in shard order), of every kind (immediate jobs, which no index lists, included),
+    `limit` at a time; `after` is the `next` of the page before.
     Read from each shard's events stream (its "submitted" events): a page looks at most
     `EVENTS_SCAN` events per shard, so under load it may show fewer than `limit` before its
     `next`; what the stream has trimmed (`events_maxlen`) is in the history store only. Two

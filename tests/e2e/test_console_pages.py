@@ -22,10 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_console import CHROMIUM, SHOTS, _get, _serve, _stop
+from test_console import CHROMIUM, SHOTS, _get
 
-from conftest import SCHED
-from helpers import make_dead, run_until
+from helpers import make_dead, run_until, running, sched_process, serve_console
 from scheduler import Client, Registry, RetryPolicy, SlotStatus
 
 WORKER_APP = "scheduler.examples.tasks:registry"
@@ -85,8 +84,7 @@ def _wait(what: str, done: Callable[[], bool], timeout: float = 30) -> None:
 
 
 def _process(redis_url: str, ns: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
-                            stderr=subprocess.PIPE)
+    return sched_process(redis_url, ns, dict(os.environ), *args, "--log-level", "error")
 
 
 @contextlib.contextmanager
@@ -95,24 +93,19 @@ def _runs(client: Client, redis_url: str, ns: str, queue: str, n: int) -> Iterat
     their job ids."""
     ids = client.submit_many([{"task": "demo.sleep", "queue": queue,
                                "payload": {"seconds": 60}} for _ in range(n)])
-    worker = _process(redis_url, ns, "worker", "--app", WORKER_APP, "--queues", queue,
-                      "--grace", "0.5", "--log-level", "error")
-    try:
+    with running(_process(redis_url, ns, "worker", "--app", WORKER_APP, "--queues", queue,
+                          "--grace", "0.5")):
         _wait("the runs", lambda: all(client.slots(j)[0].status is SlotStatus.RUNNING
                                       for j in ids))
         yield ids
-    finally:
-        _stop(worker)
 
 
 @pytest.fixture
 def web(redis_url: str, ns: str) -> Iterator[str]:
     """`sched web` as a user starts it (no token: loopback), before anything else."""
-    proc, base = _serve(redis_url, ns)
-    try:
+    proc, base = serve_console(redis_url, ns)
+    with running(proc):
         yield base
-    finally:
-        _stop(proc)
 
 
 # --- what Redis says now ----------------------------------------------------------------
@@ -126,17 +119,14 @@ def test_pages_show_what_redis_says_when_they_are_viewed(redis_url: str, ns: str
         code, body = _get(f"{web}/queues")
         assert "fresh" in _texts(body, "rows"), "a queue submitted to is not on /queues"
         assert "fresh" in _texts(_get(f"{web}/")[1], "queues")
-        worker = _process(redis_url, ns, "worker", "--app", WORKER_APP, "--queues", "fresh",
-                          "--log-level", "error")
-        try:
+        with running(_process(redis_url, ns, "worker", "--app", WORKER_APP, "--queues",
+                              "fresh")):
             _wait("the SDK to see the worker", lambda: any(w.alive for w in client.workers()))
             alive = [w.worker_id for w in client.workers() if w.alive]
             assert _texts(_get(f"{web}/workers")[1], "rows") == alive
             code, body = _get(f"{web}/")
             assert 'id="verdict">healthy' in body, body
             assert 'id="workers-alive">1<' in body
-        finally:
-            _stop(worker)
 
 
 # --- the console does what the CLI does -------------------------------------------------
@@ -269,6 +259,7 @@ def test_immediate_jobs_are_listed_with_the_recent_submissions(redis_url: str, n
                                                                web: str) -> None:
     with Client(redis_url, ns) as client:
         now = client.submit("demo.noop", {"n": 1}, queue="mail")
+        time.sleep(0.002)  # newest first is by the ms (two shards' events of one ms: either)
         later = client.submit("demo.noop", queue="mail", delay=60)
         slot = client.slots(now)[0].slot_id
     recent = _table(_get(f"{web}/recent")[1], "rows")
@@ -317,13 +308,10 @@ def test_a_cron_jobs_next_fire_times_leave_out_the_slots_already_made(
     the job's slots, not its next fire times."""
     with Client(redis_url, ns) as client:
         ticker = client.schedule("ticker", "demo.noop", None, cron="* * * * * *")
-        node = _process(redis_url, ns, "scheduler", "--log-level", "error")
-        try:
+        with running(_process(redis_url, ns, "scheduler")):
             _wait("slots made ahead", lambda: sum(
                 s.fire_ms > client.now_ms() + 1000 for s in client.slots(ticker)) >= 1)
             body = _get(f"{web}/jobs/{ticker}")[1]
-        finally:
-            _stop(node)
     sections = {part.partition("</h2>")[0]: part for part in body.split("<h2>")[1:]}
     fires = [r[0][0] for r in next(_Tables(part).tables[""] for title, part in sections.items()
                                    if title.startswith("Next fire times"))[1:]]
@@ -412,27 +400,23 @@ def test_a_console_opened_before_its_worker_shows_it_within_one_page_load(
         page.goto(f"{web}/")
         assert page.locator("#verdict").inner_text() == "unhealthy"
         page.goto(f"{web}/workers")
-        worker = _process(redis_url, ns, "worker", "--app", WORKER_APP, "--log-level", "error")
-        node = _process(redis_url, ns, "scheduler", "--log-level", "error")
-        try:
-            with Client(redis_url, ns) as client:
-                job = client.submit("demo.noop", {"n": 1})
-                _wait("the SDK to see the worker alive",
-                      lambda: any(w.alive for w in client.workers()))
-                alive = [w.worker_id for w in client.workers() if w.alive]
-                page.goto(f"{web}/workers")
-                shown = page.locator("#rows tbody tr td:first-child").all_inner_texts()
-                assert shown == alive, f"/workers shows {shown}; the SDK sees {alive}"
-                page.goto(f"{web}/")
-                assert page.locator("#verdict").inner_text() == "healthy", page.locator(
-                    "#health").inner_text()
-                assert page.locator("#workers-alive").inner_text() == "1"
-                assert page.locator("#empty").count() == 0
-                _wait("the job's run", lambda: client.slots(job)[0].status is
-                      SlotStatus.SUCCEEDED)
-        finally:
-            _stop(node)
-            _stop(worker)
+        worker = _process(redis_url, ns, "worker", "--app", WORKER_APP)
+        node = _process(redis_url, ns, "scheduler")
+        with running(node, worker), Client(redis_url, ns) as client:
+            job = client.submit("demo.noop", {"n": 1})
+            _wait("the SDK to see the worker alive",
+                  lambda: any(w.alive for w in client.workers()))
+            alive = [w.worker_id for w in client.workers() if w.alive]
+            page.goto(f"{web}/workers")
+            shown = page.locator("#rows tbody tr td:first-child").all_inner_texts()
+            assert shown == alive, f"/workers shows {shown}; the SDK sees {alive}"
+            page.goto(f"{web}/")
+            assert page.locator("#verdict").inner_text() == "healthy", page.locator(
+                "#health").inner_text()
+            assert page.locator("#workers-alive").inner_text() == "1"
+            assert page.locator("#empty").count() == 0
+            _wait("the job's run", lambda: client.slots(job)[0].status is
+                  SlotStatus.SUCCEEDED)
         browser.close()
 
 
