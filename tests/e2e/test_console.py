@@ -123,7 +123,9 @@ def test_every_page_and_action_in_a_browser(stack: dict[str, Any], tmp_path: Pat
         shots = {"overview": "/", "queues": "/queues", "jobs": "/jobs",
                  "job": f"/jobs/{stack['nightly']}", "slot": f"/slots/{stack['dead'][0]}",
                  "schedules": "/schedules", "workers": "/workers",
-                 "dead-letters": "/dead-letters", "history": "/history"}
+                 "dead-letters": "/dead-letters", "history": "/history",
+                 "running": "/running", "queue": "/queues/default", "scheduled": "/scheduled",
+                 "recent": "/recent"}
         for name, path in shots.items():
             page.goto(base + path)
             assert page.locator("h1").inner_text(), path
