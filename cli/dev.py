@@ -62,10 +62,12 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     from prometheus_client import REGISTRY
 
     from scheduler.embedded import EmbeddedRedis, answers
+    from scheduler.keys import check_name
     from scheduler.metrics import NamespaceCollector
     from scheduler.store import open_store
     from scheduler.worker import WorkerConfig
 
+    check_name("namespace", obj["namespace"])  # before anything starts that it would leave
     registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
@@ -162,15 +164,13 @@ class _WebService:
     """The console as one of dev's services: uvicorn in this event loop."""
 
     def __init__(self, url: str, namespace: str, web: tuple[str, int, str | None]) -> None:
-        import uvicorn
-
         from scheduler import AsyncClient
         from scheduler.web import create_app
 
+        from .web import console_server
+
         self.client = AsyncClient(url, namespace, history=web[2])
-        self.server = uvicorn.Server(uvicorn.Config(
-            create_app(self.client), host="127.0.0.1", port=web[1], log_level="warning",
-            access_log=False, lifespan="on"))
+        self.server = console_server(create_app(self.client), "127.0.0.1", web[1])
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
 
     async def run(self) -> None:

@@ -105,13 +105,13 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
 
         start_metrics(metrics_port)
         client = process_redis(obj["redis_url"], lease_s=30.0)
-        snap = Snapshotter(client, store, namespace=obj["namespace"], config=snap_config)
-        retention = Retention(client, namespace=obj["namespace"], store=retention_store,
-                              config=ret_config)
-        holder.extend([snap, retention])
         # Shutdown: both loops finish their current pass (the snapshotter acks only what it
-        # committed), then the connections close.
+        # committed), then the connections close (also when a bad namespace stops the start).
         try:
+            snap = Snapshotter(client, store, namespace=obj["namespace"], config=snap_config)
+            retention = Retention(client, namespace=obj["namespace"], store=retention_store,
+                                  config=ret_config)
+            holder.extend([snap, retention])
             loops = [asyncio.create_task(snap.run())]
             if not keep_redis:
                 loops.append(asyncio.create_task(retention.run()))

@@ -128,17 +128,20 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
     if as_json:
         echo_json(slots)
         return
+    # One column per field: a slot's row fills slot, status and priority (and its result);
+    # each attempt's row fills attempt to error, under it; a run's log lines come last.
     rows = []
     for s in slots:
         result = ("result " + msgspec.json.encode(s.result).decode()[:80]
                   if s.result is not None else "")
-        rows.append([s.slot_id, s.status.value, f"priority {s.priority}", "", "", "", result])
+        rows.append([s.slot_id, s.status.value, str(s.priority), "", "", "", "", "", result])
         for a in s.attempts:
             ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
-            rows.append(["", f"#{a.number}", a.outcome.value if a.outcome else "-",
+            rows.append(["", "", "", f"#{a.number}", a.outcome.value if a.outcome else "-",
                          a.worker or "-", when(a.started_ms),
                          f"{ms}ms" if ms is not None else "-", a.error or ""])
-            rows += [["", "", "", "", "", "", f"| {line}"] for line in a.log or ()]
+            rows += [["", "", "", "", "", "", "", "", f"| {line}"] for line in a.log or ()]
         if s.status.value == "running":
-            rows.append(["", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
-    table(rows, ["slot", "attempt", "outcome", "worker", "started", "took", "error / result"])
+            rows.append(["", "", "", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
+    table(rows, ["slot", "status", "priority", "attempt", "outcome", "worker", "started", "took",
+                 "error / result"])

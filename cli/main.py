@@ -32,7 +32,7 @@ from . import ops as ops_cmds
 from . import queues as queue_cmds
 from . import run as run_cmds
 from . import web as web_cmds
-from .options import Finite
+from .options import Finite, Root, global_options
 
 
 def _decode_json(value: str) -> Any:
@@ -90,15 +90,14 @@ def _instant(field: str, value: str | None) -> datetime | None:
                                      f"2027-01-01T08:00:00Z") from None
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
+@click.group(cls=Root,
+             context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(package_name="redis-sched", prog_name="sched")
-@click.option("--redis-url", envvar="SCHED_REDIS_URL", default="redis://127.0.0.1:6379/0",
-              help="Redis to use (env SCHED_REDIS_URL).")
-@click.option("--namespace", envvar="SCHED_NAMESPACE", default="sched",
-              help="Key prefix isolating one scheduler from others (env SCHED_NAMESPACE).")
+@global_options
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
-    """A Redis-native distributed job scheduler."""
+    """A Redis-native distributed job scheduler. --redis-url and --namespace may come before
+    the command or after it (`sched status --namespace X`); after it wins when both are given."""
     ctx.obj = {"redis_url": redis_url, "namespace": namespace}
 
 

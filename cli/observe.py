@@ -30,6 +30,8 @@ def _rate(per_s: float) -> str:
 def render(s: Any, problems: list[str]) -> None:
     """DEPTH: entries no worker has read yet; PENDING: read and not finished; LAG: how long
     the oldest unread entry has waited; rates: over each worker's last heartbeat interval."""
+    from scheduler.capacity import in_words
+
     click.echo(f"namespace {s.namespace}  {s.shards} shards  at {when(s.now_ms)}")
     if not s.shards:
         click.echo("(nothing submitted to this namespace yet)")
@@ -59,7 +61,8 @@ def render(s: Any, problems: list[str]) -> None:
         click.echo(f"orphans:      {s.orphans_recovered:,} stranded slot(s) repaired{last}; "
                    f"{s.orphans_waiting:,} waiting for their lease")
     click.echo("")
-    render_workers(s.workers, s.workers_alive, s.workers_known, s.scaling)
+    render_workers(s.workers, s.workers_alive, s.workers_known,
+                   None if s.scaling is None else in_words(s.scaling, s.queues))
     click.echo("")
     for w in s.warnings():
         click.echo(f"WARNING: {w}")
@@ -70,16 +73,11 @@ def render(s: Any, problems: list[str]) -> None:
         click.echo("healthy")
 
 
-def render_workers(workers: list[Any], alive: int, known: int, scaling: Any = None) -> None:
-    """With `scaling` (sched status): `workers: N running, M wanted (+K)`, the workers the
-    observed lag and throughput call for (scheduler/capacity.py)."""
+def render_workers(workers: list[Any], alive: int, known: int, scaling: str | None = None) -> None:
+    """With `scaling` (sched status): what the observed lag and throughput call for, in
+    words (scheduler/capacity.py, in_words)."""
     gone = f" ({known} known)" if known != alive else ""
-    if scaling is None:
-        click.echo(f"workers: {alive} alive{gone}")
-    else:
-        click.echo(f"workers: {alive} running{gone}, {scaling.wanted} wanted "
-                   f"({scaling.change:+d}) for {scaling.slots_wanted:,.1f} run slots at "
-                   f"{scaling.slots_per_worker} per worker")
+    click.echo(f"workers: {alive} alive{gone}" + (f"; {scaling}" if scaling else ""))
     shown = [w for w in workers if w.alive] + [w for w in workers if not w.alive][:5]
     if shown:
         table([[w.worker_id, "alive" if w.alive else "gone", f"{_age(w.heartbeat_age_s)} ago",

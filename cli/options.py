@@ -92,3 +92,56 @@ def scaling_options(fn: F) -> F:
                       help="Workers wanted: enough to start the ready backlog within this "
                            "many seconds.")(fn)
     return fn
+
+
+# The options every command takes, before its name (`sched --namespace X status`) or after it
+# (`sched status --namespace X`): (flag, key in ctx.obj, environment variable, default, help).
+GLOBAL_OPTIONS = (
+    ("--redis-url", "redis_url", "SCHED_REDIS_URL", "redis://127.0.0.1:6379/0",
+     "Redis to use"),
+    ("--namespace", "namespace", "SCHED_NAMESPACE", "sched",
+     "Key prefix isolating one scheduler from others"),
+)
+
+
+def global_options(fn: F) -> F:
+    """The root group's: each read from its flag, else its environment variable, else its
+    default, into ctx.obj for every command."""
+    for flag, _, env, default, text in reversed(GLOBAL_OPTIONS):
+        fn = click.option(flag, envvar=env, default=default, help=f"{text} (env {env}).")(fn)
+    return fn
+
+
+def _given_after(key: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+    def store(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+        if value is not None:  # given after the command: it wins over what came before
+            ctx.ensure_object(dict)[key] = value
+    return store
+
+
+def accept_global_options(cmd: click.Command) -> click.Command:
+    """Let `cmd` and every command under it take the global options after their names too.
+    Those copies have no environment variable or default of their own (the root's already
+    gave ctx.obj its value); one given writes ctx.obj before the command runs. Idempotent; a
+    command with an option of the same name keeps its own."""
+    names = {p.name for p in cmd.params}
+    for flag, key, env, default, text in GLOBAL_OPTIONS:
+        if key not in names:
+            cmd.params.append(click.Option(
+                [flag, key], default=None, expose_value=False, is_eager=True,
+                callback=_given_after(key),
+                help=f"{text}; also accepted before the command (env {env}, default "
+                     f"{default})."))
+    if isinstance(cmd, click.Group):
+        for sub in cmd.commands.values():
+            accept_global_options(sub)
+    return cmd
+
+
+class Root(click.Group):
+    """`sched`: each command it resolves takes the global options after its name too
+    (accept_global_options), whichever module defined the command and however it was added."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        cmd = super().get_command(ctx, cmd_name)
+        return None if cmd is None else accept_global_options(cmd)

@@ -238,11 +238,13 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=9464,
               envvar="SCHED_EXPORTER_PORT", help="Port for /metrics and /healthz (env "
                                                  "SCHED_EXPORTER_PORT); 0 picks a free one.")
-@click.option("--host", default="0.0.0.0", help="Address to listen on.")
+@click.option("--host", default=None,
+              help="Address to listen on (default: every interface, 0.0.0.0, for Prometheus "
+                   "on other hosts).")
 @scaling_options
 @log_options
 @click.pass_obj
-def exporter(obj: dict[str, str], port: int, host: str, target_lag_s: float,
+def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: float,
              target_utilisation: float, log_level: str, log_format: str) -> None:
     """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers, workers
     wanted) read from Redis at each scrape. /healthz answers 503 while Redis does not."""
@@ -251,9 +253,10 @@ def exporter(obj: dict[str, str], port: int, host: str, target_lag_s: float,
     from prometheus_client import CollectorRegistry
 
     from scheduler.capacity import ScalingTarget
-    from scheduler.exporter import MetricsServer
+    from scheduler.exporter import SCRAPE_HOST, MetricsServer
     from scheduler.metrics import NamespaceCollector
 
+    host = host or SCRAPE_HOST
     setup_logging(log_level, log_format)
     client = sync_redis(obj["redis_url"])
     registry = CollectorRegistry()

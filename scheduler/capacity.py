@@ -1,5 +1,5 @@
-"""How many workers the observed lag and throughput call for: the `workers: N running, M
-wanted (+K)` line of `sched status`, its `scaling` record in `--json`, and the exporter's
+"""How many workers the observed lag and throughput call for: the `workers:` line of `sched
+status` (`in_words`), its `scaling` record in `--json`, and the exporter's
 `sched_workers_wanted` gauge that an autoscaler (KEDA, deploy/keda-scaledobject.yaml) reads.
 
 The rule, per queue, from what the status already reads (no command or per-job work of its
@@ -102,3 +102,24 @@ def plan(queues: list[QueueStatus], workers: list[WorkerStatus],
                    by_queue={q: round(n, 2) for q, n in by_queue.items()},
                    target_lag_s=target.target_lag_s,
                    target_utilisation=target.utilisation)
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker{'' if n == 1 else 's'}"
+
+
+def in_words(scaling: Scaling, queues: list[QueueStatus]) -> str:
+    """What the rule says, for people (`sched status`): "idle, no work waiting" when no queue
+    holds or runs anything (a trickle of recent runs still asks the rule for a worker), else
+    "the load calls for 3 workers at 100 run slots each: add 1" (or "enough", or "2 more than it
+    needs")."""
+    if not any(q.depth or q.pending or q.inflight for q in queues):
+        return "idle, no work waiting"
+    if scaling.change > 0:
+        verdict = f"add {scaling.change}"
+    elif scaling.change < 0:
+        verdict = f"{-scaling.change} more than it needs"
+    else:
+        verdict = "enough"
+    return (f"the load calls for {_workers(scaling.wanted)} at {scaling.slots_per_worker} run "
+            f"slots each: {verdict}")

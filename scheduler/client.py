@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 import redis
 import redis.asyncio
 
-from . import cluster, operations, results, schedules, script_stream, scripts
+from . import browse, cluster, operations, results, schedules, script_stream, scripts
 from . import queues as queue_ops
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
@@ -202,6 +202,7 @@ class Client(_Driver):
     get_job = _blocking(operations.get_job)
     list_jobs = _blocking(operations.list_jobs)
     slots = _blocking(operations.slots)
+    latest_slots = _blocking(operations.latest_slots)
     get_slot = _blocking(operations.get_slot)
     history = _blocking(operations.history)
     runs = _blocking(operations.runs)
@@ -219,6 +220,10 @@ class Client(_Driver):
     set_queue_limit = _blocking(queue_ops.set_queue_limit)
     queue_limits = _blocking(queue_ops.queue_limits)
     queues = _blocking(queue_ops.queues)
+    queued = _blocking(browse.queued)
+    scheduled = _blocking(browse.scheduled)
+    running = _blocking(browse.running)
+    recent_jobs = _blocking(browse.recent_jobs)
 
     def close(self) -> None:
         self.redis.close()
@@ -285,6 +290,7 @@ class AsyncClient(_Driver):
     get_job = _awaitable(operations.get_job)
     list_jobs = _awaitable(operations.list_jobs)
     slots = _awaitable(operations.slots)
+    latest_slots = _awaitable(operations.latest_slots)
     get_slot = _awaitable(operations.get_slot)
     history = _awaitable(operations.history)
     runs = _awaitable(operations.runs)
@@ -302,6 +308,10 @@ class AsyncClient(_Driver):
     set_queue_limit = _awaitable(queue_ops.set_queue_limit)
     queue_limits = _awaitable(queue_ops.queue_limits)
     queues = _awaitable(queue_ops.queues)
+    queued = _awaitable(browse.queued)
+    scheduled = _awaitable(browse.scheduled)
+    running = _awaitable(browse.running)
+    recent_jobs = _awaitable(browse.recent_jobs)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

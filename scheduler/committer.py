@@ -37,7 +37,9 @@ log = logging.getLogger("scheduler.worker")
 # slot, token, started_ms, finished_ms, lane, msg_id (the claimed entry: "" for none)[,
 # result JSON or None, log lines JSON or None]: scripts.complete
 SucceededItem = tuple[Any, ...]
-FailedItem = tuple[Any, ...]  # see scripts.fail (8 fields, and the log lines' JSON)
+# see scripts.fail: its 8 fields, the log lines' JSON or None, then the task (not sent: it
+# names the task in the line logged when the slot is dead)
+FailedItem = tuple[Any, ...]
 ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
 KINDS = ("complete", "fail", "release")
 CHUNK = 1000  # outcomes per script call: bounds how long one call holds Redis
@@ -180,7 +182,7 @@ class Committer(Service):
                 first_error = first_error or result
                 self._keep(kind, shard, items, result)
             else:
-                took += self._tally(kind, result)
+                took += self._tally(kind, result, items)
         return took, first_error
 
     async def _send(self, batch: dict[str, defaultdict[int, list[Any]]]) -> int:
@@ -212,7 +214,7 @@ class Committer(Service):
                               "its lease will expire and the slot be reclaimed", kind, item[0],
                               type(exc).__name__, exc)
                 continue
-            took += self._tally(kind, result)
+            took += self._tally(kind, result, [item])
         if first_error is not None:
             raise first_error
         return took
@@ -223,12 +225,15 @@ class Committer(Service):
         else:
             self.alone += [(kind, shard, item) for item in items]
 
-    def _tally(self, kind: str, reply: list[Any]) -> int:
+    def _tally(self, kind: str, reply: list[Any], items: list[Any]) -> int:
         answers = codes(reply, kind)
         refused = answers.count(Code.STALE)
         if kind == "fail":
             metrics.RETRIES.inc(answers.count(Code.RETRY))
-            metrics.DEAD_LETTERED.inc(answers.count(Code.DEAD))
+            dead = answers.count(Code.DEAD)
+            if dead:
+                metrics.DEAD_LETTERED.inc(dead)
+                self._dead(answers, items)
         if refused:
             self.refused += refused
             metrics.COMMITS_REFUSED.inc(refused)
@@ -237,6 +242,17 @@ class Committer(Service):
                         refused)
         self.committed += len(answers) - refused
         return len(answers)
+
+    @staticmethod
+    def _dead(answers: list[Code], items: list[Any]) -> None:
+        """One line per slot that this commit dead-lettered, whatever the handler's traceback
+        rate limit held back (execution.HandlerErrors): a dead slot needs a person."""
+        for answer, item in zip(answers, items, strict=True):
+            if answer is Code.DEAD:
+                task = item[9] if len(item) > 9 else "?"
+                log.warning("slot %s of task %s is dead: attempt %s %s: %s", item[0], task,
+                            item[1], item[2], item[3] or "(no error text)",
+                            extra={"slot_id": item[0], "task": task, "attempt": item[1]})
 
     # --- the loop (loops.Service) ------------------------------------------------------
     # Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so

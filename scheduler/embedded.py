@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 import socket
-import subprocess
+import subprocess  # nosec B404 # runs redis-server alone, with a fixed argument list
 import tempfile
 import time
 from pathlib import Path
@@ -59,7 +59,7 @@ class EmbeddedRedis:
         log = Path(self.dir) / "redis.log"
         for _ in range(3):  # another process may take the free port before redis binds it
             self.port = free_port()
-            self.process = subprocess.Popen(
+            self.process = subprocess.Popen(  # nosec B603 # redis-server, no shell, no input
                 [self.executable, "--port", str(self.port), "--bind", "127.0.0.1",
                  "--dir", self.dir, "--save", "", "--appendonly", "no",
                  "--logfile", str(log)], stdin=subprocess.DEVNULL,

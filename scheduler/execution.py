@@ -104,6 +104,7 @@ class Execution:
         self.result_limit = DEFAULT_MAX_PAYLOAD_BYTES  # the namespace's, once the worker knows
         self._task = _eager_task if eager else _task  # WorkerConfig.eager_start
         self._on_stuck = self._stuck  # bound once: start() runs once per job
+        self._now_ms = clock.now_ms  # stamps ctx.logger's lines, as started_ms is stamped
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table). With eager start (3.12+,
@@ -129,7 +130,8 @@ class Execution:
                     f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
             job_id = run.slot_id.rpartition(":")[0]
             ctx = run.ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task,
-                                    run.delivery, lambda name: self._once(run, name))
+                                    run.delivery, lambda name: self._once(run, name),
+                                    self._now_ms)
             payload = decode_payload(run.payload)
             if task.is_async:
                 value = await task.fn(ctx, payload)
@@ -227,10 +229,10 @@ class Execution:
             self.abandoned[run.slot_id] = self.clock.monotonic()
             run.metrics.ended("lost", took)
         else:
-            failed = (run.slot_id, run.token, kind, error, retry_ms, random.random(),
-                      run.started_ms, finished)
-            self.committer.add_failed(run.shard, failed if logged is None
-                                      else (*failed, logged))
+            u = random.random()  # nosec B311 # the retry delay's jitter, not a secret
+            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error,
+                                                  retry_ms, u, run.started_ms, finished,
+                                                  logged, run.task))
             run.metrics.ended(kind, took)
 
     def _stuck(self, run: Run) -> None:

@@ -59,7 +59,7 @@ class Backoff:
     def next(self) -> float:
         step: float = min(self.cap_s, self.base_s * 2.0 ** self.failures)
         self.failures += 1
-        return step * random.uniform(0.5, 1.0)
+        return step * random.uniform(0.5, 1.0)  # nosec B311 # jitter, not a secret
 
     def reset(self) -> None:
         self.failures = 0

@@ -14,6 +14,13 @@ frozen or behind, and its shards have no new owner until their lease runs out. W
 promoter's overdue pass (scheduler/promoter.py) that keeps a dead node's cron occurrences
 starting within about a second and a half of their fire time.
 
+Redefinitions: a job's definition is read once and kept, with its `spec` field (the digest of
+a named schedule's spec: every redefinition changes it, redefine.lua) as its version. The
+materialize script refuses a plan computed from another version (or from a moved watermark);
+the refused job's definition and watermark are then read again and planned once more within
+the same pass, so a running node takes a new cadence in the pass that first meets it, and no
+extra round trip is paid in a pass where nothing changed.
+
 Catch-up: an occurrence more than `misfire_grace` before now was missed (no node ran in
 time). Per job policy, `all` creates the most recent `catchup_limit` of them, `latest` the
 most recent one, `none` none; the rest are counted (job field and shard stats `missed`, event
@@ -45,16 +52,17 @@ log = logging.getLogger("scheduler.materializer")
 
 OVERDUE_AHEAD_MS = 1000
 SCAN_LIMIT = 100_000  # missed occurrences counted one by one; beyond this the count is a floor
-_FIELDS = ("cron", "tz", "catchup", "catchup_limit", "end_ms")
+_FIELDS = ("cron", "tz", "catchup", "catchup_limit", "end_ms", "spec")
 
 
 class Recurrence(msgspec.Struct, frozen=True):
-    """What the materializer needs of a cron job (job definitions do not change)."""
+    """What the materializer needs of a cron job's definition, as of `digest`."""
 
     spec: CronSpec
     catchup: Catchup
     catchup_limit: int
     end_ms: int  # 0 = no end
+    digest: str = ""  # the job's `spec` field ("" for none): materialize.lua compares it
 
 
 class Plan(msgspec.Struct, frozen=True):
@@ -99,12 +107,13 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
 
 
 def _recurrence(raw: list[Any]) -> Recurrence | None:
-    cron, tz, catchup, limit, end = (v.decode() if v is not None else "" for v in raw)
+    cron, tz, catchup, limit, end, digest = (v.decode() if v is not None else "" for v in raw)
     if not cron:
         return None
     return Recurrence(spec=CronSpec(cron, tz or "UTC"),
                       catchup=Catchup(catchup) if catchup else Catchup.ALL,
-                      catchup_limit=int(limit or DEFAULT_CATCHUP_LIMIT), end_ms=int(end or 0))
+                      catchup_limit=int(limit or DEFAULT_CATCHUP_LIMIT), end_ms=int(end or 0),
+                      digest=digest)
 
 
 class Materializer(Service):
@@ -158,28 +167,48 @@ class Materializer(Service):
         if overdue:
             self.overdue += overdue
             metrics.MATERIALIZED_OVERDUE.inc(overdue)
+        refused = await self._materialize(due, now)
+        if refused:
+            # Redefined since its definition was read (or another node moved the watermark):
+            # read both again and plan once more, now rather than a pass later.
+            horizons = dict(reads)
+            pipe = cluster.pipeline(self.redis)
+            for prefix, job_id in refused:
+                pipe.zscore(cron_in(prefix), job_id)
+            again = [(p, j, int(score)) for (p, j), score in zip(refused, await pipe.execute(),
+                                                                 strict=True)
+                     if score is not None and score <= horizons[p]]
+            await self._materialize(again, now)
+        return len(due)
+
+    async def _materialize(self, due: list[tuple[str, str, int]], now: int
+                           ) -> list[tuple[str, str]]:
+        """One materialize call per (prefix, job id, watermark), in one round trip; returns
+        the jobs refused, whose kept definitions are dropped."""
         await self._learn([(p, j) for p, j, _ in due if (p, j) not in self._jobs])
-        calls, misses = [], []
+        calls, sent = [], []
         for prefix, job_id, watermark in due:
             job = self._jobs.get((prefix, job_id))
             if job is None:
                 continue  # no longer a cron job hash (removed); nothing to create
             pl = plan(job, watermark, now, self.lookahead_ms, self.grace_ms)
             calls.append(scripts.materialize(prefix, now, self.events_maxlen, job_id, watermark,
-                                             pl.next_ms, pl.missed, pl.fires))
-            misses.append(pl.missed)
-        missed = 0
-        for dropped, raw in zip(misses, await scripts.run_async(self.redis, calls),
-                                strict=True):
+                                             job.digest, pl.next_ms, pl.missed, pl.fires))
+            sent.append((prefix, job_id, pl.missed))
+        missed, refused = 0, []
+        for (prefix, job_id, dropped), raw in zip(sent, await scripts.run_async(self.redis, calls),
+                                                  strict=True):
             reply = MaterializeReply.decode(raw)
             if not reply.moved:
                 self.created += reply.created
                 missed += dropped
             else:
                 self.refused += 1
+                self._jobs.pop((prefix, job_id), None)
+                refused.append((prefix, job_id))
         if missed:
             metrics.OCCURRENCES_NOT_BACKFILLED.inc(missed)
-        return len(due)
+        return refused
 
     async def _learn(self, jobs: list[tuple[str, str]]) -> None:
         if not jobs:

@@ -12,6 +12,7 @@ from .keys import check_name
 from .limits import QueueLimit
 from .operations import _ready, status
 from .sdk_core import Core, Op, Pipe
+from .status import Status
 
 
 class QueueInfo(msgspec.Struct, kw_only=True):
@@ -52,9 +53,11 @@ def queue_limits(core: Core) -> Op[dict[str, QueueLimit]]:
     return limits.parse(raw)
 
 
-def queues(core: Core) -> Op[list[QueueInfo]]:
-    """Every queue with its depth, lag, rates and limit."""
-    now = yield from status(core)
+def queues(core: Core, now: Status | None = None) -> Op[list[QueueInfo]]:
+    """Every queue with its depth, lag, rates and limit. `now`: a status just read
+    (`status()`), to take the queues' figures from instead of reading them again."""
+    if now is None:
+        now = yield from status(core)
     set_limits = yield from queue_limits(core)
     limited = [q for q, lim in sorted(set_limits.items()) if lim.concurrency is not None]
     held: dict[str, int] = {}

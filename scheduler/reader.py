@@ -59,10 +59,10 @@ class Reader:
         self._read_tail: tuple[Any, ...] = ()  # XREADGROUP's STREAMS key... id...
         self._stream_of: dict[bytes, tuple[int, str, deque[Entry]]] = {}
         self.backlog = Backlog()
-        # The job fields entries in hand carry (slot id -> t, p, o, d: carry_entry in
-        # _lib.lua; entry ids repeat across streams, slot ids do not), for claims that read
-        # no job hash. Only a shortcut: an entry without (or forgotten, past the cap) is
-        # claimed with the job read.
+        # The job fields entries in hand carry (slot id -> t, p, o, d of the newest entry read
+        # for it: carry_entry in _lib.lua; entry ids repeat across streams, slot ids do not),
+        # for claims that read no job hash. Only a shortcut: an entry without (or forgotten,
+        # past the cap) is claimed with the job read.
         self.carried: dict[str, tuple[bytes, bytes, bytes, bytes]] = {}
         self.carry_cap = 4 * (self.hold_cap + batch)
         # A read or claim whose reply was lost may have handed this consumer entries it never
@@ -309,6 +309,10 @@ class Reader:
                     n = len(fields)
                     if n >= 10 and fields[2] == b"t":
                         carried[slot] = (fields[3], fields[5], fields[7], fields[9])
+                    elif slot in carried:
+                        # An older entry's fields are not this one's: its slot was made again
+                        # (a redefinition, redefine.lua) or dispatched again since.
+                        del carried[slot]
                     if n > 3 and fields[n - 2] == b"f":
                         now = now or self.clock.now_ms()
                         not_before = int(fields[n - 1])

@@ -16,15 +16,28 @@ LOG_LINES = 100  # a run's ctx.logger lines kept with its attempt (the first one
 LOG_LINE_CHARS = 1000
 
 
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def stamp(ms: int) -> str:
+    """A run-log line's time of day (UTC), to the millisecond: 04:01:00.012."""
+    return f"{time.strftime('%H:%M:%S', time.gmtime(ms // 1000))}.{ms % 1000:03d}"
+
+
 class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
     """ctx.logger: logs as any logger does, and keeps the run's lines at INFO and above, the
     first LOG_LINES (each cut to LOG_LINE_CHARS), to be stored with its attempt whatever the
-    worker's log level: `sched runs` and the console show them."""
+    worker's log level: `sched runs` and the console show them. Each kept line is stamped by
+    `now_ms`, the worker's clock (Redis TIME, scheduler/clock.py), the one its attempt's
+    started_ms comes from: a line never reads earlier than the run that logged it."""
 
-    def __init__(self, logger: logging.Logger, extra: dict[str, Any]) -> None:
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any],
+                 now_ms: Callable[[], int] = _wall_ms) -> None:
         super().__init__(logger, extra)
         self.lines: list[str] = []
         self.dropped = 0
+        self.now_ms = now_ms
 
     def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
         if level >= logging.INFO:
@@ -33,8 +46,7 @@ class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
                     text = str(msg) % args if args else str(msg)
                 except (TypeError, ValueError):
                     text = f"{msg} {args}"
-                stamp = time.strftime("%H:%M:%S", time.gmtime())
-                self.lines.append(f"{stamp} {logging.getLevelName(level)} "
+                self.lines.append(f"{stamp(self.now_ms())} {logging.getLevelName(level)} "
                                   f"{' '.join(text.split())[:LOG_LINE_CHARS]}")
             else:
                 self.dropped += 1
@@ -78,13 +90,15 @@ class Registry:
 
 class Context:
     """What a handler knows about the run it is doing. `idempotency_key` is the slot id:
-    stable across every attempt of this slot, distinct for every other slot."""
+    stable across every attempt of this slot, distinct for every other slot. `now_ms` stamps
+    ctx.logger's lines (the worker passes its clock's)."""
 
     __slots__ = ("slot_id", "job_id", "attempt", "fire_ms", "task", "delivery", "_logger",
-                 "_once")
+                 "_once", "_now_ms")
 
     def __init__(self, slot_id: str, job_id: str, attempt: int, fire_ms: int, task: str,
-                 delivery: str, once: Callable[[str], Awaitable[bool]] | None = None) -> None:
+                 delivery: str, once: Callable[[str], Awaitable[bool]] | None = None,
+                 now_ms: Callable[[], int] = _wall_ms) -> None:
         self.slot_id = slot_id
         self.job_id = job_id
         self.attempt = attempt
@@ -93,6 +107,7 @@ class Context:
         self.delivery = delivery
         self._logger: RunLogger | None = None
         self._once = once
+        self._now_ms = now_ms
 
     async def once(self, name: str) -> bool:
         """True only the first time the side effect `name` is recorded for this slot, across
@@ -115,7 +130,8 @@ class Context:
         # Built on first use: most handlers never log, and this is the hot path.
         if self._logger is None:
             self._logger = RunLogger(
-                _log, {"slot_id": self.slot_id, "task": self.task, "attempt": self.attempt})
+                _log, {"slot_id": self.slot_id, "task": self.task, "attempt": self.attempt},
+                self._now_ms)
         return self._logger
 
     def run_log(self) -> list[str] | None:

@@ -35,8 +35,9 @@ class Code(IntEnum):
     DONE_BEFORE = 11  # once: an earlier attempt recorded this effect; skip it
     EXISTS = 12  # submit: the job id is taken (a dedupe hit); nothing written
     LOST = 13  # release of an at_most_once run: it ends lost, never re-run
-    MOVED = 14  # materialize: the watermark moved (another node did it first); redefine: the
-    #            definition changed meanwhile; nothing written
+    MOVED = 14  # materialize: the watermark moved (another node did it first) or the job was
+    #            redefined since the caller read it; redefine: the definition changed
+    #            meanwhile; nothing written
     EARLY = 15  # claim: the slot was dispatched early and its time has not come; nothing written
     GRANT = 16  # claim: claimed, with the job fields the worker holds from the stream entry
 

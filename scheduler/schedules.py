@@ -91,8 +91,9 @@ def schedule(core: Core, /, name: str, task: str, payload: Any = None,
              **options: Any) -> Op[str]:
     """A recurring job identified by `name` (its job id), declared idempotently: the same
     spec writes nothing, a changed spec replaces the definition from the next occurrence
-    (occurrences already materialized ahead are removed and made again under the new one),
-    and any number of processes declaring it at once make one series. `options` are
+    (occurrences created or dispatched ahead that have not started end cancelled, and the new
+    one makes its own; running scheduler nodes take it in their next pass), and any number
+    of processes declaring it at once make one series. `options` are
     submit's (cron= required; queue, priority, timeout, retry, delivery, tz, catchup,
     catchup_limit, overlap, start_at, end_at). A deleted schedule declared again with the same spec stays
     deleted; with another spec it is a series again. Returns the job id (= name)."""

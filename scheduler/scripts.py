@@ -115,7 +115,8 @@ def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
 def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
          items: Sequence[tuple[Any, ...]]) -> Call:
     """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms[,
-    log lines JSON]); the logs go after the items, as msgpack (item number, JSON) pairs."""
+    log lines JSON or None[, task]]); the logs go after the items, as msgpack (item number,
+    JSON) pairs; the task is not sent (the committer names it when the slot is dead)."""
     args: list[Any] = [now_ms, maxlen, worker, len(items)]
     logs: list[Any] = []
     for i, item in enumerate(items):
@@ -194,10 +195,11 @@ def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
 
 
 def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
-                next_ms: int, missed: int, fires: Sequence[int]) -> Call:
-    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job."""
-    return Call("materialize", (prefix,),
-                (now_ms, maxlen, job_id, expected_ms, next_ms, missed, len(fires), *fires))
+                digest: str, next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job; digest:
+    the job's `spec` field the occurrences were computed from ("" for none)."""
+    return Call("materialize", (prefix,), (now_ms, maxlen, job_id, expected_ms, digest,
+                                           next_ms, missed, len(fires), *fires))
 
 
 def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[bytes]) -> Call:

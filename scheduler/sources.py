@@ -111,6 +111,6 @@ _DEFAULT = re.compile(r"\bDEFAULT\.([a-z_]+)\b")
 _NAME = re.compile(r"\b(?:" + "|".join(_NAMED) + r")\b")
 
 SOURCES = {
-    n: _Source(n, t, hashlib.sha1(t.encode()).hexdigest())
+    n: _Source(n, t, hashlib.sha1(t.encode(), usedforsecurity=False).hexdigest())
     for n, t in ((n, with_constants(read_source(n))) for n in NAMES)
 }

@@ -235,8 +235,9 @@ class Worker(Claiming):
             await heartbeat
             try:
                 await self.heartbeat.leave()
-            except Exception:
-                pass  # the registry entry expires by itself
+            except Exception as exc:  # the registry entry expires by itself
+                log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__,
+                          exc)
             self.execution.close()
             await direct.close(self.redis)
             log.info("worker %s stopped", self.worker_id)

@@ -23,5 +23,6 @@ fi
 ensure_venv
 ensure_chromium
 .venv/bin/ruff check scheduler cli tests bench
+.venv/bin/bandit -q -c pyproject.toml -r scheduler cli --severity-level medium
 .venv/bin/mypy
 .venv/bin/pytest "${parallel[@]}" "$@"

@@ -133,3 +133,13 @@ async def chaos_poison(ctx: Context, payload: Any, key: str) -> None:
     """Fails with an error whose text cannot be encoded as UTF-8 (a lone surrogate, as
     os.fsdecode gives for undecodable bytes), and a huge one."""
     raise RuntimeError("\udcff undecodable \ud800 " + "x" * 100_000)
+
+
+@registry.task("test.record_fire")
+def record_fire(ctx: Context, payload: Any) -> None:
+    """Appends a JSON line (slot, fire_ms, started_ms, the payload's `v`) to the file
+    payload["file"]: a record kept outside the Redis under test."""
+    line = json.dumps({"slot": ctx.slot_id, "fire_ms": ctx.fire_ms, "v": payload.get("v"),
+                       "started_ms": int(time.time() * 1000)})
+    with open(payload["file"], "a") as f:
+        f.write(line + "\n")

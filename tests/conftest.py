@@ -41,7 +41,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_snapshotter",
                   "test_priorities", "test_queue_limits", "test_early_dispatch",
                   "test_committer", "test_client", "test_schedules", "test_named_schedules",
-                  "test_submit_stream", "test_hash_read"}
+                  "test_submit_stream", "test_hash_read", "test_browse"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -99,8 +99,16 @@ def close_plain(client: Any) -> None:
 
 @pytest.fixture
 def ns(r: redis.Redis) -> Iterator[str]:
-    name = "t" + uuid.uuid4().hex[:10]
+    name = new_namespace()
     yield name
+    drop_namespace(r, name)
+
+
+def new_namespace() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+def drop_namespace(r: redis.Redis, name: str) -> None:
     keys = list(r.scan_iter(match=f"{name}:*", count=10_000))
     for i in range(0, len(keys), 500):
         r.delete(*keys[i:i + 500])

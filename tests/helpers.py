@@ -1,19 +1,19 @@
 """Helpers shared by the tests: run transitions on one job's shard, run a worker until a
-condition holds, and call the CLI in-process."""
+condition holds, call the CLI in-process, and serve the web console as a process."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import socket
+import os
+import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ import redis
 import redis.asyncio
 
 from cli.main import main
+from conftest import SCHED
 from scheduler import (
     Client,
     Registry,
@@ -33,6 +34,7 @@ from scheduler import (
 )
 from scheduler.clock import ManualClock
 from scheduler.connection import async_redis
+from scheduler.embedded import free_port
 from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
 from scheduler.node import NodeConfig, SchedulerNode
 from scheduler.snapshotter import Snapshotter, SnapshotterConfig
@@ -132,6 +134,35 @@ def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,
 
 
 
+def sched_process(redis_url: str, ns: str, env: dict[str, str],
+                  *args: str) -> subprocess.Popen[bytes]:
+    """A real `sched` process (`scheduler`, `worker`...) on the namespace; the handlers of
+    tests/app_tasks.py record to the Redis under test."""
+    return subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
+                            env={**env, "SCHED_TEST_REDIS_URL_APP": redis_url},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@contextmanager
+def running(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Stops the processes when the block ends (SIGTERM; SIGKILL after 20 s), printing the
+    stderr of each that did not exit cleanly."""
+    try:
+        yield
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                _, err = p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+            if p.returncode not in (0, -signal.SIGKILL):
+                print(err.decode()[-3000:])
+
+
 def pending(r: redis.Redis, ns: str) -> int:
     """Events delivered to snapshotters and not acked yet, over every shard of the namespace
     (0 for a shard whose stream or group does not exist yet; any other error is raised)."""
@@ -179,33 +210,22 @@ def make_dead(client: Client, redis_url: str, ns: str, n: int = 1,
     return ids
 
 
-@contextlib.contextmanager
-def console(redis_url: str, ns: str, *args: str) -> Iterator[str]:
-    """A real `sched web` (no token: loopback only) on a free port, until the block ends;
-    yields its base URL once it answers."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "cli", "--redis-url", redis_url,
-                             "--namespace", ns, "web", "--port", str(port), *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def serve_console(redis_url: str, ns: str, *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A `sched web ARGS` process on a free loopback port, once it answers: (process, base
+    URL). Stop it with `running`."""
+    port = free_port()
+    proc = sched_process(redis_url, ns, dict(os.environ), "web", "--port", str(port), *args)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-                assert time.monotonic() < deadline, "sched web did not start"
-                time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(20)
-        if proc.stderr is not None:
-            proc.stderr.close()
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/healthz", timeout=2).read()
+            return proc, base
+        except (urllib.error.URLError, ConnectionError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                with running(proc):
+                    pytest.fail("sched web did not start")
+            time.sleep(0.1)
 
 
 def http_get(url: str) -> tuple[int, str]:

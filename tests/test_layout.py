@@ -68,8 +68,9 @@ LAYERS = {
                  "recovery", "status", "status_records", "capacity", "autoscale", "fastmetrics",
                  "metrics", "exporter", "embedded", "tracing"},
     "sdk": {"jobspec", "sdk_core", "submit_batch", "script_stream", "operations", "schedules",
-            "results", "queues", "client"},
-    "web": {"web", "web.app", "web.guard", "web.pages", "web.series"},
+            "results", "queues", "browse", "client"},
+    "web": {"web", "web.app", "web.guard", "web.middleware", "web.pages", "web.ratelimit",
+            "web.series"},
     "testing": {"testing", "testing.fakeserver", "testing.harness"},
 }
 MAY_IMPORT = {"contracts": {"contracts"}, "store": {"contracts", "store"},

@@ -28,7 +28,7 @@ async def sleep(ctx: Context, payload: Any) -> None:
 
 @registry.task("demo.flaky")
 async def flaky(ctx: Context, payload: Any) -> None:
-    if random.random() < float((payload or {}).get("fail_rate", 0.5)):
+    if random.random() < float((payload or {}).get("fail_rate", 0.5)):  # nosec B311 # a demo
         raise RuntimeError("flaky task failed on purpose")
 
 

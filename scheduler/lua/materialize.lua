@@ -8,21 +8,28 @@
   ARGV[3]  job_id
   ARGV[4]  expected_ms     the watermark the caller computed from; nothing happens unless
                            the job's score in `cron` is still exactly this
-  ARGV[5]  next_ms         the new watermark: the first occurrence not created by this call;
+  ARGV[5]  digest          the job's `spec` field the caller computed from ("" for none),
+                           the definition's version: every redefinition changes it
+                           (redefine.lua); nothing happens unless it is still exactly this
+  ARGV[6]  next_ms         the new watermark: the first occurrence not created by this call;
                            -1 ends the job (past end_at): it leaves the `cron` set
-  ARGV[6]  missed          occurrences the catch-up policy dropped (counted, not created)
-  ARGV[7]  n               number of occurrences to create; then n fire_ms values
+  ARGV[7]  missed          occurrences the catch-up policy dropped (counted, not created)
+  ARGV[8]  n               number of occurrences to create; then n fire_ms values
 
-  Each occurrence's slot `<job_id>:<fire_ms>` is created only if absent, as status
-  `scheduled` in `due` at fire_ms (a past fire_ms is promoted at once), and indexed in the
-  job's `runs:<job_id>` set. The slot copies the job's queue and task, and overlap="skip".
+  Each occurrence's slot `<job_id>:<fire_ms>` is created only if absent, or withdrawn by a
+  redefinition (redefine.lua: cancelled, with `redefined_ms`; the new definition's occurrence
+  at the same time takes its id over), as status `scheduled` in `due` at fire_ms (a past
+  fire_ms is promoted at once), and indexed in the job's `runs:<job_id>` set. The slot copies the job's queue and task, and overlap="skip".
   Occurrences are computed by the caller (Python, croniter); this script only refuses work
-  done from a stale watermark, so two nodes doing the same job at once create each slot once.
+  done from a stale watermark, so two nodes doing the same job at once create each slot once,
+  or from a definition since replaced, so a node that kept the old one creates none of its
+  occurrences (the caller reads the job again).
 
   Reply (R, replies.py):
          {R.OK, created}  watermark advanced, `created` slots new (others existed)
-         {R.MOVED, 0}     refused: the watermark moved (another node did it) or the job
-                          left the `cron` set; nothing was written
+         {R.MOVED, 0}     refused: the watermark moved (another node did it, or a
+                          redefinition), the job left the `cron` set, or its definition is
+                          not the one the caller computed from; nothing was written
 
   Events: "materialized" {job, slots, next_ms}, and "missed" {job, missed}
   when missed > 0 (also added to the job's `missed` field and the shard's stats `missed`).
@@ -32,9 +39,10 @@ local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local job_id = ARGV[3]
 local expected = tonumber(ARGV[4])
-local next_ms = tonumber(ARGV[5])
-local missed = tonumber(ARGV[6])
-local n = tonumber(ARGV[7])
+local digest = ARGV[5]
+local next_ms = tonumber(ARGV[6])
+local missed = tonumber(ARGV[7])
+local n = tonumber(ARGV[8])
 
 --- @include "_lib.lua"
 
@@ -43,14 +51,20 @@ local score = redis.call('ZSCORE', cron, job_id)
 if not score or tonumber(score) ~= expected then return {R.MOVED, 0} end
 
 local job_key = prefix .. 'job:' .. job_id
-local job = redis.call('HMGET', job_key, 'queue', 'task', 'overlap', 'priority')
+local job = redis.call('HMGET', job_key, 'queue', 'task', 'overlap', 'priority', 'spec')
+if (job[5] or '') ~= digest then return {R.MOVED, 0} end
 local runs = prefix .. 'runs:' .. job_id
 local created = {}
 for i = 1, n do
-  local fire = ARGV[7 + i]
+  local fire = ARGV[8 + i]
   local slot_id = job_id .. ':' .. fire
   local slot_key = prefix .. 'slot:' .. slot_id
-  if redis.call('EXISTS', slot_key) == 0 then
+  local st = redis.call('HMGET', slot_key, 'status', 'redefined_ms')
+  if st[2] and st[1] == 'cancelled' then
+    redis.call('DEL', slot_key)
+    st[1] = nil
+  end
+  if not st[1] then
     redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', fire, 'status', 'scheduled',
       'queue', job[1], 'task', job[2], 'msg', '')
     if job[3] == 'skip' then redis.call('HSET', slot_key, 'overlap', 'skip') end

@@ -10,22 +10,33 @@
                            job's is still exactly this ("" for none)
   ARGV[5]  next_ms         the new definition's first occurrence after now: the watermark
   ARGV[6]  fields          msgpack array: the new job hash, field/value pairs (task and queue
-                           among them), `spec` its digest
+                           among them), `spec` its digest. The digest is the definition's
+                           version: materialize.lua refuses occurrences computed from another,
+                           so a node that kept the old definition reads the new one
 
-  The job hash is rewritten (its created_ms kept, redefined_ms set; a deleted job is a series
-  again). Occurrences the old definition had materialized ahead (slots still `scheduled`,
-  fire time after now) are removed, hash and all: they never ran, and the materializer
-  creates the new definition's occurrences from next_ms (at the same times too). Slots due,
-  queued or running go on as they were.
+  The job hash is rewritten (its created_ms, and the series' `active` slot and `missed` count
+  kept; redefined_ms set; a deleted job is a series again). The old definition's occurrences
+  after now that have not started are withdrawn: they end `cancelled` (reason "redefined",
+  and `redefined_ms` set, the mark materialize.lua reads to make the new definition's
+  occurrence at the same time under the same slot id). They are
+  - slots still `scheduled`: they leave `due`;
+  - slots `queued` ahead of their time (promote.lua, "Early": `nb` after now): their dispatch
+    entry is acked and deleted, so no worker claims it or keeps the old job fields it carries
+    (reader.py); a worker that read it already has its claim answered R.STALE. None of them
+    has started: claim.lua refuses a slot before its nb (R.EARLY), and this script runs
+    between claims, never during one.
+  Their hashes stay (history reads the cancellation there, as for cancel.lua's). Slots due
+  by now (fire time <= now: scheduled, queued or running) go on as they were.
 
-  Reply (R, replies.py): {R.OK, removed}; {R.MOVED, 0} the definition changed meanwhile
-  (another process redefined it) or the job is not a recurring one; {R.MISSING, 0} no job.
+  Reply (R, replies.py): {R.OK, scheduled, queued} how many occurrences of each kind were
+  withdrawn; {R.MOVED, 0, 0} the definition changed meanwhile (another process redefined it)
+  or the job is not a recurring one; {R.MISSING, 0, 0} no job.
   An error reply "INVALID <problem>; nothing was written" for a task or queue name that
   submit.lua would refuse (a control character in the task name, a queue name that cannot
   be part of a key).
 
-  Events: "redefined" {job}, and "cancelled" {slot, reason} per removed occurrence (history
-  shows it cancelled until the same slot id is created again).
+  Events: "redefined" {job}, and "cancelled" {slot, reason = "redefined"} per withdrawn
+  occurrence.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -45,26 +56,40 @@ for i = 1, #fields, 2 do
 end
 
 local job_key = prefix .. 'job:' .. job_id
-local cur = redis.call('HMGET', job_key, 'spec', 'created_ms', 'kind')
-if not cur[2] then return {R.MISSING, 0} end
-if (cur[1] or '') ~= expected or cur[3] ~= 'cron' then return {R.MOVED, 0} end
+local cur = redis.call('HMGET', job_key, 'spec', 'created_ms', 'kind', 'active', 'missed')
+if not cur[2] then return {R.MISSING, 0, 0} end
+if (cur[1] or '') ~= expected or cur[3] ~= 'cron' then return {R.MOVED, 0, 0} end
 
 local runs = prefix .. 'runs:' .. job_id
-local removed = {}
+local withdrawn, scheduled, queued = {}, 0, 0
 for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf')) do
   local slot_key = prefix .. 'slot:' .. slot_id
-  if redis.call('HGET', slot_key, 'status') == 'scheduled' then
+  local st = redis.call('HMGET', slot_key, 'status', 'nb', 'msg', 'queue', 'priority')
+  local ahead = false
+  if st[1] == 'scheduled' then
     redis.call('ZREM', prefix .. 'due', slot_id)
-    redis.call('ZREM', runs, slot_id)
-    redis.call('DEL', slot_key)
-    removed[#removed + 1] = {slot = slot_id, reason = 'redefined'}
+    scheduled, ahead = scheduled + 1, true
+  elseif st[1] == 'queued' and (tonumber(st[2]) or 0) > now then
+    local lane_name = lane(st[4], st[5])
+    if st[3] and st[3] ~= '' then
+      ack(prefix, lane_name, st[3])
+      redis.call('XDEL', prefix .. 'q:' .. lane_name, st[3])
+    end
+    queued, ahead = queued + 1, true
+  end
+  if ahead then
+    redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel',
+      'redefined', 'redefined_ms', now)
+    withdrawn[#withdrawn + 1] = {slot = slot_id, reason = 'redefined'}
   end
 end
 
 redis.call('DEL', job_key)
 redis.call('HSET', job_key, 'fire_ms', next_ms, 'created_ms', cur[2], 'redefined_ms', now,
   unpack(fields))
+if cur[4] then redis.call('HSET', job_key, 'active', cur[4]) end
+if cur[5] then redis.call('HSET', job_key, 'missed', cur[5]) end
 redis.call('ZADD', prefix .. 'cron', next_ms, job_id)
-emit(prefix, maxlen, now, 'cancelled', removed, nil)
+emit(prefix, maxlen, now, 'cancelled', withdrawn, nil)
 emit(prefix, maxlen, now, 'redefined', {{job = job_id}}, nil)
-return {R.OK, #removed}
+return {R.OK, scheduled, queued}

@@ -1,6 +1,7 @@
 """The operator's console: a Starlette app over an AsyncClient (`sched web`, or mount
-`create_app(...)` in a service of your own). Pages are server-rendered (Jinja2); htmx
-refreshes the overview's health panel and a vendored uPlot draws its charts (no CDN).
+`create_app(...)` in a service of your own). Pages are server-rendered (Jinja2) from what
+Redis says when they are viewed; htmx refreshes the overview's health panel, and a vendored
+uPlot draws its charts (no CDN) from the samples series.py takes.
 
 Actions are POST forms (cancel, replay, purge, delete a schedule, trigger now), on one item
 or on a selection of checkboxes; each answers with a redirect back to the page it came from
@@ -12,12 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import (
@@ -29,113 +31,187 @@ from starlette.responses import (
 )
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp
 
-from ..errors import JobNotFound, RedisUnavailable, SchedulerError, SlotNotFound
+from ..errors import (
+    JobNotFound,
+    RedisFailure,
+    SchedulerError,
+    SlotNotFound,
+    StoreUnavailable,
+    ValidationError,
+)
 from . import guard, pages
+from .guard import Admission
+from .middleware import SecurityMiddleware
 from .series import Sampler
 
 log = logging.getLogger("scheduler.web")
 HERE = resources.files("scheduler") / "web"
-NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/schedules", "Schedules"),
-       ("/workers", "Workers"), ("/dead-letters", "Dead letters"), ("/history", "History")]
+NAV = [("/", "Overview"), ("/queues", "Queues"), ("/running", "Running"),
+       ("/scheduled", "Scheduled"), ("/jobs", "Jobs"), ("/recent", "Recent"),
+       ("/schedules", "Schedules"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"),
+       ("/history", "History")]
 
 
 def create_app(client: Any, *, token: str | None = None, read_only: bool = False,
-               sample_s: float = 5.0) -> Starlette:
+               sample_s: float = 5.0, behind_proxy: bool = False,
+               allow_hosts: Iterable[str] = (), session_s: float | None = None,
+               secret: bytes | None = None) -> ASGIApp:
     """`client`: an AsyncClient of the namespace (with `history=` for the History page).
-    `token`: required on every request when given. `read_only`: refuse every action."""
-    return Console(client, token, read_only, sample_s).app
+    `token`: required on every request when given; without one only loopback Host names (and
+    `allow_hosts`) are served. `read_only`: refuse every action. `behind_proxy`: trust the
+    proxy's X-Forwarded-Proto and X-Forwarded-For. `session_s`: how long a sign-in lasts
+    (guard.SESSION_S unless given).
+    `secret`: the key of the CSRF fields (random per process unless given: consoles behind
+    one load balancer share one)."""
+    gate = guard.Gate(token, secret, session_s or guard.SESSION_S)
+    return SecurityMiddleware(Console(client, gate, read_only, sample_s).app,
+                              loopback_only=not gate.needs_token, allow_hosts=allow_hosts,
+                              behind_proxy=behind_proxy)
 
 
 View = Callable[[Request], Awaitable[pages.Page]]
 
 
 class Console:
-    def __init__(self, client: Any, token: str | None, read_only: bool,
+    def __init__(self, client: Any, gate: guard.Gate, read_only: bool,
                  sample_s: float) -> None:
         self.client = client
-        self.token = token
+        self.gate = gate
         self.read_only = read_only
         self.env = Environment(loader=FileSystemLoader(str(HERE / "templates")),
                                autoescape=select_autoescape(["html"]))
+        self.env.filters["code"] = code
         self.sampler = Sampler(client, every_s=sample_s)
-        self.csrf = guard.new_csrf()  # one per process: the double-submit cookie's value
-        q = self._query
         self.views: dict[str, View] = {
             "/": self.overview,
-            "/queues": lambda r: self._from_status(pages.queues),
-            "/jobs": lambda r: pages.jobs(client, q(r, "kind"), q(r, "task"), q(r, "state")),
-            "/schedules": lambda r: pages.schedules(client),
-            "/workers": lambda r: self._from_status(pages.workers),
-            "/dead-letters": lambda r: pages.dead_letters(client),
-            "/history": lambda r: pages.history(client, q(r, "job"), q(r, "status")),
+            "/queues": self.queues,
+            "/running": lambda r: pages.slot_list(client, "running", None, r.query_params),
+            "/scheduled": lambda r: pages.slot_list(client, "scheduled", None, r.query_params),
+            "/retrying": lambda r: pages.slot_list(client, "retrying", None, r.query_params),
+            "/jobs": lambda r: pages.jobs(client, r.query_params),
+            "/recent": lambda r: pages.recent(client, r.query_params),
+            "/schedules": lambda r: pages.schedules(client, r.query_params),
+            "/workers": self.workers,
+            "/dead-letters": lambda r: pages.dead_letters(client, r.query_params),
+            "/history": lambda r: pages.history(client, r.query_params),
+            "/jobs/{job_id}": lambda r: pages.job(client, r.path_params["job_id"]),
+            "/slots/{slot_id}": lambda r: pages.slot(client, r.path_params["slot_id"]),
+            "/queues/{queue}": lambda r: pages.slot_list(
+                client, "queued", r.path_params["queue"], r.query_params),
+            "/queues/{queue}/{list}": self.queue_list,
         }
         g = self._guarded
         routes = [Route("/healthz", self.healthz), Route("/login", self.login,
                                                          methods=["GET", "POST"]),
                   Route("/api/series", g(self.series)), Route("/partials/health", g(self.health)),
                   Route("/actions/{name}", g(self.act), methods=["POST"]),
-                  Route("/jobs/{job_id}", g(self.page(lambda r: pages.job(
-                      client, r.path_params["job_id"])))),
-                  Route("/slots/{slot_id}", g(self.page(lambda r: pages.slot(
-                      client, r.path_params["slot_id"])))),
+                  Route("/logout", g(self.logout), methods=["POST"]),
+                  Route("/search", g(self.search)),
                   *(Route(path, g(self.page(view))) for path, view in self.views.items()),
                   Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")]
         self.app = Starlette(routes=routes, lifespan=self.lifespan)
 
-    @staticmethod
-    def _query(request: Request, name: str) -> str | None:
-        return request.query_params.get(name) or None
-
     def render(self, request: Request, template: str, context: dict[str, Any],
                status_code: int = 200) -> HTMLResponse:
+        session, new_session = self.gate.session(request)
         ctx = {"namespace": self.client.namespace, "nav": NAV, "active": request.url.path,
-               "read_only": self.read_only, "csrf": self.csrf, "next": _here(request),
-               "done": request.query_params.get("done"),
+               "read_only": self.read_only, "csrf": self.gate.csrf(session),
+               "sign_out": self.gate.needs_token and template != "login.html",
+               "next": _here(request), "done": request.query_params.get("done"),
                "failed": request.query_params.get("failed"), **context}
         response = HTMLResponse(self.env.get_template(template).render(**ctx), status_code)
-        if request.cookies.get(guard.CSRF_COOKIE) != self.csrf:
-            response.set_cookie(guard.CSRF_COOKIE, self.csrf, httponly=True, samesite="strict")
+        if new_session is not None:
+            self.gate.set_session(request, response, new_session)
         return response
 
     def _guarded(self, endpoint: Callable[[Request], Awaitable[Response]]
                  ) -> Callable[[Request], Awaitable[Response]]:
         async def guarded(request: Request) -> Response:
-            if guard.token_ok(self.token, guard.given_token(request)):
+            admission = self.gate.admit(request)
+            if admission is Admission.IN:
                 return await endpoint(request)
-            if request.url.path.startswith(("/api/", "/partials/", "/actions/")):
-                return PlainTextResponse("a token is needed (Authorization: Bearer TOKEN)", 401)
-            return self.render(request, "login.html", {"title": "Sign in",
-                                                       "next": _here(request)}, 401)
+            if admission is Admission.LIMITED:
+                return self.too_many(request)
+            response: Response
+            if request.method != "GET" or request.url.path.startswith(("/api/", "/partials/")):
+                response = PlainTextResponse("a token is needed (Authorization: Bearer TOKEN)",
+                                             401)
+            else:
+                response = self.render(request, "login.html", {"title": "Sign in",
+                                                               "next": _here(request)}, 401)
+            if admission is Admission.WRONG:  # a stale cookie: sent (and counted) once
+                self.gate.sign_out(request, response)
+            return response
         return guarded
+
+    def too_many(self, request: Request) -> Response:
+        wait = max(1, self.gate.retry_after(request))
+        return PlainTextResponse(f"too many failed sign-ins from your address: try again in "
+                                 f"{wait} s", 429, headers={"Retry-After": str(wait)})
 
     def page(self, view: View) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
             try:
                 template, context = await view(request)
-            except (JobNotFound, SlotNotFound) as exc:
-                return self.render(request, "table.html", {"title": "Not found", "rows": [],
-                                                           "header": [], "note": str(exc)}, 404)
-            except RedisUnavailable as exc:
-                return self.render(request, "table.html", {"title": "Redis unavailable",
-                                                           "rows": [], "header": [],
-                                                           "note": str(exc)}, 503)
+            except SchedulerError as exc:
+                return self.refusal(request, exc)
             return self.render(request, template, context)
         return endpoint
 
-    async def status(self) -> Any:
-        if self.sampler.last is None:
-            await self.sampler.run_once()
-        return self.sampler.last
+    def refusal(self, request: Request, exc: SchedulerError) -> Response:
+        """A page for what a view refused: 400 for a value it does not allow (the message
+        names the allowed ones), 404 for an id Redis does not know, 503 when Redis or the
+        history store cannot answer."""
+        if isinstance(exc, ValidationError):
+            title, status_code = "Bad request", 400
+        elif isinstance(exc, JobNotFound | SlotNotFound):
+            title, status_code = "Not found", 404
+        elif isinstance(exc, RedisFailure | StoreUnavailable):
+            title, status_code = "Unavailable", 503
+        else:
+            raise exc
+        return self.render(request, "table.html", {"title": title, "rows": [], "header": [],
+                                                   "note": str(exc)}, status_code)
 
-    async def _from_status(self, view: Callable[[Any], pages.Page]) -> pages.Page:
-        return view(await self.status())
+    async def status(self) -> tuple[Any, list[Any]]:
+        """What Redis says now: the status (one `status()`, as `sched status` reads it) and
+        its queues with their limits."""
+        now = await self.client.status()
+        return now, await self.client.queues(now)
 
     async def overview(self, request: Request) -> pages.Page:
-        return "overview.html", _health(await self.status())
+        return "overview.html", pages.health(*await self.status())
+
+    async def queues(self, request: Request) -> pages.Page:
+        return pages.queues(*await self.status())
+
+    async def workers(self, request: Request) -> pages.Page:
+        return pages.workers(await self.client.status())
+
+    async def queue_list(self, request: Request) -> pages.Page:
+        what = pages.choice(request.path_params, "list", pages.SLOT_LISTS) or "queued"
+        return await pages.slot_list(self.client, what, request.path_params["queue"],
+                                     request.query_params)
 
     async def health(self, request: Request) -> Response:
-        return self.render(request, "health.html", _health(await self.status()))
+        try:
+            context = pages.health(*await self.status())
+        except RedisFailure as exc:
+            return self.render(request, "health.html", {"failed": str(exc)}, 503)
+        return self.render(request, "health.html", context)
+
+    async def search(self, request: Request) -> Response:
+        try:
+            return RedirectResponse(await pages.find(self.client, request.query_params), 303)
+        except (JobNotFound, SlotNotFound):
+            return self.render(request, "table.html", {
+                "title": "Not found", "rows": [], "header": [],
+                "note": f"no such job or slot: {request.query_params.get('id', '')[:200]!r} "
+                        f"is not in Redis (a finished one may be in History)"}, 404)
+        except SchedulerError as exc:
+            return self.refusal(request, exc)
 
     async def series(self, request: Request) -> Response:
         return JSONResponse(self.sampler.series())
@@ -147,10 +223,9 @@ class Console:
         if self.read_only:
             return PlainTextResponse("this console is read-only", 403)
         form = await request.form()
-        if not guard.csrf_ok(request, form):
-            return PlainTextResponse("this form did not come from the console (CSRF check "
-                                     "failed): reload the page and try again", 403)
-        back = _safe_next(str(form.get("next") or "/"))
+        if not self.gate.csrf_ok(request, form):
+            return _csrf_failed()
+        back = guard.safe_next(_text(form.get("next")))
         action = ACTIONS.get(request.path_params["name"])
         if action is None:
             return PlainTextResponse("no such action", 404)
@@ -166,14 +241,25 @@ class Console:
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self.render(request, "login.html", {
-                "title": "Sign in", "next": _safe_next(request.query_params.get("next", "/"))})
+                "title": "Sign in", "next": guard.safe_next(request.query_params.get("next"))})
         form = await request.form()
-        given = str(form.get("token") or "")
-        if not guard.token_ok(self.token, given):
-            return self.render(request, "login.html", {"title": "Sign in", "next": "/",
+        back = guard.safe_next(_text(form.get("next")))
+        admission = self.gate.sign_in(request, form.get("token"))
+        if admission is Admission.LIMITED:
+            return self.too_many(request)
+        if admission is not Admission.IN:
+            return self.render(request, "login.html", {"title": "Sign in", "next": back,
                                                        "failed": "wrong token"}, 401)
-        response = RedirectResponse(_safe_next(str(form.get("next") or "/")), 303)
-        response.set_cookie(guard.TOKEN_COOKIE, given, httponly=True, samesite="strict")
+        response = RedirectResponse(back, 303)
+        if self.gate.needs_token:
+            self.gate.set_sign_in(request, response)
+        return response
+
+    async def logout(self, request: Request) -> Response:
+        if not self.gate.csrf_ok(request, await request.form()):
+            return _csrf_failed()
+        response = RedirectResponse("/login", 303)
+        self.gate.sign_out(request, response)
         return response
 
     @contextlib.asynccontextmanager
@@ -186,19 +272,27 @@ class Console:
             await task
 
 
-def _health(s: Any) -> dict[str, Any]:
-    return {"title": "Overview", "status": s, "problems": s.problems(max_lag_s=60.0),
-            "warnings": s.warnings()}
+def code(text: Any) -> Markup:
+    """Text whose `backticked` parts are code (the SDK's messages name commands that way):
+    escaped, with those parts in <code>."""
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick stays as it is
+        parts[-2:] = [parts[-2] + "`" + parts[-1]]
+    return Markup("").join(Markup("<code>%s</code>") % part if i % 2 else escape(part)
+                           for i, part in enumerate(parts))
 
 
 def _here(request: Request) -> str:
     return request.url.path + (f"?{request.url.query}" if request.url.query else "")
 
 
-def _safe_next(target: str) -> str:
-    """Only a path of this console (never another site) to go back to."""
-    parts = urlsplit(target)
-    return target if not parts.scheme and not parts.netloc and target.startswith("/") else "/"
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _csrf_failed() -> Response:
+    return PlainTextResponse("this form did not come from the console (CSRF check failed): "
+                             "reload the page and try again", 403)
 
 
 def _with(target: str, key: str, text: str) -> str:

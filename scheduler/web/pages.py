@@ -1,19 +1,36 @@
 """What each page shows, read through the SDK (AsyncClient): one function per page that returns
-the template and its context. No I/O of its own and no HTML: templates/ renders it."""
+the template and its context. No I/O of its own and no HTML: templates/ renders it.
+
+Pages read Redis when they are viewed (the status pages one `status()` each, as `sched
+status` does); the chart sampler (series.py) feeds the charts alone. Every list is bounded:
+a page of a paged SDK list (browse.py) or a capped read. A query parameter a page does not
+know is ignored; a value it does not allow is a ValidationError, which the console answers
+with a 400 page naming the values it allows.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlencode
 
 import msgspec
 
-from ..errors import SlotNotFound, StoreUnavailable
+from ..errors import JobNotFound, StoreUnavailable, ValidationError
+from ..keys import check_job_id, split_slot_id
 from ..models import Job, Slot
 from ..states import JobKind, SlotStatus
 
 Page = tuple[str, dict[str, Any]]
+Params = Mapping[str, str]
 JOB_STATES = ("active", "ended", "deleted")
+JOB_KINDS = tuple(k.value for k in JobKind)
+SLOT_LISTS = ("queued", "scheduled", "retrying", "running")
+MAX_TEXT = 200  # the longest free-text filter (a task name is at most 200 characters)
+LISTED_JOBS = 500  # jobs and schedules pages: the newest this many
+NEXT_FIRES = 10
+START_WORKER = "start one with `sched worker --app MODULE:REGISTRY`"
 
 
 def when(ms: int | None) -> str:
@@ -23,8 +40,8 @@ def when(ms: int | None) -> str:
         "+00:00", "Z")
 
 
-def link(href: str, text: str) -> dict[str, str]:
-    return {"href": href, "text": text}
+def link(href: str, text: Any) -> dict[str, str]:
+    return {"href": href, "text": str(text)}
 
 
 def _row(key: str, *cells: Any) -> dict[str, Any]:
@@ -35,16 +52,188 @@ def _job_state(job: Job) -> str:
     return "deleted" if job.deleted_ms else ("active" if job.next_fire_ms else "ended")
 
 
-def queues(status: Any) -> Page:
-    rows = [_row(q.queue, q.queue, f"{q.depth:,}", f"{q.pending:,}",
-                 f"{q.oldest_ready_age_s:.1f}s", f"{q.succeeded_per_s:,.1f}",
-                 f"{q.failed_per_s:,.1f}") for q in status.queues]
-    return "table.html", {"title": "Queues", "rows": rows, "header": [
-        "queue", "depth", "pending", "lag", "ok/s", "failed/s"]}
+# --- query parameters -----------------------------------------------------------------------
+
+def choice(params: Params, name: str, allowed: tuple[str, ...]) -> str | None:
+    """A parameter with a closed set of values; empty or absent is None (any)."""
+    value = params.get(name) or None
+    if value is not None and value not in allowed:
+        raise ValidationError(name, f"{value[:MAX_TEXT]!r} is not allowed; use one of "
+                                    f"{', '.join(allowed)} (or leave it empty for any)")
+    return value
 
 
-async def jobs(client: Any, kind: str | None, task: str | None, state: str | None) -> Page:
-    found = [j for j in await client.list_jobs(500)
+def text(params: Params, name: str) -> str | None:
+    value = params.get(name) or None
+    if value is not None and len(value) > MAX_TEXT:
+        raise ValidationError(name, f"at most {MAX_TEXT} characters")
+    return value
+
+
+def _after(params: Params) -> str | None:
+    value = params.get("after") or None
+    if value is not None and len(value) > 100:  # browse.py's cursors are shorter
+        raise ValidationError("after", "not a page cursor: follow the page's own `next` link")
+    return value
+
+
+def _pager(path: str, params: Params, cursor: str | None) -> str | None:
+    """The link to the next page: this page's own filters, and the cursor."""
+    if cursor is None:
+        return None
+    kept = {k: v for k, v in params.items() if k != "after" and v}
+    return f"{path}?{urlencode({**kept, 'after': cursor})}"
+
+
+# --- the namespace at a glance --------------------------------------------------------------
+
+def _rate(per_s: float) -> str:
+    return f"{per_s:,.1f}"
+
+
+def queue_rows(status: Any, infos: list[Any]) -> list[dict[str, Any]]:
+    """One row per queue: each count links to its list."""
+    running = {q.queue: q.inflight for q in status.queues}
+    rows = []
+    for q in infos:
+        base = f"/queues/{q.queue}"
+        limit = "-"
+        if q.limit is not None:
+            limit = q.limit.text() + ("" if q.permits_held is None
+                                      else f" ({q.permits_held:,} held)")
+        runs = f"{base}/running"
+        rows.append(_row(q.queue, link(base, q.queue), link(base, f"{q.depth:,}"),
+                         link(runs, f"{q.pending:,}"), link(runs, f"{running.get(q.queue, 0):,}"),
+                         f"{q.oldest_ready_age_s:.1f}s", _rate(q.succeeded_per_s),
+                         _rate(q.failed_per_s), limit))
+    return rows
+
+
+QUEUE_HEADER = ["queue", "depth", "pending", "running", "lag", "ok/s", "failed/s", "limit"]
+NO_QUEUE = ("no queue yet: a queue appears with its first job (`client.submit(task, "
+            "queue=...)`) or its first limit (`sched queues limit`)")
+
+
+def health(status: Any, infos: list[Any]) -> dict[str, Any]:
+    """The overview's panel (and its htmx refresh): the verdict as `sched status` gives it,
+    the counts, each a link to its list, and the queue table."""
+    return {"title": "Overview", "status": status, "problems": status.problems(max_lag_s=60.0),
+            "warnings": status.warnings(), "queue_header": QUEUE_HEADER,
+            "queue_rows": queue_rows(status, infos), "queue_empty": NO_QUEUE,
+            "running": sum(q.inflight for q in status.queues)}
+
+
+def queues(status: Any, infos: list[Any]) -> Page:
+    return "table.html", {
+        "title": "Queues", "rows": queue_rows(status, infos), "header": QUEUE_HEADER,
+        "empty": NO_QUEUE,
+        "note": "depth: ready, not read by a worker yet; pending: read and not finished; "
+                "running: in flight on live workers (their heartbeats); lag: how long the "
+                "oldest ready job has waited; rates over each worker's last heartbeat "
+                "interval; limit: the queue-wide limit (`sched queues limit`) and the "
+                "permits its runs hold."}
+
+
+def workers(status: Any) -> Page:
+    rows = [_row(w.worker_id, w.worker_id, "alive" if w.alive else "gone",
+                 f"{w.heartbeat_age_s:.1f}s ago", w.host, w.pid,
+                 link("/running", f"{w.inflight}/{w.concurrency}"),
+                 _rate(w.succeeded_per_s), f"{w.succeeded:,}", f"{w.failed:,}",
+                 ",".join(w.queues)) for w in status.workers]
+    return "table.html", {
+        "title": "Workers", "rows": rows, "header": [
+            "worker", "state", "heartbeat", "host", "pid", "in flight", "ok/s", "succeeded",
+            "failed", "queues"],
+        "empty": f"no worker has reported to this namespace: {START_WORKER} (it shows here "
+                 f"within its first heartbeat)",
+        "note": f"{status.workers_alive} alive of {status.workers_known} known."}
+
+
+# --- lists of slots -------------------------------------------------------------------------
+
+SLOT_LIST_EMPTY = {
+    "queued": "nothing is waiting in this queue: a slot waits here from its submit (or its "
+              "time) until a worker reads it",
+    "scheduled": "no slot is waiting for its time: delayed and `at` jobs, the occurrences "
+                 "of a cron job (made a few seconds ahead by `sched scheduler`) and retries "
+                 "wait here",
+    "retrying": "no slot is waiting to be retried: a failed attempt with attempts left waits "
+                "here out its backoff",
+    "running": f"nothing is running now: a run shows here while a worker holds it ({START_WORKER})",
+}
+
+
+def _slot_cells(s: Slot, what: str, now_ms: int) -> list[Any]:
+    cells: list[Any] = [link(f"/slots/{s.slot_id}", s.slot_id), s.task,
+                        link(f"/queues/{s.queue}", s.queue), s.priority]
+    if what == "running":
+        current = s.attempts[-1] if s.attempts else None
+        lease = "-"
+        if s.lease_until_ms:
+            left = (s.lease_until_ms - now_ms) / 1000
+            lease = f"{left:.1f}s left" if left >= 0 else f"expired {-left:.1f}s ago"
+        return [*cells, s.status.value, s.worker or "-",
+                when(current.claimed_ms if current else None), lease]
+    if what == "queued":
+        return [*cells, s.status.value, when(s.available_ms), s.attempt]
+    return [*cells, when(s.available_ms), s.attempt,
+            (s.attempts[-1].error or "")[:120] if s.attempts else ""]
+
+
+def _slot_header(what: str) -> list[str]:
+    head = ["slot", "task", "queue", "priority"]
+    if what == "running":
+        return [*head, "status", "worker", "started", "lease"]
+    if what == "queued":
+        return [*head, "status", "ready since", "attempts"]
+    return [*head, "due", "attempts", "last error"]
+
+
+async def slot_list(client: Any, what: str, queue: str | None, params: Params) -> Page:
+    """One page of a list of slots: a queue's (queued, scheduled, retrying, running), or, with
+    no queue, the namespace's (all but queued, which is per queue)."""
+    after = _after(params)
+    if what == "queued":
+        assert queue is not None
+        page = await client.queued(queue, after=after)
+    elif what == "running":
+        page = await client.running(queue, after=after)
+    else:
+        page = await client.scheduled(queue, retrying=what == "retrying", after=after)
+    now = await client.now_ms()
+    path = f"/queues/{queue}/{what}" if queue else f"/{what}"
+    if queue:
+        tabs = [(f"/queues/{queue}/{w}", w, w == what) for w in SLOT_LISTS]
+    else:
+        tabs = [(f"/{w}", w, w == what) for w in SLOT_LISTS if w != "queued"]
+    title = f"{what.capitalize()}: queue {queue}" if queue else what.capitalize()
+    return "table.html", {
+        "title": title, "tabs": tabs, "header": _slot_header(what),
+        "rows": [_row(s.slot_id, *_slot_cells(s, what, now)) for s in page.slots],
+        "select": "ids", "actions": [("/actions/cancel", "cancel")],
+        "empty": SLOT_LIST_EMPTY[what] if after is None else "no more",
+        "pager": _pager(path, params, page.next),
+        "note": _LIST_NOTES[what]}
+
+
+_LIST_NOTES = {
+    "queued": "Oldest first, over the queue's priorities and shards; 50 a page.",
+    "scheduled": "Soonest first; 50 a page (with a queue, a page looks at 200 entries per "
+                 "shard and may show fewer).",
+    "retrying": "Slots that ran before and wait for their next attempt, soonest first; a page "
+                "looks at 200 entries per shard and may show fewer than 50.",
+    "running": "Slots a worker holds now, in order of dispatch; 50 a page.",
+}
+
+
+# --- jobs, schedules, slots -----------------------------------------------------------------
+
+async def jobs(client: Any, params: Params) -> Page:
+    kind = choice(params, "kind", JOB_KINDS)
+    task, state = text(params, "task"), choice(params, "state", JOB_STATES)
+    if kind == JobKind.IMMEDIATE:  # not indexed: the recent submissions have them
+        return await recent(client, params, JobKind.IMMEDIATE)
+    found = [j for j in await client.list_jobs(LISTED_JOBS)
              if (not kind or j.kind == kind) and (not task or task in j.task)
              and (not state or _job_state(j) == state)]
     rows = [_row(j.job_id, link(f"/jobs/{j.job_id}", j.job_id), j.task, j.queue, j.kind,
@@ -52,37 +241,69 @@ async def jobs(client: Any, kind: str | None, task: str | None, state: str | Non
     return "table.html", {
         "title": "Jobs", "rows": rows, "select": "jobs",
         "header": ["job", "task", "queue", "kind", "cron", "next fire", "state"],
-        "filters": [("kind", kind, [k.value for k in JobKind if k != JobKind.IMMEDIATE]),
+        "filters": [("kind", kind, [k for k in JOB_KINDS if k != JobKind.IMMEDIATE]),
                     ("task", task, None), ("state", state, list(JOB_STATES))],
         "actions": [("/actions/trigger", "trigger"), ("/actions/delete", "delete"),
                     ("/actions/cancel", "cancel")],
-        "note": "Jobs with a schedule (delayed, at, cron); an immediate job is found by its "
-                "id (/jobs/ID) or in history."}
+        "empty": "no job with a schedule matches: jobs submitted with `delay=`, `at=` or "
+                 "`cron=` show here (immediate ones under Recent)",
+        "links": [("/recent", "Recently submitted jobs, immediate ones included")],
+        "note": f"Jobs with a schedule (delayed, at, cron), the newest {LISTED_JOBS}. An "
+                f"immediate job is not indexed: it shows under Recent, in its queue's lists "
+                f"while it waits or runs, and in History."}
 
 
-async def schedules(client: Any) -> Page:
+async def recent(client: Any, params: Params, only: JobKind | None = None) -> Page:
+    """Recently submitted jobs; `only`: of that kind (/jobs?kind=immediate), so a page may
+    show fewer than 50."""
+    after = _after(params)
+    page = await client.recent_jobs(after=after)
+    rows = [_row(s.job_id, link(f"/jobs/{s.job_id}", s.job_id), s.task or "-", s.kind.value,
+                 link(f"/queues/{s.queue}", s.queue) if s.queue else "-",
+                 when(s.submitted_ms),
+                 link(f"/slots/{s.slot_id}", s.status.value if s.status else "(gone)")
+                 if s.slot_id else "-") for s in page.jobs if only is None or s.kind == only]
+    return "table.html", {
+        "title": f"Recently submitted {only.value} jobs" if only else "Recently submitted",
+        "rows": rows, "header": ["job", "task", "kind", "queue", "submitted", "slot"],
+        "empty": ("nothing submitted recently: `client.submit(task, payload)` adds a job"
+                  if after is None else "no more in the events Redis keeps"),
+        "pager": _pager("/jobs" if only else "/recent", params, page.next),
+        "note": "Every kind, newest first, from the events each shard keeps (the most recent "
+                "`events_maxlen`); a page looks at the last 200 events per shard and may show "
+                "fewer than 50. Older jobs are in History."}
+
+
+async def schedules(client: Any, params: Params) -> Page:
+    crons = [j for j in await client.list_jobs(LISTED_JOBS) if j.kind == JobKind.CRON]
+    latest = await client.latest_slots([j.job_id for j in crons], 10)
+    now = await client.now_ms()
     rows = []
-    for j in await client.list_jobs(500):
-        if j.kind != JobKind.CRON:
-            continue
-        last = [s for s in await client.slots(j.job_id) if s.status != SlotStatus.SCHEDULED]
+    for j in crons:
+        fired = [s for s in latest.get(j.job_id, []) if s.fire_ms <= now]
         rows.append(_row(j.job_id, link(f"/jobs/{j.job_id}", j.job_id), j.task, j.cron,
                          j.tz or "UTC", when(j.next_fire_ms),
-                         when(last[-1].fire_ms) if last else "-",
-                         last[-1].status.value if last else "-", _job_state(j)))
+                         when(fired[-1].fire_ms) if fired else "-",
+                         fired[-1].status.value if fired else "-", _job_state(j)))
     return "table.html", {
         "title": "Schedules", "rows": rows, "select": "jobs",
         "header": ["job", "task", "cron", "tz", "next fire", "last fire", "last status",
                    "state"],
-        "actions": [("/actions/trigger", "trigger"), ("/actions/delete", "delete")]}
+        "actions": [("/actions/trigger", "trigger"), ("/actions/delete", "delete")],
+        "empty": "no cron job: `client.schedule(name, task, payload, cron=...)` makes one, "
+                 "and a `sched scheduler` runs it"}
 
 
 async def job(client: Any, job_id: str) -> Page:
     j = await client.get_job(job_id)
-    slots = (await client.slots(job_id))[-50:]
-    fires = await client.next_fires(job_id, 10) if not j.deleted_ms else []
+    slots = await client.slots(job_id, 50)
+    made = {s.fire_ms for s in slots}
+    # Occurrences already made into slots (a few seconds ahead) are listed with the slots.
+    fires = [f for f in (await client.next_fires(job_id, NEXT_FIRES + len(made))
+                         if j.cron and not j.deleted_ms else []) if f not in made][:NEXT_FIRES]
     fields: list[tuple[str, Any]] = [
-        ("task", j.task), ("queue", j.queue), ("priority", j.priority), ("kind", j.kind.value),
+        ("task", j.task), ("queue", link(f"/queues/{j.queue}", j.queue)),
+        ("priority", j.priority), ("kind", j.kind.value),
         ("cron", f"{j.cron} ({j.tz})" if j.cron else "-"), ("state", _job_state(j)),
         ("created", when(j.created_ms)), ("delivery", j.delivery.value),
         ("timeout", f"{j.timeout_s:g}s" if j.timeout_s else "none"),
@@ -99,25 +320,29 @@ async def job(client: Any, job_id: str) -> Page:
     waiting = [s.slot_id for s in slots if s.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED)]
     if waiting:
         actions.append(("/actions/cancel", "cancel waiting slots", "ids", waiting, None))
-    return "detail.html", {
-        "title": f"Job {job_id}", "fields": fields, "actions": actions, "tables": [
-            ("Next fire times", ["fire time"], [[when(f)] for f in fires]),
-            ("Slots (the last 50)", ["slot", "status", "attempts", "fire time"],
-             [[link(f"/slots/{s.slot_id}", s.slot_id), s.status.value, s.attempt,
-               when(s.fire_ms)] for s in reversed(slots)])]}
+    tables = [("Slots (the last 50)", ["slot", "status", "attempts", "fire time"],
+               [[link(f"/slots/{s.slot_id}", s.slot_id), s.status.value, s.attempt,
+                 when(s.fire_ms)] for s in reversed(slots)])]
+    if j.cron:
+        tables.insert(0, ("Next fire times (no slot yet)", ["fire time"],
+                          [[when(f)] for f in fires]))
+    return "detail.html", {"title": f"Job {job_id}", "fields": fields, "actions": actions,
+                           "tables": tables}
 
 
 async def slot(client: Any, slot_id: str) -> Page:
     s: Slot = await client.get_slot(slot_id)
     try:
         payload = msgspec.json.encode((await client.get_job(s.job_id)).payload).decode()
-    except Exception:  # the job hash left with retention: the slot still shows
+    except (JobNotFound, ValidationError):  # the job hash left with retention: the slot shows
         payload = "(the job's definition is no longer in Redis)"
     fields = [("job", link(f"/jobs/{s.job_id}", s.job_id)), ("status", s.status.value),
-              ("task", s.task), ("queue", s.queue), ("priority", s.priority),
-              ("fire time", when(s.fire_ms)),
+              ("task", s.task), ("queue", link(f"/queues/{s.queue}", s.queue)),
+              ("priority", s.priority), ("fire time", when(s.fire_ms)),
               ("attempts", s.attempt), ("payload", payload[:4000]),
               ("result", "-" if s.result is None else msgspec.json.encode(s.result).decode()[:4000])]
+    if s.status is SlotStatus.RUNNING:
+        fields += [("worker", s.worker or "-"), ("lease until", when(s.lease_until_ms))]
     actions: list[tuple[str, str, str, list[str], str | None]] = []
     if s.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED, SlotStatus.RUNNING):
         actions.append(("/actions/cancel", "cancel", "ids", [slot_id], None))
@@ -132,36 +357,66 @@ async def slot(client: Any, slot_id: str) -> Page:
                when(a.finished_ms), a.outcome.value if a.outcome else "-", a.error or "",
                "\n".join(a.log or ())] for a in s.attempts])],
         "note": "The error is its first line and where it was raised; the worker logs the "
-                "whole traceback (logger scheduler.handler)."}
+                "whole stack (logger scheduler.handler)."}
 
 
-def workers(status: Any) -> Page:
-    rows = [_row(w.worker_id, w.worker_id, "alive" if w.alive else "gone",
-                 f"{w.heartbeat_age_s:.1f}s ago", w.host, w.pid, f"{w.inflight}/{w.concurrency}",
-                 f"{w.succeeded_per_s:,.1f}", f"{w.succeeded:,}", f"{w.failed:,}",
-                 ",".join(w.queues)) for w in status.workers]
-    return "table.html", {"title": "Workers", "rows": rows, "header": [
-        "worker", "state", "heartbeat", "host", "pid", "in flight", "ok/s", "succeeded",
-        "failed", "queues"]}
+async def find(client: Any, params: Params) -> str:
+    """The page of the job or slot an id names (the nav's search box); JobNotFound or
+    SlotNotFound when Redis has neither, ValidationError when it names neither."""
+    given = (params.get("id") or "").strip()
+    if not given:
+        raise ValidationError("id", "give a job id, or a slot id (JOB_ID:FIRE_MS)")
+    if len(given) > MAX_TEXT:
+        raise ValidationError("id", f"at most {MAX_TEXT} characters")
+    try:
+        if ":" in given:
+            split_slot_id(given)
+        else:
+            check_job_id(given)
+    except ValidationError:
+        raise ValidationError("id", f"{given!r} is neither a job id nor a slot id "
+                                    f"(JOB_ID:FIRE_MS)") from None
+    if ":" in given:
+        await client.get_slot(given)
+        return f"/slots/{given}"
+    await client.get_job(given)
+    return f"/jobs/{given}"
 
 
-async def dead_letters(client: Any) -> Page:
+# --- dead letters, history ------------------------------------------------------------------
+
+async def dead_letters(client: Any, params: Params) -> Page:
     rows = [_row(d.slot.slot_id, link(f"/slots/{d.slot.slot_id}", d.slot.slot_id),
-                 d.slot.task, when(d.died_ms), d.slot.attempt, (d.error or "")[:120])
+                 d.slot.task, link(f"/queues/{d.slot.queue}", d.slot.queue), when(d.died_ms),
+                 d.slot.attempt, (d.error or "")[:120])
             for d in await client.dead_letters(200)]
     return "table.html", {
         "title": "Dead letters", "rows": rows, "select": "slots",
-        "header": ["slot", "task", "died", "attempts", "last error"],
-        "actions": [("/actions/replay", "replay"), ("/actions/purge", "purge")]}
+        "header": ["slot", "task", "queue", "died", "attempts", "last error"],
+        "actions": [("/actions/replay", "replay"), ("/actions/purge", "purge")],
+        "empty": "no dead letter: a slot lands here when its last attempt fails (its retry "
+                 "policy's `max_attempts`)",
+        "note": "The 200 most recent; `sched dlq` lists and replays more."}
 
 
-async def history(client: Any, job_id: str | None, status: str | None) -> Page:
+HISTORY_EMPTY = ("nothing in the history store yet: history is written by a snapshotter: "
+                 "start `sched snapshotter` with the same store as this console "
+                 "(`--postgres-dsn` or `--history-file`)")
+
+
+async def history(client: Any, params: Params) -> Page:
+    job_id = text(params, "job")
+    status = choice(params, "status", tuple(s.value for s in SlotStatus))
+    if job_id is not None:
+        check_job_id(job_id)
     page: dict[str, Any] = {
         "title": "History", "header": ["slot", "task", "status", "attempts", "fire time",
                                        "last error"],
-        "filters": [("job", job_id, None), ("status", status, [s.value for s in SlotStatus])]}
+        "filters": [("job", job_id, None), ("status", status, [s.value for s in SlotStatus])],
+        "empty": "no slot in the history store matches" if job_id or status
+        else HISTORY_EMPTY}
     try:
-        found = await client.history(job_id=job_id or None, status=status or None, limit=200)
+        found = await client.history(job_id=job_id, status=status, limit=200)
     except StoreUnavailable as exc:
         return "table.html", {**page, "rows": [], "note": str(exc)}
     page["rows"] = [_row(s.slot_id, link(f"/slots/{s.slot_id}", s.slot_id), s.task,
@@ -169,6 +424,3 @@ async def history(client: Any, job_id: str | None, status: str | None) -> Page:
                          (s.attempts[-1].error or "")[:100] if s.attempts else "")
                     for s in found]
     return "table.html", page
-
-
-NOT_FOUND = (SlotNotFound,)

@@ -2,11 +2,11 @@
 the last `keep` samples in memory (an hour at 5 s): throughput and error rate (the workers'
 own rates), start lag (how long the oldest ready job has waited) and backlog (ready entries
 not yet read, plus due slots not yet promoted). A restarted console starts a new series;
-Prometheus (`sched exporter`) keeps the long one."""
+Prometheus (`sched exporter`) keeps the long one. The samples feed the charts alone: a page
+reads Redis when it is viewed, never an older sample."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from typing import Any
@@ -45,13 +45,9 @@ class Sampler(Service):
         self.client = client
         self.every_s = every_s
         self.samples: deque[Sample] = deque(maxlen=keep)
-        self.last: Status | None = None
-        self.lock = asyncio.Lock()
 
     async def run_once(self) -> None:
-        async with self.lock:
-            self.last = await self.client.status()
-        self.samples.append(sample_of(self.last))
+        self.samples.append(sample_of(await self.client.status()))
 
     def delay(self, result: Any) -> float:
         return self.every_s

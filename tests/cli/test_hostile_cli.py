@@ -15,7 +15,7 @@ import redis
 from cli.main import cli as sched_cli
 from cli.options import Finite
 from conftest import SCHED, ns_keys
-from helpers import console, http_get, sched
+from helpers import http_get, running, sched, serve_console
 from scheduler import Client, scripts
 from scheduler.keys import shard_of
 
@@ -217,7 +217,8 @@ def test_the_console_shows_a_job_whose_payload_does_not_decode(
         redis_url: str, ns: str, deep_job: str) -> None:
     """/jobs and /schedules failed with such a job; a real `sched web` serves both, and the
     job's own page, with the placeholder."""
-    with console(redis_url, ns) as base:
+    proc, base = serve_console(redis_url, ns)
+    with running(proc):
         for path, shown in (("/jobs", deep_job), ("/schedules", "deep-cron")):
             status, page = http_get(base + path)
             assert status == 200 and shown in page, path

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCHED
-from helpers import console, http_get
+from helpers import http_get, running, serve_console
 
 SECRET = "Hunter2pw"
 
@@ -121,7 +121,8 @@ def test_the_history_page_shows_no_postgres_password(redis_url: str, ns: str,
                                                      dsn: str) -> None:
     """The console's History page showed psycopg's error, DSN and password in it, to every
     viewer (read-only ones too)."""
-    with console(redis_url, ns, "--read-only", "--postgres-dsn", dsn) as base:
+    proc, base = serve_console(redis_url, ns, "--read-only", "--postgres-dsn", dsn)
+    with running(proc):
         status, page = http_get(f"{base}/history")
         assert status == 200 and "Postgres" in page, page
         assert not leaked(page), page

@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import pytest
 import redis
 
-from conftest import SCHED
+from helpers import running, sched_process
 from scheduler import Client
 from scheduler.keys import Keys
 
@@ -34,39 +32,15 @@ SECONDS = int(os.environ.get("SCHED_TEST_CRON_SECONDS", "6"))
 LEASE_S = 2.0
 
 
-def start(redis_url: str, ns: str, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
-                            env={**env, "SCHED_TEST_REDIS_URL_APP": redis_url},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
 def scheduler_node(redis_url: str, ns: str, env: dict[str, str],
                    *args: str) -> subprocess.Popen[bytes]:
-    return start(redis_url, ns, env, "scheduler", "--shard-lease", str(LEASE_S), "--log-level",
-                 "warning", *args)
+    return sched_process(redis_url, ns, env, "scheduler", "--shard-lease", str(LEASE_S),
+                         "--log-level", "warning", *args)
 
 
 def worker(redis_url: str, ns: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return start(redis_url, ns, env, "worker", "--app", "app_tasks:registry", "--concurrency",
-                 "500", "--log-level", "warning")
-
-
-@contextmanager
-def running(*procs: subprocess.Popen[bytes]) -> Iterator[None]:
-    try:
-        yield
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            try:
-                _, err = p.communicate(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, err = p.communicate()
-            if p.returncode not in (0, -signal.SIGKILL):
-                print(err.decode()[-3000:])
+    return sched_process(redis_url, ns, env, "worker", "--app", "app_tasks:registry",
+                         "--concurrency", "500", "--log-level", "warning")
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:

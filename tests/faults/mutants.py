@@ -44,6 +44,15 @@ SUBMITTED = ("tests/lua/test_transitions.py::"
              "test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects")
 COMPACT = ("tests/lua/test_recovery_transitions.py::"
            "test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt")
+NAMED = "tests/sdk/test_named_schedules.py::"
+KEPT_DEFINITION = NAMED + "test_a_materializer_left_running_takes_the_new_cadence_in_its_next_pass"
+WITHDRAWN = (NAMED + "test_a_redefinition_withdraws_what_was_dispatched_ahead_and_leaves_what_"
+             "is_due")
+LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
+            "test_cancelling_or_deleting_a_read_entry_acks_it_on_its_priority_lane")
+CARRIED_OVER = ("tests/lua/test_carried.py::"
+                "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
+DOORS = "tests/e2e/test_console_doors.py::"
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
 SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
@@ -280,6 +289,12 @@ MUTANTS = [
            ("tests/services/test_committer.py::"
             "test_outcomes_that_ride_a_claim_are_committed_or_kept",),
            fast=True),
+    Mutant("dead-slot-unlogged", "a slot dead-lettered by a worker's commit logs no line of "
+           "its own: behind the traceback's rate limit, most dead slots go unseen in the log",
+           "scheduler/committer.py", "                self._dead(answers, items)\n",
+           "                pass\n",
+           ("tests/services/test_service_logs.py::"
+            "test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it",), fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",
            "scheduler/sql/postgres/0002_attempt_log.sql",
@@ -301,6 +316,66 @@ MUTANTS = [
            "scheduler/lua/complete.lua",
            "    if tokens[i] ~= attempt then attempt = nil; break end",
            "    if false then attempt = nil; break end", (COMPACT,), fast=True),
+    Mutant("materializer-keeps-its-definition", "a refused plan does not drop the job's kept "
+           "definition: a running node never takes a named schedule's new cadence",
+           "scheduler/materializer.py", "                self._jobs.pop((prefix, job_id), None)\n",
+           "", (KEPT_DEFINITION + "[single]",), fast=True),
+    Mutant("materialize-ignores-the-version", "materialize.lua creates occurrences planned from "
+           "a definition since replaced (a node's kept one: the old cadence runs on)",
+           "scheduler/lua/materialize.lua",
+           "if (job[5] or '') ~= digest then return {R.MOVED, 0} end",
+           "", (KEPT_DEFINITION + "[single]",), fast=True),
+    Mutant("redefine-leaves-dispatched-ahead", "redefine.lua removes only `scheduled` "
+           "occurrences: those dispatched ahead of their time run the old definition",
+           "scheduler/lua/redefine.lua",
+           "  elseif st[1] == 'queued' and (tonumber(st[2]) or 0) > now then",
+           "  elseif false then", (WITHDRAWN + "[single]",), fast=True),
+    Mutant("materialize-leaves-withdrawn-slots", "materialize.lua never takes over the slot "
+           "id of an occurrence a redefinition withdrew: a time both cadences share never "
+           "runs again", "scheduler/lua/materialize.lua",
+           "  if st[2] and st[1] == 'cancelled' then", "  if false then",
+           (WITHDRAWN + "[single]",), fast=True),
+    Mutant("reader-keeps-older-carried-fields", "an entry carrying nothing is claimed with "
+           "the job fields an older entry of its slot carried (a slot made again by a "
+           "redefinition runs the old definition)",
+           "scheduler/reader.py", "                    elif slot in carried:",
+           "                    elif False:", (CARRIED_OVER,), fast=True),
+    Mutant("cancel-acks-the-default-lane", "cancel.lua acks a queued slot's read entry on "
+           "its queue's default stream, not its priority's: the entry of a priority-1 slot "
+           "stays pending until the reclaimer takes it", "scheduler/lua/cancel.lua",
+           "ack(prefix, lane(st[3], st[5]), st[2])", "ack(prefix, st[3], st[2])", (LANE_ACK,),
+           fast=True),
+    Mutant("next-leaves-the-console", "`next=//evil.example` is taken for a path of the "
+           "console (the redirect after sign-in and after each action goes to another site)",
+           "scheduler/web/guard.py", 'or target.startswith("//")', "or False",
+           (DOORS + "test_next_after_sign_in_is_a_path_of_the_console",), fast=True),
+    Mutant("any-host-without-token", "a console without a token answers to any Host name "
+           "(a DNS-rebinding page reads payloads and triggers runs)",
+           "scheduler/web/middleware.py", "if self.loopback_only and not guard.host_allowed(",
+           "if False and not guard.host_allowed(",
+           (DOORS + "test_without_a_token_only_loopback_names_are_served",), fast=True),
+    Mutant("csrf-double-submit", "the CSRF field is checked against the session cookie alone, "
+           "not the console's HMAC of it (a planted cookie pair passes)",
+           "scheduler/web/guard.py", "hmac.compare_digest(_bytes(self.csrf(session)), _bytes(sent))",
+           "hmac.compare_digest(_bytes(session), _bytes(sent))",
+           (DOORS + "test_a_planted_cookie_pair_does_not_pass",), fast=True),
+    Mutant("post-without-origin", "a POST with neither Origin nor Referer counts as the "
+           "console's own", "scheduler/web/guard.py",
+           'source = headers.get("origin") or headers.get("referer")',
+           'source = headers.get("origin") or headers.get("referer") or "//" + headers["host"]',
+           (DOORS + "test_a_post_from_another_site_is_refused",), fast=True),
+    Mutant("sign-ins-unlimited", "failed sign-ins are never limited",
+           "scheduler/web/ratelimit.py", "if times is None or len(times) < self.limit:",
+           "if True:", (DOORS + "test_failed_sign_ins_are_limited_per_address",), fast=True),
+    Mutant("sign-in-compared-as-text", "the sign-in form's token is compared as text (a "
+           "non-ASCII one is a 500)", "scheduler/web/guard.py",
+           "hmac.compare_digest(self.token, _bytes(given))",
+           "hmac.compare_digest(self.token.decode(), given)",
+           (DOORS + "test_odd_tokens_and_fields_are_refused_never_an_error",), fast=True),
+    Mutant("sign-in-cookie-forever", "the sign-in cookie has no Max-Age (it lasts as long as "
+           "the browser keeps it)", "scheduler/web/guard.py",
+           "max_age=int(self.session_s), ", "",
+           (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
     Mutant("submit-payload-unchecked", "submit.lua takes a payload that is not a string: the "
            "batch's jobs before it are written, then HSET fails (a call half written)",
            "scheduler/lua/submit.lua",

@@ -116,6 +116,23 @@ def test_the_reader_keeps_what_entries_carry_and_reads_f_at_the_end(
     assert [e[3] for e in reader.take(10)] == ["j:1", "j:4"]
 
 
+def test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried(
+        client: Client, clock: ManualClock) -> None:
+    """A slot made again (a redefinition removes an occurrence dispatched ahead, and the new
+    definition makes it again under the same id: redefine.lua) or dispatched again may come
+    in an entry that carries nothing (a payload over 4 KiB, a retry): its claim must read the
+    job, not take the fields an older entry of the slot carried."""
+    reader = Reader(None, client.keys, W, 10, 1000, clock)  # type: ignore[arg-type]
+    key = b"k"
+    reader.backlog.know("q", 3)
+    reader._stream_of = {key: (0, "q", reader.backlog.lane("q"))}
+    reader.add([[key, [(b"1-0", [b"s", b"j:1", b"t", b"old", b"p", b"", b"o", b"", b"d", b""])]]])
+    assert "j:1" in reader.carried
+    reader.add([[key, [(b"2-0", [b"s", b"j:1"])]]])
+    assert "j:1" not in reader.carried
+    assert [e[2] for e in reader.take(10)] == [b"1-0", b"2-0"]
+
+
 def _same_shard(client: Client, other: object) -> str:
     """A dedupe key whose job lands in `other`'s shard (one claim call is one shard's)."""
     from scheduler.jobspec import dedupe_job_id

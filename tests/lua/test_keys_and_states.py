@@ -62,7 +62,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "purge": lambda p: scripts.purge(p, 1, 10, []),
         "once": lambda p: scripts.once(p, "s:1", 1, "x"),
         "requeue": lambda p: scripts.requeue(p, 1, 10, []),
-        "materialize": lambda p: scripts.materialize(p, 1, 10, "j", 1, 2, 0, []),
+        "materialize": lambda p: scripts.materialize(p, 1, 10, "j", 1, "", 2, 0, []),
         "lease": lambda p: scripts.lease(p, 1, 10, "n", 1000, "acquire"),
         "stats": lambda p: scripts.stats(p, 1, ["default"]),
         "trim_history": lambda p: scripts.trim_history(p),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import redis
 
 from helpers import LEASE, Shard, W, make
@@ -292,3 +293,24 @@ def test_reclaim_pages_through_many_idle_entries(r: redis.Redis, client: Client,
         counts.append(total)
     assert sum(counts) == 5 and counts[-1] == 0
     assert all(c == "-" for c in cursors.values())
+
+
+@pytest.mark.parametrize("priority", [1, 3, 5])
+def test_cancelling_or_deleting_a_read_entry_acks_it_on_its_priority_lane(
+        r: redis.Redis, client: Client, clock: ManualClock, priority: int) -> None:
+    """A queued slot a worker has read sits pending on its priority's own stream (q:<queue>
+    for 3, q:<queue>:pN otherwise): cancel.lua and delete_job.lua ack it there, so it is not
+    left pending for the reclaimer."""
+    for end in ("cancel", "delete"):
+        s = make(r, client, clock, priority=priority)
+        s.stream = client.keys.queue(s.shard, s.queue, priority)
+        if priority != 3:
+            r.xgroup_create(s.stream, DISPATCH_GROUP, id="0", mkstream=True)
+        assert [slot for _, _, slot in s.read()] == [s.slot_id]
+        now = clock.now_ms()
+        if end == "cancel":
+            s.run(scripts.cancel(s.prefix, now, 1000, "operator", [s.slot_id]))
+        else:
+            s.run(scripts.delete_job(s.prefix, now, 1000, s.job_id, "operator"))
+        assert s.slot().status is SlotStatus.CANCELLED
+        assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0, end

@@ -11,7 +11,10 @@ import pytest
 
 from helpers import run_until, sched
 from scheduler import Client, Context, Registry, Retry, RetryPolicy, SlotStatus
+from scheduler.clock import RedisClock
+from scheduler.connection import async_redis
 from scheduler.registry import LOG_LINES
+from scheduler.worker import Worker, WorkerConfig
 
 
 def test_each_attempt_keeps_the_lines_it_logged(redis_url: str, ns: str,
@@ -58,3 +61,124 @@ def test_each_attempt_keeps_the_lines_it_logged(redis_url: str, ns: str,
     assert none.log is None
     code, out, _ = sched(capsys, redis_url, ns, "runs", job)
     assert code == 0 and "| " in out and "INFO sent" in out and "WARNING server busy" in out
+
+
+class _AheadClock(RedisClock):
+    """The worker's clock when Redis's host clock runs AHEAD_MS ahead of the worker's host:
+    what every time a worker writes (started_ms, finished_ms, leases) is read on."""
+
+    def anchor(self, redis_time: Any) -> None:
+        super().anchor(redis_time)
+        self._base_ms += AHEAD_MS
+
+
+AHEAD_MS = 5_000
+DAY_MS = 86_400_000
+
+
+def _time_of_day_ms(line: str) -> int:
+    hms, _, ms = line.split(" ", 1)[0].partition(".")
+    h, m, s = (int(part) for part in hms.split(":"))
+    return ((h * 60 + m) * 60 + s) * 1000 + int(ms or 0)
+
+
+def test_a_run_log_line_is_stamped_by_the_clock_its_attempt_started_on(
+        redis_url: str, ns: str) -> None:
+    """started_ms comes from the worker's clock (Redis TIME): so do its log lines' stamps,
+    so no line reads earlier than the run that logged it, whatever the host's clock says."""
+    registry = Registry()
+
+    @registry.task("logs.async")
+    async def logs_async(ctx: Context, payload: Any) -> None:
+        ctx.logger.info("first line")
+
+    @registry.task("logs.sync")
+    def logs_sync(ctx: Context, payload: Any) -> None:
+        ctx.logger.info("first line")
+
+    async def go(client: Client) -> list[str]:
+        conn = async_redis(redis_url)
+        worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(block_ms=50),
+                        clock=_AheadClock())
+        task = asyncio.create_task(worker.run())
+        try:
+            ids = await asyncio.to_thread(client.submit_many, [
+                {"task": "logs.async" if i % 2 else "logs.sync", "payload": i}
+                for i in range(200)])
+            for _ in range(1500):
+                if all(s.status is SlotStatus.SUCCEEDED for s in await asyncio.to_thread(
+                        lambda: [s for j in ids for s in client.slots(j)])):
+                    return ids
+                await asyncio.sleep(0.01)
+            raise AssertionError("the runs did not all succeed within 15 s")
+        finally:
+            worker.stop()
+            await task
+            await conn.aclose()
+
+    with Client(redis_url, ns) as client:
+        ids = asyncio.run(go(client))
+        attempts = [a for j in ids for s in client.slots(j) for a in s.attempts]
+    assert len(attempts) == 200
+    for a in attempts:
+        assert a.started_ms is not None and a.log, a
+        # The stamp is a time of day (UTC): how far after the start it reads, within a day.
+        after_ms = (_time_of_day_ms(a.log[0]) - a.started_ms % DAY_MS) % DAY_MS
+        assert after_ms < 60_000, (a.log[0], a.started_ms)
+
+
+def _columns(out: str) -> list[dict[str, str]]:
+    """`sched runs`' table as one dict per row, each cell read under its header's column."""
+    header, *lines = out.rstrip("\n").splitlines()
+    names = header.split("  ")
+    names = [n.strip() for n in names if n.strip()]
+    starts = [header.index(n) for n in names]
+    rows = []
+    for line in lines:
+        row = {}
+        for i, name in enumerate(names):
+            end = starts[i + 1] if i + 1 < len(names) else None
+            cell = line[starts[i]:end]
+            # left-aligned: a value starts at its column's start, after a space
+            assert not cell.strip() or (cell[0] != " " and line[starts[i] - 1:starts[i]]
+                                        in ("", " ")), (line, name)
+            row[name] = cell.strip()
+        rows.append(row)
+    return rows
+
+
+def test_sched_runs_puts_each_field_under_its_header(redis_url: str, ns: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    registry = Registry()
+
+    @registry.task("flaky")
+    async def flaky(ctx: Context, payload: Any) -> str:
+        ctx.logger.info("try %d", ctx.attempt)
+        if ctx.attempt == 1:
+            raise ValueError("not yet")
+        return "done"
+
+    with Client(redis_url, ns) as client:
+        job = client.submit("flaky", priority=2,
+                            retry=RetryPolicy(max_attempts=3, base_s=0.05, jitter=0))
+        asyncio.run(run_until(redis_url, ns, registry, lambda: client.slots(job)[0].status
+                              is SlotStatus.SUCCEEDED, node=True))
+        [slot] = client.slots(job)
+    code, out, _ = sched(capsys, redis_url, ns, "runs", job)
+    assert code == 0
+    slot_row, first, log1, second, log2 = _columns(out)
+    assert (slot_row["attempt"], slot_row["outcome"]) == ("", "")
+    assert out.splitlines()[0].split() == ["slot", "status", "priority", "attempt", "outcome",
+                                           "worker", "started", "took", "error", "/", "result"]
+    assert slot_row == {"slot": slot.slot_id, "status": "succeeded", "priority": "2",
+                        "attempt": "", "outcome": "", "worker": "", "started": "", "took": "",
+                        "error / result": 'result "done"'}
+    for row, number, outcome in ((first, "#1", "failed"), (second, "#2", "succeeded")):
+        assert (row["slot"], row["status"], row["priority"]) == ("", "", "")
+        assert (row["attempt"], row["outcome"]) == (number, outcome)
+        assert row["worker"] and row["started"].endswith("Z") and row["took"].endswith("ms")
+    assert first["error / result"].startswith("ValueError: not yet")
+    assert log1["error / result"].startswith("| ") and log1["error / result"].endswith(
+        "INFO try 1")
+    assert log2["error / result"].endswith("INFO try 2")
+    assert all(v == "" for k, v in log1.items() if k != "error / result")

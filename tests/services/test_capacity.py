@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -15,7 +16,7 @@ import redis.asyncio
 import yaml
 
 from helpers import sched
-from scheduler import Client
+from scheduler import Client, Context, Registry
 from scheduler.capacity import ScalingTarget, plan
 from scheduler.clock import ManualClock
 from scheduler.errors import ConfigError
@@ -24,6 +25,7 @@ from scheduler.inflight import Run
 from scheduler.keys import Keys
 from scheduler.metrics import NamespaceCollector, RunMetrics, declared_names
 from scheduler.status import QueueStatus, WorkerStatus
+from scheduler.worker import Worker, WorkerConfig
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
@@ -138,13 +140,50 @@ def test_sched_status_shows_running_and_wanted(
     _situation(r, client, redis_url, ns, clock)
     code, out, _ = sched(capsys, redis_url, ns, "status", "--max-lag", "3600")
     assert code == 0, out
-    assert "workers: 2 running, 5 wanted (+3) for 45.0 run slots at 10 per worker" in out
+    assert "workers: 2 alive; the load calls for 5 workers at 10 run slots each: add 3" in out
     code, out, _ = sched(capsys, redis_url, ns, "status", "--json", "--target-lag", "60")
     scaling = json.loads(out)["scaling"]
     assert (scaling["running"], scaling["wanted"], scaling["change"]) == (2, 4, 2)
     assert scaling["by_queue"] == {"mail": 35.0} and scaling["target_lag_s"] == 60
     code, _, err = sched(capsys, redis_url, ns, "status", "--target-utilisation", "0")
     assert code == 2 and len(err.strip().splitlines()) == 1
+
+
+def test_sched_status_of_an_idle_app_says_it_is_idle(
+        capsys: pytest.CaptureFixture[str], redis_url: str, ns: str) -> None:
+    """A worker that ran a few jobs and now waits: its last heartbeat still reports their
+    rate, which the rule counts as a trickle of load; the line says idle all the same."""
+    registry = Registry()
+
+    @registry.task("quick")
+    async def quick(ctx: Context, payload: Any) -> None:
+        pass
+
+    async def go() -> str:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(block_ms=50,
+                                                                          lease_s=1.5))
+        task = asyncio.create_task(worker.run())
+        try:
+            with Client(redis_url, ns) as client:
+                await asyncio.to_thread(client.submit_many,
+                                        [{"task": "quick"} for _ in range(20)])
+                for _ in range(500):  # the heartbeat reports the runs (every 0.5 s)
+                    s = await asyncio.to_thread(client.status)
+                    if s.workers and s.workers[0].succeeded == 20 and not any(
+                            q.depth or q.pending or q.inflight for q in s.queues):
+                        break
+                    await asyncio.sleep(0.01)
+            _, out, _ = await asyncio.to_thread(sched, capsys, redis_url, ns, "status")
+            return out
+        finally:
+            worker.stop()
+            await task
+            await conn.aclose()
+
+    out = asyncio.run(go())
+    assert "workers: 1 alive; idle, no work waiting" in out, out
+    assert "run slots" not in out and "wanted" not in out, out
 
 
 def test_the_keda_example_scales_on_the_declared_gauge() -> None:

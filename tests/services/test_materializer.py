@@ -99,15 +99,18 @@ def test_two_materializers_at_once_create_each_slot_once(redis_url: str, ns: str
             assert got[-1] == T0 + 31_000
 
 
-def test_materialize_refuses_a_stale_watermark(r: redis.Redis, redis_url: str, ns: str) -> None:
+def test_materialize_refuses_a_stale_watermark_or_definition(r: redis.Redis, redis_url: str, ns: str) -> None:
     clock = ManualClock(T0)
     with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
         job_id = client.submit("t", cron="* * * * * *")
         prefix = Keys(ns).prefix(shard_of(job_id, SHARDS))
-        stale = scripts.materialize(prefix, T0, 100, job_id, T0 - 1000, T0 + 1000, 0, [T0])
-        ok = scripts.materialize(prefix, T0, 100, job_id, T0, T0 + 1000, 0, [T0])
-        again = scripts.materialize(prefix, T0, 100, job_id, T0, T0 + 1000, 0, [T0])
-        assert scripts.run_sync(r, [stale, ok, again]) == [[Code.MOVED, 0], [Code.OK, 1], [Code.MOVED, 0]]
+        stale = scripts.materialize(prefix, T0, 100, job_id, T0 - 1000, "", T0 + 1000, 0, [T0])
+        # a plan computed from another definition (a `spec` digest the job no longer has)
+        replaced = scripts.materialize(prefix, T0, 100, job_id, T0, "0f", T0 + 1000, 0, [T0])
+        ok = scripts.materialize(prefix, T0, 100, job_id, T0, "", T0 + 1000, 0, [T0])
+        again = scripts.materialize(prefix, T0, 100, job_id, T0, "", T0 + 1000, 0, [T0])
+        assert scripts.run_sync(r, [stale, replaced, ok, again]) == [
+            [Code.MOVED, 0], [Code.MOVED, 0], [Code.OK, 1], [Code.MOVED, 0]]
         assert fires(client, job_id) == [T0]
 
 

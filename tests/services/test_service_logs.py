@@ -99,3 +99,59 @@ def test_the_snapshotter_says_when_it_starts_and_stops(redis_url: str, ns: str, 
     lines = [r.getMessage() for r in caplog.records if r.name == "scheduler.snapshotter"]
     assert any(" started (namespace " in line for line in lines), lines
     assert any(" stopped (" in line and "row(s) written" in line for line in lines), lines
+
+
+def test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it(
+        redis_url: str, ns: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The traceback of a failing task is rate-limited (once per task per 10 s); the line
+    saying a slot is dead is not: each dead slot needs a person, however many die at once."""
+    from scheduler.connection import async_redis
+    from scheduler.node import SchedulerNode
+    from scheduler.worker import Worker, WorkerConfig
+
+    registry = Registry()
+
+    @registry.task("always.fails")
+    async def fails(ctx: Context, payload: Any) -> None:
+        raise ValueError(f"bad input {payload} on attempt {ctx.attempt}")
+
+    caplog.set_level(logging.WARNING, logger="scheduler")
+    n = 30
+
+    async def go() -> list[str]:
+        conn = async_redis(redis_url)
+        services: list[Any] = [
+            Worker(conn, registry, namespace=ns, config=WorkerConfig(block_ms=50)),
+            SchedulerNode(conn, namespace=ns)]  # it promotes the retries
+        tasks = [asyncio.create_task(s.run()) for s in services]
+        try:
+            with Client(redis_url, ns) as client:  # the worker runs before the first submit
+                ids = await asyncio.to_thread(client.submit_many, [
+                    {"task": "always.fails", "payload": i,
+                     "retry": RetryPolicy(max_attempts=2, base_s=0.05, jitter=0)}
+                    for i in range(n)])
+                for _ in range(1000):  # within 10 s
+                    slots = await asyncio.to_thread(
+                        lambda: [s for j in ids for s in client.slots(j)])
+                    if all(s.status is SlotStatus.DEAD for s in slots):
+                        return [s.slot_id for s in slots]
+                    await asyncio.sleep(0.01)
+                raise AssertionError("the slots did not all die within 10 s")
+        finally:
+            for s in services:
+                s.stop()
+            await asyncio.gather(*tasks)
+            await conn.aclose()
+
+    dead = asyncio.run(go())
+    tracebacks = [r for r in caplog.records if r.name == "scheduler.handler"]
+    assert len(tracebacks) < n  # the rate limit held most of them back
+    lines = [r for r in caplog.records if r.levelno == logging.WARNING and " is dead" in
+             r.getMessage()]
+    assert sorted(r.slot_id for r in lines) == sorted(dead)  # type: ignore[attr-defined]
+    for r in lines:
+        text = r.getMessage()
+        payload = next(i for i, s in enumerate(dead) if s == r.slot_id)  # type: ignore[attr-defined]
+        assert r.name == "scheduler.worker" and "always.fails" in text, text
+        assert "attempt 2 failed" in text, text
+        assert f"ValueError: bad input {payload} on attempt 2" in text, text

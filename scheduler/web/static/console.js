@@ -1,5 +1,13 @@
-// The overview's four charts, fed by /api/series (the console's own samples), redrawn every 5 s.
+// The console's own script (the Content-Security-Policy allows no inline code): a form with
+// data-confirm asks first; the overview's four charts, fed by /api/series (the console's own
+// samples), redrawn every 5 s.
+document.addEventListener("submit", function (event) {
+  const question = event.target.dataset && event.target.dataset.confirm;
+  if (question && !window.confirm(question)) event.preventDefault();
+});
+
 (function () {
+  if (!document.getElementById("chart-throughput") || typeof uPlot === "undefined") return;
   const specs = [["chart-throughput", "succeeded_per_s", "runs/s", "#2b6cb0"],
                  ["chart-errors", "failed_per_s", "failed/s", "#c53030"],
                  ["chart-lag", "start_lag_s", "seconds", "#b7791f"],
