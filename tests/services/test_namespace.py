@@ -59,8 +59,9 @@ def test_a_worker_and_a_node_started_first_wait_for_the_first_submit(
         assert r.hget(Keys(ns).meta, "shards") is None  # neither created it
         with Client(redis_url, ns, shards=16) as client:
             ids = client.submit_many([{"task": "t", "delay": 0.2 * (i % 2)} for i in range(20)])
+            # A slot is committed after its handler returns: wait for the statuses, not the runs.
             for _ in range(200):
-                if len(ran) == 20:
+                if statuses(client, ids) == {"succeeded": 20}:
                     break
                 await asyncio.sleep(0.05)
             assert client.shards == 16 and statuses(client, ids) == {"succeeded": 20}
