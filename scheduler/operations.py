@@ -103,14 +103,14 @@ def _ready(core: Core) -> Op[None]:
 
 def _ensure_namespace(core: Core) -> Op[None]:
     """Create the namespace (namespace.py's policy) the first time this client writes."""
-    if core.registered is None:
+    if not core.created:
         pipe = Pipe()
         core.namespace_writes(pipe)
         core.adopt((yield pipe)[-1], written=True)
         pipe = Pipe()
         core.config_writes(pipe)
         yield pipe
-        core.registered = set()
+        core.created = True
 
 
 def create_namespace(core: Core) -> Op[int]:
@@ -190,15 +190,8 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
         batch = Batch(core, jobs, extra)  # validates every job before anything is written
         before = (core.shards, core.max_payload_bytes)
         yield from _ensure_namespace(core)
-        assert core.registered is not None
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first
             batch = Batch(core, jobs, extra)
-        new_queues = core.known_queues - core.registered
-        if new_queues:
-            pipe = Pipe()
-            pipe.sadd(core.keys.queues, *new_queues)
-            yield pipe
-            core.registered |= new_queues
     except REDIS_ERRORS as exc:
         raise nothing_written(len(jobs), exc, at) from exc
     exists: list[bool] | None = None

@@ -69,7 +69,6 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     now = resync_sync(clock or RedisClock(), client)
     jobs, slots, queues, report = _read_history(store, namespace, shards, now)
     if queues:
-        client.sadd(keys.queues, *{q for _, q in queues})
         pipe = cluster.pipeline(client)
         namespace_policy.create_groups(pipe, (keys.queue(shard, queue, p)
                                               for shard, queue in sorted(queues)
