@@ -11,6 +11,9 @@ costs about a second of lag, not a shard lease.
 
 Every loop outlives any Redis error (scheduler/loops.py): it logs, backs off, and resumes.
 
+A node started before its namespace exists waits for it, registered in `<ns>:schedulers`
+meanwhile (so `sched status` counts it as waiting), and starts once it exists.
+
 Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer, cleaner and
 sweeper finish their round and stop; then the leases are released and the node leaves the registry,
 so the remaining nodes take its shards on their next tick instead of after the lease ttl.
@@ -29,8 +32,8 @@ import msgspec
 import redis.asyncio
 
 from . import namespace
-from .clock import Clock, RedisClock
-from .errors import ConfigError
+from .clock import Clock, RedisClock, resync
+from .errors import ConfigError, NamespaceMissing
 from .keys import Keys
 from .leases import ShardLeases
 from .loops import Backoff, ErrorLog
@@ -102,6 +105,7 @@ class SchedulerNode:
                                     idle_s=self.config.queue_idle_s)
         self.leases: ShardLeases | None = None
         self._stop = asyncio.Event()
+        self._waited = False  # registered as waiting for the namespace
 
     def _owned(self, shards: list[int]) -> None:
         assert self.leases is not None
@@ -135,11 +139,32 @@ class SchedulerNode:
                 return True
             except Exception as exc:
                 errors.error(exc)
+                if isinstance(exc, NamespaceMissing):
+                    await self._wait_visibly()
                 try:
                     await asyncio.wait_for(self._stop.wait(), backoff.next())
                 except TimeoutError:
                     pass
+        if self._waited:
+            await self._leave_waiting()
         return False
+
+    async def _wait_visibly(self) -> None:
+        """Register in `<ns>:schedulers` while the namespace does not exist: every node there
+        then waits for it (`sched status` counts them). Refreshed at each try, about every
+        second; a failure is the next try's to report."""
+        try:
+            await resync(self.clock, self.redis)
+            await self.redis.zadd(self.keys.schedulers, {self.node_id: self.clock.now_ms()})
+            self._waited = True
+        except Exception:  # the next setup try meets the same Redis and logs it
+            pass
+
+    async def _leave_waiting(self) -> None:
+        try:
+            await self.redis.zrem(self.keys.schedulers, self.node_id)
+        except Exception:  # the entry is dropped by any running node after the shard lease
+            pass
 
     async def run(self) -> None:
         if not await self._start():

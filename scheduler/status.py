@@ -8,6 +8,9 @@ queue name ever seen, queue_cleaner.py; and the worker hashes) in one pipelined 
 when the caller passes the topology it saw last time and nothing changed (the exporter does),
 in two otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
 
+A namespace not created yet has no shards: its workers and scheduler nodes wait for it,
+registered (workers as `state: waiting`, nodes in `<ns>:schedulers`), and are counted so.
+
 Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
 worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
 queue's rate is the sum over live workers. That costs no Redis command beyond the heartbeat
@@ -46,6 +49,7 @@ __all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
+NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node.py)
 
 
 def _s(value: Any) -> str:
@@ -88,6 +92,7 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
         concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
         max_concurrency=int(f.get("max_concurrency", 0)),
         succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
+        waiting=f.get("state") == "waiting",
         succeeded_per_s=sum(r[0] for r in rates.values()),
         failed_per_s=sum(r[1] for r in rates.values()),
         by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
@@ -111,11 +116,11 @@ class Topology(NamedTuple):
 class _Reader:
     """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking and
     the asyncio drivers below. The topology reads (shard count, the most recent `MAX_WORKERS`
-    workers, limited queues) go first; the details (each shard's stats
+    workers, limited queues, registered nodes) go first; the details (each shard's stats
     script by SHA, each worker hash) follow in the same pipeline when the topology is known
     from a previous read, or in a second one."""
 
-    TOPOLOGY_COMMANDS = 6
+    TOPOLOGY_COMMANDS = 7
 
     def __init__(self, keys: Keys, now_ms: int) -> None:
         self.keys = keys
@@ -127,12 +132,15 @@ class _Reader:
         self.nodes: list[NodeStatus] = []
         self.where = ""
         self.limited: list[str] = []  # queues with a queue-wide limit: listed, even idle
+        self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
 
     def topology(self, pipe: Any) -> None:
         pipe.hget(self.keys.meta, "shards")
         pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
         pipe.zcard(self.keys.workers)
         pipe.hkeys(self.keys.limits)
+        pipe.zrangebyscore(self.keys.schedulers, self.now - NODE_WAITING_MS, "+inf",
+                           withscores=True)
         pipe.info("persistence")  # an ACL without INFO: unknown, not an error
         pipe.info("replication")
 
@@ -140,9 +148,10 @@ class _Reader:
         for r in replies[:5]:
             if isinstance(r, Exception):
                 raise r
-        shards, self.seen, known, limited, persistence, replication = replies
+        shards, self.seen, known, limited, nodes, persistence, replication = replies
         self.workers_known = int(known)
         self.limited = sorted(_s(q) for q in limited)
+        self.node_seen = [score for _, score in nodes]
         self.aof = (bool(int(persistence.get("aof_enabled", 0)))
                     if isinstance(persistence, dict) else None)
         self.replicas = (int(replication.get("connected_slaves", 0))
@@ -178,6 +187,9 @@ class _Reader:
         queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
         status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
                             self.workers_known)
+        status.workers_waiting = sum(1 for w in workers if w.alive and w.waiting)
+        if not topo.shards:  # no node can run before its namespace exists: all of them wait
+            status.nodes_waiting = len(self.node_seen)
         status.redis_aof, status.redis_replicas = self.aof, self.replicas
         status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(
             topo.shards)), aof=self.aof, replicas=self.replicas)]
