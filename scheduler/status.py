@@ -279,12 +279,15 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
                 sums[2] += ended if rate.mean_run_s else 0.0
                 sums[3] += ended * rate.mean_run_s
                 sums[4] += rate.inflight
+    shards_of: dict[str, list[QueueShardStatus]] = {q: [] for q in queues}
+    for d in details:  # one pass: a namespace may list thousands of queues
+        for qs in d.queues:
+            shards_of.setdefault(qs.queue, []).append(qs)
     by_queue = [QueueStatus(
         queue=q,
-        depth=sum(qs.depth for d in details for qs in d.queues if qs.queue == q),
-        pending=sum(qs.pending for d in details for qs in d.queues if qs.queue == q),
-        oldest_ready_age_s=max([qs.oldest_ready_age_s for d in details for qs in d.queues
-                                if qs.queue == q], default=0.0),
+        depth=sum(qs.depth for qs in shards_of[q]),
+        pending=sum(qs.pending for qs in shards_of[q]),
+        oldest_ready_age_s=max([qs.oldest_ready_age_s for qs in shards_of[q]], default=0.0),
         succeeded_per_s=rates[q][0], failed_per_s=rates[q][1], inflight=int(rates[q][4]),
         mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0)
         for q in queues]
