@@ -140,3 +140,10 @@ def test_script_ab_smoke(tmp_path: Path) -> None:
     assert stdout.startswith("script_ab (us per entry")
     assert set(result["rows"]) == {"claim", "complete", "promote", "claim0", "complete0"}
     assert all(row["A"] > 0 and row["B"] > 0 for row in result["rows"].values())
+
+
+def test_queue_names_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "queue_names", "--names", "60", "--busy", "3",
+                           "--runs", "1")
+    assert stdout.startswith("queue_names: 60 names, 3 holding work, 2 shards: sched status ")
+    assert "(57 lanes dropped, 3 queues listed)" in stdout and result["ok"]
