@@ -134,15 +134,9 @@ def _seed(r: redis.Redis, client: Client, ns: str, names: list[str], busy: int,
 
 def _clean(url: str, ns: str, shards: int) -> int:
     async def once() -> int:
-        conn = async_redis(url)
-        cleaner = QueueCleaner(conn, Keys(ns), range(shards), RedisClock(), idle_s=0.001)
-        cleaner.total_shards = shards
-        try:
-            while await cleaner.run_once():
-                pass
-        finally:
-            await conn.aclose()
-        return cleaner.removed
+        async with async_redis(url) as conn:
+            return await QueueCleaner(conn, Keys(ns), range(shards), RedisClock(),
+                                      idle_s=0.001, total_shards=shards).run_to_end()
     time.sleep(0.01)  # past the idle time
     return asyncio.run(once())
 

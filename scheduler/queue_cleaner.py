@@ -45,12 +45,13 @@ class QueueCleaner(Service):
     log = log
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, shards: Sequence[int],
-                 clock: Clock, *, idle_s: float = IDLE_S, batch: int = BATCH) -> None:
+                 clock: Clock, *, idle_s: float = IDLE_S, batch: int = BATCH,
+                 total_shards: int = 0) -> None:
         super().__init__()
         self.redis = client
         self.keys = keys
         self.shards = list(shards)  # the shards this node owns
-        self.total_shards = 0  # the namespace's count: the owner of shard 0 moves old names
+        self.total_shards = total_shards  # the owner of shard 0 moves old names to them all
         self.clock = clock
         self.idle_ms = int(idle_s * 1000)
         self.batch = batch
@@ -88,6 +89,13 @@ class QueueCleaner(Service):
         await self.redis.srem(self.keys.queues, *listed)
         log.info("moved %d queue name(s) from %s into the shards' lane indexes", len(listed),
                  self.keys.queues)
+
+    async def run_to_end(self) -> int:
+        """Passes until no idle lane is left to look at (a tool's or a test's one-off
+        cleaning); how many lanes left the index since start."""
+        while await self.run_once():
+            pass
+        return self.removed
 
     def delay(self, left: int) -> float:
         return 0 if left else self.interval_s

@@ -37,15 +37,9 @@ def indexed(r: redis.Redis, ns: str) -> set[str]:
 def clean(redis_url: str, ns: str, clock: ManualClock, shards: int = SHARDS) -> int:
     """One cleaner pass over every shard; the lanes it removed."""
     async def once() -> int:
-        conn = async_redis(redis_url)
-        cleaner = QueueCleaner(conn, Keys(ns), range(shards), clock, idle_s=IDLE_S)
-        cleaner.total_shards = shards
-        try:
-            while await cleaner.run_once():
-                pass
-        finally:
-            await conn.aclose()
-        return cleaner.removed
+        async with async_redis(redis_url) as conn:
+            return await QueueCleaner(conn, Keys(ns), range(shards), clock, idle_s=IDLE_S,
+                                      total_shards=shards).run_to_end()
     return asyncio.run(once())
 
 
