@@ -157,14 +157,14 @@ class SchedulerNode:
             await resync(self.clock, self.redis)
             await self.redis.zadd(self.keys.schedulers, {self.node_id: self.clock.now_ms()})
             self._waited = True
-        except Exception:  # the next setup try meets the same Redis and logs it
-            pass
+        except Exception as exc:  # the next setup try meets the same Redis and logs it
+            log.debug("could not register as waiting (%s: %s)", type(exc).__name__, exc)
 
     async def _leave_waiting(self) -> None:
         try:
             await self.redis.zrem(self.keys.schedulers, self.node_id)
-        except Exception:  # the entry is dropped by any running node after the shard lease
-            pass
+        except Exception as exc:  # any running node drops the entry after the shard lease
+            log.debug("could not leave the node registry (%s: %s)", type(exc).__name__, exc)
 
     async def run(self) -> None:
         if not await self._start():

@@ -197,10 +197,7 @@ class Worker(Claiming):
                     waited = await self._wait_visibly() or waited
                 await pause(self.stopping, backoff.next())
         if waited:
-            try:
-                await self.heartbeat.leave()
-            except Exception:
-                pass  # the registry entry expires by itself
+            await self._leave()
         return False
 
     async def _wait_visibly(self) -> bool:
@@ -210,8 +207,15 @@ class Worker(Claiming):
             await resync(self.clock, self.redis)
             await self.heartbeat.waiting()
             return True
-        except Exception:
+        except Exception as exc:
+            log.debug("could not register as waiting (%s: %s)", type(exc).__name__, exc)
             return False
+
+    async def _leave(self) -> None:
+        try:
+            await self.heartbeat.leave()
+        except Exception as exc:  # the registry entry expires by itself
+            log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__, exc)
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
@@ -255,11 +259,7 @@ class Worker(Claiming):
             await self._hand_back_limited()  # permits of the runs that ended meanwhile
             self.heartbeat.stop()
             await heartbeat
-            try:
-                await self.heartbeat.leave()
-            except Exception as exc:  # the registry entry expires by itself
-                log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__,
-                          exc)
+            await self._leave()
             self.execution.close()
             await direct.close(self.redis)
             log.info("worker %s stopped", self.worker_id)
