@@ -1,5 +1,5 @@
-"""Script A/B: Redis's cost of claim, complete and promote per entry (and of a call with no
-entries) in two source trees, measured call by call in tight alternation on one private
+"""Script A/B: Redis's cost of claim, complete, promote and submit per entry (and of a call
+with no entries, and of a submit of one job) in two source trees, measured call by call in tight alternation on one private
 redis-server, so both variants see the same noise. `INFO commandstats` usec is wall-clock
 inside the call and inflates when the CPU is contended; alternation makes the ratio fair.
 
@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ import redis
 from scheduler import Client, scripts
 from scheduler.keys import DISPATCH_GROUP
 
-NAMES = ("claim", "complete", "promote")
+NAMES = ("claim", "complete", "promote", "submit")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,13 +49,19 @@ def _texts(root: str) -> dict[str, str]:
     return dict(json.loads(out))
 
 
+def _jobs(k: int, now: int) -> list[tuple[str, str, str, int, tuple[()]]]:
+    """k immediate jobs for submit.lua, with ids of their own."""
+    return [(uuid.uuid4().hex, "bench.noop", "default", now, ()) for _ in range(k)]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
     sha = {v: {n: r.script_load(t) for n, t in _texts(root).items()}
            for v, root in (("A", args.a), ("B", args.b))}
     clients = {v: Client(args.redis_url, f"ab{v}{int(time.time())}", shards=1) for v in sha}
     res: dict[str, dict[str, list[float]]] = {
-        k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0")}
+        k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0",
+                                        "submit", "submit1")}
 
     def usec(v: str, name: str, calls: list[scripts.Call]) -> tuple[float, list[Any]]:
         r.config_resetstat()
@@ -97,6 +104,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pre[v], now, "w", 30_000, [], trim=False)] * 50, 20, rnd)
         alternate("complete0", "complete", 1, lambda v, i: [scripts.complete(
             pre[v], now, 100_000, "w", [])] * 50, 20, rnd)
+        alternate("submit", "submit", b, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, _jobs(b, now))], n // b, rnd)
+        alternate("submit1", "submit", 1, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, _jobs(1, now)) for _ in range(50)], 20, rnd)
         for c in clients.values():  # the group stays; the next round reads only new entries
             r.xtrim(c.keys.queue(0, "default"), maxlen=0)
             r.delete(c.keys.events(0))

@@ -22,6 +22,7 @@ from scheduler.states import Catchup, Delivery, Overlap
 from . import dev as dev_cmds
 from . import history as history_cmds
 from . import inspect as inspect_cmds
+from . import namespace as namespace_cmds
 from . import observe as observe_cmds
 from . import ops as ops_cmds
 from . import queues as queue_cmds
@@ -168,6 +169,7 @@ cli.add_command(history_cmds.history)
 cli.add_command(history_cmds.recover)
 cli.add_command(web_cmds.web)
 cli.add_command(queue_cmds.queues)
+cli.add_command(namespace_cmds.namespace)
 
 
 def main(argv: list[str] | None = None) -> None:

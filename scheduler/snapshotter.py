@@ -90,15 +90,16 @@ class Snapshotter(Service):
 
     async def setup(self) -> None:
         # NamespaceMissing until the namespace's first submit creates it (namespace.py)
-        self.shards = namespace.parse(self.namespace, await self.redis.hmget(
-            self.keys.meta, *namespace.META_FIELDS)).shards
+        meta = namespace.parse(self.namespace, await self.redis.hmget(
+            self.keys.meta, *namespace.META_FIELDS))
+        self.shards = meta.shards
         pipe = cluster.pipeline(self.redis)
         namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),
                                 HISTORY_GROUP)
         namespace.check_groups(await pipe.execute(raise_on_error=False))
         await resync(self.clock, self.redis)
         await asyncio.to_thread(self.store.put_namespace, self.namespace, self.shards,
-                                self.clock.now_ms())
+                                self.clock.now_ms(), meta.max_payload_bytes)
 
     # --- one batch ---------------------------------------------------------------------
 

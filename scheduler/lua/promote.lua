@@ -13,7 +13,8 @@
 
   Slots in `due` whose score is <= due_before + ahead are taken in score order. A slot that is
   no longer `scheduled` (cancelled, or gone) is only removed from `due`. A slot goes to the
-  lane of its priority (slot field `priority`, absent for the default: _lib.lua's lane()).
+  lane of its priority (slot field `priority`, absent for the default: _lib.lua's lane()),
+  named in the shard's `lanes` index (_lib.lua's index_lane).
 
   Early: a slot whose score (its fire time, or a retry's backoff time) is still ahead of now
   is dispatched now, so the work of the fire instant is done before it (a minute-boundary
@@ -55,6 +56,7 @@ local ids = redis.call('ZRANGE', due, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0, l
 local records, skipped = {}, {}
 local left = nil  -- the earliest score of an overlap="skip" slot left for its fire time
 local taken = {}  -- ids leaving `due`, only kept once one stays behind (see the end)
+local indexed = {}  -- lanes named in `lanes` by this call
 
 -- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active
 -- slot itself comes back through `due` and must not skip itself.)
@@ -85,7 +87,12 @@ for i = 1, #ids, 2 do
         -- The job's fields travel in the entry (carry_entry): read here, ahead of the fire
         -- time for an early slot, instead of by the claim at it.
         local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
-        local stream = prefix .. 'q:' .. lane(st[2], st[4])
+        local lane_name = lane(st[2], st[4])
+        if not indexed[lane_name] then
+          indexed[lane_name] = true
+          index_lane(prefix, lane_name, now)
+        end
+        local stream = prefix .. 'q:' .. lane_name
         if early then
           local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], score)
           redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..models import Slot
+from ..namespace import Meta
 from .rows import Batch, RecoveryJob
 
 DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
@@ -26,9 +27,12 @@ class HistoryStore(Protocol):
     def write(self, batch: Batch) -> None:
         """Upsert a batch in one transaction; committed when this returns."""
 
-    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None: ...
+    def put_namespace(self, namespace: str, shards: int, now_ms: int,
+                      max_payload_bytes: int | None = None) -> None:
+        """Record a namespace's settings (`sched recover` creates it with them again); a
+        limit of None keeps the one recorded."""
 
-    def get_namespace(self, namespace: str) -> int | None: ...
+    def get_namespace(self, namespace: str) -> Meta | None: ...
 
     def history(self, namespace: str, *, job_id: str | None, status: str | None,
                 since_ms: int, until_ms: int, limit: int) -> list[Slot]: ...

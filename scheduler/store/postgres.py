@@ -19,6 +19,7 @@ from psycopg import sql
 from .. import sqlfiles
 from ..errors import StoreUnavailable
 from ..models import Slot
+from ..namespace import Meta
 from .rows import (
     DAY_MS,
     SCHEMA_VERSION,
@@ -168,15 +169,17 @@ class PostgresStore:
                         out.write_row(row)
                 cur.execute(Q[upsert])
 
-    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None:
+    def put_namespace(self, namespace: str, shards: int, now_ms: int,
+                      max_payload_bytes: int | None = None) -> None:
         with self.conn.transaction():
             self.conn.execute(Q["put_namespace"],
-                              {"namespace": namespace, "shards": shards, "now_ms": now_ms})
+                              {"namespace": namespace, "shards": shards, "now_ms": now_ms,
+                               "max_payload_bytes": max_payload_bytes})
 
-    def get_namespace(self, namespace: str) -> int | None:
+    def get_namespace(self, namespace: str) -> Meta | None:
         with self.conn.transaction():
             row = self.conn.execute(Q["get_namespace"], {"namespace": namespace}).fetchone()
-        return int(row[0]) if row else None
+        return Meta(int(row[0]), None if row[1] is None else int(row[1])) if row else None
 
     # --- reading -----------------------------------------------------------------------
 

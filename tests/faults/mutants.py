@@ -53,6 +53,13 @@ LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
+CLEANER = "tests/services/test_queue_cleaner.py"
+IDLE_LANES = (f"{CLEANER}::"
+              "test_idle_lanes_that_hold_nothing_leave_the_index_and_status[single]")
+IDLE_LEASE = (f"{CLEANER}::"
+              "test_the_reclaimer_finds_an_expired_lease_in_a_lane_that_went_idle[single]")
+REINDEXED = (f"{CLEANER}::"
+             "test_an_entry_written_after_its_lane_left_the_index_indexes_it_again[single-")
 
 
 @dataclass(frozen=True)
@@ -372,4 +379,34 @@ MUTANTS = [
            "the browser keeps it)", "scheduler/web/guard.py",
            "max_age=int(self.session_s), ", "",
            (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
+    # The lane index (queue_cleaner.py): a lane that holds anything must stay indexed, or the
+    # reclaimer never finds its expired leases and status never shows its depth.
+    Mutant("cleaner-drops-a-running-lane", "clean_lanes.lua ignores pending entries: a lane "
+           "whose only entry is a run in flight leaves the index, and when that run's worker "
+           "dies the reclaimer never finds its expired lease",
+           "scheduler/lua/clean_lanes.lua", "      if f['pending'] > 0 then return true end",
+           "      if false then return true end", (IDLE_LEASE, IDLE_LANES), fast=True),
+    Mutant("cleaner-drops-undelivered-entries", "clean_lanes.lua sees only pending entries: a "
+           "lane whose entries wait for a worker leaves the index (and status)",
+           "scheduler/lua/clean_lanes.lua",
+           "      return #redis.call('XRANGE', stream, '(' .. f['last-delivered-id'], '+', "
+           "'COUNT', 1) > 0", "      return false", (IDLE_LANES,), fast=True),
+    Mutant("cleaner-drops-unread-lanes", "clean_lanes.lua takes a lane no worker ever read "
+           "(no consumer group) for empty", "scheduler/lua/clean_lanes.lua",
+           "  return redis.call('XLEN', stream) > 0", "  return false", (IDLE_LANES,),
+           fast=True),
+    Mutant("submit-loses-the-re-add", "submit.lua no longer names its lane in the index: a "
+           "queue the cleaner dropped stays out of status and the reclaimer's walk when jobs "
+           "come back to it", "scheduler/lua/submit.lua",
+           "        index_lane(prefix, lane_name, now_s)\n", "",
+           (f"{REINDEXED}submit]",), fast=True),
+    Mutant("promote-loses-the-re-add", "promote.lua dispatches into a lane without naming it "
+           "in the index (a delayed job's queue, dropped while it waited)",
+           "scheduler/lua/promote.lua", "          index_lane(prefix, lane_name, now)\n", "",
+           (f"{REINDEXED}promote]",), fast=True),
+    Mutant("dispatch-loses-the-re-add", "_lib.lua's dispatch (replay, reclaim, requeue, sweep, "
+           "restore, trigger) writes an entry without naming its lane in the index",
+           "scheduler/lua/_lib.lua",
+           "  index_lane(prefix, lane_name, now)\n  local msg = redis.call('XADD'",
+           "  local msg = redis.call('XADD'", (f"{REINDEXED}replay]",), fast=True),
 ]

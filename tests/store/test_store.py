@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from scheduler import sqlfiles
+from scheduler.namespace import Meta
 from scheduler.states import SlotStatus
 from scheduler.store import DAY_MS, SCHEMA_VERSION, Batch, event_slot_row, job_row, slot_rows
 
@@ -144,11 +145,14 @@ def test_recovery_reads_recurring_jobs_and_unfinished_slots(store: Any) -> None:
     assert slots[f"live:{DAY0}"]["attempt"] == "2"
 
 
-def test_namespaces_keep_their_shard_count(store: Any) -> None:
+def test_namespaces_keep_their_shard_count_and_payload_limit(store: Any) -> None:
     assert store.get_namespace(NS) is None
     store.put_namespace(NS, 8, DAY0)
     store.put_namespace(NS, 8, DAY0 + 1)
-    assert store.get_namespace(NS) == 8
+    assert store.get_namespace(NS) == Meta(8, None)
+    store.put_namespace(NS, 8, DAY0 + 2, 5000)
+    store.put_namespace(NS, 8, DAY0 + 3)  # a writer that knows no limit keeps the one stored
+    assert store.get_namespace(NS) == Meta(8, 5000)
 
 
 def test_retention_forgets_whole_days_before_the_cutoff(store: Any) -> None:
