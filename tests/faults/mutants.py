@@ -44,6 +44,8 @@ SUBMITTED = ("tests/lua/test_transitions.py::"
              "test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects")
 COMPACT = ("tests/lua/test_recovery_transitions.py::"
            "test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt")
+RETRY_POLICY = ("tests/services/test_retry_policy.py::"
+                "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 
 
 @dataclass(frozen=True)
@@ -297,4 +299,20 @@ MUTANTS = [
            "scheduler/lua/complete.lua",
            "    if tokens[i] ~= attempt then attempt = nil; break end",
            "    if false then attempt = nil; break end", (COMPACT,), fast=True),
+    Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
+           "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
+           "before its last attempt)", "scheduler/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = base * 2 ^ (failures - 1) * (1 - jitter * u)", (RETRY_POLICY,),
+           fast=True),
+    Mutant("retry-jitter-lengthens", "fail.lua's jitter lengthens the delay (1 + jitter*u): "
+           "past the cap, out of the policy's bounds", "scheduler/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 + jitter * u)",
+           (RETRY_POLICY,), fast=True),
+    Mutant("retry-exponent-off-by-one", "fail.lua doubles once too often: the first retry "
+           "waits 2 * base_s", "scheduler/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = math.min(cap, base * 2 ^ failures) * (1 - jitter * u)",
+           (RETRY_POLICY,), fast=True),
 ]
