@@ -44,6 +44,8 @@ SUBMITTED = ("tests/lua/test_transitions.py::"
              "test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects")
 COMPACT = ("tests/lua/test_recovery_transitions.py::"
            "test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt")
+HISTORY = ("tests/faults/test_history.py::"
+           "test_every_finished_delayed_job_reaches_history_as_redis_holds_it")
 RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 
@@ -299,6 +301,12 @@ MUTANTS = [
            "scheduler/lua/complete.lua",
            "    if tokens[i] ~= attempt then attempt = nil; break end",
            "    if false then attempt = nil; break end", (COMPACT,), fast=True),
+    Mutant("history-skips-slot-ends", "the snapshotter takes a hash read to cover its slot's "
+           "events of the next second too: a slot promoted and finished within a second of "
+           "its read keeps its earlier state in history (`queued` while Redis says "
+           "`succeeded`: history rule)", "scheduler/snapshot_intake.py",
+           "if seen.get(slot, -1) >= version:",
+           "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,)),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
            "before its last attempt)", "scheduler/lua/fail.lua",

@@ -1,5 +1,6 @@
 """One namespace of a fault test: submit through the SDK (recording what it returned),
-wait for every slot to settle, and check the invariants against the ground truth."""
+wait for every slot to settle, and check the invariants against the ground truth (and, where
+a snapshotter ran, the history store against Redis once it caught up)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 
 from scheduler import Client, JobSpec, SchedulerError
 from scheduler.states import TERMINAL
+from scheduler.store import open_store
 
 from .harness import GRACE_MS, LEASE_S, SWEEP_INTERVAL_S, Processes
-from .invariants import Report, observe, violations
+from .invariants import History, Report, observe, read_history, violations
 from .monitor import Monitor
 from .truth import JobTruth, Truth, TruthStore
 from .workload import FAST
@@ -122,13 +124,40 @@ class Scenario:
 
     # --- checking -------------------------------------------------------------------------
 
+    def caught_up(self, procs: Processes, timeout: float = 60) -> None:
+        """Wait until the snapshotters acked every events entry of every shard (each
+        shard's `snapshot_backlog_events` is 0: nothing undelivered, nothing pending). A
+        batch is acked only once the store committed it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            backlog = [d.snapshot_backlog_events for d in self.client.status().shard_details]
+            if backlog and all(b == 0 for b in backlog):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"history did not catch up in {timeout:.0f}s: events "
+                                     f"behind per shard {backlog} (None: no snapshotter ever "
+                                     f"read the shard)\n{procs.output()}")
+            time.sleep(0.2)
+
+    def history(self, procs: Processes) -> History:
+        assert procs.history_dsn is not None
+        store = open_store(procs.history_dsn)
+        try:
+            return read_history(store, self.ns)
+        finally:
+            store.close()
+
     def report(self, procs: Processes, *, settled: bool = True) -> _Summary:
         live = self.monitor.stop() if self.monitor is not None else []
         self.monitor = None
+        judged = settled and procs.history_dsn is not None
+        if judged:
+            self.caught_up(procs)
         self.store.read_into(self.truth)
         obs = observe(self.client.redis, self.ns)
         obs.live += live
-        rep = violations(obs, self.truth, grace_ms=self.grace_ms, settled=settled)
+        rep = violations(obs, self.truth, grace_ms=self.grace_ms, settled=settled,
+                         history=self.history(procs) if judged else None)
         rep.violations += procs.died()
         return _Summary(rep)
 

@@ -65,6 +65,7 @@ class Truth:
     faulted_pids: set[int] = field(default_factory=set)  # workers whose leases may be lost
     outages: list[Outage] = field(default_factory=list)
     planted_orphans: set[str] = field(default_factory=set)  # slots whose entries we removed
+    cancelled: set[str] = field(default_factory=set)  # slots the test asked to cancel
     effects: dict[str, int] = field(default_factory=dict)  # slot -> effects recorded
     starts: dict[str, int] = field(default_factory=dict)  # slot -> handler starts recorded
 
