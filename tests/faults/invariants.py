@@ -82,6 +82,7 @@ class Report:
     exempt_once: int = 0  # exactly-once slots whose effect died with a lost attempt
     # per lost attempt: ms from its lease's end to its reclaim, less the outages' share
     reclaim_lags: list[int] = field(default_factory=list)
+    history: History | None = None  # what the history rule judged (None: not judged)
 
     def fail_if_violated(self, label: str = "") -> None:
         v = self.violations
@@ -132,7 +133,7 @@ def violations(obs: Observed, truth: Truth, *, grace_ms: int, settled: bool = Tr
     v: list[str] = list(obs.live)
     if history is not None:
         v += history_violations(obs, history)
-    report = Report(obs, v)
+    report = Report(obs, v, history=history)
     by_job: dict[str, list[Slot]] = {}
     for slot in obs.slots.values():
         by_job.setdefault(slot.job_id, []).append(slot)
