@@ -46,6 +46,7 @@ COMPACT = ("tests/lua/test_recovery_transitions.py::"
            "test_a_succeeded_entry_names_its_slots_alone_when_they_share_an_attempt")
 HISTORY = ("tests/faults/test_history.py::"
            "test_every_finished_delayed_job_reaches_history_as_redis_holds_it")
+ACTIVE = "tests/faults/test_history.py::test_an_overlap_skip_jobs_active_run_reaches_history"
 RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 
@@ -307,6 +308,12 @@ MUTANTS = [
            "`succeeded`: history rule)", "scheduler/snapshot_intake.py",
            "if seen.get(slot, -1) >= version:",
            "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,)),
+    Mutant("active-run-not-copied", "promote.lua's record of an overlap=\"skip\" slot no "
+           "longer names its job: the job's `active` run never reaches history (`sched "
+           "recover` would start the next occurrence beside the restored one: history rule)",
+           "scheduler/lua/promote.lua",
+           "activated[#activated + 1] = {slot = slot_id, job = st[5]}",
+           "activated[#activated + 1] = {slot = slot_id}", (ACTIVE,)),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
            "before its last attempt)", "scheduler/lua/fail.lua",

@@ -26,6 +26,7 @@ ENDS: dict[str, frozenset[str]] = {
     "once": frozenset({"succeeded", "dead"}),
     "delayed": frozenset({"succeeded", "dead"}),
     "cron": frozenset({"succeeded", "dead"}),
+    "cron_skip": frozenset({"succeeded", "dead", "skipped"}),  # overlap="skip"
     "at_most_once": frozenset({"succeeded", "lost"}),
     "hang": frozenset({"dead"}),
     "poison": frozenset({"dead"}),
