@@ -89,29 +89,28 @@ class Report:
         assert not v, f"{label}{len(v)} violation(s):\n" + "\n".join(v[:30])
 
 
+def _hashes(r: redis.Redis, prefix: str) -> list[tuple[str, dict[bytes, bytes]]]:
+    """(id, hash) of every key under the prefix (a shard's slots or jobs)."""
+    found = list(r.scan_iter(match=f"{prefix}*", count=5000))
+    pipe = r.pipeline(transaction=False)
+    for k in found:
+        pipe.hgetall(k)
+    return [(k.decode()[len(prefix):], raw)
+            for k, raw in zip(found, pipe.execute(), strict=True)]
+
+
 def observe(r: redis.Redis, ns: str) -> Observed:
     keys = Keys(ns)
     obs = Observed()
     shards = int(r.hget(keys.meta, "shards") or 0)
     for shard in range(shards):
-        slot_keys = list(r.scan_iter(match=f"{keys.prefix(shard)}slot:*", count=5000))
-        pipe = r.pipeline(transaction=False)
-        for k in slot_keys:
-            pipe.hgetall(k)
-        prefix = len(keys.slot(shard, ""))
-        for k, raw in zip(slot_keys, pipe.execute(), strict=True):
-            slot_id = k.decode()[prefix:]
+        for slot_id, raw in _hashes(r, keys.slot(shard, "")):
             obs.slots[slot_id] = slot_from_hash(slot_id, raw)
             obs.hashes[slot_id] = text_hash(raw)
             if b"once:effect" in raw:
                 obs.once_marks[slot_id] = int(raw[b"once:effect"])
-        job_keys = list(r.scan_iter(match=f"{keys.prefix(shard)}job:*", count=5000))
-        pipe = r.pipeline(transaction=False)
-        for k in job_keys:
-            pipe.hgetall(k)
-        prefix = len(keys.job(shard, ""))
-        for k, raw in zip(job_keys, pipe.execute(), strict=True):
-            obs.jobs[k.decode()[prefix:]] = text_hash(raw)
+        for job_id, raw in _hashes(r, keys.job(shard, "")):
+            obs.jobs[job_id] = text_hash(raw)
         obs.dlq |= {m.decode() for m in r.zrange(keys.dlq(shard), 0, -1)}
         for _, fields in r.xrange(keys.events(shard)):
             kind = fields[b"type"].decode()

@@ -225,8 +225,8 @@ def test_a_gap_in_a_cron_series_is_a_violation() -> None:
 
 
 def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
-    """The reading half against a real Redis: slots, successes with their worker, the DLQ and
-    once marks, as the Lua transitions write them."""
+    """The reading half against a real Redis: slots, successes with their worker, the DLQ,
+    once marks and job hashes, as the Lua transitions write them."""
     import json
 
     from scheduler.keys import Keys, shard_of
@@ -236,6 +236,7 @@ def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
     shard = shard_of("j", 4)
     r.hset(keys.slot(shard, "j:5"), mapping={"job_id": "j", "fire_ms": 5, "status": "dead",
                                              "attempt": 1, "worker": A, "once:effect": "1"})
+    r.hset(keys.job(shard, "j"), mapping={"task": "t", "queue": "q", "payload": '{"a": 1}'})
     r.zadd(keys.dlq(shard), {"j:5": 1})
     r.xadd(keys.events(shard), {"type": "succeeded", "ts": 1, "worker": B,
                                 "data": json.dumps([{"slot": "j:5", "attempt": 1}])})
@@ -245,6 +246,9 @@ def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
     assert obs.slots["j:5"].status is SlotStatus.DEAD and obs.dlq == {"j:5"}
     assert obs.successes == {"j:5": [(1, B)]} and obs.once_marks == {"j:5": 1}
     assert obs.orphaned == {"j:5"}
+    # what the history rule compares, each hash whole, as text
+    assert obs.hashes["j:5"]["once:effect"] == "1" and obs.hashes["j:5"]["status"] == "dead"
+    assert obs.jobs == {"j": {"task": "t", "queue": "q", "payload": '{"a": 1}'}}
 
 
 def good_with_history() -> tuple[History, Stored]:
