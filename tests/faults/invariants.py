@@ -290,14 +290,13 @@ def history_violations(obs: Observed, hist: History) -> list[str]:
         fields = _differ(red, kept)
         if not fields:
             continue
-        if red.get("status") == kept.get("status"):
-            statuses[f"{red.get('status')} in both"] += 1
-        else:
-            statuses[f"{red.get('status')} in Redis, {kept.get('status')} in history"] += 1
-        if red.get("status") != kept.get("status"):
-            v.append(f"history: {s}: {red.get('status')} in Redis, {kept.get('status')} in "
-                     f"history (fields differing: {', '.join(fields)})")
+        status, kept_status = red.get("status"), kept.get("status")
+        if status != kept_status:
+            statuses[f"{status} in Redis, {kept_status} in history"] += 1
+            v.append(f"history: {s}: {status} in Redis, {kept_status} in history (fields "
+                     f"differing: {', '.join(fields)})")
             continue
+        statuses[f"{status} in both"] += 1
         ours, theirs = (slot_from_hash(s, {k.encode(): x.encode() for k, x in h.items()})
                         for h in (red, kept))
         if _attempts(ours) != _attempts(theirs):

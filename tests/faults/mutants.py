@@ -307,13 +307,13 @@ MUTANTS = [
            "its read keeps its earlier state in history (`queued` while Redis says "
            "`succeeded`: history rule)", "scheduler/snapshot_intake.py",
            "if seen.get(slot, -1) >= version:",
-           "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,)),
+           "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,), fast=True),
     Mutant("active-run-not-copied", "promote.lua's record of an overlap=\"skip\" slot no "
            "longer names its job: the job's `active` run never reaches history (`sched "
            "recover` would start the next occurrence beside the restored one: history rule)",
            "scheduler/lua/promote.lua",
            "activated[#activated + 1] = {slot = slot_id, job = st[5]}",
-           "activated[#activated + 1] = {slot = slot_id}", (ACTIVE,)),
+           "activated[#activated + 1] = {slot = slot_id}", (ACTIVE,), fast=True),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
            "before its last attempt)", "scheduler/lua/fail.lua",

@@ -11,6 +11,7 @@ from collections import Counter
 from typing import Any
 
 from scheduler import Client, JobSpec, SchedulerError
+from scheduler.keys import DEFAULT_PRIORITY, lane
 from scheduler.states import TERMINAL
 from scheduler.store import open_store
 
@@ -89,7 +90,8 @@ class Scenario:
         for s in slots:
             key = self.client._core.slot_key(s)
             raw = {k.decode(): v.decode(errors="replace")[:200] for k, v in r.hgetall(key).items()}
-            stream = key[:key.index("slot:")] + f"q:{raw.get('queue', 'default')}"
+            stream = key[:key.index("slot:")] + "q:" + lane(
+                raw.get("queue", "default"), int(raw.get("priority", DEFAULT_PRIORITY)))
             msg = raw.get("msg") or "0-0"
             pending = r.xpending_range(stream, "workers", min=msg, max=msg, count=1)
             out.append(f"{s} (now {now}): {raw}; entry {r.xrange(stream, msg, msg)}; "

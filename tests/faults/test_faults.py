@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from scheduler import JobSpec, RetryPolicy
+from scheduler.keys import DEFAULT_PRIORITY, lane
 
 from .harness import (
     LEASE_S,
@@ -220,6 +221,9 @@ def chaos_round(sut: RedisServer, truth_url: str, ns: str, jobs: int, rng: rando
                 time.sleep(rng.uniform(0.2, 0.8))
                 injected[fault := rng.choice(FAULTS)] += 1
                 inject(fault, rng, sc, sut, procs, workers, nodes, snapshotters)
+            if not injected["kill_snapshotter"]:  # every round kills one at least
+                injected["kill_snapshotter"] += 1
+                inject("kill_snapshotter", rng, sc, sut, procs, workers, nodes, snapshotters)
             print(f"{label}: faults {dict(injected)}")
             sc.settle(procs, 180, label)
             return sc.check(procs, label)
@@ -278,12 +282,15 @@ def delete_entries(sc: Scenario, rng: random.Random, n: int) -> list[str]:
     sample = rng.sample(slots, min(len(slots), 300))
     pipe = r.pipeline(transaction=False)
     for s in sample:
-        pipe.hmget(sc.client._core.slot_key(s), "status", "msg", "queue")
+        pipe.hmget(sc.client._core.slot_key(s), "status", "msg", "queue", "priority")
     touched = []
-    for s, (status, msg, queue) in zip(sample, pipe.execute(), strict=True):
+    for s, (status, msg, queue, priority) in zip(sample, pipe.execute(), strict=True):
         if status in (b"queued", b"running") and msg:
+            # The entry is in its priority's lane; an entry of the queue's plain stream with
+            # the same id (written in the same ms) is another slot's.
             key = sc.client._core.slot_key(s)
-            stream = key[:key.index("slot:")] + f"q:{queue.decode()}"
+            stream = key[:key.index("slot:")] + "q:" + lane(
+                queue.decode(), int(priority) if priority else DEFAULT_PRIORITY)
             sc.truth.planted_orphans.add(s)
             try:
                 r.xack(stream, "workers", msg)

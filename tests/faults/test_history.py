@@ -34,7 +34,7 @@ def test_every_finished_delayed_job_reaches_history_as_redis_holds_it(
         specs = [JobSpec(task="chaos.noop", payload={"effects": sc.effects}, delay=4,
                          retry=FAST) for _ in range(10)]
         sc.submit(specs, [JobTruth(kind="delayed", max_attempts=FAST.max_attempts)] * 10)
-        time.sleep(max(0.0, t0 + (n + 1) / 100 * 10 - time.monotonic()))
+        time.sleep(max(0.0, t0 + (n + 1) * 0.1 - time.monotonic()))  # 10 every 0.1 s
     sc.settle(procs, 60)
     report = sc.check(procs)  # the history rule among the rest
     assert sum(s.status.value == "succeeded" for s in report.observed.slots.values()) == 1000
