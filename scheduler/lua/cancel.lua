@@ -31,12 +31,12 @@ local cancelled, requested = {}, {}
 for i = 1, n do
   local slot_id = ARGV[4 + i]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt')
+  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt', 'priority')
   if not st[1] then
     reply[i] = R.MISSING
   elseif st[1] == 'scheduled' or st[1] == 'queued' then
     redis.call('ZREM', prefix .. 'due', slot_id)
-    if st[1] == 'queued' then ack(prefix, st[3], st[2]) end
+    if st[1] == 'queued' then ack(prefix, lane(st[3], st[5]), st[2]) end
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel', reason)
     reply[i] = R.CANCELLED
     cancelled[#cancelled + 1] = {slot = slot_id, reason = reason}

@@ -41,10 +41,10 @@ if #slots == 0 then slots = {job_id .. ':' .. job[3]} end
 local cancelled, running = {}, 0
 for _, slot_id in ipairs(slots) do
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue')
+  local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'priority')
   if st[1] == 'scheduled' or st[1] == 'queued' then
     redis.call('ZREM', prefix .. 'due', slot_id)
-    if st[1] == 'queued' then ack(prefix, st[3], st[2]) end
+    if st[1] == 'queued' then ack(prefix, lane(st[3], st[4]), st[2]) end
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel', reason)
     cancelled[#cancelled + 1] = {slot = slot_id, reason = reason}
   elseif st[1] == 'running' then

@@ -314,6 +314,14 @@ MUTANTS = [
            "scheduler/lua/promote.lua",
            "activated[#activated + 1] = {slot = slot_id, job = st[5]}",
            "activated[#activated + 1] = {slot = slot_id}", (ACTIVE,), fast=True),
+    Mutant("cancel-acks-the-plain-stream", "cancel.lua acks a queued slot's entry id in its "
+           "queue's plain stream, not its priority's lane: another slot's entry of the same "
+           "id, read and not yet claimed, is acked (the sweeper then takes it for an orphan)",
+           "scheduler/lua/cancel.lua",
+           "    if st[1] == 'queued' then ack(prefix, lane(st[3], st[5]), st[2]) end",
+           "    if st[1] == 'queued' then ack(prefix, st[3], st[2]) end",
+           (f"{PRIORITIES}::test_cancelling_a_queued_slot_acks_its_own_lanes_entry_only"
+            "[single-cancel]",), fast=True),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
            "before its last attempt)", "scheduler/lua/fail.lua",
