@@ -322,6 +322,13 @@ MUTANTS = [
            "    if st[1] == 'queued' then ack(prefix, st[3], st[2]) end",
            (f"{PRIORITIES}::test_cancelling_a_queued_slot_acks_its_own_lanes_entry_only"
             "[single-cancel]",), fast=True),
+    Mutant("takeover-a-page-per-claim", "a snapshotter takes over a dead one's pending events "
+           "one page (its adaptive read count, often 1) per shard per claim_idle_s / 2: "
+           "history stays minutes behind after a crash", "scheduler/snapshotter.py",
+           "                self.caught_up = False\n                self._claim_more = True\n",
+           "                pass\n",
+           ("tests/services/test_snapshotter.py::test_a_dead_snapshotters_pending_events_are_"
+            "taken_over_in_a_few_claims[sqlite-single]",), fast=True),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
            "before its last attempt)", "scheduler/lua/fail.lua",

@@ -35,6 +35,7 @@ class Scenario:
         self.effects = self.store.key  # what handlers are told to record into
         self.monitor: Monitor | None = None
         self.grace_ms = GRACE_MS  # how long past its lease a slot may sit (a test's faults)
+        self.history_wait_s = 0.0  # how long the check waited for history to catch up
 
     def submit(self, specs: list[JobSpec], jobs: list[JobTruth] | None = None) -> list[str]:
         jobs = jobs or [JobTruth(kind=_kind(s), delivery=s.delivery,
@@ -130,10 +131,12 @@ class Scenario:
         """Wait until the snapshotters acked every events entry of every shard (each
         shard's `snapshot_backlog_events` is 0: nothing undelivered, nothing pending). A
         batch is acked only once the store committed it."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         while True:
             backlog = [d.snapshot_backlog_events for d in self.client.status().shard_details]
             if backlog and all(b == 0 for b in backlog):
+                self.history_wait_s = time.monotonic() - started
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"history did not catch up in {timeout:.0f}s: events "

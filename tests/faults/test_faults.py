@@ -225,8 +225,12 @@ def chaos_round(sut: RedisServer, truth_url: str, ns: str, jobs: int, rng: rando
                 injected["kill_snapshotter"] += 1
                 inject("kill_snapshotter", rng, sc, sut, procs, workers, nodes, snapshotters)
             print(f"{label}: faults {dict(injected)}")
+            settling = time.monotonic()
             sc.settle(procs, 180, label)
-            return sc.check(procs, label)
+            print(f"{label}: settled in {time.monotonic() - settling:.1f}s", end="")
+            report = sc.check(procs, label)
+            print(f", history caught up {sc.history_wait_s:.1f}s later")
+            return report
     finally:
         sc.close()
 
