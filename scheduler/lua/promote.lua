@@ -38,7 +38,9 @@
   ahead_ms, or an overlap="skip" slot's own score; and how many occurrences ended `skipped`.
 
   Events: "queued", each record its slot id alone (events.py; the slot hash holds the rest),
-  "skipped" {slot, active} (the slot still active).
+  or {slot, job} for an overlap="skip" slot, which changed its job's `active` (the snapshotter
+  copies the job too: `sched recover` restores it knowing its run in flight); "skipped"
+  {slot, active} (the slot still active).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -53,7 +55,7 @@ local due = prefix .. 'due'
 local until_ms = due_before + ahead
 local ids = redis.call('ZRANGE', due, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0, limit,
   'WITHSCORES')
-local records, skipped = {}, {}
+local records, skipped, activated = {}, {}, {}
 local left = nil  -- the earliest score of an overlap="skip" slot left for its fire time
 local taken = {}  -- ids leaving `due`, only kept once one stays behind (see the end)
 local indexed = {}  -- lanes named in `lanes` by this call
@@ -99,9 +101,13 @@ for i = 1, #ids, 2 do
         else
           local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], nil)
           redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
-          if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
         end
-        records[#records + 1] = slot_id
+        if st[3] == 'skip' then  -- never early (above)
+          redis.call('HSET', job_key, 'active', slot_id)
+          activated[#activated + 1] = {slot = slot_id, job = st[5]}
+        else
+          records[#records + 1] = slot_id
+        end
       end
     end
   end
@@ -118,6 +124,7 @@ if #records > 0 then  -- emit, the slot ids joined as JSON text (events.py)
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'queued',
     'ts', ARGV[1], 'worker', '', 'data', id_records(records))
 end
+emit(prefix, maxlen, now, 'queued', activated, nil)
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local next_ms = -1
 local head
@@ -129,4 +136,4 @@ else  -- past what stays behind for its time
 end
 if #head > 0 then next_ms = tonumber(head[2]) - ahead end
 if left and (next_ms < 0 or left < next_ms) then next_ms = left end
-return {#records, next_ms, #skipped}
+return {#records + #activated, next_ms, #skipped}

@@ -42,6 +42,13 @@ class HistoryStore(Protocol):
     def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
         """(slot_id, slot hash) of every slot whose last known status is not terminal."""
 
+    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        """(slot_id, slot hash) of every slot the store holds, whatever its status: the whole
+        state as the snapshotter last read it (what a check of history against Redis reads)."""
+
+    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        """(job_id, job hash) of every job the store holds."""
+
     def drop_before(self, cutoff_ms: int) -> None:
         """Forget slots (and their attempts) that fired before cutoff_ms."""
 

@@ -202,6 +202,14 @@ class PostgresStore:
         rows = self._rows("recovery_slots", {"namespace": namespace})
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
 
+    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self._rows("slot_states", {"namespace": namespace})
+        return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self._rows("job_definitions", {"namespace": namespace})
+        return [(j, decode_state(d)) for j, d in rows]
+
     # --- retention ---------------------------------------------------------------------
 
     def drop_before(self, cutoff_ms: int) -> None:

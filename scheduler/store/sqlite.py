@@ -123,6 +123,14 @@ class SqliteStore:
         rows = self.conn.execute(Q["recovery_slots"], {"namespace": namespace}).fetchall()
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
 
+    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self.conn.execute(Q["slot_states"], {"namespace": namespace}).fetchall()
+        return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self.conn.execute(Q["job_definitions"], {"namespace": namespace}).fetchall()
+        return [(j, decode_state(d)) for j, d in rows]
+
     def drop_before(self, cutoff_ms: int) -> None:
         def drop(conn: sqlite3.Connection) -> None:
             for name in ("drop_attempts_before", "drop_slots_before", "drop_orphan_jobs"):

@@ -145,6 +145,27 @@ def test_recovery_reads_recurring_jobs_and_unfinished_slots(store: Any) -> None:
     assert slots[f"live:{DAY0}"]["attempt"] == "2"
 
 
+def test_every_slot_state_and_job_definition_reads_back_as_written(store: Any) -> None:
+    """What the fault suite's history rule compares with Redis: every slot and job of a
+    namespace, whatever its status, each hash whole."""
+    write(store, [job("done", DAY0), job("c", DAY0, kind="cron")],
+          [slot("done", DAY0, "dead", 1, attempt=1, finished_ms=DAY0 + 3, cancel="why",
+                result='{"a": [1, "x"]}'),
+           slot("c", DAY0 + DAY_MS, "scheduled", 1)])
+    write(store, [job("other", DAY0)], [slot("other", DAY0, "queued", 1)])
+    states = dict(store.slot_states(NS))
+    assert set(states) == {f"done:{DAY0}", f"c:{DAY0 + DAY_MS}", f"other:{DAY0}"}
+    assert states[f"done:{DAY0}"] == _raw({
+        "job_id": "done", "fire_ms": DAY0, "status": "dead", "queue": "q", "task": "t",
+        "attempt": 1, "worker": "w1", "claimed_ms": DAY0 + 1, "finished_ms": DAY0 + 3,
+        "cancel": "why", "result": '{"a": [1, "x"]}'})
+    jobs = dict(store.job_definitions(NS))
+    assert set(jobs) == {"done", "c", "other"}
+    assert jobs["c"] == _raw({"task": "t", "queue": "q", "fire_ms": DAY0,
+                              "created_ms": DAY0 - 5, "kind": "cron", "payload": '{"n": 1}'})
+    assert store.slot_states("other-ns") == [] and store.job_definitions("other-ns") == []
+
+
 def test_namespaces_keep_their_shard_count_and_payload_limit(store: Any) -> None:
     assert store.get_namespace(NS) is None
     store.put_namespace(NS, 8, DAY0)

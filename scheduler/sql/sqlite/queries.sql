@@ -59,6 +59,12 @@ WHERE namespace = :namespace
 ORDER BY fire_ms DESC, job_id
 LIMIT :limit;
 
+-- name: slot_states
+SELECT job_id, fire_ms, state FROM slots WHERE namespace = :namespace ORDER BY job_id, fire_ms;
+
+-- name: job_definitions
+SELECT job_id, definition FROM jobs WHERE namespace = :namespace ORDER BY job_id;
+
 -- name: recovery_jobs
 SELECT j.job_id, j.definition, j.kind, j.created_ms,
        (SELECT max(s.fire_ms) FROM slots s
