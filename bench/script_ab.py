@@ -1,6 +1,6 @@
-"""Script A/B: Redis's cost of claim, complete and promote per entry, of submit per job (jobs
-with a payload only, and delayed ones with their schedule's fields too), and of a call with
-no entries, in two source trees, measured call by call in tight alternation on one private
+"""Script A/B: Redis's cost of claim, complete, promote and submit per entry (and of a call
+with no entries, of a submit of one job, and of a batch of delayed jobs with a payload and
+their schedule's fields) in two source trees, measured call by call in tight alternation on one private
 redis-server, so both variants see the same noise. `INFO commandstats` usec is wall-clock
 inside the call and inflates when the CPU is contended; alternation makes the ratio fair.
 
@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,14 +50,19 @@ def _texts(root: str) -> dict[str, str]:
     return dict(json.loads(out))
 
 
+def _jobs(k: int, now: int) -> list[tuple[str, str, str, int, tuple[()]]]:
+    """k immediate jobs for submit.lua, with ids of their own."""
+    return [(uuid.uuid4().hex, "bench.noop", "default", now, ()) for _ in range(k)]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
     sha = {v: {n: r.script_load(t) for n, t in _texts(root).items()}
            for v, root in (("A", args.a), ("B", args.b))}
     clients = {v: Client(args.redis_url, f"ab{v}{int(time.time())}", shards=1) for v in sha}
     res: dict[str, dict[str, list[float]]] = {
-        k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "submit",
-                                        "submit_delayed", "claim0", "complete0")}
+        k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0",
+                                        "submit", "submit1", "submit_delayed")}
 
     def usec(v: str, name: str, calls: list[scripts.Call]) -> tuple[float, list[Any]]:
         r.config_resetstat()
@@ -99,13 +105,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pre[v], now, "w", 30_000, [], trim=False)] * 50, 20, rnd)
         alternate("complete0", "complete", 1, lambda v, i: [scripts.complete(
             pre[v], now, 100_000, "w", [])] * 50, 20, rnd)
-        # Jobs as submit_many sends them (fresh ids, batches of `b`); the delayed ones fire
-        # far beyond what promote above reaches, in later rounds too.
-        later = now + 10**9
         alternate("submit", "submit", b, lambda v, i: [scripts.submit(
-            pre[v], now, 100_000, [(f"s{rnd}.{i}.{k}", "bench.noop", "default", now,
-                                    ["payload", str(k)]) for k in range(b)], fresh=True)],
-            n // b, rnd)
+            pre[v], now, 100_000, _jobs(b, now))], n // b, rnd)
+        alternate("submit1", "submit", 1, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, _jobs(1, now)) for _ in range(50)], 20, rnd)
+        # Delayed jobs as submit_many sends them (fresh ids, a payload, their schedule's fields),
+        # firing far beyond what promote above reaches, in later rounds too.
+        later = now + 10**9
         alternate("submit_delayed", "submit", b, lambda v, i: [scripts.submit(
             pre[v], now, 100_000, [(f"d{rnd}.{i}.{k}", "bench.noop", "default", later,
                                     ["payload", str(k), "kind", "delayed", "delay_ms", 10**9])

@@ -175,7 +175,9 @@ def recover(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
     if as_json:
         echo_json(report)
         return
-    click.echo(f"recovered namespace {obj['namespace']!r} ({report.shards} shards): "
+    limit = (f", payloads up to {report.max_payload_bytes:,} bytes"
+             if report.max_payload_bytes else "")
+    click.echo(f"recovered namespace {obj['namespace']!r} ({report.shards} shards{limit}): "
                f"{report.jobs_restored} jobs, {report.cron_watermarks_restored} cron watermarks, "
                f"{report.slots_scheduled} slots scheduled, {report.slots_dispatched} dispatched, "
                f"{report.slots_ended} ended (lost/cancelled)")

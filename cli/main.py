@@ -27,6 +27,7 @@ from . import dev as dev_cmds
 from . import history as history_cmds
 from . import inspect as inspect_cmds
 from . import logs
+from . import namespace as namespace_cmds
 from . import observe as observe_cmds
 from . import ops as ops_cmds
 from . import queues as queue_cmds
@@ -189,6 +190,7 @@ cli.add_command(history_cmds.history)
 cli.add_command(history_cmds.recover)
 cli.add_command(web_cmds.web)
 cli.add_command(queue_cmds.queues)
+cli.add_command(namespace_cmds.namespace)
 
 
 def _sources(argv: list[str]) -> tuple[str, ...]:

@@ -34,7 +34,7 @@ def render(s: Any, problems: list[str]) -> None:
 
     click.echo(f"namespace {s.namespace}  {s.shards} shards  at {when(s.now_ms)}")
     if not s.shards:
-        click.echo("(nothing submitted to this namespace yet)")
+        click.echo(s.not_created())
     click.echo("")
     table([[q.queue, f"{q.depth:,}", f"{q.pending:,}", _age(q.oldest_ready_age_s),
             _rate(q.succeeded_per_s), _rate(q.failed_per_s)] for q in s.queues],
@@ -80,12 +80,17 @@ def render_workers(workers: list[Any], alive: int, known: int, scaling: str | No
     click.echo(f"workers: {alive} alive{gone}" + (f"; {scaling}" if scaling else ""))
     shown = [w for w in workers if w.alive] + [w for w in workers if not w.alive][:5]
     if shown:
-        table([[w.worker_id, "alive" if w.alive else "gone", f"{_age(w.heartbeat_age_s)} ago",
+        table([[w.worker_id, _state(w), f"{_age(w.heartbeat_age_s)} ago",
                 f"{w.inflight}/{w.concurrency}", _rate(w.succeeded_per_s),
                 _rate(w.failed_per_s), f"{w.succeeded:,}", f"{w.failed:,}", ",".join(w.queues)]
                for w in shown],
               ["WORKER", "STATE", "HEARTBEAT", "IN FLIGHT", "OK/S", "FAILED/S", "SUCCEEDED",
                "FAILED", "QUEUES"])
+
+
+def _state(w: Any) -> str:
+    """alive, waiting (for its namespace to be created), or gone."""
+    return ("waiting" if w.waiting else "alive") if w.alive else "gone"
 
 
 @click.command()
@@ -104,7 +109,7 @@ def status(obj: dict[str, str], as_json: bool, watch: bool, interval: float, max
            max_dead_letter: int | None, target_lag_s: float, target_utilisation: float) -> None:
     """Queues, backlog, dead letters, workers (and how many the load calls for) and shard
     owners at a glance. Exits 3 when unhealthy (no worker alive, or waits past --max-lag),
-    for scripts."""
+    for scripts; a namespace not created yet is healthy while a worker waits for it."""
     from scheduler import Client
     from scheduler.capacity import ScalingTarget, plan
 

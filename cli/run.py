@@ -203,12 +203,15 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
               help="Seconds ahead of their time that due slots are dispatched; the worker that "
                    "reads one holds it until its time (at most a quarter of --lease; 0: at "
                    "their time).")
+@click.option("--queue-idle", "queue_idle_s", type=Finite(), default=3600.0, show_default=True,
+              help="Seconds a queue stays listed (by `sched status`, and walked by the "
+                   "reclaimer) after its last job, once it holds nothing.")
 @metrics_port_option
 @log_options
 @click.pass_obj
 def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
               sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
-              promote_ahead_s: float, metrics_port: int | None,
+              promote_ahead_s: float, queue_idle_s: float, metrics_port: int | None,
               log_level: str, log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
@@ -217,7 +220,8 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
     config = NodeConfig(lease_s=lease_s, shard_lease_s=shard_lease_s,
                         reclaim_interval_s=reclaim_s, sweep_interval_s=sweep_s,
                         sweep_keys_per_s=sweep_rate, lookahead_s=lookahead_s,
-                        misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s)
+                        misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s,
+                        queue_idle_s=queue_idle_s)
     setup_logging(log_level, log_format)
     holder: list[SchedulerNode] = []
 

@@ -25,7 +25,7 @@ import msgspec
 
 from .errors import ValidationError
 from .events import EventType
-from .keys import DISPATCH_GROUP, PRIORITIES, check_name, shard_of, split_slot_id
+from .keys import DISPATCH_GROUP, PRIORITIES, check_name, queue_of, shard_of, split_slot_id
 from .models import Slot, slot_from_hash
 from .operations import _ready
 from .sdk_core import Core, Op, Pipe
@@ -334,19 +334,21 @@ def running(core: Core, queue: str | None = None, *, after: str | None = None,
     dispatch (at_most_once runs by lease end); `after` is the `next` of the page before.
     `queue`: that queue's only (its at_most_once runs are picked out of every queue's, so
     such a page may show fewer than `limit` before its `next`). A slot dispatched early and
-    held until its time shows, as queued. Reads each queue's lanes in every shard: O(queues)
-    commands. Four round trips."""
+    held until its time shows, as queued. Reads every lane in use (the shards' lane indexes):
+    O(lanes) commands. Four round trips."""
     if queue is not None:
         check_name("queue", queue)
     limit, cursor = _check_limit(limit), _cursor(after)
     yield from _ready(core)
-    if queue is None:
+    if queue is None:  # the lanes each shard's index names (queue_cleaner.py keeps it)
         pipe = Pipe()
-        pipe.smembers(core.keys.queues)
-        names = sorted(q.decode() for q in (yield pipe)[0])
+        for shard in range(core.shards):
+            pipe.zrange(core.keys.lane_index(shard), 0, -1)
+        lanes = sorted((queue_of(name.decode()), shard, core.keys.lane_stream(
+            shard, name.decode())) for shard, found in enumerate((yield pipe))
+            for name in found)
     else:
-        names = [queue]
-    lanes = _lanes(core, names)
+        lanes = _lanes(core, [queue])
     pipe = Pipe(raise_on_error=False)
     starts = _starts(cursor, 0, len(lanes), unique=True)
     for (_, _, key), start in zip(lanes, starts, strict=True):

@@ -117,6 +117,12 @@ class _Driver:
         return self._core.events_maxlen
 
     @property
+    def max_payload_bytes(self) -> int:
+        """The payload limit this client enforces: the namespace's once a call has read it,
+        the client's own `max_payload_bytes` before."""
+        return self._core.max_payload_bytes
+
+    @property
     def store(self) -> HistoryStore:
         """The history store, opened on first use (for AsyncClient too: opening blocks)."""
         if self._store is None:

@@ -35,7 +35,8 @@ class NamespaceMissing(NamespaceError):
         self.namespace = namespace
         super().__init__(
             f"namespace {namespace!r} does not exist in Redis yet: it is created by its first "
-            f"submit (or by `sched recover` after Redis lost it); check --namespace")
+            f"submit or `sched namespace create` (or by `sched recover` after Redis lost it); "
+            f"check --namespace")
 
 
 class JobNotFound(SchedulerError, LookupError):

@@ -6,9 +6,10 @@ type a script writes is declared here, and every type declared here is written.
 Each entry: `type`, `ts` (Redis ms), `worker`, and `data`, a JSON list of records (one per
 slot or job the transition touched), each a JSON object, or on the hot path the slot id
 alone: a "submitted" record of a job with a slot (its job id is the slot id's prefix), a
-"queued" record, and the records of a "succeeded" entry whose slots all succeeded with the
-same attempt, which its field `attempt` then holds (submit.lua, promote.lua, complete.lua).
-`records()` reads either form.
+"queued" record (not an overlap="skip" slot's: {slot, job}, its job's `active` changed, so the
+snapshotter copies the job too), and the records of a "succeeded" entry whose slots all
+succeeded with the same attempt, which its field `attempt` then holds (submit.lua,
+promote.lua, complete.lua). `records()` reads either form.
 """
 
 from __future__ import annotations

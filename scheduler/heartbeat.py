@@ -59,7 +59,8 @@ class Heartbeat(Service):
         self.tallies = tallies or dict
         self.info: dict[Any, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
                      "concurrency": concurrency, "queues": ",".join(queues),
-                     "lease_ms": lease_ms, "max_concurrency": max_concurrency or concurrency}
+                     "lease_ms": lease_ms, "max_concurrency": max_concurrency or concurrency,
+                     "state": "running"}
         self._last: tuple[int, dict[str, tuple[int, int, int, int]]] | None = None
         self._reported = (0, 0)  # (succeeded, failed) at the last progress line
         # Without heartbeats every lease expires: after a failure, try again soon.
@@ -159,6 +160,18 @@ class Heartbeat(Service):
         while True:
             await asyncio.sleep(self.lease_ms / 10_000)
             self.watch()
+
+    async def waiting(self) -> None:
+        """Register while the namespace does not exist yet, with the entry a heartbeat writes
+        marked `state: waiting`, so `sched status` and `sched workers` show the worker before
+        it can start (its first heartbeat marks it running)."""
+        now = self.clock.now_ms()
+        pipe = cluster.pipeline(self.redis)
+        pipe.zadd(self.keys.workers, {self.worker_id: now})
+        pipe.hset(self.keys.worker(self.worker_id),
+                  mapping={**self.info, "state": "waiting", "inflight": 0, "seen_ms": now})
+        pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
+        await pipe.execute()
 
     async def leave(self) -> None:
         """Remove this worker from the registry (clean shutdown)."""

@@ -4,7 +4,8 @@ Layout (DESIGN.md). Every key of one shard shares the hash tag `{sNN}`, so each 
 which only ever touches one shard, maps to a single Redis Cluster slot:
 
     <ns>:meta                     hash    shard count, creation time, layout version
-    <ns>:queues                   set     queue names ever submitted to (for status/metrics)
+    <ns>:queues                   set     queue names, as versions before `lanes` listed them:
+                                          the queue cleaner moves them into `lanes` and drops it
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
     <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
@@ -24,6 +25,11 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           into each shard (max_payload_bytes)
     <ns>:{sNN}:q:<queue>          stream  dispatch of priority 3 (the default); group `workers`
     <ns>:{sNN}:q:<queue>:p<N>     stream  dispatch of priority N (1, 2, 4, 5): a queue's "lanes"
+    <ns>:{sNN}:lanes              zset    the shard's lanes that may hold entries, scored by the
+                                          last write (ms): every script that adds an entry names
+                                          its lane here (_lib.lua index_lane); status and the
+                                          reclaimer read only these; queue_cleaner.py drops idle
+                                          empty ones
     <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
     <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
     <ns>:{sNN}:leases             zset    running at_most_once slot ids scored by lease_until (ms):
@@ -74,7 +80,7 @@ DEFAULT_PRIORITY = 3
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             SUFFIX_SUBMITTED, "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
-                            "retain"})
+                            "retain", "lanes"})
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
@@ -229,7 +235,14 @@ class Keys:
         return f"{self.prefix(shard)}config"  # hash
 
     def queue(self, shard: int, queue: str, priority: int = DEFAULT_PRIORITY) -> str:
-        return f"{self.prefix(shard)}{SUFFIX_QUEUE}{lane(queue, priority)}"  # stream
+        return self.lane_stream(shard, lane(queue, priority))
+
+    def lane_stream(self, shard: int, lane_name: str) -> str:
+        """A lane's dispatch stream, from its name as the lane index holds it."""
+        return f"{self.prefix(shard)}{SUFFIX_QUEUE}{lane_name}"  # stream
+
+    def lane_index(self, shard: int) -> str:
+        return f"{self.prefix(shard)}lanes"  # zset
 
     def events(self, shard: int) -> str:
         return f"{self.prefix(shard)}events"  # stream

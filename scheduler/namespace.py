@@ -5,14 +5,16 @@ A namespace's `<ns>:meta` hash holds what cannot change once jobs are in it: the
 enforce (copied into each shard's `config` hash, where `submit.lua` reads it).
 
 The policy:
-- **Writers create it.** A client's first submit, and `sched recover`, write the count (the
-  one they were given, or DEFAULT_SHARDS on one Redis and DEFAULT_CLUSTER_SHARDS on a
-  Cluster: keys.py says why) and the limit with HSETNX: the first writer wins, and every
+- **Writers create it.** A client's first submit, `client.create_namespace()` (`sched
+  namespace create`), and `sched recover` (with the settings history recorded), write the
+  count (the one they were given, or DEFAULT_SHARDS on one Redis and DEFAULT_CLUSTER_SHARDS
+  on a Cluster: keys.py says why) and the limit with HSETNX: the first writer wins, and every
   writer after it adopts what is stored.
 - **Everyone else waits for it.** Workers, scheduler nodes, the snapshotter and retention
   read the count and, while there is none, raise `NamespaceMissing`, which their start-up
-  loops log (once, then at most every 30 s) and retry. So a worker started before the first
-  submit does not fix the count behind the user's back.
+  loops log (once, then at most every 30 s) and retry about every second. So a worker started
+  before the first submit does not fix the count behind the user's back. Workers and nodes
+  register meanwhile as waiting (worker.py, node.py), so `sched status` shows them.
 - **A count given explicitly must match.** `Client(shards=16)` on a namespace created with
   8 is a NamespaceError that names both counts; omitting `shards` adopts the stored count.
 
@@ -33,11 +35,12 @@ import msgspec
 from .errors import ConfigError, NamespaceError, NamespaceMissing
 from .keys import DEFAULT_SHARDS, Keys
 
-__all__ = ["EVENTS_MAXLEN", "MAX_SHARDS", "META_FIELDS", "Meta", "NamespaceMissing",
-           "check_groups", "check_shards", "create", "create_groups", "parse", "read",
-           "write_config"]
+__all__ = ["EVENTS_MAXLEN", "MAX_PAYLOAD_LIMIT", "MAX_SHARDS", "META_FIELDS", "Meta",
+           "NamespaceMissing", "check_groups", "check_payload_limit", "check_shards", "create",
+           "create_groups", "parse", "read", "write_config"]
 
 MAX_SHARDS = 1024
+MAX_PAYLOAD_LIMIT = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len's default)
 # Each shard's events stream is trimmed (approximately) to this many entries by every script
 # that emits; the snapshotter must read them before they go (README, "History").
 EVENTS_MAXLEN = 1_000_000
@@ -55,6 +58,13 @@ def check_shards(shards: int | None) -> int | None:
     if shards is not None and (type(shards) is not int or not 1 <= shards <= MAX_SHARDS):
         raise ConfigError(f"shards must be an integer between 1 and {MAX_SHARDS}, not {shards!r}")
     return shards
+
+
+def check_payload_limit(limit: int) -> int:
+    if type(limit) is not int or not 1 <= limit <= MAX_PAYLOAD_LIMIT:
+        raise ConfigError(f"max_payload_bytes must be an integer between 1 and "
+                          f"{MAX_PAYLOAD_LIMIT:,}, not {limit!r}")
+    return limit
 
 
 def read(pipe: Any, keys: Keys) -> None:

@@ -1,18 +1,21 @@
 """A scheduler node (`sched scheduler`): any number may run against one namespace.
 
-Five loops share the node's shards: `ShardLeases` decides which shards this node owns (and
+Six loops share the node's shards: `ShardLeases` decides which shards this node owns (and
 tells the others it is alive), the `Promoter` moves their due slots to dispatch streams, the
 `Materializer` creates their cron occurrences' slots, the `Reclaimer` recovers slots whose
-worker stopped heartbeating, and, on the owner of shard 0, the `Sweeper` finds slots that
-fell out of every index. Ownership only spreads the work; the scripts are correct however
+worker stopped heartbeating, the `QueueCleaner` drops idle empty lanes from their queue
+index, and, on the owner of shard 0, the `Sweeper` finds slots that fell out of every index. Ownership only spreads the work; the scripts are correct however
 many nodes run them on one shard. That is why the promoter and the materializer also take,
 on the shards other nodes own, what those nodes have left overdue: a dead or frozen owner
 costs about a second of lag, not a shard lease.
 
 Every loop outlives any Redis error (scheduler/loops.py): it logs, backs off, and resumes.
 
-Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer and sweeper
-finish their round and stop; then the leases are released and the node leaves the registry,
+A node started before its namespace exists waits for it, registered in `<ns>:schedulers`
+meanwhile (so `sched status` counts it as waiting), and starts once it exists.
+
+Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer, cleaner and
+sweeper finish their round and stop; then the leases are released and the node leaves the registry,
 so the remaining nodes take its shards on their next tick instead of after the lease ttl.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import socket
 import uuid
@@ -28,8 +32,8 @@ import msgspec
 import redis.asyncio
 
 from . import namespace
-from .clock import Clock, RedisClock
-from .errors import ConfigError
+from .clock import Clock, RedisClock, resync
+from .errors import ConfigError, NamespaceMissing
 from .finite import check_finite
 from .keys import Keys
 from .leases import ShardLeases
@@ -37,6 +41,7 @@ from .loops import Backoff, ErrorLog
 from .materializer import Materializer
 from .namespace import EVENTS_MAXLEN
 from .promoter import PROMOTE_AHEAD_MS, Promoter
+from .queue_cleaner import IDLE_S, QueueCleaner
 from .reclaimer import Reclaimer
 from .sweeper import Sweeper
 
@@ -54,6 +59,9 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     misfire_grace_s: float = 5.0  # later than this, an occurrence is missed (catch-up policy)
     sweep_interval_s: float = 10.0  # between the starts of two orphan sweeps (sweeper.py)
     sweep_keys_per_s: int = 5_000  # pace of the sweep's SCAN: bounds its cost to Redis
+    queue_idle_s: float = IDLE_S
+    """How long a lane stays in its shard's queue index (what status and the reclaimer walk)
+    after its last entry, once it holds nothing (queue_cleaner.py)."""
     events_maxlen: int = EVENTS_MAXLEN
 
     def __post_init__(self) -> None:
@@ -66,6 +74,9 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("lookahead, promote-ahead and misfire grace must be >= 0 s")
         if self.sweep_interval_s <= 0 or self.sweep_keys_per_s < 1:
             raise ConfigError("the sweep interval must be > 0 s and its pace >= 1 key/s")
+        if not 0 < self.queue_idle_s < math.inf:
+            raise ConfigError(f"the queue idle time must be a number of seconds > 0, not "
+                              f"{self.queue_idle_s}")
 
 
 class SchedulerNode:
@@ -92,8 +103,11 @@ class SchedulerNode:
                                interval_s=self.config.sweep_interval_s,
                                keys_per_s=self.config.sweep_keys_per_s,
                                events_maxlen=self.config.events_maxlen)
+        self.cleaner = QueueCleaner(client, self.keys, [], self.clock,
+                                    idle_s=self.config.queue_idle_s)
         self.leases: ShardLeases | None = None
         self._stop = asyncio.Event()
+        self._waited = False  # registered as waiting for the namespace
 
     def _owned(self, shards: list[int]) -> None:
         assert self.leases is not None
@@ -101,7 +115,8 @@ class SchedulerNode:
         others = [self.keys.prefix(s) for s in range(self.leases.shards) if s not in shards]
         self.promoter.prefixes = self.materializer.prefixes = prefixes
         self.promoter.others = self.materializer.others = others
-        self.reclaimer.shards = shards
+        self.reclaimer.shards = self.cleaner.shards = shards
+        self.cleaner.total_shards = self.leases.shards
         self.sweeper.active = 0 in shards
 
     async def setup(self) -> None:
@@ -126,11 +141,32 @@ class SchedulerNode:
                 return True
             except Exception as exc:
                 errors.error(exc)
+                if isinstance(exc, NamespaceMissing):
+                    await self._wait_visibly()
                 try:
                     await asyncio.wait_for(self._stop.wait(), backoff.next())
                 except TimeoutError:
                     pass
+        if self._waited:
+            await self._leave_waiting()
         return False
+
+    async def _wait_visibly(self) -> None:
+        """Register in `<ns>:schedulers` while the namespace does not exist: every node there
+        then waits for it (`sched status` counts them). Refreshed at each try, about every
+        second; a failure is the next try's to report."""
+        try:
+            await resync(self.clock, self.redis)
+            await self.redis.zadd(self.keys.schedulers, {self.node_id: self.clock.now_ms()})
+            self._waited = True
+        except Exception as exc:  # the next setup try meets the same Redis and logs it
+            log.debug("could not register as waiting (%s: %s)", type(exc).__name__, exc)
+
+    async def _leave_waiting(self) -> None:
+        try:
+            await self.redis.zrem(self.keys.schedulers, self.node_id)
+        except Exception as exc:  # any running node drops the entry after the shard lease
+            log.debug("could not leave the node registry (%s: %s)", type(exc).__name__, exc)
 
     async def run(self) -> None:
         if not await self._start():
@@ -138,7 +174,7 @@ class SchedulerNode:
         assert self.leases is not None
         log.info("scheduler node %s started (%d shards)", self.node_id, self.leases.shards)
         services = (self.leases, self.promoter, self.materializer, self.reclaimer,
-                    self.sweeper)
+                    self.cleaner, self.sweeper)
         loops = [asyncio.create_task(s.run(), name=type(s).__name__) for s in services]
         stopped = asyncio.create_task(self._stop.wait())
         await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)

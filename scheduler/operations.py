@@ -16,11 +16,18 @@ import msgspec
 
 from . import scripts
 from .connection import REDIS_ERRORS, RedisErrors
-from .errors import ConfigError, JobNotFound, SlotNotFound, StoreUnavailable, ValidationError
+from .errors import (
+    ConfigError,
+    JobNotFound,
+    NamespaceError,
+    SlotNotFound,
+    StoreUnavailable,
+    ValidationError,
+)
 from .jobspec import JobSpec, one_spec, schedule_arguments
 from .keys import check_job_id, shard_of, slot_id, split_slot_id
 from .models import Job, RetryPolicy, Slot, slot_from_hash
-from .namespace import META_FIELDS
+from .namespace import META_FIELDS, check_payload_limit
 from .replies import Code, codes
 from .sdk_core import (
     Core,
@@ -103,23 +110,35 @@ def _ready(core: Core) -> Op[None]:
 
 def _ensure_namespace(core: Core) -> Op[None]:
     """Create the namespace (namespace.py's policy) the first time this client writes."""
-    if core.registered is None:
+    if not core.created:
         pipe = Pipe()
         core.namespace_writes(pipe)
         core.adopt((yield pipe)[-1], written=True)
         pipe = Pipe()
         core.config_writes(pipe)
         yield pipe
-        core.registered = set()
+        core.created = True
 
 
-def create_namespace(core: Core) -> Op[int]:
-    """Create the namespace now, with this client's shard count and payload limit, as its
-    first submit would (a no-op when it exists; a differing explicit count is refused).
-    For deployments that start workers and scheduler nodes before anything is submitted:
-    they wait for the namespace. Returns its shard count."""
+def create_namespace(core: Core, max_payload_bytes: int | None = None) -> Op[int]:
+    """Create the namespace now, with this client's shard count and payload limit (or
+    `max_payload_bytes`), as its first submit would. A no-op when it exists with them; a
+    shard count given to the client, or a `max_payload_bytes`, that differs from the stored
+    one is a NamespaceError naming both. For deployments that start workers and scheduler
+    nodes before anything is submitted: they wait for the namespace, and start within about
+    a second of its creation. Returns its shard count."""
+    if max_payload_bytes is not None:
+        check_payload_limit(max_payload_bytes)
     yield from _ready(core)
+    if max_payload_bytes is not None and not core.created:
+        core.max_payload_bytes = max_payload_bytes
     yield from _ensure_namespace(core)
+    if max_payload_bytes is not None and core.max_payload_bytes != max_payload_bytes:
+        raise NamespaceError(
+            f"namespace {core.namespace!r} has a payload limit of {core.max_payload_bytes:,} "
+            f"bytes in Redis, not the {max_payload_bytes:,} asked for: the limit is fixed when "
+            f"a namespace is created (omit it to keep {core.max_payload_bytes:,}, or use a new "
+            f"namespace)")
     return core.shards
 
 
@@ -190,15 +209,8 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
         batch = Batch(core, jobs, extra)  # validates every job before anything is written
         before = (core.shards, core.max_payload_bytes)
         yield from _ensure_namespace(core)
-        assert core.registered is not None
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first
             batch = Batch(core, jobs, extra)
-        new_queues = core.known_queues - core.registered
-        if new_queues:
-            pipe = Pipe()
-            pipe.sadd(core.keys.queues, *new_queues)
-            yield pipe
-            core.registered |= new_queues
     except REDIS_ERRORS as exc:
         raise nothing_written(len(jobs), exc, at) from exc
     exists: list[bool] | None = None

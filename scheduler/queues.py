@@ -39,8 +39,7 @@ def set_queue_limit(core: Core, queue: str, concurrency: int | None = None,
         pipe.hdel(core.keys.limits, queue)
         yield pipe
         return None
-    pipe.hset(core.keys.limits, queue, limits.encode(limit))
-    pipe.sadd(core.keys.queues, queue)  # listed by `sched queues` before its first job
+    pipe.hset(core.keys.limits, queue, limits.encode(limit))  # listed from now on
     yield pipe
     return limit
 

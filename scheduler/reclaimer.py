@@ -1,23 +1,24 @@
 """Recovers work whose worker vanished (DESIGN.md invariant 5: nothing stays running forever).
 
-`run_once()` runs `reclaim.lua` on every shard in one pipelined round trip: expired leases
-(found through stream entries idle past the lease, and for at_most_once slots through each
-shard's `leases` zset) are re-dispatched, ended `lost` (at_most_once) or dead-lettered;
-pending entries that a worker read but never claimed are dispatched again. Like the promoter
-it is safe to run on several nodes at once.
+`run_once()` reads each shard's `lanes` index, then runs `reclaim.lua` on every shard in one
+pipelined round trip: expired leases (found through stream entries idle past the lease, in
+the lanes the shard's index names, and for at_most_once slots through each shard's `leases`
+zset) are re-dispatched, ended `lost` (at_most_once) or dead-lettered; pending entries that a
+worker read but never claimed are dispatched again. A lane with a pending entry is always
+indexed (lua/clean_lanes.lua keeps it), so a pass walks the lanes in use, not every queue
+name the namespace ever saw. Like the promoter it is safe to run on several nodes at once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
 
 import redis.asyncio
 
-from . import metrics, scripts
+from . import cluster, metrics, scripts
 from .clock import Clock, resync
-from .keys import Keys, lanes
+from .keys import Keys
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
 from .replies import Reclaimed
@@ -48,20 +49,24 @@ class Reclaimer(Service):
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns what it did."""
         await resync(self.clock, self.redis)
-        members: set[Any] = await self.redis.smembers(self.keys.queues)
-        streams = [lane for q in sorted(q.decode() for q in members) for lane in lanes(q)]
+        pipe = cluster.pipeline(self.redis)
+        for s in self.shards:
+            pipe.zrange(self.keys.lane_index(s), 0, -1)
+        indexed: list[list[str]] = [sorted(lane.decode() for lane in found)
+                                    for found in await pipe.execute()]
         now = self.clock.now_ms()
         calls = [scripts.reclaim(self.keys.prefix(s), now, self.events_maxlen, self.batch,
                                  self.lease_ms,
-                                 [(q, self.cursors.get((s, q), "-")) for q in streams])
-                 for s in self.shards]
+                                 [(lane, self.cursors.get((s, lane), "-")) for lane in streams])
+                 for s, streams in zip(self.shards, indexed, strict=True)]
         replies = await scripts.run_async(self.redis, calls)
         # Workers that vanished without a clean stop stay in the registry; after many leases
         # of silence they are surely gone (their hash already expired).
         await self.redis.zremrangebyscore(self.keys.workers, "-inf",
                                           now - WORKER_FORGET_LEASES * self.lease_ms)
         done = dict.fromkeys(self.totals, 0)
-        for shard, raw in zip(self.shards, replies, strict=True):
+        self.cursors = {}  # of the lanes indexed now: a lane that left the index is forgotten
+        for shard, streams, raw in zip(self.shards, indexed, replies, strict=True):
             reply = Reclaimed.decode(raw)
             for name, count in reply.counts().items():
                 done[name] += count

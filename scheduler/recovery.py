@@ -1,6 +1,7 @@
 """Rebuild what a lost Redis held from the history store (`sched recover`).
 
-Restores the namespace's shard count, every job that recurs or still has an unfinished slot
+Restores the namespace's settings (its shard count and payload limit, as the snapshotter
+recorded them), every job that recurs or still has an unfinished slot
 (its hash, verbatim), each recurring job's watermark in the shard's `cron` set (the last fire
 time the store knows + 1 ms, or the job's creation time), and every slot whose last known
 status is not terminal, re-dispatched by `restore.lua`. Nothing that exists in Redis is
@@ -25,7 +26,7 @@ from .clock import Clock, RedisClock, resync_sync
 from .errors import NamespaceError
 from .keys import DISPATCH_GROUP, PRIORITIES, Keys, shard_of
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
-from .namespace import EVENTS_MAXLEN
+from .namespace import EVENTS_MAXLEN, Meta
 from .replies import Restored
 from .states import Delivery, JobKind, SlotStatus
 from .store import HistoryStore
@@ -42,6 +43,7 @@ UNWRITTEN_WINDOW_MS = 3_600_000
 
 class RecoveryReport(msgspec.Struct, kw_only=True):
     shards: int
+    max_payload_bytes: int | None = None  # the namespace's limit, as Redis holds it now
     jobs_restored: int = 0
     cron_watermarks_restored: int = 0
     slots_scheduled: int = 0
@@ -65,11 +67,12 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
             clock: Clock | None = None, events_maxlen: int = EVENTS_MAXLEN,
             chunk: int = 200) -> RecoveryReport:
     keys = Keys(namespace)
-    shards = _open_namespace(client, store, keys)
+    meta = _open_namespace(client, store, keys)
+    shards = meta.shards
     now = resync_sync(clock or RedisClock(), client)
     jobs, slots, queues, report = _read_history(store, namespace, shards, now)
+    report.max_payload_bytes = meta.max_payload_bytes
     if queues:
-        client.sadd(keys.queues, *{q for _, q in queues})
         pipe = cluster.pipeline(client)
         namespace_policy.create_groups(pipe, (keys.queue(shard, queue, p)
                                               for shard, queue in sorted(queues)
@@ -93,15 +96,18 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     return report
 
 
-def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> int:
-    """A writer (namespace.py): creates the namespace with the history's shard count, or
-    finds it with the same count; returns the count."""
-    shards = store.get_namespace(keys.ns)
-    if shards is None:
+def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> Meta:
+    """A writer (namespace.py): creates the namespace with the history's shard count and
+    payload limit (the default when the history has none: recorded before it kept limits),
+    or finds it with the same count; returns what Redis holds."""
+    known = store.get_namespace(keys.ns)
+    if known is None:
         raise NamespaceError(f"the history store knows no namespace {keys.ns!r} (check "
                              f"--namespace, and that a snapshotter ran for it)")
+    shards = known.shards
     pipe = cluster.pipeline(client)
-    namespace_policy.create(pipe, keys, shards, DEFAULT_MAX_PAYLOAD_BYTES)
+    namespace_policy.create(pipe, keys, shards,
+                            known.max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES)
     stored = namespace_policy.parse(keys.ns, pipe.execute()[-1])
     if stored.shards != shards:
         raise NamespaceError(f"namespace {keys.ns!r} has {stored.shards} shards in Redis but "
@@ -109,7 +115,7 @@ def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> int
     pipe = cluster.pipeline(client)
     namespace_policy.write_config(pipe, keys, stored)
     pipe.execute()
-    return shards
+    return stored
 
 
 def _read_history(store: HistoryStore, namespace: str, shards: int, now: int) -> tuple[

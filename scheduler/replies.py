@@ -264,6 +264,19 @@ class Reclaimed(msgspec.Struct, frozen=True):
         return {name: getattr(self, name) for name in self.COUNTS}
 
 
+class Cleaned(msgspec.Struct, frozen=True):
+    """clean_lanes.lua: lanes dropped from the shard's index, lanes kept (they hold
+    something), and idle lanes still to look at (call again)."""
+
+    removed: int
+    kept: int
+    left: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Cleaned:
+        return cls(*_ints(reply, 3))
+
+
 class MaterializeReply(msgspec.Struct, frozen=True):
     """materialize.lua: whether it was refused because the watermark moved (another node did
     it first, or the job left the `cron` set), and how many slots are new."""

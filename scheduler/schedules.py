@@ -112,7 +112,6 @@ def schedule(core: Core, /, name: str, task: str, payload: Any = None,
                           [(name, task, queue, fire_ms, fields[4:])])
     if codes((yield Scripts([call]))[0], "submit")[0] is not Code.OK:  # taken
         yield from _redefine(core, prefix, name, spec, digest, fire_ms, fields)
-    yield from _register_queue(core, queue)
     return name
 
 
@@ -164,11 +163,3 @@ def _redefine(core: Core, prefix: str, name: str, spec: JobSpec, digest: str, fi
                                           "use another name")
     raise ValidationError("name", f"{name!r} kept changing while it was being declared "
                                   f"({REDEFINE_TRIES} tries); try again")
-
-
-def _register_queue(core: Core, queue: str) -> Op[None]:
-    if core.registered is not None and queue not in core.registered:
-        pipe = Pipe()
-        pipe.sadd(core.keys.queues, queue)
-        yield pipe
-        core.registered.add(queue)

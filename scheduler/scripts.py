@@ -156,7 +156,8 @@ def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
 
 def reclaim(prefix: str, now_ms: int, maxlen: int, limit: int, min_idle_ms: int,
             cursors: Sequence[tuple[str, str]]) -> Call:
-    """cursors: (queue, first pending id to look at, "-" to start) for every queue of the namespace."""
+    """cursors: (lane, first pending id to look at, "-" to start) for each lane the shard's
+    index names."""
     args: list[Any] = [now_ms, maxlen, limit, min_idle_ms, len(cursors)]
     for queue, cursor in cursors:
         args += (queue, cursor)
@@ -213,9 +214,15 @@ def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: 
     return Call("lease", (prefix,), (now_ms, maxlen, node_id, ttl_ms, op))
 
 
-def stats(prefix: str, now_ms: int, queues: Sequence[str]) -> Call:
-    """Read-only: one shard's gauges (lua/stats.lua documents the reply)."""
-    return Call("stats", (prefix,), (now_ms, len(queues), *queues))
+def stats(prefix: str, now_ms: int) -> Call:
+    """Read-only: one shard's gauges, over the lanes its index names (lua/stats.lua
+    documents the reply)."""
+    return Call("stats", (prefix,), (now_ms,))
+
+
+def clean_lanes(prefix: str, now_ms: int, idle_before_ms: int, limit: int) -> Call:
+    """Drop the shard's idle lanes that hold nothing from its `lanes` index (replies.Cleaned)."""
+    return Call("clean_lanes", (prefix,), (now_ms, idle_before_ms, limit))
 
 
 def acquire(permits: str, bucket: str, now_ms: int, want: int, concurrency: int | None,

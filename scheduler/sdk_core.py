@@ -154,8 +154,7 @@ class Core:
         self.clock: Clock = clock or RedisClock()
         self.max_payload_bytes = max_payload_bytes
         self.events_maxlen = events_maxlen
-        self.known_queues: set[str] = set()
-        self.registered: set[str] | None = None  # queues added to the index, once it wrote
+        self.created = False  # its first write created the namespace, or found it
         self.at = "redis"  # where Redis is, for error messages: the driver sets it
         self.on_cluster = False  # ...and whether it is a Redis Cluster (the default shards)
         # submit_batch.validate's caches: the job-hash fields of the options most jobs

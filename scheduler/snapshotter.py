@@ -38,6 +38,7 @@ import logging
 import os
 import socket
 import time
+from typing import Any
 
 import msgspec
 import redis.asyncio
@@ -81,6 +82,7 @@ class Snapshotter(Service):
         self._reported = 0  # rows at the last progress line
         self._cursors: dict[int, bytes] = {}
         self._last_claim = 0.0
+        self._claim_more = False  # the last claim took a full page: claim again next batch
         self._own_pending = True  # at start and after a failed batch: re-read our own first
         self._inflight: tuple[asyncio.Task[None], dict[int, Work],
                               list[tuple[int, str, int]], int] | None = None
@@ -90,15 +92,16 @@ class Snapshotter(Service):
 
     async def setup(self) -> None:
         # NamespaceMissing until the namespace's first submit creates it (namespace.py)
-        self.shards = namespace.parse(self.namespace, await self.redis.hmget(
-            self.keys.meta, *namespace.META_FIELDS)).shards
+        meta = namespace.parse(self.namespace, await self.redis.hmget(
+            self.keys.meta, *namespace.META_FIELDS))
+        self.shards = meta.shards
         pipe = cluster.pipeline(self.redis)
         namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),
                                 HISTORY_GROUP)
         namespace.check_groups(await pipe.execute(raise_on_error=False))
         await resync(self.clock, self.redis)
         await asyncio.to_thread(self.store.put_namespace, self.namespace, self.shards,
-                                self.clock.now_ms())
+                                self.clock.now_ms(), meta.max_payload_bytes)
 
     # --- one batch ---------------------------------------------------------------------
 
@@ -108,7 +111,8 @@ class Snapshotter(Service):
         for shard in range(self.shards):
             pipe.xreadgroup(HISTORY_GROUP, self.consumer, {self.keys.events(shard): start},
                             count=self._count)
-        claim = time.monotonic() - self._last_claim >= self.config.claim_idle_s / 2
+        claim = (self._claim_more
+                 or time.monotonic() - self._last_claim >= self.config.claim_idle_s / 2)
         if claim:
             self._last_claim = time.monotonic()
             for shard in range(self.shards):
@@ -125,16 +129,7 @@ class Snapshotter(Service):
                     self.caught_up = False
         if claim:
             await self._forget_consumers()
-            for shard, (cursor, entries, *deleted) in enumerate(replies[self.shards:]):
-                self._cursors[shard] = cursor
-                self.intake.take(work, shard, entries)
-                gone = deleted[0] if deleted else []
-                if gone:
-                    # Trimmed by the stream's MAXLEN before anyone wrote them: those events are
-                    # lost to history (the slots' later events still bring their state).
-                    log.warning("shard %d: %d pending events were trimmed unread", shard,
-                                len(gone))
-                    work.setdefault(shard, Work()).ids.extend(gone)
+            self._took_over(work, replies[self.shards:])
         size = sum(len(w.slots) + len(w.jobs) for w in work.values())
         # Held-back slots past their deadline get room even in a full batch, so a backlog of
         # new events cannot keep them waiting.
@@ -145,6 +140,26 @@ class Snapshotter(Service):
         elif not self.caught_up and size * 2 < self.config.batch_records:
             self._count = min(self.config.read_count, self._count * 2)
         return work
+
+    def _took_over(self, work: dict[int, Work], replies: list[Any]) -> None:
+        """Add the entries XAUTOCLAIM took from dead snapshotters (one reply per shard)."""
+        self._claim_more = False
+        for shard, (cursor, entries, *deleted) in enumerate(replies):
+            self._cursors[shard] = cursor
+            self.intake.take(work, shard, entries)
+            if len(entries) >= self._count:
+                # More may wait behind these: take them in the next batches, growing as reads
+                # do, not a page per shard every claim_idle_s / 2 (minutes behind after a
+                # crash at the default 30 s).
+                self.caught_up = False
+                self._claim_more = True
+            gone = deleted[0] if deleted else []
+            if gone:
+                # Trimmed by the stream's MAXLEN before anyone wrote them: those events are
+                # lost to history (the slots' later events still bring their state).
+                log.warning("shard %d: %d pending events were trimmed unread", shard,
+                            len(gone))
+                work.setdefault(shard, Work()).ids.extend(gone)
 
     async def _forget_consumers(self) -> None:
         """Drop the group's consumers that hold nothing and were idle past `claim_idle_s`

@@ -16,7 +16,7 @@ from .schedule import LATEST_MS
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
          "trim_history", "retire", "restore", "sweep", "delete_job", "trigger",
-         "redefine", "acquire")
+         "redefine", "acquire", "clean_lanes")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 

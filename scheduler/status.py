@@ -1,11 +1,15 @@
 """What a namespace looks like right now, read from Redis: the data behind `sched status`,
 `sched workers` and the exporter's gauges.
 
-Reading is bounded and batched whatever the load: the topology (shard count, queue names, the
-most recent `MAX_WORKERS` workers) and the details (every shard's `stats` script, lua/stats.lua,
-O(queues) commands each, and the worker hashes) in one pipelined round trip when the caller
-passes the topology it saw last time and nothing changed (the exporter does), in two
-otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
+Reading is bounded and batched whatever the load: the topology (shard count, the most recent
+`MAX_WORKERS` workers, the names of limited queues) and the details (every shard's `stats`
+script, lua/stats.lua, O(lanes its index names) commands each: the lanes in use, not every
+queue name ever seen, queue_cleaner.py; and the worker hashes) in one pipelined round trip
+when the caller passes the topology it saw last time and nothing changed (the exporter does),
+in two otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
+
+A namespace not created yet has no shards: its workers and scheduler nodes wait for it,
+registered (workers as `state: waiting`, nodes in `<ns>:schedulers`), and are counted so.
 
 Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
 worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
@@ -45,6 +49,7 @@ __all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
+NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node.py)
 
 
 def _s(value: Any) -> str:
@@ -55,7 +60,7 @@ def _age_s(now_ms: int, then_ms: int) -> float:
     return max(0.0, (now_ms - then_ms) / 1000) if then_ms >= 0 else 0.0
 
 
-def _shard(shard: int, now: int, queues: list[str], reply: list[Any]) -> ShardStatus:
+def _shard(shard: int, now: int, reply: list[Any]) -> ShardStatus:
     due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue, orphans = reply
     lag, pending, oldest_unread = (int(x) for x in history)
     recovered, last_ms, waiting = (int(x) for x in orphans)
@@ -66,9 +71,9 @@ def _shard(shard: int, now: int, queues: list[str], reply: list[Any]) -> ShardSt
         owner_ttl_s=int(pttl) / 1000 if int(pttl) >= 0 else None,
         snapshot_backlog_events=lag + pending if lag >= 0 else None,
         snapshot_lag_s=_age_s(now, oldest_unread) if lag >= 0 else None,
-        queues=[QueueShardStatus(queue=q, shard=shard, depth=int(d), pending=int(p),
+        queues=[QueueShardStatus(queue=_s(q), shard=shard, depth=int(d), pending=int(p),
                                  oldest_ready_age_s=_age_s(now, int(o)))
-                for q, (d, p, o) in zip(queues, per_queue, strict=True)],
+                for q, d, p, o in per_queue],
         orphans_recovered=recovered, orphans_last_ms=last_ms if last_ms >= 0 else None,
         orphans_waiting=waiting)
 
@@ -87,6 +92,7 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
         concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
         max_concurrency=int(f.get("max_concurrency", 0)),
         succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
+        waiting=f.get("state") == "waiting",
         succeeded_per_s=sum(r[0] for r in rates.values()),
         failed_per_s=sum(r[1] for r in rates.values()),
         by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
@@ -104,18 +110,17 @@ class Topology(NamedTuple):
     one round trip reads everything."""
 
     shards: int
-    queues: tuple[str, ...]
     worker_ids: tuple[str, ...]
 
 
 class _Reader:
     """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking and
-    the asyncio drivers below. The topology reads (shard count, queues, the most recent
-    `MAX_WORKERS` workers) go first; the details (each shard's stats script by SHA, each worker
-    hash) follow in the same pipeline when the topology is known from a previous read, or in a
-    second one."""
+    the asyncio drivers below. The topology reads (shard count, the most recent `MAX_WORKERS`
+    workers, limited queues, registered nodes) go first; the details (each shard's stats
+    script by SHA, each worker hash) follow in the same pipeline when the topology is known
+    from a previous read, or in a second one."""
 
-    TOPOLOGY_COMMANDS = 6
+    TOPOLOGY_COMMANDS = 7
 
     def __init__(self, keys: Keys, now_ms: int) -> None:
         self.keys = keys
@@ -126,31 +131,35 @@ class _Reader:
         self.replicas: int | None = None
         self.nodes: list[NodeStatus] = []
         self.where = ""
+        self.limited: list[str] = []  # queues with a queue-wide limit: listed, even idle
+        self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
 
     def topology(self, pipe: Any) -> None:
         pipe.hget(self.keys.meta, "shards")
-        pipe.smembers(self.keys.queues)
         pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
         pipe.zcard(self.keys.workers)
+        pipe.hkeys(self.keys.limits)
+        pipe.zrangebyscore(self.keys.schedulers, self.now - NODE_WAITING_MS, "+inf",
+                           withscores=True)
         pipe.info("persistence")  # an ACL without INFO: unknown, not an error
         pipe.info("replication")
 
     def took_topology(self, replies: list[Any]) -> Topology:
-        for r in replies[:4]:
+        for r in replies[:5]:
             if isinstance(r, Exception):
                 raise r
-        shards, queues, self.seen, known, persistence, replication = replies
+        shards, self.seen, known, limited, nodes, persistence, replication = replies
         self.workers_known = int(known)
+        self.limited = sorted(_s(q) for q in limited)
+        self.node_seen = [score for _, score in nodes]
         self.aof = (bool(int(persistence.get("aof_enabled", 0)))
                     if isinstance(persistence, dict) else None)
         self.replicas = (int(replication.get("connected_slaves", 0))
                          if isinstance(replication, dict) else None)
-        return Topology(int(shards or 0), tuple(sorted(_s(q) for q in queues)),
-                        tuple(_s(w) for w, _ in self.seen))
+        return Topology(int(shards or 0), tuple(_s(w) for w, _ in self.seen))
 
     def stats_calls(self, topo: Topology) -> list[scripts.Call]:
-        return [scripts.stats(self.keys.prefix(s), self.now, topo.queues)
-                for s in range(topo.shards)]
+        return [scripts.stats(self.keys.prefix(s), self.now) for s in range(topo.shards)]
 
     def details(self, pipe: Any, topo: Topology) -> None:
         for call in self.stats_calls(topo):
@@ -172,11 +181,15 @@ class _Reader:
         for r in [*stats, *replies[topo.shards:]]:
             if isinstance(r, Exception):
                 raise r
-        details = [_shard(s, self.now, list(topo.queues), r) for s, r in enumerate(stats)]
+        details = [_shard(s, self.now, r) for s, r in enumerate(stats)]
         workers = [_worker(_s(w), int(score), self.now, raw)
                    for (w, score), raw in zip(self.seen, replies[topo.shards:], strict=True)]
-        status = _summarize(self.keys.ns, self.now, topo.shards, list(topo.queues), details,
-                            workers, self.workers_known)
+        queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
+        status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
+                            self.workers_known)
+        status.workers_waiting = sum(1 for w in workers if w.alive and w.waiting)
+        if not topo.shards:  # no node can run before its namespace exists: all of them wait
+            status.nodes_waiting = len(self.node_seen)
         status.redis_aof, status.redis_replicas = self.aof, self.replicas
         status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(
             topo.shards)), aof=self.aof, replicas=self.replicas)]
@@ -196,7 +209,7 @@ class _Reader:
 def read_status(client: redis.Redis, keys: Keys, clock: Clock,
                 known: Topology | None = None) -> tuple[Status, Topology]:
     """The namespace's status, and the topology to pass back next time: with it, one
-    pipelined round trip while no shard count, queue or worker changed; two otherwise. The
+    pipelined round trip while no shard count or worker changed; two otherwise. The
     clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
     reader = _Reader(keys, resync_sync(clock, client))
     reader.where = where(client)
@@ -266,12 +279,15 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
                 sums[2] += ended if rate.mean_run_s else 0.0
                 sums[3] += ended * rate.mean_run_s
                 sums[4] += rate.inflight
+    shards_of: dict[str, list[QueueShardStatus]] = {q: [] for q in queues}
+    for d in details:  # one pass: a namespace may list thousands of queues
+        for qs in d.queues:
+            shards_of.setdefault(qs.queue, []).append(qs)
     by_queue = [QueueStatus(
         queue=q,
-        depth=sum(qs.depth for d in details for qs in d.queues if qs.queue == q),
-        pending=sum(qs.pending for d in details for qs in d.queues if qs.queue == q),
-        oldest_ready_age_s=max([qs.oldest_ready_age_s for d in details for qs in d.queues
-                                if qs.queue == q], default=0.0),
+        depth=sum(qs.depth for qs in shards_of[q]),
+        pending=sum(qs.pending for qs in shards_of[q]),
+        oldest_ready_age_s=max([qs.oldest_ready_age_s for qs in shards_of[q]], default=0.0),
         succeeded_per_s=rates[q][0], failed_per_s=rates[q][1], inflight=int(rates[q][4]),
         mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0)
         for q in queues]

@@ -66,6 +66,7 @@ class WorkerStatus(msgspec.Struct, kw_only=True):
     failed_per_s: float
     by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
     max_concurrency: int = 0  # the most it may grow to (`--autoscale MIN:MAX`); 0: unknown
+    waiting: bool = False  # started before its namespace existed: waits for it to be created
 
 
 class NodeStatus(msgspec.Struct, kw_only=True):
@@ -112,6 +113,16 @@ class Status(msgspec.Struct, kw_only=True):
     snapshot_backlog_events: int = 0  # events not in history yet: what a loss would cost
     nodes: list[NodeStatus] = []  # which Redis node holds which shards
     scaling: Scaling | None = None  # None only on a record not read by scheduler/status.py
+    workers_waiting: int = 0  # live workers waiting for the namespace to be created
+    nodes_waiting: int = 0  # scheduler nodes registered while it does not exist (all wait)
+
+    def not_created(self) -> str | None:
+        """What `sched status` says of a namespace that does not exist yet (None once it
+        does): which processes wait for it, and what creates it."""
+        if self.shards:
+            return None
+        return (f"namespace not created yet: {_waiting(self.workers_waiting, self.nodes_waiting)}"
+                f" (its first submit, or `sched namespace create`, creates it)")
 
     def warnings(self) -> list[str]:
         """What puts accepted jobs at risk or slows them without making the namespace
@@ -154,3 +165,13 @@ class Status(msgspec.Struct, kw_only=True):
                          f"entry; the sweeper re-runs them when their lease is over (see the "
                          f"'orphaned' events)")
         return found
+
+
+def _waiting(workers: int, nodes: int) -> str:
+    """"2 workers and 1 node are waiting", "1 worker is waiting", "nothing is waiting"."""
+    parts = [f"{n} {what}{'' if n == 1 else 's'}" for n, what in ((workers, "worker"),
+                                                                  (nodes, "node")) if n]
+    if not parts:
+        return "no worker or node is waiting"
+    verb = "is" if len(parts) == 1 and (workers or nodes) == 1 else "are"
+    return f"{' and '.join(parts)} {verb} waiting"

@@ -56,7 +56,6 @@ def validate(core: Core, spec: JobSpec, now_ms: int) -> Validated:
     names = core.checked_names.get(given) if plain else None
     if names is None:
         names = (check_task(spec.task), check_queue(spec.queue), check_delivery(spec.delivery))
-        core.known_queues.add(names[1])
         if plain:
             if len(core.checked_names) >= 4096:
                 core.checked_names.clear()

@@ -7,6 +7,9 @@ Shutdown order (`stop()`, e.g. on SIGTERM):
      attempt is recorded `released` and does not count as a failure);
   4. the committer flushes every outcome, then the heartbeat stops and the worker leaves the
      registry.
+
+A worker started before its namespace exists waits for it, registered meanwhile as waiting
+(heartbeat.waiting: `sched status` and `sched workers` show it), and starts once it exists.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from .claiming import Claiming
 from .clock import Clock, RedisClock, resync
 from .committer import Committer
 from .connection import socket_timeout
+from .errors import NamespaceMissing
 from .execution import Execution
 from .heartbeat import Heartbeat
 from .inflight import Inflight
@@ -182,14 +186,36 @@ class Worker(Claiming):
         before its namespace's first submit); False when stopped first."""
         backoff = Backoff()
         errors = ErrorLog(log, "worker setup")
+        waited = False
         while not self.stopping.is_set():
             try:
                 await self.setup()
                 return True
             except Exception as exc:
                 errors.error(exc)
+                if isinstance(exc, NamespaceMissing):
+                    waited = await self._wait_visibly() or waited
                 await pause(self.stopping, backoff.next())
+        if waited:
+            await self._leave()
         return False
+
+    async def _wait_visibly(self) -> bool:
+        """While the namespace does not exist: registered as waiting (heartbeat.waiting),
+        refreshed at each setup try. A failure is the next try's to report."""
+        try:
+            await resync(self.clock, self.redis)
+            await self.heartbeat.waiting()
+            return True
+        except Exception as exc:
+            log.debug("could not register as waiting (%s: %s)", type(exc).__name__, exc)
+            return False
+
+    async def _leave(self) -> None:
+        try:
+            await self.heartbeat.leave()
+        except Exception as exc:  # the registry entry expires by itself
+            log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__, exc)
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
@@ -233,11 +259,7 @@ class Worker(Claiming):
             await self._hand_back_limited()  # permits of the runs that ended meanwhile
             self.heartbeat.stop()
             await heartbeat
-            try:
-                await self.heartbeat.leave()
-            except Exception as exc:  # the registry entry expires by itself
-                log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__,
-                          exc)
+            await self._leave()
             self.execution.close()
             await direct.close(self.redis)
             log.info("worker %s stopped", self.worker_id)

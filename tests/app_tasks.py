@@ -67,7 +67,7 @@ def sync_sleep(ctx: Context, payload: Any) -> None:
 def chaos(name: str) -> Any:
     """Register a chaos task whose every start and end is recorded."""
     def wrap(fn: Any) -> Any:
-        async def run(ctx: Context, payload: Any) -> None:
+        async def run(ctx: Context, payload: Any) -> Any:
             key = payload["effects"]
             r = _redis()
             pipe = r.pipeline(transaction=False)
@@ -76,8 +76,9 @@ def chaos(name: str) -> Any:
             await pipe.execute()
             outcome = "failed"
             try:
-                await fn(ctx, payload, key)
+                result = await fn(ctx, payload, key)
                 outcome = "ok"
+                return result
             except asyncio.CancelledError:
                 outcome = "cancelled"
                 raise
@@ -102,15 +103,19 @@ async def chaos_noop(ctx: Context, payload: Any, key: str) -> None:
 
 
 @chaos("chaos.slow")
-async def chaos_slow(ctx: Context, payload: Any, key: str) -> None:
+async def chaos_slow(ctx: Context, payload: Any, key: str) -> dict[str, Any]:
+    """Logs a line and returns a result: history must hold both (the history rule)."""
+    ctx.logger.info("sleeping %s s", payload["seconds"])
     await asyncio.sleep(float(payload["seconds"]))
     await _effect(key, ctx)
+    return {"slept": payload["seconds"], "attempt": ctx.attempt}
 
 
 @chaos("chaos.flaky")
 async def chaos_flaky(ctx: Context, payload: Any, key: str) -> None:
     """Fails its first `fail_first` attempts, then has its effect."""
     if ctx.attempt <= int(payload["fail_first"]):
+        ctx.logger.warning("attempt %d fails on purpose", ctx.attempt)
         raise RuntimeError(f"flaky: attempt {ctx.attempt} fails on purpose")
     await _effect(key, ctx)
 

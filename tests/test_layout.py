@@ -64,7 +64,7 @@ LAYERS = {
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},
     "services": {"loops", "registry", "inflight", "reader", "backlog", "execution", "committer",
                  "heartbeat", "worker", "claiming", "worker_config", "limiter", "leases", "promoter", "materializer",
-                 "reclaimer", "sweeper", "node", "snapshot_intake", "snapshotter", "retention",
+                 "reclaimer", "queue_cleaner", "sweeper", "node", "snapshot_intake", "snapshotter", "retention",
                  "recovery", "status", "status_records", "capacity", "autoscale", "fastmetrics",
                  "metrics", "exporter", "embedded", "tracing"},
     "sdk": {"jobspec", "sdk_core", "submit_batch", "script_stream", "operations", "schedules",

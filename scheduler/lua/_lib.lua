@@ -106,8 +106,17 @@ local function carry_entry(stream, slot_id, task, payload, timeout, delivery, nb
     'o', timeout or '', 'd', delivery or '')
 end
 
+-- Name a lane in the shard's index of lanes that may hold entries (`lanes`, scored by the
+-- last write). Every script that adds an entry to a lane calls this in the same call (the
+-- hot paths once per lane per call), so a lane holding anything is always indexed, whatever
+-- lua/clean_lanes.lua removed before: status and the reclaimer read only indexed lanes.
+local function index_lane(prefix, lane_name, now)
+  redis.call('ZADD', prefix .. 'lanes', now, lane_name)
+end
+
 -- Put a slot (back) into its lane's dispatch stream under a new entry.
 local function dispatch(prefix, slot_key, slot_id, lane_name, now)
+  index_lane(prefix, lane_name, now)
   local msg = redis.call('XADD', prefix .. 'q:' .. lane_name, '*', 's', slot_id)
   redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'available_ms', now)
   return msg

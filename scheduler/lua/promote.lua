@@ -13,7 +13,8 @@
 
   Slots in `due` whose score is <= due_before + ahead are taken in score order. A slot that is
   no longer `scheduled` (cancelled, or gone) is only removed from `due`. A slot goes to the
-  lane of its priority (slot field `priority`, absent for the default: _lib.lua's lane()).
+  lane of its priority (slot field `priority`, absent for the default: _lib.lua's lane()),
+  named in the shard's `lanes` index (_lib.lua's index_lane).
 
   Early: a slot whose score (its fire time, or a retry's backoff time) is still ahead of now
   is dispatched now, so the work of the fire instant is done before it (a minute-boundary
@@ -37,7 +38,9 @@
   ahead_ms, or an overlap="skip" slot's own score; and how many occurrences ended `skipped`.
 
   Events: "queued", each record its slot id alone (events.py; the slot hash holds the rest),
-  "skipped" {slot, active} (the slot still active).
+  or {slot, job} for an overlap="skip" slot, which changed its job's `active` (the snapshotter
+  copies the job too: `sched recover` restores it knowing its run in flight); "skipped"
+  {slot, active} (the slot still active).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -52,9 +55,10 @@ local due = prefix .. 'due'
 local until_ms = due_before + ahead
 local ids = redis.call('ZRANGE', due, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0, limit,
   'WITHSCORES')
-local records, skipped = {}, {}
+local records, skipped, activated = {}, {}, {}
 local left = nil  -- the earliest score of an overlap="skip" slot left for its fire time
 local taken = {}  -- ids leaving `due`, only kept once one stays behind (see the end)
+local indexed = {}  -- lanes named in `lanes` by this call
 
 -- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active
 -- slot itself comes back through `due` and must not skip itself.)
@@ -85,16 +89,25 @@ for i = 1, #ids, 2 do
         -- The job's fields travel in the entry (carry_entry): read here, ahead of the fire
         -- time for an early slot, instead of by the claim at it.
         local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
-        local stream = prefix .. 'q:' .. lane(st[2], st[4])
+        local lane_name = lane(st[2], st[4])
+        if not indexed[lane_name] then
+          indexed[lane_name] = true
+          index_lane(prefix, lane_name, now)
+        end
+        local stream = prefix .. 'q:' .. lane_name
         if early then
           local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], score)
           redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
         else
           local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], nil)
           redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
-          if st[3] == 'skip' then redis.call('HSET', job_key, 'active', slot_id) end
         end
-        records[#records + 1] = slot_id
+        if st[3] == 'skip' then  -- never early (above)
+          redis.call('HSET', job_key, 'active', slot_id)
+          activated[#activated + 1] = {slot = slot_id, job = st[5]}
+        else
+          records[#records + 1] = slot_id
+        end
       end
     end
   end
@@ -111,6 +124,7 @@ if #records > 0 then  -- emit, the slot ids joined as JSON text (events.py)
   redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'queued',
     'ts', ARGV[1], 'worker', '', 'data', id_records(records))
 end
+emit(prefix, maxlen, now, 'queued', activated, nil)
 emit(prefix, maxlen, now, 'skipped', skipped, nil)
 local next_ms = -1
 local head
@@ -122,4 +136,4 @@ else  -- past what stays behind for its time
 end
 if #head > 0 then next_ms = tonumber(head[2]) - ahead end
 if left and (next_ms < 0 or left < next_ms) then next_ms = left end
-return {#records, next_ms, #skipped}
+return {#records + #activated, next_ms, #skipped}

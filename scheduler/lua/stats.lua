@@ -1,11 +1,12 @@
 --[[ stats: read one shard's gauges for `sched status` and the exporter. Read-only: it
   changes nothing, so it is not a transition and emits no event. One call per shard, all
-  pipelined, is the whole per-shard cost of a scrape (bounded: O(queues) commands).
+  pipelined, is the whole per-shard cost of a scrape: O(lanes in the shard's `lanes` index),
+  the lanes that hold entries or had one within the queue cleaner's idle time, never the
+  queue names a namespace ever saw.
 
   KEYS[1]  shard prefix, e.g. "sched:{s03}:"
 
   ARGV[1]  now_ms          Redis time in ms
-  ARGV[2]  n               number of queues; then one queue name each
 
   Reply: {due_slots, due_backlog, oldest_due_ms, dlq_size, owner, owner_pttl_ms,
           history, queues, orphans}
@@ -17,8 +18,8 @@
                     absent); owner_pttl_ms its PTTL (-2 absent, -1 no expiry)
      history        {lag, pending, oldest_unread_ms} of the events stream's group "history"
                     (the snapshotter), or {-1, -1, -1} when that group does not exist
-     queues         one {lag, pending, oldest_ready_ms} per queue, in ARGV order, over all
-                    its lanes (one stream per priority, _lib.lua's lane()):
+     queues         one {queue, lag, pending, oldest_ready_ms} per queue with an indexed lane
+                    on this shard, over those lanes (one stream per priority, _lib.lua's lane()):
                     lag = entries not yet delivered to the group "workers" (XINFO GROUPS
                     lag; counted with a capped XRANGE when Redis cannot tell), pending = entries
                     delivered and not acked, oldest_ready_ms = id time of the oldest entry not
@@ -29,10 +30,7 @@
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
-local n = tonumber(ARGV[2])
 local COUNT_CAP = 10000
-
---- @include "_lib.lua"
 
 -- {lag, pending, oldest_unread_ms} of `group` on `stream`; nil when the group is absent.
 local function group_view(stream, group)
@@ -92,15 +90,18 @@ local function lane_view(stream)
   return {len, 0, oldest}
 end
 
-local queues = {}
-for i = 1, n do
-  local sum = {0, 0, -1}
-  for priority = 1, 5 do  -- keys.PRIORITIES
-    local v = lane_view(prefix .. 'q:' .. lane(ARGV[2 + i], tostring(priority)))
-    sum[1], sum[2] = sum[1] + v[1], sum[2] + v[2]
-    if v[3] >= 0 and (sum[3] < 0 or v[3] < sum[3]) then sum[3] = v[3] end
+local queues, of_queue = {}, {}
+for _, lane_name in ipairs(redis.call('ZRANGE', prefix .. 'lanes', 0, -1)) do
+  local v = lane_view(prefix .. 'q:' .. lane_name)
+  local queue = string.match(lane_name, '^[^:]+')  -- keys.queue_of
+  local sum = of_queue[queue]
+  if not sum then
+    sum = {queue, 0, 0, -1}
+    of_queue[queue] = sum
+    queues[#queues + 1] = sum
   end
-  queues[i] = sum
+  sum[2], sum[3] = sum[2] + v[1], sum[3] + v[2]
+  if v[3] >= 0 and (sum[4] < 0 or v[3] < sum[4]) then sum[4] = v[3] end
 end
 
 local o = redis.call('HMGET', prefix .. 'stats', 'orphans', 'orphans_last_ms', 'orphans_waiting')

@@ -44,7 +44,8 @@
      R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now;
                it carries the job fields a claim needs: _lib.lua's carry_entry)
                or a `due` entry (fire_ms > now); the entry goes to the lane of the job's
-               priority (_lib.lua's lane()), and the slot copies a priority field. A recurring job (field kind = "cron") gets
+               priority (_lib.lua's lane(), named in the shard's `lanes` index: index_lane),
+               and the slot copies a priority field. A recurring job (field kind = "cron") gets
                no slot here: it enters the shard's `cron` set scored by fire_ms, its first
                occurrence, and the materializer creates its slots. Jobs of any kind but
                "immediate" are indexed in the shard's `jobs` set (for listing).
@@ -206,6 +207,7 @@ for i = 1, n do
       if not stream then
         stream = prefix .. 'q:' .. lane_name
         streams[lane_name] = stream
+        index_lane(prefix, lane_name, now_s)
       end
       msg = carry_entry(stream, slot_id, task, payload, timeout, delivery, nil)
     else

@@ -9,6 +9,7 @@ from typing import Protocol
 from ..errors import StoreUnavailable
 from ..masking import masked
 from ..models import Slot
+from ..namespace import Meta
 from .rows import Batch, RecoveryJob
 
 DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
@@ -28,9 +29,12 @@ class HistoryStore(Protocol):
     def write(self, batch: Batch) -> None:
         """Upsert a batch in one transaction; committed when this returns."""
 
-    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None: ...
+    def put_namespace(self, namespace: str, shards: int, now_ms: int,
+                      max_payload_bytes: int | None = None) -> None:
+        """Record a namespace's settings (`sched recover` creates it with them again); a
+        limit of None keeps the one recorded."""
 
-    def get_namespace(self, namespace: str) -> int | None: ...
+    def get_namespace(self, namespace: str) -> Meta | None: ...
 
     def history(self, namespace: str, *, job_id: str | None, status: str | None,
                 since_ms: int, until_ms: int, limit: int) -> list[Slot]: ...
@@ -39,6 +43,13 @@ class HistoryStore(Protocol):
 
     def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
         """(slot_id, slot hash) of every slot whose last known status is not terminal."""
+
+    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        """(slot_id, slot hash) of every slot the store holds, whatever its status: the whole
+        state as the snapshotter last read it (what a check of history against Redis reads)."""
+
+    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        """(job_id, job hash) of every job the store holds."""
 
     def drop_before(self, cutoff_ms: int) -> None:
         """Forget slots (and their attempts) that fired before cutoff_ms."""

@@ -20,6 +20,7 @@ from .. import sqlfiles
 from ..errors import StoreUnavailable
 from ..masking import masked, unencoded
 from ..models import Slot
+from ..namespace import Meta
 from .rows import (
     DAY_MS,
     SCHEMA_VERSION,
@@ -173,15 +174,17 @@ class PostgresStore:
                         out.write_row(row)
                 cur.execute(Q[upsert])
 
-    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None:
+    def put_namespace(self, namespace: str, shards: int, now_ms: int,
+                      max_payload_bytes: int | None = None) -> None:
         with self.conn.transaction():
             self.conn.execute(Q["put_namespace"],
-                              {"namespace": namespace, "shards": shards, "now_ms": now_ms})
+                              {"namespace": namespace, "shards": shards, "now_ms": now_ms,
+                               "max_payload_bytes": max_payload_bytes})
 
-    def get_namespace(self, namespace: str) -> int | None:
+    def get_namespace(self, namespace: str) -> Meta | None:
         with self.conn.transaction():
             row = self.conn.execute(Q["get_namespace"], {"namespace": namespace}).fetchone()
-        return int(row[0]) if row else None
+        return Meta(int(row[0]), None if row[1] is None else int(row[1])) if row else None
 
     # --- reading -----------------------------------------------------------------------
 
@@ -203,6 +206,14 @@ class PostgresStore:
     def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
         rows = self._rows("recovery_slots", {"namespace": namespace})
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self._rows("slot_states", {"namespace": namespace})
+        return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self._rows("job_definitions", {"namespace": namespace})
+        return [(j, decode_state(d)) for j, d in rows]
 
     # --- retention ---------------------------------------------------------------------
 

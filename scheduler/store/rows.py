@@ -21,7 +21,7 @@ from ..models import Slot, slot_from_hash
 from ..states import TERMINAL, JobKind
 
 DAY_MS = 86_400_000
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _json = msgspec.json.Encoder()
 _TERMINAL = frozenset(s.value for s in TERMINAL)

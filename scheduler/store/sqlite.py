@@ -11,6 +11,7 @@ from typing import Any
 from .. import sqlfiles
 from ..errors import StoreUnavailable
 from ..models import Slot
+from ..namespace import Meta
 from .rows import Batch, RecoveryJob, decode_state, slot_from_state
 
 Q = sqlfiles.queries("sqlite")
@@ -97,13 +98,15 @@ class SqliteStore:
 
         self._run(put)
 
-    def put_namespace(self, namespace: str, shards: int, now_ms: int) -> None:
-        self._run(lambda c: c.execute(Q["put_namespace"], {"namespace": namespace,
-                                                           "shards": shards, "now_ms": now_ms}))
+    def put_namespace(self, namespace: str, shards: int, now_ms: int,
+                      max_payload_bytes: int | None = None) -> None:
+        self._run(lambda c: c.execute(Q["put_namespace"], {
+            "namespace": namespace, "shards": shards, "now_ms": now_ms,
+            "max_payload_bytes": max_payload_bytes}))
 
-    def get_namespace(self, namespace: str) -> int | None:
+    def get_namespace(self, namespace: str) -> Meta | None:
         row = self.conn.execute(Q["get_namespace"], {"namespace": namespace}).fetchone()
-        return int(row[0]) if row else None
+        return Meta(int(row[0]), None if row[1] is None else int(row[1])) if row else None
 
     def history(self, namespace: str, *, job_id: str | None, status: str | None,
                 since_ms: int, until_ms: int, limit: int) -> list[Slot]:
@@ -119,6 +122,14 @@ class SqliteStore:
     def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
         rows = self.conn.execute(Q["recovery_slots"], {"namespace": namespace}).fetchall()
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self.conn.execute(Q["slot_states"], {"namespace": namespace}).fetchall()
+        return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
+
+    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
+        rows = self.conn.execute(Q["job_definitions"], {"namespace": namespace}).fetchall()
+        return [(j, decode_state(d)) for j, d in rows]
 
     def drop_before(self, cutoff_ms: int) -> None:
         def drop(conn: sqlite3.Connection) -> None:

@@ -29,7 +29,7 @@ from ..clock import ManualClock
 from ..errors import HandlerFailed, SchedulerError, ValidationError
 from ..execution import HandlerErrors
 from ..inflight import Run
-from ..keys import split_slot_id
+from ..keys import queue_of, split_slot_id
 from ..node import NodeConfig, SchedulerNode
 from ..registry import Registry
 from ..states import Outcome
@@ -211,10 +211,14 @@ class TestScheduler:
         await self.redis.aclose()
 
     async def _read_every_queue(self) -> None:
-        """The worker reads every queue the namespace has (a queue is known from its first
-        submit on): a test submits to any queue and its jobs run."""
-        members: set[Any] = await self.redis.smembers(self.worker.keys.queues)
-        queues = {q.decode() for q in members}
+        """The worker reads every queue the namespace has (a queue is known from the first
+        entry in one of its lanes on: the shards' lane indexes): a test submits to any queue
+        and its jobs run."""
+        keys = self.worker.keys
+        pipe = self.redis.pipeline(transaction=False)
+        for shard in range(self.worker.shards):
+            pipe.zrange(keys.lane_index(shard), 0, -1)
+        queues = {queue_of(lane.decode()) for found in await pipe.execute() for lane in found}
         if not queues <= self._queues:
             self._queues |= queues
             await self.worker.reader.open(self.worker.shards, sorted(self._queues))
@@ -224,11 +228,11 @@ class TestScheduler:
         if self.clock.now_ms() >= self._renew_at:  # as the node's lease loop: Redis expires them
             await self.node.leases.run_once()
             self._renew_at = self.clock.now_ms() + int(LEASE_TTL_S * 1000 / 3)
-        await self._read_every_queue()
         runs: list[Run] = []
         for _ in range(MAX_ROUNDS):
             await self.node.materializer.run_once()
             await self.node.promoter.run_once()
+            await self._read_every_queue()  # a promoted slot's queue may be new
             runs += await self._work()
             # The streams are empty now; only due slots (a retry after 0 s) or a cron job
             # within the lookahead make more work without the clock moving.

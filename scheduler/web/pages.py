@@ -135,7 +135,8 @@ def queues(status: Any, infos: list[Any]) -> Page:
 
 
 def workers(status: Any) -> Page:
-    rows = [_row(w.worker_id, w.worker_id, "alive" if w.alive else "gone",
+    rows = [_row(w.worker_id, w.worker_id,
+                 ("waiting for its namespace" if w.waiting else "alive") if w.alive else "gone",
                  f"{w.heartbeat_age_s:.1f}s ago", w.host, w.pid,
                  link("/running", f"{w.inflight}/{w.concurrency}"),
                  _rate(w.succeeded_per_s), f"{w.succeeded:,}", f"{w.failed:,}",

@@ -138,5 +138,13 @@ def test_script_ab_smoke(tmp_path: Path) -> None:
     stdout, result = bench(tmp_path, "script_ab", "--a", str(ROOT), "--b", str(ROOT),
                            "--rounds", "1", "--jobs", "128", "--batch", "64")
     assert stdout.startswith("script_ab (us per entry")
-    assert set(result["rows"]) == {"claim", "complete", "promote", "claim0", "complete0"}
+    assert set(result["rows"]) == {"claim", "complete", "promote", "claim0", "complete0",
+                                   "submit", "submit1"}
     assert all(row["A"] > 0 and row["B"] > 0 for row in result["rows"].values())
+
+
+def test_queue_names_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "queue_names", "--names", "60", "--busy", "3",
+                           "--runs", "1")
+    assert stdout.startswith("queue_names: 60 names, 3 holding work, 2 shards: sched status ")
+    assert "(57 lanes dropped, 3 queues listed)" in stdout and result["ok"]

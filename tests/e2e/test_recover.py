@@ -19,7 +19,8 @@ import redis
 
 from helpers import drain, run_until, sched
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, replies, scripts
-from scheduler.keys import DISPATCH_GROUP, shard_of
+from scheduler.errors import ValidationError
+from scheduler.keys import DISPATCH_GROUP, Keys, shard_of
 from scheduler.snapshotter import SnapshotterConfig
 from scheduler.store import Batch, job_row, open_store, slot_rows
 
@@ -190,3 +191,26 @@ def test_recover_resumes_a_cron_job_and_backfills_the_outage(
     assert known in fires and fires[-1] > known + 3000
     with Client(redis_url, ns) as client:
         assert client.get_job(job_id).cron == "* * * * * *"
+
+
+def test_recover_keeps_the_namespaces_payload_limit(redis_url: str, ns: str, r: redis.Redis,
+                                                    pg_dsn: str, capsys: Any) -> None:
+    """The snapshotter records the namespace's settings; `sched recover` creates it again
+    with them, not with the default limit."""
+    assert sched(capsys, redis_url, ns, "db", "upgrade", "--postgres-dsn", pg_dsn)[0] == 0
+    with Client(redis_url, ns, shards=3, max_payload_bytes=2000) as client:
+        client.submit("a", "x" * 1000, delay=3600)
+    asyncio.run(drain(redis_url, ns, pg_dsn, config=SnapshotterConfig(retention_s=None)))
+    drop_ns(r, ns)
+    code, out, err = sched(capsys, redis_url, ns, "recover", "--postgres-dsn", pg_dsn)
+    assert code == 0, err
+    assert r.hget(Keys(ns).meta, "max_payload_bytes") == b"2000"
+    assert "(3 shards, payloads up to 2,000 bytes)" in out
+    with Client(redis_url, ns) as client:
+        assert client.shards == 3
+        with pytest.raises(ValidationError, match="2000"):
+            client.submit("a", "x" * 3000)
+        client.submit("a", "x" * 1000)
+    # ...and so does the scripts' own copy, whoever calls them.
+    keys = Keys(ns)
+    assert {r.hget(keys.config(s), "max_payload_bytes") for s in range(3)} == {b"2000"}

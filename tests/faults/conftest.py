@@ -1,5 +1,6 @@
 """Fixtures of the fault suite: every test gets a private Redis under test (`sut`) and keeps its
-ground truth in the shared test Redis, which no fault touches."""
+ground truth in the shared test Redis, which no fault touches; a test that runs a snapshotter
+gets a fresh Postgres database for its history (`history_dsn`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from .harness import Processes, RedisServer, processes, redis_server
+from .harness import Processes, RedisServer, history_database, processes, redis_server
 from .scenario import Scenario
 
 
@@ -34,3 +35,9 @@ def procs(request: pytest.FixtureRequest, sut: RedisServer, redis_url: str, ns: 
     with processes(sut.url, ns, redis_url, scenario.truth,
                    **({"lease_s": float(lease.args[0])} if lease else {})) as p:
         yield p
+
+
+@pytest.fixture
+def history_dsn() -> Iterator[str]:
+    with history_database() as dsn:
+        yield dsn

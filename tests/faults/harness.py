@@ -1,6 +1,7 @@
 """Real processes for fault tests: a private Redis under test (restartable, with AOF when a
-test needs it, that can be driven out of memory), `sched worker` and `sched scheduler`
-subprocesses with a short lease, a TCP proxy per worker that can cut or stall its connections,
+test needs it, that can be driven out of memory), `sched worker`, `sched scheduler` and
+`sched snapshotter` subprocesses with a short lease, a fresh Postgres database for the
+snapshotter's history store, a TCP proxy per worker that can cut or stall its connections,
 and the bookkeeping of which worker each fault touched (the checker's ground truth)."""
 
 from __future__ import annotations
@@ -15,12 +16,16 @@ import subprocess
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psycopg
 import redis
 
-from conftest import SCHED, TESTS
+from conftest import POSTGRES_DSN, SCHED, TESTS
+from scheduler import Client, namespace
+from scheduler.store import open_store
 
 from .truth import Outage, Truth, wall_ms
 
@@ -33,6 +38,12 @@ GRACE_MS = 6000
 # A killed node's shards: its last renewal (up to a tick before) runs out, then another node
 # takes them at its next tick (scheduler/leases.py ticks every ttl/3).
 SHARD_TAKEOVER_MS = int(SHARD_LEASE_S * 1000 * 4 / 3)
+# A killed snapshotter's pending events are taken over by the next one this long after
+# its last read (30 s by default).
+SNAPSHOT_CLAIM_IDLE_S = 2.0
+# A consumer group of every events stream that never reads: the snapshotter trims what every
+# group acked, and the checker reads the whole stream (the commit and orphan rules).
+KEEP_EVENTS_GROUP = "fault-checker"
 
 
 def free_port() -> int:
@@ -121,6 +132,24 @@ def redis_server(*, aof: bool = False) -> Iterator[RedisServer]:
         server.stop()
 
 
+@contextlib.contextmanager
+def history_database() -> Iterator[str]:
+    """A fresh Postgres database (on the test server, conftest.POSTGRES_DSN) for one test's
+    history store, its schema migrated as `sched db upgrade` does; dropped afterwards, with
+    whatever connection a killed snapshotter left open."""
+    name = f"sched_faults_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            dsn = psycopg.conninfo.make_conninfo(POSTGRES_DSN, dbname=name)
+            store = open_store(dsn)
+            store.upgrade()
+            store.close()
+            yield dsn
+        finally:
+            admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
@@ -142,7 +171,8 @@ class Processes:
             [str(TESTS), os.environ.get("PYTHONPATH", "")]),
             "SCHED_TEST_REDIS_URL_APP": truth_url}
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.roles: dict[int, str] = {}  # pid -> "worker" | "scheduler"
+        self.roles: dict[int, str] = {}  # pid -> "worker" | "scheduler" | "snapshotter"
+        self.history_dsn: str | None = None  # where the snapshotters write, once one started
         self.killed: set[int] = set()
         self.proxies: dict[int, Proxy] = {}  # worker pid -> its proxy
         self.logs = Path(tempfile.mkdtemp(prefix="sched-faults-"))
@@ -169,6 +199,24 @@ class Processes:
         return self._start("scheduler", "--lease", str(self.lease_s), "--reclaim-interval",
                            "0.2", "--shard-lease", str(SHARD_LEASE_S), "--sweep-interval",
                            str(SWEEP_INTERVAL_S), *args)
+
+    def snapshotter(self, dsn: str) -> subprocess.Popen[bytes]:
+        """`sched snapshotter` into the history store at `dsn` (history_database()). Once one
+        has run, the scenario's check waits for history to catch up and judges it (the
+        history rule)."""
+        if self.history_dsn is None:
+            self._keep_events()
+        self.history_dsn = dsn
+        return self._start("snapshotter", "--postgres-dsn", dsn, "--claim-idle",
+                           str(SNAPSHOT_CLAIM_IDLE_S))
+
+    def _keep_events(self) -> None:
+        with Client(self.redis_url, self.ns) as c:
+            shards = c.create_namespace()
+            pipe = c.redis.pipeline(transaction=False)
+            namespace.create_groups(pipe, (c.keys.events(s) for s in range(shards)),
+                                    KEEP_EVENTS_GROUP)
+            namespace.check_groups(pipe.execute(raise_on_error=False))
 
     def workers(self) -> list[subprocess.Popen[bytes]]:
         return [p for p in self.alive() if self.roles[p.pid] == "worker"]

@@ -9,6 +9,7 @@ per rule, and watches each rule fire. The rules, each named in its message:
   commit      at most one committed success per slot, committed by the attempt holding its
               lease; a succeeded slot has exactly one
   terminal    once settled, every slot is terminal, and in a state its kind may end in
+              (or cancelled, if the test cancelled it)
   lost        every lost attempt ran on a worker the test faulted
   failed      an attempt fails only if its handler fails by design
   dead        a slot is dead only after max_attempts failed attempts; the DLQ holds exactly
@@ -21,6 +22,11 @@ per rule, and watches each rule fire. The rules, each named in its message:
               test's outages (truth.Outage: Redis refusing writes, a node killed with its
               shards) cover is not counted, as no node could reclaim then
   orphan      the sweeper recovered only slots whose entries the test removed
+  history     once settled and the snapshotter caught up (every events entry acked), the
+              history store holds every slot and job Redis holds and no other, each as
+              Redis holds it: status, attempts (number, outcome, worker, error: the dead
+              letter's reason), run logs, result, priority, cancel reason, definition
+              (`History`, read through the store's interface; judged where a snapshotter ran)
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from scheduler.cronspec import CronSpec
 from scheduler.keys import Keys
 from scheduler.models import Slot, slot_from_hash
 from scheduler.states import TERMINAL, Delivery, Outcome, SlotStatus
+from scheduler.store import HistoryStore, text_hash
 
 from .truth import ENDS, FAILS_BY_DESIGN, Truth, worker_pid
 
@@ -52,6 +59,20 @@ class Observed:
     dlq: set[str] = field(default_factory=set)
     orphaned: set[str] = field(default_factory=set)  # slots the sweeper recovered
     live: list[str] = field(default_factory=list)  # what the live monitor saw
+    hashes: dict[str, dict[str, str]] = field(default_factory=dict)  # slot -> its hash, as text
+    jobs: dict[str, dict[str, str]] = field(default_factory=dict)  # job -> its hash, as text
+
+
+@dataclass
+class History:
+    """What the history store holds of a namespace: slot -> state, job -> definition (each
+    the hash the snapshotter read, as text)."""
+    slots: dict[str, dict[str, str]] = field(default_factory=dict)
+    jobs: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+def read_history(store: HistoryStore, ns: str) -> History:
+    return History(dict(store.slot_states(ns)), dict(store.job_definitions(ns)))
 
 
 @dataclass
@@ -61,10 +82,21 @@ class Report:
     exempt_once: int = 0  # exactly-once slots whose effect died with a lost attempt
     # per lost attempt: ms from its lease's end to its reclaim, less the outages' share
     reclaim_lags: list[int] = field(default_factory=list)
+    history: History | None = None  # what the history rule judged (None: not judged)
 
     def fail_if_violated(self, label: str = "") -> None:
         v = self.violations
         assert not v, f"{label}{len(v)} violation(s):\n" + "\n".join(v[:30])
+
+
+def _hashes(r: redis.Redis, prefix: str) -> list[tuple[str, dict[bytes, bytes]]]:
+    """(id, hash) of every key under the prefix (a shard's slots or jobs)."""
+    found = list(r.scan_iter(match=f"{prefix}*", count=5000))
+    pipe = r.pipeline(transaction=False)
+    for k in found:
+        pipe.hgetall(k)
+    return [(k.decode()[len(prefix):], raw)
+            for k, raw in zip(found, pipe.execute(), strict=True)]
 
 
 def observe(r: redis.Redis, ns: str) -> Observed:
@@ -72,16 +104,13 @@ def observe(r: redis.Redis, ns: str) -> Observed:
     obs = Observed()
     shards = int(r.hget(keys.meta, "shards") or 0)
     for shard in range(shards):
-        slot_keys = list(r.scan_iter(match=f"{keys.prefix(shard)}slot:*", count=5000))
-        pipe = r.pipeline(transaction=False)
-        for k in slot_keys:
-            pipe.hgetall(k)
-        prefix = len(keys.slot(shard, ""))
-        for k, raw in zip(slot_keys, pipe.execute(), strict=True):
-            slot_id = k.decode()[prefix:]
+        for slot_id, raw in _hashes(r, keys.slot(shard, "")):
             obs.slots[slot_id] = slot_from_hash(slot_id, raw)
+            obs.hashes[slot_id] = text_hash(raw)
             if b"once:effect" in raw:
                 obs.once_marks[slot_id] = int(raw[b"once:effect"])
+        for job_id, raw in _hashes(r, keys.job(shard, "")):
+            obs.jobs[job_id] = text_hash(raw)
         obs.dlq |= {m.decode() for m in r.zrange(keys.dlq(shard), 0, -1)}
         for _, fields in r.xrange(keys.events(shard)):
             kind = fields[b"type"].decode()
@@ -96,9 +125,14 @@ def observe(r: redis.Redis, ns: str) -> Observed:
     return obs
 
 
-def violations(obs: Observed, truth: Truth, *, grace_ms: int, settled: bool = True) -> Report:
+def violations(obs: Observed, truth: Truth, *, grace_ms: int, settled: bool = True,
+               history: History | None = None) -> Report:
+    """`history`: what the store holds once the snapshotter caught up (None: no snapshotter
+    ran, or not settled yet: the history rule is not judged)."""
     v: list[str] = list(obs.live)
-    report = Report(obs, v)
+    if history is not None:
+        v += history_violations(obs, history)
+    report = Report(obs, v, history=history)
     by_job: dict[str, list[Slot]] = {}
     for slot in obs.slots.values():
         by_job.setdefault(slot.job_id, []).append(slot)
@@ -161,7 +195,8 @@ def _slot(v: list[str], slot: Slot, kind: str, delivery: str, max_attempts: int,
                      f"which was leased to {holder}")
     if settled and slot.status not in TERMINAL:
         v.append(f"terminal: {s}: not terminal ({slot.status.value}, attempt {slot.attempt})")
-    elif slot.status in TERMINAL and slot.status.value not in ENDS[kind]:
+    elif slot.status in TERMINAL and slot.status.value not in ENDS[kind] and not (
+            slot.status is SlotStatus.CANCELLED and s in truth.cancelled):
         v.append(f"terminal: {s}: ended {slot.status.value}, which a {kind} job never may")
     failures = 0
     for a in slot.attempts:
@@ -201,3 +236,93 @@ def _slot(v: list[str], slot: Slot, kind: str, delivery: str, max_attempts: int,
     elif (kind in EFFECT_KINDS and slot.status is SlotStatus.SUCCEEDED and effects == 0):
         v.append(f"effect: {s}: succeeded but its effect never happened")
     return 0
+
+
+# --- history -------------------------------------------------------------------------------
+
+# What a differing hash field is, for the history rule's messages (the first that matches).
+_FIELD_KINDS = (("a:", "attempts"), ("log:", "run log"), ("result", "result"),
+                ("priority", "priority"), ("cancel", "cancel reason"), ("failures", "failures"))
+
+
+def _field_kind(name: str) -> str:
+    return next((kind for prefix, kind in _FIELD_KINDS if name.startswith(prefix)), "field")
+
+
+def _attempts(slot: Slot) -> list[tuple[int, str | None, str | None]]:
+    return [(a.number, a.outcome.value if a.outcome else None, a.worker) for a in slot.attempts]
+
+
+def _attempt_differs(ours: Slot, theirs: Slot) -> str | None:
+    """The first attempt field (error: a dead letter's reason, log, times) that differs."""
+    for a, b in zip(ours.attempts, theirs.attempts, strict=True):
+        names = [n for n in a.__struct_fields__ if getattr(a, n) != getattr(b, n)]
+        if names:
+            return (f"attempt {a.number}'s {names[0]} {_shown(str(getattr(a, names[0])))} in "
+                    f"Redis, {_shown(str(getattr(b, names[0])))} in history")
+    return None
+
+
+def _differ(a: dict[str, str], b: dict[str, str]) -> list[str]:
+    return sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+
+
+def _shown(value: str | None) -> str:
+    return "(none)" if value is None else repr(value if len(value) <= 60 else value[:57] + "...")
+
+
+def history_violations(obs: Observed, hist: History) -> list[str]:
+    """The history rule: the store equals Redis, slot by slot and job by job. One line per
+    slot or job that differs, after a line counting them (a bug that drops the end of some
+    slots shows as hundreds of lines)."""
+    v: list[str] = []
+    statuses: Counter[str] = Counter()
+    for s in sorted(obs.hashes.keys() | hist.slots.keys()):
+        red, kept = obs.hashes.get(s), hist.slots.get(s)
+        if kept is None:
+            v.append(f"history: {s}: {red and red.get('status')} in Redis, not in history")
+            statuses["missing"] += 1
+            continue
+        if red is None:
+            v.append(f"history: {s}: {kept.get('status')} in history, not in Redis")
+            statuses["not in Redis"] += 1
+            continue
+        fields = _differ(red, kept)
+        if not fields:
+            continue
+        status, kept_status = red.get("status"), kept.get("status")
+        if status != kept_status:
+            statuses[f"{status} in Redis, {kept_status} in history"] += 1
+            v.append(f"history: {s}: {status} in Redis, {kept_status} in history (fields "
+                     f"differing: {', '.join(fields)})")
+            continue
+        statuses[f"{status} in both"] += 1
+        ours, theirs = (slot_from_hash(s, {k.encode(): x.encode() for k, x in h.items()})
+                        for h in (red, kept))
+        if _attempts(ours) != _attempts(theirs):
+            v.append(f"history: {s}: attempts (number, outcome, worker) {_attempts(ours)} in "
+                     f"Redis, {_attempts(theirs)} in history")
+            continue
+        if differs := _attempt_differs(ours, theirs):
+            v.append(f"history: {s}: {differs}")
+            continue
+        name = fields[0]
+        v.append(f"history: {s}: {_field_kind(name)} differs: {name} {_shown(red.get(name))} "
+                 f"in Redis, {_shown(kept.get(name))} in history"
+                 + (f" (and {', '.join(fields[1:])})" if fields[1:] else ""))
+    jobs = 0
+    for j in sorted(obs.jobs.keys() | hist.jobs.keys()):
+        red, kept = obs.jobs.get(j), hist.jobs.get(j)
+        if red is None or kept is None:
+            v.append(f"history: job {j}: in {'Redis' if kept is None else 'history'} only")
+        elif fields := _differ(red, kept):
+            v.append(f"history: job {j}: definition differs: "
+                     + "; ".join(f"{k} {_shown(red.get(k))} in Redis, {_shown(kept.get(k))} "
+                                 f"in history" for k in fields[:3]))
+        else:
+            continue
+        jobs += 1
+    if v:
+        v.insert(0, f"history: {sum(statuses.values())} of {len(obs.hashes)} slots and {jobs} "
+                    f"of {len(obs.jobs)} jobs differ from Redis: {dict(statuses)}")
+    return v

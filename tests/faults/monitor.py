@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from scheduler.connection import sync_redis
-from scheduler.keys import DISPATCH_GROUP, Keys
+from scheduler.keys import DEFAULT_PRIORITY, DISPATCH_GROUP, Keys
 
 from .truth import Truth
 
@@ -65,22 +65,23 @@ class Monitor(threading.Thread):
         slot_keys = list(r.scan_iter(match=f"{keys.prefix(shard)}slot:*", count=5000))
         pipe = r.pipeline(transaction=False)
         for k in slot_keys:
-            pipe.hmget(k, "status", "lease_until", "msg", "queue")
+            pipe.hmget(k, "status", "lease_until", "msg", "queue", "priority")
         cut = len(keys.slot(shard, ""))
         rows = [(k.decode()[cut:], *row) for k, row in zip(slot_keys, pipe.execute(),
                                                            strict=True)]
-        suspects: list[tuple[str, str, Any, Any]] = []
-        for slot, status, lease, msg, queue in rows:
+        suspects: list[tuple[str, str, Any, str]] = []
+        for slot, status, lease, msg, queue, priority in rows:
             if (status == b"running" and lease and now > int(lease) + self.grace_ms
                     and now - int(lease) - self.truth.outage_ms(int(lease), now) > self.grace_ms):
                 self._once(slot, f"lease: {slot}: running {now - int(lease)} ms past its "
                                  f"lease (seen live; outages: "
                                  f"{self.truth.outages_within(int(lease), now)})")
             if status in (b"queued", b"running") and msg and queue:
-                suspects.append((slot, status.decode(), msg, queue))
+                # its entry is in its priority's lane
+                suspects.append((slot, status.decode(), msg, keys.queue(
+                    shard, queue.decode(), int(priority) if priority else DEFAULT_PRIORITY)))
         pipe = r.pipeline(transaction=False)
-        for _, _, msg, queue in suspects:
-            stream = keys.queue(shard, queue.decode())
+        for _, _, msg, stream in suspects:
             pipe.xrange(stream, msg, msg)
             pipe.xpending_range(stream, DISPATCH_GROUP, min=msg, max=msg, count=1)
         replies = pipe.execute(raise_on_error=False)

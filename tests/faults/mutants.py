@@ -53,6 +53,18 @@ LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
+CLEANER = "tests/services/test_queue_cleaner.py"
+IDLE_LANES = (f"{CLEANER}::"
+              "test_idle_lanes_that_hold_nothing_leave_the_index_and_status[single]")
+IDLE_LEASE = (f"{CLEANER}::"
+              "test_the_reclaimer_finds_an_expired_lease_in_a_lane_that_went_idle[single]")
+REINDEXED = (f"{CLEANER}::"
+             "test_an_entry_written_after_its_lane_left_the_index_indexes_it_again[single-")
+HISTORY = ("tests/faults/test_history.py::"
+           "test_every_finished_delayed_job_reaches_history_as_redis_holds_it")
+ACTIVE = "tests/faults/test_history.py::test_an_overlap_skip_jobs_active_run_reaches_history"
+RETRY_POLICY = ("tests/services/test_retry_policy.py::"
+                "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
 SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
@@ -340,11 +352,6 @@ MUTANTS = [
            "redefinition runs the old definition)",
            "scheduler/reader.py", "                    elif slot in carried:",
            "                    elif False:", (CARRIED_OVER,), fast=True),
-    Mutant("cancel-acks-the-default-lane", "cancel.lua acks a queued slot's read entry on "
-           "its queue's default stream, not its priority's: the entry of a priority-1 slot "
-           "stays pending until the reclaimer takes it", "scheduler/lua/cancel.lua",
-           "ack(prefix, lane(st[3], st[5]), st[2])", "ack(prefix, st[3], st[2])", (LANE_ACK,),
-           fast=True),
     Mutant("next-leaves-the-console", "`next=//evil.example` is taken for a path of the "
            "console (the redirect after sign-in and after each action goes to another site)",
            "scheduler/web/guard.py", 'or target.startswith("//")', "or False",
@@ -376,6 +383,79 @@ MUTANTS = [
            "the browser keeps it)", "scheduler/web/guard.py",
            "max_age=int(self.session_s), ", "",
            (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
+    # The lane index (queue_cleaner.py): a lane that holds anything must stay indexed, or the
+    # reclaimer never finds its expired leases and status never shows its depth.
+    Mutant("cleaner-drops-a-running-lane", "clean_lanes.lua ignores pending entries: a lane "
+           "whose only entry is a run in flight leaves the index, and when that run's worker "
+           "dies the reclaimer never finds its expired lease",
+           "scheduler/lua/clean_lanes.lua", "      if f['pending'] > 0 then return true end",
+           "      if false then return true end", (IDLE_LEASE, IDLE_LANES), fast=True),
+    Mutant("cleaner-drops-undelivered-entries", "clean_lanes.lua sees only pending entries: a "
+           "lane whose entries wait for a worker leaves the index (and status)",
+           "scheduler/lua/clean_lanes.lua",
+           "      return #redis.call('XRANGE', stream, '(' .. f['last-delivered-id'], '+', "
+           "'COUNT', 1) > 0", "      return false", (IDLE_LANES,), fast=True),
+    Mutant("cleaner-drops-unread-lanes", "clean_lanes.lua takes a lane no worker ever read "
+           "(no consumer group) for empty", "scheduler/lua/clean_lanes.lua",
+           "  return redis.call('XLEN', stream) > 0", "  return false", (IDLE_LANES,),
+           fast=True),
+    Mutant("submit-loses-the-re-add", "submit.lua no longer names its lane in the index: a "
+           "queue the cleaner dropped stays out of status and the reclaimer's walk when jobs "
+           "come back to it", "scheduler/lua/submit.lua",
+           "        index_lane(prefix, lane_name, now_s)\n", "",
+           (f"{REINDEXED}submit]",), fast=True),
+    Mutant("promote-loses-the-re-add", "promote.lua dispatches into a lane without naming it "
+           "in the index (a delayed job's queue, dropped while it waited)",
+           "scheduler/lua/promote.lua", "          index_lane(prefix, lane_name, now)\n", "",
+           (f"{REINDEXED}promote]",), fast=True),
+    Mutant("dispatch-loses-the-re-add", "_lib.lua's dispatch (replay, reclaim, requeue, sweep, "
+           "restore, trigger) writes an entry without naming its lane in the index",
+           "scheduler/lua/_lib.lua",
+           "  index_lane(prefix, lane_name, now)\n  local msg = redis.call('XADD'",
+           "  local msg = redis.call('XADD'", (f"{REINDEXED}replay]",), fast=True),
+    Mutant("history-skips-slot-ends", "the snapshotter takes a hash read to cover its slot's "
+           "events of the next second too: a slot promoted and finished within a second of "
+           "its read keeps its earlier state in history (`queued` while Redis says "
+           "`succeeded`: history rule)", "scheduler/snapshot_intake.py",
+           "if seen.get(slot, -1) >= version:",
+           "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,), fast=True),
+    Mutant("active-run-not-copied", "promote.lua's record of an overlap=\"skip\" slot no "
+           "longer names its job: the job's `active` run never reaches history (`sched "
+           "recover` would start the next occurrence beside the restored one: history rule)",
+           "scheduler/lua/promote.lua",
+           "activated[#activated + 1] = {slot = slot_id, job = st[5]}",
+           "activated[#activated + 1] = {slot = slot_id}", (ACTIVE,), fast=True),
+    Mutant("cancel-acks-the-plain-stream", "cancel.lua acks a queued slot's entry id in its "
+           "queue's plain stream, not its priority's lane: another slot's entry of the same "
+           "id, read and not yet claimed, is acked (the sweeper then takes it for an orphan)",
+           "scheduler/lua/cancel.lua",
+           "    if st[1] == 'queued' then ack(prefix, lane(st[3], st[5]), st[2]) end",
+           "    if st[1] == 'queued' then ack(prefix, st[3], st[2]) end",
+           (f"{PRIORITIES}::test_cancelling_a_queued_slot_acks_its_own_lanes_entry_only"
+            "[single-cancel]", LANE_ACK), fast=True),
+    Mutant("takeover-a-page-per-claim", "a snapshotter takes over a dead one's pending events "
+           "one page (its adaptive read count, often 1) per shard per claim_idle_s / 2: "
+           "history stays minutes behind after a crash", "scheduler/snapshotter.py",
+           "                self.caught_up = False\n                self._claim_more = True\n",
+           "                pass\n",
+           ("tests/services/test_snapshotter.py::test_a_dead_snapshotters_pending_events_are_"
+            "taken_over_in_a_few_claims[sqlite-single]",), fast=True),
+    Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
+           "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
+           "before its last attempt)", "scheduler/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = base * 2 ^ (failures - 1) * (1 - jitter * u)", (RETRY_POLICY,),
+           fast=True),
+    Mutant("retry-jitter-lengthens", "fail.lua's jitter lengthens the delay (1 + jitter*u): "
+           "past the cap, out of the policy's bounds", "scheduler/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 + jitter * u)",
+           (RETRY_POLICY,), fast=True),
+    Mutant("retry-exponent-off-by-one", "fail.lua doubles once too often: the first retry "
+           "waits 2 * base_s", "scheduler/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = math.min(cap, base * 2 ^ failures) * (1 - jitter * u)",
+           (RETRY_POLICY,), fast=True),
     Mutant("submit-payload-unchecked", "submit.lua takes a payload that is not a string: the "
            "batch's jobs before it are written, then HSET fails (a call half written)",
            "scheduler/lua/submit.lua",

@@ -57,7 +57,11 @@ def run(m: Mutant, suite: bool, timeout_s: float) -> tuple[Mutant, bool, float, 
             [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
              "--timeout", str(int(timeout_s)), *tests],
             cwd=where, env=env, capture_output=True, text=True, timeout=timeout_s + 60)
-        caught, out = done.returncode != 0, done.stdout
+        # Exit 4 or 5 (a test id that does not exist, nothing collected) is no catch: a
+        # mutant naming a renamed test would otherwise pass for caught.
+        caught, out = done.returncode not in (0, 4, 5), done.stdout
+        if done.returncode in (4, 5):
+            out += f"\nno test ran (pytest exit {done.returncode}): does {tests} exist?"
     except subprocess.TimeoutExpired as exc:
         caught, out = True, f"(timed out: {exc})"
     finally:

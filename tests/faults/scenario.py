@@ -1,5 +1,6 @@
 """One namespace of a fault test: submit through the SDK (recording what it returned),
-wait for every slot to settle, and check the invariants against the ground truth."""
+wait for every slot to settle, and check the invariants against the ground truth (and, where
+a snapshotter ran, the history store against Redis once it caught up)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from collections import Counter
 from typing import Any
 
 from scheduler import Client, JobSpec, SchedulerError
+from scheduler.keys import DEFAULT_PRIORITY, lane
 from scheduler.states import TERMINAL
+from scheduler.store import open_store
 
 from .harness import GRACE_MS, LEASE_S, SWEEP_INTERVAL_S, Processes
-from .invariants import Report, observe, violations
+from .invariants import History, Report, observe, read_history, violations
 from .monitor import Monitor
 from .truth import JobTruth, Truth, TruthStore
 from .workload import FAST
@@ -32,6 +35,7 @@ class Scenario:
         self.effects = self.store.key  # what handlers are told to record into
         self.monitor: Monitor | None = None
         self.grace_ms = GRACE_MS  # how long past its lease a slot may sit (a test's faults)
+        self.history_wait_s = 0.0  # how long the check waited for history to catch up
 
     def submit(self, specs: list[JobSpec], jobs: list[JobTruth] | None = None) -> list[str]:
         jobs = jobs or [JobTruth(kind=_kind(s), delivery=s.delivery,
@@ -87,7 +91,8 @@ class Scenario:
         for s in slots:
             key = self.client._core.slot_key(s)
             raw = {k.decode(): v.decode(errors="replace")[:200] for k, v in r.hgetall(key).items()}
-            stream = key[:key.index("slot:")] + f"q:{raw.get('queue', 'default')}"
+            stream = key[:key.index("slot:")] + "q:" + lane(
+                raw.get("queue", "default"), int(raw.get("priority", DEFAULT_PRIORITY)))
             msg = raw.get("msg") or "0-0"
             pending = r.xpending_range(stream, "workers", min=msg, max=msg, count=1)
             out.append(f"{s} (now {now}): {raw}; entry {r.xrange(stream, msg, msg)}; "
@@ -122,13 +127,42 @@ class Scenario:
 
     # --- checking -------------------------------------------------------------------------
 
+    def caught_up(self, procs: Processes, timeout: float = 60) -> None:
+        """Wait until the snapshotters acked every events entry of every shard (each
+        shard's `snapshot_backlog_events` is 0: nothing undelivered, nothing pending). A
+        batch is acked only once the store committed it."""
+        started = time.monotonic()
+        deadline = started + timeout
+        while True:
+            backlog = [d.snapshot_backlog_events for d in self.client.status().shard_details]
+            if backlog and all(b == 0 for b in backlog):
+                self.history_wait_s = time.monotonic() - started
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"history did not catch up in {timeout:.0f}s: events "
+                                     f"behind per shard {backlog} (None: no snapshotter ever "
+                                     f"read the shard)\n{procs.output()}")
+            time.sleep(0.2)
+
+    def history(self, procs: Processes) -> History:
+        assert procs.history_dsn is not None
+        store = open_store(procs.history_dsn)
+        try:
+            return read_history(store, self.ns)
+        finally:
+            store.close()
+
     def report(self, procs: Processes, *, settled: bool = True) -> _Summary:
         live = self.monitor.stop() if self.monitor is not None else []
         self.monitor = None
+        judged = settled and procs.history_dsn is not None
+        if judged:
+            self.caught_up(procs)
         self.store.read_into(self.truth)
         obs = observe(self.client.redis, self.ns)
         obs.live += live
-        rep = violations(obs, self.truth, grace_ms=self.grace_ms, settled=settled)
+        rep = violations(obs, self.truth, grace_ms=self.grace_ms, settled=settled,
+                         history=self.history(procs) if judged else None)
         rep.violations += procs.died()
         return _Summary(rep)
 

@@ -3,19 +3,30 @@ rounds (`--chaos-rounds N --chaos-jobs M --chaos-seed S` for a longer soak).
 
 Every test checks the same invariants (tests/faults/invariants.py) against ground truth kept
 outside the Redis under test: the ids submit returned, the faults the test caused, and what
-the handlers recorded in the shared test Redis."""
+the handlers recorded in the shared test Redis. Where a snapshotter runs, the history store
+is checked against Redis too (the history rule)."""
 
 from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 
 import pytest
 import redis
 
 from scheduler import JobSpec, RetryPolicy
+from scheduler.keys import DEFAULT_PRIORITY, lane
 
-from .harness import LEASE_S, Processes, RedisServer, processes, redis_server, wait_for
+from .harness import (
+    LEASE_S,
+    Processes,
+    RedisServer,
+    history_database,
+    processes,
+    redis_server,
+    wait_for,
+)
 from .invariants import Report
 from .scenario import Scenario, slow
 from .workload import mixed
@@ -27,10 +38,12 @@ def running(sc: Scenario, n: int) -> bool:
     return sum(s == "running" for s in sc.statuses(sc.slot_ids())) >= n
 
 
-def test_sigkilled_workers_lose_nothing(scenario: Scenario, procs: Processes) -> None:
+def test_sigkilled_workers_lose_nothing(scenario: Scenario, procs: Processes,
+                                        history_dsn: str) -> None:
     scenario.submit(slow(200, scenario.effects, 0.3))
     scenario.watch()
     procs.node()
+    procs.snapshotter(history_dsn)
     victims = [procs.worker("--concurrency", "40") for _ in range(2)]
     wait_for(lambda: scenario.store.effect_count() >= 30, 30, "the first effects")
     for v in victims:
@@ -62,14 +75,15 @@ def test_a_frozen_workers_late_commits_are_refused(scenario: Scenario, procs: Pr
                    for _, w in wins)
 
 
-def test_killed_scheduler_nodes_and_a_hanging_handler(scenario: Scenario,
-                                                      procs: Processes) -> None:
+def test_killed_scheduler_nodes_and_a_hanging_handler(scenario: Scenario, procs: Processes,
+                                                      history_dsn: str) -> None:
     hang = JobSpec(task="chaos.hang", payload={"effects": scenario.effects}, timeout=0.3,
                    retry=RetryPolicy(max_attempts=2, base_s=0.05))
     flaky = [JobSpec(task="chaos.flaky", payload={"fail_first": 2, "effects": scenario.effects},
                      retry=RetryPolicy(max_attempts=4, base_s=0.2)) for _ in range(100)]
     [hang_id, *_] = scenario.submit([hang, *flaky])
     procs.worker("--concurrency", "50")
+    procs.snapshotter(history_dsn)
     for _ in range(4):  # retries need a node to promote them; keep killing it
         node = procs.node()
         time.sleep(0.7)
@@ -83,12 +97,13 @@ def test_killed_scheduler_nodes_and_a_hanging_handler(scenario: Scenario,
 
 
 def test_redis_restart_with_aof_loses_nothing_accepted(redis_url: str, ns: str) -> None:
-    with redis_server(aof=True) as server:
+    with redis_server(aof=True) as server, history_database() as dsn:
         sc = Scenario(server.url, redis_url, ns)
         try:
             with processes(server.url, ns, redis_url, sc.truth) as procs:
                 sc.submit(slow(300, sc.effects, 0.2))
                 procs.node()
+                procs.snapshotter(dsn)
                 procs.worker("--concurrency", "50")
                 wait_for(lambda: sc.store.effect_count() >= 50, 30, "the first effects")
                 procs.touch_all_workers()
@@ -120,7 +135,8 @@ def test_a_network_cut_between_worker_and_redis(scenario: Scenario, procs: Proce
 
 
 @pytest.mark.lease(8.0)
-def test_many_delayed_and_cron_jobs_all_run_once(scenario: Scenario, procs: Processes) -> None:
+def test_many_delayed_and_cron_jobs_all_run_once(scenario: Scenario, procs: Processes,
+                                                 history_dsn: str) -> None:
     """No fault at all, many slots through `due`: 5,000 delayed jobs and 30 every-second cron
     jobs. What it guards is the promoter and the materializer themselves (a slot in a
     thousand dropped, an occurrence skipped, would show here). Leases of 8 s, not the
@@ -143,6 +159,7 @@ def test_many_delayed_and_cron_jobs_all_run_once(scenario: Scenario, procs: Proc
     scenario.watch()
     procs.node()
     procs.node()
+    procs.snapshotter(history_dsn)
     # Not more at once: 500 handlers each opening connections to record their effects
     # starve a worker's event loop on two cores past its 2 s lease (its watchdog then rightly
     # gives the runs up).
@@ -156,12 +173,12 @@ def test_many_delayed_and_cron_jobs_all_run_once(scenario: Scenario, procs: Proc
 # --- chaos ------------------------------------------------------------------------------
 
 FAULTS = ["kill_worker", "kill_worker", "kill_node", "freeze_worker", "stall_worker", "oom",
-          "delete_entries"]
+          "delete_entries", "kill_snapshotter", "operator"]
 
 
 @pytest.mark.timeout(7200)  # each round bounds its own waits; the soak option runs long
 def test_chaos_rounds(request: pytest.FixtureRequest, sut: RedisServer, redis_url: str,
-                      ns: str) -> None:
+                      ns: str, history_dsn: str) -> None:
     rounds = request.config.getoption("--chaos-rounds")
     jobs = request.config.getoption("--chaos-jobs")
     seed = request.config.getoption("--chaos-seed")
@@ -173,19 +190,23 @@ def test_chaos_rounds(request: pytest.FixtureRequest, sut: RedisServer, redis_ur
         round_ns = f"{ns}r{round_no}"
         started = time.monotonic()
         report = chaos_round(sut, redis_url, round_ns, jobs, rng,
-                             f"seed {seed} round {round_no}")
+                             f"seed {seed} round {round_no}", history_dsn)
         print(f"round {round_no}: {len(report.observed.slots)} slots in "
               f"{time.monotonic() - started:.0f}s, events {dict(report.observed.events)}, "
               f"exactly-once effects lost with their attempt: {report.exempt_once}, "
               f"slowest reclaim past a lease (outages not counted): "
-              f"{max(report.reclaim_lags, default=0)} ms")
+              f"{max(report.reclaim_lags, default=0)} ms; history holds "
+              f"{len(report.history.slots) if report.history else 'no'} slots as Redis does")
+        # What the history rule compares beyond statuses and attempts is there to compare.
+        fields = {k.partition(":")[0] for h in report.observed.hashes.values() for k in h}
+        assert {"result", "log", "priority", "a"} <= fields, fields
         for key in r.scan_iter(match=f"{round_ns}:*", count=5000):
             r.unlink(key)
     r.close()
 
 
 def chaos_round(sut: RedisServer, truth_url: str, ns: str, jobs: int, rng: random.Random,
-                label: str) -> Report:
+                label: str, history_dsn: str) -> Report:
     sc = Scenario(sut.url, truth_url, ns)
     try:
         work = mixed(jobs, rng, sc.effects)
@@ -194,18 +215,28 @@ def chaos_round(sut: RedisServer, truth_url: str, ns: str, jobs: int, rng: rando
             sc.watch()
             workers = [procs.worker("--concurrency", "60", proxied=True) for _ in range(3)]
             nodes = [procs.node() for _ in range(2)]
-            deadline = time.monotonic() + 8
+            snapshotters = [procs.snapshotter(history_dsn)]
+            deadline, injected = time.monotonic() + 8, Counter[str]()
             while time.monotonic() < deadline:
                 time.sleep(rng.uniform(0.2, 0.8))
-                inject(rng.choice(FAULTS), rng, sc, sut, procs, workers, nodes)
+                injected[fault := rng.choice(FAULTS)] += 1
+                inject(fault, rng, sc, sut, procs, workers, nodes, snapshotters)
+            if not injected["kill_snapshotter"]:  # every round kills one at least
+                injected["kill_snapshotter"] += 1
+                inject("kill_snapshotter", rng, sc, sut, procs, workers, nodes, snapshotters)
+            print(f"{label}: faults {dict(injected)}")
+            settling = time.monotonic()
             sc.settle(procs, 180, label)
-            return sc.check(procs, label)
+            print(f"{label}: settled in {time.monotonic() - settling:.1f}s", end="")
+            report = sc.check(procs, label)
+            print(f", history caught up {sc.history_wait_s:.1f}s later")
+            return report
     finally:
         sc.close()
 
 
 def inject(fault: str, rng: random.Random, sc: Scenario, sut: RedisServer, procs: Processes,
-           workers: list, nodes: list) -> None:  # type: ignore[type-arg]
+           workers: list, nodes: list, snapshotters: list) -> None:  # type: ignore[type-arg]
     if fault == "kill_worker":
         procs.kill(workers.pop(rng.randrange(len(workers))))
         workers.append(procs.worker("--concurrency", "60", proxied=True))
@@ -225,6 +256,26 @@ def inject(fault: str, rng: random.Random, sc: Scenario, sut: RedisServer, procs
                 sut.oom(False)
     elif fault == "delete_entries":
         delete_entries(sc, rng, 3)
+    elif fault == "kill_snapshotter":  # events pile up unread, its pending ones wait idle
+        assert procs.history_dsn is not None
+        procs.kill(snapshotters.pop())
+        time.sleep(rng.uniform(0, 1.5))
+        snapshotters.append(procs.snapshotter(procs.history_dsn))
+    elif fault == "operator":
+        operate(sc, rng)
+
+
+def operate(sc: Scenario, rng: random.Random) -> None:
+    """What an operator does mid-round: cancel up to 3 slots not finished yet (a reason each;
+    a running one is stopped by its worker) and replay every dead one (a fresh attempt of
+    the same slot). History must hold both as Redis does."""
+    slots = sc.slot_ids()
+    live = [s for s, st in zip(slots, sc.statuses(slots), strict=True)
+            if st in ("scheduled", "queued", "running")]
+    for s in rng.sample(live, min(3, len(live))):
+        sc.truth.cancelled.add(s)
+        sc.client.cancel(s, reason=f"chaos: {s[-6:]} cancelled by the test")
+    sc.client.replay()
 
 
 def delete_entries(sc: Scenario, rng: random.Random, n: int) -> list[str]:
@@ -235,12 +286,15 @@ def delete_entries(sc: Scenario, rng: random.Random, n: int) -> list[str]:
     sample = rng.sample(slots, min(len(slots), 300))
     pipe = r.pipeline(transaction=False)
     for s in sample:
-        pipe.hmget(sc.client._core.slot_key(s), "status", "msg", "queue")
+        pipe.hmget(sc.client._core.slot_key(s), "status", "msg", "queue", "priority")
     touched = []
-    for s, (status, msg, queue) in zip(sample, pipe.execute(), strict=True):
+    for s, (status, msg, queue, priority) in zip(sample, pipe.execute(), strict=True):
         if status in (b"queued", b"running") and msg:
+            # The entry is in its priority's lane; an entry of the queue's plain stream with
+            # the same id (written in the same ms) is another slot's.
             key = sc.client._core.slot_key(s)
-            stream = key[:key.index("slot:")] + f"q:{queue.decode()}"
+            stream = key[:key.index("slot:")] + "q:" + lane(
+                queue.decode(), int(priority) if priority else DEFAULT_PRIORITY)
             sc.truth.planted_orphans.add(s)
             try:
                 r.xack(stream, "workers", msg)

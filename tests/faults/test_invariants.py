@@ -3,13 +3,16 @@ nothing is wrong (tests/faults/invariants.py). A rule never seen to fail is not 
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
+import msgspec
 import pytest
 
 from scheduler.models import Attempt, Slot
 from scheduler.states import Outcome, SlotStatus
 
+from .invariants import History as Stored
 from .invariants import Observed, observe, violations
 from .truth import JobTruth, Outage, Truth
 
@@ -28,6 +31,21 @@ def slot(job: str, status: str, attempts: list[Attempt], fire: int = BASE) -> Sl
                 attempt=len(attempts), attempts=attempts)
 
 
+def as_hash(s: Slot) -> dict[str, str]:
+    """The slot hash the Lua transitions would leave for this slot: earlier attempts archived
+    as JSON in `a:<n>`, the last in the slot's own fields."""
+    h = {"job_id": s.job_id, "fire_ms": str(s.fire_ms), "status": s.status.value,
+         "attempt": str(s.attempt), "task": "chaos.noop", "queue": "default"}
+    for a in s.attempts[:-1]:
+        h[f"a:{a.number}"] = msgspec.json.encode(a).decode()
+    if s.attempts:
+        last = s.attempts[-1]
+        h |= {"worker": last.worker or "", "claimed_ms": str(last.claimed_ms),
+              "lease_until": str(last.lease_until_ms), "finished_ms": str(last.finished_ms),
+              "outcome": last.outcome.value if last.outcome else ""}
+    return h
+
+
 class History:
     """A namespace as the checker sees it, built by hand: a good one by default."""
 
@@ -40,6 +58,9 @@ class History:
             commits: list[tuple[int, str]] | None = None, fire: int = BASE) -> str:
         s = slot(job, status, attempts, fire)
         self.obs.slots[s.slot_id] = s
+        self.obs.hashes[s.slot_id] = as_hash(s)
+        self.obs.jobs.setdefault(job, {"task": "chaos.noop", "queue": "default",
+                                       "fire_ms": str(fire), "created_ms": str(BASE)})
         self.truth.jobs.setdefault(job, JobTruth(kind=kind, delivery=delivery,
                                                  max_attempts=max_attempts))
         self.truth.effects[s.slot_id] = effects
@@ -53,6 +74,10 @@ class History:
 
     def check(self, **kw: Any) -> list[str]:
         return violations(self.obs, self.truth, grace_ms=5000, **kw).violations
+
+    def stored(self) -> Stored:
+        """What a snapshotter that copied everything would have put in the store."""
+        return Stored(copy.deepcopy(self.obs.hashes), copy.deepcopy(self.obs.jobs))
 
 
 def good() -> History:
@@ -119,6 +144,8 @@ CASES = {
                          attempt(2, "succeeded")]), "lease"),
     "orphan: recovered as an orphan though nothing removed its entry": (
         lambda h: h.obs.orphaned.add(f"ok:{BASE}"), "orphan"),
+    "terminal: cancelled, though the test cancelled nothing": (
+        lambda h: h.job("stopped", "noop", "cancelled", [], effects=0), "terminal"),
 }
 
 
@@ -198,8 +225,8 @@ def test_a_gap_in_a_cron_series_is_a_violation() -> None:
 
 
 def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
-    """The reading half against a real Redis: slots, successes with their worker, the DLQ and
-    once marks, as the Lua transitions write them."""
+    """The reading half against a real Redis: slots, successes with their worker, the DLQ,
+    once marks and job hashes, as the Lua transitions write them."""
     import json
 
     from scheduler.keys import Keys, shard_of
@@ -209,6 +236,7 @@ def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
     shard = shard_of("j", 4)
     r.hset(keys.slot(shard, "j:5"), mapping={"job_id": "j", "fire_ms": 5, "status": "dead",
                                              "attempt": 1, "worker": A, "once:effect": "1"})
+    r.hset(keys.job(shard, "j"), mapping={"task": "t", "queue": "q", "payload": '{"a": 1}'})
     r.zadd(keys.dlq(shard), {"j:5": 1})
     r.xadd(keys.events(shard), {"type": "succeeded", "ts": 1, "worker": B,
                                 "data": json.dumps([{"slot": "j:5", "attempt": 1}])})
@@ -218,3 +246,88 @@ def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
     assert obs.slots["j:5"].status is SlotStatus.DEAD and obs.dlq == {"j:5"}
     assert obs.successes == {"j:5": [(1, B)]} and obs.once_marks == {"j:5": 1}
     assert obs.orphaned == {"j:5"}
+    # what the history rule compares, each hash whole, as text
+    assert obs.hashes["j:5"]["once:effect"] == "1" and obs.hashes["j:5"]["status"] == "dead"
+    assert obs.jobs == {"j": {"task": "t", "queue": "q", "payload": '{"a": 1}'}}
+
+
+def good_with_history() -> tuple[History, Stored]:
+    """good(), with what an operator and the handlers add to slots: a result, a run log, a
+    priority, a cancelled slot with its reason, and a replayed dead slot's fresh attempt."""
+    h = good()
+    h.obs.hashes[f"ok:{BASE}"] |= {"result": '{"rows": 3}', "log:1": '["INFO started"]',
+                                   "priority": "2"}
+    h.truth.cancelled.add(h.job("stopped", "noop", "cancelled", [], effects=0))
+    h.obs.hashes[f"stopped:{BASE}"] |= {"cancel": "not needed", "finished_ms": str(BASE)}
+    h.job("again", "flaky", "dead", [attempt(n, "failed", error=f"boom {n}")
+                                     for n in (1, 2, 3, 4, 5, 6)], effects=0, max_attempts=3)
+    return h, h.stored()
+
+
+def _set(where: dict[str, str], **fields: str | None) -> None:
+    for k, value in fields.items():
+        if value is None:
+            where.pop(k.replace("_", ":"), None)
+        else:
+            where[k.replace("_", ":")] = value
+
+
+S = {name: f"{name}:{BASE}" for name in ("ok", "retried", "gone", "stopped", "again")}
+HISTORY_CASES = {
+    # the issue's planted bug: the end of a slot never reached history
+    "a finished slot still queued in history": lambda h, s: _set(
+        s.slots[S["ok"]], status="queued", outcome=None, finished_ms=None),
+    "a slot missing from history": lambda h, s: s.slots.pop(S["retried"]),
+    "a slot in history that Redis does not hold": lambda h, s: s.slots.__setitem__(
+        "ghost:1", {"job_id": "ghost", "fire_ms": "1", "status": "succeeded"}),
+    "an attempt's outcome": lambda h, s: _set(
+        s.slots[S["retried"]], a_1=msgspec.json.encode(attempt(1, "timed_out")).decode()),
+    "an attempt's worker": lambda h, s: _set(s.slots[S["ok"]], worker=B),
+    "a replayed slot's fresh attempts": lambda h, s: _set(
+        s.slots[S["again"]], attempt="3", a_3=None, a_4=None, a_5=None, worker=A),
+    "the dead letter's reason": lambda h, s: _set(
+        s.slots[S["again"]], a_5=msgspec.json.encode(attempt(5, "failed", error="?")).decode()),
+    "a run log": lambda h, s: _set(s.slots[S["ok"]], log_1=None),
+    "a result": lambda h, s: _set(s.slots[S["ok"]], result="null"),
+    "a priority": lambda h, s: _set(s.slots[S["ok"]], priority=None),
+    "a cancel reason": lambda h, s: _set(s.slots[S["stopped"]], cancel="cancelled by operator"),
+    "a job's definition": lambda h, s: _set(s.jobs["retried"], payload='{"n": 2}'),
+    "a job missing from history": lambda h, s: s.jobs.pop("gone"),
+    "a job in history that Redis does not hold": lambda h, s: s.jobs.__setitem__(
+        "ghost", {"task": "x"}),
+    "a slot Redis holds and history does not": lambda h, s: h.obs.hashes.__setitem__(
+        "late:1", {"job_id": "late", "fire_ms": "1", "status": "scheduled"}),
+}
+
+
+def test_a_history_that_copied_everything_has_no_violation() -> None:
+    h, stored = good_with_history()
+    assert h.check(history=stored) == []
+    assert h.check() == []  # no snapshotter ran: the rule is not judged
+
+
+@pytest.mark.parametrize("case", list(HISTORY_CASES))
+def test_the_history_rule_fires(case: str) -> None:
+    h, stored = good_with_history()
+    HISTORY_CASES[case](h, stored)
+    found = h.check(history=stored)
+    assert rule(found) == {"history"} and len(found) == 2, found  # the count, then the slot
+    assert found[0].startswith("history: ") and " differ from Redis" in found[0]
+
+
+def test_the_history_rule_names_what_differs() -> None:
+    h, stored = good_with_history()
+    for case in ("a finished slot still queued in history", "an attempt's outcome", "a run log",
+                 "a cancel reason"):
+        HISTORY_CASES[case](h, stored)
+    found = h.check(history=stored)
+    assert found[0] == ("history: 3 of 7 slots and 0 of 7 jobs differ from Redis: "
+                        "{'succeeded in Redis, queued in history': 1, "
+                        "'succeeded in both': 1, 'cancelled in both': 1}"), found
+    assert f"history: {S['retried']}: attempts (number, outcome, worker) [(1, 'failed', " \
+           f"'{A}'), (2, 'succeeded', '{A}')] in Redis, [(1, 'timed_out', '{A}'), " \
+           f"(2, 'succeeded', '{A}')] in history" in found, found
+    [done] = [m for m in found if S["ok"] in m]
+    assert done.startswith(f"history: {S['ok']}: succeeded in Redis, queued in history")
+    assert any("cancel reason differs: cancel 'not needed' in Redis, 'cancelled by operator' "
+               "in history" in m for m in found), found

@@ -25,14 +25,16 @@ pytestmark = pytest.mark.slow
 
 
 def test_processes_live_through_ten_seconds_of_oom(sut: RedisServer, scenario: Scenario,
-                                                  procs: Processes) -> None:
-    """Redis refuses every write (maxmemory, noeviction) for 10 s while jobs run: no worker
-    or node exits, and every job accepted before runs once it has memory again."""
+                                                  procs: Processes, history_dsn: str) -> None:
+    """Redis refuses every write (maxmemory, noeviction) for 10 s while jobs run: no worker,
+    node or snapshotter exits, every job accepted before runs once it has memory again, and
+    history catches up with all of it."""
     scenario.submit(slow(300, scenario.effects, 0.2))
     scenario.grace_ms += 10_000  # nothing can be reclaimed while Redis takes no write
     scenario.watch()
     procs.node()
     procs.node()
+    procs.snapshotter(history_dsn)
     procs.worker("--concurrency", "50")
     procs.worker("--concurrency", "50")
     wait_for(lambda: scenario.store.effect_count() >= 20, 30, "the first effects")

@@ -26,6 +26,7 @@ ENDS: dict[str, frozenset[str]] = {
     "once": frozenset({"succeeded", "dead"}),
     "delayed": frozenset({"succeeded", "dead"}),
     "cron": frozenset({"succeeded", "dead"}),
+    "cron_skip": frozenset({"succeeded", "dead", "skipped"}),  # overlap="skip"
     "at_most_once": frozenset({"succeeded", "lost"}),
     "hang": frozenset({"dead"}),
     "poison": frozenset({"dead"}),
@@ -65,6 +66,7 @@ class Truth:
     faulted_pids: set[int] = field(default_factory=set)  # workers whose leases may be lost
     outages: list[Outage] = field(default_factory=list)
     planted_orphans: set[str] = field(default_factory=set)  # slots whose entries we removed
+    cancelled: set[str] = field(default_factory=set)  # slots the test asked to cancel
     effects: dict[str, int] = field(default_factory=dict)  # slot -> effects recorded
     starts: dict[str, int] = field(default_factory=dict)  # slot -> handler starts recorded
 

@@ -30,7 +30,8 @@ class Workload:
 
 
 def mixed(n: int, rng: random.Random, effects: str, *, poison: bool = True) -> Workload:
-    """Immediate no-ops, slow, flaky, exactly-once and at-most-once jobs, hanging handlers,
+    """Immediate no-ops (some with a priority), slow (they log and return a result), flaky
+    (they log), exactly-once and at-most-once jobs, hanging handlers,
     handlers that fail with an unencodable error, delayed jobs (0-3 s) and every-second cron
     jobs that end after 5 s."""
     w = Workload()
@@ -38,8 +39,9 @@ def mixed(n: int, rng: random.Random, effects: str, *, poison: bool = True) -> W
     for _ in range(n):
         roll = rng.random()
         payload: dict[str, Any] = {"effects": effects}
-        if roll < 0.34:
-            w.add("noop", JobSpec(task="chaos.noop", payload=payload, retry=FAST))
+        if roll < 0.34:  # a priority of their own for some: history must hold it
+            w.add("noop", JobSpec(task="chaos.noop", payload=payload, retry=FAST,
+                                  priority=rng.choice([None, None, 1, 2, 4, 5])))
         elif roll < 0.54:
             payload["seconds"] = round(rng.uniform(0.1, 1.0), 2)
             w.add("slow", JobSpec(task="chaos.slow", payload=payload, retry=FAST, timeout=10))

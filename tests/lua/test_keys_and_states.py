@@ -64,7 +64,8 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "requeue": lambda p: scripts.requeue(p, 1, 10, []),
         "materialize": lambda p: scripts.materialize(p, 1, 10, "j", 1, "", 2, 0, []),
         "lease": lambda p: scripts.lease(p, 1, 10, "n", 1000, "acquire"),
-        "stats": lambda p: scripts.stats(p, 1, ["default"]),
+        "stats": lambda p: scripts.stats(p, 1),
+        "clean_lanes": lambda p: scripts.clean_lanes(p, 1, 0, 10),
         "trim_history": lambda p: scripts.trim_history(p),
         "retire": lambda p: scripts.retire(p, 1, 1000, 10),
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
@@ -102,8 +103,9 @@ def test_the_keys_the_scripts_create_are_the_keys_keys_py_names(
         job = client.get_job(job_id)
     k = Keys(ns)
     shard = shard_of(job_id, 4)
-    expected = {k.meta, k.queues, k.job(shard, job_id), k.slot(shard, slot_id(job_id, job.fire_ms)),
-                k.queue(shard, "mail"), k.events(shard), *(k.config(s) for s in range(4))}
+    expected = {k.meta, k.lane_index(shard), k.job(shard, job_id),
+                k.slot(shard, slot_id(job_id, job.fire_ms)), k.queue(shard, "mail"),
+                k.events(shard), *(k.config(s) for s in range(4))}
     actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
     assert actual == expected
 
@@ -133,7 +135,7 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
     asyncio.run(one_round())
     k = Keys(ns)
     fires = [clock.now_ms() + i * 1000 for i in range(4)]
-    expected = {k.meta, k.queues, k.schedulers, k.job(0, delayed), k.job(0, cron),
+    expected = {k.meta, k.schedulers, k.job(0, delayed), k.job(0, cron),
                 k.slot(0, slot_id(delayed, clock.now_ms() + 60_000)), k.due(0), k.cron(0),
                 k.jobs(0), k.runs(0, cron), k.stats(0), k.owner(0), k.events(0), k.config(0),
                 *(k.slot(0, slot_id(cron, f)) for f in fires)}

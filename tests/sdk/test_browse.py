@@ -202,8 +202,8 @@ def test_a_bad_cursor_limit_or_queue_is_refused(redis_url: str, ns: str) -> None
 
 def test_a_page_of_a_long_backlog_reads_a_bounded_part_of_it(
         redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Never a whole stream or set: every range read has a COUNT or LIMIT, and a page reads
-    the hashes of the slots it shows, no more."""
+    """Never a whole stream or set of slots: every range read has a COUNT or LIMIT, and a page
+    reads the hashes of the slots it shows, no more."""
     commands: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
 
     class Recorded(browse.Pipe):  # type: ignore[misc]
@@ -224,8 +224,11 @@ def test_a_page_of_a_long_backlog_reads_a_bounded_part_of_it(
                      lambda: client.scheduled("q", limit=20), lambda: client.running(limit=20),
                      lambda: client.recent_jobs(limit=20)):
             page = read()
+            # The shards' lane indexes name the lanes in use (what status reads too), not
+            # a backlog: read whole, as status does.
             ranges = [c for c in commands if c[0] in ("xrange", "zrange", "xpending_range",
-                                                      "xrevrange")]
+                                                      "xrevrange")
+                      and not str(c[1][0]).endswith(":lanes")]
             assert ranges
             for name, args, kwargs in ranges:
                 count = kwargs.get("num") if name == "zrange" else args[-1]

@@ -191,3 +191,35 @@ def test_status_counts_every_lane_of_a_queue(redis_url: str, ns: str) -> None:
         client.submit_many([JobSpec(task="t", priority=p) for p in (1, 1, 1, 3, 5)])
         [queue] = client.status().queues
     assert queue.queue == "default" and queue.depth == 5
+
+
+@pytest.mark.parametrize("how", ["cancel", "delete_job"])
+def test_cancelling_a_queued_slot_acks_its_own_lanes_entry_only(
+        r: Any, client: Client, how: str) -> None:
+    """A queue's lanes are streams of their own, so two of them hold entries of one id when
+    one submit writes both in the same ms. Cancelling (or ending the job of) a queued
+    priority-1 slot must ack its entry in `default:p1`, never the entry of that id in
+    `default`: a worker read that one and has not claimed it yet, and acked it would be
+    taken for an orphan (or, running, lose its pending entry)."""
+    from scheduler.keys import DISPATCH_GROUP
+
+    for n in range(100):  # fresh lanes each try; one script (one shard) writes both
+        queue = f"q{n}"
+        plain, first = client.submit_many([JobSpec(task="t", payload={}, queue=queue),
+                                           JobSpec(task="t", payload={}, queue=queue,
+                                                   priority=1)])
+        shard = shard_of(plain, client.shards)
+        streams = [client.keys.queue(shard, queue), client.keys.queue(shard, queue, 1)]
+        if shard_of(first, client.shards) == shard and len({
+                r.xrange(s)[-1][0] for s in streams}) == 1:
+            break  # the same id in both lanes
+    else:
+        raise AssertionError("never the same entry id in both lanes")
+    r.xgroup_create(streams[0], DISPATCH_GROUP, id="0", mkstream=True)
+    r.xreadgroup(DISPATCH_GROUP, "w", {streams[0]: ">"})  # read, not claimed yet
+    if how == "cancel":
+        client.cancel(client.slots(first)[0].slot_id)
+    else:
+        client.delete_job(first)
+    assert client.slots(first)[0].status is SlotStatus.CANCELLED
+    assert r.xpending(streams[0], DISPATCH_GROUP)["pending"] == 1  # the other slot's, still

@@ -59,8 +59,9 @@ def test_a_worker_and_a_node_started_first_wait_for_the_first_submit(
         assert r.hget(Keys(ns).meta, "shards") is None  # neither created it
         with Client(redis_url, ns, shards=16) as client:
             ids = client.submit_many([{"task": "t", "delay": 0.2 * (i % 2)} for i in range(20)])
+            # A slot is committed after its handler returns: wait for the statuses, not the runs.
             for _ in range(200):
-                if len(ran) == 20:
+                if statuses(client, ids) == {"succeeded": 20}:
                     break
                 await asyncio.sleep(0.05)
             assert client.shards == 16 and statuses(client, ids) == {"succeeded": 20}
@@ -125,3 +126,51 @@ def test_create_namespace_fixes_the_count_before_any_job(redis_url: str, ns: str
         async with AsyncClient(redis_url, ns) as client:
             return await client.create_namespace()
     assert asyncio.run(adopt()) == 12
+
+
+def test_create_namespace_fixes_the_payload_limit_too(redis_url: str, ns: str,
+                                                      r: redis.Redis) -> None:
+    with Client(redis_url, ns, shards=3) as client:
+        assert client.create_namespace(max_payload_bytes=5000) == 3
+        assert client.max_payload_bytes == 5000
+        assert client.create_namespace(max_payload_bytes=5000) == 3  # the same: fine
+    assert {r.hget(Keys(ns).config(s), "max_payload_bytes") for s in range(3)} == {b"5000"}
+    with Client(redis_url, ns) as other:
+        assert other.create_namespace() == 3 and other.max_payload_bytes == 5000
+        with pytest.raises(NamespaceError, match="payload limit of 5,000 bytes in Redis, not "
+                                                 "the 6,000 asked for"):
+            other.create_namespace(max_payload_bytes=6000)
+    for bad in (0, -1, 2**40, 1.5, True):
+        with pytest.raises(ConfigError, match="max_payload_bytes must be an integer"):
+            Client(redis_url, ns).create_namespace(max_payload_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_waiting_processes_register_without_creating_the_namespace_and_leave_when_stopped(
+        redis_url: str, ns: str, r: redis.Redis) -> None:
+    async def scenario() -> None:
+        conn = redis.asyncio.Redis.from_url(redis_url)
+        worker = Worker(conn, Registry(), namespace=ns, worker_id="w-waits")
+        node = SchedulerNode(conn, namespace=ns, node_id="n-waits")
+        tasks = [asyncio.create_task(worker.run()), asyncio.create_task(node.run())]
+        for _ in range(100):
+            if r.zscore(Keys(ns).workers, "w-waits") and r.zscore(Keys(ns).schedulers,
+                                                                  "n-waits"):
+                break
+            await asyncio.sleep(0.05)
+        with Client(redis_url, ns) as client:
+            status = client.status()
+            assert (status.shards, status.workers_waiting, status.nodes_waiting) == (0, 1, 1)
+            assert [(w.worker_id, w.waiting, w.alive) for w in client.workers()] == [
+                ("w-waits", True, True)]
+            assert status.not_created() == (
+                "namespace not created yet: 1 worker and 1 node are waiting (its first "
+                "submit, or `sched namespace create`, creates it)")
+        assert r.hget(Keys(ns).meta, "shards") is None
+        worker.stop()
+        node.stop()
+        await asyncio.gather(*tasks)
+        await conn.aclose()
+
+    asyncio.run(scenario())
+    assert not r.exists(Keys(ns).workers) and not r.exists(Keys(ns).schedulers)
+    assert not r.exists(Keys(ns).worker("w-waits"))

@@ -373,3 +373,45 @@ def test_past_the_bound_slots_are_written_at_once(redis_url: str, ns: str, store
     with Client(redis_url, ns, history=store_dsn) as client:
         assert len(client.history(limit=100)) == 10  # drain's flush wrote the 3
 
+
+
+def test_a_dead_snapshotters_pending_events_are_taken_over_in_a_few_claims(
+        redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
+    """A snapshotter SIGKILLed with 40 events entries per shard read and not acked: the next
+    one takes them all over within a few claims (one every claim_idle_s / 2), not one entry
+    per shard per claim (30 s apart by default), which left history minutes behind."""
+    from scheduler import hash_read
+    from scheduler.keys import HISTORY_GROUP, Keys
+    from scheduler.store import open_store
+
+    with Client(redis_url, ns, shards=2) as client:
+        for i in range(80):  # one `submitted` entry each
+            client.submit("ok", i)
+    events = [Keys(ns).events(s) for s in range(2)]
+    for stream in events:
+        r.xgroup_create(stream, HISTORY_GROUP, id="0")
+        r.xreadgroup(HISTORY_GROUP, "killed", {stream: ">"}, count=1000)
+    held = pending(r, ns)
+    assert held == 80
+    time.sleep(0.3)  # idle past claim_idle_s
+
+    async def take_over() -> int:
+        client = async_redis(redis_url)
+        snap = Snapshotter(client, open_store(store_dsn), namespace=ns, config=SnapshotterConfig(
+            retention_s=None, consumer="next", claim_idle_s=0.2, defer_s=0))
+        hash_read.start(client)
+        passes, deadline = 0, time.monotonic() + 1.5  # ~15 claims at most
+        try:
+            while pending(r, ns) and time.monotonic() < deadline:
+                await snap.run_once()
+                await snap.settle()
+                passes += 1
+                await asyncio.sleep(0.02)
+        finally:
+            await hash_read.stop(client)
+            await client.aclose()
+            snap.store.close()
+        return passes
+
+    passes = asyncio.run(take_over())
+    assert pending(r, ns) == 0, f"{pending(r, ns)} of {held} still pending after {passes} passes"

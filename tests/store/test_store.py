@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from scheduler import sqlfiles
+from scheduler.namespace import Meta
 from scheduler.states import SlotStatus
 from scheduler.store import DAY_MS, SCHEMA_VERSION, Batch, event_slot_row, job_row, slot_rows
 
@@ -144,11 +145,35 @@ def test_recovery_reads_recurring_jobs_and_unfinished_slots(store: Any) -> None:
     assert slots[f"live:{DAY0}"]["attempt"] == "2"
 
 
-def test_namespaces_keep_their_shard_count(store: Any) -> None:
+def test_every_slot_state_and_job_definition_reads_back_as_written(store: Any) -> None:
+    """What the fault suite's history rule compares with Redis: every slot and job of a
+    namespace, whatever its status, each hash whole."""
+    write(store, [job("done", DAY0), job("c", DAY0, kind="cron")],
+          [slot("done", DAY0, "dead", 1, attempt=1, finished_ms=DAY0 + 3, cancel="why",
+                result='{"a": [1, "x"]}'),
+           slot("c", DAY0 + DAY_MS, "scheduled", 1)])
+    write(store, [job("other", DAY0)], [slot("other", DAY0, "queued", 1)])
+    states = dict(store.slot_states(NS))
+    assert set(states) == {f"done:{DAY0}", f"c:{DAY0 + DAY_MS}", f"other:{DAY0}"}
+    assert states[f"done:{DAY0}"] == _raw({
+        "job_id": "done", "fire_ms": DAY0, "status": "dead", "queue": "q", "task": "t",
+        "attempt": 1, "worker": "w1", "claimed_ms": DAY0 + 1, "finished_ms": DAY0 + 3,
+        "cancel": "why", "result": '{"a": [1, "x"]}'})
+    jobs = dict(store.job_definitions(NS))
+    assert set(jobs) == {"done", "c", "other"}
+    assert jobs["c"] == _raw({"task": "t", "queue": "q", "fire_ms": DAY0,
+                              "created_ms": DAY0 - 5, "kind": "cron", "payload": '{"n": 1}'})
+    assert store.slot_states("other-ns") == [] and store.job_definitions("other-ns") == []
+
+
+def test_namespaces_keep_their_shard_count_and_payload_limit(store: Any) -> None:
     assert store.get_namespace(NS) is None
     store.put_namespace(NS, 8, DAY0)
     store.put_namespace(NS, 8, DAY0 + 1)
-    assert store.get_namespace(NS) == 8
+    assert store.get_namespace(NS) == Meta(8, None)
+    store.put_namespace(NS, 8, DAY0 + 2, 5000)
+    store.put_namespace(NS, 8, DAY0 + 3)  # a writer that knows no limit keeps the one stored
+    assert store.get_namespace(NS) == Meta(8, 5000)
 
 
 def test_retention_forgets_whole_days_before_the_cutoff(store: Any) -> None:

@@ -76,11 +76,14 @@ DELETE FROM jobs j WHERE j.kind <> 'cron' AND j.created_ms < %(cutoff_ms)s
 AND NOT EXISTS (SELECT 1 FROM slots s WHERE s.namespace = j.namespace AND s.job_id = j.job_id);
 
 -- name: put_namespace
-INSERT INTO namespaces (namespace, shards, updated_ms) VALUES (%(namespace)s, %(shards)s, %(now_ms)s)
-ON CONFLICT (namespace) DO UPDATE SET shards = excluded.shards, updated_ms = excluded.updated_ms;
+INSERT INTO namespaces (namespace, shards, max_payload_bytes, updated_ms)
+VALUES (%(namespace)s, %(shards)s, %(max_payload_bytes)s, %(now_ms)s)
+ON CONFLICT (namespace) DO UPDATE SET shards = excluded.shards,
+    max_payload_bytes = COALESCE(excluded.max_payload_bytes, namespaces.max_payload_bytes),
+    updated_ms = excluded.updated_ms;
 
 -- name: get_namespace
-SELECT shards FROM namespaces WHERE namespace = %(namespace)s;
+SELECT shards, max_payload_bytes FROM namespaces WHERE namespace = %(namespace)s;
 
 -- name: history
 SELECT job_id, fire_ms, state FROM slots
@@ -90,6 +93,12 @@ WHERE namespace = %(namespace)s
   AND fire_ms >= %(since_ms)s AND fire_ms < %(until_ms)s
 ORDER BY fire_ms DESC, job_id
 LIMIT %(limit)s;
+
+-- name: slot_states
+SELECT job_id, fire_ms, state FROM slots WHERE namespace = %(namespace)s ORDER BY job_id, fire_ms;
+
+-- name: job_definitions
+SELECT job_id, definition FROM jobs WHERE namespace = %(namespace)s ORDER BY job_id;
 
 -- name: recovery_jobs
 SELECT j.job_id, j.definition, j.kind, j.created_ms,

@@ -41,11 +41,14 @@ DELETE FROM jobs WHERE kind <> 'cron' AND created_ms < :cutoff_ms
 AND NOT EXISTS (SELECT 1 FROM slots s WHERE s.namespace = jobs.namespace AND s.job_id = jobs.job_id);
 
 -- name: put_namespace
-INSERT INTO namespaces (namespace, shards, updated_ms) VALUES (:namespace, :shards, :now_ms)
-ON CONFLICT (namespace) DO UPDATE SET shards = excluded.shards, updated_ms = excluded.updated_ms;
+INSERT INTO namespaces (namespace, shards, max_payload_bytes, updated_ms)
+VALUES (:namespace, :shards, :max_payload_bytes, :now_ms)
+ON CONFLICT (namespace) DO UPDATE SET shards = excluded.shards,
+    max_payload_bytes = COALESCE(excluded.max_payload_bytes, namespaces.max_payload_bytes),
+    updated_ms = excluded.updated_ms;
 
 -- name: get_namespace
-SELECT shards FROM namespaces WHERE namespace = :namespace;
+SELECT shards, max_payload_bytes FROM namespaces WHERE namespace = :namespace;
 
 -- name: history
 SELECT job_id, fire_ms, state FROM slots
@@ -55,6 +58,12 @@ WHERE namespace = :namespace
   AND fire_ms >= :since_ms AND fire_ms < :until_ms
 ORDER BY fire_ms DESC, job_id
 LIMIT :limit;
+
+-- name: slot_states
+SELECT job_id, fire_ms, state FROM slots WHERE namespace = :namespace ORDER BY job_id, fire_ms;
+
+-- name: job_definitions
+SELECT job_id, definition FROM jobs WHERE namespace = :namespace ORDER BY job_id;
 
 -- name: recovery_jobs
 SELECT j.job_id, j.definition, j.kind, j.created_ms,
