@@ -170,12 +170,22 @@ local function name_ok(value, longest)
     and not string.find(value, '[^%w_%.%-]')
 end
 
--- Whether `text` is UTF-8 as Python decodes it (no overlong form, surrogate or code point
--- past U+10FFFF): a worker decodes the task names it claims.
-local function utf8_ok(text)
-  local i, n = 1, #text
+-- Why a task name given by a caller is refused, nil when it is not: 1-200 bytes of UTF-8
+-- (a worker decodes the task names it claims: no overlong form, surrogate or code point past
+-- U+10FFFF, as Python decodes), no control character (C0, DEL, or C1 as UTF-8), which would
+-- reach terminals and log lines as it is. One function, one closure per call: a single
+-- submit pays for each.
+local function task_problem(task)
+  if type(task) ~= 'string' or #task < 1 or #task > 200 then return 'malformed task name' end
+  if not string.find(task, '[%c\127-\255]') then return nil end  -- printable ASCII
+  local at = string.find(task, '[%c\127]') or string.find(task, '\194[\128-\159]')
+  if at then
+    return string.format('task name holds a control character (byte 0x%02x at %d); use '
+      .. 'printable characters', string.byte(task, at), at)
+  end
+  local i, n = 1, #task
   while i <= n do
-    local c = string.byte(text, i)
+    local c = string.byte(task, i)
     if c >= 128 then
       local len, low, high = 0, 128, 191  -- the bounds of the byte after the first
       if c >= 194 and c <= 223 then len = 1
@@ -185,31 +195,15 @@ local function utf8_ok(text)
       elseif c >= 240 and c <= 244 then
         len = 3
         if c == 240 then low = 144 elseif c == 244 then high = 143 end
-      else return false end
+      else return 'task name is not UTF-8 text' end
       for k = 1, len do
-        local b = string.byte(text, i + k)
+        local b = string.byte(task, i + k)
         if not b or b < (k == 1 and low or 128) or b > (k == 1 and high or 191) then
-          return false
+          return 'task name is not UTF-8 text'
         end
       end
       i = i + len
     end
     i = i + 1
-  end
-  return true
-end
-
--- Why a task name given by a caller is refused, nil when it is not: 1-200 bytes of UTF-8,
--- no control character (C0, DEL, or C1 as UTF-8), which would reach terminals and log lines
--- as it is.
-local function task_problem(task)
-  if type(task) ~= 'string' or #task < 1 or #task > 200 then return 'malformed task name' end
-  local at = string.find(task, '[%c\127]') or string.find(task, '\194[\128-\159]')
-  if at then
-    return string.format('task name holds a control character (byte 0x%02x at %d); use '
-      .. 'printable characters', string.byte(task, at), at)
-  end
-  if string.find(task, '[\128-\255]') and not utf8_ok(task) then
-    return 'task name is not UTF-8 text'
   end
 end

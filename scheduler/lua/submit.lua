@@ -80,13 +80,6 @@ local function invalid(i, job_id, problem)
     .. '): ' .. problem .. '; nothing was written')
 end
 
--- A non-negative integer as every reader parses it (decimal digits, or a whole Lua number
--- below 1e15, which Redis prints as digits).
-local function whole(value)
-  if type(value) == 'number' then return value >= 0 and value < 1e15 and value % 1 == 0 end
-  return type(value) == 'string' and #value >= 1 and #value <= 15 and not string.find(value, '%D')
-end
-
 -- Check every job before writing any. Queue and task names repeat across a batch: each
 -- distinct one is checked once (the checks cost ~15% of the script before that). So do fire
 -- times and option fields (a batch's jobs mostly share theirs): the last value checked of
@@ -137,7 +130,11 @@ for i = 1, n do
           if not PRIORITY_OK[tostring(value)] then
             return invalid(i, job_id, 'priority must be an integer from 1 to 5')
           end
-        elseif not whole(value) then
+        -- a whole number >= 0 as every reader parses it: decimal digits, or a whole Lua
+        -- number below 1e15 (which Redis prints as digits)
+        elseif not (type(value) == 'number' and value >= 0 and value < 1e15 and value % 1 == 0
+            or type(value) == 'string' and #value >= 1 and #value <= 15
+              and not string.find(value, '%D')) then
           return invalid(i, job_id, name .. ' must be a whole number >= 0')
         end
       elseif kind == 's' then
