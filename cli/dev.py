@@ -10,7 +10,8 @@ from typing import Any
 
 import click
 
-from scheduler.connection import masked, process_redis, sync_redis
+from scheduler.connection import process_redis, sync_redis
+from scheduler.masking import masked
 
 from .logs import log_options, setup_logging
 from .options import Finite, history_source, store_options
@@ -226,7 +227,7 @@ def _banner(namespace: str, url: str, embedded: bool, running: str, history: str
             port: int, web: str | None = None) -> None:
     """What runs where, and commands to try; no password is printed (the commands name the
     URL with *** where it has one: put it back, or set SCHED_REDIS_URL)."""
-    url, history = masked(url), history and masked(history)
+    url, history = masked(url, url), history and masked(history, history)
     cli = f"sched --redis-url {url} --namespace {namespace}"
     click.echo(f"sched dev: namespace {namespace!r} on {url}"
                + (" (private redis-server)" if embedded else ""))
