@@ -3,6 +3,7 @@ namespace per test, and its keys removed afterwards."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -222,3 +223,15 @@ def store(store_dsn: str) -> Iterator[Any]:
     s.upgrade()
     yield s
     s.close()
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_kept() -> Iterator[None]:
+    """A `sched` command run in-process (cli.logs.setup_logging) replaces the root logger's
+    handlers with one writing to the test's captured stderr: put them back, or later tests
+    log into a closed stream and lose pytest's log capture."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
