@@ -1,5 +1,6 @@
 """Script A/B: Redis's cost of claim, complete, promote and submit per entry (and of a call
-with no entries, and of a submit of one job) in two source trees, measured call by call in tight alternation on one private
+with no entries, of a submit of one job, and of a batch of delayed jobs with a payload and
+their schedule's fields) in two source trees, measured call by call in tight alternation on one private
 redis-server, so both variants see the same noise. `INFO commandstats` usec is wall-clock
 inside the call and inflates when the CPU is contended; alternation makes the ratio fair.
 
@@ -61,7 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     clients = {v: Client(args.redis_url, f"ab{v}{int(time.time())}", shards=1) for v in sha}
     res: dict[str, dict[str, list[float]]] = {
         k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0",
-                                        "submit", "submit1")}
+                                        "submit", "submit1", "submit_delayed")}
 
     def usec(v: str, name: str, calls: list[scripts.Call]) -> tuple[float, list[Any]]:
         r.config_resetstat()
@@ -108,6 +109,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pre[v], now, 100_000, _jobs(b, now))], n // b, rnd)
         alternate("submit1", "submit", 1, lambda v, i: [scripts.submit(
             pre[v], now, 100_000, _jobs(1, now)) for _ in range(50)], 20, rnd)
+        # Delayed jobs as submit_many sends them (fresh ids, a payload, their schedule's fields),
+        # firing far beyond what promote above reaches, in later rounds too.
+        later = now + 10**9
+        alternate("submit_delayed", "submit", b, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, [(f"d{rnd}.{i}.{k}", "bench.noop", "default", later,
+                                    ["payload", str(k), "kind", "delayed", "delay_ms", 10**9])
+                                   for k in range(b)], fresh=True)], n // b, rnd)
         for c in clients.values():  # the group stays; the next round reads only new entries
             r.xtrim(c.keys.queue(0, "default"), maxlen=0)
             r.delete(c.keys.events(0))

@@ -10,10 +10,11 @@ from typing import Any
 
 import click
 
-from scheduler.connection import masked, process_redis, sync_redis
+from scheduler.connection import process_redis, sync_redis
+from scheduler.masking import masked
 
 from .logs import log_options, setup_logging
-from .options import history_source, store_options
+from .options import Finite, history_source, store_options
 from .run import load_app, serve
 
 log = logging.getLogger("scheduler.dev")
@@ -31,7 +32,7 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
               help="MODULE:ATTRIBUTE of your Registry.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=100)
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
-@click.option("--lease", "lease_s", type=float, default=6.0,
+@click.option("--lease", "lease_s", type=Finite(), default=6.0,
               help="Lease per claim in seconds; heartbeats (and the rates `sched status` "
                    "shows) refresh every lease/3.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464,
@@ -226,7 +227,7 @@ def _banner(namespace: str, url: str, embedded: bool, running: str, history: str
             port: int, web: str | None = None) -> None:
     """What runs where, and commands to try; no password is printed (the commands name the
     URL with *** where it has one: put it back, or set SCHED_REDIS_URL)."""
-    url, history = masked(url), history and masked(history)
+    url, history = masked(url, url), history and masked(history, history)
     cli = f"sched --redis-url {url} --namespace {namespace}"
     click.echo(f"sched dev: namespace {namespace!r} on {url}"
                + (" (private redis-server)" if embedded else ""))

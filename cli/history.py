@@ -16,7 +16,7 @@ from scheduler.states import SlotStatus
 
 from .inspect import echo_json, table, when
 from .logs import log_options, setup_logging
-from .options import history_source, store_options
+from .options import Finite, history_source, store_options
 from .run import metrics_port_option
 
 
@@ -58,16 +58,16 @@ def db_upgrade(postgres_dsn: str | None, history_file: str) -> None:
 @click.option("--read-count", type=click.IntRange(min=1), default=100,
               help="Most events entries per shard per batch (fewer when entries are big: a "
                    "batch holds about 20,000 slots and jobs).")
-@click.option("--settle", "settle_s", type=click.FloatRange(min=0), default=0.5,
+@click.option("--settle", "settle_s", type=Finite(min=0), default=0.5,
               help="Seconds to wait after a batch that caught up with the events: slots "
                    "that finish meanwhile are written once, not once per step.")
-@click.option("--defer", "defer_s", type=click.FloatRange(min=0), default=2.0,
+@click.option("--defer", "defer_s", type=Finite(min=0), default=2.0,
               help="Seconds a slot just submitted and due within that long may wait for its "
                    "next event before its row is written (then it is written once, not "
                    "twice); 0 writes every slot at once.")
-@click.option("--claim-idle", "claim_idle_s", type=float, default=30.0,
+@click.option("--claim-idle", "claim_idle_s", type=Finite(), default=30.0,
               help="Seconds after which a dead snapshotter's pending events are taken over.")
-@click.option("--retention", "retention_s", type=float, default=3600.0,
+@click.option("--retention", "retention_s", type=Finite(), default=3600.0,
               help="Seconds a finished slot stays in Redis once it is in the history store.")
 @click.option("--keep-redis", is_flag=True, help="Never remove finished slots from Redis.")
 @click.option("--history-days", type=click.IntRange(min=1), default=30,

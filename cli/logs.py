@@ -12,8 +12,17 @@ from typing import Any
 import click
 import msgspec
 
+from scheduler.masking import masked
+
 # Fields the library and the handler context put on records (LoggerAdapter extras).
 _EXTRAS = ("slot_id", "task", "attempt", "worker_id", "shard", "queue")
+# The URL and DSN the process was given (main.py): masked in every line, as the patterns
+# alone would miss a piece of a password a library printed on its own.
+_SOURCES: list[str] = []
+
+
+def mask_also(sources: tuple[str, ...]) -> None:
+    _SOURCES[:] = sources
 
 
 class JsonFormatter(logging.Formatter):
@@ -22,21 +31,27 @@ class JsonFormatter(logging.Formatter):
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(
                 timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname.lower(), "logger": record.name,
-            "message": record.getMessage()}
+            "message": masked(record.getMessage(), *_SOURCES)}
         for name in _EXTRAS:
             if name in record.__dict__:
                 out[name] = record.__dict__[name]
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            out["exception"] = masked(self.formatException(record.exc_info), *_SOURCES)
         return msgspec.json.encode(out).decode()
 
 
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return masked(super().format(record), *_SOURCES)
+
+
 def setup_logging(level: str, fmt: str = "text") -> None:
+    """Every line masked (scheduler/masking.py): a library's error may quote a URL or DSN."""
     handler = logging.StreamHandler()
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper()))

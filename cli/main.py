@@ -6,6 +6,8 @@ traceback.
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import sys
 from datetime import datetime
@@ -17,32 +19,50 @@ import psycopg
 
 from scheduler.connection import REDIS_ERRORS
 from scheduler.errors import RedisUnavailable, SchedulerError, ValidationError
+from scheduler.masking import masked
+from scheduler.models import MAX_DEPTH
 from scheduler.states import Catchup, Delivery, Overlap
 
 from . import dev as dev_cmds
 from . import history as history_cmds
 from . import inspect as inspect_cmds
+from . import logs
 from . import namespace as namespace_cmds
 from . import observe as observe_cmds
 from . import ops as ops_cmds
 from . import queues as queue_cmds
 from . import run as run_cmds
 from . import web as web_cmds
-from .options import Root, global_options
+from .options import Finite, Root, global_options
 
 
 def _decode_json(value: str) -> Any:
+    """--payload: a JSON value, or @FILE holding one as UTF-8 text (a byte-order mark is
+    allowed); each problem one ValidationError."""
+    where = "is not valid JSON"
     if value.startswith("@"):
         path = value[1:]
         try:
             with open(path, "rb") as f:
-                value = f.read().decode()
+                data = f.read()
         except OSError as exc:
             raise ValidationError("payload", f"cannot read {path}: {exc.strerror}") from None
+        try:
+            value = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise ValidationError("payload", f"{path} is not UTF-8 text (byte "
+                                             f"0x{data[exc.start]:02x} at offset {exc.start})"
+                                  ) from None
+        where = f"{path} does not hold valid JSON"
     try:
         return msgspec.json.decode(value.encode())
+    except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8
+        raise ValidationError("payload", "is not UTF-8 text") from None
+    except RecursionError:
+        raise ValidationError("payload", f"is nested too deep (a JSON payload nests at most "
+                                         f"{MAX_DEPTH} levels)") from None
     except msgspec.DecodeError as exc:
-        raise ValidationError("payload", f"is not valid JSON ({exc})") from None
+        raise ValidationError("payload", f"{where} ({exc})") from None
 
 
 _DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
@@ -53,10 +73,11 @@ def _duration_s(field: str, value: str | None) -> float | None:
     if value is None:
         return None
     m = _DURATION.match(value.strip())
-    if not m:
-        raise ValidationError(field, f"{value!r} is not a duration; use e.g. 90 (seconds), "
-                                     f"30s, 5m, 1h, 2d")
-    return float(m.group(1)) * _UNIT_S[m.group(2)]
+    seconds = float(m.group(1)) * _UNIT_S[m.group(2)] if m else math.nan
+    if not math.isfinite(seconds):  # 400 digits are a float too: infinity
+        raise ValidationError(field, f"{value[:40]!r} is not a duration; use e.g. 90 "
+                                     f"(seconds), 30s, 5m, 1h, 2d")
+    return seconds
 
 
 def _instant(field: str, value: str | None) -> datetime | None:
@@ -113,7 +134,7 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
                    "Redis 7.2+).")
 @click.option("--replicas", type=click.IntRange(min=1), default=1,
               help="Replicas that must confirm (--durability replicated).")
-@click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
+@click.option("--replica-timeout", type=Finite(min=0.001), default=1.0,
               help="Seconds to wait for them before failing (exit 1; the job may survive).")
 @click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
               help="An OpenTelemetry span for the submit, the parent of the job's run spans "
@@ -172,8 +193,25 @@ cli.add_command(queue_cmds.queues)
 cli.add_command(namespace_cmds.namespace)
 
 
+def _sources(argv: list[str]) -> tuple[str, ...]:
+    """The Redis URL and Postgres DSN this command was given (options or environment): their
+    passwords are masked in every line it prints or logs, wherever a library quotes them."""
+    found = [os.environ.get("SCHED_REDIS_URL", ""), os.environ.get("SCHED_POSTGRES_DSN", "")]
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name in ("--redis-url", "--postgres-dsn"):
+            found.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+    return tuple(s for s in found if s)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `sched` console script."""
+    sources = _sources(sys.argv[1:] if argv is None else argv)
+    logs.mask_also(sources)
+
+    def error(text: str) -> None:
+        click.echo(masked(text, *sources), err=True)
+
     try:
         code = cli.main(args=argv, prog_name="sched", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -182,26 +220,26 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("aborted", err=True)
         code = 130
     except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
+        error(f"error: {exc.format_message()}")
         code = exc.exit_code
     except RedisUnavailable as exc:
-        click.echo(f"error: {exc}; check --redis-url / SCHED_REDIS_URL", err=True)
+        error(f"error: {exc}; check --redis-url / SCHED_REDIS_URL")
         code = 1
     except SchedulerError as exc:
-        click.echo(f"error: {exc}", err=True)
+        error(f"error: {exc}")
         code = 1
     except psycopg.OperationalError as exc:
         first = (str(exc).strip().splitlines() or ["connection failed"])[0]
-        click.echo(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
-                   f"SCHED_POSTGRES_DSN", err=True)
+        error(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
+              f"SCHED_POSTGRES_DSN")
         code = 1
     except psycopg.Error as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        click.echo(f"error: history store: {first}", err=True)
+        error(f"error: history store: {first}")
         code = 1
     except REDIS_ERRORS as exc:  # a command that talks to Redis outside the SDK
         from scheduler.connection import translate
 
-        click.echo(f"error: {translate(exc, 'the --redis-url')}", err=True)
+        error(f"error: {translate(exc, 'the --redis-url')}")
         code = 1
     sys.exit(code if isinstance(code, int) else 0)

@@ -10,7 +10,7 @@ import click
 import msgspec
 
 from .inspect import echo_json, table, when
-from .options import scaling_options
+from .options import Finite, scaling_options
 
 UNHEALTHY = 3  # exit code when the namespace is unhealthy (1 is an error, 2 a usage error)
 
@@ -96,9 +96,9 @@ def _state(w: Any) -> str:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for programs).")
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0,
+@click.option("--interval", type=Finite(min=0.2), default=2.0,
               help="Seconds between refreshes with --watch.")
-@click.option("--max-lag", "max_lag_s", type=float, default=60.0,
+@click.option("--max-lag", "max_lag_s", type=Finite(), default=60.0,
               help="Unhealthy when a ready job, a due slot or the snapshotter waits longer "
                    "(seconds).")
 @click.option("--max-dead-letter", type=int, default=None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -10,6 +11,24 @@ import click
 from scheduler.store import DEFAULT_SQLITE_PATH
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Finite(click.FloatRange):
+    """The type of every number option that takes a fraction: a float, optionally within a
+    range, that is neither NaN nor infinite. click's float and FloatRange take both ("nan"
+    is below no minimum), and a service would then fail on int(nan) after it started."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
 
 
 def store_options(fn: F) -> F:
@@ -27,11 +46,13 @@ def history_source(postgres_dsn: str | None, history_file: str, read_only: bool 
     """The store to open: --postgres-dsn (which must be a Postgres DSN), else the embedded
     file; `read_only` commands neither create nor write the file."""
     from scheduler.errors import ConfigError
+    from scheduler.masking import masked
     from scheduler.store.interface import is_postgres
 
     if postgres_dsn is not None:
         if not is_postgres(postgres_dsn):
-            raise ConfigError(f"--postgres-dsn {postgres_dsn[:60]!r} is not a Postgres DSN: "
+            shown = masked(postgres_dsn, postgres_dsn)[:60]  # masked before it is cut
+            raise ConfigError(f"--postgres-dsn {shown!r} is not a Postgres DSN: "
                               f"use postgresql://user@host/db (or 'host=... dbname=...')")
         return postgres_dsn
     return f"sqlite://{history_file}" + ("?mode=ro" if read_only else "")
@@ -62,11 +83,11 @@ def scaling_options(fn: F) -> F:
 
     default = ScalingTarget()
     fn = click.option("--target-utilisation", "target_utilisation",
-                      type=click.FloatRange(min=0, max=1, min_open=True),
+                      type=Finite(min=0, max=1, min_open=True),
                       default=default.utilisation,
                       help="Workers wanted: size the fleet so this share of its run slots "
                            "is busy.")(fn)
-    fn = click.option("--target-lag", "target_lag_s", type=click.FloatRange(min=0, min_open=True),
+    fn = click.option("--target-lag", "target_lag_s", type=Finite(min=0, min_open=True),
                       default=default.target_lag_s,
                       help="Workers wanted: enough to start the ready backlog within this "
                            "many seconds.")(fn)

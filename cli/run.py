@@ -17,7 +17,7 @@ from scheduler.connection import REDIS_ERRORS, process_redis, sync_redis
 from scheduler.errors import ConfigError
 
 from .logs import log_options, setup_logging
-from .options import autoscale_option, scaling_options
+from .options import Finite, autoscale_option, scaling_options
 
 log = logging.getLogger("scheduler.cli")
 
@@ -120,9 +120,9 @@ def _awaiting(coro: object) -> list[str]:
 @click.option("--concurrency", type=click.IntRange(min=1), default=100,
               help="Most runs in flight at once.")
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
-@click.option("--lease", "lease_s", type=float, envvar="SCHED_LEASE_SECONDS", default=30.0,
+@click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
               help="Lease per claim in seconds, renewed every lease/3 (env SCHED_LEASE_SECONDS).")
-@click.option("--grace", "grace_s", type=float, default=10.0,
+@click.option("--grace", "grace_s", type=Finite(), default=10.0,
               help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
 @click.option("--batch", type=click.IntRange(min=1), default=500, help="Most entries per read.")
 @click.option("--pipelines", type=click.IntRange(min=1), default=2,
@@ -131,7 +131,7 @@ def _awaiting(coro: object) -> list[str]:
 @click.option("--claim-replicas", type=click.IntRange(min=0), default=0,
               help="Start an at_most_once run only once this many replicas have its claim "
                    "(WAIT); 0: do not wait.")
-@click.option("--replica-timeout", type=click.FloatRange(min=0.001), default=1.0,
+@click.option("--replica-timeout", type=Finite(min=0.001), default=1.0,
               help="Seconds a claim waits for them; an at_most_once run they did not "
                    "confirm is not started (it ends lost).")
 @click.option("--eager-start/--no-eager-start", default=True, show_default=True,
@@ -180,30 +180,30 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 
 
 @click.command()
-@click.option("--lease", "lease_s", type=float, envvar="SCHED_LEASE_SECONDS", default=30.0,
+@click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
               help="The workers' slot lease in seconds: pending entries idle this long are "
                    "reclaimed (env SCHED_LEASE_SECONDS; give workers the same).")
-@click.option("--shard-lease", "shard_lease_s", type=float, default=5.0,
+@click.option("--shard-lease", "shard_lease_s", type=Finite(), default=5.0,
               help="Shard lease ttl in seconds: how soon others take a dead node's shards.")
-@click.option("--reclaim-interval", "reclaim_s", type=float, default=1.0,
+@click.option("--reclaim-interval", "reclaim_s", type=Finite(), default=1.0,
               help="Seconds between reclaim passes.")
-@click.option("--sweep-interval", "sweep_s", type=click.FloatRange(min=0.1), default=10.0,
+@click.option("--sweep-interval", "sweep_s", type=Finite(min=0.1), default=10.0,
               help="Seconds between the starts of two sweeps for orphaned slots (slots that "
                    "fell out of every index, e.g. a deleted stream entry).")
 @click.option("--sweep-rate", "sweep_rate", type=click.IntRange(min=1), default=5_000,
               show_default=True,
               help="Keys per second the orphan sweep's SCAN walks: each costs Redis ~4 us, so "
                    "the default holds it to ~2% of a core; a walk takes keys / rate seconds.")
-@click.option("--lookahead", "lookahead_s", type=float, default=3.0,
+@click.option("--lookahead", "lookahead_s", type=Finite(), default=3.0,
               help="Seconds ahead of their fire time that cron slots are created.")
-@click.option("--misfire-grace", "misfire_grace_s", type=float, default=5.0,
+@click.option("--misfire-grace", "misfire_grace_s", type=Finite(), default=5.0,
               help="Seconds late after which a cron occurrence counts as missed (catch-up).")
-@click.option("--promote-ahead", "promote_ahead_s", type=click.FloatRange(min=0), default=3.0,
+@click.option("--promote-ahead", "promote_ahead_s", type=Finite(min=0), default=3.0,
               show_default=True,
               help="Seconds ahead of their time that due slots are dispatched; the worker that "
                    "reads one holds it until its time (at most a quarter of --lease; 0: at "
                    "their time).")
-@click.option("--queue-idle", "queue_idle_s", type=float, default=3600.0, show_default=True,
+@click.option("--queue-idle", "queue_idle_s", type=Finite(), default=3600.0, show_default=True,
               help="Seconds a queue stays listed (by `sched status`, and walked by the "
                    "reclaimer) after its last job, once it holds nothing.")
 @metrics_port_option

@@ -10,7 +10,7 @@ import click
 from scheduler.errors import ConfigError
 
 from .logs import log_options, setup_logging
-from .options import history_source, store_options
+from .options import Finite, history_source, store_options
 
 log = logging.getLogger("scheduler.web")
 
@@ -32,7 +32,7 @@ log = logging.getLogger("scheduler.web")
                    "(a proxy of yours that checks who comes in); repeatable.")
 @click.option("--session-hours", type=click.IntRange(min=1, max=24 * 366), default=None,
               help="How long a sign-in lasts, the cookie's Max-Age (12 unless given).")
-@click.option("--sample-interval", type=click.FloatRange(min=0.1), default=5.0,
+@click.option("--sample-interval", type=Finite(min=0.1), default=5.0,
               show_default=True, help="Seconds between the overview charts' samples.")
 @store_options
 @log_options

@@ -38,6 +38,7 @@ from typing import Any, Protocol
 import msgspec
 
 from .errors import ConfigError
+from .finite import check_finite
 from .loops import Service
 from .metrics import RunMetrics
 
@@ -54,6 +55,7 @@ class AutoscaleConfig(msgspec.Struct, kw_only=True, frozen=True):
     lower_after: int = 10  # half-idle observations in a row before lowering
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if not 1 <= self.min_concurrency <= self.max_concurrency:
             raise ConfigError(f"autoscale bounds must be 1 <= MIN <= MAX, not "
                               f"{self.min_concurrency}:{self.max_concurrency}")

@@ -47,6 +47,7 @@ import math
 import msgspec
 
 from .errors import ConfigError
+from .finite import check_finite
 from .status_records import QueueStatus, Scaling, WorkerStatus
 
 DEFAULT_CONCURRENCY = 100  # a worker's run slots unless told otherwise (WorkerConfig's default)
@@ -61,6 +62,7 @@ class ScalingTarget(msgspec.Struct, kw_only=True, frozen=True):
     """Run slots per worker; None: the live workers' mean bound (DEFAULT_CONCURRENCY if none)."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if not self.target_lag_s > 0:
             raise ConfigError(f"the target lag must be > 0 s, not {self.target_lag_s}")
         if not 0 < self.utilisation <= 1:

@@ -23,6 +23,8 @@ from . import browse, cluster, operations, results, schedules, script_stream, sc
 from . import queues as queue_ops
 from .clock import Clock
 from .connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
+from .errors import ValidationError
+from .finite import finite_number
 from .jobspec import JobSpec
 from .models import DEFAULT_MAX_PAYLOAD_BYTES
 from .namespace import EVENTS_MAXLEN
@@ -87,6 +89,9 @@ class _Driver:
         them: Redis 7.2+). `tracing`: an OpenTelemetry span per submit call, its traceparent
         stored with the jobs (the `otel` extra; scheduler/tracing.py): True for the global
         TracerProvider, or the provider to use."""
+        if not finite_number(timeout_s) or not timeout_s > 0:
+            raise ValidationError("timeout_s", f"{timeout_s!r} is not allowed; must be a "
+                                               f"finite number of seconds > 0")
         self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen,
                           durability, replicas, replica_timeout_s)
         if tracing:

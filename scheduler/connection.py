@@ -12,7 +12,6 @@ on a fresh connection, after a short jittered pause: every call it sends is safe
 
 from __future__ import annotations
 
-import re
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +28,7 @@ import redis.sentinel
 
 from . import cluster, packing
 from .errors import ConfigError, RedisFailure, RedisRefused, RedisUnavailable
+from .masking import masked, unencoded
 
 # What redis-py raises: its RedisError, and on a cluster RedisClusterException, which is not one
 # (no node reachable, a slot no node serves); both mean "Redis did not serve this call".
@@ -111,16 +111,6 @@ def parse_sentinel(url: str) -> SentinelUrl | None:
         query.get("sentinel_username"), query.get("sentinel_password"))
 
 
-_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)[^@\s]*(?P<at>@)", re.I)
-_KV_PASSWORD = re.compile(r"(?P<head>\b(?:password|sentinel_password)\s*=\s*)[^\s&]+", re.I)
-
-
-def masked(text: str) -> str:
-    """`text` with every password in it (a URL's user:password@, a password= option or DSN
-    field) shown as ***: what may be printed or logged of a URL or a DSN."""
-    return _KV_PASSWORD.sub(r"\g<head>***", _URL_PASSWORD.sub(r"\g<head>***\g<at>", text))
-
-
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 
 
@@ -152,7 +142,7 @@ def _cluster_options(url: str) -> tuple[tuple[str, Any], ...]:
     try:
         kw = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
-        raise ConfigError(f"redis url {masked(url)!r}: {exc}") from None
+        raise ConfigError(masked(f"redis url {url!r}: {exc}", url)) from None
     if kw.pop("db", 0):
         raise ConfigError("redis url: a Redis Cluster has only database 0; drop the /DB "
                           "from the URL")
@@ -229,6 +219,9 @@ def _plain(asyncio: bool, host: str, port: int, opts: dict[str, Any], retry: Any
 
 
 def _check(url: str) -> None:
+    problem = unencoded(url)
+    if problem:
+        raise ConfigError(f"redis url {masked(url, url)!r}: {problem}")
     if parse_sentinel(url) is not None or parse_cluster(url) is not None:
         return
     scheme, _, rest = url.partition("://")
@@ -240,7 +233,7 @@ def _check(url: str) -> None:
     try:
         redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
-        raise ConfigError(f"redis url {masked(url)!r}: {exc}") from None
+        raise ConfigError(masked(f"redis url {url!r}: {exc}", url)) from None
 
 
 def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any) -> Any:
@@ -261,9 +254,10 @@ def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any
     return client
 
 
-def _options(timeout_s: float) -> dict[str, Any]:
+def _options(timeout_s: float, url: str = "") -> dict[str, Any]:
+    """A unix:// socket's connections take no keepalive (redis-py refuses the argument)."""
     return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s,
-            "socket_keepalive": True}
+            **({} if url.startswith("unix:") else {"socket_keepalive": True})}
 
 
 def sync_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
@@ -280,7 +274,7 @@ def sync_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
         return _cluster_client(found, False, timeout_s, retries)  # type: ignore[no-any-return]
     pool = redis.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
-        **_options(timeout_s))
+        **_options(timeout_s, url))
     return redis.Redis.from_pool(pool)
 
 
@@ -298,7 +292,7 @@ def async_redis(url: str, *, timeout_s: float = SDK_TIMEOUT_S,
         return _cluster_client(found, True, timeout_s, retries)  # type: ignore[no-any-return]
     pool = redis.asyncio.BlockingConnectionPool.from_url(
         url, retry=retry, max_connections=MAX_CONNECTIONS, timeout=timeout_s,
-        **_options(timeout_s))
+        **_options(timeout_s, url))
     packing.adopt(pool)
     return redis.asyncio.Redis.from_pool(pool)
 

@@ -261,13 +261,14 @@ async def _read_each(conn: Any, stack: list[Any]) -> list[Any]:
     return out
 
 
-async def raw(client: Any, data: bytes, replies: int, encoding: str | None = None
-              ) -> list[Any]:
+async def raw(client: Any, data: bytes, replies: int, encoding: str | None = None,
+              errors: str = "strict") -> list[Any]:
     """Send `data` (commands in RESP, packed by the caller) on a connection of `client`'s own
     (enable() first: `enabled`) and return its first `replies` replies as hiredis parses
     them (RESP2: a hash as its flat field/value array), strings decoded with `encoding` when
-    given (in C, cheaper than any decoding after), an error reply as a redis ResponseError in
-    its place. Never retried: the caller's commands may have run."""
+    given (in C, cheaper than any decoding after; `errors` as bytes.decode takes it), an
+    error reply as a redis ResponseError in its place. Never retried: the caller's commands
+    may have run."""
     links = _LINKS[client.connection_pool]
     conn = links.raw_free.pop() if links.raw_free else links.make_raw()
     links.busy += 1
@@ -275,7 +276,7 @@ async def raw(client: Any, data: bytes, replies: int, encoding: str | None = Non
         if not conn.is_connected:
             await conn.connect()
         async with asyncio.timeout(conn.socket_timeout):
-            out = await _raw_trip(conn, data, replies, encoding)
+            out = await _raw_trip(conn, data, replies, encoding, errors)
     except BaseException:
         await conn.disconnect()
         await links.put_back(conn, raw=True)
@@ -284,12 +285,13 @@ async def raw(client: Any, data: bytes, replies: int, encoding: str | None = Non
     return out
 
 
-async def _raw_trip(conn: Any, data: bytes, replies: int, encoding: str | None) -> list[Any]:
+async def _raw_trip(conn: Any, data: bytes, replies: int, encoding: str | None,
+                    errors: str) -> list[Any]:
     # The connection's own parser has nothing buffered: every round trip on it reads all it
     # sent for, and any failure disconnects it.
     conn._writer.write(data)
     await conn._writer.drain()
-    reader = hiredis.Reader(encoding=encoding) if encoding else hiredis.Reader()
+    reader = hiredis.Reader(encoding=encoding, errors=errors) if encoding else hiredis.Reader()
     out: list[Any] = []
     while len(out) < replies:
         reply = reader.gets()

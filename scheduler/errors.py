@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -136,8 +137,9 @@ class Retry(Exception):
     """
 
     def __init__(self, after: float | None = None, reason: str = "retry requested") -> None:
-        if after is not None and after < 0:
-            raise ValueError("Retry(after=...) must be >= 0 seconds")
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int | float)
+                                  or not math.isfinite(after) or after < 0):
+            raise ValueError(f"Retry(after={after!r}) must be a finite number of seconds >= 0")
         self.after = after
         self.reason = reason
         super().__init__(reason)

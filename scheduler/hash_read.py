@@ -98,7 +98,10 @@ async def _on_node(client: Any, reads: Sequence[Read]) -> list[State]:
         data = b"".join(_packed(r) for r in reads)
         # Per read: MULTI's OK, a QUEUED per command, then EXEC's reply.
         counts = [len(r.slots) + len(r.jobs) + 3 for r in reads]
-        replies = await direct.raw(client, data, sum(counts), encoding="utf-8")
+        # A value that is not UTF-8 (written straight to a script, past the SDK) is read
+        # with U+FFFD in place of its bad bytes: one such job must not stop every read.
+        replies = await direct.raw(client, data, sum(counts), encoding="utf-8",
+                                   errors="replace")
         states, at = [], 0
         for r, n in zip(reads, counts, strict=True):
             states.append(_state(r, replies[at + n - 1]))

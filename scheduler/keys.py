@@ -82,21 +82,39 @@ SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "lanes"})
 
-_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+# C0, DEL and C1: refused in every name a caller gives (task and queue names reach terminals
+# and log lines; ESC starts a terminal escape sequence). submit.lua refuses the same bytes.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_NAMES = {0x00: "NUL", 0x09: "tab", 0x0A: "newline", 0x0D: "carriage return",
+                  0x1B: "ESC", 0x7F: "DEL"}
+
+
+def control_character(value: str) -> str | None:
+    """The first control character of `value`, named for a message ("U+001B (ESC)"); None
+    when it has none."""
+    m = _CONTROL.search(value)
+    if m is None:
+        return None
+    code = ord(m.group())
+    name = _CONTROL_NAMES.get(code)
+    return f"U+{code:04X}" + (f" ({name})" if name else "")
 
 
 def check_name(field: str, value: str) -> str:
     """Namespaces and queue names end up inside key names: no braces, colons or spaces."""
-    if not isinstance(value, str) or not _NAME.match(value):
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        control = isinstance(value, str) and control_character(value)
         raise ValidationError(
-            field, f"{value!r} is not allowed; use 1-64 characters from A-Z a-z 0-9 _ . -"
-        )
+            field, f"{value!r} is not allowed" + (f": it holds the control character "
+                                                  f"{control}" if control else "")
+            + "; use 1-64 characters from A-Z a-z 0-9 _ . -")
     return value
 
 
 def check_job_id(value: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise ValidationError("job_id", f"{value!r} is not a job id")
     return value
 
@@ -118,7 +136,7 @@ def slot_id(job_id: str, fire_ms: int) -> str:
 
 def split_slot_id(slot: str) -> tuple[str, int]:
     job_id, sep, fire = slot.rpartition(":")
-    if not sep or not fire.isdigit() or not _ID.match(job_id):
+    if not sep or not fire.isdigit() or not _ID.fullmatch(job_id):
         raise ValidationError("slot_id", f"{slot!r} is not a slot id (expected JOB_ID:FIRE_MS)")
     return job_id, int(fire)
 

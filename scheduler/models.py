@@ -7,20 +7,18 @@ what is allowed.
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 from typing import Any
 
 import msgspec
 
 from .errors import ValidationError
-from .keys import DEFAULT_PRIORITY, PRIORITIES, check_name
+from .finite import finite_number
+from .keys import DEFAULT_PRIORITY, PRIORITIES, check_name, control_character
 from .states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
-
-
-def _finite_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 MAX_ATTEMPTS = 1000
@@ -44,12 +42,12 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
                                                   f"from 1 to {MAX_ATTEMPTS}")
         for field in ("base_s", "max_s"):
             value = getattr(self, field)
-            if not _finite_number(value) or not 0 <= value <= MAX_SECONDS:
+            if not finite_number(value) or not 0 <= value <= MAX_SECONDS:
                 raise ValidationError(field, f"{value!r} is not allowed; must be a number of "
                                              f"seconds from 0 to {MAX_SECONDS:,} (a year)")
         if self.max_s < self.base_s:
             raise ValidationError("max_s", f"{self.max_s} is below base_s {self.base_s}")
-        if not _finite_number(self.jitter) or not 0 <= self.jitter <= 1:
+        if not finite_number(self.jitter) or not 0 <= self.jitter <= 1:
             raise ValidationError("jitter", f"{self.jitter!r} is not allowed; must be in [0, 1]")
 
     def delay_s(self, failures: int, u: float) -> float:
@@ -120,15 +118,32 @@ _payload_encoder = msgspec.json.Encoder()
 
 
 def check_task(task: object) -> str:
-    if not isinstance(task, str) or not task or len(task) > 200 or task != task.strip():
-        raise ValidationError("task", f"{task!r} is not a task name (a non-empty string, at most 200 characters)")
+    if isinstance(task, str) and (control := control_character(task)):
+        raise ValidationError("task", f"{task[:60]!r} holds the control character {control}; "
+                                      f"a task name is 1-200 printable characters")
+    if isinstance(task, str) and not _is_unicode(task):
+        raise ValidationError("task", f"{task[:60]!r} is not valid text (bytes that are not "
+                                      f"UTF-8, or a lone surrogate)")
+    if not isinstance(task, str) or not task or len(task.encode()) > 200 or task != task.strip():
+        raise ValidationError("task", f"{task!r} is not a task name (a non-empty string, at "
+                                      f"most 200 bytes in UTF-8, no space at either end)")
     return task
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (a lone surrogate does not: bytes a shell passed that
+    were not UTF-8 arrive as one)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
-    if not _finite_number(timeout) or not 0 < float(timeout) <= MAX_SECONDS:
+    if not finite_number(timeout) or not 0 < float(timeout) <= MAX_SECONDS:
         raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of "
                                          f"seconds > 0 and at most {MAX_SECONDS:,} (a year)")
     return float(timeout)
@@ -161,30 +176,37 @@ def check_dedupe_key(key: object) -> str | None:
     return key
 
 
+MAX_DEPTH = 64  # how deep a payload (or a result) may nest lists and objects
+
+
 def _check_json(value: Any, depth: int = 0) -> None:
     """Refuse what JSON cannot hold as it is: msgspec would quietly turn NaN into null, bytes
     into base64, a set or a tuple into a list, a datetime into a string, and the handler
-    would get something else than was submitted."""
+    would get something else than was submitted. And refuse nesting past MAX_DEPTH: every
+    reader decodes a payload recursively."""
     if value is None or isinstance(value, str | bool | int):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValidationError("payload", f"holds {value!r}, which JSON cannot represent; "
                                              f"use None or a string")
-    elif isinstance(value, dict):
+        return
+    if not isinstance(value, dict | list):
+        raise ValidationError("payload", f"holds a {type(value).__name__} ({str(value)[:40]!r}"
+                                         f"), which is not a JSON value: convert it first "
+                                         f"(str, int, float, bool, None, list, dict)")
+    if depth >= MAX_DEPTH:
+        raise ValidationError("payload", f"nests lists and objects deeper than {MAX_DEPTH} "
+                                         f"levels")
+    if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValidationError("payload", f"has a key {key!r} that is not a string "
                                                  f"(JSON object keys are strings)")
             _check_json(item, depth + 1)
-    elif isinstance(value, list) and depth < 64:
+    else:
         for item in value:
             _check_json(item, depth + 1)
-    else:
-        raise ValidationError("payload", f"holds a {type(value).__name__} ({str(value)[:40]!r}"
-                                         f"), which is not a JSON value: convert it first "
-                                         f"(str, int, float, bool, None, list, dict; a list "
-                                         f"nested at most 64 deep)")
 
 
 def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
@@ -193,6 +215,9 @@ def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> 
         _check_json(payload)
     try:
         data = _payload_encoder.encode(payload)
+    except UnicodeEncodeError:
+        raise ValidationError("payload", "holds text that is not valid Unicode (a lone "
+                                         "surrogate: bytes that were not UTF-8)") from None
     except (TypeError, msgspec.EncodeError) as exc:
         raise ValidationError("payload", f"is not JSON-serializable: {exc}") from None
     if len(data) > max_bytes:
@@ -206,6 +231,36 @@ def decode_payload(data: bytes | None) -> Any:
     if not data:
         return None
     return msgspec.json.decode(data)
+
+
+def shown_payload(data: bytes | None) -> Any:
+    """A stored payload or result as a reader shows it: decoded, or, when it does not decode
+    (written past the SDK's checks, straight to the scripts: not JSON, not UTF-8, nested
+    past MAX_DEPTH), a string that says so, so one such job fails no listing."""
+    deep = f"(not shown: {len(data or b'')} bytes of JSON nested deeper than {MAX_DEPTH} levels)"
+    try:
+        value = decode_payload(data)
+    except RecursionError:
+        return deep
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return f"(not shown: {len(data or b'')} bytes that do not decode as JSON)"
+    if data and data.count(b"[") + data.count(b"{") > MAX_DEPTH and _deeper(value):
+        return deep
+    return value
+
+
+def _deeper(value: Any) -> bool:
+    """Whether a decoded value nests past MAX_DEPTH; without recursion (encoding it for a
+    page or `--json` would recurse past Python's limit)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                   else item))
+    return False
 
 
 def check_queue(queue: object) -> str:
@@ -237,6 +292,17 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "start_ms": 0,
     "end_ms": 0,
 }
+
+
+# Every job-hash field a submit may write besides task, queue, fire_ms and created_ms:
+# submit.lua refuses any other (sources.py gives it this table as JOB_FIELD_TYPES). Those
+# with a default above, the payload, a named schedule's digest of its definition
+# (schedules.py) and a traced submit's W3C traceparent (tracing.FIELD).
+SUBMIT_FIELDS = (*JOB_FIELD_DEFAULTS, "payload", "spec", "traceparent")
+# The fields whose value is one of an enum's (a reader turns it into the enum: another
+# value would fail every listing of the job).
+ENUM_FIELDS: dict[str, type[StrEnum]] = {"kind": JobKind, "delivery": Delivery,
+                                         "catchup": Catchup, "overlap": Overlap}
 
 
 def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
@@ -277,8 +343,10 @@ def schedule_fields(schedule: dict[str, str | int]) -> list[str | int]:
 
 
 def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
+    # Bytes that are not UTF-8 (written straight to a script) read as U+FFFD: such a job
+    # must fail no listing.
     value = raw.get(name.encode())
-    return value.decode() if value is not None else default
+    return value.decode("utf-8", "replace") if value is not None else default
 
 
 def _i(raw: dict[bytes, bytes], name: str, default: int = 0) -> int:
@@ -294,7 +362,7 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         task=_s(raw, "task"),
         queue=_s(raw, "queue", "default"),
         priority=_i(raw, "priority"),
-        payload=decode_payload(raw.get(b"payload")),
+        payload=shown_payload(raw.get(b"payload")),
         timeout_s=timeout_ms / 1000 if timeout_ms else None,
         retry=RetryPolicy(
             max_attempts=_i(raw, "max_attempts"),
@@ -353,7 +421,7 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
         lease_until_ms=_opt(raw, "lease_until") if status is SlotStatus.RUNNING else None,
         available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
         attempts=[attempts[n] for n in sorted(attempts)],
-        result=decode_payload(raw.get(b"result")),
+        result=shown_payload(raw.get(b"result")),
     )
 
 

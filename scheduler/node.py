@@ -34,6 +34,7 @@ import redis.asyncio
 from . import namespace
 from .clock import Clock, RedisClock, resync
 from .errors import ConfigError, NamespaceMissing
+from .finite import check_finite
 from .keys import Keys
 from .leases import ShardLeases
 from .loops import Backoff, ErrorLog
@@ -64,6 +65,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     events_maxlen: int = EVENTS_MAXLEN
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.shard_lease_s < 0.3:
             raise ConfigError(f"shard lease must be >= 0.3 s, not {self.shard_lease_s}")
         if self.lease_s < 1:

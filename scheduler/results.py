@@ -15,6 +15,7 @@ from .errors import (
     StoreUnavailable,
     ValidationError,
 )
+from .finite import finite_number
 from .keys import split_slot_id
 from .models import Slot
 from .operations import get_job, get_slot, history
@@ -37,9 +38,9 @@ def result(core: Core, job_or_slot_id: str, timeout: float | None = None) -> Op[
     has ended; for a job id, its one slot (a recurring job has many: give the slot id).
     Waits up to `timeout` seconds (None: as long as it takes); raises ResultTimeout then,
     and RunFailed when the slot ended without success."""
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(
-            timeout, int | float) or timeout < 0):
-        raise ValidationError("timeout", f"{timeout!r} is not a number of seconds >= 0")
+    if timeout is not None and (not finite_number(timeout) or timeout < 0):
+        raise ValidationError("timeout", f"{timeout!r} is not a finite number of seconds >= 0 "
+                                         f"(None waits as long as it takes)")
     slot_id = yield from _slot_of(core, job_or_slot_id)
     deadline = None if timeout is None else time.monotonic() + timeout
     while True:

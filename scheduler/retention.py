@@ -19,6 +19,7 @@ import redis.asyncio
 from . import namespace, scripts
 from .clock import Clock, RedisClock, resync
 from .errors import ConfigError
+from .finite import check_finite
 from .keys import Keys
 from .loops import Service
 from .replies import Retired
@@ -37,6 +38,7 @@ class RetentionConfig(msgspec.Struct, kw_only=True, frozen=True):
     history_interval_s: float = 3600.0
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.retention_s < 0:
             raise ConfigError(f"retention_s must be >= 0, not {self.retention_s}")
         if self.history_days is not None and self.history_days < 1:

@@ -21,6 +21,7 @@ from .clock import Clock, RedisClock
 from .connection import REDIS_ERRORS, translate
 from .cronspec import CronSpec
 from .errors import DurabilityError, JobNotFound, ValidationError
+from .finite import finite_number
 from .keys import (
     DEFAULT_CLUSTER_SHARDS,
     DEFAULT_SHARDS,
@@ -140,9 +141,9 @@ class Core:
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
             raise ValidationError("replicas", f"{replicas!r} is not allowed; must be an "
                                               "integer >= 1")
-        if not isinstance(replica_timeout_s, int | float) or not replica_timeout_s > 0:
+        if not finite_number(replica_timeout_s) or not replica_timeout_s > 0:
             raise ValidationError("replica_timeout_s", f"{replica_timeout_s!r} is not "
-                                                       "allowed; must be a number > 0")
+                                                       "allowed; must be a finite number > 0")
         self.replicas = replicas
         self.replica_timeout_ms = max(1, int(replica_timeout_s * 1000))
         self.fsync_checked = False  # durability="fsynced": the server can (operations.py)

@@ -16,6 +16,7 @@ import msgspec
 from .clock import Clock
 from .errors import ConfigError
 from .events import SLOT_ONLY
+from .finite import check_finite
 
 log = logging.getLogger("scheduler.snapshotter")
 
@@ -48,6 +49,7 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
     has passed (see snapshotter.py's docstring); 0 writes at once."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.read_count < 1 or self.batch_records < 1:
             raise ConfigError(f"read_count and batch_records must be >= 1, not "
                               f"{self.read_count} and {self.batch_records}")

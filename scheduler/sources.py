@@ -9,8 +9,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from .models import JOB_FIELD_DEFAULTS
+from .models import ENUM_FIELDS, JOB_FIELD_DEFAULTS, SUBMIT_FIELDS
 from .replies import Code
+from .schedule import LATEST_MS
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
@@ -67,12 +68,31 @@ class _Source:
     sha: str
 
 
+def _field_types() -> str:
+    """JOB_FIELD_TYPES: each field submit.lua accepts, and what its value may be: "n" a
+    whole number (a default that is an int), "f" a number (a float default), "s" a string,
+    or a table of the values an enum field may hold (its default too)."""
+    def kind(name: str) -> str:
+        value = JOB_FIELD_DEFAULTS.get(name, "")
+        if name in ENUM_FIELDS:
+            allowed = sorted({*(v.value for v in ENUM_FIELDS[name]), str(value)})
+            return "{" + ", ".join(f"['{v}'] = true" for v in allowed) + "}"
+        return "'s'" if isinstance(value, str) else "'n'" if isinstance(value, int) else "'f'"
+
+    return "{" + ", ".join(f"{name} = {kind(name)}" for name in SUBMIT_FIELDS) + "}"
+
+
+# Names a script may use for a value of the Python side's (with_constants).
+_NAMED = {"LATEST_MS": str(LATEST_MS), "JOB_FIELD_TYPES": _field_types()}
+
+
 def with_constants(source: str) -> str:
-    """The text Redis runs: each `R.NAME` (a reply code, replies.Code) and `DEFAULT.name` (a
+    """The text Redis runs: each `R.NAME` (a reply code, replies.Code), `DEFAULT.name` (a
     job-field default, models.JOB_FIELD_DEFAULTS: a field equal to its default is not
-    stored, so a script reading it must know the default) replaced by its value, so Lua and
-    Python read one table each at no cost per call (a Lua table built on every call costs
-    Redis ~0.5 us). A name neither table has fails here, at import, not as a nil in Lua."""
+    stored, so a script reading it must know the default) and each name of _NAMED replaced
+    by its value, so Lua and Python read one table each at no cost per call (a Lua table
+    built on every call costs Redis ~0.5 us). A name neither table has fails here, at
+    import, not as a nil in Lua."""
     def code(m: re.Match[str]) -> str:
         return str(int(Code[m.group(1)]))
 
@@ -82,11 +102,13 @@ def with_constants(source: str) -> str:
             raise KeyError(f"DEFAULT.{m.group(1)} is not a number")
         return repr(value)
 
-    return _DEFAULT.sub(default, _CODE.sub(code, source))
+    source = _DEFAULT.sub(default, _CODE.sub(code, source))
+    return _NAME.sub(lambda m: _NAMED[m.group(0)], source)
 
 
 _CODE = re.compile(r"\bR\.([A-Z_]+)\b")
 _DEFAULT = re.compile(r"\bDEFAULT\.([a-z_]+)\b")
+_NAME = re.compile(r"\b(?:" + "|".join(_NAMED) + r")\b")
 
 SOURCES = {
     n: _Source(n, t, hashlib.sha1(t.encode(), usedforsecurity=False).hexdigest())

@@ -10,6 +10,7 @@ import msgspec
 from .autoscale import AutoscaleConfig
 from .capacity import DEFAULT_CONCURRENCY
 from .errors import ConfigError
+from .finite import check_finite
 from .keys import check_name
 from .namespace import EVENTS_MAXLEN
 
@@ -43,6 +44,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     asyncio does by default. No effect on 3.11."""
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, not {self.concurrency}")
         if not self.queues:

@@ -226,3 +226,12 @@ def serve_console(redis_url: str, ns: str, *args: str) -> tuple[subprocess.Popen
                 with running(proc):
                     pytest.fail("sched web did not start")
             time.sleep(0.1)
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET, an error status included."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return int(resp.status), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read().decode()

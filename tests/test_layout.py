@@ -58,6 +58,7 @@ def test_no_import_cycle_in_the_library() -> None:
 # layers below it in this list).
 LAYERS = {
     "contracts": {"errors", "states", "keys", "events", "replies", "clock", "cronspec",
+                  "masking", "finite",
                   "schedule", "models", "namespace", "connection", "packing", "cluster", "scripts", "direct", "hash_read", "sources",
                   "sqlfiles", "limits"},
     "store": {"store", "store.interface", "store.rows", "store.postgres", "store.sqlite"},

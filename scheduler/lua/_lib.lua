@@ -162,3 +162,48 @@ local function expire_lease(prefix, slot_id, slot_key, s, now)
   dispatch(prefix, slot_key, slot_id, s.lane, now)
   return 'reclaimed', {slot = slot_id, attempt = s.attempt, worker = s.worker}
 end
+
+-- A job id (longest 128) or a queue name (64) as keys.py allows it: it becomes part of key
+-- names, so no braces, colons, spaces or control characters.
+local function name_ok(value, longest)
+  return type(value) == 'string' and #value >= 1 and #value <= longest
+    and not string.find(value, '[^%w_%.%-]')
+end
+
+-- Why a task name given by a caller is refused, nil when it is not: 1-200 bytes of UTF-8
+-- (a worker decodes the task names it claims: no overlong form, surrogate or code point past
+-- U+10FFFF, as Python decodes), no control character (C0, DEL, or C1 as UTF-8), which would
+-- reach terminals and log lines as it is. One function, one closure per call: a single
+-- submit pays for each.
+local function task_problem(task)
+  if type(task) ~= 'string' or #task < 1 or #task > 200 then return 'malformed task name' end
+  if not string.find(task, '[%c\127-\255]') then return nil end  -- printable ASCII
+  local at = string.find(task, '[%c\127]') or string.find(task, '\194[\128-\159]')
+  if at then
+    return string.format('task name holds a control character (byte 0x%02x at %d); use '
+      .. 'printable characters', string.byte(task, at), at)
+  end
+  local i, n = 1, #task
+  while i <= n do
+    local c = string.byte(task, i)
+    if c >= 128 then
+      local len, low, high = 0, 128, 191  -- the bounds of the byte after the first
+      if c >= 194 and c <= 223 then len = 1
+      elseif c >= 224 and c <= 239 then
+        len = 2
+        if c == 224 then low = 160 elseif c == 237 then high = 159 end
+      elseif c >= 240 and c <= 244 then
+        len = 3
+        if c == 240 then low = 144 elseif c == 244 then high = 143 end
+      else return 'task name is not UTF-8 text' end
+      for k = 1, len do
+        local b = string.byte(task, i + k)
+        if not b or b < (k == 1 and low or 128) or b > (k == 1 and high or 191) then
+          return 'task name is not UTF-8 text'
+        end
+      end
+      i = i + len
+    end
+    i = i + 1
+  end
+end

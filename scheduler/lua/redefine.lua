@@ -31,6 +31,9 @@
   Reply (R, replies.py): {R.OK, scheduled, queued} how many occurrences of each kind were
   withdrawn; {R.MOVED, 0, 0} the definition changed meanwhile (another process redefined it)
   or the job is not a recurring one; {R.MISSING, 0, 0} no job.
+  An error reply "INVALID <problem>; nothing was written" for a task or queue name that
+  submit.lua would refuse (a control character in the task name, a queue name that cannot
+  be part of a key).
 
   Events: "redefined" {job}, and "cancelled" {slot, reason = "redefined"} per withdrawn
   occurrence.
@@ -44,6 +47,13 @@ local next_ms = ARGV[5]
 local fields = cmsgpack.unpack(ARGV[6])
 
 --- @include "_lib.lua"
+
+-- The new task and queue names, checked as submit.lua checks them (a direct caller's).
+for i = 1, #fields, 2 do
+  local problem = fields[i] == 'task' and task_problem(fields[i + 1])
+    or fields[i] == 'queue' and not name_ok(fields[i + 1], 64) and 'malformed queue name'
+  if problem then return redis.error_reply('INVALID ' .. problem .. '; nothing was written') end
+end
 
 local job_key = prefix .. 'job:' .. job_id
 local cur = redis.call('HMGET', job_key, 'spec', 'created_ms', 'kind', 'active', 'missed')

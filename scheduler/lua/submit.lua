@@ -20,13 +20,25 @@
            submit_batch.FRESH_MIN_JOBS) each id is checked.
 
   Every job is checked before anything is written; one that fails a check refuses the whole
-  call with an error reply "INVALID job <i> (<id>): <problem>", and nothing is written:
+  call with an error reply "INVALID job <i> (<id>): <problem>; nothing was written" (a
+  direct caller's mistake: the SDK checks the same first):
+  - n: a whole number, and the array holds exactly the n jobs and their f pairs;
   - job id: 1-128 characters from A-Z a-z 0-9 _ . - (it becomes part of key names);
-  - queue: 1-64 characters from the same set; task: 1-200 characters; fire_ms: an integer;
-  - priority (job field, only when not the default 3): an integer from 1 to 5;
-  - payload: at most the namespace's limit, field `max_payload_bytes` of `<prefix>config`
-    (a copy of the namespace's, written by the client that created it; 1 MiB, as
-    DEFAULT_MAX_PAYLOAD_BYTES in scheduler/models.py, when absent).
+  - queue: 1-64 characters from the same set; task: 1-200 bytes, no control character (C0,
+    DEL, or C1 in UTF-8: task names reach terminals and log lines);
+  - fire_ms: a string of decimal digits without a leading zero, at most LATEST_MS (the
+    end of the year 9999, scheduler/schedule.py);
+  - f: a whole number; each field a job-hash field of the contract (JOB_FIELD_TYPES, from
+    scheduler/models.py's SUBMIT_FIELDS: the fields with a default, `payload`, `spec`,
+    `traceparent`), its value of that field's type: a whole number >= 0 ("n"), a number
+    from 0 to 1 ("f"), a string ("s"), or one of an enum's values (kind, delivery,
+    catchup, overlap: models.ENUM_FIELDS); priority (only when not the default 3) an
+    integer from 1 to 5;
+  - payload: a string, at most the namespace's limit, field `max_payload_bytes` of
+    `<prefix>config` (a copy of the namespace's, written by the client that created it;
+    1 MiB, as DEFAULT_MAX_PAYLOAD_BYTES in scheduler/models.py, when absent). Its JSON is
+    not parsed here (that would cost per byte): readers show one that does not decode as
+    such (models.shown_payload).
 
   Reply: one code per job, in order (R, replies.py)
      R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now;
@@ -68,51 +80,84 @@ local function invalid(i, job_id, problem)
     .. '): ' .. problem .. '; nothing was written')
 end
 
-local function name_ok(value, longest)
-  return type(value) == 'string' and #value >= 1 and #value <= longest
-    and not string.find(value, '[^%w_%.%-]')
-end
-
 -- Check every job before writing any. Queue and task names repeat across a batch: each
--- distinct one is checked once (the checks cost ~15% of the script before that).
-local good_queue, good_task = {}, {}
+-- distinct one is checked once (the checks cost ~15% of the script before that). So do fire
+-- times and option fields (a batch's jobs mostly share theirs): the last value checked of
+-- each is remembered, and the same string (Lua interns them) is not checked again.
+local good_queue, good_task, good_fire = {}, {}, false
 local PRIORITY_OK = {['1'] = true, ['2'] = true, ['3'] = true, ['4'] = true, ['5'] = true}
+local field_types, good_field  -- JOB_FIELD_TYPES, made at the first field but the payload
+if not n or n < 0 or n % 1 ~= 0 then return invalid(0, '', 'bad job count') end
 local b = 0
 for i = 1, n do
-  local job_id, task, queue, f = items[b + 1], items[b + 2], items[b + 3], items[b + 5]
+  local job_id, task, queue, fire, f = items[b + 1], items[b + 2], items[b + 3], items[b + 4],
+    items[b + 5]
   if not name_ok(job_id, 128) then return invalid(i, job_id, 'malformed job id') end
   if not good_queue[queue] then
     if not name_ok(queue, 64) then return invalid(i, job_id, 'malformed queue name') end
     good_queue[queue] = true
   end
   if not good_task[task] then
-    if type(task) ~= 'string' or #task < 1 or #task > 200 then
-      return invalid(i, job_id, 'malformed task name')
-    end
+    local problem = task_problem(task)
+    if problem then return invalid(i, job_id, problem) end
     good_task[task] = true
   end
-  local fire = tonumber(items[b + 4])
-  if not fire or fire < 0 or fire % 1 ~= 0 then return invalid(i, job_id, 'bad fire_ms') end
-  if type(f) ~= 'number' or f < 0 then return invalid(i, job_id, 'bad field count') end
-  local k = b + 6
-  if f > 0 and items[k] == 'payload' then  -- the client sends the payload first
-    local value = items[k + 1]
-    if type(value) == 'string' and #value > MAX_PAYLOAD then
-      return invalid(i, job_id, 'payload of ' .. #value .. ' bytes is over the namespace limit of '
-        .. MAX_PAYLOAD .. ' bytes')
+  -- Decimal digits, no leading zero: the slot id repeats them as they are. (Today's times
+  -- have 13 digits: the bound is read only from 15.)
+  if fire ~= good_fire then
+    if type(fire) ~= 'string' or not string.find(fire, '^[1-9]%d*$') and fire ~= '0'
+        or #fire >= 15 and (#fire > 15 or tonumber(fire) > LATEST_MS) then
+      return invalid(i, job_id, 'fire_ms must be a whole number of ms from 0 to LATEST_MS, '
+        .. 'in decimal digits')
     end
-    k = k + 2
+    good_fire = fire
   end
-  -- The other fields (none for most jobs): a priority becomes part of a stream's key name.
-  for at = k, b + 5 + 2 * f, 2 do
+  if type(f) ~= 'number' or f < 0 or f % 1 ~= 0 then return invalid(i, job_id, 'bad field count') end
+  local last = b + 5 + 2 * f
+  for at = b + 6, last, 2 do
     local name, value = items[at], items[at + 1]
-    if name == 'payload' and type(value) == 'string' and #value > MAX_PAYLOAD then
-      return invalid(i, job_id, 'payload over the namespace limit of ' .. MAX_PAYLOAD .. ' bytes')
-    elseif name == 'priority' and not PRIORITY_OK[tostring(value)] then
-      return invalid(i, job_id, 'priority must be an integer from 1 to 5')
+    if name == 'payload' then  -- the client sends it first
+      if type(value) ~= 'string' then return invalid(i, job_id, 'the payload is not a string') end
+      if #value > MAX_PAYLOAD then
+        return invalid(i, job_id, 'payload of ' .. #value .. ' bytes is over the namespace '
+          .. 'limit of ' .. MAX_PAYLOAD .. ' bytes')
+      end
+    elseif not good_field or good_field[name] ~= value or value == nil then
+      if not field_types then field_types, good_field = JOB_FIELD_TYPES, {} end
+      local kind = field_types[name]
+      if kind == 'n' then
+        if name == 'priority' then  -- a priority becomes part of a stream's key name
+          if not PRIORITY_OK[tostring(value)] then
+            return invalid(i, job_id, 'priority must be an integer from 1 to 5')
+          end
+        -- a whole number >= 0 as every reader parses it: decimal digits, or a whole Lua
+        -- number below 1e15 (which Redis prints as digits)
+        elseif not (type(value) == 'number' and value >= 0 and value < 1e15 and value % 1 == 0
+            or type(value) == 'string' and #value >= 1 and #value <= 15
+              and not string.find(value, '%D')) then
+          return invalid(i, job_id, name .. ' must be a whole number >= 0')
+        end
+      elseif kind == 's' then
+        if type(value) ~= 'string' then return invalid(i, job_id, name .. ' must be a string') end
+      elseif kind == 'f' then
+        local number = tonumber(value)
+        if not (number and number >= 0 and number <= 1) then
+          return invalid(i, job_id, name .. ' must be a number from 0 to 1')
+        end
+      elseif not kind then
+        return invalid(i, job_id, 'unknown job field ' .. string.sub(tostring(name), 1, 40))
+      elseif not kind[value] then  -- an enum's values
+        return invalid(i, job_id, name .. ' ' .. string.sub(tostring(value), 1, 40)
+          .. ' is not one of its values (scheduler/states.py)')
+      end
+      good_field[name] = value
     end
   end
-  b = b + 5 + 2 * f
+  b = last
+end
+if items[b + 1] ~= nil then
+  return invalid(n, '', 'the jobs array holds more items than its ' .. n
+    .. ' jobs and their field counts')
 end
 
 local reply = {}

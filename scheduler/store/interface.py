@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from ..errors import StoreUnavailable
+from ..masking import masked
 from ..models import Slot
 from ..namespace import Meta
 from .rows import Batch, RecoveryJob
@@ -68,6 +70,10 @@ def open_store(dsn: str | None = None) -> HistoryStore:
         from .postgres import PostgresStore
 
         return PostgresStore(dsn)
+    if dsn and "://" in dsn and not dsn.startswith("sqlite://"):  # a misspelt scheme
+        raise StoreUnavailable(f"{masked(dsn, dsn)[:80]!r} is not a history store: use "
+                               f"postgresql://user@host/db, 'host=... dbname=...', or a "
+                               f"SQLite file (sqlite:///path)")
     from .sqlite import SqliteStore
 
     read_only = bool(dsn) and dsn.endswith("?mode=ro")  # type: ignore[union-attr]

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from .. import sqlfiles
 from ..errors import StoreUnavailable
+from ..masking import masked, unencoded
 from ..models import Slot
 from ..namespace import Meta
 from .rows import (
@@ -38,9 +39,10 @@ M = sqlfiles.queries("postgres", "migrations.sql")
 
 
 def unreachable(dsn: str, exc: Exception) -> StoreUnavailable:
+    """psycopg's first line, which may quote the DSN (a malformed one whole): masked."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return StoreUnavailable(f"cannot reach Postgres ({first}); check --postgres-dsn / "
-                            f"SCHED_POSTGRES_DSN")
+    return StoreUnavailable(f"cannot reach Postgres ({masked(first, dsn)}); check "
+                            f"--postgres-dsn / SCHED_POSTGRES_DSN")
 
 
 def _day_name(table: str, day: int) -> str:
@@ -52,6 +54,9 @@ class PostgresStore:
 
     def __init__(self, dsn: str, *, connect_timeout_s: int = 5) -> None:
         self.dsn = dsn
+        problem = unencoded(dsn)
+        if problem:
+            raise StoreUnavailable(f"cannot use the Postgres DSN {masked(dsn, dsn)!r}: {problem}")
         try:
             self.conn = psycopg.connect(dsn, connect_timeout=connect_timeout_s)
         except psycopg.Error as exc:

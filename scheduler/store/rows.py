@@ -108,17 +108,20 @@ class RecoveryJob(NamedTuple):
 def text_hash(reply: list[Any] | dict[Any, Any]) -> dict[str, str]:
     """An HGETALL reply (a RESP3 map, or RESP2's alternating field and value) as text: already
     text when the connection decoded it (hash_read.py's raw reads), else bytes. Every field
-    the scheduler writes is UTF-8 text (payloads are JSON)."""
+    the scheduler writes is UTF-8 text (payloads are JSON); bytes that are not, written
+    straight to a script past the SDK, read as U+FFFD (as hash_read's raw reads do)."""
     if isinstance(reply, dict):
         first = next(iter(reply), "")
         if isinstance(first, str):
             return reply
-        return {k.decode(): v.decode() for k, v in reply.items()}
+        return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                for k, v in reply.items()}
     if reply and isinstance(reply[0], str):
         it = iter(reply)
         return dict(zip(it, it, strict=True))
     it = iter(reply)
-    return {k.decode(): v.decode() for k, v in zip(it, it, strict=True)}
+    return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in zip(it, it, strict=True)}
 
 
 def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:

@@ -65,6 +65,10 @@ HISTORY = ("tests/faults/test_history.py::"
 ACTIVE = "tests/faults/test_history.py::test_an_overlap_skip_jobs_active_run_reaches_history"
 RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
+SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
+                 "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
+SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
+                 "test_submit_lua_refuses_counts_that_do_not_match_the_items")
 
 
 @dataclass(frozen=True)
@@ -452,4 +456,24 @@ MUTANTS = [
            "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
            "retry_ms = math.min(cap, base * 2 ^ failures) * (1 - jitter * u)",
            (RETRY_POLICY,), fast=True),
+    Mutant("submit-payload-unchecked", "submit.lua takes a payload that is not a string: the "
+           "batch's jobs before it are written, then HSET fails (a call half written)",
+           "scheduler/lua/submit.lua",
+           "      if type(value) ~= 'string' then return invalid(i, job_id, 'the payload is not "
+           "a string') end",
+           "      if false then return invalid(i, job_id, 'the payload is not a string') end",
+           (SUBMIT_CHECKS,), fast=True),
+    Mutant("submit-any-field", "submit.lua writes a job-hash field the contract does not have "
+           "(`status`, a made-up name) as a string",
+           "scheduler/lua/submit.lua", "      local kind = field_types[name]\n",
+           "      local kind = field_types[name] or 's'\n", (SUBMIT_CHECKS,), fast=True),
+    Mutant("submit-fire-unchecked", "submit.lua takes any fire_ms a number parses from (1e300, "
+           "nan, inf, 0x10, 007)",
+           "scheduler/lua/submit.lua",
+           "    if type(fire) ~= 'string' or not string.find(fire, '^[1-9]%d*$') and fire ~= '0'",
+           "    if type(fire) ~= 'string' or not tonumber(fire)", (SUBMIT_CHECKS,), fast=True),
+    Mutant("submit-counts-unchecked", "submit.lua ignores items past its n jobs and their field "
+           "counts (a call of two jobs that says one writes the first)",
+           "scheduler/lua/submit.lua", "if items[b + 1] ~= nil then", "if false then",
+           (SUBMIT_COUNTS,), fast=True),
 ]

@@ -13,7 +13,7 @@ from faults.harness import RedisServer
 
 from conftest import SCHED, ns_keys
 from scheduler import Client, DurabilityError
-from scheduler.connection import SentinelUrl, masked, parse_sentinel, sync_redis, where
+from scheduler.connection import SentinelUrl, parse_sentinel, sync_redis, where
 from scheduler.embedded import answers
 from scheduler.errors import ConfigError, RedisRefused, ValidationError
 
@@ -85,21 +85,6 @@ def test_the_cli_says_durability_failures_in_one_line(redis_url: str, ns: str,
     assert out.returncode == 1
     assert "replica" in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert "Traceback" not in out.stderr
-
-
-@pytest.mark.parametrize("text, shown", [
-    ("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0"),
-    ("rediss://app:hunter2@h:6380/1", "rediss://app:***@h:6380/1"),
-    ("redis+sentinel://app:p%40ss@a:1,b:2/m?sentinel_password=hunter2",
-     "redis+sentinel://app:***@a:1,b:2/m?sentinel_password=***"),
-    ("postgresql://sched:hunter2@db/sched", "postgresql://sched:***@db/sched"),
-    ("host=db user=sched password=hunter2 dbname=sched",
-     "host=db user=sched password=*** dbname=sched"),
-    ("redis://h:6379/0", "redis://h:6379/0"),
-    ("redis://app@h:6379/0", "redis://app@h:6379/0"),
-])
-def test_passwords_are_masked(text: str, shown: str) -> None:
-    assert masked(text) == shown
 
 
 def test_a_bad_url_error_does_not_print_its_password() -> None:

@@ -1,0 +1,226 @@
+"""Bad input to `sched`, as a user (or a script gone wrong) types it: one line naming the
+problem, a non-zero exit, no traceback, nothing started and nothing written."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+import redis
+
+from cli.main import cli as sched_cli
+from cli.options import Finite
+from conftest import SCHED, ns_keys
+from helpers import http_get, running, sched, serve_console
+from scheduler import Client, scripts
+from scheduler.keys import shard_of
+
+
+def one_line(code: int, err: str, expected: int = 1) -> str:
+    assert code == expected, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+# --- --payload @file ----------------------------------------------------------------------
+
+
+def _files(tmp: Path) -> dict[str, tuple[str, str]]:
+    """name: (--payload value, what the error says)."""
+    (tmp / "latin1.json").write_bytes('{"name": "Zo\xeb"}'.encode("latin-1"))
+    (tmp / "deep-list.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp / "deep-dict.json").write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    (tmp / "deep-but-decodable.json").write_text('{"a":' * 100 + "1" + "}" * 100)
+    (tmp / "not-json.json").write_text("{name: 1}")
+    return {
+        "invalid UTF-8": (f"@{tmp}/latin1.json", "latin1.json is not UTF-8 text (byte 0xeb "
+                                                 "at offset 12)"),
+        "too deep (lists)": (f"@{tmp}/deep-list.json", "nested too deep"),
+        "too deep (objects)": (f"@{tmp}/deep-dict.json", "nested too deep"),
+        "deeper than the bound": (f"@{tmp}/deep-but-decodable.json", "deeper than 64 levels"),
+        "not JSON": (f"@{tmp}/not-json.json", "not-json.json does not hold valid JSON"),
+        "a missing file": (f"@{tmp}/nothing-here.json", "No such file or directory"),
+        "a directory": (f"@{tmp}", "Is a directory"),
+    }
+
+
+@pytest.mark.parametrize("case", ["invalid UTF-8", "too deep (lists)", "too deep (objects)",
+                                  "deeper than the bound", "not JSON", "a missing file",
+                                  "a directory"])
+def test_a_payload_file_that_cannot_be_used_is_one_line(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        tmp_path: Path, case: str) -> None:
+    """Invalid UTF-8 and a deep file were tracebacks (UnicodeDecodeError, RecursionError)."""
+    value, text = _files(tmp_path)[case]
+    code, _, err = sched(capsys, redis_url, ns, "submit", "t", "--payload", value)
+    assert text in one_line(code, err), err
+    assert ns_keys(r, ns) == []
+
+
+def test_a_payload_file_in_utf8_with_a_byte_order_mark_is_read(
+        capsys: pytest.CaptureFixture[str], redis_url: str, ns: str, tmp_path: Path) -> None:
+    (tmp_path / "p.json").write_bytes('\ufeff{"name": "Zoë"}'.encode())
+    code, out, err = sched(capsys, redis_url, ns, "submit", "t", "--payload", f"@{tmp_path}/p.json")
+    assert code == 0, err
+    with Client(redis_url, ns) as client:
+        assert client.get_job(out.strip()).payload == {"name": "Zoë"}
+
+
+def test_a_payload_argument_that_is_not_utf8_is_one_line(
+        r: redis.Redis, redis_url: str, ns: str) -> None:
+    done = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, "submit", "t",
+                           "--payload", b'"\xff"'], capture_output=True, text=True, timeout=60)
+    assert "payload: is not UTF-8 text" in one_line(done.returncode, done.stderr)
+    assert ns_keys(r, ns) == []
+
+
+def test_a_duration_too_long_for_a_float_is_one_line(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str) -> None:
+    code, _, err = sched(capsys, redis_url, ns, "submit", "t", "--delay", "9" * 400)
+    assert "is not a duration" in one_line(code, err)
+    assert ns_keys(r, ns) == []
+
+
+# --- numbers ------------------------------------------------------------------------------
+
+
+def _number_options() -> Iterator[tuple[list[str], click.Option]]:
+    """Every option of every command that takes a number with a fraction."""
+    def walk(command: click.Command, path: list[str]) -> Iterator[tuple[list[str], click.Option]]:
+        for param in command.params:
+            if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType):
+                yield path, param
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from walk(sub, [*path, name])
+
+    yield from walk(sched_cli, [])
+
+
+NUMBER_OPTIONS = [(" ".join(path), param.opts[0]) for path, param in _number_options()]
+
+
+def test_every_number_option_is_finite() -> None:
+    """One type for every float option (cli/options.py), so none takes NaN or infinity."""
+    assert len(NUMBER_OPTIONS) >= 20
+    plain = [f"{' '.join(path)} {p.opts[0]}" for path, p in _number_options()
+             if not isinstance(p.type, Finite)]
+    assert not plain
+
+
+@pytest.mark.parametrize("command, option", NUMBER_OPTIONS)
+def test_every_number_option_refuses_nan_and_infinity(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        command: str, option: str) -> None:
+    """`worker|scheduler --lease nan|inf` were tracebacks; `worker --grace nan` and
+    `snapshotter --retention nan` started and logged tracebacks."""
+    for bad in ("nan", "inf", "-inf", "NaN", "1e999"):
+        code, _, err = sched(capsys, redis_url, ns, *command.split(), option, bad)
+        line = one_line(code, err, expected=2)
+        assert f"Invalid value for '{option}'" in line and "is not a finite number" in line
+    assert ns_keys(r, ns) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["worker", "--app", "scheduler.examples.tasks:registry", "--lease", "nan"],
+    ["worker", "--app", "scheduler.examples.tasks:registry", "--lease", "inf"],
+    ["worker", "--app", "scheduler.examples.tasks:registry", "--grace", "nan"],
+    ["scheduler", "--lease", "inf"],
+    ["snapshotter", "--retention", "nan"],
+], ids=" ".join)
+def test_a_service_given_nan_never_starts(r: redis.Redis, redis_url: str, ns: str,
+                                          args: list[str], tmp_path: Path) -> None:
+    """The real processes: they exit at once with one line, and register nothing."""
+    start = time.monotonic()
+    store = ["--history-file", str(tmp_path / "h.sqlite3")] if args[0] == "snapshotter" else []
+    done = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args, *store],
+                          capture_output=True, text=True, timeout=60)
+    one_line(done.returncode, done.stderr, expected=2)
+    assert time.monotonic() - start < 30
+    assert ns_keys(r, ns) == [] and not (tmp_path / "h.sqlite3").exists()
+
+
+def test_a_lease_from_the_environment_is_checked_too(r: redis.Redis, redis_url: str,
+                                                      ns: str, app_env: dict[str, str]) -> None:
+    done = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, "scheduler"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**app_env, "SCHED_LEASE_SECONDS": "nan"})
+    assert "'--lease'" in one_line(done.returncode, done.stderr, expected=2)
+    assert ns_keys(r, ns) == []
+
+
+# --- names --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, text", [
+    (["submit", "bad\x1b[2Jtask"], "task: 'bad\\x1b[2Jtask' holds the control character "
+                                   "U+001B (ESC); a task name is 1-200 printable characters"),
+    (["submit", "two\nlines"], "holds the control character U+000A (newline)"),
+    (["submit", "t", "--queue", "mail\n"], "queue: 'mail\\n' is not allowed: it holds the "
+                                           "control character U+000A (newline); use 1-64 "
+                                           "characters from A-Z a-z 0-9 _ . -"),
+    (["queues", "limit", "mail\x1b", "--concurrency", "2"], "U+001B (ESC)"),
+    (["worker", "--app", "scheduler.examples.tasks:registry", "--queues", "a\x9bb"],
+     "U+009B"),
+])
+def test_names_with_control_characters_are_one_line(
+        r: redis.Redis, redis_url: str, ns: str, args: list[str], text: str) -> None:
+    """ESC or a newline in a task name reached terminals and log lines as they were; the
+    error shows the name escaped, never the raw character."""
+    done = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
+                          capture_output=True, text=True, timeout=60)
+    line = one_line(done.returncode, done.stderr)
+    assert text in line and "\x1b" not in done.stderr and "\x9b" not in done.stderr
+    assert ns_keys(r, ns) == []
+
+
+# --- what got past the SDK ----------------------------------------------------------------
+
+
+@pytest.fixture
+def deep_job(r: redis.Redis, redis_url: str, ns: str) -> Iterator[str]:
+    """A delayed job and a cron job whose payloads nest 10,000 objects deep, written
+    straight through submit.lua, beside one made by the SDK; the delayed one's id."""
+    with Client(redis_url, ns) as client:
+        client.submit("t.fine", {"n": 1}, delay=3600)
+        shards = client.shards
+        prefixes = [client.keys.prefix(shard_of(j, shards)) for j in ("deep-one", "deep-cron")]
+    later = int(time.time() * 1000) + 3_600_000
+    payload = '{"a":' * 10_000 + "1" + "}" * 10_000
+    for prefix, job_id, fields in (
+            (prefixes[0], "deep-one", ["kind", "delayed", "delay_ms", 3_600_000]),
+            (prefixes[1], "deep-cron", ["kind", "cron", "cron", "0 3 * * *"])):
+        scripts.run_sync(r, [scripts.submit(prefix, int(time.time() * 1000), 1000, [
+            (job_id, "t.deep", "default", later, ["payload", payload, *fields])])])
+    yield "deep-one"
+
+
+def test_sched_jobs_list_shows_a_job_whose_payload_does_not_decode(
+        capsys: pytest.CaptureFixture[str], redis_url: str, ns: str, deep_job: str) -> None:
+    """One such job made `sched jobs list` fail with a RecursionError."""
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "list")
+    assert code == 0, err
+    assert deep_job in out and "t.fine" in out
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "list", "--json")
+    assert code == 0 and "nested deeper than 64 levels" in out, err
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "show", deep_job)
+    assert code == 0 and "(not shown: 60001 bytes of JSON nested deeper than 64 levels)" in out
+
+
+def test_the_console_shows_a_job_whose_payload_does_not_decode(
+        redis_url: str, ns: str, deep_job: str) -> None:
+    """/jobs and /schedules failed with such a job; a real `sched web` serves both, and the
+    job's own page, with the placeholder."""
+    proc, base = serve_console(redis_url, ns)
+    with running(proc):
+        for path, shown in (("/jobs", deep_job), ("/schedules", "deep-cron")):
+            status, page = http_get(base + path)
+            assert status == 200 and shown in page, path
+        status, page = http_get(f"{base}/jobs/{deep_job}")
+        assert status == 200 and "nested deeper than 64 levels" in page

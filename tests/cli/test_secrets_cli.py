@@ -1,0 +1,136 @@
+"""No `sched` command prints a password: each bad Redis URL and Postgres DSN given to the
+real processes, and what they print on stdout and stderr searched for it; then the console's
+History page, which showed a store's error to every viewer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SCHED
+from helpers import http_get, running, serve_console
+
+SECRET = "Hunter2pw"
+
+# Postgres DSNs that cannot be used, each holding SECRET (or pieces of it).
+DSNS = {
+    "malformed": f"postgresql://bob:{SECRET}@[::1:1/db",
+    "misspelt scheme": f"postgress://bob:{SECRET}@127.0.0.1/db",
+    "unencoded @": "postgresql://bob:Hunter@2pw@127.0.0.1:1/db",
+    "unencoded /": "postgresql://bob:Hunter/2pw@127.0.0.1:1/db",
+    "nothing listens": f"postgresql://bob:{SECRET}@127.0.0.1:1/db",
+    "query password": f"postgresql://bob@127.0.0.1:1/db?password={SECRET}",
+    "keywords": f"host=127.0.0.1 port=1 user=bob password={SECRET} dbname=x",
+    "keywords quoted": "host=127.0.0.1 port=1 password='Hunter 2pw' dbname=x",
+    "keywords bad option": f"host=127.0.0.1 password={SECRET} bogus=1",
+    "no such role": f"postgresql://bob:{SECRET}@127.0.0.1:5432/test",
+}
+# Redis URLs that cannot be used (nothing listens on port 1), each holding SECRET.
+URLS = {
+    "refused": f"redis://:{SECRET}@127.0.0.1:1/0",
+    "user and password": f"redis://app:{SECRET}@127.0.0.1:1/0",
+    "unencoded @": "redis://app:Hunter@2pw@127.0.0.1:1/0",
+    "unencoded /": "redis://:Hunter/2pw@127.0.0.1:1/0",
+    "unencoded ?": "redis://:Hunter?2pw@127.0.0.1:1/0",
+    "unencoded :": "redis://app:Hunter:2pw@127.0.0.1:1/0",
+    "bad port": f"redis://:{SECRET}@127.0.0.1:port/0",
+    "bad database": f"redis://:{SECRET}@127.0.0.1:1/zero",
+    "query password": f"redis://127.0.0.1:1/0?password={SECRET}",
+    "ssl_password": f"rediss://127.0.0.1:1/0?ssl_password={SECRET}",
+    "socket": f"unix://:{SECRET}@/nonexistent/redis.sock?db=0",
+    "sentinel": f"redis+sentinel://:{SECRET}@127.0.0.1:1/mymaster?sentinel_password={SECRET}",
+    "cluster": f"redis+cluster://app:{SECRET}@127.0.0.1:1",
+}
+
+
+def leaked(text: str) -> bool:
+    """SECRET, or a piece a parser cut from it (all are 4+ characters)."""
+    return any(piece in text for piece in (SECRET, "Hunter", "2pw@", "Hunter 2pw"))
+
+
+def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60
+        ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SCHED, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("dsn", list(DSNS.values()), ids=list(DSNS))
+@pytest.mark.parametrize("command", [["history"], ["db", "upgrade"], ["recover"],
+                                     ["snapshotter"], ["runs", "0" * 32]], ids=" ".join)
+def test_no_command_prints_a_postgres_password(redis_url: str, ns: str, dsn: str,
+                                               command: list[str]) -> None:
+    """`cannot reach Postgres (... "postgresql://bob:pw@...")` and `'postgress://bob:pw@...'
+    is not a Postgres DSN` printed it."""
+    done = run("--redis-url", redis_url, "--namespace", ns, *command, "--postgres-dsn", dsn)
+    assert done.returncode == 1, done
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not leaked(done.stdout + done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("dsn", [DSNS["malformed"], DSNS["unencoded @"], DSNS["keywords"]])
+def test_a_dsn_from_the_environment_is_masked_too(redis_url: str, ns: str, dsn: str) -> None:
+    done = run("--redis-url", redis_url, "--namespace", ns, "history",
+               env={"SCHED_POSTGRES_DSN": dsn})
+    assert done.returncode == 1 and not leaked(done.stdout + done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("url", list(URLS.values()), ids=list(URLS))
+@pytest.mark.parametrize("command", [["status"], ["submit", "t"], ["dlq", "list"]],
+                         ids=" ".join)
+def test_no_command_prints_a_redis_password(ns: str, url: str, command: list[str]) -> None:
+    """An unencoded @ or / in the password, and ssl_password=, leaked through the masking."""
+    done = run("--redis-url", f"{url}", "--namespace", ns, *command,
+               env={"SCHED_REDIS_URL": url})
+    assert done.returncode == 1, done
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not leaked(done.stdout + done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("url", [URLS["unencoded @"], URLS["ssl_password"], URLS["sentinel"],
+                                 URLS["refused"]], ids=["unencoded @", "ssl_password",
+                                                        "sentinel", "refused"])
+@pytest.mark.parametrize("command", [
+    ["worker", "--app", "scheduler.examples.tasks:registry"], ["scheduler"],
+    ["dev", "--no-web", "--no-history", "--metrics-port", "0"]], ids=lambda c: c[0])
+def test_a_long_running_process_logs_no_redis_password(ns: str, url: str,
+                                                       command: list[str]) -> None:
+    """A process that keeps trying logs the failure again and again, in both formats."""
+    for fmt in ("text", "json"):
+        proc = subprocess.Popen([*SCHED, "--redis-url", url, "--namespace", ns, *command,
+                                 "--log-format", fmt], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=4)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=30)
+        assert out + err, "the process said nothing"
+        assert not leaked(out + err), err
+        assert "Traceback" not in err or command[0] == "dev", err
+
+
+@pytest.mark.parametrize("dsn", [DSNS["malformed"], DSNS["unencoded @"], DSNS["no such role"],
+                                 DSNS["keywords quoted"]],
+                         ids=["malformed", "unencoded @", "no such role", "keywords quoted"])
+def test_the_history_page_shows_no_postgres_password(redis_url: str, ns: str,
+                                                     dsn: str) -> None:
+    """The console's History page showed psycopg's error, DSN and password in it, to every
+    viewer (read-only ones too)."""
+    proc, base = serve_console(redis_url, ns, "--read-only", "--postgres-dsn", dsn)
+    with running(proc):
+        status, page = http_get(f"{base}/history")
+        assert status == 200 and "Postgres" in page, page
+        assert not leaked(page), page
+
+
+def test_sched_dev_logs_no_postgres_password(tmp_path: Path, ns: str) -> None:
+    start = time.monotonic()
+    done = run("--namespace", ns, "dev", "--no-web", "--metrics-port", "0", "--postgres-dsn",
+               DSNS["malformed"])
+    assert done.returncode == 1 and time.monotonic() - start < 60
+    assert not leaked(done.stdout + done.stderr), done.stderr
