@@ -39,7 +39,7 @@ from starlette.responses import Response
 from ..errors import ConfigError
 from .ratelimit import SignInLimiter
 
-TOKEN_COOKIE = "sched_token"
+TOKEN_COOKIE = "sched_token"  # nosec B105 # the cookie's name, not a secret
 SESSION_COOKIE = "sched_session"
 SESSION_S = 12 * 3600  # how long a sign-in lasts (the cookie's Max-Age)
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
