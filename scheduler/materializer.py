@@ -41,6 +41,7 @@ import redis.asyncio
 from . import cluster, metrics, scripts
 from .clock import Clock, resync
 from .cronspec import CronSpec
+from .errors import SchedulerError
 from .keys import cron_in, job_in
 from .loops import Service
 from .namespace import EVENTS_MAXLEN
@@ -65,10 +66,20 @@ class Recurrence(msgspec.Struct, frozen=True):
     digest: str = ""  # the job's `spec` field ("" for none): materialize.lua compares it
 
 
+class Unplannable(msgspec.Struct, frozen=True):
+    """A cron job whose definition does not parse (a hash written past the SDK): its series
+    is ended, as one past its end_at is, rather than stop every other job's occurrences."""
+
+    digest: str
+
+
 class Plan(msgspec.Struct, frozen=True):
     fires: list[int]  # occurrences to create, ascending
     missed: int  # occurrences dropped by the catch-up policy
     next_ms: int  # the new watermark; -1 when the job has ended
+
+
+ENDED = Plan(fires=[], missed=0, next_ms=-1)
 
 
 def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
@@ -106,14 +117,22 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
     return Plan(fires=[*kept, *fires], missed=dropped, next_ms=next_ms)
 
 
-def _recurrence(raw: list[Any]) -> Recurrence | None:
-    cron, tz, catchup, limit, end, digest = (v.decode() if v is not None else "" for v in raw)
+def _recurrence(job_id: str, raw: list[Any]) -> Recurrence | Unplannable | None:
+    """The definition of a cron job; None for none (the hash is gone or is not a cron
+    job's); Unplannable for one that does not parse (logged)."""
+    cron, tz, catchup, limit, end, digest = (v.decode(errors="replace") if v is not None
+                                             else "" for v in raw)
     if not cron:
         return None
-    return Recurrence(spec=CronSpec(cron, tz or "UTC"),
-                      catchup=Catchup(catchup) if catchup else Catchup.ALL,
-                      catchup_limit=int(limit or DEFAULT_CATCHUP_LIMIT), end_ms=int(end or 0),
-                      digest=digest)
+    try:
+        return Recurrence(spec=CronSpec(cron, tz or "UTC"),
+                          catchup=Catchup(catchup) if catchup else Catchup.ALL,
+                          catchup_limit=int(limit or DEFAULT_CATCHUP_LIMIT),
+                          end_ms=int(end or 0), digest=digest)
+    except (SchedulerError, ValueError) as exc:
+        log.error("cron job %s cannot be planned: its definition does not parse (%s); its "
+                  "series ends (submit or declare it again with a valid one)", job_id, exc)
+        return Unplannable(digest)
 
 
 class Materializer(Service):
@@ -139,7 +158,7 @@ class Materializer(Service):
         self.created = 0
         self._reported = 0  # created at the last progress line
         self.refused = 0
-        self._jobs: dict[tuple[str, str], Recurrence | None] = {}
+        self._jobs: dict[tuple[str, str], Recurrence | Unplannable | None] = {}
         self.overdue = 0
 
     def progress(self) -> str | None:
@@ -191,7 +210,8 @@ class Materializer(Service):
             job = self._jobs.get((prefix, job_id))
             if job is None:
                 continue  # no longer a cron job hash (removed); nothing to create
-            pl = plan(job, watermark, now, self.lookahead_ms, self.grace_ms)
+            pl = (ENDED if isinstance(job, Unplannable)
+                  else plan(job, watermark, now, self.lookahead_ms, self.grace_ms))
             calls.append(scripts.materialize(prefix, now, self.events_maxlen, job_id, watermark,
                                              job.digest, pl.next_ms, pl.missed, pl.fires))
             sent.append((prefix, job_id, pl.missed))
@@ -219,7 +239,7 @@ class Materializer(Service):
         for prefix, job_id in jobs:
             pipe.hmget(job_in(prefix, job_id), *_FIELDS)
         for key, raw in zip(jobs, await pipe.execute(), strict=True):
-            self._jobs[key] = _recurrence(raw)
+            self._jobs[key] = _recurrence(key[1], raw)
 
     def delay(self, due: int) -> float:
         return 0 if due >= self.batch else self.max_sleep_s

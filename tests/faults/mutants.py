@@ -476,4 +476,10 @@ MUTANTS = [
            "counts (a call of two jobs that says one writes the first)",
            "scheduler/lua/submit.lua", "if items[b + 1] ~= nil then", "if false then",
            (SUBMIT_COUNTS,), fast=True),
+    Mutant("unplannable-job-stops-the-pass", "a cron job whose definition does not parse "
+           "raises out of the materializer's pass: every other cron job's occurrences stop",
+           "scheduler/materializer.py", "    except (SchedulerError, ValueError) as exc:",
+           "    except ZeroDivisionError as exc:",
+           ("tests/services/test_materializer.py::test_a_job_whose_definition_does_not_parse_"
+            "stops_no_other[single-cron-not a cron]",), fast=True),
 ]

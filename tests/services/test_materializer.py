@@ -275,3 +275,26 @@ def test_a_watermark_between_occurrences_never_becomes_a_slot() -> None:
     assert p.fires == [last + 10_000, last + 20_000, last + 30_000]
     assert p.next_ms == last + 40_000
     assert plan(job, last, now_ms=last, lookahead_ms=0, grace_ms=0).fires == [last]
+
+
+@pytest.mark.parametrize(("field", "value"), [("cron", "not a cron"), ("tz", "Mars/Olympus"),
+                                              ("cron", "0 0 30 2 *")])
+def test_a_job_whose_definition_does_not_parse_stops_no_other(
+        r: redis.Redis, redis_url: str, ns: str, caplog: pytest.LogCaptureFixture,
+        field: str, value: str) -> None:
+    """A job hash written past the SDK with a definition that does not parse (submit.lua
+    checks the fields' types, not a cron expression or a zone): the materializer says so,
+    ends that series, and goes on with every other job."""
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        bad = client.submit("t", cron="* * * * * *")
+        good = client.submit("t", cron="* * * * * *")
+        r.hset(Keys(ns).job(shard_of(bad, SHARDS), bad), field, value)
+        materialize(redis_url, ns, clock)
+        assert fires(client, good) == [T0 + i * 1000 for i in range(4)]
+        assert fires(client, bad) == []
+        assert f"cron job {bad} cannot be planned" in caplog.text
+        assert r.zscore(Keys(ns).cron(shard_of(bad, SHARDS)), bad) is None  # its series ended
+        clock.advance(2)
+        materialize(redis_url, ns, clock)
+        assert len(fires(client, good)) == 6
