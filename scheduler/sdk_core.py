@@ -218,7 +218,12 @@ class Core:
             pass  # its series is over
         elif job.cron:
             if watermark is not None:
-                spec = CronSpec(job.cron, job.tz or "UTC")
+                try:
+                    spec = CronSpec(job.cron, job.tz or "UTC")
+                except ValidationError:
+                    # Written past the SDK: no next fire (the materializer ends its series),
+                    # and the job still shows, in a listing too.
+                    return job
                 ahead = spec.next_after(max(now, job.start_ms or 0) - 1)
                 next_ms = min(int(float(watermark)), ahead)
                 if job.end_ms and next_ms > job.end_ms:

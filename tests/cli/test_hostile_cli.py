@@ -185,19 +185,24 @@ def test_names_with_control_characters_are_one_line(
 
 @pytest.fixture
 def deep_job(r: redis.Redis, redis_url: str, ns: str) -> Iterator[str]:
-    """A delayed job and a cron job whose payloads nest 10,000 objects deep, written
-    straight through submit.lua, beside one made by the SDK; the delayed one's id."""
+    """A delayed job and a cron job whose payloads nest 10,000 objects deep, and a cron job
+    whose expression and zone do not parse (submit.lua checks neither), written straight
+    through submit.lua, beside one made by the SDK; the delayed one's id."""
     with Client(redis_url, ns) as client:
         client.submit("t.fine", {"n": 1}, delay=3600)
         shards = client.shards
-        prefixes = [client.keys.prefix(shard_of(j, shards)) for j in ("deep-one", "deep-cron")]
+        prefixes = [client.keys.prefix(shard_of(j, shards))
+                    for j in ("deep-one", "deep-cron", "bad-cron")]
     later = int(time.time() * 1000) + 3_600_000
     payload = '{"a":' * 10_000 + "1" + "}" * 10_000
     for prefix, job_id, fields in (
-            (prefixes[0], "deep-one", ["kind", "delayed", "delay_ms", 3_600_000]),
-            (prefixes[1], "deep-cron", ["kind", "cron", "cron", "0 3 * * *"])):
+            (prefixes[0], "deep-one", ["payload", payload, "kind", "delayed", "delay_ms",
+                                       3_600_000]),
+            (prefixes[1], "deep-cron", ["payload", payload, "kind", "cron", "cron",
+                                        "0 3 * * *"]),
+            (prefixes[2], "bad-cron", ["kind", "cron", "cron", "every day", "tz", "Mars/X"])):
         scripts.run_sync(r, [scripts.submit(prefix, int(time.time() * 1000), 1000, [
-            (job_id, "t.deep", "default", later, ["payload", payload, *fields])])])
+            (job_id, "t.deep", "default", later, fields)])])
     yield "deep-one"
 
 
@@ -206,7 +211,9 @@ def test_sched_jobs_list_shows_a_job_whose_payload_does_not_decode(
     """One such job made `sched jobs list` fail with a RecursionError."""
     code, out, err = sched(capsys, redis_url, ns, "jobs", "list")
     assert code == 0, err
-    assert deep_job in out and "t.fine" in out
+    assert deep_job in out and "t.fine" in out and "bad-cron" in out
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "show", "bad-cron")
+    assert code == 0 and "next fire:  -" in out, err
     code, out, err = sched(capsys, redis_url, ns, "jobs", "list", "--json")
     assert code == 0 and "nested deeper than 64 levels" in out, err
     code, out, err = sched(capsys, redis_url, ns, "jobs", "show", deep_job)
@@ -219,7 +226,8 @@ def test_the_console_shows_a_job_whose_payload_does_not_decode(
     job's own page, with the placeholder."""
     proc, base = serve_console(redis_url, ns)
     with running(proc):
-        for path, shown in (("/jobs", deep_job), ("/schedules", "deep-cron")):
+        for path, shown in (("/jobs", deep_job), ("/schedules", "deep-cron"),
+                            ("/schedules", "bad-cron"), ("/jobs/bad-cron", "every day")):
             status, page = http_get(base + path)
             assert status == 200 and shown in page, path
         status, page = http_get(f"{base}/jobs/{deep_job}")
