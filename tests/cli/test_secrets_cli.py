@@ -1,5 +1,6 @@
-"""No `sched` command prints a password: each bad Redis URL and Postgres DSN given to the
-real processes, and what they print on stdout and stderr searched for it; then the console's
+"""No `sched` command prints a password: each bad Redis URL and Postgres DSN given to every
+command (its entry point in this process, and a few as real processes; the long-running ones
+as processes), and what they print on stdout and stderr searched for it; then the console's
 History page, which showed a store's error to every viewer."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import SCHED
-from helpers import http_get, running, serve_console
+from helpers import http_get, running, sched, serve_console
 
 SECRET = "Hunter2pw"
 
@@ -62,14 +63,16 @@ def run(*args: str, env: dict[str, str] | None = None, timeout: float = 60
 @pytest.mark.parametrize("dsn", list(DSNS.values()), ids=list(DSNS))
 @pytest.mark.parametrize("command", [["history"], ["db", "upgrade"], ["recover"],
                                      ["snapshotter"], ["runs", "0" * 32]], ids=" ".join)
-def test_no_command_prints_a_postgres_password(redis_url: str, ns: str, dsn: str,
+def test_no_command_prints_a_postgres_password(capsys: pytest.CaptureFixture[str],
+                                               redis_url: str, ns: str, dsn: str,
                                                command: list[str]) -> None:
     """`cannot reach Postgres (... "postgresql://bob:pw@...")` and `'postgress://bob:pw@...'
-    is not a Postgres DSN` printed it."""
-    done = run("--redis-url", redis_url, "--namespace", ns, *command, "--postgres-dsn", dsn)
-    assert done.returncode == 1, done
-    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
-    assert not leaked(done.stdout + done.stderr), done.stderr
+    is not a Postgres DSN` printed it. (`sched`'s entry point in this process: the real
+    processes' own output is test_the_sched_process_prints_no_password's.)"""
+    code, out, err = sched(capsys, redis_url, ns, *command, "--postgres-dsn", dsn)
+    assert code == 1, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not leaked(out + err), err
 
 
 @pytest.mark.parametrize("dsn", [DSNS["malformed"], DSNS["unencoded @"], DSNS["keywords"]])
@@ -82,10 +85,26 @@ def test_a_dsn_from_the_environment_is_masked_too(redis_url: str, ns: str, dsn: 
 @pytest.mark.parametrize("url", list(URLS.values()), ids=list(URLS))
 @pytest.mark.parametrize("command", [["status"], ["submit", "t"], ["dlq", "list"]],
                          ids=" ".join)
-def test_no_command_prints_a_redis_password(ns: str, url: str, command: list[str]) -> None:
+def test_no_command_prints_a_redis_password(capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch, ns: str, url: str,
+                                            command: list[str]) -> None:
     """An unencoded @ or / in the password, and ssl_password=, leaked through the masking."""
-    done = run("--redis-url", f"{url}", "--namespace", ns, *command,
-               env={"SCHED_REDIS_URL": url})
+    monkeypatch.setenv("SCHED_REDIS_URL", url)
+    code, out, err = sched(capsys, url, ns, *command)
+    assert code == 1, (out, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not leaked(out + err), err
+
+
+@pytest.mark.parametrize("args", [
+    ["--redis-url", URLS["unencoded @"], "status"],
+    ["--redis-url", URLS["ssl_password"], "submit", "t"],
+    ["history", "--postgres-dsn", DSNS["malformed"]],
+    ["db", "upgrade", "--postgres-dsn", DSNS["keywords quoted"]],
+], ids=["status", "submit", "history", "db upgrade"])
+def test_the_sched_process_prints_no_password(ns: str, args: list[str]) -> None:
+    """The same through real `sched` processes, for a few of the cases above."""
+    done = run("--namespace", ns, *args)
     assert done.returncode == 1, done
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
     assert not leaked(done.stdout + done.stderr), done.stderr
