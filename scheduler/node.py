@@ -4,8 +4,9 @@ Six loops share the node's shards: `ShardLeases` decides which shards this node 
 tells the others it is alive), the `Promoter` moves their due slots to dispatch streams, the
 `Materializer` creates their cron occurrences' slots, the `Reclaimer` recovers slots whose
 worker stopped heartbeating, the `QueueCleaner` drops idle empty lanes from their queue
-index, and, on the owner of shard 0, the `Sweeper` finds slots that fell out of every index. Ownership only spreads the work; the scripts are correct however
-many nodes run them on one shard. That is why the promoter and the materializer also take,
+index, and, on the owner of shard 0, the `Sweeper` finds slots that fell out of every index.
+Ownership only spreads the work; the scripts are correct however many nodes run them on one
+shard. That is why the promoter and the materializer also take,
 on the shards other nodes own, what those nodes have left overdue: a dead or frozen owner
 costs about a second of lag, not a shard lease.
 
@@ -15,8 +16,9 @@ A node started before its namespace exists waits for it, registered in `<ns>:sch
 meanwhile (so `sched status` counts it as waiting), and starts once it exists.
 
 Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer, cleaner and
-sweeper finish their round and stop; then the leases are released and the node leaves the registry,
-so the remaining nodes take its shards on their next tick instead of after the lease ttl.
+sweeper finish their round and stop; then the leases are released and the node leaves the
+registry, so the remaining nodes take its shards on their next tick instead of after the
+lease ttl.
 """
 
 from __future__ import annotations
