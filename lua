@@ -1,1 +1,1 @@
-scheduler/lua
+scheduler/scripts/lua

@@ -21,8 +21,8 @@ import redis
 import redis.asyncio
 
 from scheduler import Client, Context, Registry
-from scheduler.connection import process_redis
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.redis.connection import process_redis
+from scheduler.worker.worker import Worker, WorkerConfig
 
 from .common import drop_namespace, fresh_namespace, machine, redis_cpu_s
 
@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="'private' (default): a redis-server of the bench's own, so other "
                         "users of a shared Redis neither slow it nor blur its CPU figures")
     p.add_argument("--trace", action="store_true",
-                   help="tracing on (scheduler/tracing.py): spans go to an SDK TracerProvider "
+                   help="tracing on (scheduler/observe/tracing.py): spans go to an SDK TracerProvider "
                         "with a BatchSpanProcessor whose exporter drops them, so the figures "
                         "are the spans' cost without an exporter's")
     p.add_argument("--limit", type=int, default=None,

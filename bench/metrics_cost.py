@@ -11,7 +11,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from scheduler import metrics
+from scheduler.observe import metrics
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

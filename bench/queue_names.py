@@ -28,11 +28,13 @@ from typing import Any
 
 import redis
 
-from scheduler import Client, scripts, sources
-from scheduler.clock import RedisClock
-from scheduler.connection import async_redis
-from scheduler.keys import DISPATCH_GROUP, Keys
-from scheduler.queue_cleaner import QueueCleaner
+from scheduler import Client
+from scheduler.core.keys import DISPATCH_GROUP, Keys
+from scheduler.node.queue_cleaner import QueueCleaner
+from scheduler.redis.clock import RedisClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import source as sources
 
 from .common import fresh_namespace, machine
 
@@ -42,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # takes them), timed from the Redis side.
 _BEFORE_STATS = """
 import json, sys, time, redis
-from scheduler import sources
+from scheduler.scripts import source as sources
 url, ns, shards, runs = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 r = redis.Redis.from_url(url)
 text = sources.SOURCES["stats"].text

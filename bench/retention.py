@@ -21,10 +21,10 @@ import redis
 import redis.asyncio
 
 from scheduler import AsyncClient, Context, Registry
-from scheduler.retention import Retention, RetentionConfig
-from scheduler.snapshotter import Snapshotter, SnapshotterConfig
-from scheduler.store import open_store
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.history.retention import Retention, RetentionConfig
+from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler.history.store import open_store
+from scheduler.worker.worker import Worker, WorkerConfig
 
 from .common import machine
 from .history import pg_schema, private_redis

@@ -26,8 +26,9 @@ from typing import Any
 
 import redis
 
-from scheduler import Client, scripts
-from scheduler.keys import DISPATCH_GROUP
+from scheduler import Client
+from scheduler.core.keys import DISPATCH_GROUP
+from scheduler.scripts import calls as scripts
 
 NAMES = ("claim", "complete", "promote", "submit")
 
@@ -43,7 +44,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _texts(root: str) -> dict[str, str]:
-    code = ("import json; from scheduler.sources import SOURCES; "
+    code = ("import json; from scheduler.scripts.source import SOURCES; "
             f"print(json.dumps({{n: SOURCES[n].text for n in {NAMES!r}}}))")
     out = subprocess.check_output([sys.executable, "-c", code], cwd=root,
                                   env={"PYTHONPATH": str(Path(root).resolve())})

@@ -27,10 +27,10 @@ import redis
 import redis.asyncio
 
 from scheduler import AsyncClient, Client, Context, Registry
-from scheduler.keys import HISTORY_GROUP, Keys
-from scheduler.snapshotter import Snapshotter, SnapshotterConfig
-from scheduler.store import open_store
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.core.keys import HISTORY_GROUP, Keys
+from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler.history.store import open_store
+from scheduler.worker.worker import Worker, WorkerConfig
 
 from .common import drop_namespace, fresh_namespace, machine
 from .history import DEFAULT_DSN, pg_schema

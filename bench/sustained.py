@@ -19,7 +19,7 @@ from typing import Any
 import redis
 
 from scheduler import Client
-from scheduler.keys import Keys, shard_of, slot_id
+from scheduler.core.keys import Keys, shard_of, slot_id
 
 from .common import (
     commandstats,

@@ -1,7 +1,6 @@
 """A Redis-native distributed job scheduler."""
 
-from .client import AsyncClient, Client, JobSpec
-from .errors import (
+from scheduler.core.errors import (
     Cancel,
     DurabilityError,
     RedisFailure,
@@ -14,10 +13,11 @@ from .errors import (
     SubmitError,
     ValidationError,
 )
-from .limits import QueueLimit
-from .models import Attempt, Job, RetryPolicy, Slot
-from .registry import Context, Registry
-from .states import Delivery, Durability, Outcome, SlotStatus
+from scheduler.core.limits import QueueLimit
+from scheduler.core.models import Attempt, Job, RetryPolicy, Slot
+from scheduler.core.states import Delivery, Durability, Outcome, SlotStatus
+from scheduler.sdk.client import AsyncClient, Client, JobSpec
+from scheduler.worker.registry import Context, Registry
 
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",

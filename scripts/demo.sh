@@ -17,7 +17,7 @@ cleanup() {
   [ -n "${SCHED_REDIS_URL:-}" ] && python - <<'PY' || true
 import os
 import redis
-from scheduler.connection import sync_redis
+from scheduler.redis.connection import sync_redis
 try:
     r = sync_redis(os.environ["SCHED_REDIS_URL"], timeout_s=2)
     pipe, n = r.pipeline(transaction=False), 0

@@ -22,7 +22,7 @@ if [ "${1:-}" = "--python" ]; then
 fi
 ensure_venv
 ensure_chromium
-.venv/bin/ruff check scheduler cli tests bench
-.venv/bin/bandit -q -c pyproject.toml -r scheduler cli --severity-level medium
+.venv/bin/ruff check scheduler tests bench
+.venv/bin/bandit -q -c pyproject.toml -r scheduler --severity-level medium
 .venv/bin/mypy
 .venv/bin/pytest "${parallel[@]}" "$@"

@@ -43,7 +43,7 @@ async def where_started(ctx: Context, payload: Any) -> None:
     start), "loop" when the loop scheduled it."""
     import sys
 
-    from scheduler.claiming import Claiming
+    from scheduler.worker.claiming import Claiming
 
     frame, place = sys._getframe(), "loop"
     while frame is not None:

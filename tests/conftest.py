@@ -18,7 +18,7 @@ import redis
 import redis.cluster
 
 from scheduler import Client
-from scheduler.clock import ManualClock
+from scheduler.redis.clock import ManualClock
 
 REDIS_URL = os.environ.get("SCHED_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 # Commands the tests run keep their embedded history out of the user's home directory.
@@ -204,7 +204,7 @@ def pg_dsn() -> Iterator[str]:
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each history-store test runs against both stores (schema migrated)."""
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
 
     if request.param == "sqlite":
         return f"sqlite://{tmp_path / 'history.sqlite3'}"
@@ -217,7 +217,7 @@ def store_dsn(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def store(store_dsn: str) -> Iterator[Any]:
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
 
     s = open_store(store_dsn)
     s.upgrade()
@@ -227,7 +227,7 @@ def store(store_dsn: str) -> Iterator[Any]:
 
 @pytest.fixture(autouse=True)
 def _root_logging_kept() -> Iterator[None]:
-    """A `sched` command run in-process (cli.logs.setup_logging) replaces the root logger's
+    """A `sched` command run in-process (scheduler.cli.logs.setup_logging) replaces the root logger's
     handlers with one writing to the test's captured stderr: put them back, or later tests
     log into a closed stream and lose pytest's log capture."""
     root = logging.getLogger()

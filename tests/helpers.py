@@ -20,26 +20,21 @@ import pytest
 import redis
 import redis.asyncio
 
-from cli.main import main
 from conftest import SCHED
-from scheduler import (
-    Client,
-    Registry,
-    RetryPolicy,
-    SlotStatus,
-    events,
-    hash_read,
-    replies,
-    scripts,
-)
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.embedded import free_port
-from scheduler.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
-from scheduler.node import NodeConfig, SchedulerNode
-from scheduler.snapshotter import Snapshotter, SnapshotterConfig
-from scheduler.store import open_store
-from scheduler.worker import Worker, WorkerConfig
+from scheduler import Client, Registry, RetryPolicy, SlotStatus
+from scheduler.cli.main import main
+from scheduler.core import events
+from scheduler.core.keys import DISPATCH_GROUP, HISTORY_GROUP, Keys, shard_of
+from scheduler.dev.embedded import free_port
+from scheduler.history import reads as hash_read
+from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler.history.store import open_store
+from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import replies
+from scheduler.worker.worker import Worker, WorkerConfig
 
 W = "worker-1"
 LEASE = 30_000

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     server = None
     url = args.redis_url
     if url is None:
-        from scheduler.embedded import EmbeddedRedis
+        from scheduler.dev.embedded import EmbeddedRedis
 
         server = EmbeddedRedis().start()
         url = server.url[: -len("/0")] + "/15"

@@ -2,7 +2,7 @@
 in-memory Redis and a fake clock, in the test's process (`pip install 'redis-sched[testing]'`).
 README, "Testing your handlers"."""
 
-from ..errors import HandlerFailed
-from .harness import Ran, TestClient, TestScheduler
+from scheduler.core.errors import HandlerFailed
+from scheduler.testing.harness import Ran, TestClient, TestScheduler
 
 __all__ = ["HandlerFailed", "Ran", "TestClient", "TestScheduler"]

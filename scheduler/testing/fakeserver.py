@@ -21,8 +21,8 @@ from typing import Any
 
 import msgspec
 
-from ..clock import Clock
-from ..errors import ConfigError
+from scheduler.core.errors import ConfigError
+from scheduler.redis.clock import Clock
 
 try:
     import fakeredis

@@ -24,17 +24,17 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from ..client import Client
-from ..clock import ManualClock
-from ..errors import HandlerFailed, SchedulerError, ValidationError
-from ..execution import HandlerErrors
-from ..inflight import Run
-from ..keys import queue_of, split_slot_id
-from ..node import NodeConfig, SchedulerNode
-from ..registry import Registry
-from ..states import Outcome
-from ..worker import Worker, WorkerConfig
-from . import fakeserver
+import scheduler.testing.fakeserver as fakeserver
+from scheduler.core.errors import HandlerFailed, SchedulerError, ValidationError
+from scheduler.core.keys import queue_of, split_slot_id
+from scheduler.core.states import Outcome
+from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.clock import ManualClock
+from scheduler.sdk.client import Client
+from scheduler.worker.execution import HandlerErrors
+from scheduler.worker.inflight import Run
+from scheduler.worker.registry import Registry
+from scheduler.worker.worker import Worker, WorkerConfig
 
 T = TypeVar("T")
 MAX_ROUNDS = 1000  # promote-claim-run-commit rounds of one drain before it gives up

@@ -33,7 +33,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from ..errors import (
+import scheduler.web.guard as guard
+import scheduler.web.pages as pages
+from scheduler.core.errors import (
     JobNotFound,
     RedisFailure,
     SchedulerError,
@@ -41,13 +43,12 @@ from ..errors import (
     StoreUnavailable,
     ValidationError,
 )
-from . import guard, pages
-from .guard import Admission
-from .middleware import SecurityMiddleware
-from .series import Sampler
+from scheduler.web.guard import Admission
+from scheduler.web.middleware import SecurityMiddleware
+from scheduler.web.series import Sampler
 
 log = logging.getLogger("scheduler.web")
-HERE = resources.files("scheduler") / "web"
+HERE = resources.files("scheduler.web")
 NAV = [("/", "Overview"), ("/queues", "Queues"), ("/running", "Running"),
        ("/scheduled", "Scheduled"), ("/jobs", "Jobs"), ("/recent", "Recent"),
        ("/schedules", "Schedules"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"),

@@ -36,8 +36,8 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..errors import ConfigError
-from .ratelimit import SignInLimiter
+from scheduler.core.errors import ConfigError
+from scheduler.web.ratelimit import SignInLimiter
 
 TOKEN_COOKIE = "sched_token"  # nosec B105 # the cookie's name, not a secret
 SESSION_COOKIE = "sched_session"

@@ -17,10 +17,10 @@ from urllib.parse import urlencode
 
 import msgspec
 
-from ..errors import JobNotFound, StoreUnavailable, ValidationError
-from ..keys import check_job_id, split_slot_id
-from ..models import Job, Slot
-from ..states import JobKind, SlotStatus
+from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
+from scheduler.core.keys import check_job_id, split_slot_id
+from scheduler.core.models import Job, Slot
+from scheduler.core.states import JobKind, SlotStatus
 
 Page = tuple[str, dict[str, Any]]
 Params = Mapping[str, str]

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ..loops import Service
-from ..status import Status
+from scheduler.observe.status import Status
+from scheduler.redis.service import Service
 
 log = logging.getLogger("scheduler.web")
 

@@ -13,7 +13,7 @@ import pytest
 from conftest import SCHED
 from helpers import make_dead, run_until, sched
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
-from scheduler.status import _worker
+from scheduler.observe.status import _worker
 
 
 def test_timeout_takes_a_duration_like_delay(capsys: pytest.CaptureFixture[str],

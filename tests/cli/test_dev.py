@@ -16,7 +16,7 @@ import pytest
 
 from conftest import SCHED
 from scheduler import Client
-from scheduler.embedded import answers, free_port
+from scheduler.dev.embedded import answers, free_port
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 

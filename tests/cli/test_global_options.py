@@ -10,11 +10,11 @@ import click
 import pytest
 import redis
 
-from cli.main import cli, main
 from conftest import SCHED
 from scheduler import Client, SlotStatus
+from scheduler.cli.main import cli, main
 
-BAD = "b{ad"  # a namespace the SDK refuses (scheduler/keys.py check_name), naming it
+BAD = "b{ad"  # a namespace the SDK refuses (scheduler/core/keys.py check_name), naming it
 REFUSED = f"namespace: '{BAD}' is not allowed"
 # What each command needs to get as far as opening the SDK.
 NEEDS = {"app_spec": ["--app", "app_tasks:registry"], "dlq purge": ["--all", "--yes"],

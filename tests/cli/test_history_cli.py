@@ -13,7 +13,7 @@ import redis
 
 from helpers import drain, run_until, sched
 from scheduler import AsyncClient, Client, Context, Registry, Slot, ValidationError
-from scheduler.snapshotter import SnapshotterConfig
+from scheduler.history.snapshotter import SnapshotterConfig
 
 
 def test_history_and_runs_read_the_store(redis_url: str, ns: str, r: redis.Redis,

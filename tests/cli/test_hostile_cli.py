@@ -12,12 +12,13 @@ import click
 import pytest
 import redis
 
-from cli.main import cli as sched_cli
-from cli.options import Finite
 from conftest import SCHED, ns_keys
 from helpers import http_get, running, sched, serve_console
-from scheduler import Client, scripts
-from scheduler.keys import shard_of
+from scheduler import Client
+from scheduler.cli.main import cli as sched_cli
+from scheduler.cli.options import Finite
+from scheduler.core.keys import shard_of
+from scheduler.scripts import calls as scripts
 
 
 def one_line(code: int, err: str, expected: int = 1) -> str:
@@ -128,9 +129,9 @@ def test_every_number_option_refuses_nan_and_infinity(
 
 
 @pytest.mark.parametrize("args", [
-    ["worker", "--app", "scheduler.examples.tasks:registry", "--lease", "nan"],
-    ["worker", "--app", "scheduler.examples.tasks:registry", "--lease", "inf"],
-    ["worker", "--app", "scheduler.examples.tasks:registry", "--grace", "nan"],
+    ["worker", "--app", "scheduler.dev.examples.tasks:registry", "--lease", "nan"],
+    ["worker", "--app", "scheduler.dev.examples.tasks:registry", "--lease", "inf"],
+    ["worker", "--app", "scheduler.dev.examples.tasks:registry", "--grace", "nan"],
     ["scheduler", "--lease", "inf"],
     ["snapshotter", "--retention", "nan"],
 ], ids=" ".join)
@@ -166,7 +167,7 @@ def test_a_lease_from_the_environment_is_checked_too(r: redis.Redis, redis_url: 
                                            "control character U+000A (newline); use 1-64 "
                                            "characters from A-Z a-z 0-9 _ . -"),
     (["queues", "limit", "mail\x1b", "--concurrency", "2"], "U+001B (ESC)"),
-    (["worker", "--app", "scheduler.examples.tasks:registry", "--queues", "a\x9bb"],
+    (["worker", "--app", "scheduler.dev.examples.tasks:registry", "--queues", "a\x9bb"],
      "U+009B"),
 ])
 def test_names_with_control_characters_are_one_line(

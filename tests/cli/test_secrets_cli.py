@@ -115,7 +115,7 @@ def test_the_sched_process_prints_no_password(ns: str, args: list[str]) -> None:
                                  URLS["refused"]], ids=["unencoded @", "ssl_password",
                                                         "sentinel", "refused"])
 @pytest.mark.parametrize("command", [
-    ["worker", "--app", "scheduler.examples.tasks:registry"], ["scheduler"],
+    ["worker", "--app", "scheduler.dev.examples.tasks:registry"], ["scheduler"],
     ["dev", "--no-web", "--no-history", "--metrics-port", "0"]], ids=lambda c: c[0])
 def test_a_long_running_process_logs_no_redis_password(ns: str, url: str,
                                                        command: list[str]) -> None:

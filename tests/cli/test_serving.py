@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from conftest import SCHED
-from scheduler.embedded import free_port
+from scheduler.dev.embedded import free_port
 
 
 def get(url: str) -> str:
@@ -154,7 +154,7 @@ def test_a_service_runs_with_the_collector_thresholds_of_cli_run() -> None:
     import asyncio
     import gc
 
-    from cli.run import GC_THRESHOLD, serve
+    from scheduler.cli.run import GC_THRESHOLD, serve
 
     seen: list[tuple[int, int, int]] = []
 

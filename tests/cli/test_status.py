@@ -12,13 +12,13 @@ import pytest
 import redis
 import redis.asyncio
 
-from cli.main import main
-from cli.observe import UNHEALTHY
 from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy
-from scheduler.clock import RedisClock
-from scheduler.keys import DEFAULT_SHARDS, Keys
-from scheduler.status import Topology, _Reader, read_status
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.cli.main import main
+from scheduler.cli.observe import UNHEALTHY
+from scheduler.core.keys import DEFAULT_SHARDS, Keys
+from scheduler.observe.status import Topology, _Reader, read_status
+from scheduler.redis.clock import RedisClock
+from scheduler.worker.worker import Worker, WorkerConfig
 
 
 def sched(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str,

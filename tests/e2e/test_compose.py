@@ -1,6 +1,6 @@
 """docker-compose.yml, the Prometheus config, the alert rules and the Grafana dashboard parse;
 every command in compose is a real `sched` command with real options; every metric the
-queries use is one scheduler/metrics.py declares. (No Docker engine here: this is what can be
+queries use is one scheduler/observe/metrics.py declares. (No Docker engine here: this is what can be
 checked without one.)"""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import yaml
 
-from cli.main import cli
-from scheduler.metrics import declared_names
+from scheduler.cli.main import cli
+from scheduler.observe.metrics import declared_names
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -105,7 +105,7 @@ def test_the_ha_profile_runs_two_replicas_and_three_sentinels_that_work(tmp_path
     import redis
     from faults.harness import RedisServer, free_port, wait_for
 
-    from scheduler.connection import parse_sentinel
+    from scheduler.redis.connection import parse_sentinel
 
     services = compose()["services"]
     replica, sentinel = services["redis-replica"], services["sentinel"]

@@ -77,7 +77,7 @@ def stack(redis_url: str, ns: str) -> Iterator[dict[str, Any]]:
         nightly = client.schedule("nightly-report", "t.ok", {"kind": "daily"}, cron="0 3 * * *")
         proc, base = serve_console(redis_url, ns, "--token", TOKEN, "--sample-interval", "0.5")
         worker = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns,
-                                   "worker", "--app", "scheduler.examples.tasks:registry",
+                                   "worker", "--app", "scheduler.dev.examples.tasks:registry",
                                    "--lease", "3", "--log-level", "error"], stderr=subprocess.PIPE)
         with running(worker, proc):
             yield {"client": client, "base": base, "done": done, "waiting": waiting,

@@ -27,7 +27,7 @@ from test_console import CHROMIUM, SHOTS, _get
 from helpers import make_dead, run_until, running, sched_process, serve_console
 from scheduler import Client, Registry, RetryPolicy, SlotStatus
 
-WORKER_APP = "scheduler.examples.tasks:registry"
+WORKER_APP = "scheduler.dev.examples.tasks:registry"
 JOB_STATES = ["active", "ended", "deleted"]
 SLOT_LISTS = ["queued", "scheduled", "retrying", "running"]
 

@@ -18,7 +18,7 @@ from faults.harness import RedisServer, wait_for
 
 from conftest import SCHED
 from scheduler import Client
-from scheduler.keys import Keys, shard_of
+from scheduler.core.keys import Keys, shard_of
 
 pytestmark = pytest.mark.slow
 

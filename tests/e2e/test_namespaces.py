@@ -17,7 +17,7 @@ from test_scheduler_nodes import scheduler_node, wait_for, worker
 from conftest import SCHED
 from helpers import running, sched_process, serve_console, statuses
 from scheduler import Client
-from scheduler.keys import Keys
+from scheduler.core.keys import Keys
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 

@@ -18,11 +18,13 @@ import pytest
 import redis
 
 from helpers import drain, run_until, sched
-from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, replies, scripts
-from scheduler.errors import ValidationError
-from scheduler.keys import DISPATCH_GROUP, Keys, shard_of
-from scheduler.snapshotter import SnapshotterConfig
-from scheduler.store import Batch, job_row, open_store, slot_rows
+from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import DISPATCH_GROUP, Keys, shard_of
+from scheduler.history.snapshotter import SnapshotterConfig
+from scheduler.history.store import Batch, job_row, open_store, slot_rows
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import replies
 
 LEASE_MS = 600_000
 

@@ -23,7 +23,7 @@ import redis
 
 from helpers import running, sched_process
 from scheduler import Client
-from scheduler.keys import Keys
+from scheduler.core.keys import Keys
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 

@@ -18,7 +18,7 @@ import redis
 
 from helpers import pending, run_until
 from scheduler import Client, Context, Registry
-from scheduler.store import open_store
+from scheduler.history.store import open_store
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 

@@ -17,7 +17,7 @@ from faults.harness import free_port, wait_for
 
 from conftest import SCHED
 from scheduler import Client, RedisFailure
-from scheduler.states import TERMINAL
+from scheduler.core.states import TERMINAL
 
 pytestmark = pytest.mark.slow
 

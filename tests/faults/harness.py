@@ -24,8 +24,9 @@ import psycopg
 import redis
 
 from conftest import POSTGRES_DSN, SCHED, TESTS
-from scheduler import Client, namespace
-from scheduler.store import open_store
+from scheduler import Client
+from scheduler.core import namespace
+from scheduler.history.store import open_store
 
 from .truth import Outage, Truth, wall_ms
 
@@ -36,7 +37,7 @@ SWEEP_INTERVAL_S = 1.0
 # interval, a dead owner's shard lease and its next tick, and a Redis fault of up to 3 s.
 GRACE_MS = 6000
 # A killed node's shards: its last renewal (up to a tick before) runs out, then another node
-# takes them at its next tick (scheduler/leases.py ticks every ttl/3).
+# takes them at its next tick (scheduler/node/leases.py ticks every ttl/3).
 SHARD_TAKEOVER_MS = int(SHARD_LEASE_S * 1000 * 4 / 3)
 # A killed snapshotter's pending events are taken over by the next one this long after
 # its last read (30 s by default).

@@ -37,12 +37,12 @@ from typing import Any
 
 import redis
 
-from scheduler import events
-from scheduler.cronspec import CronSpec
-from scheduler.keys import Keys
-from scheduler.models import Slot, slot_from_hash
-from scheduler.states import TERMINAL, Delivery, Outcome, SlotStatus
-from scheduler.store import HistoryStore, text_hash
+from scheduler.core import events
+from scheduler.core.cron import CronSpec
+from scheduler.core.keys import Keys
+from scheduler.core.models import Slot, slot_from_hash
+from scheduler.core.states import TERMINAL, Delivery, Outcome, SlotStatus
+from scheduler.history.store import HistoryStore, text_hash
 
 from .truth import ENDS, FAILS_BY_DESIGN, Truth, worker_pid
 

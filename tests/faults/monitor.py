@@ -17,8 +17,8 @@ from typing import Any
 
 import redis
 
-from scheduler.connection import sync_redis
-from scheduler.keys import DEFAULT_PRIORITY, DISPATCH_GROUP, Keys
+from scheduler.core.keys import DEFAULT_PRIORITY, DISPATCH_GROUP, Keys
+from scheduler.redis.connection import sync_redis
 
 from .truth import Truth
 

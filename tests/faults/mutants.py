@@ -85,90 +85,90 @@ class Mutant:
 MUTANTS = [
     Mutant("reclaim-ends-lost", "an expired at-least-once lease ends `lost` instead of "
            "re-running (terminal rule)",
-           "scheduler/lua/_lib.lua", "  elseif job[1] == 'at_most_once' then",
+           "scheduler/scripts/lua/_lib.lua", "  elseif job[1] == 'at_most_once' then",
            "  elseif true then", (SIGKILL,), fast=True),
     Mutant("once-always-false", "ctx.once() never lets the effect happen (exactly-once rule)",
-           "scheduler/execution.py",
+           "scheduler/worker/execution.py",
            "        return code is Code.OK or (code is Code.REPEAT and retried)",
            "        return False", (CHAOS,)),
     Mutant("complete-unfenced", "complete.lua commits whatever token the worker presents "
            "(commit rule: a success committed by a worker without the lease)",
-           "scheduler/lua/complete.lua",
+           "scheduler/scripts/lua/complete.lua",
            "  if not st or (st[1] == 'running' and st[2] == token) then",
            "  if not st or st[1] == 'running' then", (LATE,), fast=True),
     Mutant("complete-trusts-its-acks", "complete.lua commits a lane's slots unread even when "
            "one of their entries was acked already (a reclaimed slot's late commit lands: "
            "commit rule)",
-           "scheduler/lua/complete.lua", "  fenced[lane_name] = acked == #ids",
+           "scheduler/scripts/lua/complete.lua", "  fenced[lane_name] = acked == #ids",
            "  fenced[lane_name] = true", (FENCE, LATE), fast=True),
     Mutant("reclaim-disabled", "the reclaimer does nothing (settling times out)",
-           "scheduler/reclaimer.py",
+           "scheduler/node/reclaimer.py",
            '        """One pass over every shard; returns what it did."""',
            '        """One pass over every shard; returns what it did."""\n'
            '        return dict.fromkeys(self.totals, 0)', (SIGKILL,)),
     Mutant("materializer-skips-a-second", "cron occurrences at seconds ending in 3 or 8 get "
            "no slot, the watermark moves past them (cron rule)",
-           "scheduler/materializer.py", "        else:\n            fires.append(t)",
+           "scheduler/node/materializer.py", "        else:\n            fires.append(t)",
            "        elif (t // 1000) % 5 != 3:\n            fires.append(t)", (MANY,)),
     Mutant("promoter-drops-one-in-a-thousand", "promote removes from `due` without "
            "dispatching one slot in a thousand (orphan rule, or settling times out)",
-           "scheduler/lua/promote.lua", "  if st[1] == 'scheduled' then",
+           "scheduler/scripts/lua/promote.lua", "  if st[1] == 'scheduled' then",
            "  if st[1] == 'scheduled' and string.sub(slot_id, -3) ~= '007' then", (MANY,)),
     # From the first round trip: the one healthy worker of its test may make only two (a
     # whole wave of completions in each), and a mutant dropping the third survived in CI.
     Mutant("committer-drops-a-batch", "every tenth batch of outcomes, from the first, is "
            "forgotten, whether its own round trip or a claim's carries it (lost rule: leases "
            "expire on healthy workers)",
-           "scheduler/committer.py",
+           "scheduler/worker/committer.py",
            "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}",
            "        batch, self.pending = self.pending, {k: defaultdict(list) for k in KINDS}\n"
            "        self.dropped += 1\n"
            "        if self.dropped % 10 == 1:\n"
            "            return {k: defaultdict(list) for k in KINDS}", (SIGKILL,), fast=True),
     Mutant("sweeper-disabled", "the sweeper never walks (orphans stay stranded)",
-           "scheduler/sweeper.py", "        if not self.active:\n            return False",
+           "scheduler/node/sweeper.py", "        if not self.active:\n            return False",
            "        if True:\n            return False", (ORPHANS,)),
     Mutant("watchdog-disabled", "a worker cut off from Redis runs on past its leases "
            "(a slot runs on two workers at once)",
-           "scheduler/heartbeat.py", "        limit = self.clock.monotonic() + self.margin_s",
+           "scheduler/worker/heartbeat.py", "        limit = self.clock.monotonic() + self.margin_s",
            "        limit = -1.0", (STALL,)),
     Mutant("claim-forgets-entries", "a failed claim drops its entries (they wait a lease)",
-           "scheduler/worker.py",
+           "scheduler/worker/worker.py",
            "            reader.give_back(take)\n"
            "            reader.must_recover = reader.must_recover or prefetch\n",
            "", (CLAIM,)),
     Mutant("error-text-unsanitized", "a handler's error text goes to Redis as it is (the "
            "poison outcome is dropped: lost rule)",
-           "scheduler/execution.py",
+           "scheduler/worker/execution.py",
            '    return line.encode("utf-8", "backslashreplace").decode("utf-8")',
            "    return line", (POISON,)),
     Mutant("oom-kills-loops", "every background loop (a worker's claim loops, its committer, "
            "a node's loops) dies of any error but a connection error (process rule)",
-           "scheduler/loops.py",
+           "scheduler/redis/service.py",
            "            except Exception as exc:\n"
            "                self.errors.error(exc, self.error_context())",
            "            except (redis.exceptions.ConnectionError, "
            "redis.exceptions.TimeoutError) as exc:\n"
            "                self.errors.error(exc, self.error_context())", (OOM,)),
     Mutant("no-overdue-promotion", "only a shard's owner promotes (cron lag while nodes die)",
-           "scheduler/promoter.py",
+           "scheduler/node/promoter.py",
            "        if self.others and time.monotonic() >= self._overdue_at:",
            "        if False:", (NODES,)),
     Mutant("sweep-skips-queued", "sweep.lua's fast path reads only a live slot's fields and "
            "forgets `queued` (queued orphans stay stranded)",
-           "scheduler/lua/sweep.lua",
+           "scheduler/scripts/lua/sweep.lua",
            "local LIVE = {scheduled = true, queued = true, running = true}",
            "local LIVE = {scheduled = true, running = true}", (ORPHANS,)),
     Mutant("committer-loses-unbuildable-batch", "an outcome whose call cannot be built takes "
            "its whole batch down with it (the committer's own test)",
-           "scheduler/committer.py",
+           "scheduler/worker/committer.py",
            "                    except Exception:\n"
            "                        self.alone += [(kind, shard, item) for item in part]",
            "                    except Exception:\n                        raise",
            ("tests/services/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
     Mutant("sentinel-pins-first-primary", "a sentinel URL is resolved once, at start: after a "
            "failover every process keeps talking to the dead primary (settling times out)",
-           "scheduler/connection.py",
+           "scheduler/redis/connection.py",
            "    client = manager.master_for(s.service, db=s.db, username=s.username, "
            "password=s.password,\n",
            "    host, port = redis.sentinel.Sentinel(list(s.sentinels)).discover_master("
@@ -179,66 +179,66 @@ MUTANTS = [
            (SENTINEL,)),
     Mutant("replicated-without-confirmation", "durability=\"replicated\" returns as if the "
            "replicas confirmed, whatever WAIT said (the SDK's durability test)",
-           "scheduler/replies.py",
+           "scheduler/scripts/replies.py",
            "        replicas = got if isinstance(got, int) else 0  # the wait failed: none known",
            "        replicas = 99",
            ("tests/sdk/test_connection_ha.py::test_replicated_without_replicas_says_what_was_written",),
            fast=True),
     Mutant("cluster-ask-is-an-answer", "on a cluster an ASK reply (the shard's slot is "
            "migrating) is taken as the call's answer instead of waiting for the slot to move: "
-           "a submit to a migrating shard fails", "scheduler/cluster.py",
+           "a submit to a migrating shard fails", "scheduler/redis/cluster.py",
            "ELSEWHERE = (redis.exceptions.MovedError, redis.exceptions.AskError,",
            "ELSEWHERE = (redis.exceptions.MovedError,", (MIGRATING,)),
     Mutant("cluster-reads-one-shard", "on a cluster the worker keeps a read in flight for "
            "its first shard only: the other shards' jobs are never run (settling times out)",
-           "scheduler/reader.py",
+           "scheduler/worker/reader.py",
            "        for shard, tail in self._shard_tail.items():\n            if shard not in",
            "        for shard, tail in list(self._shard_tail.items())[:1]:\n            if "
            "shard not in", (CLUSTER,)),
     Mutant("heartbeat-renews-the-default-lane", "the heartbeat renews a running slot's "
            "pending entry in the queue's plain stream, not its priority's lane: a live run of "
-           "priority 1 looks idle to the reclaimer", "scheduler/lua/heartbeat.lua",
+           "priority 1 looks idle to the reclaimer", "scheduler/scripts/lua/heartbeat.lua",
            "prefix .. 'q:' .. lane(st[4], st[6])", "prefix .. 'q:' .. st[4]",
            (f"{PRIORITIES}::test_a_long_run_in_a_priority_lane_keeps_its_lease",)),
     Mutant("backlog-worst-first", "the backlog hands out the worst priority waiting first",
-           "scheduler/backlog.py", "                pick = waiting[0]",
+           "scheduler/worker/backlog.py", "                pick = waiting[0]",
            "                pick = waiting[-1]",
            (f"{PRIORITIES}::test_better_priorities_start_first",)),
     Mutant("backlog-no-turns", "the 10th start always goes to the best of the worse "
-           "priorities: 5 starves behind 3 (starvation rule)", "scheduler/backlog.py",
+           "priorities: 5 starves behind 3 (starvation rule)", "scheduler/worker/backlog.py",
            "                pick = next((i for i in worse if i > self._turn), worse[0])",
            "                pick = worse[0]", (f"{PRIORITIES}::test_the_backlog_rule",)),
     Mutant("acquire-grants-two-over", "acquire.lua grants two permits over the concurrency "
-           "limit", "scheduler/lua/acquire.lua",
+           "limit", "scheduler/scripts/lua/acquire.lua",
            "  grant = math.min(grant, concurrency - redis.call('ZCARD', permits))",
            "  grant = math.min(grant, concurrency + 2 - redis.call('ZCARD', permits))",
            (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
     Mutant("permits-never-given-back", "a limited run's permit is not given back when it "
-           "ends: the queue stalls until the permits expire", "scheduler/limiter.py",
+           "ends: the queue stalls until the permits expire", "scheduler/worker/limiter.py",
            "            if run.permit[1]:\n                run.on_end = self._on_end",
            "            if False:\n                run.on_end = self._on_end",
            (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
     Mutant("rate-bucket-two-seconds", "the rate's bucket holds two seconds' worth: a burst "
-           "breaks the rate over 10 s", "scheduler/lua/acquire.lua",
+           "breaks the rate over 10 s", "scheduler/scripts/lua/acquire.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
-           "ctx.once, starts a second time under the same attempt", "scheduler/lua/claim.lua",
+           "ctx.once, starts a second time under the same attempt", "scheduler/scripts/lua/claim.lua",
            "  return held[1] == worker and (tonumber(held[2]) or 0) >= now",
            "  return held[1] == worker",
            ("tests/lua/test_transitions.py::test_a_claim_sent_again_after_its_lease_ran_out_"
             "is_not_granted",), fast=True),
     Mutant("carried-at-most-once-not-acked", "claim.lua takes a carried at_most_once entry "
            "for an at_least_once one: its entry stays pending, so a crash after the claim "
-           "runs it again", "scheduler/lua/claim.lua",
+           "runs it again", "scheduler/scripts/lua/claim.lua",
            "    if (k and k == CARRIED_AT_MOST_ONCE) or (not k and job[4] == 'at_most_once') then",
            "    if not k and job[4] == 'at_most_once' then",
            ("tests/lua/test_carried.py::test_a_carried_at_most_once_claim_acks_its_entry",),
            fast=True),
     Mutant("carried-keyed-by-entry-id", "the worker keeps carried job fields by stream entry "
            "id, which repeats across shards' streams: a run gets another job's payload",
-           "scheduler/reader.py",
+           "scheduler/worker/reader.py",
            "                        carried[slot] = (fields[3], fields[5], fields[7], fields[9])",
            "                        carried[msg_id.decode()] = (fields[3], fields[5], fields[7],"
            " fields[9])",
@@ -246,7 +246,7 @@ MUTANTS = [
             "the_end", "tests/services/test_worker.py")),
     Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
            "handed back without its time (a stopping worker's requeue) starts before its "
-           "fire time", "scheduler/lua/claim.lua",
+           "fire time", "scheduler/scripts/lua/claim.lua",
            "if st[1] == 'queued' and st[2] == msg and st[4] and tonumber(st[4]) > now then",
            "if st[1] == 'queued' and st[2] == msg and false then",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",
@@ -254,30 +254,30 @@ MUTANTS = [
             "before_its_time"), fast=True),
     Mutant("early-reply-dropped", "the worker drops an entry claim.lua answered EARLY for, "
            "instead of holding it: the slot waits in its pending list for the reclaimer",
-           "scheduler/claiming.py",
+           "scheduler/worker/claiming.py",
            "                    source.hold((shard, lane, msg, slot_id), grant)\n",
            "                    pass\n",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",)),
     Mutant("skip-overlap-promoted-early", "an overlap=\"skip\" occurrence is dispatched early, "
            "so its overlap check sees the job as it was up to the horizon before its time",
-           "scheduler/lua/promote.lua",
+           "scheduler/scripts/lua/promote.lua",
            "  if early and st[1] == 'scheduled' and st[3] == 'skip' then",
            "  if false then",
            (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
     Mutant("claim-takes-every-free-slot", "a claim takes every free run slot, not a "
            "pipeline's share: at the default concurrency one pipeline holds them all and the "
-           "other idles", "scheduler/worker.py",
+           "other idles", "scheduler/worker/worker.py",
            "        return max(1, min(self.config.batch, -(-self.concurrency // self.config.pipelines)))",
            "        return max(1, min(self.config.batch, self.concurrency))",
            ("tests/services/test_claim_share.py",)),
     Mutant("hash-read-slots-as-jobs", "the snapshotter's raw read asks for each slot's hash "
            "under the job key: history gets job hashes for slots (or nothing)",
-           "scheduler/hash_read.py",
+           "scheduler/history/reads.py",
            "_bulk(slot_key + s) for s in r.slots", "_bulk(job_key + s) for s in r.slots",
            ("tests/services/test_hash_read.py",), fast=True),
     Mutant("reheld-slot-dropped", "a held-back slot's early promotion drops it from the held "
            "set instead of renewing its hold: never claimed, it never reaches history",
-           "scheduler/snapshot_intake.py",
+           "scheduler/history/intake.py",
            "                        deferred[slot] = (shard, deadline)\n                        self.reheld += 1",
            "                        self.reheld += 1",
            ("tests/services/test_snapshotter.py::"
@@ -285,7 +285,7 @@ MUTANTS = [
            fast=True),
     Mutant("flying-outcomes-forgotten", "the outcomes of the committer's round trip in flight "
            "are not this worker's (slots()): a recovery read meanwhile takes their entries back",
-           "scheduler/committer.py",
+           "scheduler/worker/committer.py",
            "        batches = [self.pending, *self.flying]\n", "        batches = [self.pending]\n",
            ("tests/services/test_committer.py::test_outcomes_in_flight_are_still_this_workers",
             "tests/services/test_committer.py::"
@@ -293,7 +293,7 @@ MUTANTS = [
            fast=True),
     Mutant("boarded-outcomes-dropped", "the outcomes that rode a claim's round trip are "
            "forgotten when it fails: their slots wait out their leases and run again",
-           "scheduler/committer.py",
+           "scheduler/worker/committer.py",
            "            if isinstance(results, BaseException):\n"
            "                results = [results] * len(boarding.built)\n",
            "            if isinstance(results, BaseException):\n"
@@ -303,54 +303,54 @@ MUTANTS = [
            fast=True),
     Mutant("dead-slot-unlogged", "a slot dead-lettered by a worker's commit logs no line of "
            "its own: behind the traceback's rate limit, most dead slots go unseen in the log",
-           "scheduler/committer.py", "                self._dead(answers, items)\n",
+           "scheduler/worker/committer.py", "                self._dead(answers, items)\n",
            "                pass\n",
            ("tests/services/test_service_logs.py::"
             "test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it",), fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",
-           "scheduler/sql/postgres/0002_attempt_log.sql",
+           "scheduler/history/sql/postgres/0002_attempt_log.sql",
            "WHERE NOT EXISTS (SELECT 1 FROM slots s", "WHERE 1 = 1 OR NOT EXISTS (SELECT 1 FROM slots s",
            ("tests/store/test_store.py::test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored",),
            fast=True),
     Mutant("running-never-announced", "no heartbeat tells history that a run outlived its "
            "first interval (the claim writes no event: a long run stays `queued` in history)",
-           "scheduler/heartbeat.py",
+           "scheduler/worker/heartbeat.py",
            "by_shard[run.shard].append((run.slot_id, run.token, not run.announced))",
            "by_shard[run.shard].append((run.slot_id, run.token, False))", (ANNOUNCED,),
            fast=True),
     Mutant("submitted-record-without-its-job", "a cron job's `submitted` record is taken for a "
            "slot id (it has none: the snapshotter never hears of the job)",
-           "scheduler/lua/submit.lua", "    if not slot_id or fire < now then",
+           "scheduler/scripts/lua/submit.lua", "    if not slot_id or fire < now then",
            "    if not slot_id and false then", (SUBMITTED,), fast=True),
     Mutant("succeeded-records-one-attempt-for-all", "a `succeeded` entry names its slots alone "
            "with the first slot's attempt even when the batch holds several attempt numbers",
-           "scheduler/lua/complete.lua",
+           "scheduler/scripts/lua/complete.lua",
            "    if tokens[i] ~= attempt then attempt = nil; break end",
            "    if false then attempt = nil; break end", (COMPACT,), fast=True),
     Mutant("materializer-keeps-its-definition", "a refused plan does not drop the job's kept "
            "definition: a running node never takes a named schedule's new cadence",
-           "scheduler/materializer.py", "                self._jobs.pop((prefix, job_id), None)\n",
+           "scheduler/node/materializer.py", "                self._jobs.pop((prefix, job_id), None)\n",
            "", (KEPT_DEFINITION + "[single]",), fast=True),
     Mutant("materialize-ignores-the-version", "materialize.lua creates occurrences planned from "
            "a definition since replaced (a node's kept one: the old cadence runs on)",
-           "scheduler/lua/materialize.lua",
+           "scheduler/scripts/lua/materialize.lua",
            "if (job[5] or '') ~= digest then return {R.MOVED, 0} end",
            "", (KEPT_DEFINITION + "[single]",), fast=True),
     Mutant("redefine-leaves-dispatched-ahead", "redefine.lua removes only `scheduled` "
            "occurrences: those dispatched ahead of their time run the old definition",
-           "scheduler/lua/redefine.lua",
+           "scheduler/scripts/lua/redefine.lua",
            "  elseif st[1] == 'queued' and (tonumber(st[2]) or 0) > now then",
            "  elseif false then", (WITHDRAWN + "[single]",), fast=True),
     Mutant("materialize-leaves-withdrawn-slots", "materialize.lua never takes over the slot "
            "id of an occurrence a redefinition withdrew: a time both cadences share never "
-           "runs again", "scheduler/lua/materialize.lua",
+           "runs again", "scheduler/scripts/lua/materialize.lua",
            "  if st[2] and st[1] == 'cancelled' then", "  if false then",
            (WITHDRAWN + "[single]",), fast=True),
     Mutant("reader-keeps-older-carried-fields", "an entry carrying nothing is claimed with "
            "the job fields an older entry of its slot carried (a slot made again by a "
            "redefinition runs the old definition)",
-           "scheduler/reader.py", "                    elif slot in carried:",
+           "scheduler/worker/reader.py", "                    elif slot in carried:",
            "                    elif False:", (CARRIED_OVER,), fast=True),
     Mutant("next-leaves-the-console", "`next=//evil.example` is taken for a path of the "
            "console (the redirect after sign-in and after each action goes to another site)",
@@ -388,97 +388,97 @@ MUTANTS = [
     Mutant("cleaner-drops-a-running-lane", "clean_lanes.lua ignores pending entries: a lane "
            "whose only entry is a run in flight leaves the index, and when that run's worker "
            "dies the reclaimer never finds its expired lease",
-           "scheduler/lua/clean_lanes.lua", "      if f['pending'] > 0 then return true end",
+           "scheduler/scripts/lua/clean_lanes.lua", "      if f['pending'] > 0 then return true end",
            "      if false then return true end", (IDLE_LEASE, IDLE_LANES), fast=True),
     Mutant("cleaner-drops-undelivered-entries", "clean_lanes.lua sees only pending entries: a "
            "lane whose entries wait for a worker leaves the index (and status)",
-           "scheduler/lua/clean_lanes.lua",
+           "scheduler/scripts/lua/clean_lanes.lua",
            "      return #redis.call('XRANGE', stream, '(' .. f['last-delivered-id'], '+', "
            "'COUNT', 1) > 0", "      return false", (IDLE_LANES,), fast=True),
     Mutant("cleaner-drops-unread-lanes", "clean_lanes.lua takes a lane no worker ever read "
-           "(no consumer group) for empty", "scheduler/lua/clean_lanes.lua",
+           "(no consumer group) for empty", "scheduler/scripts/lua/clean_lanes.lua",
            "  return redis.call('XLEN', stream) > 0", "  return false", (IDLE_LANES,),
            fast=True),
     Mutant("submit-loses-the-re-add", "submit.lua no longer names its lane in the index: a "
            "queue the cleaner dropped stays out of status and the reclaimer's walk when jobs "
-           "come back to it", "scheduler/lua/submit.lua",
+           "come back to it", "scheduler/scripts/lua/submit.lua",
            "        index_lane(prefix, lane_name, now_s)\n", "",
            (f"{REINDEXED}submit]",), fast=True),
     Mutant("promote-loses-the-re-add", "promote.lua dispatches into a lane without naming it "
            "in the index (a delayed job's queue, dropped while it waited)",
-           "scheduler/lua/promote.lua", "          index_lane(prefix, lane_name, now)\n", "",
+           "scheduler/scripts/lua/promote.lua", "          index_lane(prefix, lane_name, now)\n", "",
            (f"{REINDEXED}promote]",), fast=True),
     Mutant("dispatch-loses-the-re-add", "_lib.lua's dispatch (replay, reclaim, requeue, sweep, "
            "restore, trigger) writes an entry without naming its lane in the index",
-           "scheduler/lua/_lib.lua",
+           "scheduler/scripts/lua/_lib.lua",
            "  index_lane(prefix, lane_name, now)\n  local msg = redis.call('XADD'",
            "  local msg = redis.call('XADD'", (f"{REINDEXED}replay]",), fast=True),
     Mutant("history-skips-slot-ends", "the snapshotter takes a hash read to cover its slot's "
            "events of the next second too: a slot promoted and finished within a second of "
            "its read keeps its earlier state in history (`queued` while Redis says "
-           "`succeeded`: history rule)", "scheduler/snapshot_intake.py",
+           "`succeeded`: history rule)", "scheduler/history/intake.py",
            "if seen.get(slot, -1) >= version:",
            "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,), fast=True),
     Mutant("active-run-not-copied", "promote.lua's record of an overlap=\"skip\" slot no "
            "longer names its job: the job's `active` run never reaches history (`sched "
            "recover` would start the next occurrence beside the restored one: history rule)",
-           "scheduler/lua/promote.lua",
+           "scheduler/scripts/lua/promote.lua",
            "activated[#activated + 1] = {slot = slot_id, job = st[5]}",
            "activated[#activated + 1] = {slot = slot_id}", (ACTIVE,), fast=True),
     Mutant("cancel-acks-the-plain-stream", "cancel.lua acks a queued slot's entry id in its "
            "queue's plain stream, not its priority's lane: another slot's entry of the same "
            "id, read and not yet claimed, is acked (the sweeper then takes it for an orphan)",
-           "scheduler/lua/cancel.lua",
+           "scheduler/scripts/lua/cancel.lua",
            "    if st[1] == 'queued' then ack(prefix, lane(st[3], st[5]), st[2]) end",
            "    if st[1] == 'queued' then ack(prefix, st[3], st[2]) end",
            (f"{PRIORITIES}::test_cancelling_a_queued_slot_acks_its_own_lanes_entry_only"
             "[single-cancel]", LANE_ACK), fast=True),
     Mutant("takeover-a-page-per-claim", "a snapshotter takes over a dead one's pending events "
            "one page (its adaptive read count, often 1) per shard per claim_idle_s / 2: "
-           "history stays minutes behind after a crash", "scheduler/snapshotter.py",
+           "history stays minutes behind after a crash", "scheduler/history/snapshotter.py",
            "                self.caught_up = False\n                self._claim_more = True\n",
            "                pass\n",
            ("tests/services/test_snapshotter.py::test_a_dead_snapshotters_pending_events_are_"
             "taken_over_in_a_few_claims[sqlite-single]",), fast=True),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
-           "before its last attempt)", "scheduler/lua/fail.lua",
+           "before its last attempt)", "scheduler/scripts/lua/fail.lua",
            "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
            "retry_ms = base * 2 ^ (failures - 1) * (1 - jitter * u)", (RETRY_POLICY,),
            fast=True),
     Mutant("retry-jitter-lengthens", "fail.lua's jitter lengthens the delay (1 + jitter*u): "
-           "past the cap, out of the policy's bounds", "scheduler/lua/fail.lua",
+           "past the cap, out of the policy's bounds", "scheduler/scripts/lua/fail.lua",
            "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
            "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 + jitter * u)",
            (RETRY_POLICY,), fast=True),
     Mutant("retry-exponent-off-by-one", "fail.lua doubles once too often: the first retry "
-           "waits 2 * base_s", "scheduler/lua/fail.lua",
+           "waits 2 * base_s", "scheduler/scripts/lua/fail.lua",
            "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
            "retry_ms = math.min(cap, base * 2 ^ failures) * (1 - jitter * u)",
            (RETRY_POLICY,), fast=True),
     Mutant("submit-payload-unchecked", "submit.lua takes a payload that is not a string: the "
            "batch's jobs before it are written, then HSET fails (a call half written)",
-           "scheduler/lua/submit.lua",
+           "scheduler/scripts/lua/submit.lua",
            "      if type(value) ~= 'string' then return invalid(i, job_id, 'the payload is not "
            "a string') end",
            "      if false then return invalid(i, job_id, 'the payload is not a string') end",
            (SUBMIT_CHECKS,), fast=True),
     Mutant("submit-any-field", "submit.lua writes a job-hash field the contract does not have "
            "(`status`, a made-up name) as a string",
-           "scheduler/lua/submit.lua", "      local kind = field_types[name]\n",
+           "scheduler/scripts/lua/submit.lua", "      local kind = field_types[name]\n",
            "      local kind = field_types[name] or 's'\n", (SUBMIT_CHECKS,), fast=True),
     Mutant("submit-fire-unchecked", "submit.lua takes any fire_ms a number parses from (1e300, "
            "nan, inf, 0x10, 007)",
-           "scheduler/lua/submit.lua",
+           "scheduler/scripts/lua/submit.lua",
            "    if type(fire) ~= 'string' or not string.find(fire, '^[1-9]%d*$') and fire ~= '0'",
            "    if type(fire) ~= 'string' or not tonumber(fire)", (SUBMIT_CHECKS,), fast=True),
     Mutant("submit-counts-unchecked", "submit.lua ignores items past its n jobs and their field "
            "counts (a call of two jobs that says one writes the first)",
-           "scheduler/lua/submit.lua", "if items[b + 1] ~= nil then", "if false then",
+           "scheduler/scripts/lua/submit.lua", "if items[b + 1] ~= nil then", "if false then",
            (SUBMIT_COUNTS,), fast=True),
     Mutant("unplannable-job-stops-the-pass", "a cron job whose definition does not parse "
            "raises out of the materializer's pass: every other cron job's occurrences stop",
-           "scheduler/materializer.py", "    except (SchedulerError, ValueError) as exc:",
+           "scheduler/node/materializer.py", "    except (SchedulerError, ValueError) as exc:",
            "    except ZeroDivisionError as exc:",
            ("tests/services/test_materializer.py::test_a_job_whose_definition_does_not_parse_"
             "stops_no_other[single-cron-not a cron]",), fast=True),

@@ -11,9 +11,9 @@ from collections import Counter
 from typing import Any
 
 from scheduler import Client, JobSpec, SchedulerError
-from scheduler.keys import DEFAULT_PRIORITY, lane
-from scheduler.states import TERMINAL
-from scheduler.store import open_store
+from scheduler.core.keys import DEFAULT_PRIORITY, lane
+from scheduler.core.states import TERMINAL
+from scheduler.history.store import open_store
 
 from .harness import GRACE_MS, LEASE_S, SWEEP_INTERVAL_S, Processes
 from .invariants import History, Report, observe, read_history, violations

@@ -22,8 +22,8 @@ import redis
 
 from conftest import SCHED
 from scheduler import Client, JobSpec
-from scheduler.keys import Keys, shard_of
-from scheduler.sources import SOURCES
+from scheduler.core.keys import Keys, shard_of
+from scheduler.scripts.source import SOURCES
 
 from .cluster import ClusterSet, cluster_set
 from .harness import processes, wait_for

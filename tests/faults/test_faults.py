@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from scheduler import JobSpec, RetryPolicy
-from scheduler.keys import DEFAULT_PRIORITY, lane
+from scheduler.core.keys import DEFAULT_PRIORITY, lane
 
 from .harness import (
     LEASE_S,

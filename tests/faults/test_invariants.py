@@ -9,8 +9,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from scheduler.models import Attempt, Slot
-from scheduler.states import Outcome, SlotStatus
+from scheduler.core.models import Attempt, Slot
+from scheduler.core.states import Outcome, SlotStatus
 
 from .invariants import History as Stored
 from .invariants import Observed, observe, violations
@@ -229,7 +229,7 @@ def test_observe_reads_what_the_scripts_write(r: Any, ns: str) -> None:
     once marks and job hashes, as the Lua transitions write them."""
     import json
 
-    from scheduler.keys import Keys, shard_of
+    from scheduler.core.keys import Keys, shard_of
 
     keys = Keys(ns)
     r.hset(keys.meta, "shards", 4)

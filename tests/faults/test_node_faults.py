@@ -27,7 +27,7 @@ def test_cron_starts_within_two_seconds_while_nodes_die_and_freeze(
     sc = scenario
     # The processes start first: eight nodes take seconds to come up on a loaded two-core
     # box, and occurrences due before any node runs would measure start-up, not failover.
-    # They wait for the namespace (scheduler/namespace.py), created here ahead of any job.
+    # They wait for the namespace (scheduler/core/namespace.py), created here ahead of any job.
     sc.client.create_namespace()
     nodes = [procs.node("--shard-lease", "5") for _ in range(8)]
     procs.worker("--concurrency", "200")
@@ -75,7 +75,7 @@ def test_cron_starts_within_two_seconds_while_nodes_die_and_freeze(
 def owning_nodes(sc: Scenario, nodes: list[subprocess.Popen[bytes]]
                  ) -> list[subprocess.Popen[bytes]]:
     """The node processes that own shards now, each once (a node id is
-    `<host>-<pid>-<random>`, scheduler/node.py)."""
+    `<host>-<pid>-<random>`, scheduler/node/node.py)."""
     by_pid = {n.pid: n for n in nodes}
     pids = [int(d.owner.rsplit("-", 2)[1]) for d in sc.client.status().shard_details
             if d.owner]

@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from scheduler import JobSpec, RetryPolicy
-from scheduler.keys import DISPATCH_GROUP
+from scheduler.core.keys import DISPATCH_GROUP
 
 from .harness import LEASE_S, SWEEP_INTERVAL_S, Processes, RedisServer, redis_server, wait_for
 from .scenario import Scenario, slow
@@ -167,8 +167,8 @@ def test_a_failed_claim_puts_its_entries_back(sut: RedisServer, scenario: Scenar
     import threading
 
     import app_tasks
-    from scheduler.connection import process_redis
-    from scheduler.worker import Worker, WorkerConfig
+    from scheduler.redis.connection import process_redis
+    from scheduler.worker.worker import Worker, WorkerConfig
 
     sc = scenario
     monkeypatch.setenv("SCHED_TEST_REDIS_URL_APP", sc.truth_url)

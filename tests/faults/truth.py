@@ -124,7 +124,7 @@ class TruthStore:
 
 
 def worker_pid(worker_id: str | None) -> int | None:
-    """Worker ids are `<host>-<pid>-<random>` (scheduler/worker.py)."""
+    """Worker ids are `<host>-<pid>-<random>` (scheduler/worker/worker.py)."""
     if not worker_id:
         return None
     parts = worker_id.rsplit("-", 2)

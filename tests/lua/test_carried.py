@@ -6,11 +6,12 @@ from __future__ import annotations
 import redis
 
 from helpers import LEASE, Shard, W, make
-from scheduler import Client, RetryPolicy, SlotStatus, scripts
-from scheduler.clock import ManualClock
-from scheduler.keys import DISPATCH_GROUP
-from scheduler.reader import Reader
-from scheduler.replies import Code, carried, claim_items, claimed
+from scheduler import Client, RetryPolicy, SlotStatus
+from scheduler.core.keys import DISPATCH_GROUP
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Code, carried, claim_items, claimed
+from scheduler.worker.reader import Reader
 
 
 def _entry(r: redis.Redis, s: object) -> tuple[bytes, list[bytes]]:
@@ -135,8 +136,8 @@ def test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried
 
 def _same_shard(client: Client, other: object) -> str:
     """A dedupe key whose job lands in `other`'s shard (one claim call is one shard's)."""
-    from scheduler.jobspec import dedupe_job_id
-    from scheduler.keys import shard_of
+    from scheduler.core.jobspec import dedupe_job_id
+    from scheduler.core.keys import shard_of
 
     for i in range(10_000):
         if shard_of(dedupe_job_id(f"k{i}"), client.shards) == other.shard:  # type: ignore[attr-defined]

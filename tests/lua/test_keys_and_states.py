@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 import redis
 
-from scheduler import Client, SlotStatus, scripts, sources
-from scheduler.clock import ManualClock
-from scheduler.errors import ValidationError
-from scheduler.keys import Keys, shard_of, slot_id, split_slot_id
-from scheduler.states import Outcome
+from scheduler import Client, SlotStatus
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import Keys, shard_of, slot_id, split_slot_id
+from scheduler.core.states import Outcome
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import source as sources
 
 LUA = Path(scripts.__file__).parent / "lua"
 
@@ -116,7 +118,7 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
 
     import redis.asyncio
 
-    from scheduler.node import SchedulerNode
+    from scheduler.node.node import SchedulerNode
 
     clock = ManualClock()
     with Client(redis_url, ns, shards=1, clock=clock) as client:

@@ -1,6 +1,6 @@
 """The contracts the Lua scripts share with Python, each declared once and checked here: the
-event types they write (scheduler/events.py) and the key suffixes they append to a shard's
-prefix (scheduler/keys.py) and the reply codes they answer (scheduler/replies.py)."""
+event types they write (scheduler/core/events.py) and the key suffixes they append to a shard's
+prefix (scheduler/core/keys.py) and the reply codes they answer (scheduler/scripts/replies.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import re
 
 import pytest
 
-from scheduler import sources
-from scheduler.events import FINAL_STATUS, SLOT_ONLY, EventType
-from scheduler.keys import SHARD_SUFFIXES, Keys
-from scheduler.models import JOB_FIELD_DEFAULTS
-from scheduler.replies import ANSWERS, Code
+from scheduler.core.events import FINAL_STATUS, SLOT_ONLY, EventType
+from scheduler.core.keys import SHARD_SUFFIXES, Keys
+from scheduler.core.models import JOB_FIELD_DEFAULTS
+from scheduler.scripts import source as sources
+from scheduler.scripts.replies import ANSWERS, Code
 
 SOURCES = {name: sources.read_source(name) for name in (*sources.NAMES, "_lib")}
 EMIT = re.compile(r"emit\(\s*\w+\s*,\s*\w+\s*,\s*\w+\s*,\s*'([a-z_]+)'")

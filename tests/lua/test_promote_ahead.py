@@ -7,9 +7,10 @@ from datetime import UTC, datetime
 import redis
 
 from helpers import W, make
-from scheduler import Client, RetryPolicy, SlotStatus, scripts
-from scheduler.clock import ManualClock
-from scheduler.replies import Code
+from scheduler import Client, RetryPolicy, SlotStatus
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Code
 
 
 def _at(ms: int) -> datetime:

@@ -8,10 +8,12 @@ import pytest
 import redis
 
 from helpers import LEASE, Shard, W, make
-from scheduler import Client, RetryPolicy, SlotStatus, events, scripts
-from scheduler.clock import ManualClock
-from scheduler.keys import DISPATCH_GROUP, shard_of
-from scheduler.replies import Code
+from scheduler import Client, RetryPolicy, SlotStatus
+from scheduler.core import events
+from scheduler.core.keys import DISPATCH_GROUP, shard_of
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Code
 
 
 def reclaim(s: Shard, min_idle: int = 0) -> list[int]:
@@ -257,8 +259,8 @@ def test_the_reclaimer_forgets_workers_silent_for_many_leases(
 
     import redis.asyncio
 
-    from scheduler.keys import Keys
-    from scheduler.reclaimer import WORKER_FORGET_LEASES, Reclaimer
+    from scheduler.core.keys import Keys
+    from scheduler.node.reclaimer import WORKER_FORGET_LEASES, Reclaimer
 
     keys = Keys(ns)
     now = clock.now_ms()

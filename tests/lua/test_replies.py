@@ -1,4 +1,4 @@
-"""Each Lua reply is decoded in one place (scheduler/replies.py), and a reply of the wrong
+"""Each Lua reply is decoded in one place (scheduler/scripts/replies.py), and a reply of the wrong
 shape or a code the script does not answer is a ScriptError naming it, not an IndexError
 somewhere in a loop or a code taken for another."""
 
@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import replies
-from scheduler.errors import ScriptError
-from scheduler.replies import Code
+from scheduler.core.errors import ScriptError
+from scheduler.scripts import replies
+from scheduler.scripts.replies import Code
 
 
 def test_replies_decode_by_name() -> None:

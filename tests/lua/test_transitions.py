@@ -11,11 +11,15 @@ import redis
 
 from conftest import is_cluster_url
 from helpers import LEASE, Shard, W, make
-from scheduler import Client, RetryPolicy, SlotStatus, cluster, events, replies, scripts
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.keys import DISPATCH_GROUP, Keys, shard_of
-from scheduler.replies import Code
+from scheduler import Client, RetryPolicy, SlotStatus
+from scheduler.core import events
+from scheduler.core.keys import DISPATCH_GROUP, Keys, shard_of
+from scheduler.redis import cluster
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import replies
+from scheduler.scripts.replies import Code
 
 
 def test_submit_writes_job_slot_and_stream_entry(r: redis.Redis, client: Client,
@@ -393,8 +397,8 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
     before the heartbeat reached Redis: no lease was lost, and none is reported."""
     import asyncio
 
-    from scheduler.heartbeat import Heartbeat
-    from scheduler.inflight import Run
+    from scheduler.worker.heartbeat import Heartbeat
+    from scheduler.worker.inflight import Run
 
     s = make(r, client, clock)
     [claimed] = s.claim(s.read())
@@ -425,7 +429,7 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
             run.handler.cancel()
             await conn.aclose()
 
-    with caplog.at_level("WARNING", logger="scheduler.heartbeat"):
+    with caplog.at_level("WARNING", logger="scheduler.worker.heartbeat"):
         run = asyncio.run(beat())
     assert run.stop_reason == "lost"
     assert [m for m in caplog.messages if "lost" in m] == [

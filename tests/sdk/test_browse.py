@@ -1,4 +1,4 @@
-"""The paged lists (scheduler/browse.py): a queue's queued slots, the scheduled and retrying
+"""The paged lists (scheduler/sdk/browse.py): a queue's queued slots, the scheduled and retrying
 slots, the runs a worker holds and the recent submissions. Each is paged through to its end
 with small pages, while Redis changes under it: every entry that stayed where it was shows
 exactly once, in order; every read carries a COUNT or LIMIT."""
@@ -13,10 +13,11 @@ import pytest
 import redis
 
 from helpers import run_until
-from scheduler import Client, Registry, RetryPolicy, SlotStatus, browse
-from scheduler.errors import ValidationError
-from scheduler.keys import DISPATCH_GROUP, lanes
-from scheduler.states import JobKind
+from scheduler import Client, Registry, RetryPolicy, SlotStatus
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import DISPATCH_GROUP, lanes
+from scheduler.core.states import JobKind
+from scheduler.sdk import browse
 
 
 def _all(fetch: Any, limit: int, between: Any = None) -> list[Any]:

@@ -11,19 +11,13 @@ import pytest
 import redis
 
 from conftest import ns_keys
-from scheduler import (
-    AsyncClient,
-    Client,
-    JobSpec,
-    RetryPolicy,
-    SlotStatus,
-    cluster,
-    operations,
-    script_stream,
-    scripts,
-)
-from scheduler.errors import JobNotFound, NamespaceError, ValidationError
-from scheduler.keys import DEFAULT_CLUSTER_SHARDS, DEFAULT_SHARDS
+from scheduler import AsyncClient, Client, JobSpec, RetryPolicy, SlotStatus
+from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
+from scheduler.core.keys import DEFAULT_CLUSTER_SHARDS, DEFAULT_SHARDS
+from scheduler.redis import cluster
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import stream as script_stream
+from scheduler.sdk import operations
 
 
 def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
@@ -144,7 +138,7 @@ def test_async_client_matches_the_blocking_one(redis_url: str, ns: str) -> None:
 
 
 def test_both_clients_have_every_operation() -> None:
-    """Client and AsyncClient drive the same operations (scheduler/operations.py): every
+    """Client and AsyncClient drive the same operations (scheduler/sdk/operations.py): every
     public operation is a method of both, and neither has a public method the other lacks
     (but close / aclose)."""
     ops = {name for name, f in vars(operations).items()
@@ -180,7 +174,7 @@ def test_job_ids_are_distinct_uuid7s_in_time_order_and_a_forked_child_never_repe
     import os
     import uuid
 
-    from scheduler.jobspec import job_ids
+    from scheduler.core.jobspec import job_ids
 
     first = [job_ids.next() for _ in range(5000)]  # crosses a refill of the pool
     assert len(set(first)) == 5000 and all(len(i) == 32 and int(i, 16) >= 0 for i in first)

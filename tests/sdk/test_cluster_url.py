@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler import Client
-from scheduler.cluster import is_cluster
-from scheduler.connection import ClusterUrl, find_cluster, parse_cluster, sync_redis
-from scheduler.errors import ConfigError, RedisUnavailable
+from scheduler.core.errors import ConfigError, RedisUnavailable
+from scheduler.redis.cluster import is_cluster
+from scheduler.redis.connection import ClusterUrl, find_cluster, parse_cluster, sync_redis
 
 
 def test_a_cluster_url_names_any_nodes_with_their_credentials_and_tls() -> None:

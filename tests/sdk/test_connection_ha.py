@@ -13,9 +13,9 @@ from faults.harness import RedisServer
 
 from conftest import SCHED, ns_keys
 from scheduler import Client, DurabilityError
-from scheduler.connection import SentinelUrl, parse_sentinel, sync_redis, where
-from scheduler.embedded import answers
-from scheduler.errors import ConfigError, RedisRefused, ValidationError
+from scheduler.core.errors import ConfigError, RedisRefused, ValidationError
+from scheduler.dev.embedded import answers
+from scheduler.redis.connection import SentinelUrl, parse_sentinel, sync_redis, where
 
 
 def test_sentinel_urls_parse() -> None:

@@ -15,9 +15,10 @@ import pytest
 import redis
 from faults.harness import RedisServer
 
-from scheduler import Client, JobSpec, RedisRefused, RedisUnavailable, SubmitError, scripts
-from scheduler.errors import ValidationError
-from scheduler.keys import shard_of
+from scheduler import Client, JobSpec, RedisRefused, RedisUnavailable, SubmitError
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import shard_of
+from scheduler.scripts import calls as scripts
 
 
 @pytest.fixture(scope="module")

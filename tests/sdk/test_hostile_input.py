@@ -13,16 +13,17 @@ from typing import Any
 import pytest
 import redis
 
-from scheduler import Client, RetryPolicy, scripts
-from scheduler.autoscale import AutoscaleConfig
-from scheduler.capacity import ScalingTarget
-from scheduler.errors import ConfigError, Retry, ValidationError
-from scheduler.keys import shard_of
-from scheduler.models import MAX_DEPTH, SUBMIT_FIELDS
-from scheduler.node import NodeConfig
-from scheduler.retention import RetentionConfig
-from scheduler.snapshot_intake import SnapshotterConfig
-from scheduler.worker_config import WorkerConfig
+from scheduler import Client, RetryPolicy
+from scheduler.core.errors import ConfigError, Retry, ValidationError
+from scheduler.core.keys import shard_of
+from scheduler.core.models import MAX_DEPTH, SUBMIT_FIELDS
+from scheduler.history.intake import SnapshotterConfig
+from scheduler.history.retention import RetentionConfig
+from scheduler.node.node import NodeConfig
+from scheduler.observe.capacity import ScalingTarget
+from scheduler.scripts import calls as scripts
+from scheduler.worker.autoscale import AutoscaleConfig
+from scheduler.worker.config import WorkerConfig
 
 
 def nested(depth: int, kind: str = "dict") -> Any:
@@ -163,7 +164,7 @@ def test_submit_lua_takes_every_field_the_sdk_writes(shard: tuple[Client, str]) 
 
 def test_the_tracing_field_is_in_the_contract() -> None:
     pytest.importorskip("opentelemetry")
-    from scheduler.tracing import FIELD
+    from scheduler.observe.tracing import FIELD
 
     assert FIELD in SUBMIT_FIELDS
 
@@ -335,8 +336,8 @@ def test_bytes_that_are_not_utf8_stop_no_reader(r: redis.Redis, redis_url: str, 
     import asyncio
 
     from helpers import drain
-    from scheduler.snapshotter import SnapshotterConfig
-    from scheduler.store import open_store
+    from scheduler.history.snapshotter import SnapshotterConfig
+    from scheduler.history.store import open_store
 
     client, prefix = shard
     later = str(int(time.time() * 1000) + 60_000)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler import Client
-from scheduler.errors import ConfigError, StoreUnavailable
-from scheduler.masking import masked, passwords, unencoded
-from scheduler.store import open_store
+from scheduler.core.errors import ConfigError, StoreUnavailable
+from scheduler.core.masking import masked, passwords, unencoded
+from scheduler.history.store import open_store
 
 # (text, the secrets it holds)
 FORMS = [

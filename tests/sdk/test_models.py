@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 import pytest
 
 from scheduler import RetryPolicy
-from scheduler.errors import ValidationError
-from scheduler.models import (
+from scheduler.core.errors import ValidationError
+from scheduler.core.models import (
     check_delivery,
     check_task,
     check_timeout,

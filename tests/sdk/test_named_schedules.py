@@ -17,13 +17,13 @@ from faults.harness import wait_for
 
 from helpers import Shard, drain, running, sched_process
 from scheduler import Client, SlotStatus, ValidationError
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.keys import Keys, shard_of
-from scheduler.materializer import Materializer
-from scheduler.promoter import Promoter
-from scheduler.replies import Code
-from scheduler.snapshotter import SnapshotterConfig
+from scheduler.core.keys import Keys, shard_of
+from scheduler.history.snapshotter import SnapshotterConfig
+from scheduler.node.materializer import Materializer
+from scheduler.node.promoter import Promoter
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts.replies import Code
 
 T0 = 1_700_000_000_000
 SHARDS = 4

@@ -1,4 +1,4 @@
-"""The asyncio connections pack commands with hiredis (scheduler/packing.py): the same bytes
+"""The asyncio connections pack commands with hiredis (scheduler/redis/packing.py): the same bytes
 redis-py's own packing sends, the same error for what cannot be sent."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import redis.asyncio
 import redis.exceptions
 from redis.asyncio.connection import Connection
 
-from scheduler import packing
-from scheduler.connection import async_redis, process_redis
+from scheduler.redis import packing
+from scheduler.redis.connection import async_redis, process_redis
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("SET", "k", "v"),

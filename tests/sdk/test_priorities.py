@@ -1,6 +1,6 @@
 """Priorities: 1 runs first, 5 last; each priority of a queue is its own dispatch stream (a
 lane), and a worker's backlog hands entries out by priority with a tenth of its starts kept
-for worse ones while better ones wait (scheduler/backlog.py)."""
+for worse ones while better ones wait (scheduler/worker/backlog.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 
 from conftest import is_cluster_url
 from helpers import run_until, sched
-from scheduler import Client, Context, JobSpec, Registry, RetryPolicy, SlotStatus, scripts
-from scheduler.backlog import STARVE_EVERY, Backlog
-from scheduler.errors import ValidationError
-from scheduler.keys import PRIORITIES, Keys, lane, shard_of
-from scheduler.node import NodeConfig
+from scheduler import Client, Context, JobSpec, Registry, RetryPolicy, SlotStatus
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import PRIORITIES, Keys, lane, shard_of
+from scheduler.node.node import NodeConfig
+from scheduler.scripts import calls as scripts
+from scheduler.worker.backlog import STARVE_EVERY, Backlog
 
 
 def _recording(started: list[tuple[int, str]]) -> Registry:
@@ -201,7 +202,7 @@ def test_cancelling_a_queued_slot_acks_its_own_lanes_entry_only(
     priority-1 slot must ack its entry in `default:p1`, never the entry of that id in
     `default`: a worker read that one and has not claimed it yet, and acked it would be
     taken for an orphan (or, running, lose its pending entry)."""
-    from scheduler.keys import DISPATCH_GROUP
+    from scheduler.core.keys import DISPATCH_GROUP
 
     for n in range(100):  # fresh lanes each try; one script (one shard) writes both
         queue = f"q{n}"

@@ -1,5 +1,5 @@
 """Queue-wide limits: at most N runs of a queue at once across every worker, at most R starts
-a second, slots over the limit left queued (scheduler/limiter.py, lua/acquire.lua)."""
+a second, slots over the limit left queued (scheduler/worker/limiter.py, lua/acquire.lua)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from helpers import run_until, sched
-from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus, scripts
-from scheduler.errors import ValidationError
-from scheduler.keys import Keys
-from scheduler.replies import Acquired
+from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import Keys
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Acquired
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:

@@ -83,8 +83,8 @@ def test_a_result_that_cannot_be_kept_leaves_the_run_succeeded(redis_url: str,
 def test_a_result_outlives_the_slot_in_the_history_store(redis_url: str, ns: str, r: Any,
                                                          tmp_path: Any) -> None:
     from helpers import drain
-    from scheduler.keys import Keys, shard_of
-    from scheduler.snapshotter import SnapshotterConfig
+    from scheduler.core.keys import Keys, shard_of
+    from scheduler.history.snapshotter import SnapshotterConfig
 
     registry = Registry()
 

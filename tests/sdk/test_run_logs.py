@@ -11,10 +11,10 @@ import pytest
 
 from helpers import run_until, sched
 from scheduler import Client, Context, Registry, Retry, RetryPolicy, SlotStatus
-from scheduler.clock import RedisClock
-from scheduler.connection import async_redis
-from scheduler.registry import LOG_LINES
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.redis.clock import RedisClock
+from scheduler.redis.connection import async_redis
+from scheduler.worker.registry import LOG_LINES
+from scheduler.worker.worker import Worker, WorkerConfig
 
 
 def test_each_attempt_keeps_the_lines_it_logged(redis_url: str, ns: str,

@@ -115,7 +115,7 @@ def test_an_instant_in_the_past_runs_now(redis_url: str, ns: str) -> None:
 @pytest.mark.parametrize(("alias", "expr"), [("@hourly", "0 * * * *"), ("@daily", "0 0 * * *"),
                                              ("@WEEKLY", "0 0 * * 0"), ("@yearly", "0 0 1 1 *")])
 def test_cron_shorthands_are_stored_as_what_they_stand_for(alias: str, expr: str) -> None:
-    from scheduler.cronspec import check_cron
+    from scheduler.core.cron import check_cron
 
     assert check_cron(alias) == expr
 
@@ -131,9 +131,9 @@ def test_every_job_hash_holds_the_fields_of_its_options(r: redis.Redis, redis_ur
                                                         ) -> None:
     """submit_many makes each distinct option set's fields once and adds the schedule's:
     what it writes is what job_fields() lays out for the job alone."""
-    from scheduler.keys import shard_of
-    from scheduler.models import Delivery, RetryPolicy, job_fields
-    from scheduler.schedule import resolve
+    from scheduler.core.keys import shard_of
+    from scheduler.core.models import Delivery, RetryPolicy, job_fields
+    from scheduler.core.timing import resolve
 
     sched_opts = {k: v for k, v in options.items() if k in ("delay", "at", "cron", "tz",
                                                             "catchup")}
@@ -159,7 +159,7 @@ def test_every_job_hash_holds_the_fields_of_its_options(r: redis.Redis, redis_ur
 
 def test_delays_in_one_batch_keep_their_own_fields(r: redis.Redis, redis_url: str,
                                                    ns: str) -> None:
-    from scheduler.keys import shard_of
+    from scheduler.core.keys import shard_of
 
     with Client(redis_url, ns) as client:
         ids = client.submit_many([{"task": "t", "delay": d} for d in (30, 0, 5, 0)])

@@ -11,11 +11,11 @@ import pytest
 
 from helpers import make_dead, run_until, sched
 from scheduler import Client, Context, Registry, SlotStatus, ValidationError
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.errors import JobNotFound
-from scheduler.keys import Keys
-from scheduler.materializer import Materializer
+from scheduler.core.errors import JobNotFound
+from scheduler.core.keys import Keys
+from scheduler.node.materializer import Materializer
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
 
 T0 = 1_700_000_000_000  # a whole second
 SHARDS = 4

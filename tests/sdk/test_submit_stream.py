@@ -12,10 +12,14 @@ import pytest
 import redis
 
 from conftest import ns_keys
-from scheduler import AsyncClient, Client, cluster, script_stream, scripts, submit_batch
-from scheduler.errors import ValidationError
-from scheduler.keys import shard_of
-from scheduler.replies import Code, codes
+from scheduler import AsyncClient, Client
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import shard_of
+from scheduler.redis import cluster
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import stream as script_stream
+from scheduler.scripts.replies import Code, codes
+from scheduler.sdk import batching as submit_batch
 
 JOBS = 3_000  # 4 shards: 8 calls of up to 500
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from scheduler import Cancel, Client, Registry, Retry, RetryPolicy
-from scheduler.errors import HandlerFailed, RedisUnavailable, ResultTimeout, RunFailed
-from scheduler.sources import SOURCES
+from scheduler.core.errors import HandlerFailed, RedisUnavailable, ResultTimeout, RunFailed
+from scheduler.scripts.source import SOURCES
 from scheduler.testing import TestScheduler, fakeserver
 
 START = datetime(2030, 1, 1, tzinfo=UTC)

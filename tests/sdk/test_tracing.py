@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (scheduler/tracing.py): a span per submit call, a span per run
+"""OpenTelemetry tracing (scheduler/observe/tracing.py): a span per submit call, a span per run
 attempt that is its child through the traceparent stored with the job, cron runs linked to
 their schedule's submit, and nothing at all when tracing is off."""
 
@@ -19,9 +19,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from helpers import run_until, sched
-from scheduler import Client, Context, Registry, RetryPolicy, scripts
-from scheduler.errors import ConfigError
-from scheduler.keys import DISPATCH_GROUP, shard_of
+from scheduler import Client, Context, Registry, RetryPolicy
+from scheduler.core.errors import ConfigError
+from scheduler.core.keys import DISPATCH_GROUP, shard_of
+from scheduler.scripts import calls as scripts
 
 
 class Spans:
@@ -234,9 +235,9 @@ def test_tracing_off_makes_no_span_and_stores_and_returns_no_traceparent(
 def test_tracing_off_never_imports_the_tracing_module(redis_url: str, ns: str,
                                                      app_env: dict[str, str]) -> None:
     """(redis-py 8 imports opentelemetry itself where it is installed: not asserted.)"""
-    code = ("import sys; from scheduler import Client; from scheduler.worker import Worker; "
+    code = ("import sys; from scheduler import Client; from scheduler.worker.worker import Worker; "
             f"c = Client({redis_url!r}, {ns!r}); c.submit('t'); c.close(); "
-            "assert 'scheduler.tracing' not in sys.modules, 'imported'")
+            "assert 'scheduler.observe.tracing' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], env=app_env, check=True, timeout=60)
 
 
@@ -283,14 +284,14 @@ def test_the_claim_script_returns_the_traceparent_only_when_asked(
 
 def test_tracing_without_the_otel_extra_says_what_to_install(
         redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delitem(sys.modules, "scheduler.tracing", raising=False)
+    monkeypatch.delitem(sys.modules, "scheduler.observe.tracing", raising=False)
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
     with pytest.raises(ConfigError, match=r"redis-sched\[otel\]"):
         Client(redis_url, ns, tracing=True)
 
 
 def test_a_stored_traceparent_is_parsed_back_exactly(spans: Spans) -> None:
-    from scheduler import tracing
+    from scheduler.observe import tracing
 
     span = spans.provider.get_tracer("t").start_span("s")
     value = tracing.traceparent(span)  # type: ignore[arg-type]
@@ -307,7 +308,7 @@ def test_a_stored_traceparent_is_parsed_back_exactly(spans: Spans) -> None:
     "00-" + "1" * 32 + "-" + "0" * 16 + "-01", "00-" + "x" * 32 + "-" + "2" * 16 + "-01",
     "00-" + "1" * 31 + "-" + "2" * 16 + "-01-"])
 def test_a_malformed_traceparent_gives_the_run_no_parent(value: str) -> None:
-    from scheduler import tracing
+    from scheduler.observe import tracing
 
     assert tracing._span_context(value) is None
 

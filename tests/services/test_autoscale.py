@@ -1,4 +1,4 @@
-"""A worker that moves its own concurrency (scheduler/autoscale.py): the controller on
+"""A worker that moves its own concurrency (scheduler/worker/autoscale.py): the controller on
 synthetic observations, then a real worker under a backlog of slow jobs, in-process and as
 `sched worker --autoscale`."""
 
@@ -16,11 +16,11 @@ import redis
 from conftest import SCHED
 from helpers import sched
 from scheduler import Client, Context, Registry
-from scheduler.autoscale import AutoscaleConfig, Autoscaler, Controller
-from scheduler.connection import async_redis
-from scheduler.errors import ConfigError
-from scheduler.metrics import RunMetrics
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.core.errors import ConfigError
+from scheduler.observe.metrics import RunMetrics
+from scheduler.redis.connection import async_redis
+from scheduler.worker.autoscale import AutoscaleConfig, Autoscaler, Controller
+from scheduler.worker.worker import Worker, WorkerConfig
 
 LATE, ON_TIME = 5000.0, 10.0  # mean start lag of an observation's claims, ms
 

@@ -1,4 +1,4 @@
-"""How many workers the load calls for (scheduler/capacity.py): the rule on records, then a
+"""How many workers the load calls for (scheduler/observe/capacity.py): the rule on records, then a
 known situation read from Redis (queued jobs, two heartbeating workers whose runs take 2 s)
 as `sched status` text and JSON and as the exporter's gauges, and the KEDA example that
 scales on them."""
@@ -17,15 +17,15 @@ import yaml
 
 from helpers import sched
 from scheduler import Client, Context, Registry
-from scheduler.capacity import ScalingTarget, plan
-from scheduler.clock import ManualClock
-from scheduler.errors import ConfigError
-from scheduler.heartbeat import Heartbeat
-from scheduler.inflight import Run
-from scheduler.keys import Keys
-from scheduler.metrics import NamespaceCollector, RunMetrics, declared_names
-from scheduler.status import QueueStatus, WorkerStatus
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.core.errors import ConfigError
+from scheduler.core.keys import Keys
+from scheduler.observe.capacity import ScalingTarget, plan
+from scheduler.observe.metrics import NamespaceCollector, RunMetrics, declared_names
+from scheduler.observe.status import QueueStatus, WorkerStatus
+from scheduler.redis.clock import ManualClock
+from scheduler.worker.heartbeat import Heartbeat
+from scheduler.worker.inflight import Run
+from scheduler.worker.worker import Worker, WorkerConfig
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_until
 from scheduler import Client, Context, Registry
-from scheduler.claiming import Claiming
+from scheduler.worker.claiming import Claiming
 
 
 def test_each_claim_takes_a_share_and_both_pipelines_claim_at_once(

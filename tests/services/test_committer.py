@@ -14,12 +14,13 @@ import redis.asyncio
 
 from conftest import is_cluster_url
 from helpers import Shard, W, make, statuses
-from scheduler import Client, Context, Registry, SlotStatus, scripts
-from scheduler.clock import ManualClock
-from scheduler.committer import Committer
-from scheduler.connection import async_redis, process_redis
-from scheduler.worker import Worker
-from scheduler.worker_config import WorkerConfig
+from scheduler import Client, Context, Registry, SlotStatus
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis, process_redis
+from scheduler.scripts import calls as scripts
+from scheduler.worker.committer import Committer
+from scheduler.worker.config import WorkerConfig
+from scheduler.worker.worker import Worker
 
 
 def _claimed(r: redis.Redis, client: Client, clock: ManualClock, n: int) -> list[tuple[Shard, int]]:

@@ -1,4 +1,4 @@
-"""The worker's round trips on connections of their own (scheduler/direct.py): the same
+"""The worker's round trips on connections of their own (scheduler/redis/direct.py): the same
 results as redis-py's pipeline, error replies in their place, a script cache flushed under
 it, a connection killed under it, a round trip cancelled in the middle or past its timeout
 (after which no reply of it is read as the next one's), and a connection class's own read
@@ -13,9 +13,10 @@ import pytest
 import redis
 import redis.asyncio
 
-from scheduler import direct, scripts
-from scheduler.connection import async_redis, process_redis
-from scheduler.keys import Keys
+from scheduler.core.keys import Keys
+from scheduler.redis import direct
+from scheduler.redis.connection import async_redis, process_redis
+from scheduler.scripts import calls as scripts
 
 
 def _calls(client: Any, ns: str) -> list[scripts.Call]:

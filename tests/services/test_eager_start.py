@@ -16,14 +16,14 @@ import redis.asyncio
 
 from helpers import run_until, statuses
 from scheduler import Client, Context, Registry, RetryPolicy
-from scheduler.clock import ManualClock
-from scheduler.committer import Committer
-from scheduler.connection import async_redis
-from scheduler.execution import Execution
-from scheduler.inflight import Inflight, Run
-from scheduler.keys import Keys
-from scheduler.metrics import RunMetrics
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.core.keys import Keys
+from scheduler.observe.metrics import RunMetrics
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.worker.committer import Committer
+from scheduler.worker.execution import Execution
+from scheduler.worker.inflight import Inflight, Run
+from scheduler.worker.worker import Worker, WorkerConfig
 
 EAGER = sys.version_info >= (3, 12)
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from conftest import is_cluster_url
 from scheduler import Client, Context, Registry
-from scheduler.connection import async_redis
-from scheduler.keys import Keys
-from scheduler.node import NodeConfig, SchedulerNode
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.core.keys import Keys
+from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.connection import async_redis
+from scheduler.worker.worker import Worker, WorkerConfig
 
 
 def _redis_ms(client: Client) -> int:

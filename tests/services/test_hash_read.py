@@ -1,4 +1,4 @@
-"""The snapshotter's read of slot and job hashes (scheduler/hash_read.py): the raw MULTI and
+"""The snapshotter's read of slot and job hashes (scheduler/history/reads.py): the raw MULTI and
 redis-py's transaction pipeline read the same state, with the events stream's newest id as
 its version; a hash that is gone reads empty; an error reply, or a connection killed under
 the raw read, fails the read and the next one works. Runs on a Redis Cluster too (slow)."""
@@ -12,11 +12,13 @@ import pytest
 import redis
 import redis.asyncio
 
-from scheduler import Client, cluster, direct, hash_read
-from scheduler.connection import async_redis
-from scheduler.keys import Keys, shard_of
-from scheduler.snapshot_intake import version_of
-from scheduler.store import text_hash
+from scheduler import Client
+from scheduler.core.keys import Keys, shard_of
+from scheduler.history import reads as hash_read
+from scheduler.history.intake import version_of
+from scheduler.history.store import text_hash
+from scheduler.redis import cluster, direct
+from scheduler.redis.connection import async_redis
 
 
 def _reads(client: Client, ns: str, ids: list[str]) -> list[hash_read.Read]:

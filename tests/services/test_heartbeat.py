@@ -10,10 +10,11 @@ import redis
 import redis.asyncio
 
 from helpers import LEASE, W, make
-from scheduler import Client, replies
-from scheduler.clock import ManualClock
-from scheduler.heartbeat import Heartbeat
-from scheduler.inflight import Run
+from scheduler import Client
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import replies
+from scheduler.worker.heartbeat import Heartbeat
+from scheduler.worker.inflight import Run
 
 
 def test_the_watchdog_and_the_renewal_follow_the_injected_clock(

@@ -11,15 +11,16 @@ import pytest
 import redis
 import redis.asyncio
 
-from scheduler import Client, scripts
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.cronspec import CronSpec
-from scheduler.keys import Keys, shard_of
-from scheduler.leases import ShardLeases
-from scheduler.materializer import Materializer
-from scheduler.promoter import Promoter
-from scheduler.replies import Code
+from scheduler import Client
+from scheduler.core.cron import CronSpec
+from scheduler.core.keys import Keys, shard_of
+from scheduler.node.leases import ShardLeases
+from scheduler.node.materializer import Materializer
+from scheduler.node.promoter import Promoter
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Code
 
 T0 = 1_700_000_000_000  # a whole second
 SHARDS = 4
@@ -250,7 +251,7 @@ def test_async_client_schedules_lists_and_reads_cron_slots(redis_url: str, ns: s
 
 def test_a_very_long_outage_keeps_the_most_recent_and_counts_a_floor(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler import materializer
+    from scheduler.node import materializer
 
     monkeypatch.setattr(materializer, "SCAN_LIMIT", 50)
     job = materializer.Recurrence(spec=CronSpec("* * * * * *"), catchup="all", catchup_limit=10,
@@ -265,8 +266,8 @@ def test_a_very_long_outage_keeps_the_most_recent_and_counts_a_floor(
 def test_a_watermark_between_occurrences_never_becomes_a_slot() -> None:
     """`sched recover` restores a recurring job's watermark as its last known fire + 1 ms:
     the next slot is the next real occurrence, not that instant."""
-    from scheduler.cronspec import CronSpec
-    from scheduler.materializer import Recurrence, plan
+    from scheduler.core.cron import CronSpec
+    from scheduler.node.materializer import Recurrence, plan
 
     job = Recurrence(spec=CronSpec("*/10 * * * * *"), catchup="all", catchup_limit=1000,
                      end_ms=0)

@@ -16,12 +16,13 @@ import redis.asyncio
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler import Client, Context, Registry, RetryPolicy, metrics
-from scheduler.exporter import MetricsServer
-from scheduler.keys import Keys
-from scheduler.metrics import NamespaceCollector, declared_names
-from scheduler.node import SchedulerNode
-from scheduler.worker import Worker, WorkerConfig
+from scheduler import Client, Context, Registry, RetryPolicy
+from scheduler.core.keys import Keys
+from scheduler.node.node import SchedulerNode
+from scheduler.observe import metrics
+from scheduler.observe.exporter import MetricsServer
+from scheduler.observe.metrics import NamespaceCollector, declared_names
+from scheduler.worker.worker import Worker, WorkerConfig
 
 OK, BAD = 300, 4
 
@@ -170,7 +171,7 @@ def test_healthz_and_an_unreachable_redis(ns: str) -> None:
 
 def test_the_exporter_logs_workers_that_join_crash_or_leave(
         caplog: pytest.LogCaptureFixture) -> None:
-    from scheduler.status import WorkerStatus
+    from scheduler.observe.status import WorkerStatus
 
     def worker(worker_id: str, alive: bool) -> WorkerStatus:
         return WorkerStatus(worker_id=worker_id, alive=alive, heartbeat_age_s=0 if alive else 95,
@@ -180,7 +181,7 @@ def test_the_exporter_logs_workers_that_join_crash_or_leave(
 
     collector = NamespaceCollector(redis.Redis(), "logs")
     collector._log_worker_changes([worker("a", True), worker("b", True)])  # first scrape: quiet
-    caplog.set_level("INFO", logger="scheduler.metrics")
+    caplog.set_level("INFO", logger="scheduler.observe.metrics")
     collector._log_worker_changes([worker("a", False), worker("c", True)])
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", "worker c is alive"),

@@ -1,4 +1,4 @@
-"""One creation policy for a namespace (scheduler/namespace.py): writers create it, every other
+"""One creation policy for a namespace (scheduler/core/namespace.py): writers create it, every other
 process waits for it, and an explicit shard count that differs from the stored one is refused
 with both counts named."""
 
@@ -13,11 +13,12 @@ import redis
 import redis.asyncio
 
 from helpers import statuses
-from scheduler import AsyncClient, Client, Context, Registry, namespace
-from scheduler.errors import ConfigError, NamespaceError
-from scheduler.keys import DISPATCH_GROUP, Keys
-from scheduler.node import SchedulerNode
-from scheduler.worker import Worker, WorkerConfig
+from scheduler import AsyncClient, Client, Context, Registry
+from scheduler.core import namespace
+from scheduler.core.errors import ConfigError, NamespaceError
+from scheduler.core.keys import DISPATCH_GROUP, Keys
+from scheduler.node.node import SchedulerNode
+from scheduler.worker.worker import Worker, WorkerConfig
 
 
 def test_parse_names_both_counts_and_tells_a_missing_namespace_apart() -> None:
@@ -78,7 +79,7 @@ def test_a_worker_and_a_node_started_first_wait_for_the_first_submit(
     # waiting is said once, as information: not a failure, no traceback, no "works again"
     waiting = [rec for rec in caplog.records if "does not exist in Redis yet" in rec.getMessage()]
     assert waiting and all(rec.levelname == "INFO" and rec.exc_info is None for rec in waiting)
-    assert len([rec for rec in waiting if rec.name == "scheduler.worker"]) == 1
+    assert len([rec for rec in waiting if rec.name == "scheduler.worker.worker"]) == 1
     assert not [m for m in caplog.messages if "works again" in m]
     # the worker made the consumer group of every shard's stream it reads
     assert all(r.xinfo_groups(Keys(ns).queue(s, "default"))[0]["name"].decode() == DISPATCH_GROUP

@@ -16,13 +16,15 @@ import pytest
 import redis
 
 from helpers import Shard, make
-from scheduler import Client, RetryPolicy, replies, scripts
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.keys import DISPATCH_GROUP, Keys, lanes
-from scheduler.promoter import Promoter
-from scheduler.queue_cleaner import QueueCleaner
-from scheduler.reclaimer import Reclaimer
+from scheduler import Client, RetryPolicy
+from scheduler.core.keys import DISPATCH_GROUP, Keys, lanes
+from scheduler.node.promoter import Promoter
+from scheduler.node.queue_cleaner import QueueCleaner
+from scheduler.node.reclaimer import Reclaimer
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import replies
 
 SHARDS = 4
 IDLE_S = 60.0

@@ -18,14 +18,15 @@ import pytest
 import redis
 
 from helpers import W, make
-from scheduler import Client, Registry, RetryPolicy, SlotStatus, scripts
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.keys import shard_of
-from scheduler.models import Slot
-from scheduler.node import NodeConfig, SchedulerNode
-from scheduler.replies import Code
-from scheduler.worker import Worker, WorkerConfig
+from scheduler import Client, Registry, RetryPolicy, SlotStatus
+from scheduler.core.keys import shard_of
+from scheduler.core.models import Slot
+from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Code
+from scheduler.worker.worker import Worker, WorkerConfig
 
 # base 1 s doubles past the 300 s cap at the 10th failure: 1, 2, 4 ... 256, then 300, 300
 EXACT = RetryPolicy(base_s=1, max_s=300, max_attempts=12, jitter=0)

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import run_until
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
-from scheduler.loops import Service
+from scheduler.redis.service import Service
 
 
 def _boom(n: int) -> None:
@@ -73,9 +73,9 @@ def test_a_service_says_what_it_did_every_interval(caplog: pytest.LogCaptureFixt
 
 def test_the_snapshotter_says_when_it_starts_and_stops(redis_url: str, ns: str, tmp_path: Any,
                                                       caplog: pytest.LogCaptureFixture) -> None:
-    from scheduler.connection import async_redis
-    from scheduler.snapshotter import Snapshotter, SnapshotterConfig
-    from scheduler.store import open_store
+    from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
+    from scheduler.history.store import open_store
+    from scheduler.redis.connection import async_redis
 
     with Client(redis_url, ns) as client:
         client.submit("t")
@@ -96,7 +96,7 @@ def test_the_snapshotter_says_when_it_starts_and_stops(redis_url: str, ns: str, 
         await conn.aclose()
         store.close()
     asyncio.run(go())
-    lines = [r.getMessage() for r in caplog.records if r.name == "scheduler.snapshotter"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "scheduler.history.snapshotter"]
     assert any(" started (namespace " in line for line in lines), lines
     assert any(" stopped (" in line and "row(s) written" in line for line in lines), lines
 
@@ -105,9 +105,9 @@ def test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it(
         redis_url: str, ns: str, caplog: pytest.LogCaptureFixture) -> None:
     """The traceback of a failing task is rate-limited (once per task per 10 s); the line
     saying a slot is dead is not: each dead slot needs a person, however many die at once."""
-    from scheduler.connection import async_redis
-    from scheduler.node import SchedulerNode
-    from scheduler.worker import Worker, WorkerConfig
+    from scheduler.node.node import SchedulerNode
+    from scheduler.redis.connection import async_redis
+    from scheduler.worker.worker import Worker, WorkerConfig
 
     registry = Registry()
 
@@ -152,6 +152,6 @@ def test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it(
     for r in lines:
         text = r.getMessage()
         payload = next(i for i, s in enumerate(dead) if s == r.slot_id)  # type: ignore[attr-defined]
-        assert r.name == "scheduler.worker" and "always.fails" in text, text
+        assert r.name == "scheduler.worker.worker" and "always.fails" in text, text
         assert "attempt 2 failed" in text, text
         assert f"ValueError: bad input {payload} on attempt 2" in text, text

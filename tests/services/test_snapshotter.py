@@ -12,11 +12,12 @@ import redis
 import redis.asyncio
 
 from helpers import drain, pending, run_until, statuses
-from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus, scripts
-from scheduler.clock import ManualClock
-from scheduler.connection import async_redis
-from scheduler.retention import Retention, RetentionConfig
-from scheduler.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
+from scheduler.history.retention import Retention, RetentionConfig
+from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler.redis.clock import ManualClock
+from scheduler.redis.connection import async_redis
+from scheduler.scripts import calls as scripts
 
 
 def _registry() -> Registry:
@@ -183,7 +184,7 @@ def test_only_slots_created_in_the_batch_take_the_insert_path(
         redis_url: str, ns: str, pg_dsn: str) -> None:
     """A slot whose `submitted` event came in an earlier batch is upserted even when the
     snapshotter has forgotten it (seen_capacity 0): no unique-violation rollbacks."""
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
 
     setup = open_store(pg_dsn)
     setup.upgrade()
@@ -205,7 +206,7 @@ def _held_back_run(redis_url: str, ns: str, pg_dsn: str, ids: list[str],
     """A snapshotter holding back slots due within a minute drains the events twice: first
     (after `before_drain()`, when given), then once every one of `ids` has succeeded; the
     history after each drain."""
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
 
     async def scenario(client: Client) -> tuple[Snapshotter, list[Any], list[Any]]:
         conn = async_redis(redis_url)
@@ -234,7 +235,7 @@ def _held_back_run(redis_url: str, ns: str, pg_dsn: str, ids: list[str],
 
 
 def _upgraded(pg_dsn: str) -> None:
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
 
     setup = open_store(pg_dsn)
     setup.upgrade()
@@ -261,7 +262,7 @@ def test_a_held_back_slot_promoted_ahead_of_its_time_is_still_written_once(
         redis_url: str, ns: str, pg_dsn: str) -> None:
     """A delayed slot due within defer_s is promoted up to 3 s early (promote.lua, "Early"):
     its `queued` event must leave it held, not write it queued and then again when it runs."""
-    from scheduler.node import SchedulerNode
+    from scheduler.node.node import SchedulerNode
 
     _upgraded(pg_dsn)
     with Client(redis_url, ns, shards=2) as client:
@@ -287,8 +288,8 @@ def test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_dea
         redis_url: str, ns: str, pg_dsn: str) -> None:
     """The promotion renews the hold; it must not drop the slot: with no worker to claim
     it, the deadline alone brings it, queued."""
-    from scheduler.node import SchedulerNode
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
+    from scheduler.node.node import SchedulerNode
 
     _upgraded(pg_dsn)
     with Client(redis_url, ns, shards=2) as client:
@@ -331,7 +332,7 @@ def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
 
     async def scenario() -> list[int]:
         conn = async_redis(redis_url)
-        from scheduler.store import open_store
+        from scheduler.history.store import open_store
 
         snap = Snapshotter(conn, open_store(store_dsn), namespace=ns, config=SnapshotterConfig(
             retention_s=None, defer_s=0.3, settle_s=0))
@@ -362,7 +363,7 @@ def test_held_back_slots_are_written_at_their_deadline_and_on_flush(
 
 def test_past_the_bound_slots_are_written_at_once(redis_url: str, ns: str, store_dsn: str,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler import snapshot_intake
+    from scheduler.history import intake as snapshot_intake
 
     monkeypatch.setattr(snapshot_intake, "DEFER_MAX", 3)
     with Client(redis_url, ns, shards=2) as client:
@@ -380,9 +381,9 @@ def test_a_dead_snapshotters_pending_events_are_taken_over_in_a_few_claims(
     """A snapshotter SIGKILLed with 40 events entries per shard read and not acked: the next
     one takes them all over within a few claims (one every claim_idle_s / 2), not one entry
     per shard per claim (30 s apart by default), which left history minutes behind."""
-    from scheduler import hash_read
-    from scheduler.keys import HISTORY_GROUP, Keys
-    from scheduler.store import open_store
+    from scheduler.core.keys import HISTORY_GROUP, Keys
+    from scheduler.history import reads as hash_read
+    from scheduler.history.store import open_store
 
     with Client(redis_url, ns, shards=2) as client:
         for i in range(80):  # one `submitted` entry each

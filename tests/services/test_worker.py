@@ -15,8 +15,8 @@ import pytest
 from conftest import is_cluster_url
 from helpers import run_until, statuses
 from scheduler import Cancel, Client, Context, Registry, Retry, RetryPolicy, SlotStatus
-from scheduler.connection import async_redis
-from scheduler.worker import Worker, WorkerConfig
+from scheduler.redis.connection import async_redis
+from scheduler.worker.worker import Worker, WorkerConfig
 
 
 @pytest.mark.parametrize("protocol", [3, 2])
@@ -237,7 +237,7 @@ def test_an_at_most_once_run_waits_for_its_claim_to_be_replicated(redis_url: str
     have one each): WAIT confirms too few, so the at_most_once run is not started (a
     failover could hand its claim to another worker) and is left to end lost; an
     at_least_once run in the same claims is not held back."""
-    from scheduler.metrics import CLAIMS_NOT_REPLICATED
+    from scheduler.observe.metrics import CLAIMS_NOT_REPLICATED
 
     registry = Registry()
     ran: list[str] = []

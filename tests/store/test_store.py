@@ -9,10 +9,17 @@ from typing import Any
 
 import pytest
 
-from scheduler import sqlfiles
-from scheduler.namespace import Meta
-from scheduler.states import SlotStatus
-from scheduler.store import DAY_MS, SCHEMA_VERSION, Batch, event_slot_row, job_row, slot_rows
+from scheduler.core.namespace import Meta
+from scheduler.core.states import SlotStatus
+from scheduler.history import sqlfiles
+from scheduler.history.store import (
+    DAY_MS,
+    SCHEMA_VERSION,
+    Batch,
+    event_slot_row,
+    job_row,
+    slot_rows,
+)
 
 NS = "ns1"
 DAY0 = 1_700_006_400_000  # 2023-11-15T00:00Z, a day boundary
@@ -190,8 +197,8 @@ def test_retention_forgets_whole_days_before_the_cutoff(store: Any) -> None:
 
 
 def test_postgres_unreachable_is_one_clear_error() -> None:
-    from scheduler.errors import StoreUnavailable
-    from scheduler.store import open_store
+    from scheduler.core.errors import StoreUnavailable
+    from scheduler.history.store import open_store
 
     with pytest.raises(StoreUnavailable, match="cannot reach Postgres.*SCHED_POSTGRES_DSN"):
         open_store("postgresql://nobody@127.0.0.1:1/none?connect_timeout=1")
@@ -206,7 +213,7 @@ def _attempts(store: Any) -> list[tuple[Any, ...]]:
 
 
 def test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored(store: Any) -> None:
-    from scheduler.store import AttemptRow
+    from scheduler.history.store import AttemptRow
 
     one = slot("one", DAY0, "succeeded", 5, attempt=1, outcome="succeeded",
                finished_ms=DAY0 + 9)
@@ -234,7 +241,7 @@ def test_upgrading_a_version_1_store_keeps_its_attempt_rows(store_dsn: str) -> N
     the same through the view once upgraded, and takes new writes."""
     import sqlite3
 
-    from scheduler.store import open_store
+    from scheduler.history.store import open_store
 
     dialect = "sqlite" if store_dsn.startswith("sqlite://") else "postgres"
     v1 = dict(sqlfiles.migrations(dialect))[1]
@@ -254,7 +261,7 @@ def test_upgrading_a_version_1_store_keeps_its_attempt_rows(store_dsn: str) -> N
     else:
         import psycopg
 
-        from scheduler.store.postgres import _day_name
+        from scheduler.history.store.postgres import _day_name
 
         day = DAY0 // DAY_MS
         with psycopg.connect(store_dsn, autocommit=True) as c:  # the fixture migrated it

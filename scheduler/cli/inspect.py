@@ -1,0 +1,147 @@
+"""Read-only commands: `sched jobs list`, `sched jobs show`, `sched runs`. Each has `--json`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import msgspec
+
+from scheduler.cli.options import history_source, store_options
+
+
+def when(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def echo_json(value: Any) -> None:
+    click.echo(msgspec.json.encode(value).decode())
+
+
+def table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+@click.group()
+def jobs() -> None:
+    """Inspect job definitions."""
+
+
+def schedule_text(job: Any) -> str:
+    """One line for people: how the job fires."""
+    if job.kind == "cron":
+        text = f"cron {job.cron!r} {job.tz}, catchup {job.catchup}"
+        if job.catchup == "all":
+            text += f" (max {job.catchup_limit})"
+        text += f", overlap {job.overlap}"
+        if job.start_ms:
+            text += f", from {when(job.start_ms)}"
+        if job.end_ms:
+            text += f", until {when(job.end_ms)}"
+        return text
+    if job.kind == "delayed":
+        return f"delayed {job.delay_s:g}s"
+    if job.kind == "at":
+        return f"at {when(job.fire_ms)}"
+    return "immediate"
+
+
+@jobs.command("list")
+@click.option("--limit", type=click.IntRange(min=1), default=100, help="Most jobs shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
+    """List jobs that have a schedule (delayed, at, cron), newest first, with their next fire
+    time. Immediate jobs are not listed."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        found = client.list_jobs(limit)
+    if as_json:
+        echo_json(found)
+        return
+    table([[j.job_id, j.task, j.queue, schedule_text(j), when(j.next_fire_ms),
+            str(j.missed) if j.missed else ""] for j in found],
+          ["job", "task", "queue", "schedule", "next fire", "missed"])
+
+
+@jobs.command("show")
+@click.argument("job_id")
+@click.option("--slots", "last", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Show the most recent this many slots (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> None:
+    """Show one job's definition and its most recent slots."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        job = client.get_job(job_id)
+        every = client.slots(job_id)
+    slots = every[-last:] if last else every
+    if as_json:
+        echo_json({"job": job, "slots": slots, "slots_total": len(every)})
+        return
+    policy = job.retry
+    for label, value in [
+        ("job", job.job_id), ("task", job.task), ("queue", job.queue),
+        ("priority", str(job.priority)), ("kind", job.kind),
+        ("schedule", schedule_text(job)), ("fire time", when(job.fire_ms)),
+        ("next fire", when(job.next_fire_ms)), ("missed", str(job.missed)),
+        ("created", when(job.created_ms)),
+        ("delivery", job.delivery.value),
+        ("timeout", f"{job.timeout_s:g}s" if job.timeout_s else "none"),
+        ("retry", f"max {policy.max_attempts} attempts, backoff {policy.base_s:g}s.."
+                  f"{policy.max_s:g}s, jitter {policy.jitter:g}"),
+        ("dedupe key", job.dedupe_key or "-"),
+        ("payload", msgspec.json.encode(job.payload).decode()[:200]),
+        *([("deleted", f"{when(job.deleted_ms)} ({job.deleted})")] if job.deleted_ms else []),
+    ]:
+        click.echo(f"{label + ':':<12}{value}")
+    click.echo("")
+    if len(slots) < len(every):
+        click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")
+    table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms)] for s in slots],
+          ["slot", "status", "attempts", "fire time"])
+
+
+@click.command()
+@click.argument("job_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@store_options
+@click.pass_obj
+def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | None,
+         history_file: str) -> None:
+    """Show a job's slots and every attempt of each (from the history store for slots that
+    have left Redis)."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"],
+                history=history_source(postgres_dsn, history_file, read_only=True)) as client:
+        slots = client.runs(job_id)
+    if as_json:
+        echo_json(slots)
+        return
+    # One column per field: a slot's row fills slot, status and priority (and its result);
+    # each attempt's row fills attempt to error, under it; a run's log lines come last.
+    rows = []
+    for s in slots:
+        result = ("result " + msgspec.json.encode(s.result).decode()[:80]
+                  if s.result is not None else "")
+        rows.append([s.slot_id, s.status.value, str(s.priority), "", "", "", "", "", result])
+        for a in s.attempts:
+            ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
+            rows.append(["", "", "", f"#{a.number}", a.outcome.value if a.outcome else "-",
+                         a.worker or "-", when(a.started_ms),
+                         f"{ms}ms" if ms is not None else "-", a.error or ""])
+            rows += [["", "", "", "", "", "", "", "", f"| {line}"] for line in a.log or ()]
+        if s.status.value == "running":
+            rows.append(["", "", "", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
+    table(rows, ["slot", "status", "priority", "attempt", "outcome", "worker", "started", "took",
+                 "error / result"])

@@ -1,0 +1,54 @@
+"""`sched queues`: every queue with its depth, lag, rates and queue-wide limit, and
+`sched queues limit QUEUE` to set or clear one (`Client.queues`, `Client.set_queue_limit`)."""
+
+from __future__ import annotations
+
+import click
+
+from scheduler.cli.inspect import echo_json, table
+from scheduler.cli.observe import _age, _rate
+
+
+@click.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def queues(ctx: click.Context, as_json: bool) -> None:
+    """List queues: DEPTH (not read by any worker yet), PENDING (read, not finished), LAG (how
+    long the oldest ready entry has waited), rates, and the limit with the permits held."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from scheduler import Client
+
+    with Client(ctx.obj["redis_url"], ctx.obj["namespace"]) as client:
+        rows = client.queues()
+    if as_json:
+        echo_json(rows)
+        return
+    table([[q.queue, f"{q.depth:,}", f"{q.pending:,}", _age(q.oldest_ready_age_s),
+            _rate(q.succeeded_per_s), _rate(q.failed_per_s),
+            q.limit.text() if q.limit else "-",
+            "-" if q.permits_held is None else f"{q.permits_held:,}"] for q in rows],
+          ["QUEUE", "DEPTH", "PENDING", "LAG", "OK/S", "FAILED/S", "LIMIT", "RUNNING"])
+
+
+@queues.command("limit")
+@click.argument("queue")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Most runs of the queue at once, across all workers.")
+@click.option("--rate", default=None,
+              help="Most starts per second across all workers: 20, 20/s, 300/m, 1000/h.")
+@click.option("--clear", is_flag=True, help="Remove the queue's limit.")
+@click.pass_obj
+def queues_limit(obj: dict[str, str], queue: str, concurrency: int | None, rate: str | None,
+                 clear: bool) -> None:
+    """Set (or --clear) a queue-wide limit; workers apply it within about two seconds, and
+    slots over it stay queued. Setting one option leaves the other unlimited."""
+    from scheduler import Client
+    from scheduler.core.limits import parse_rate
+
+    if clear == (concurrency is not None or rate is not None):
+        raise click.UsageError("give --concurrency and/or --rate, or --clear")
+    per_s = parse_rate(rate) if rate is not None else None
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        limit = client.set_queue_limit(queue, concurrency=concurrency, rate=per_s)
+    click.echo(f"queue {queue}: limit {limit.text() if limit else 'cleared'}")

@@ -1,0 +1,288 @@
+"""Long-running commands: `sched worker`, `sched scheduler` and `sched exporter`."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+
+from scheduler.cli.logs import log_options, setup_logging
+from scheduler.cli.options import Finite, autoscale_option, scaling_options
+from scheduler.core.errors import ConfigError
+from scheduler.redis.connection import REDIS_ERRORS, process_redis, sync_redis
+
+log = logging.getLogger("scheduler.cli")
+
+metrics_port_option = click.option(
+    "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
+    envvar="SCHED_METRICS_PORT",
+    help="Serve this process's metrics on http://0.0.0.0:PORT/metrics (and /healthz); "
+         "0 picks a free port (env SCHED_METRICS_PORT).")
+
+
+def start_metrics(port: int | None) -> None:
+    """Serve the process's metrics (a daemon thread, for the life of the process) when
+    --metrics-port is given; a busy port is a one-line error."""
+    if port is None:
+        return
+    from prometheus_client import REGISTRY
+
+    from scheduler.observe.exporter import MetricsServer
+
+    try:
+        server = MetricsServer(REGISTRY, port=port).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on port {port} ({exc.strerror}); "
+                          f"choose another --metrics-port") from None
+    log.info("metrics on http://0.0.0.0:%d/metrics", server.port)
+
+
+def load_app(spec: str) -> object:
+    """`package.module:attribute` -> the Registry it names. The current directory is
+    importable, as with uvicorn and celery."""
+    from scheduler import Registry
+
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"--app {spec!r}: expected MODULE:ATTRIBUTE, e.g. myapp.tasks:registry")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"--app {spec!r}: cannot import {module_name!r} ({exc})") from None
+    registry = getattr(module, attr, None)
+    if not isinstance(registry, Registry):
+        raise ConfigError(f"--app {spec!r}: {module_name}.{attr} is not a scheduler.Registry")
+    return registry
+
+
+# The collector's thresholds in the service processes (gc.set_threshold). At Python's own
+# (2,000 net new containers) the young collection runs every few hundred jobs and walks the
+# batch in flight, which then survives into the older generations and is walked again: in
+# `bench sustained` at 10,000 jobs/s that was 17% of the snapshotter's CPU and 16% of the
+# worker's (bench/RESULTS.md, issue 18 session 11). At 50,000 a batch's objects are mostly
+# freed before a collection sees them: the snapshotter collected for 0.36 s a minute, not 4.7.
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+def serve(make: Callable[[], Awaitable[None]], stop: Callable[[], None]) -> None:
+    """Run a service on uvloop until SIGTERM/SIGINT, which call its stop(). SIGUSR1 logs
+    where every task of the process is waiting (what a stuck process is stuck on)."""
+    import gc
+
+    import uvloop
+
+    gc.set_threshold(*GC_THRESHOLD)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(signal.SIGUSR1, dump_tasks)
+        await make()
+
+    uvloop.run(main())
+
+
+def dump_tasks() -> None:
+    tasks = asyncio.all_tasks()
+    lines = [f"{len(tasks)} task(s):"]
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        lines.append(f"  {task.get_name()}: {' -> '.join(_awaiting(task.get_coro()))}")
+    log.warning("\n".join(lines))
+
+
+def _awaiting(coro: object) -> list[str]:
+    """Where a coroutine waits: its frame, then what it awaits, down to the innermost."""
+    out: list[str] = []
+    while coro is not None and len(out) < 20:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is None:
+            out.append(type(coro).__name__)
+            break
+        out.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno} "
+                   f"{frame.f_code.co_name}")
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+    return out
+
+
+@click.command()
+@click.option("--app", "app_spec", required=True, help="MODULE:ATTRIBUTE of your Registry.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=100,
+              help="Most runs in flight at once.")
+@click.option("--queues", default="default", help="Comma-separated queues to read.")
+@click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
+              help="Lease per claim in seconds, renewed every lease/3 (env SCHED_LEASE_SECONDS).")
+@click.option("--grace", "grace_s", type=Finite(), default=10.0,
+              help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
+@click.option("--batch", type=click.IntRange(min=1), default=500, help="Most entries per read.")
+@click.option("--pipelines", type=click.IntRange(min=1), default=2,
+              help="Claim round trips in flight at once (Redis claims one batch while the "
+                   "worker starts another's runs).")
+@click.option("--claim-replicas", type=click.IntRange(min=0), default=0,
+              help="Start an at_most_once run only once this many replicas have its claim "
+                   "(WAIT); 0: do not wait.")
+@click.option("--replica-timeout", type=Finite(min=0.001), default=1.0,
+              help="Seconds a claim waits for them; an at_most_once run they did not "
+                   "confirm is not started (it ends lost).")
+@click.option("--eager-start/--no-eager-start", default=True, show_default=True,
+              envvar="SCHED_EAGER_START",
+              help="Python 3.12+: run each handler up to its first await within the claim "
+                   "that started it (one that never awaits is never scheduled: less CPU); "
+                   "no effect on 3.11 (env SCHED_EAGER_START=0 for --no-eager-start).")
+@autoscale_option
+@click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
+              help="An OpenTelemetry span per run, to the global TracerProvider: configure it "
+                   "in the --app module or run under opentelemetry-instrument (env "
+                   "SCHED_OTEL=1; needs the otel extra).")
+@metrics_port_option
+@log_options
+@click.pass_obj
+def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
+           grace_s: float, batch: int, pipelines: int, claim_replicas: int,
+           replica_timeout: float, eager_start: bool, autoscale: Any, trace: bool,
+           metrics_port: int | None, log_level: str, log_format: str) -> None:
+    """Run handlers for jobs in QUEUES."""
+    from scheduler.worker.worker import Worker, WorkerConfig
+
+    if autoscale is not None and click.get_current_context().get_parameter_source(
+            "concurrency") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("give --concurrency or --autoscale MIN:MAX, not both")
+    registry = load_app(app_spec)
+    config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
+                          pipelines=pipelines, claim_replicas=claim_replicas,
+                          replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
+                          eager_start=eager_start,
+                          queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+    setup_logging(log_level, log_format)
+    holder: list[Worker] = []
+
+    async def make() -> None:
+        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
+        client = process_redis(obj["redis_url"], lease_s)
+        w = Worker(client, registry, namespace=obj["namespace"], config=config)  # type: ignore[arg-type]
+        holder.append(w)
+        try:
+            await w.run()
+        finally:
+            await client.aclose()
+
+    serve(make, lambda: holder[0].stop() if holder else None)
+
+
+@click.command()
+@click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
+              help="The workers' slot lease in seconds: pending entries idle this long are "
+                   "reclaimed (env SCHED_LEASE_SECONDS; give workers the same).")
+@click.option("--shard-lease", "shard_lease_s", type=Finite(), default=5.0,
+              help="Shard lease ttl in seconds: how soon others take a dead node's shards.")
+@click.option("--reclaim-interval", "reclaim_s", type=Finite(), default=1.0,
+              help="Seconds between reclaim passes.")
+@click.option("--sweep-interval", "sweep_s", type=Finite(min=0.1), default=10.0,
+              help="Seconds between the starts of two sweeps for orphaned slots (slots that "
+                   "fell out of every index, e.g. a deleted stream entry).")
+@click.option("--sweep-rate", "sweep_rate", type=click.IntRange(min=1), default=5_000,
+              show_default=True,
+              help="Keys per second the orphan sweep's SCAN walks: each costs Redis ~4 us, so "
+                   "the default holds it to ~2% of a core; a walk takes keys / rate seconds.")
+@click.option("--lookahead", "lookahead_s", type=Finite(), default=3.0,
+              help="Seconds ahead of their fire time that cron slots are created.")
+@click.option("--misfire-grace", "misfire_grace_s", type=Finite(), default=5.0,
+              help="Seconds late after which a cron occurrence counts as missed (catch-up).")
+@click.option("--promote-ahead", "promote_ahead_s", type=Finite(min=0), default=3.0,
+              show_default=True,
+              help="Seconds ahead of their time that due slots are dispatched; the worker that "
+                   "reads one holds it until its time (at most a quarter of --lease; 0: at "
+                   "their time).")
+@click.option("--queue-idle", "queue_idle_s", type=Finite(), default=3600.0, show_default=True,
+              help="Seconds a queue stays listed (by `sched status`, and walked by the "
+                   "reclaimer) after its last job, once it holds nothing.")
+@metrics_port_option
+@log_options
+@click.pass_obj
+def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
+              sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
+              promote_ahead_s: float, queue_idle_s: float, metrics_port: int | None,
+              log_level: str, log_format: str) -> None:
+    """Run a scheduler node: own a share of the shards, create cron slots, promote due
+    slots, reclaim expired leases. Run as many as you like; they share the shards."""
+    from scheduler.node.node import NodeConfig, SchedulerNode
+
+    config = NodeConfig(lease_s=lease_s, shard_lease_s=shard_lease_s,
+                        reclaim_interval_s=reclaim_s, sweep_interval_s=sweep_s,
+                        sweep_keys_per_s=sweep_rate, lookahead_s=lookahead_s,
+                        misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s,
+                        queue_idle_s=queue_idle_s)
+    setup_logging(log_level, log_format)
+    holder: list[SchedulerNode] = []
+
+    async def make() -> None:
+        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
+        client = process_redis(obj["redis_url"], lease_s)
+        node = SchedulerNode(client, namespace=obj["namespace"], config=config)
+        holder.append(node)
+        try:
+            await node.run()
+        finally:
+            await client.aclose()
+
+    serve(make, lambda: holder[0].stop() if holder else None)
+
+
+@click.command()
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=9464,
+              envvar="SCHED_EXPORTER_PORT", help="Port for /metrics and /healthz (env "
+                                                 "SCHED_EXPORTER_PORT); 0 picks a free one.")
+@click.option("--host", default=None,
+              help="Address to listen on (default: every interface, 0.0.0.0, for Prometheus "
+                   "on other hosts).")
+@scaling_options
+@log_options
+@click.pass_obj
+def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: float,
+             target_utilisation: float, log_level: str, log_format: str) -> None:
+    """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers, workers
+    wanted) read from Redis at each scrape. /healthz answers 503 while Redis does not."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.observe.capacity import ScalingTarget
+    from scheduler.observe.exporter import SCRAPE_HOST, MetricsServer
+    from scheduler.observe.metrics import NamespaceCollector
+
+    host = host or SCRAPE_HOST
+    setup_logging(log_level, log_format)
+    client = sync_redis(obj["redis_url"])
+    registry = CollectorRegistry()
+    registry.register(NamespaceCollector(client, obj["namespace"], ScalingTarget(
+        target_lag_s=target_lag_s, utilisation=target_utilisation)))
+
+    def healthy() -> bool:
+        try:
+            return bool(client.ping())
+        except REDIS_ERRORS:
+            return False
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # before serving: a scrape may mean "it is up"
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        server = MetricsServer(registry, host=host, port=port, healthy=healthy).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
+                          f"--port") from None
+    log.info("exporter for namespace %r on http://%s:%d/metrics", obj["namespace"], host,
+             server.port)
+    done.wait()
+    server.stop()
+    client.close()
+    log.info("exporter stopped")

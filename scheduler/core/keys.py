@@ -1,0 +1,260 @@
+"""The only module that formats Redis key names.
+
+Layout (DESIGN.md). Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
+which only ever touches one shard, maps to a single Redis Cluster slot:
+
+    <ns>:meta                     hash    shard count, creation time, layout version
+    <ns>:queues                   set     queue names, as versions before `lanes` listed them:
+                                          the queue cleaner moves them into `lanes` and drops it
+    <ns>:workers                  zset    worker id -> last heartbeat (ms)
+    <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
+    <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
+    <ns>:limits                   hash    queue -> its queue-wide limit (JSON, limits.py)
+    <ns>:{lim:<queue>}:permits    zset    a limited queue's permits: one per run in flight
+                                          anywhere, scored by expiry (ms); lua/acquire.lua
+    <ns>:{lim:<queue>}:bucket     hash    a rate-limited queue's token bucket (same hash tag)
+    <ns>:{sNN}:job:<job_id>       hash    job definition
+    <ns>:{sNN}:slot:<slot_id>     hash    slot state, lease, fencing token, attempts (`a:<n>`)
+    <ns>:{sNN}:due                zset    slot ids scored by available-at (ms)
+    <ns>:{sNN}:cron               zset    recurring job ids scored by next fire time
+    <ns>:{sNN}:jobs               zset    ids of jobs with a schedule (not immediate) by creation (ms)
+    <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
+    <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
+                                          orphans recovered)
+    <ns>:{sNN}:config             hash    the namespace's settings its scripts enforce, copied
+                                          into each shard (max_payload_bytes)
+    <ns>:{sNN}:q:<queue>          stream  dispatch of priority 3 (the default); group `workers`
+    <ns>:{sNN}:q:<queue>:p<N>     stream  dispatch of priority N (1, 2, 4, 5): a queue's "lanes"
+    <ns>:{sNN}:lanes              zset    the shard's lanes that may hold entries, scored by the
+                                          last write (ms): every script that adds an entry names
+                                          its lane here (_lib.lua index_lane); status and the
+                                          reclaimer read only these; queue_cleaner.py drops idle
+                                          empty ones
+    <ns>:{sNN}:events             stream  lifecycle events (capped); consumer group `history`
+    <ns>:{sNN}:dlq                zset    dead slot ids scored by time of death (ms)
+    <ns>:{sNN}:leases             zset    running at_most_once slot ids scored by lease_until (ms):
+                                          they have no pending stream entry for the reclaimer
+    <ns>:{sNN}:owner              string  scheduler-node lease on the shard
+    <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
+                                          by when their hash may leave Redis (ms)
+    <ns>:{sNN}:submitted:<job_id> string  "this submit call ran" marker, named by the call's
+                                          first job, expiring after 10 min (lua/submit.lua)
+
+The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
+below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys_and_states.py checks that the
+keys the scripts create are the keys this module names).
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+from scheduler.core.errors import ValidationError
+
+# A new namespace's shard count when its creator gives none (namespace.py), by where it is
+# created. Shards are the unit of spread over a Redis Cluster's masters. On one Redis
+# (standalone, or a Sentinel-managed primary) they spread nothing, and every round trip of a
+# worker pays a claim and a commit script call per shard its batch touches: 2 shards against
+# 8 ran the burn-down ~1.15x faster and started a 100,000-slot burst ~10% sooner (bench/
+# RESULTS.md, session 17), two scheduler nodes still share the promotion work, and a
+# namespace meant to move to a Cluster later is made with the count it will need there.
+DEFAULT_SHARDS = 2
+DEFAULT_CLUSTER_SHARDS = 8
+DISPATCH_GROUP = "workers"
+HISTORY_GROUP = "history"
+
+SUFFIX_JOB = "job:"
+SUFFIX_SLOT = "slot:"
+SUFFIX_QUEUE = "q:"
+SUFFIX_RUNS = "runs:"
+SUFFIX_SUBMITTED = "submitted:"
+
+# Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
+# own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
+# the plain stream name, so a namespace that never uses priorities has the keys it always had.
+PRIORITIES = (1, 2, 3, 4, 5)
+DEFAULT_PRIORITY = 3
+# Every suffix a shard's keys have after its prefix (tests/test_lua_contracts.py checks that
+# the Lua scripts append no other and that each Keys method builds one of these).
+SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
+                            SUFFIX_SUBMITTED, "due", "cron",
+                            "jobs", "stats", "config", "events", "dlq", "leases", "owner",
+                            "retain", "lanes"})
+
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+# C0, DEL and C1: refused in every name a caller gives (task and queue names reach terminals
+# and log lines; ESC starts a terminal escape sequence). submit.lua refuses the same bytes.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_NAMES = {0x00: "NUL", 0x09: "tab", 0x0A: "newline", 0x0D: "carriage return",
+                  0x1B: "ESC", 0x7F: "DEL"}
+
+
+def control_character(value: str) -> str | None:
+    """The first control character of `value`, named for a message ("U+001B (ESC)"); None
+    when it has none."""
+    m = _CONTROL.search(value)
+    if m is None:
+        return None
+    code = ord(m.group())
+    name = _CONTROL_NAMES.get(code)
+    return f"U+{code:04X}" + (f" ({name})" if name else "")
+
+
+def check_name(field: str, value: str) -> str:
+    """Namespaces and queue names end up inside key names: no braces, colons or spaces."""
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        control = isinstance(value, str) and control_character(value)
+        raise ValidationError(
+            field, f"{value!r} is not allowed" + (f": it holds the control character "
+                                                  f"{control}" if control else "")
+            + "; use 1-64 characters from A-Z a-z 0-9 _ . -")
+    return value
+
+
+def check_job_id(value: str) -> str:
+    if not isinstance(value, str) or not _ID.fullmatch(value):
+        raise ValidationError("job_id", f"{value!r} is not a job id")
+    return value
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    """Stable across processes and Python versions (unlike hash())."""
+    return zlib.crc32(job_id.encode()) % shards
+
+
+def shards_of(job_ids: list[str], shards: int) -> list[int]:
+    """shard_of of each id (submit_many: no function call per job)."""
+    crc32 = zlib.crc32
+    return [crc32(job_id.encode()) % shards for job_id in job_ids]
+
+
+def slot_id(job_id: str, fire_ms: int) -> str:
+    return f"{job_id}:{fire_ms}"
+
+
+def split_slot_id(slot: str) -> tuple[str, int]:
+    job_id, sep, fire = slot.rpartition(":")
+    if not sep or not fire.isdigit() or not _ID.fullmatch(job_id):
+        raise ValidationError("slot_id", f"{slot!r} is not a slot id (expected JOB_ID:FIRE_MS)")
+    return job_id, int(fire)
+
+
+def lane(queue: str, priority: int) -> str:
+    """The dispatch stream name (after `q:`) of a queue's priority; _lib.lua's lane() is the
+    same rule. Queue names hold no ':', so a lane names one (queue, priority)."""
+    return queue if priority == DEFAULT_PRIORITY else f"{queue}:p{priority}"
+
+
+def queue_of(lane_name: str) -> str:
+    """The queue a lane belongs to."""
+    return lane_name.partition(":")[0]
+
+
+def lanes(queue: str) -> list[str]:
+    """A queue's lanes, best priority first."""
+    return [lane(queue, p) for p in PRIORITIES]
+
+
+def cron_in(prefix: str) -> str:
+    """A shard's `cron` zset, from its prefix (services that hold prefixes, not shards)."""
+    return f"{prefix}cron"
+
+
+def job_in(prefix: str, job_id: str) -> str:
+    """A job's hash, from its shard's prefix."""
+    return f"{prefix}{SUFFIX_JOB}{job_id}"
+
+
+class Keys:
+    """Key names of one namespace."""
+
+    __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "limits", "_slot_head",
+                 "_slot_mid")
+
+    def __init__(self, namespace: str) -> None:
+        self.ns = check_name("namespace", namespace)
+        self.meta = f"{namespace}:meta"  # hash
+        self._slot_head = f"{namespace}:{{s".encode()
+        self._slot_mid = f"}}:{SUFFIX_SLOT}".encode()
+        self.queues = f"{namespace}:queues"  # set
+        self.workers = f"{namespace}:workers"  # zset
+        self.schedulers = f"{namespace}:schedulers"  # zset
+        self.limits = f"{namespace}:limits"  # hash
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.ns}:worker:{worker_id}"  # hash
+
+    def permits(self, queue: str) -> str:
+        return f"{self.ns}:{{lim:{queue}}}:permits"  # zset
+
+    def bucket(self, queue: str) -> str:
+        return f"{self.ns}:{{lim:{queue}}}:bucket"  # hash
+
+    def prefix(self, shard: int) -> str:
+        return f"{self.ns}:{{s{shard:02d}}}:"
+
+    def job(self, shard: int, job_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_JOB}{job_id}"  # hash
+
+    def slot(self, shard: int, slot: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_SLOT}{slot}"  # hash
+
+    def slot_pattern(self) -> str:
+        """SCAN MATCH pattern of every slot hash of every shard."""
+        return f"{self.ns}:{{s*}}:{SUFFIX_SLOT}*"
+
+    def parse_slot_key(self, key: bytes) -> tuple[int, bytes] | None:
+        """(shard, slot id) of a key `slot()` made, as SCAN returns it, or None for any other
+        key. Works on bytes: the sweeper calls it for every slot hash of the namespace."""
+        head = self._slot_head
+        if not key.startswith(head):
+            return None
+        shard, sep, rest = key[len(head):].partition(self._slot_mid)
+        if not sep or not shard.isdigit():
+            return None
+        return int(shard), rest
+
+    def due(self, shard: int) -> str:
+        return f"{self.prefix(shard)}due"  # zset
+
+    def cron(self, shard: int) -> str:
+        return f"{self.prefix(shard)}cron"  # zset
+
+    def jobs(self, shard: int) -> str:
+        return f"{self.prefix(shard)}jobs"  # zset
+
+    def runs(self, shard: int, job_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_RUNS}{job_id}"  # zset
+
+    def stats(self, shard: int) -> str:
+        return f"{self.prefix(shard)}stats"  # hash
+
+    def config(self, shard: int) -> str:
+        return f"{self.prefix(shard)}config"  # hash
+
+    def queue(self, shard: int, queue: str, priority: int = DEFAULT_PRIORITY) -> str:
+        return self.lane_stream(shard, lane(queue, priority))
+
+    def lane_stream(self, shard: int, lane_name: str) -> str:
+        """A lane's dispatch stream, from its name as the lane index holds it."""
+        return f"{self.prefix(shard)}{SUFFIX_QUEUE}{lane_name}"  # stream
+
+    def lane_index(self, shard: int) -> str:
+        return f"{self.prefix(shard)}lanes"  # zset
+
+    def events(self, shard: int) -> str:
+        return f"{self.prefix(shard)}events"  # stream
+
+    def dlq(self, shard: int) -> str:
+        return f"{self.prefix(shard)}dlq"  # zset
+
+    def leases(self, shard: int) -> str:
+        return f"{self.prefix(shard)}leases"  # zset
+
+    def owner(self, shard: int) -> str:
+        return f"{self.prefix(shard)}owner"  # string
+
+    def retain(self, shard: int) -> str:
+        return f"{self.prefix(shard)}retain"  # zset

@@ -1,0 +1,80 @@
+"""Queue-wide limits: at most `concurrency` runs of a queue at once across every worker, and at
+most `rate` starts per second. The one definition of a limit and of how it is stored.
+
+Stored in the namespace's `<ns>:limits` hash, field = queue, value = the limit as JSON. Workers
+read the hash about once a second (limiter.py), so a limit set, changed or removed takes
+effect within a second or two; runs already going when a limit is set are not counted
+against it. Enforcement is acquire.lua's: permits in `<ns>:{lim:<queue>}:permits`, one per
+run in flight, expiring with the workers' lease unless renewed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgspec
+
+from scheduler.core.errors import ValidationError
+
+MAX_CONCURRENCY = 1_000_000
+MAX_RATE = 1_000_000.0
+
+
+class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    concurrency: int | None = None  # runs at once, across all workers
+    rate: float | None = None  # starts per second, across all workers
+
+    def text(self) -> str:
+        parts = []
+        if self.concurrency is not None:
+            parts.append(f"{self.concurrency} at once")
+        if self.rate is not None:
+            parts.append(f"{self.rate:g}/s")
+        return ", ".join(parts) or "none"
+
+
+def check_limit(concurrency: Any, rate: Any) -> QueueLimit:
+    if concurrency is not None and (type(concurrency) is not int
+                                    or not 1 <= concurrency <= MAX_CONCURRENCY):
+        raise ValidationError("concurrency", f"{concurrency!r} is not allowed; use a whole "
+                                             f"number from 1 to {MAX_CONCURRENCY:,} (or None "
+                                             f"for no concurrency limit)")
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
+        raise ValidationError("rate", f"{rate!r} is not allowed; use starts per second, a "
+                                      f"number > 0 and at most {MAX_RATE:,.0f} (or None for "
+                                      f"no rate limit)")
+    return QueueLimit(concurrency=concurrency, rate=None if rate is None else float(rate))
+
+
+_decoder = msgspec.json.Decoder(QueueLimit)
+
+
+def encode(limit: QueueLimit) -> bytes:
+    return msgspec.json.encode(limit)
+
+
+def parse(raw: dict[bytes, bytes]) -> dict[str, QueueLimit]:
+    """The `<ns>:limits` hash; a field that does not decode (written by hand) is skipped."""
+    out: dict[str, QueueLimit] = {}
+    for queue, value in raw.items():
+        try:
+            out[queue.decode()] = _decoder.decode(value)
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def parse_rate(text: str) -> float:
+    """`--rate` as the CLI takes it: "20", "20/s", "300/m", "1000/h"."""
+    value, _, unit = text.strip().partition("/")
+    per = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}.get(unit.strip().lower())
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if per is None or not math.isfinite(number):
+        raise ValidationError("rate", f"{text!r} is not a rate; write starts per second or "
+                                      f"per minute or hour: 20, 20/s, 300/m, 1000/h")
+    return number / per

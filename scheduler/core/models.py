@@ -1,0 +1,430 @@
+"""Records: msgspec Structs for jobs, slots, attempts and retry policies, with validation.
+
+Validation happens here, before anything is written to Redis; every error names the field and
+what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from scheduler.core.errors import ValidationError
+from scheduler.core.finite import finite_number
+from scheduler.core.keys import DEFAULT_PRIORITY, PRIORITIES, check_name, control_character
+from scheduler.core.states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+_DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
+
+
+MAX_ATTEMPTS = 1000
+MAX_SECONDS = 365 * 86400  # the longest backoff or timeout: a year
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Exponential backoff with jitter: delay(n) = min(max_s, base_s * 2**(n-1)) * (1 - jitter*u),
+    u uniform in [0, 1), n the number of failed attempts so far."""
+
+    max_attempts: int = 3
+    base_s: float = 1.0
+    max_s: float = 300.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or isinstance(self.max_attempts, bool):
+            raise ValidationError("max_attempts", "must be an integer >= 1")
+        if not 1 <= self.max_attempts <= MAX_ATTEMPTS:
+            raise ValidationError("max_attempts", f"{self.max_attempts} is not allowed; must be "
+                                                  f"from 1 to {MAX_ATTEMPTS}")
+        for field in ("base_s", "max_s"):
+            value = getattr(self, field)
+            if not finite_number(value) or not 0 <= value <= MAX_SECONDS:
+                raise ValidationError(field, f"{value!r} is not allowed; must be a number of "
+                                             f"seconds from 0 to {MAX_SECONDS:,} (a year)")
+        if self.max_s < self.base_s:
+            raise ValidationError("max_s", f"{self.max_s} is below base_s {self.base_s}")
+        if not finite_number(self.jitter) or not 0 <= self.jitter <= 1:
+            raise ValidationError("jitter", f"{self.jitter!r} is not allowed; must be in [0, 1]")
+
+    def delay_s(self, failures: int, u: float) -> float:
+        raw: float = min(self.max_s, self.base_s * 2 ** max(failures - 1, 0))
+        return raw * (1 - self.jitter * u)
+
+
+class Job(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    task: str
+    queue: str = "default"
+    priority: int = DEFAULT_PRIORITY  # 1 runs first, 5 last
+    payload: Any = None
+    timeout_s: float | None = None
+    retry: RetryPolicy = RetryPolicy()
+    delivery: Delivery = Delivery.AT_LEAST_ONCE
+    dedupe_key: str | None = None
+    kind: JobKind = JobKind.IMMEDIATE
+    created_ms: int = 0
+    fire_ms: int = 0  # the fire time of the first slot (cron: the first occurrence)
+    delay_s: float | None = None  # delayed jobs: the delay asked for
+    cron: str | None = None  # cron jobs: the expression, 5 fields or 6 with seconds first
+    tz: str | None = None  # cron jobs: IANA zone of the expression's wall-clock times
+    catchup: Catchup | None = None  # cron jobs
+    catchup_limit: int | None = None  # cron jobs: most missed occurrences `all` backfills
+    overlap: Overlap | None = None  # cron jobs
+    start_ms: int | None = None
+    end_ms: int | None = None
+    missed: int = 0  # cron jobs: occurrences dropped by the catch-up policy
+    next_fire_ms: int | None = None  # the next fire time still ahead, None when there is none
+    deleted_ms: int | None = None  # when its series was ended (Client.delete_job)
+    deleted: str | None = None  # why (the reason given)
+
+
+class Attempt(msgspec.Struct, frozen=True, kw_only=True):
+    number: int
+    worker: str | None = None
+    token: int | None = None
+    claimed_ms: int | None = None
+    lease_until_ms: int | None = None
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    outcome: Outcome | None = None
+    error: str | None = None
+    log: list[str] | None = None  # the lines the handler logged (ctx.logger, INFO and up)
+
+
+class Slot(msgspec.Struct, frozen=True, kw_only=True):
+    slot_id: str
+    job_id: str
+    fire_ms: int
+    status: SlotStatus
+    attempt: int = 0
+    failures: int = 0
+    queue: str = "default"
+    priority: int = DEFAULT_PRIORITY
+    task: str = ""
+    token: int = 0
+    worker: str | None = None
+    lease_until_ms: int | None = None
+    available_ms: int | None = None
+    attempts: list[Attempt] = []
+    result: Any = None  # a succeeded handler's return value (None when it returned none)
+
+
+_attempt_decoder = msgspec.json.Decoder(Attempt)
+_payload_encoder = msgspec.json.Encoder()
+
+
+def check_task(task: object) -> str:
+    if isinstance(task, str) and (control := control_character(task)):
+        raise ValidationError("task", f"{task[:60]!r} holds the control character {control}; "
+                                      f"a task name is 1-200 printable characters")
+    if isinstance(task, str) and not _is_unicode(task):
+        raise ValidationError("task", f"{task[:60]!r} is not valid text (bytes that are not "
+                                      f"UTF-8, or a lone surrogate)")
+    if not isinstance(task, str) or not task or len(task.encode()) > 200 or task != task.strip():
+        raise ValidationError("task", f"{task!r} is not a task name (a non-empty string, at "
+                                      f"most 200 bytes in UTF-8, no space at either end)")
+    return task
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (a lone surrogate does not: bytes a shell passed that
+    were not UTF-8 arrive as one)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
+        return None
+    if not finite_number(timeout) or not 0 < float(timeout) <= MAX_SECONDS:
+        raise ValidationError("timeout", f"{timeout!r} is not allowed; must be a number of "
+                                         f"seconds > 0 and at most {MAX_SECONDS:,} (a year)")
+    return float(timeout)
+
+
+def check_priority(priority: Any) -> int:
+    if priority is None:
+        return DEFAULT_PRIORITY
+    if type(priority) is not int or priority not in PRIORITIES:
+        raise ValidationError("priority", f"{priority!r} is not a priority; use an integer from "
+                                          f"1 (runs first) to 5 (runs last), default "
+                                          f"{DEFAULT_PRIORITY}")
+    return priority
+
+
+def check_delivery(delivery: Any) -> Delivery:
+    try:
+        return Delivery(delivery)
+    except ValueError:
+        raise ValidationError(
+            "delivery", f"{delivery!r} is not a delivery mode; use one of {_DELIVERY_VALUES}"
+        ) from None
+
+
+def check_dedupe_key(key: object) -> str | None:
+    if key is None:
+        return None
+    if not isinstance(key, str) or not key or len(key) > 512:
+        raise ValidationError("dedupe_key", "must be a non-empty string of at most 512 characters")
+    return key
+
+
+MAX_DEPTH = 64  # how deep a payload (or a result) may nest lists and objects
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    """Refuse what JSON cannot hold as it is: msgspec would quietly turn NaN into null, bytes
+    into base64, a set or a tuple into a list, a datetime into a string, and the handler
+    would get something else than was submitted. And refuse nesting past MAX_DEPTH: every
+    reader decodes a payload recursively."""
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValidationError("payload", f"holds {value!r}, which JSON cannot represent; "
+                                             f"use None or a string")
+        return
+    if not isinstance(value, dict | list):
+        raise ValidationError("payload", f"holds a {type(value).__name__} ({str(value)[:40]!r}"
+                                         f"), which is not a JSON value: convert it first "
+                                         f"(str, int, float, bool, None, list, dict)")
+    if depth >= MAX_DEPTH:
+        raise ValidationError("payload", f"nests lists and objects deeper than {MAX_DEPTH} "
+                                         f"levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValidationError("payload", f"has a key {key!r} that is not a string "
+                                                 f"(JSON object keys are strings)")
+            _check_json(item, depth + 1)
+    else:
+        for item in value:
+            _check_json(item, depth + 1)
+
+
+def encode_payload(payload: Any, max_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> bytes:
+    """JSON values only (_check_json); nothing is pickled."""
+    if payload is not None and not isinstance(payload, str | int):
+        _check_json(payload)
+    try:
+        data = _payload_encoder.encode(payload)
+    except UnicodeEncodeError:
+        raise ValidationError("payload", "holds text that is not valid Unicode (a lone "
+                                         "surrogate: bytes that were not UTF-8)") from None
+    except (TypeError, msgspec.EncodeError) as exc:
+        raise ValidationError("payload", f"is not JSON-serializable: {exc}") from None
+    if len(data) > max_bytes:
+        raise ValidationError(
+            "payload", f"is {len(data)} bytes encoded, over the limit of {max_bytes} bytes"
+        )
+    return data
+
+
+def decode_payload(data: bytes | None) -> Any:
+    if not data:
+        return None
+    return msgspec.json.decode(data)
+
+
+def shown_payload(data: bytes | None) -> Any:
+    """A stored payload or result as a reader shows it: decoded, or, when it does not decode
+    (written past the SDK's checks, straight to the scripts: not JSON, not UTF-8, nested
+    past MAX_DEPTH), a string that says so, so one such job fails no listing."""
+    deep = f"(not shown: {len(data or b'')} bytes of JSON nested deeper than {MAX_DEPTH} levels)"
+    try:
+        value = decode_payload(data)
+    except RecursionError:
+        return deep
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return f"(not shown: {len(data or b'')} bytes that do not decode as JSON)"
+    if data and data.count(b"[") + data.count(b"{") > MAX_DEPTH and _deeper(value):
+        return deep
+    return value
+
+
+def _deeper(value: Any) -> bool:
+    """Whether a decoded value nests past MAX_DEPTH; without recursion (encoding it for a
+    page or `--json` would recurse past Python's limit)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_DEPTH:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict)
+                                                   else item))
+    return False
+
+
+def check_queue(queue: object) -> str:
+    return check_name("queue", queue)  # type: ignore[arg-type]
+
+
+# --- Redis hash <-> Struct -------------------------------------------------------------------
+
+
+# Fields of the job hash that Lua reads, with the value a missing field stands for. submit
+# writes only fields that differ, and fail.lua falls back to the same numbers.
+JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
+    "timeout_ms": 0,
+    "max_attempts": 3,
+    "backoff_base_ms": 1000,
+    "backoff_max_ms": 300_000,
+    "jitter": 0.2,
+    "delivery": Delivery.AT_LEAST_ONCE.value,
+    "dedupe_key": "",
+    "kind": JobKind.IMMEDIATE.value,
+    "priority": DEFAULT_PRIORITY,
+    # schedules (scheduler/core/timing.py); immediate jobs store none of them
+    "delay_ms": 0,
+    "cron": "",
+    "tz": "",
+    "catchup": "",
+    "catchup_limit": 0,
+    "overlap": "",
+    "start_ms": 0,
+    "end_ms": 0,
+}
+
+
+# Every job-hash field a submit may write besides task, queue, fire_ms and created_ms:
+# submit.lua refuses any other (sources.py gives it this table as JOB_FIELD_TYPES). Those
+# with a default above, the payload, a named schedule's digest of its definition
+# (schedules.py) and a traced submit's W3C traceparent (tracing.FIELD).
+SUBMIT_FIELDS = (*JOB_FIELD_DEFAULTS, "payload", "spec", "traceparent")
+# The fields whose value is one of an enum's (a reader turns it into the enum: another
+# value would fail every listing of the job).
+ENUM_FIELDS: dict[str, type[StrEnum]] = {"kind": JobKind, "delivery": Delivery,
+                                         "catchup": Catchup, "overlap": Overlap}
+
+
+def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
+               dedupe_key: str | None, kind: str,
+               schedule: dict[str, str | int] | None = None,
+               priority: int = DEFAULT_PRIORITY) -> list[str | bytes | int | float]:
+    """The job hash beyond task/queue/fire_ms/created_ms, as flat field/value pairs, leaving
+    out every field equal to its default (less for Redis to store and the script to write)."""
+    values: dict[str, str | int | float] = {
+        "timeout_ms": int(timeout_s * 1000) if timeout_s else 0,
+        "max_attempts": retry.max_attempts,
+        "backoff_base_ms": int(retry.base_s * 1000),
+        "backoff_max_ms": int(retry.max_s * 1000),
+        "jitter": retry.jitter,
+        "delivery": delivery.value,
+        "dedupe_key": dedupe_key or "",
+        "kind": kind,
+        "priority": priority,
+        **(schedule or {}),
+    }
+    out: list[str | bytes | int | float] = []
+    if payload != b"null":
+        out += ["payload", payload]
+    for name, value in values.items():
+        if value != JOB_FIELD_DEFAULTS[name]:
+            out += [name, value]
+    return out
+
+
+def schedule_fields(schedule: dict[str, str | int]) -> list[str | int]:
+    """A schedule's job-hash field/value pairs as job_fields() lays them out (defaults left
+    out), for a caller that has the rest of them already."""
+    out: list[str | int] = []
+    for name, value in schedule.items():
+        if value != JOB_FIELD_DEFAULTS[name]:
+            out += [name, value]
+    return out
+
+
+def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
+    # Bytes that are not UTF-8 (written straight to a script) read as U+FFFD: such a job
+    # must fail no listing.
+    value = raw.get(name.encode())
+    return value.decode("utf-8", "replace") if value is not None else default
+
+
+def _i(raw: dict[bytes, bytes], name: str, default: int = 0) -> int:
+    value = raw.get(name.encode())
+    return int(value) if value not in (None, b"") else default
+
+
+def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
+    raw = {**{k.encode(): str(v).encode() for k, v in JOB_FIELD_DEFAULTS.items()}, **raw}
+    timeout_ms = _i(raw, "timeout_ms")
+    return Job(
+        job_id=job_id,
+        task=_s(raw, "task"),
+        queue=_s(raw, "queue", "default"),
+        priority=_i(raw, "priority"),
+        payload=shown_payload(raw.get(b"payload")),
+        timeout_s=timeout_ms / 1000 if timeout_ms else None,
+        retry=RetryPolicy(
+            max_attempts=_i(raw, "max_attempts"),
+            base_s=_i(raw, "backoff_base_ms") / 1000,
+            max_s=_i(raw, "backoff_max_ms") / 1000,
+            jitter=float(_s(raw, "jitter", "0")),
+        ),
+        delivery=Delivery(_s(raw, "delivery", Delivery.AT_LEAST_ONCE.value)),
+        dedupe_key=_s(raw, "dedupe_key") or None,
+        kind=JobKind(_s(raw, "kind", JobKind.IMMEDIATE)),
+        created_ms=_i(raw, "created_ms"),
+        fire_ms=_i(raw, "fire_ms"),
+        delay_s=_i(raw, "delay_ms") / 1000 if _s(raw, "kind") == JobKind.DELAYED else None,
+        cron=_s(raw, "cron") or None,
+        tz=(_s(raw, "tz") or "UTC") if raw.get(b"cron") not in (None, b"") else None,
+        catchup=Catchup(_s(raw, "catchup")) if _s(raw, "catchup") else None,
+        catchup_limit=_i(raw, "catchup_limit") or None,
+        overlap=Overlap(_s(raw, "overlap")) if _s(raw, "overlap") else None,
+        start_ms=_i(raw, "start_ms") or None,
+        end_ms=_i(raw, "end_ms") or None,
+        missed=_i(raw, "missed"),
+        deleted_ms=_i(raw, "deleted_ms") or None,
+        deleted=_s(raw, "deleted") or None,
+    )
+
+
+def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
+    """Archived attempts are JSON in fields `a:<n>`; the latest attempt, when not archived,
+    is read from the slot's own fields (complete.lua keeps the hot path free of JSON)."""
+    attempts = {a.number: a for a in (_attempt_decoder.decode(v)
+                                      for k, v in raw.items() if k.startswith(b"a:"))}
+    current = _i(raw, "attempt")
+    if current and current not in attempts:
+        attempts[current] = Attempt(
+            number=current, worker=_s(raw, "worker") or None,
+            claimed_ms=_opt(raw, "claimed_ms"), lease_until_ms=_opt(raw, "lease_until"),
+            started_ms=_opt(raw, "started_ms"), finished_ms=_opt(raw, "finished_ms"),
+            outcome=Outcome(_s(raw, "outcome")) if raw.get(b"outcome") else None)
+    for key, value in raw.items():
+        if key.startswith(b"log:") and key[4:].isdigit() and int(key[4:]) in attempts:
+            n = int(key[4:])
+            attempts[n] = msgspec.structs.replace(attempts[n], log=decode_payload(value))
+    status = SlotStatus(_s(raw, "status"))
+    return Slot(
+        slot_id=slot,
+        job_id=_s(raw, "job_id"),
+        fire_ms=_i(raw, "fire_ms"),
+        status=status,
+        attempt=current,
+        failures=_i(raw, "failures"),
+        queue=_s(raw, "queue", "default"),
+        priority=_i(raw, "priority", DEFAULT_PRIORITY),
+        task=_s(raw, "task"),
+        token=current,
+        worker=_s(raw, "worker") or None,
+        lease_until_ms=_opt(raw, "lease_until") if status is SlotStatus.RUNNING else None,
+        available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
+        attempts=[attempts[n] for n in sorted(attempts)],
+        result=shown_payload(raw.get(b"result")),
+    )
+
+
+def _opt(raw: dict[bytes, bytes], name: str) -> int | None:
+    value = raw.get(name.encode())
+    return int(value) if value not in (None, b"") else None

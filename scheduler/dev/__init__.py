@@ -1,0 +1,1 @@
+"""For a laptop: a private `redis-server` for `sched dev`, and example tasks."""

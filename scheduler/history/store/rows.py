@@ -1,0 +1,191 @@
+"""The rows the snapshotter writes, built from the Redis hashes the events point at.
+
+The store holds each slot's latest known state (`state` is the slot hash, attempts included)
+plus, for SQL users, a row per attempt of the slots that had more than one (`attempt_log`;
+the `attempts` view adds every other slot's one attempt, from its state). Upserts are keyed by (namespace, job_id[, fire_ms[,
+number]]) and guarded by `version` (the shard's last events-stream id at read time), so
+replaying a batch, or two snapshotters racing on one slot, never moves a row back to an
+older state.
+
+Rows are NamedTuples rather than Structs: COPY and executemany take tuples as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+
+from scheduler.core.events import FINAL_STATUS
+from scheduler.core.models import Slot, slot_from_hash
+from scheduler.core.states import TERMINAL, JobKind
+
+DAY_MS = 86_400_000
+SCHEMA_VERSION = 3
+
+_json = msgspec.json.Encoder()
+_TERMINAL = frozenset(s.value for s in TERMINAL)
+_state_decoder = msgspec.json.Decoder(dict[str, str])
+
+
+class JobRow(NamedTuple):
+    namespace: str
+    job_id: str
+    task: str
+    queue: str
+    kind: str
+    created_ms: int
+    fire_ms: int
+    definition: str  # the job hash as a JSON object
+
+
+class SlotRow(NamedTuple):
+    namespace: str
+    job_id: str
+    fire_ms: int
+    status: str
+    task: str
+    queue: str
+    attempt: int
+    failures: int
+    available_ms: int | None
+    finished_ms: int | None
+    version: int
+    state: str  # the slot hash as a JSON object
+
+
+class AttemptRow(NamedTuple):
+    namespace: str
+    job_id: str
+    fire_ms: int
+    number: int
+    worker: str | None
+    claimed_ms: int | None
+    lease_until_ms: int | None
+    started_ms: int | None
+    finished_ms: int | None
+    outcome: str | None
+    error: str | None
+    version: int
+
+
+class Batch(msgspec.Struct):
+    """Rows to upsert, and rows the writer believes are new (`new_*`: the snapshotter puts
+    there the slots and jobs submitted within the batch that it has not written before). A
+    store may insert the new rows without the upsert's conflict handling, as long as it falls
+    back to upserting everything when one of them exists after all."""
+
+    jobs: list[JobRow] = []
+    slots: list[SlotRow] = []
+    attempts: list[AttemptRow] = []
+    new_jobs: list[JobRow] = []
+    new_slots: list[SlotRow] = []
+    new_attempts: list[AttemptRow] = []
+
+    def __len__(self) -> int:
+        return (len(self.jobs) + len(self.slots) + len(self.attempts) + len(self.new_jobs)
+                + len(self.new_slots) + len(self.new_attempts))
+
+    def merged(self) -> Batch:
+        """Every row as an upsert."""
+        if not (self.new_jobs or self.new_slots or self.new_attempts):
+            return self
+        return Batch(jobs=self.jobs + self.new_jobs, slots=self.slots + self.new_slots,
+                     attempts=self.attempts + self.new_attempts)
+
+
+class RecoveryJob(NamedTuple):
+    job_id: str
+    definition: dict[str, str]
+    kind: str
+    created_ms: int
+    last_fire_ms: int | None
+
+
+# --- rows from Redis hashes ----------------------------------------------------------------
+
+
+def text_hash(reply: list[Any] | dict[Any, Any]) -> dict[str, str]:
+    """An HGETALL reply (a RESP3 map, or RESP2's alternating field and value) as text: already
+    text when the connection decoded it (hash_read.py's raw reads), else bytes. Every field
+    the scheduler writes is UTF-8 text (payloads are JSON); bytes that are not, written
+    straight to a script past the SDK, read as U+FFFD (as hash_read's raw reads do)."""
+    if isinstance(reply, dict):
+        first = next(iter(reply), "")
+        if isinstance(first, str):
+            return reply
+        return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                for k, v in reply.items()}
+    if reply and isinstance(reply[0], str):
+        it = iter(reply)
+        return dict(zip(it, it, strict=True))
+    it = iter(reply)
+    return {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+            for k, v in zip(it, it, strict=True)}
+
+
+def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:
+    return JobRow(namespace, job_id, h.get("task", ""), h.get("queue", "default"),
+                  h.get("kind", JobKind.IMMEDIATE), int(h.get("created_ms") or 0),
+                  int(h.get("fire_ms") or 0), _json.encode(h).decode())
+
+
+def slot_rows(namespace: str, slot_id: str, h: dict[str, str], version: int
+              ) -> tuple[SlotRow, list[AttemptRow]]:
+    status = h.get("status", "")
+    attempt = int(h.get("attempt") or 0)
+    job_id = h.get("job_id", "")
+    fire_ms = int(h.get("fire_ms") or 0)
+    if not attempt or (attempt == 1 and "a:1" not in h):
+        # Never claimed, or the common case: one attempt, still in the slot's own fields
+        # (complete.lua archives an attempt as JSON only when another one starts). The slot
+        # row's state holds it, and the `attempts` view reads it from there (migration 0002).
+        attempts = []
+    else:
+        slot = slot_from_hash(slot_id, {k.encode(): v.encode() for k, v in h.items()})
+        attempts = [AttemptRow(namespace, slot.job_id, slot.fire_ms, a.number, a.worker,
+                               a.claimed_ms, a.lease_until_ms, a.started_ms, a.finished_ms,
+                               a.outcome.value if a.outcome else None, a.error, version)
+                    for a in slot.attempts]
+    finished = int(h["finished_ms"]) if status in _TERMINAL and h.get("finished_ms") else None
+    available = h.get("available_ms")
+    row = SlotRow(namespace, job_id, fire_ms, status, h.get("task", ""),
+                  h.get("queue", "default"), attempt, int(h.get("failures") or 0),
+                  int(available) if available else fire_ms, finished, version,
+                  _json.encode(h).decode())
+    return row, attempts
+
+
+def event_slot_row(namespace: str, slot_id: str, kind: str, record: dict[str, Any]
+                   ) -> SlotRow | None:
+    """What an event alone says about a slot whose hash is gone. Version 0: such a row is
+    only inserted when the store has none, never replaces a row read from the hash."""
+    status = FINAL_STATUS.get(kind)  # type: ignore[call-overload]
+    if status is None:
+        return None
+    job_id, _, fire = slot_id.rpartition(":")
+    state = {"job_id": job_id, "fire_ms": fire, "status": status}
+    return SlotRow(namespace, job_id, int(fire), status, str(record.get("task") or ""),
+                   str(record.get("queue") or "default"), int(record.get("attempt") or 0), 0,
+                   None, None, 0, _json.encode(state).decode())
+
+
+def slot_from_state(job_id: str, fire_ms: int, state: str | dict[str, str]) -> Slot:
+    h = _state_decoder.decode(state) if isinstance(state, str | bytes) else state
+    return slot_from_hash(f"{job_id}:{fire_ms}",
+                          {k.encode(): str(v).encode() for k, v in h.items()})
+
+
+def decode_state(state: str | dict[str, str]) -> dict[str, str]:
+    if isinstance(state, str | bytes):
+        return _state_decoder.decode(state)
+    return {k: str(v) for k, v in state.items()}
+
+
+def days_of(batch: Batch) -> set[int]:
+    return {r.fire_ms // DAY_MS for rows in (batch.slots, batch.attempts, batch.new_slots,
+                                             batch.new_attempts) for r in rows}
+
+
+def is_terminal(status: str) -> bool:
+    return status in _TERMINAL

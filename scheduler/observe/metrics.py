@@ -1,0 +1,314 @@
+"""Every metric the scheduler exports is declared here, and only here (STYLE.md item 11).
+
+Two kinds:
+
+* Process metrics: counters and histograms that the process doing the work increments. They
+  are module-level objects; code that counts something imports this module and calls `.inc()`
+  (e.g. `metrics.RECLAIMS.inc(n)` in a reclaimer). `sched worker --metrics-port` and
+  `sched scheduler --metrics-port` serve them.
+* Namespace gauges: the state of Redis (depth, lag, backlog, dead letters, workers, shard
+  owners), read when Prometheus scrapes by `NamespaceCollector` (scheduler/observe/status.py does the
+  reading, in a few pipelined round trips whatever the namespace's size). `sched exporter`
+  serves them.
+
+The worker's hot path runs tens of thousands of jobs a second, so the per-run metrics
+(`sched_runs_total`, `sched_start_lag_seconds`, `sched_run_duration_seconds`) are not
+prometheus_client's locked Counter and Histogram but the single-writer `FastCounter` and
+`FastHistogram` of scheduler/observe/counters.py (an increment is a plain attribute update), and
+the worker looks label children up once per (queue, task) and keeps them (`RunMetrics`),
+never `.labels()` per job.
+Everything counted per batch or per rare event uses prometheus_client's Counter.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from bisect import bisect_left
+from collections.abc import Iterable
+
+import redis
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from scheduler.core.keys import Keys
+from scheduler.observe.capacity import ScalingTarget, plan
+from scheduler.observe.counters import FastCounter, FastHistogram
+from scheduler.observe.status import Status, Topology, WorkerStatus, read_status
+from scheduler.redis.clock import RedisClock
+from scheduler.redis.connection import REDIS_ERRORS
+
+log = logging.getLogger("scheduler.observe.metrics")
+
+# --- process metrics ------------------------------------------------------------------------
+
+LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
+                     60.0, 300.0, 1800.0)
+OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "released", "lost")
+
+RUNS = FastCounter(
+    "sched_runs_total", "Attempts that ended in this worker, by queue, task and outcome "
+    "(succeeded, failed, timed_out, cancelled, released at shutdown, lost lease).",
+    ("queue", "task", "outcome"), REGISTRY)
+START_LAG = FastHistogram(
+    "sched_start_lag_seconds", "Claim time minus the slot's fire time, per claim (a retry's "
+    "lag includes its backoff).", ("queue",), LATENCY_BUCKETS_S, REGISTRY)
+RUN_DURATION = FastHistogram(
+    "sched_run_duration_seconds", "From claim to the handler's end.", ("queue", "task"),
+    LATENCY_BUCKETS_S, REGISTRY)
+RETRIES = Counter("sched_retries_total",
+                  "Failed attempts that Redis rescheduled for a retry (committed by a worker).")
+DEAD_LETTERED = Counter("sched_dead_lettered_total",
+                        "Slots moved to the dead-letter set (attempts exhausted).")
+COMMITS_REFUSED = Counter(
+    "sched_commits_refused_total",
+    "Outcomes Redis refused because the worker's fencing token was no longer current.")
+CLAIMS_NOT_REPLICATED = Counter(
+    "sched_claims_not_replicated_total",
+    "at_most_once runs not started because the replicas did not confirm their claim in time "
+    "(worker --claim-replicas); they end lost.")
+LEASES_LOST = Counter("sched_leases_lost_total",
+                      "Runs a worker stopped because its heartbeat found the lease gone, or "
+                      "because no heartbeat reached Redis before the lease could expire.")
+RUNS_ABANDONED = Counter(
+    "sched_runs_abandoned_total",
+    "Handlers the worker gave up on because they did not stop after their cancellation "
+    "(timeout, lost lease, cancel request); they may go on in the background.")
+# Counted per pass by the reclaimer, the promoter and the materializer.
+LEASE_TIMEOUTS = Counter("sched_lease_timeouts_total",
+                         "Leases that expired without a heartbeat (counted by the reclaimer).")
+RECLAIMS = Counter("sched_reclaims_total",
+                   "Slots the reclaimer took back from a worker whose lease expired.")
+PROMOTED = Counter("sched_promoted_total", "Due slots the promoter moved to dispatch streams.")
+PROMOTED_OVERDUE = Counter(
+    "sched_promoted_overdue_total",
+    "Due slots this node promoted on a shard it does not own, because they were over a second "
+    "late (their owner is dead, frozen or behind).")
+MATERIALIZED_OVERDUE = Counter(
+    "sched_materialized_overdue_total",
+    "Cron jobs this node materialized on a shard it does not own, because their owner had "
+    "left them within a second of their next occurrence.")
+ORPHANS_RECOVERED = Counter(
+    "sched_orphans_recovered_total",
+    "Slots the sweeper found stranded (queued with no stream entry, running past their lease "
+    "with no pending entry, scheduled outside `due`) and set going again, by what it did.",
+    ["action"])
+for _action in ("redispatched", "rescheduled", "reindexed", "reclaimed", "lost", "dead",
+                "cancelled"):  # lua/sweep.lua's actions: exported at 0 before any repair
+    ORPHANS_RECOVERED.labels(_action)
+OCCURRENCES_SKIPPED = Counter(
+    "sched_occurrences_skipped_total",
+    "Cron occurrences recorded `skipped`: their predecessor was still running (overlap=skip).")
+OCCURRENCES_NOT_BACKFILLED = Counter(
+    "sched_occurrences_not_backfilled_total",
+    "Missed cron occurrences the catch-up policy did not backfill (latest, none, or past the "
+    "cap of all); counted on the job and in a `missed` event.")
+
+PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
+                   LEASES_LOST, RUNS_ABANDONED, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, PROMOTED_OVERDUE,
+                   MATERIALIZED_OVERDUE, ORPHANS_RECOVERED, OCCURRENCES_SKIPPED,
+                   OCCURRENCES_NOT_BACKFILLED, CLAIMS_NOT_REPLICATED)
+
+
+class RunMetrics:
+    """The label children of one (queue, task), looked up once per worker and kept on each
+    run; `ok`/`failed` are this worker's own tallies, which its heartbeat turns into rates."""
+
+    __slots__ = ("queue", "start_lag", "duration", "outcomes", "succeeded_child", "ok", "failed")
+
+    def __init__(self, queue: str, task: str) -> None:
+        self.queue = queue
+        self.start_lag = START_LAG.labels(queue)
+        self.duration = RUN_DURATION.labels(queue, task)
+        self.outcomes = {o: RUNS.labels(queue, task, o) for o in OUTCOMES}
+        self.succeeded_child = self.outcomes["succeeded"]
+        self.ok = 0
+        self.failed = 0
+
+    def succeeded(self, duration_ms: int) -> None:
+        # The hot path: HistogramChild.observe_ms inlined (a method call is ~15% of this).
+        self.succeeded_child.value += 1
+        d = self.duration
+        d.counts[bisect_left(d.bounds_ms, duration_ms)] += 1
+        d.sum_ms += duration_ms
+        self.ok += 1
+
+    def ended(self, outcome: str, duration_ms: int) -> None:
+        self.outcomes[outcome].value += 1
+        self.duration.observe_ms(duration_ms)
+        if outcome not in ("released", "lost"):
+            self.failed += 1
+
+
+# --- namespace gauges, read from Redis at scrape time --------------------------------------
+
+GAUGES = {
+    "sched_queue_depth": ("Entries not yet delivered to the consumer group (stream lag).",
+                          ("queue", "shard")),
+    "sched_queue_pending": ("Entries delivered and not acked yet.", ("queue", "shard")),
+    "sched_queue_oldest_ready_age_seconds": ("How long the oldest undelivered entry has waited.",
+                                             ("queue", "shard")),
+    "sched_due_backlog": ("Slots in `due` whose time has come, not promoted yet (missed-fire "
+                          "backlog).", ("shard",)),
+    "sched_due_backlog_oldest_age_seconds": ("How late the oldest due, unpromoted slot is.",
+                                             ("shard",)),
+    "sched_due_slots": ("Every slot in `due` (retries, delayed, cron).", ("shard",)),
+    "sched_dead_letter_size": ("Slots in the dead-letter set.", ("shard",)),
+    "sched_orphans_repaired": ("Stranded slots the sweeper has repaired in this shard, ever "
+                               "(a counter kept in Redis).", ("shard",)),
+    "sched_orphans_waiting": ("Running slots without their pending entry, waiting for their "
+                              "lease to end before the sweeper re-runs them.", ("shard",)),
+    "sched_workers_alive": ("Workers whose heartbeat is younger than their lease.", ()),
+    "sched_workers_wanted": ("Workers the observed lag and throughput call for (the rule: "
+                             "scheduler/observe/capacity.py); what an autoscaler scales on.", ()),
+    "sched_queue_slots_wanted": ("Run slots a queue's flow and ready backlog call for "
+                                 "(scheduler/observe/capacity.py).", ("queue",)),
+    "sched_worker_inflight": ("Runs in flight per live worker.", ("worker",)),
+    "sched_worker_concurrency": ("Concurrency limit per live worker (now: an autoscaling "
+                                 "worker moves it).", ("worker",)),
+    "sched_worker_heartbeat_age_seconds": ("Age of each live worker's last heartbeat.",
+                                           ("worker",)),
+    "sched_worker_succeeded_per_second": ("Successes per second per live worker over its last "
+                                          "heartbeat interval.", ("worker",)),
+    "sched_worker_failed_per_second": ("Failures per second per live worker over its last "
+                                       "heartbeat interval.", ("worker",)),
+    "sched_shard_owner": ("1 for the shard's current owner (the owner key's value).",
+                          ("shard", "owner")),
+    "sched_shards_owned": ("Shards that have an owner.", ()),
+    "sched_shards": ("The namespace's shard count.", ()),
+    "sched_snapshotter_lag_seconds": ("Age of the oldest event the snapshotter has not read; "
+                                      "absent while no snapshotter group exists.", ("shard",)),
+    "sched_snapshotter_backlog_events": ("Events the snapshotter has not acked.", ("shard",)),
+    "sched_exporter_up": ("1 when the last scrape could read Redis.", ()),
+    "sched_redis_durable": ("1 when Redis has an AOF or a replica; 0 when a restart loses "
+                            "what history does not have yet; absent when INFO is not "
+                            "allowed.", ()),
+    "sched_exporter_scrape_seconds": ("Time the last scrape spent reading Redis.", ()),
+}
+
+
+def tallies(runs: dict[tuple[str, str], RunMetrics]) -> dict[str, tuple[int, int, int, int]]:
+    """Per queue, from a worker's RunMetrics by (queue, task), for its heartbeat: succeeded,
+    failed, runs ended (any outcome) and the milliseconds they took (the duration histogram's
+    count and sum: the mean run time costs nothing per job)."""
+    out: dict[str, tuple[int, int, int, int]] = {}
+    for (queue, _), m in runs.items():
+        ok, failed, ended, run_ms = out.get(queue, (0, 0, 0, 0))
+        out[queue] = (ok + m.ok, failed + m.failed, ended + sum(m.duration.counts),
+                      run_ms + m.duration.sum_ms)
+    return out
+
+
+def declared_names() -> set[str]:
+    """Every sample name this module can produce (for tests of dashboards and alerts)."""
+    names = set(GAUGES)
+    for m in PROCESS_METRICS:
+        if isinstance(m, FastHistogram):
+            names |= {f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count"}
+        elif isinstance(m, FastCounter):
+            names.add(m.name)
+        else:
+            names.add(f"{m._name}_total")
+    return names
+
+
+class NamespaceCollector(Collector):
+    """Gauges of one namespace's Redis state, read on every scrape. It also logs what changed
+    since the previous scrape and deserves a person's attention: a worker that joined, one
+    that stopped heartbeating without leaving (a crash or a partition), one that left."""
+
+    def __init__(self, client: redis.Redis, namespace: str,
+                 target: ScalingTarget | None = None) -> None:
+        self.redis = client
+        self.target = target  # None: the status's own plan (capacity.ScalingTarget defaults)
+        self.keys = Keys(namespace)
+        self._failing = False
+        self._alive: set[str] | None = None  # None until the first scrape
+        # Anchored to Redis TIME; re-read every 5 minutes (the monotonic clock drifts far less
+        # than a scrape interval in that time), so most scrapes need no TIME round trip.
+        self._clock = RedisClock(resync_s=300)
+        self._topology: Topology | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return []  # names are in GAUGES; describing must not touch Redis
+
+    def collect(self) -> Iterable[Metric]:
+        started = time.perf_counter()
+        g = {name: GaugeMetricFamily(name, doc, labels=labels)
+             for name, (doc, labels) in GAUGES.items()}
+        try:
+            status, self._topology = read_status(self.redis, self.keys, self._clock,
+                                                 self._topology)
+        except REDIS_ERRORS as exc:
+            if not self._failing:
+                log.warning("exporter cannot read Redis (%s); reporting sched_exporter_up 0", exc)
+            self._failing = True
+            g["sched_exporter_up"].add_metric([], 0)
+            return [g["sched_exporter_up"]]
+        if self._failing:
+            log.info("exporter reads Redis again")
+        self._failing = False
+        for d in status.shard_details:
+            s = str(d.shard)
+            for q in d.queues:
+                g["sched_queue_depth"].add_metric([q.queue, s], q.depth)
+                g["sched_queue_pending"].add_metric([q.queue, s], q.pending)
+                g["sched_queue_oldest_ready_age_seconds"].add_metric([q.queue, s],
+                                                                     q.oldest_ready_age_s)
+            g["sched_due_backlog"].add_metric([s], d.due_backlog)
+            g["sched_due_backlog_oldest_age_seconds"].add_metric([s], d.oldest_overdue_s)
+            g["sched_due_slots"].add_metric([s], d.due_slots)
+            g["sched_dead_letter_size"].add_metric([s], d.dead_letter_size)
+            g["sched_orphans_repaired"].add_metric([s], d.orphans_recovered)
+            g["sched_orphans_waiting"].add_metric([s], d.orphans_waiting)
+            if d.owner:
+                g["sched_shard_owner"].add_metric([s, d.owner], 1)
+            if d.snapshot_lag_s is not None:
+                g["sched_snapshotter_lag_seconds"].add_metric([s], d.snapshot_lag_s)
+                g["sched_snapshotter_backlog_events"].add_metric(
+                    [s], d.snapshot_backlog_events or 0)
+        if status.redis_aof is not None and status.redis_replicas is not None:
+            g["sched_redis_durable"].add_metric(
+                [], 1 if status.redis_aof or status.redis_replicas else 0)
+        self._workers(g, status)
+        self._log_worker_changes(status.workers)
+        g["sched_shards_owned"].add_metric([], status.shards_owned)
+        g["sched_shards"].add_metric([], status.shards)
+        g["sched_exporter_up"].add_metric([], 1)
+        g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
+        return list(g.values())
+
+    def _workers(self, g: dict[str, GaugeMetricFamily], status: Status) -> None:
+        for w in status.workers:
+            if w.alive:
+                g["sched_worker_inflight"].add_metric([w.worker_id], w.inflight)
+                g["sched_worker_concurrency"].add_metric([w.worker_id], w.concurrency)
+                g["sched_worker_heartbeat_age_seconds"].add_metric([w.worker_id],
+                                                                   w.heartbeat_age_s)
+                g["sched_worker_succeeded_per_second"].add_metric([w.worker_id],
+                                                                  w.succeeded_per_s)
+                g["sched_worker_failed_per_second"].add_metric([w.worker_id], w.failed_per_s)
+        g["sched_workers_alive"].add_metric([], status.workers_alive)
+        scaling = (plan(status.queues, status.workers, self.target) if self.target
+                   else status.scaling)
+        if scaling is not None:
+            g["sched_workers_wanted"].add_metric([], scaling.wanted)
+            for queue, slots in scaling.by_queue.items():
+                g["sched_queue_slots_wanted"].add_metric([queue], slots)
+
+    def _log_worker_changes(self, workers: list[WorkerStatus]) -> None:
+        alive = {w.worker_id for w in workers if w.alive}
+        if self._alive is not None:
+            listed = {w.worker_id: w for w in workers}
+            for worker_id in sorted(alive - self._alive):
+                log.info("worker %s is alive", worker_id)
+            for worker_id in sorted(self._alive - alive):
+                gone = listed.get(worker_id)
+                if gone is None:
+                    log.info("worker %s left", worker_id)
+                else:
+                    log.warning("worker %s missed its heartbeats (last seen %.0fs ago); its "
+                                "runs are reclaimed when their leases expire", worker_id,
+                                gone.heartbeat_age_s)
+        self._alive = alive

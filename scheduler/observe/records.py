@@ -1,0 +1,177 @@
+"""The records of `sched status` (what a namespace looks like right now) and what they say
+about its health: `Status.problems()` (unhealthy: `sched status` exits 3) and
+`Status.warnings()` (at risk, not unhealthy). Plain data: scheduler/observe/status.py reads and decodes
+them from Redis; the SDK, the CLI, the exporter and the web console read them."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class QueueShardStatus(msgspec.Struct, kw_only=True):
+    queue: str
+    shard: int
+    depth: int  # entries not yet delivered to the consumer group
+    pending: int  # delivered, not yet acked (running or about to be committed)
+    oldest_ready_age_s: float  # how long the oldest undelivered entry has waited; 0 if none
+
+
+class ShardStatus(msgspec.Struct, kw_only=True):
+    shard: int
+    due_slots: int  # everything in `due`: retries, delayed and cron slots
+    due_backlog: int  # due slots whose time has come but that are not promoted yet
+    oldest_overdue_s: float  # how late the oldest of those is; 0 if none
+    dead_letter_size: int
+    owner: str | None  # the node id holding the shard's lease (the key is "<epoch>:<node_id>")
+    owner_epoch: int | None
+    owner_ttl_s: float | None
+    snapshot_backlog_events: int | None  # events the snapshotter has not acked; None: no snapshotter
+    snapshot_lag_s: float | None  # age of the oldest event it has not read yet
+    queues: list[QueueShardStatus]
+    orphans_recovered: int = 0  # slots the sweeper found stranded and repaired, ever
+    orphans_last_ms: int | None = None  # when it last did
+    orphans_waiting: int = 0  # stranded slots it found whose lease is not over yet
+
+
+class QueueStatus(msgspec.Struct, kw_only=True):
+    queue: str
+    depth: int
+    pending: int
+    oldest_ready_age_s: float
+    succeeded_per_s: float
+    failed_per_s: float
+    inflight: int = 0  # runs in flight on live workers (their heartbeats)
+    mean_run_s: float = 0.0  # over the runs that ended in the workers' last heartbeat interval
+
+
+class Rate(msgspec.Struct, kw_only=True):
+    succeeded_per_s: float
+    failed_per_s: float
+    mean_run_s: float = 0.0  # 0: no run ended in the interval
+    inflight: int = 0
+
+
+class WorkerStatus(msgspec.Struct, kw_only=True):
+    worker_id: str
+    alive: bool  # heartbeat younger than half its lease (1.5 intervals) + ALIVE_SLACK_MS
+    heartbeat_age_s: float
+    host: str
+    pid: int
+    queues: list[str]
+    concurrency: int  # run slots now (an autoscaling worker moves it, scheduler/worker/autoscale.py)
+    inflight: int
+    succeeded: int  # since the worker started
+    failed: int
+    succeeded_per_s: float
+    failed_per_s: float
+    by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
+    max_concurrency: int = 0  # the most it may grow to (`--autoscale MIN:MAX`); 0: unknown
+    waiting: bool = False  # started before its namespace existed: waits for it to be created
+
+
+class NodeStatus(msgspec.Struct, kw_only=True):
+    node: str  # host:port of a primary (a single Redis: the one node)
+    shards: list[int]  # the namespace's shards it holds
+    aof: bool | None = None  # None: INFO not allowed or it did not answer
+    replicas: int | None = None
+
+
+class Scaling(msgspec.Struct, kw_only=True):
+    """How many workers the observed lag and throughput call for (the rule:
+    scheduler/observe/capacity.py)."""
+
+    running: int  # live workers
+    wanted: int
+    change: int  # wanted - running: add (+) or remove (-) this many
+    slots_wanted: float  # run slots over every queue
+    slots_per_worker: int
+    by_queue: dict[str, float]  # run slots each queue calls for
+    target_lag_s: float
+    target_utilisation: float
+
+
+class Status(msgspec.Struct, kw_only=True):
+    namespace: str
+    now_ms: int
+    shards: int
+    queues: list[QueueStatus]
+    workers: list[WorkerStatus]
+    workers_alive: int
+    workers_known: int  # entries in the registry, including dead ones not shown
+    due_slots: int
+    due_backlog: int
+    oldest_overdue_s: float
+    dead_letter_size: int
+    shards_owned: int
+    snapshot_lag_s: float | None
+    shard_details: list[ShardStatus]
+    orphans_recovered: int = 0
+    orphans_last_age_s: float | None = None  # since the sweeper last repaired one
+    orphans_waiting: int = 0
+    redis_aof: bool | None = None  # the server's AOF is on (None: INFO not allowed)
+    redis_replicas: int | None = None  # replicas connected to it
+    snapshot_backlog_events: int = 0  # events not in history yet: what a loss would cost
+    nodes: list[NodeStatus] = []  # which Redis node holds which shards
+    scaling: Scaling | None = None  # None only on a record not read by scheduler/observe/status.py
+    workers_waiting: int = 0  # live workers waiting for the namespace to be created
+    nodes_waiting: int = 0  # scheduler nodes registered while it does not exist (all wait)
+
+    def not_created(self) -> str | None:
+        """What `sched status` says of a namespace that does not exist yet (None once it
+        does): which processes wait for it, and what creates it."""
+        if self.shards:
+            return None
+        return (f"namespace not created yet: {_waiting(self.workers_waiting, self.nodes_waiting)}"
+                f" (its first submit, or `sched namespace create`, creates it)")
+
+    def warnings(self) -> list[str]:
+        """What puts accepted jobs at risk or slows them without making the namespace
+        unhealthy: no durability, and shards spread unevenly over a cluster's nodes."""
+        found = []
+        if self.redis_aof is False and self.redis_replicas == 0:
+            found.append(f"Redis has neither AOF nor a replica: acknowledged jobs will be lost "
+                         f"if it restarts; `sched recover` can restore what history has (now "
+                         f"{self.snapshot_backlog_events} event(s) behind"
+                         + (f", {self.snapshot_lag_s:.1f}s" if self.snapshot_lag_s is not None
+                            else "") + ")")
+        counts = [len(n.shards) for n in self.nodes]
+        if len(counts) > 1 and self.shards and max(counts) - min(counts) > 1:
+            found.append(f"shards fall {'/'.join(map(str, sorted(counts, reverse=True)))} "
+                         f"over {len(counts)} nodes: the busiest node does "
+                         f"{max(counts) / self.shards:.0%} of the work; move a shard's slot with "
+                         f"`redis-cli --cluster reshard` (README: Redis Cluster)")
+        return found
+
+    def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None
+                 ) -> list[str]:
+        """Why this namespace is unhealthy, one line each; empty when it is healthy."""
+        found = []
+        if self.workers_alive == 0:
+            found.append("no worker is alive: start one with `sched worker --app MODULE:REGISTRY`")
+        if max_lag_s is not None:
+            for q in self.queues:
+                if q.oldest_ready_age_s > max_lag_s:
+                    found.append(f"queue {q.queue}: the oldest ready job has waited "
+                                 f"{q.oldest_ready_age_s:.1f}s (over {max_lag_s:g}s): add workers")
+            if self.oldest_overdue_s > max_lag_s:
+                found.append(f"{self.due_backlog} due slot(s) not promoted, the oldest "
+                             f"{self.oldest_overdue_s:.1f}s late: is a `sched scheduler` running?")
+            if self.snapshot_lag_s is not None and self.snapshot_lag_s > max_lag_s:
+                found.append(f"the snapshotter is {self.snapshot_lag_s:.1f}s behind")
+        if max_dead_letter is not None and self.dead_letter_size > max_dead_letter:
+            found.append(f"{self.dead_letter_size} dead slot(s), over {max_dead_letter}")
+        if self.orphans_waiting:
+            found.append(f"{self.orphans_waiting} running slot(s) lost their pending stream "
+                         f"entry; the sweeper re-runs them when their lease is over (see the "
+                         f"'orphaned' events)")
+        return found
+
+
+def _waiting(workers: int, nodes: int) -> str:
+    """"2 workers and 1 node are waiting", "1 worker is waiting", "nothing is waiting"."""
+    parts = [f"{n} {what}{'' if n == 1 else 's'}" for n, what in ((workers, "worker"),
+                                                                  (nodes, "node")) if n]
+    if not parts:
+        return "no worker or node is waiting"
+    verb = "is" if len(parts) == 1 and (workers or nodes) == 1 else "are"
+    return f"{' and '.join(parts)} {verb} waiting"

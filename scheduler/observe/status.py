@@ -1,0 +1,326 @@
+"""What a namespace looks like right now, read from Redis: the data behind `sched status`,
+`sched workers` and the exporter's gauges.
+
+Reading is bounded and batched whatever the load: the topology (shard count, the most recent
+`MAX_WORKERS` workers, the names of limited queues) and the details (every shard's `stats`
+script, lua/stats.lua, O(lanes its index names) commands each: the lanes in use, not every
+queue name ever seen, queue_cleaner.py; and the worker hashes) in one pipelined round trip
+when the caller passes the topology it saw last time and nothing changed (the exporter does),
+in two otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
+
+A namespace not created yet has no shards: its workers and scheduler nodes wait for it,
+registered (workers as `state: waiting`, nodes in `<ns>:schedulers`), and are counted so.
+
+Rates (`succeeded_per_s`, `failed_per_s`) come from the workers: each heartbeat writes the
+worker's per-queue rates over its last heartbeat interval into its `worker:<id>` hash, and a
+queue's rate is the sum over live workers. That costs no Redis command beyond the heartbeat
+the worker sends anyway and nothing per job; the price is that a rate is an average over the
+last heartbeat interval (lease/3, 10 s by default). Prometheus computes finer rates from the
+workers' own `sched_runs_total` counters. The same heartbeat gives each queue's runs in flight
+and mean run time, from which `Status.scaling` (scheduler/observe/capacity.py) says how many workers
+the load calls for.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import msgspec
+import redis
+import redis.asyncio
+
+import scheduler.observe.capacity as capacity
+import scheduler.redis.cluster as cluster
+import scheduler.scripts.calls as scripts
+import scheduler.scripts.source as sources
+from scheduler.core.keys import Keys
+from scheduler.observe.records import (
+    NodeStatus,
+    QueueShardStatus,
+    QueueStatus,
+    Rate,
+    ShardStatus,
+    Status,
+    WorkerStatus,
+)
+from scheduler.redis.clock import Clock, resync, resync_sync
+from scheduler.redis.connection import where
+
+__all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
+           "Topology", "WorkerStatus", "read_status", "read_status_async", "read_workers",
+           "read_workers_async"]
+
+MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
+ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
+NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node.py)
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value or "")
+
+
+def _age_s(now_ms: int, then_ms: int) -> float:
+    return max(0.0, (now_ms - then_ms) / 1000) if then_ms >= 0 else 0.0
+
+
+def _shard(shard: int, now: int, reply: list[Any]) -> ShardStatus:
+    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue, orphans = reply
+    lag, pending, oldest_unread = (int(x) for x in history)
+    recovered, last_ms, waiting = (int(x) for x in orphans)
+    return ShardStatus(
+        shard=shard, due_slots=int(due_slots), due_backlog=int(backlog),
+        oldest_overdue_s=_age_s(now, int(oldest_due)) if int(backlog) else 0.0,
+        dead_letter_size=int(dlq), owner=_owner(_s(owner))[1], owner_epoch=_owner(_s(owner))[0],
+        owner_ttl_s=int(pttl) / 1000 if int(pttl) >= 0 else None,
+        snapshot_backlog_events=lag + pending if lag >= 0 else None,
+        snapshot_lag_s=_age_s(now, oldest_unread) if lag >= 0 else None,
+        queues=[QueueShardStatus(queue=_s(q), shard=shard, depth=int(d), pending=int(p),
+                                 oldest_ready_age_s=_age_s(now, int(o)))
+                for q, d, p, o in per_queue],
+        orphans_recovered=recovered, orphans_last_ms=last_ms if last_ms >= 0 else None,
+        orphans_waiting=waiting)
+
+
+def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
+    f = {k.decode(): v.decode() for k, v in raw.items()}
+    seen = int(f.get("seen_ms", seen_ms))
+    lease_ms = int(f.get("lease_ms", 30_000))
+    rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
+    inflight: dict[str, int] = (msgspec.json.decode(f["queue_inflight"])
+                                if f.get("queue_inflight") else {})
+    return WorkerStatus(
+        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
+        heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
+        queues=[q for q in f.get("queues", "").split(",") if q],
+        concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
+        max_concurrency=int(f.get("max_concurrency", 0)),
+        succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
+        waiting=f.get("state") == "waiting",
+        succeeded_per_s=sum(r[0] for r in rates.values()),
+        failed_per_s=sum(r[1] for r in rates.values()),
+        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
+
+
+def _rate(r: list[float] | None, inflight: int) -> Rate:
+    """[ok/s, failed/s, mean run s] as the heartbeat writes it (the mean since issue 17)."""
+    r = r or [0.0, 0.0]
+    return Rate(succeeded_per_s=r[0], failed_per_s=r[1],
+                mean_run_s=r[2] if len(r) > 2 else 0.0, inflight=inflight)
+
+
+class Topology(NamedTuple):
+    """What the detail reads depend on; a scraper keeps the last one so that, while it holds,
+    one round trip reads everything."""
+
+    shards: int
+    worker_ids: tuple[str, ...]
+
+
+class _Reader:
+    """Sans-I/O: which commands to pipeline and how to decode them, shared by the blocking and
+    the asyncio drivers below. The topology reads (shard count, the most recent `MAX_WORKERS`
+    workers, limited queues, registered nodes) go first; the details (each shard's stats
+    script by SHA, each worker hash) follow in the same pipeline when the topology is known
+    from a previous read, or in a second one."""
+
+    TOPOLOGY_COMMANDS = 7
+
+    def __init__(self, keys: Keys, now_ms: int) -> None:
+        self.keys = keys
+        self.now = now_ms
+        self.seen: list[tuple[bytes, float]] = []
+        self.workers_known = 0
+        self.aof: bool | None = None
+        self.replicas: int | None = None
+        self.nodes: list[NodeStatus] = []
+        self.where = ""
+        self.limited: list[str] = []  # queues with a queue-wide limit: listed, even idle
+        self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
+
+    def topology(self, pipe: Any) -> None:
+        pipe.hget(self.keys.meta, "shards")
+        pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
+        pipe.zcard(self.keys.workers)
+        pipe.hkeys(self.keys.limits)
+        pipe.zrangebyscore(self.keys.schedulers, self.now - NODE_WAITING_MS, "+inf",
+                           withscores=True)
+        pipe.info("persistence")  # an ACL without INFO: unknown, not an error
+        pipe.info("replication")
+
+    def took_topology(self, replies: list[Any]) -> Topology:
+        for r in replies[:5]:
+            if isinstance(r, Exception):
+                raise r
+        shards, self.seen, known, limited, nodes, persistence, replication = replies
+        self.workers_known = int(known)
+        self.limited = sorted(_s(q) for q in limited)
+        self.node_seen = [score for _, score in nodes]
+        self.aof = (bool(int(persistence.get("aof_enabled", 0)))
+                    if isinstance(persistence, dict) else None)
+        self.replicas = (int(replication.get("connected_slaves", 0))
+                         if isinstance(replication, dict) else None)
+        return Topology(int(shards or 0), tuple(_s(w) for w, _ in self.seen))
+
+    def stats_calls(self, topo: Topology) -> list[scripts.Call]:
+        return [scripts.stats(self.keys.prefix(s), self.now) for s in range(topo.shards)]
+
+    def details(self, pipe: Any, topo: Topology) -> None:
+        for call in self.stats_calls(topo):
+            pipe.evalsha(sources.SOURCES[call.script].sha, len(call.keys), *call.keys,
+                         *call.args)
+        for worker_id in topo.worker_ids:
+            pipe.hgetall(self.keys.worker(worker_id))
+
+    @staticmethod
+    def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
+        """True when Redis lost its script cache: the stats then go through scripts.run_*,
+        which loads them."""
+        return any(isinstance(r, redis.exceptions.NoScriptError)
+                   for r in replies[:topo.shards])
+
+    def status(self, topo: Topology, replies: list[Any], stats: list[Any] | None = None
+               ) -> Status:
+        stats = replies[:topo.shards] if stats is None else stats
+        for r in [*stats, *replies[topo.shards:]]:
+            if isinstance(r, Exception):
+                raise r
+        details = [_shard(s, self.now, r) for s, r in enumerate(stats)]
+        workers = [_worker(_s(w), int(score), self.now, raw)
+                   for (w, score), raw in zip(self.seen, replies[topo.shards:], strict=True)]
+        queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
+        status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
+                            self.workers_known)
+        status.workers_waiting = sum(1 for w in workers if w.alive and w.waiting)
+        if not topo.shards:  # no node can run before its namespace exists: all of them wait
+            status.nodes_waiting = len(self.node_seen)
+        status.redis_aof, status.redis_replicas = self.aof, self.replicas
+        status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(
+            topo.shards)), aof=self.aof, replicas=self.replicas)]
+        if self.nodes:  # a cluster: durability is the weakest node's
+            status.redis_aof = _weakest([n.aof for n in self.nodes], all)
+            status.redis_replicas = _weakest([n.replicas for n in self.nodes], min)
+        return status
+
+    def took_nodes(self, client: Any, topo: Topology,
+                   info: dict[str, tuple[bool | None, int | None]]) -> None:
+        held = cluster.shard_nodes(client, [self.keys.prefix(s) for s in range(topo.shards)])
+        self.nodes = [NodeStatus(node=name, shards=held.get(name, []), aof=aof,
+                                 replicas=replicas)
+                      for name, (aof, replicas) in sorted(info.items())]
+
+
+def read_status(client: redis.Redis, keys: Keys, clock: Clock,
+                known: Topology | None = None) -> tuple[Status, Topology]:
+    """The namespace's status, and the topology to pass back next time: with it, one
+    pipelined round trip while no shard count or worker changed; two otherwise. The
+    clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
+    reader = _Reader(keys, resync_sync(clock, client))
+    reader.where = where(client)
+    pipe = cluster.pipeline(client)
+    reader.topology(pipe)
+    if known is not None:
+        reader.details(pipe, known)
+    replies = pipe.execute(raise_on_error=False)
+    topo = reader.took_topology(replies[:reader.TOPOLOGY_COMMANDS])
+    details = replies[reader.TOPOLOGY_COMMANDS:]
+    if topo != known:
+        pipe = cluster.pipeline(client)
+        reader.details(pipe, topo)
+        details = pipe.execute(raise_on_error=False)
+    stats = (scripts.run_sync(client, reader.stats_calls(topo))
+             if reader.needs_scripts(topo, details) else None)
+    if cluster.is_cluster(client):
+        reader.took_nodes(client, topo, cluster.nodes_info_sync(client))
+    return reader.status(topo, details, stats), topo
+
+
+async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock) -> Status:
+    """The asyncio twin of read_status (two round trips; nothing cached)."""
+    reader = _Reader(keys, await resync(clock, client))
+    reader.where = where(client)
+    pipe = cluster.pipeline(client)
+    reader.topology(pipe)
+    topo = reader.took_topology(await pipe.execute(raise_on_error=False))
+    pipe = cluster.pipeline(client)
+    reader.details(pipe, topo)
+    details = await pipe.execute(raise_on_error=False)
+    stats = (await scripts.run_async(client, reader.stats_calls(topo))
+             if reader.needs_scripts(topo, details) else None)
+    if cluster.is_cluster(client):
+        reader.took_nodes(client, topo, await cluster.nodes_info_async(client))
+    return reader.status(topo, details, stats)
+
+
+def _by_heartbeat(workers: list[WorkerStatus]) -> list[WorkerStatus]:
+    return sorted(workers, key=lambda w: (not w.alive, w.heartbeat_age_s))
+
+
+def read_workers(client: redis.Redis, keys: Keys, clock: Clock) -> list[WorkerStatus]:
+    """The most recently seen workers, alive first."""
+    return _by_heartbeat(read_status(client, keys, clock)[0].workers)
+
+
+async def read_workers_async(client: redis.asyncio.Redis, keys: Keys, clock: Clock
+                             ) -> list[WorkerStatus]:
+    return _by_heartbeat((await read_status_async(client, keys, clock)).workers)
+
+
+def _summarize(namespace: str, now: int, shards: int, queues: list[str],
+               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
+               ) -> Status:
+    alive = [w for w in workers if w.alive]
+    # Per queue: ok/s, failed/s, ended/s of the workers that timed runs, the seconds of run
+    # those ended runs took per second (mean run = that / ended/s), in flight.
+    rates: dict[str, list[float]] = {q: [0.0] * 5 for q in queues}
+    for w in alive:
+        for q, rate in w.by_queue.items():
+            if q in rates:
+                ended = rate.succeeded_per_s + rate.failed_per_s
+                sums = rates[q]
+                sums[0] += rate.succeeded_per_s
+                sums[1] += rate.failed_per_s
+                sums[2] += ended if rate.mean_run_s else 0.0
+                sums[3] += ended * rate.mean_run_s
+                sums[4] += rate.inflight
+    shards_of: dict[str, list[QueueShardStatus]] = {q: [] for q in queues}
+    for d in details:  # one pass: a namespace may list thousands of queues
+        for qs in d.queues:
+            shards_of.setdefault(qs.queue, []).append(qs)
+    by_queue = [QueueStatus(
+        queue=q,
+        depth=sum(qs.depth for qs in shards_of[q]),
+        pending=sum(qs.pending for qs in shards_of[q]),
+        oldest_ready_age_s=max([qs.oldest_ready_age_s for qs in shards_of[q]], default=0.0),
+        succeeded_per_s=rates[q][0], failed_per_s=rates[q][1], inflight=int(rates[q][4]),
+        mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0)
+        for q in queues]
+    snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
+    last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),
+                      default=None)
+    return Status(
+        namespace=namespace, now_ms=now, shards=shards, queues=by_queue, workers=workers,
+        workers_alive=len(alive), workers_known=workers_known,
+        due_slots=sum(d.due_slots for d in details),
+        due_backlog=sum(d.due_backlog for d in details),
+        oldest_overdue_s=max([d.oldest_overdue_s for d in details], default=0.0),
+        dead_letter_size=sum(d.dead_letter_size for d in details),
+        shards_owned=sum(1 for d in details if d.owner),
+        snapshot_lag_s=max(snapshot) if snapshot else None, shard_details=details,
+        orphans_recovered=sum(d.orphans_recovered for d in details),
+        orphans_last_age_s=_age_s(now, last_orphan) if last_orphan is not None else None,
+        orphans_waiting=sum(d.orphans_waiting for d in details),
+        snapshot_backlog_events=sum(d.snapshot_backlog_events or 0 for d in details),
+        scaling=capacity.plan(by_queue, workers))
+
+
+def _weakest(values: list[Any], pick: Any) -> Any:  # None when any node's is unknown
+    return None if not values or any(v is None for v in values) else pick(values)
+
+
+def _owner(value: str) -> tuple[int | None, str | None]:
+    """Split lease.lua's "<epoch>:<node_id>"; the epoch stays out of metric labels, which
+    would otherwise grow a new series at every change of hands."""
+    epoch, sep, node = value.partition(":")
+    if sep and epoch.isdigit():
+        return int(epoch), node or None
+    return None, value or None

@@ -1,0 +1,398 @@
+"""The Lua transitions: loading and argument building, in one place (replies.py decodes).
+
+Each script in `lua/` is loaded once per connection pool (SCRIPT LOAD) and called by SHA; a
+NOSCRIPT reply (Redis restarted or flushed its script cache) reloads and retries the calls
+that did not run. Calls are batched: `Call` values are built here and run by `run_sync` /
+`run_async` in one pipelined round trip, whatever shards they touch (on a Redis Cluster, one
+per node, all at once: cluster.py; scripts are then loaded on every primary).
+
+The text of each script, as Redis runs it, is sources.py's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+import redis
+import redis.asyncio
+
+import scheduler.redis.cluster as cluster
+import scheduler.redis.direct as direct
+from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.scripts.replies import confirmed
+from scheduler.scripts.source import SOURCES
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    script: str
+    keys: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+# --- argument builders (one per transition; KEYS are always the shard prefix) --------------
+
+
+_packer = msgspec.msgpack.Encoder()
+
+
+def pack(items: list[Any]) -> bytes:
+    """The hot-path scripts take their per-item arguments as one msgpack array (cmsgpack in
+    Lua) instead of thousands of ARGV strings: redis-py spent a third of a worker's CPU
+    encoding arguments one by one. Redis's cmsgpack knows no `bin` type, so bytes travel as
+    str; numbers arrive in Lua as numbers, so anything compared with a hash field (a token)
+    is sent as a string."""
+    return _packer.encode(items)
+
+
+def _s(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def submit(prefix: str, now_ms: int, maxlen: int,
+           rows: Sequence[tuple[str, str, str, int, Sequence[Any]]], fresh: bool = False) -> Call:
+    """rows: (job_id, task, queue, fire_ms, job-hash field/value pairs: str or numbers, the
+    payload's JSON as str). `fresh`: every job id was drawn at random for this call alone
+    (submit.lua's ARGV[5]: one marker per call instead of an EXISTS per job)."""
+    items: list[Any] = []
+    for job_id, task, queue, fire_ms, fields in rows:
+        items += (job_id, task, queue, str(fire_ms), len(fields) // 2)
+        items += fields
+    args = (now_ms, maxlen, len(rows), pack(items))
+    return Call("submit", (prefix,), (*args, "1") if fresh else args)
+
+
+def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
+          entries: Iterable[tuple[str, bytes | str, str]], trace: object = None,
+          trim: bool = True, carried: str = "") -> Call:
+    """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
+    grants also carry the job's traceparent and kind and the slot id (replies.traces). trim:
+    trim the streams touched. carried: claim.lua's ARGV[7] (the entries' job fields held)."""
+    items: list[Any] = []
+    for queue, msg, slot in entries:
+        items += (queue, _s(msg), slot)
+    args: tuple[Any, ...] = (now_ms, worker, lease_ms, pack(items))
+    if trace or not trim or carried:
+        args += ("1" if trace else "", "1" if trim else "0", carried)
+    return Call("claim", (prefix,), args)
+
+
+def requeue(prefix: str, now_ms: int, maxlen: int,
+            entries: Iterable[tuple[str, bytes, str]]) -> Call:
+    """entries: (queue, msg_id, slot_id) read but never claimed."""
+    args: list[Any] = [now_ms, maxlen, 0]
+    for entry in entries:
+        args.extend(entry)
+    args[2] = (len(args) - 3) // 3
+    return Call("requeue", (prefix,), tuple(args))
+
+
+def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
+             items: Sequence[tuple[Any, ...]]) -> Call:
+    """items: (slot_id, token, started_ms, finished_ms[, lane, msg_id[, result JSON, log
+    lines JSON]]); lane and msg_id, the claimed entry, fence it unread ("": none; complete.lua).
+    Times go as strings: Lua would print numbers with "%.14g", dearer to Redis than the
+    bytes. Results and logs, rare on the hot path, go apart as (item number, JSON) pairs."""
+    flat: list[Any] = []
+    results: list[Any] = []
+    logs: list[Any] = []
+    for i, item in enumerate(items):
+        n = len(item)
+        msg = item[5] if n > 5 else ""
+        flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])),
+                 item[4] if n > 5 else "", msg if isinstance(msg, str) else msg.decode())
+        if n > 6 and item[6] is not None:
+            results += (i + 1, _s(item[6]))
+        if n > 7 and item[7] is not None:
+            logs += (i + 1, _s(item[7]))
+    return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat),
+                                        pack(results) if results else "",
+                                        pack(logs) if logs else ""))
+
+
+def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
+         items: Sequence[tuple[Any, ...]]) -> Call:
+    """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms[,
+    log lines JSON or None[, task]]); the logs go after the items, as msgpack (item number,
+    JSON) pairs; the task is not sent (the committer names it when the slot is dead)."""
+    args: list[Any] = [now_ms, maxlen, worker, len(items)]
+    logs: list[Any] = []
+    for i, item in enumerate(items):
+        args.extend(item[:8])
+        if len(item) > 8 and item[8] is not None:
+            logs += (i + 1, _s(item[8]))
+    if logs:
+        args.append(pack(logs))
+    return Call("fail", (prefix,), tuple(args))
+
+
+def release(prefix: str, now_ms: int, maxlen: int, worker: str,
+            items: Sequence[tuple[str, int, int]]) -> Call:
+    """items: (slot_id, token, started_ms)."""
+    return Call("release", (prefix,), (now_ms, maxlen, worker, len(items),
+                                       *(value for item in items for value in item)))
+
+
+def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
+            due_before_ms: int | None = None, ahead_ms: int = 0) -> Call:
+    """due_before_ms: only slots due by then (a non-owner's overdue pass); ahead_ms: also
+    those due that long after, early."""
+    args: tuple[Any, ...] = (now_ms, maxlen, limit,
+                             now_ms if due_before_ms is None else due_before_ms)
+    return Call("promote", (prefix,), (*args, ahead_ms) if ahead_ms else args)
+
+
+def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
+              items: Sequence[tuple[Any, ...]], maxlen: int = EVENTS_MAXLEN) -> Call:
+    """items: (slot_id, token[, new]): new, the run's first heartbeat since its claim,
+    announces it in a "claimed" event (heartbeat.lua)."""
+    args: list[Any] = [now_ms, lease_ms, worker, maxlen, len(items)]
+    for item in items:
+        args += (item[0], item[1], "1" if len(item) > 2 and item[2] else "")
+    return Call("heartbeat", (prefix,), tuple(args))
+
+
+def reclaim(prefix: str, now_ms: int, maxlen: int, limit: int, min_idle_ms: int,
+            cursors: Sequence[tuple[str, str]]) -> Call:
+    """cursors: (lane, first pending id to look at, "-" to start) for each lane the shard's
+    index names."""
+    args: list[Any] = [now_ms, maxlen, limit, min_idle_ms, len(cursors)]
+    for queue, cursor in cursors:
+        args += (queue, cursor)
+    return Call("reclaim", (prefix,), tuple(args))
+
+
+def cancel(prefix: str, now_ms: int, maxlen: int, reason: str, slots: Sequence[str]) -> Call:
+    return Call("cancel", (prefix,), (now_ms, maxlen, reason, len(slots), *slots))
+
+
+def replay(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
+    return Call("replay", (prefix,), (now_ms, maxlen, len(slots), *slots))
+
+
+def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
+    return Call("purge", (prefix,), (now_ms, maxlen, len(slots), *slots))
+
+
+def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str) -> Call:
+    return Call("delete_job", (prefix,), (now_ms, maxlen, job_id, reason))
+
+
+def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
+    return Call("trigger", (prefix,), (now_ms, maxlen, job_id))
+
+
+def redefine(prefix: str, now_ms: int, maxlen: int, job_id: str, expected: str, next_ms: int,
+             fields: Sequence[Any]) -> Call:
+    return Call("redefine", (prefix,), (now_ms, maxlen, job_id, expected, next_ms,
+                                        pack([_s(v) if isinstance(v, bytes) else v
+                                              for v in fields])))
+
+
+def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
+    return Call("once", (prefix,), (slot_id, token, name))
+
+
+def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
+                digest: str, next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+    """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job; digest:
+    the job's `spec` field the occurrences were computed from ("" for none)."""
+    return Call("materialize", (prefix,), (now_ms, maxlen, job_id, expected_ms, digest,
+                                           next_ms, missed, len(fires), *fires))
+
+
+def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[bytes]) -> Call:
+    """slots: slot ids of one shard, as SCAN found them; sent as one space-separated
+    argument (slot ids hold no spaces), which costs a tenth of one argument per id."""
+    return Call("sweep", (prefix,), (now_ms, maxlen, b" ".join(slots)))
+
+
+def lease(prefix: str, now_ms: int, maxlen: int, node_id: str, ttl_ms: int, op: str) -> Call:
+    """op: "acquire" (take or renew) | "release"."""
+    return Call("lease", (prefix,), (now_ms, maxlen, node_id, ttl_ms, op))
+
+
+def stats(prefix: str, now_ms: int) -> Call:
+    """Read-only: one shard's gauges, over the lanes its index names (lua/stats.lua
+    documents the reply)."""
+    return Call("stats", (prefix,), (now_ms,))
+
+
+def clean_lanes(prefix: str, now_ms: int, idle_before_ms: int, limit: int) -> Call:
+    """Drop the shard's idle lanes that hold nothing from its `lanes` index (replies.Cleaned)."""
+    return Call("clean_lanes", (prefix,), (now_ms, idle_before_ms, limit))
+
+
+def acquire(permits: str, bucket: str, now_ms: int, want: int, concurrency: int | None,
+            rate: float | None, ttl_ms: int, holder: str, give_back: Sequence[str]) -> Call:
+    """Permits for a limited queue (lua/acquire.lua; keys: Keys.permits/bucket)."""
+    return Call("acquire", (permits, bucket),
+                (now_ms, want, -1 if concurrency is None else concurrency,
+                 -1 if rate is None else repr(float(rate)), ttl_ms, holder, len(give_back),
+                 *give_back))
+
+
+def trim_history(prefix: str, exact: bool = False) -> Call:
+    return Call("trim_history", (prefix,), (1 if exact else 0,))
+
+
+def retire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
+    return Call("retire", (prefix,), (now_ms, retention_ms, limit))
+
+
+def restore(prefix: str, now_ms: int, maxlen: int,
+            jobs: Sequence[tuple[str, int, Sequence[str]]],
+            slots: Sequence[tuple[str, Sequence[str]]]) -> Call:
+    """jobs: (job_id, cron watermark ms or -1, job-hash field/value pairs);
+    slots: (slot_id, slot-hash field/value pairs)."""
+    args: list[Any] = [now_ms, maxlen, len(jobs)]
+    for job_id, cron_ms, fields in jobs:
+        args += (job_id, cron_ms, len(fields) // 2, *fields)
+    args.append(len(slots))
+    for slot, fields in slots:
+        args += (slot, len(fields) // 2, *fields)
+    return Call("restore", (prefix,), tuple(args))
+
+
+# --- execution -----------------------------------------------------------------------------
+
+
+class _Batch:
+    """Tracks which calls of a pipelined batch still have to run (NOSCRIPT is retried once)."""
+
+    def __init__(self, calls: Sequence[Call]) -> None:
+        self.calls = calls
+        self.results: list[Any] = [None] * len(calls)
+        self.todo = list(range(len(calls)))
+        self.reloaded = False
+
+    def fill(self, pipe: Any) -> None:
+        for i in self.todo:
+            c = self.calls[i]
+            pipe.evalsha(SOURCES[c.script].sha, len(c.keys), *c.keys, *c.args)
+
+    def absorb(self, out: list[Any]) -> bool:
+        """Store replies; True when scripts must be loaded and the rest run again."""
+        for i, r in zip(self.todo, out, strict=True):
+            self.results[i] = r
+        self.todo = [
+            i for i, r in zip(self.todo, out, strict=True)
+            if isinstance(r, redis.exceptions.NoScriptError)
+        ]
+        if not self.todo or self.reloaded:
+            return False
+        self.reloaded = True
+        return True
+
+    def finish(self, raise_errors: bool = True) -> list[Any]:
+        if raise_errors:
+            for r in self.results:
+                if isinstance(r, Exception):
+                    raise r
+        return self.results
+
+
+def run_sync(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True) -> list[Any]:
+    """Run calls in one pipelined round trip; reload scripts once on NOSCRIPT. With
+    `raise_errors=False` a call that failed has its exception in its place in the list (the
+    others ran); a failed round trip raises either way."""
+    return run_sync_waiting(client, calls, raise_errors)[0]
+
+
+def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True,
+                     wait: tuple[Any, ...] | None = None) -> tuple[list[Any], int]:
+    """run_sync, then `wait` (the command: ("WAIT", replicas, timeout_ms) or ("WAITAOF",
+    1, 0, timeout_ms)) in the same pipeline: it counts what confirmed every write of that
+    connection, so it must travel with the writes. Returns the results and the fewest
+    confirmations (replicas, or for WAITAOF the local fsync: 0 or 1) any round trip that
+    wrote got (-1 without `wait`)."""
+    batch, acked = _Batch(calls), -1
+    while batch.todo:
+        pipe = cluster.pipeline(client)
+        batch.fill(pipe)
+        if wait is not None:
+            cluster.each_node(pipe, *wait)
+        out = pipe.execute(raise_on_error=False)
+        acked = _acked(out, wait, acked, cluster.is_cluster(client))
+        if not batch.absorb(out[:len(batch.todo)]):
+            break
+        load_sync(client)
+    return batch.finish(raise_errors), acked
+
+
+def _acked(out: list[Any], wait: tuple[Any, ...] | None, acked: int, many: bool) -> int:
+    if wait is None:
+        return acked
+    wrote = any(not isinstance(r, redis.exceptions.NoScriptError) for r in out[:-1])
+    return confirmed(out[-1], many, acked) if wrote else acked
+
+
+def _load_pipes(client: Any) -> list[Any]:
+    """SCRIPT LOAD of every script, one pipeline per target (every primary of a cluster)."""
+    targets = [c for _, c in cluster.primaries(client)] if cluster.is_cluster(client) \
+        else [client]
+    pipes = []
+    for target in targets:
+        pipe = target.pipeline(transaction=False)
+        for s in SOURCES.values():
+            pipe.script_load(s.text)
+        pipes.append(pipe)
+    return pipes
+
+
+def load_sync(client: redis.Redis) -> None:
+    for pipe in _load_pipes(client):
+        pipe.execute()
+
+
+async def load_async(client: redis.asyncio.Redis) -> None:
+    for pipe in _load_pipes(client):
+        await pipe.execute()
+
+
+async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
+                         tail: Callable[[Any], int], raise_errors: bool = True
+                         ) -> tuple[list[Any], list[list[Any]]]:
+    """run_async, plus the commands `tail` appends to the same pipeline (it returns how
+    many), in the same round trip. Their replies (or errors) come back as the second value,
+    one list per pipeline sent: after a NOSCRIPT reload the calls that did not run go again
+    in a second pipeline, with the tail again (a WAIT in it must follow those writes), and
+    both pipelines' tail replies count (a read in the first delivered its entries too)."""
+    batch, extras = _Batch(calls), []
+    while batch.todo:
+        pipe = direct.stack(client)
+        batch.fill(pipe)
+        n = tail(pipe)
+        out = await direct.execute(client, pipe)
+        extras.append(out[len(out) - n:])
+        if not batch.absorb(out[:len(out) - n]):
+            break
+        await load_async(client)
+    return batch.finish(raise_errors), extras
+
+
+async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
+                            raise_errors: bool = True,
+                            wait: tuple[Any, ...] | None = None) -> tuple[list[Any], int]:
+    """Async twin of run_sync_waiting."""
+    batch, acked = _Batch(calls), -1
+    while batch.todo:
+        pipe = direct.stack(client)
+        batch.fill(pipe)
+        if wait is not None:
+            cluster.each_node(pipe, *wait)
+        out = await direct.execute(client, pipe)
+        acked = _acked(out, wait, acked, cluster.is_cluster(client))
+        if not batch.absorb(out[:len(batch.todo)]):
+            break
+        await load_async(client)
+    return batch.finish(raise_errors), acked
+
+
+async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call],
+                    raise_errors: bool = True) -> list[Any]:
+    """Async twin of run_sync."""
+    return (await run_async_waiting(client, calls, raise_errors))[0]

@@ -1,0 +1,209 @@
+--[[ _lib: helpers shared by the transitions; scripts.py inlines this file where a script
+  says `--- @include "_lib.lua"`. Defines no keys or arguments of its own.
+
+  The fencing token of a slot is its attempt number: every claim increments it, so a worker
+  holding an older attempt can no longer commit.
+]]
+
+-- Append one lifecycle event (a batch of records) to the shard's capped events stream.
+local function emit(prefix, maxlen, now, kind, records, worker)
+  if #records == 0 then return end
+  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*',
+    'type', kind, 'ts', now, 'worker', worker or '', 'data', cjson.encode(records))
+end
+
+-- Slot ids as an event's records, each the id alone (events.py: the hot path's form), as JSON
+-- text: one concat per call, no table or cjson per record. Ids hold no character JSON escapes
+-- (keys.py).
+local function id_records(ids)
+  return '["' .. table.concat(ids, '","') .. '"]'
+end
+
+-- The dispatch stream (after `q:`) of a queue's priority; keys.lane() is the same rule. A
+-- slot or job hash holds `priority` only when it is not the default, whose lane is the plain
+-- queue name.
+local function lane(queue, priority)
+  if priority and tonumber(priority) ~= DEFAULT.priority then return queue .. ':p' .. priority end
+  return queue
+end
+
+-- Ack a dispatch-stream entry of a lane. Acked entries are trimmed in bulk by claim
+-- (trim_acked), which is far cheaper than an XDEL per entry.
+local function ack(prefix, lane_name, msg)
+  if msg and msg ~= '' then
+    redis.call('XACK', prefix .. 'q:' .. lane_name, 'workers', msg)
+  end
+end
+
+-- Drop the acked head of a dispatch stream: every entry older than both the oldest pending
+-- entry and the group's last-delivered id has been delivered and acked.
+local function trim_acked(stream)
+  local groups = redis.call('XINFO', 'GROUPS', stream)
+  local last
+  for _, g in ipairs(groups) do
+    local name, delivered
+    for i = 1, #g, 2 do
+      if g[i] == 'name' then name = g[i + 1] elseif g[i] == 'last-delivered-id' then delivered = g[i + 1] end
+    end
+    if name == 'workers' then last = delivered end
+  end
+  if not last or last == '0-0' then return end
+  local pending = redis.call('XPENDING', stream, 'workers')
+  local floor = last
+  if pending[1] > 0 then
+    local a, b = string.match(pending[2], '(%d+)-(%d+)')
+    local c, d = string.match(last, '(%d+)-(%d+)')
+    if tonumber(a) < tonumber(c) or (a == c and tonumber(b) < tonumber(d)) then floor = pending[2] end
+  end
+  redis.call('XTRIM', stream, 'MINID', '~', floor)
+end
+
+-- The fenced view of a running slot: nil unless it is running under `token` (its attempt).
+local function leased(slot_key, token)
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker',
+    'claimed_ms', 'lease_until', 'job_id', 'priority')
+  if st[1] ~= 'running' or st[2] ~= token then return nil, st end
+  return {msg = st[3], lane = lane(st[4], st[9]), attempt = tonumber(st[2]), worker = st[5],
+    claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8]}, st
+end
+
+-- The attempt is over: its stream entry is acked, or it leaves the shard's lease set.
+local function end_lease(prefix, slot_id, s)
+  if s.msg and s.msg ~= '' then
+    ack(prefix, s.lane, s.msg)
+  else  -- at_most_once: acked at claim, tracked in `leases` instead
+    redis.call('ZREM', prefix .. 'leases', slot_id)
+  end
+end
+
+-- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
+-- slot's life on the hot path (complete) are not archived this way: the slot's own fields
+-- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.
+local function attempt_record(s, outcome, started, finished, err)
+  local rec = {number = s.attempt, worker = s.worker, claimed_ms = s.claimed_ms,
+    lease_until_ms = s.lease_until, outcome = outcome,
+    started_ms = started and tonumber(started), finished_ms = finished and tonumber(finished)}
+  if err and err ~= '' then rec.error = err end
+  return cjson.encode(rec)
+end
+
+-- A slot's dispatch-stream entry carrying the job fields its claim needs, so that the claim
+-- reads no job hash (claim.lua's ARGV[8]): s slot id, then t task, p payload, o timeout_ms, d
+-- delivery in this order ('' where the job hash has no such field; reader.py reads them by
+-- position), and f when dispatched early (nb: not before). A payload over 4 KiB is not copied
+-- (the entry would hold it until trimmed): that entry has s (and f) alone, as the entries
+-- other transitions make (dispatch, below), and its claim reads the job.
+local function carry_entry(stream, slot_id, task, payload, timeout, delivery, nb)
+  if not task or (payload and #payload > 4096) then
+    if nb then return redis.call('XADD', stream, '*', 's', slot_id, 'f', nb) end
+    return redis.call('XADD', stream, '*', 's', slot_id)
+  end
+  if nb then
+    return redis.call('XADD', stream, '*', 's', slot_id, 't', task, 'p', payload or '',
+      'o', timeout or '', 'd', delivery or '', 'f', nb)
+  end
+  return redis.call('XADD', stream, '*', 's', slot_id, 't', task, 'p', payload or '',
+    'o', timeout or '', 'd', delivery or '')
+end
+
+-- Name a lane in the shard's index of lanes that may hold entries (`lanes`, scored by the
+-- last write). Every script that adds an entry to a lane calls this in the same call (the
+-- hot paths once per lane per call), so a lane holding anything is always indexed, whatever
+-- lua/clean_lanes.lua removed before: status and the reclaimer read only indexed lanes.
+local function index_lane(prefix, lane_name, now)
+  redis.call('ZADD', prefix .. 'lanes', now, lane_name)
+end
+
+-- Put a slot (back) into its lane's dispatch stream under a new entry.
+local function dispatch(prefix, slot_key, slot_id, lane_name, now)
+  index_lane(prefix, lane_name, now)
+  local msg = redis.call('XADD', prefix .. 'q:' .. lane_name, '*', 's', slot_id)
+  redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'available_ms', now)
+  return msg
+end
+
+-- Attempts ran out: the slot ends `dead` and enters the shard's dead-letter set.
+local function bury(prefix, slot_key, slot_id, now, token, record)
+  redis.call('ZADD', prefix .. 'dlq', now, slot_id)
+  redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+end
+
+-- The refusal of a commit whose token is not the slot's current one.
+local function refusal(slot_id, token, st, outcome)
+  return {slot = slot_id, token = tonumber(token), status = st[1] or 'missing',
+    current_token = tonumber(st[2]), outcome = outcome}
+end
+
+-- End the expired attempt of a running slot `s` (see leased), for reclaim and sweep. The
+-- attempt is recorded "lost" and counts as a failure (a job that crashes its worker must not
+-- loop forever): a slot whose cancellation was requested ends `cancelled`; at_most_once slots
+-- end `lost`; others are dispatched again at once, or end `dead` (in `dlq`) when failures
+-- reach max_attempts (default 3, as in scheduler/core/models.py). Returns what happened
+-- ("cancelled" | "lost" | "dead" | "reclaimed") and the event record.
+local function expire_lease(prefix, slot_id, slot_key, s, now)
+  local token = tostring(s.attempt)
+  end_lease(prefix, slot_id, s)
+  local err = 'lease expired: worker ' .. (s.worker or '?') .. ' stopped heartbeating'
+  local record = attempt_record(s, 'lost', nil, now, err)
+  local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
+  if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
+    redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+    return 'cancelled', {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
+  elseif job[1] == 'at_most_once' then
+    redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
+    return 'lost', {slot = slot_id, attempt = s.attempt, worker = s.worker}
+  end
+  local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
+  if failures >= (tonumber(job[2]) or DEFAULT.max_attempts) then
+    bury(prefix, slot_key, slot_id, now, token, record)
+    return 'dead', {slot = slot_id, attempt = s.attempt, outcome = 'lost', error = err}
+  end
+  redis.call('HSET', slot_key, 'a:' .. token, record)
+  dispatch(prefix, slot_key, slot_id, s.lane, now)
+  return 'reclaimed', {slot = slot_id, attempt = s.attempt, worker = s.worker}
+end
+
+-- A job id (longest 128) or a queue name (64) as keys.py allows it: it becomes part of key
+-- names, so no braces, colons, spaces or control characters.
+local function name_ok(value, longest)
+  return type(value) == 'string' and #value >= 1 and #value <= longest
+    and not string.find(value, '[^%w_%.%-]')
+end
+
+-- Why a task name given by a caller is refused, nil when it is not: 1-200 bytes of UTF-8
+-- (a worker decodes the task names it claims: no overlong form, surrogate or code point past
+-- U+10FFFF, as Python decodes), no control character (C0, DEL, or C1 as UTF-8), which would
+-- reach terminals and log lines as it is. One function, one closure per call: a single
+-- submit pays for each.
+local function task_problem(task)
+  if type(task) ~= 'string' or #task < 1 or #task > 200 then return 'malformed task name' end
+  if not string.find(task, '[%c\127-\255]') then return nil end  -- printable ASCII
+  local at = string.find(task, '[%c\127]') or string.find(task, '\194[\128-\159]')
+  if at then
+    return string.format('task name holds a control character (byte 0x%02x at %d); use '
+      .. 'printable characters', string.byte(task, at), at)
+  end
+  local i, n = 1, #task
+  while i <= n do
+    local c = string.byte(task, i)
+    if c >= 128 then
+      local len, low, high = 0, 128, 191  -- the bounds of the byte after the first
+      if c >= 194 and c <= 223 then len = 1
+      elseif c >= 224 and c <= 239 then
+        len = 2
+        if c == 224 then low = 160 elseif c == 237 then high = 159 end
+      elseif c >= 240 and c <= 244 then
+        len = 3
+        if c == 240 then low = 144 elseif c == 244 then high = 143 end
+      else return 'task name is not UTF-8 text' end
+      for k = 1, len do
+        local b = string.byte(task, i + k)
+        if not b or b < (k == 1 and low or 128) or b > (k == 1 and high or 191) then
+          return 'task name is not UTF-8 text'
+        end
+      end
+      i = i + len
+    end
+    i = i + 1
+  end
+end

@@ -1,0 +1,81 @@
+--[[ acquire: take permits to start runs of a queue that has a queue-wide limit, and give back
+  permits whose runs ended. Not a slot transition: a worker takes permits before it claims
+  entries of a limited queue (scheduler/worker/limiter.py), so slots over the limit stay queued.
+
+  KEYS[1]  the queue's permits zset, e.g. "sched:{lim:mail}:permits": member per run in
+           flight anywhere, scored by when it expires (ms)
+  KEYS[2]  the queue's rate bucket hash, e.g. "sched:{lim:mail}:bucket" (same hash tag, so
+           one Cluster slot): fields tokens, at_ms
+
+  ARGV[1]  now_ms          Redis time in ms
+  ARGV[2]  want            permits asked for (0: only give back)
+  ARGV[3]  concurrency     most permits held at once, or -1 for no concurrency limit
+  ARGV[4]  rate            most starts per second (a number, may be fractional), or -1
+  ARGV[5]  ttl_ms          a permit expires this long after it is granted or renewed (the
+                           workers' lease), so a crashed worker's permits come back by
+                           themselves
+  ARGV[6]  holder          prefix of the members granted, unique per call (the worker's id
+                           and a count of its calls): member i is "<holder>:<i>"
+  ARGV[7]  n               number of members to give back; then one member each
+
+  Concurrency: expired members are dropped first; then at most concurrency - held are
+  granted. Rate: a token bucket refilled at `rate` per second holding at most max(1,
+  rate / 10) tokens (a tenth of a second's worth: a burst after an idle spell is that small,
+  so a count over any 10 s stays within a few percent of 10 x rate); each permit granted
+  takes a token. Without a concurrency limit, granted permits are not recorded (nothing
+  would count them) and the reply's members are "".
+
+  Reply: {granted, wait_ms, member...}: how many were granted, how long until the next token
+  when the rate held the grant back (-1 otherwise), and the granted members ("" each
+  without a concurrency limit).
+]]
+local permits, bucket = KEYS[1], KEYS[2]
+local now = tonumber(ARGV[1])
+local want = tonumber(ARGV[2])
+local concurrency = tonumber(ARGV[3])
+local rate = tonumber(ARGV[4])
+local ttl = tonumber(ARGV[5])
+local holder = ARGV[6]
+local n = tonumber(ARGV[7])
+
+if n > 0 then redis.call('ZREM', permits, unpack(ARGV, 8, 7 + n)) end
+if want <= 0 then return {0, -1} end
+
+local grant = want
+if concurrency >= 0 then
+  redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)
+  grant = math.min(grant, concurrency - redis.call('ZCARD', permits))
+end
+
+local wait = -1
+if rate > 0 and grant > 0 then
+  local b = redis.call('HMGET', bucket, 'tokens', 'at_ms')
+  local cap = math.max(1, rate / 10)
+  local tokens = tonumber(b[1]) or cap
+  local at = tonumber(b[2]) or now
+  tokens = math.min(cap, tokens + math.max(0, now - at) * rate / 1000)
+  local whole = math.floor(tokens)
+  if whole < grant then
+    grant = whole
+    wait = math.ceil((grant + 1 - tokens) * 1000 / rate)
+  end
+  tokens = tokens - grant
+  redis.call('HSET', bucket, 'tokens', string.format('%.6f', tokens), 'at_ms',
+    string.format('%d', now))
+  -- An idle bucket refills to its cap within 1 / 10 s; it need not outlive a minute idle.
+  redis.call('PEXPIRE', bucket, 60000)
+end
+
+local reply = {math.max(grant, 0), wait}
+if grant <= 0 then return reply end
+if concurrency >= 0 then
+  local expires = string.format('%d', now + ttl)
+  for i = 1, grant do
+    local member = holder .. ':' .. string.format('%d', i)
+    redis.call('ZADD', permits, expires, member)
+    reply[#reply + 1] = member
+  end
+else
+  for i = 1, grant do reply[#reply + 1] = '' end
+end
+return reply

@@ -1,0 +1,241 @@
+--[[ submit: create jobs with their first slot, and dispatch or schedule each, atomically.
+
+  One call handles a batch of jobs that all live in one shard.
+
+  KEYS[1]  shard prefix, e.g. "sched:{s03}:" (job, slot, due, queue and events keys below it)
+
+  ARGV[1]  now_ms          Redis time in ms, read by the caller
+  ARGV[2]  events_maxlen   approximate cap of the shard's events stream
+  ARGV[3]  n               number of jobs
+  ARGV[4]  jobs            msgpack array (strings and numbers; see scripts.pack), per job:
+           job_id, task, queue, fire_ms, f (number of job-hash fields), then f field/value
+           pairs for the job hash (only fields that differ from their defaults)
+  ARGV[5]  fresh           optional; "1": the caller drew every job id of this call afresh
+           (jobspec.py: UUIDv7s, 74 random bits each) for this call alone, so no other call
+           can hold one of them and only this very call, sent again (redis-py resends a
+           pipeline whose reply was lost), can find them written. One marker key
+           `<prefix>submitted:<first job id>` (expiring after SUBMITTED_TTL_MS) then stands
+           for the EXISTS of every job: the script is atomic, so it ran exactly when the
+           marker is there. Without it (dedupe keys, named schedules, calls of a few jobs:
+           submit_batch.FRESH_MIN_JOBS) each id is checked.
+
+  Every job is checked before anything is written; one that fails a check refuses the whole
+  call with an error reply "INVALID job <i> (<id>): <problem>; nothing was written" (a
+  direct caller's mistake: the SDK checks the same first):
+  - n: a whole number, and the array holds exactly the n jobs and their f pairs;
+  - job id: 1-128 characters from A-Z a-z 0-9 _ . - (it becomes part of key names);
+  - queue: 1-64 characters from the same set; task: 1-200 bytes, no control character (C0,
+    DEL, or C1 in UTF-8: task names reach terminals and log lines);
+  - fire_ms: a string of decimal digits without a leading zero, at most LATEST_MS (the
+    end of the year 9999, scheduler/core/timing.py);
+  - f: a whole number; each field a job-hash field of the contract (JOB_FIELD_TYPES, from
+    scheduler/core/models.py's SUBMIT_FIELDS: the fields with a default, `payload`, `spec`,
+    `traceparent`), its value of that field's type: a whole number >= 0 ("n"), a number
+    from 0 to 1 ("f"), a string ("s"), or one of an enum's values (kind, delivery,
+    catchup, overlap: models.ENUM_FIELDS); priority (only when not the default 3) an
+    integer from 1 to 5;
+  - payload: a string, at most the namespace's limit, field `max_payload_bytes` of
+    `<prefix>config` (a copy of the namespace's, written by the client that created it;
+    1 MiB, as DEFAULT_MAX_PAYLOAD_BYTES in scheduler/core/models.py, when absent). Its JSON is
+    not parsed here (that would cost per byte): readers show one that does not decode as
+    such (models.shown_payload).
+
+  Reply: one code per job, in order (R, replies.py)
+     R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now;
+               it carries the job fields a claim needs: _lib.lua's carry_entry)
+               or a `due` entry (fire_ms > now); the entry goes to the lane of the job's
+               priority (_lib.lua's lane(), named in the shard's `lanes` index: index_lane),
+               and the slot copies a priority field. A recurring job (field kind = "cron") gets
+               no slot here: it enters the shard's `cron` set scored by fire_ms, its first
+               occurrence, and the materializer creates its slots. Jobs of any kind but
+               "immediate" are indexed in the shard's `jobs` set (for listing).
+     R.EXISTS  the job id already existed (a dedupe key repeated, or this very call run
+               again by a client retry after a lost reply: generated ids need the check too,
+               made once per call when `fresh`); nothing was written
+
+  Event: type "submitted", one record per created job: its slot id alone (the job's id is
+  its prefix: events.py), or {job} for a cron job (its slots come from materialize), or
+  {job, slot, late_ms} when fire_ms was already past (an `at` instant in the past runs now,
+  and its lag is visible here). The job and slot hashes hold the rest. Ids alone are joined
+  as JSON text, with no table and no cjson per job: a record as a table for cjson was ~10%
+  of this script per job (bench/RESULTS.md, session 17).
+]]
+local prefix = KEYS[1]
+local now = tonumber(ARGV[1])
+local now_s = string.format('%d', now)  -- a Lua number given to redis.call is printed "%.14g"
+local maxlen = ARGV[2]
+local n = tonumber(ARGV[3])
+local items = cmsgpack.unpack(ARGV[4])
+local fresh = ARGV[5] == '1'
+-- Longer than any resend of a lost reply (redis-py retries within seconds); the marker
+-- costs ~100 bytes per call while it lives.
+local SUBMITTED_TTL_MS = 600000
+
+--- @include "_lib.lua"
+
+local MAX_PAYLOAD = tonumber(redis.call('HGET', prefix .. 'config', 'max_payload_bytes')) or 1048576
+
+local function invalid(i, job_id, problem)
+  return redis.error_reply('INVALID job ' .. i .. ' (' .. string.sub(tostring(job_id), 1, 40)
+    .. '): ' .. problem .. '; nothing was written')
+end
+
+-- Check every job before writing any. Queue and task names repeat across a batch: each
+-- distinct one is checked once (the checks cost ~15% of the script before that). So do fire
+-- times and option fields (a batch's jobs mostly share theirs): the last value checked of
+-- each is remembered, and the same string (Lua interns them) is not checked again.
+local good_queue, good_task, good_fire = {}, {}, false
+local PRIORITY_OK = {['1'] = true, ['2'] = true, ['3'] = true, ['4'] = true, ['5'] = true}
+local field_types, good_field  -- JOB_FIELD_TYPES, made at the first field but the payload
+if not n or n < 0 or n % 1 ~= 0 then return invalid(0, '', 'bad job count') end
+local b = 0
+for i = 1, n do
+  local job_id, task, queue, fire, f = items[b + 1], items[b + 2], items[b + 3], items[b + 4],
+    items[b + 5]
+  if not name_ok(job_id, 128) then return invalid(i, job_id, 'malformed job id') end
+  if not good_queue[queue] then
+    if not name_ok(queue, 64) then return invalid(i, job_id, 'malformed queue name') end
+    good_queue[queue] = true
+  end
+  if not good_task[task] then
+    local problem = task_problem(task)
+    if problem then return invalid(i, job_id, problem) end
+    good_task[task] = true
+  end
+  -- Decimal digits, no leading zero: the slot id repeats them as they are. (Today's times
+  -- have 13 digits: the bound is read only from 15.)
+  if fire ~= good_fire then
+    if type(fire) ~= 'string' or not string.find(fire, '^[1-9]%d*$') and fire ~= '0'
+        or #fire >= 15 and (#fire > 15 or tonumber(fire) > LATEST_MS) then
+      return invalid(i, job_id, 'fire_ms must be a whole number of ms from 0 to LATEST_MS, '
+        .. 'in decimal digits')
+    end
+    good_fire = fire
+  end
+  if type(f) ~= 'number' or f < 0 or f % 1 ~= 0 then return invalid(i, job_id, 'bad field count') end
+  local last = b + 5 + 2 * f
+  for at = b + 6, last, 2 do
+    local name, value = items[at], items[at + 1]
+    if name == 'payload' then  -- the client sends it first
+      if type(value) ~= 'string' then return invalid(i, job_id, 'the payload is not a string') end
+      if #value > MAX_PAYLOAD then
+        return invalid(i, job_id, 'payload of ' .. #value .. ' bytes is over the namespace '
+          .. 'limit of ' .. MAX_PAYLOAD .. ' bytes')
+      end
+    elseif not good_field or good_field[name] ~= value or value == nil then
+      if not field_types then field_types, good_field = JOB_FIELD_TYPES, {} end
+      local kind = field_types[name]
+      if kind == 'n' then
+        if name == 'priority' then  -- a priority becomes part of a stream's key name
+          if not PRIORITY_OK[tostring(value)] then
+            return invalid(i, job_id, 'priority must be an integer from 1 to 5')
+          end
+        -- a whole number >= 0 as every reader parses it: decimal digits, or a whole Lua
+        -- number below 1e15 (which Redis prints as digits)
+        elseif not (type(value) == 'number' and value >= 0 and value < 1e15 and value % 1 == 0
+            or type(value) == 'string' and #value >= 1 and #value <= 15
+              and not string.find(value, '%D')) then
+          return invalid(i, job_id, name .. ' must be a whole number >= 0')
+        end
+      elseif kind == 's' then
+        if type(value) ~= 'string' then return invalid(i, job_id, name .. ' must be a string') end
+      elseif kind == 'f' then
+        local number = tonumber(value)
+        if not (number and number >= 0 and number <= 1) then
+          return invalid(i, job_id, name .. ' must be a number from 0 to 1')
+        end
+      elseif not kind then
+        return invalid(i, job_id, 'unknown job field ' .. string.sub(tostring(name), 1, 40))
+      elseif not kind[value] then  -- an enum's values
+        return invalid(i, job_id, name .. ' ' .. string.sub(tostring(value), 1, 40)
+          .. ' is not one of its values (scheduler/core/states.py)')
+      end
+      good_field[name] = value
+    end
+  end
+  b = last
+end
+if items[b + 1] ~= nil then
+  return invalid(n, '', 'the jobs array holds more items than its ' .. n
+    .. ' jobs and their field counts')
+end
+
+local reply = {}
+if fresh and n > 0 and not redis.call('SET', prefix .. 'submitted:' .. items[1], '1', 'NX',
+    'PX', SUBMITTED_TTL_MS) then
+  for i = 1, n do reply[i] = R.EXISTS end  -- this call ran before: every job is there
+  return reply
+end
+-- Per job: HSET job, XADD (or ZADD), HSET slot, and EXISTS unless `fresh` (an EXISTS from
+-- Lua measured ~0.6 us, command and glue, about 6% of this script per job), and nothing else.
+local records, plain = {}, true  -- plain: every record is a slot id
+local streams = {}  -- dispatch stream key per lane, built once per call
+b = 0
+for i = 1, n do
+  local job_id, task, queue, fire_ms = items[b + 1], items[b + 2], items[b + 3], items[b + 4]
+  local f = items[b + 5]
+  local first, last = b + 6, b + 5 + 2 * f
+  b = last
+  local job_key = prefix .. 'job:' .. job_id
+  if not fresh and redis.call('EXISTS', job_key) == 1 then
+    reply[i] = R.EXISTS
+  else
+    local fire = tonumber(fire_ms)
+    redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
+      'created_ms', now_s, unpack(items, first, last))
+    local kind, priority, payload, timeout, delivery = 'immediate', nil, nil, nil, nil
+    for k = first, last, 2 do
+      local name = items[k]
+      if name == 'payload' then payload = items[k + 1]
+      elseif name == 'kind' then kind = items[k + 1]
+      elseif name == 'priority' then priority = tostring(items[k + 1])
+      elseif name == 'timeout_ms' then timeout = items[k + 1]
+      elseif name == 'delivery' then delivery = items[k + 1]
+      end
+    end
+    if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now_s, job_id) end
+    local slot_id = job_id .. ':' .. fire_ms
+    local status, msg = 'queued', ''
+    if kind == 'cron' then
+      redis.call('ZADD', prefix .. 'cron', fire_ms, job_id)
+    elseif fire <= now then
+      local lane_name = lane(queue, priority)
+      local stream = streams[lane_name]
+      if not stream then
+        stream = prefix .. 'q:' .. lane_name
+        streams[lane_name] = stream
+        index_lane(prefix, lane_name, now_s)
+      end
+      msg = carry_entry(stream, slot_id, task, payload, timeout, delivery, nil)
+    else
+      status = 'scheduled'
+      redis.call('ZADD', prefix .. 'due', fire_ms, slot_id)
+    end
+    if kind == 'cron' then
+      slot_id = nil
+    elseif priority then
+      redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
+        'status', status, 'queue', queue, 'task', task, 'msg', msg, 'priority', priority)
+    else
+      redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
+        'status', status, 'queue', queue, 'task', task, 'msg', msg)
+    end
+    reply[i] = R.OK
+    -- Only what the snapshotter needs (it reads the hashes): bytes in the events stream
+    -- until the snapshotter acks.
+    if not slot_id or fire < now then
+      plain = false
+      records[#records + 1] = {job = job_id, slot = slot_id,
+        late_ms = slot_id and fire < now and now - fire or nil}
+    else
+      records[#records + 1] = slot_id
+    end
+  end
+end
+
+if #records > 0 then
+  redis.call('XADD', prefix .. 'events', 'MAXLEN', '~', maxlen, '*', 'type', 'submitted',
+    'ts', now_s, 'worker', '', 'data',
+    plain and id_records(records) or cjson.encode(records))
+end
+return reply

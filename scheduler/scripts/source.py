@@ -1,0 +1,116 @@
+"""The Lua scripts' text as Redis runs it: read from `lua/`, `--- @include "_lib.lua"`
+replaced by that file's text, and each `R.NAME` (reply code) and `DEFAULT.name` (job-field
+default) by its value (with_constants). scripts.py loads and calls them by SHA."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from scheduler.core.models import ENUM_FIELDS, JOB_FIELD_DEFAULTS, SUBMIT_FIELDS
+from scheduler.core.timing import LATEST_MS
+from scheduler.scripts.replies import Code
+
+NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
+         "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
+         "trim_history", "retire", "restore", "sweep", "delete_job", "trigger",
+         "redefine", "acquire", "clean_lanes")
+_INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
+
+
+def _text(name: str) -> str:
+    return resources.files("scheduler.scripts").joinpath("lua", f"{name}.lua").read_text()
+
+
+def read_source(name: str) -> str:
+    """The script with each included file inlined: only the include's functions the script
+    calls (and those they call), so a call does not define a dozen closures it never uses
+    (~1 us per call of claim and complete, bench/RESULTS.md)."""
+    text = _text(name)
+    code = _code(text)
+    return _INCLUDE.sub(lambda m: _used(_text(m.group(1).removesuffix(".lua")), code), text)
+
+
+_FUNCTION = re.compile(r"^(?:--[^\n]*\n)*local function (\w+)\(.*?^end\n", re.M | re.S)
+
+
+def _code(text: str) -> str:
+    """Lua text without its comments: what a script really calls."""
+    return re.sub(r"--[^\n]*", "", re.sub(r"--\[\[.*?\]\]", "", text, flags=re.S))
+
+
+def _used(lib: str, code: str) -> str:
+    """`lib`'s top-level functions that `code` calls, directly or through each other, in
+    their order (a function can only call those defined before it); the rest dropped."""
+    found = list(_FUNCTION.finditer(lib))
+    if not found:
+        return lib
+    wanted = {m.group(1) for m in found if re.search(rf"\b{m.group(1)}\(", code)}
+    for m in reversed(found):
+        if m.group(1) in wanted:
+            body = _code(m.group(0))
+            wanted |= {n.group(1) for n in found if re.search(rf"\b{n.group(1)}\(", body)}
+    return lib[:found[0].start()] + "".join(m.group(0) for m in found if m.group(1) in wanted)
+
+
+def header_keys(name: str) -> int:
+    """How many KEYS the script's header documents (a test compares it with the wrappers)."""
+    header = read_source(name).split("]]", 1)[0]
+    return len(set(re.findall(r"KEYS\[(\d+)\]", header)))
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    text: str
+    sha: str
+
+
+def _field_types() -> str:
+    """JOB_FIELD_TYPES: each field submit.lua accepts, and what its value may be: "n" a
+    whole number (a default that is an int), "f" a number (a float default), "s" a string,
+    or a table of the values an enum field may hold (its default too)."""
+    def kind(name: str) -> str:
+        value = JOB_FIELD_DEFAULTS.get(name, "")
+        if name in ENUM_FIELDS:
+            allowed = sorted({*(v.value for v in ENUM_FIELDS[name]), str(value)})
+            return "{" + ", ".join(f"['{v}'] = true" for v in allowed) + "}"
+        return "'s'" if isinstance(value, str) else "'n'" if isinstance(value, int) else "'f'"
+
+    return "{" + ", ".join(f"{name} = {kind(name)}" for name in SUBMIT_FIELDS) + "}"
+
+
+# Names a script may use for a value of the Python side's (with_constants).
+_NAMED = {"LATEST_MS": str(LATEST_MS), "JOB_FIELD_TYPES": _field_types()}
+
+
+def with_constants(source: str) -> str:
+    """The text Redis runs: each `R.NAME` (a reply code, replies.Code), `DEFAULT.name` (a
+    job-field default, models.JOB_FIELD_DEFAULTS: a field equal to its default is not
+    stored, so a script reading it must know the default) and each name of _NAMED replaced
+    by its value, so Lua and Python read one table each at no cost per call (a Lua table
+    built on every call costs Redis ~0.5 us). A name neither table has fails here, at
+    import, not as a nil in Lua."""
+    def code(m: re.Match[str]) -> str:
+        return str(int(Code[m.group(1)]))
+
+    def default(m: re.Match[str]) -> str:
+        value = JOB_FIELD_DEFAULTS[m.group(1)]
+        if not isinstance(value, int | float):
+            raise KeyError(f"DEFAULT.{m.group(1)} is not a number")
+        return repr(value)
+
+    source = _DEFAULT.sub(default, _CODE.sub(code, source))
+    return _NAME.sub(lambda m: _NAMED[m.group(0)], source)
+
+
+_CODE = re.compile(r"\bR\.([A-Z_]+)\b")
+_DEFAULT = re.compile(r"\bDEFAULT\.([a-z_]+)\b")
+_NAME = re.compile(r"\b(?:" + "|".join(_NAMED) + r")\b")
+
+SOURCES = {
+    n: _Source(n, t, hashlib.sha1(t.encode(), usedforsecurity=False).hexdigest())
+    for n, t in ((n, with_constants(read_source(n))) for n in NAMES)
+}

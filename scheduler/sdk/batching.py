@@ -1,0 +1,178 @@
+"""submit_many's batching, without I/O: every job of a call validated before anything is
+written, then the Lua calls that write them, made one at a time.
+
+The split is what lets a driver overlap the two processes (script_stream.py): `Batch(...)`
+does all that can refuse input (names, options, payload encoding and its size), draws the
+ids and assigns the shards, so a bad job anywhere raises ValidationError before the first
+write; `Batch.calls()` then packs the calls lazily, and the driver sends call k before it
+asks for call k+1, so the client packs k+1 while Redis runs k. Packing cannot refuse
+anything: it only lays out what was validated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+import scheduler.scripts.calls as scripts
+from scheduler.core.errors import RedisUnavailable, SubmitError, ValidationError, submit_error
+from scheduler.core.jobspec import (
+    DEFAULT_RETRY,
+    IMMEDIATE,
+    JobSpec,
+    dedupe_job_id,
+    job_ids,
+    spec_of,
+)
+from scheduler.core.keys import shards_of
+from scheduler.core.models import (
+    RetryPolicy,
+    check_dedupe_key,
+    check_delivery,
+    check_priority,
+    check_queue,
+    check_task,
+    check_timeout,
+    encode_payload,
+    job_fields,
+    schedule_fields,
+)
+from scheduler.redis.connection import REDIS_ERRORS, RedisErrors, translate
+
+if TYPE_CHECKING:
+    from scheduler.sdk.core import Core
+
+SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
+# Calls of at least this many jobs, all with generated ids, are `fresh` (submit.lua's ARGV[5]):
+# one marker key per call, alive 10 minutes, instead of an EXISTS per job. Below it the
+# EXISTS are cheap and a marker per small call (a single submit) would cost more memory.
+FRESH_MIN_JOBS = 32
+
+# A validated job: (job id of its dedupe key, or None for a generated one; task; queue;
+# fire_ms; the payload's JSON text, or None for null; the other job-hash field/value pairs,
+# a list shared by every job with the same options: never mutate it).
+Validated = tuple[str | None, str, str, int, str | None, list[Any]]
+
+
+def validate(core: Core, spec: JobSpec, now_ms: int) -> Validated:
+    """Check one job and encode its payload. Raises ValidationError."""
+    # Names repeat across a batch: each distinct (task, queue, delivery) of plain strings
+    # is checked once (anything else, unhashable values included, every time).
+    given = (spec.task, spec.queue, spec.delivery)
+    plain = type(given[0]) is str and type(given[1]) is str and type(given[2]) is str
+    names = core.checked_names.get(given) if plain else None
+    if names is None:
+        names = (check_task(spec.task), check_queue(spec.queue), check_delivery(spec.delivery))
+        if plain:
+            if len(core.checked_names) >= 4096:
+                core.checked_names.clear()
+            core.checked_names[given] = names
+    task, queue, delivery = names
+    schedule = spec.schedule(now_ms)
+    timeout = None if spec.timeout is None else check_timeout(spec.timeout)
+    priority = check_priority(spec.priority)
+    dedupe = None if spec.dedupe_key is None else check_dedupe_key(spec.dedupe_key)
+    retry = spec.retry or DEFAULT_RETRY
+    if not isinstance(retry, RetryPolicy):
+        raise ValidationError("retry", "must be a RetryPolicy")
+    data = encode_payload(spec.payload, core.max_payload_bytes)
+    # Redis's cmsgpack reads no msgpack `bin`: the JSON travels as a str (scripts.pack).
+    payload = None if data == b"null" else data.decode()
+    if dedupe is None:
+        # The fields of a job's options, made once per distinct options; a schedule's own
+        # fields (a delay's delay_ms) come last, as job_fields() lays them out.
+        key = (timeout, retry, delivery, schedule.kind, priority)
+        rest = core.option_fields.get(key)
+        if rest is None:
+            rest = core.option_fields[key] = job_fields(b"null", timeout, retry, delivery,
+                                                        None, schedule.kind, None, priority)
+        if schedule.fields:
+            rest = [*rest, *schedule_fields(schedule.fields)]
+    else:
+        rest = job_fields(b"null", timeout, retry, delivery, dedupe, schedule.kind,
+                          schedule.fields, priority)
+    fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
+    return (dedupe_job_id(dedupe) if dedupe else None, task, queue, fire_ms, payload, rest)
+
+
+def hash_fields(job: Validated) -> list[Any]:
+    """The job-hash field/value pairs of a validated job beyond task/queue/fire_ms."""
+    payload, rest = job[4], job[5]
+    return rest if payload is None else ["payload", payload, *rest]
+
+
+class Batch:
+    """One submit_many call: `ids` in input order, `members` the input indexes each call
+    holds (one shard's jobs, at most SUBMIT_CHUNK, in input order), `calls()` the calls.
+    `extra` job-hash fields go with every job (tracing.py's traceparent)."""
+
+    def __init__(self, core: Core, specs: Iterable[JobSpec | Mapping[str, Any]],
+                 extra: tuple[Any, ...] = ()) -> None:
+        self.now = now = core.clock.now_ms()
+        self.jobs = jobs = [validate(core, raw if isinstance(raw, JobSpec) else spec_of(raw),
+                                     now) for raw in specs]
+        drawn = job_ids.take(len(jobs), now)  # one slice of the pool, not a call per job
+        self.ids = [job[0] or fresh for job, fresh in zip(jobs, drawn, strict=True)]
+        by_shard: list[list[int]] = [[] for _ in range(core.shards)]
+        for i, shard in enumerate(shards_of(self.ids, core.shards)):
+            by_shard[shard].append(i)
+        self.members = [m[k:k + SUBMIT_CHUNK] for m in by_shard
+                        for k in range(0, len(m), SUBMIT_CHUNK)]
+        self.prefixes = [core.keys.prefix(s) for s, m in enumerate(by_shard)
+                         for _ in range(0, len(m), SUBMIT_CHUNK)]
+        self.maxlen = core.events_maxlen
+        self.extra = list(extra)
+
+    def calls(self) -> Iterator[scripts.Call]:
+        """The calls, each packed when asked for (so after the one before was sent)."""
+        jobs, ids, extra = self.jobs, self.ids, self.extra
+        for prefix, members in zip(self.prefixes, self.members, strict=True):
+            rows = []
+            fresh = len(members) >= FRESH_MIN_JOBS  # and every id generated (below)
+            for i in members:
+                job = jobs[i]
+                fields = hash_fields(job)
+                if extra:
+                    fields = [*fields, *extra]
+                rows.append((ids[i], job[1], job[2], job[3], fields))
+                fresh = fresh and job[0] is None
+            yield scripts.submit(prefix, self.now, self.maxlen, rows, fresh=fresh)
+
+    def ask_exist(self, pipe: Any, core: Core) -> None:
+        """After a broken submit round trip: which of its jobs are there?"""
+        for job_id in self.ids:
+            pipe.exists(core.job_key(job_id))
+
+    def outcome(self, results: list[Any], exists: list[Any] | None, at: str,
+                cause: BaseException | None = None) -> None:
+        """Raise SubmitError unless every call succeeded. `results` has each call's reply or
+        exception (None: unknown, the round trip broke with `cause`); `exists`, when Redis
+        could be asked afterwards, whether each job id is there."""
+        failures = [r for r in results if not isinstance(r, list)]
+        if not failures:
+            return
+        ids = self.ids
+        written, not_written, unknown = [], [], []
+        for call_members, result in zip(self.members, results, strict=True):
+            for i in call_members:
+                if isinstance(result, list) or (exists is not None and exists[i]):
+                    written.append(i)
+                elif isinstance(result, BaseException) or exists is not None:
+                    not_written.append(i)
+                else:
+                    unknown.append(i)
+        cause = cause or next((r for r in failures if isinstance(r, BaseException)), None)
+        failure = (translate(cause, at) if isinstance(cause, REDIS_ERRORS)
+                   else RedisUnavailable(f"the connection to {at} broke ({cause})", at))
+        written.sort()
+        raise submit_error(
+            failure, f"{failure}; submit_many wrote {len(written)} of {len(ids)} jobs"
+            + (f", {len(unknown)} unknown" if unknown else "")
+            + " (SubmitError.written has their ids)", [ids[i] for i in written],
+            not_written, unknown) from cause
+
+
+def nothing_written(n: int, exc: RedisErrors, at: str) -> SubmitError:
+    failure = translate(exc, at)
+    return submit_error(failure, f"{failure}; submit_many wrote none of its {n} jobs", [],
+                        list(range(n)), [])

@@ -1,0 +1,85 @@
+"""A run's result for the caller: `result()` waits for a slot to end and returns what its
+handler returned (stored with the slot by complete.lua, at most the payload limit; kept in the
+history store after the slot leaves Redis), or raises RunFailed with how it ended."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from scheduler.core.errors import (
+    ResultTimeout,
+    RunFailed,
+    SlotNotFound,
+    StoreUnavailable,
+    ValidationError,
+)
+from scheduler.core.finite import finite_number
+from scheduler.core.keys import split_slot_id
+from scheduler.core.models import Slot
+from scheduler.core.states import TERMINAL, SlotStatus
+from scheduler.sdk.core import Core, Io, Op
+from scheduler.sdk.operations import get_job, get_slot, history
+
+POLL_S = 0.05  # between looks at a slot still running; a wait costs one HGETALL per look
+
+
+def _sleep(redis: Any, seconds: float) -> None:
+    time.sleep(seconds)
+
+
+async def _asleep(redis: Any, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+def result(core: Core, job_or_slot_id: str, timeout: float | None = None) -> Op[Any]:
+    """The value the slot's handler returned (None if it returned nothing), once the slot
+    has ended; for a job id, its one slot (a recurring job has many: give the slot id).
+    Waits up to `timeout` seconds (None: as long as it takes); raises ResultTimeout then,
+    and RunFailed when the slot ended without success."""
+    if timeout is not None and (not finite_number(timeout) or timeout < 0):
+        raise ValidationError("timeout", f"{timeout!r} is not a finite number of seconds >= 0 "
+                                         f"(None waits as long as it takes)")
+    slot_id = yield from _slot_of(core, job_or_slot_id)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        slot = yield from _current(core, slot_id)
+        if slot.status in TERMINAL:
+            if slot.status is SlotStatus.SUCCEEDED:
+                return slot.result
+            raise RunFailed(slot_id, slot.status.value,
+                            slot.attempts[-1].error if slot.attempts else None)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise ResultTimeout(slot_id, slot.status.value, timeout or 0)
+        yield Io(_sleep, _asleep, (POLL_S,))
+
+
+def _slot_of(core: Core, given: str) -> Op[str]:
+    if ":" in given:
+        split_slot_id(given)  # ValidationError for a malformed one
+        return given
+    job = yield from get_job(core, given)
+    if job.cron:
+        raise ValidationError("job_or_slot_id", f"{given} is a recurring job with a run per "
+                                                f"occurrence: pass one slot's id")
+    return f"{given}:{job.fire_ms}"
+
+
+def _current(core: Core, slot_id: str) -> Op[Slot]:
+    """The slot from Redis, or from the history store once retention has removed it."""
+    try:
+        return (yield from get_slot(core, slot_id))
+    except SlotNotFound:
+        pass
+    try:
+        rows = yield from history(core, job_id=split_slot_id(slot_id)[0], limit=10_000)
+    except StoreUnavailable:
+        raise SlotNotFound(slot_id) from None
+    for row in rows:
+        if row.slot_id == slot_id:
+            return row
+    raise SlotNotFound(slot_id)
+
+
+

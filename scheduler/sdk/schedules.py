@@ -1,0 +1,165 @@
+"""Managing a job's series: end it (`delete_job`), see its next fire times (`next_fires`),
+run it once more now (`trigger`), and named schedules (`schedule`) that a deploy declares
+again and again. Operations of the SDK like those of operations.py: generators that yield
+requests, driven by Client and AsyncClient alike."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+
+import scheduler.scripts.calls as scripts
+from scheduler.core.cron import CronSpec
+from scheduler.core.errors import JobNotFound, ValidationError
+from scheduler.core.jobspec import JobSpec
+from scheduler.core.keys import check_job_id, shard_of
+from scheduler.redis.connection import REDIS_ERRORS
+from scheduler.scripts.replies import Code, Deleted, codes, triggered
+from scheduler.sdk.batching import hash_fields, nothing_written, validate
+from scheduler.sdk.core import Core, Op, Pipe, Scripts
+from scheduler.sdk.operations import _ensure_namespace, _ready, get_job
+
+MAX_NEXT_FIRES = 1000
+
+
+class JobDeleted(msgspec.Struct, frozen=True):
+    """What `delete_job` did: `cancelled` slots that had not started, `running` slots left to
+    finish; `before` when the job had been deleted already (nothing changed)."""
+
+    job_id: str
+    cancelled: int
+    running: int
+    before: bool = False
+
+
+def delete_job(core: Core, job_id: str, reason: str = "deleted by operator") -> Op[JobDeleted]:
+    """End a job's series: a recurring job creates no occurrence after this, every slot of
+    it that has not started is cancelled, and a running one finishes. The definition stays
+    (`get_job` shows `deleted_ms`). Deleting twice changes nothing the second time."""
+    if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
+        raise ValidationError("reason", "must be a line of text of at most 200 characters")
+    yield from _ready(core)
+    call = scripts.delete_job(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
+                              job_id, " ".join(reason.split()))
+    done = Deleted.decode((yield Scripts([call]))[0])
+    if done.code is Code.MISSING:
+        raise JobNotFound(job_id)
+    return JobDeleted(job_id, done.cancelled, done.running, before=done.code is Code.TERMINAL)
+
+
+def next_fires(core: Core, job_id: str, n: int = 10) -> Op[list[int]]:
+    """The next `n` fire times (Redis ms) of a job, from now: a recurring job's coming
+    occurrences (within its start_at / end_at), a delayed or `at` job's one fire time while
+    it is ahead; none for a job that was deleted or has run."""
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_NEXT_FIRES:
+        raise ValidationError("n", f"{n!r} is not allowed; must be an integer from 1 to "
+                                   f"{MAX_NEXT_FIRES}")
+    job = yield from get_job(core, job_id)
+    if job.next_fire_ms is None:
+        return []
+    if not job.cron:
+        return [job.next_fire_ms]
+    out: list[int] = []
+    for fire in CronSpec(job.cron, job.tz or "UTC").after(job.next_fire_ms - 1):
+        if (job.end_ms and fire > job.end_ms) or len(out) == n:
+            break
+        out.append(fire)
+    return out
+
+
+def trigger(core: Core, job_id: str) -> Op[str]:
+    """Run a job once more now, beside its schedule: a new slot, dispatched at once; returns
+    its id. Refused for a deleted job (ValidationError)."""
+    yield from _ready(core)
+    call = scripts.trigger(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
+                           job_id)
+    code, slot = triggered((yield Scripts([call]))[0])
+    if code is Code.MISSING:
+        raise JobNotFound(job_id)
+    if code is Code.TERMINAL:
+        raise ValidationError("job_id", f"job {job_id!r} was deleted: it cannot be triggered")
+    return slot
+
+
+_NOT_IN_A_SCHEDULE = ("dedupe_key", "delay", "at")
+REDEFINE_TRIES = 8
+
+
+def schedule(core: Core, /, name: str, task: str, payload: Any = None,
+             **options: Any) -> Op[str]:
+    """A recurring job identified by `name` (its job id), declared idempotently: the same
+    spec writes nothing, a changed spec replaces the definition from the next occurrence
+    (occurrences created or dispatched ahead that have not started end cancelled, and the new
+    one makes its own; running scheduler nodes take it in their next pass), and any number
+    of processes declaring it at once make one series. `options` are
+    submit's (cron= required; queue, priority, timeout, retry, delivery, tz, catchup,
+    catchup_limit, overlap, start_at, end_at). A deleted schedule declared again with the same spec stays
+    deleted; with another spec it is a series again. Returns the job id (= name)."""
+    spec, digest = _named_spec(name, task, payload, options)
+    try:
+        yield from _ready(core)
+        yield from _ensure_namespace(core)
+        job = validate(core, spec, core.clock.now_ms())
+        _, task, queue, fire_ms, _, _ = job
+        fields = hash_fields(job)
+    except REDIS_ERRORS as exc:
+        raise nothing_written(1, exc, core.at) from exc
+    fields = ["task", task, "queue", queue, *fields, "spec", digest]
+    prefix = core.keys.prefix(shard_of(name, core.shards))
+    call = scripts.submit(prefix, core.clock.now_ms(), core.events_maxlen,
+                          [(name, task, queue, fire_ms, fields[4:])])
+    if codes((yield Scripts([call]))[0], "submit")[0] is not Code.OK:  # taken
+        yield from _redefine(core, prefix, name, spec, digest, fire_ms, fields)
+    return name
+
+
+def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
+                ) -> tuple[JobSpec, str]:
+    """The schedule's JobSpec and the digest of it that tells a changed spec from the same."""
+    try:
+        check_job_id(name)
+    except ValidationError:
+        raise ValidationError("name", f"{name!r} is not allowed; use 1-128 characters from "
+                                      "A-Z a-z 0-9 _ . -") from None
+    if not options.get("cron"):
+        raise ValidationError("cron", "a named schedule needs cron= (for one run, submit)")
+    for key in _NOT_IN_A_SCHEDULE:
+        if options.get(key) is not None:
+            raise ValidationError(key, "is not for a named schedule (the name identifies it)")
+    try:
+        spec = JobSpec(task=task, payload=payload, **options)
+    except TypeError as exc:
+        raise ValidationError("options", str(exc)) from None
+    fields = msgspec.structs.asdict(spec)
+    if fields["priority"] is None:  # specs declared before priorities keep their digest
+        del fields["priority"]
+    return spec, hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
+                                 digest_size=12).hexdigest()
+
+
+def _redefine(core: Core, prefix: str, name: str, spec: JobSpec, digest: str, fire_ms: int,
+              fields: list[Any]) -> Op[None]:
+    """The name is taken: nothing to do if its spec is this one, else replace it (a
+    compare-and-set on the spec read, so racing declarations settle on one)."""
+    for _ in range(REDEFINE_TRIES):
+        pipe = Pipe()
+        pipe.hget(core.job_key(name), "spec")
+        stored = (yield pipe)[0]
+        stored = stored.decode() if isinstance(stored, bytes) else stored or ""
+        if stored == digest:
+            return
+        now = core.clock.now_ms()
+        first = CronSpec(spec.cron or "", spec.tz or "UTC").next_after(max(now, fire_ms - 1))
+        call = scripts.redefine(prefix, now, core.events_maxlen, name, stored, first, fields)
+        code = codes((yield Scripts([call]))[0][:1], "redefine")[0]
+        if code is Code.OK:
+            return
+        if code is Code.MISSING:
+            raise JobNotFound(name)
+        if not (yield from get_job(core, name)).cron:
+            raise ValidationError("name", f"{name!r} is the id of a job that does not recur; "
+                                          "use another name")
+    raise ValidationError("name", f"{name!r} kept changing while it was being declared "
+                                  f"({REDEFINE_TRIES} tries); try again")

@@ -1,0 +1,61 @@
+"""A worker's settings (`sched worker`'s flags, or `WorkerConfig(...)` for an in-process
+worker), checked once when made."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from scheduler.core.errors import ConfigError
+from scheduler.core.finite import check_finite
+from scheduler.core.keys import check_name
+from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.observe.capacity import DEFAULT_CONCURRENCY
+from scheduler.worker.autoscale import AutoscaleConfig
+
+
+class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
+    concurrency: int = DEFAULT_CONCURRENCY
+    queues: tuple[str, ...] = ("default",)
+    batch: int = 500  # most entries claimed per read
+    pipelines: int = 2
+    """Claim round trips in flight at once: while Redis runs one batch's claim, the worker
+    starts the runs of another (one pipeline leaves each side idle half the time)."""
+    block_ms: int = 1000  # XREADGROUP BLOCK; also bounds how long stop() waits for the reader
+    lease_s: float = 30.0
+    grace_s: float = 10.0
+    events_maxlen: int = EVENTS_MAXLEN
+    claim_replicas: int = 0
+    """With N > 0, each claim round trip ends with WAIT N: an at_most_once run starts only
+    once N replicas have its claim (a failover then cannot hand it to another worker, which
+    would run it twice). One the replicas did not confirm within `replica_timeout_s` is not
+    started: its lease runs out and it ends `lost`, as at_most_once allows."""
+    replica_timeout_s: float = 1.0
+    autoscale: AutoscaleConfig | None = None
+    """Move the concurrency between its bounds from the start lag of this worker's claims
+    (scheduler/worker/autoscale.py), starting at its MIN; `concurrency` is then not used."""
+    tracing: Any = False  # a span per run (tracing.py): True, or the TracerProvider to use
+    eager_start: bool = True
+    """Python 3.12+: start each handler's task eagerly (execution.py), so a handler that
+    returns without awaiting ends within its claim, never scheduled on the loop (~27% less
+    worker CPU per no-op job, bench/RESULTS.md). A handler's code up to its first await then
+    runs inside the claim: False (`sched worker --no-eager-start`) schedules every task as
+    asyncio does by default. No effect on 3.11."""
+
+    def __post_init__(self) -> None:
+        check_finite(self)
+        if self.concurrency < 1:
+            raise ConfigError(f"concurrency must be >= 1, not {self.concurrency}")
+        if not self.queues:
+            raise ConfigError("a worker needs at least one queue")
+        for q in self.queues:
+            check_name("queue", q)
+        if self.batch < 1 or self.block_ms < 1 or self.pipelines < 1:
+            raise ConfigError("batch, block_ms and pipelines must be >= 1")
+        if self.lease_s < 1:
+            raise ConfigError(f"lease must be >= 1 s, not {self.lease_s}")
+        if self.grace_s < 0:
+            raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
+        if self.claim_replicas < 0 or self.replica_timeout_s <= 0:
+            raise ConfigError("claim replicas must be >= 0 and the replica timeout > 0 s")

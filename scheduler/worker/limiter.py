@@ -1,0 +1,260 @@
+"""A worker's side of queue-wide limits (limits.py): permits, and the claims of limited queues.
+
+A queue without a limit costs nothing here: the worker's main claim loops read and claim it as
+always. A queue with a limit is read by `LimitedClaims` instead, over a reader of its own, and
+each entry is claimed only with a permit from acquire.lua (the one global count, on one Redis
+node even in a Cluster: its keys share the hash tag `{lim:<queue>}`). So:
+
+  * slots over the limit stay queued in their streams or in this loop's hands, never failed;
+    entries read but not granted a permit are handed back (requeue) after HOLD_S, so another
+    worker can start them;
+  * a permit is taken before a run starts and given back when it ends (`Run.on_end`), so at
+    most `concurrency` handlers of the queue run at once, measured from their own start and
+    end times; a crashed worker's permits expire with its lease, and the heartbeat of this
+    loop renews the ones in use every lease/3;
+  * the rate is a token bucket in acquire.lua: a grant held back by it says how long until
+    the next token, and the loop sleeps that long.
+
+Why permits before the claim rather than a count inside claim.lua: a claim script runs on one
+shard, and a queue-wide count lives in one key, which on a Cluster is on another node; and an
+entry claim.lua refused for the limit would sit delivered in one worker's pending list. The
+acquire round trip is paid by limited queues only (cost per job in bench/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import scheduler.core.limits as limits
+import scheduler.redis.cluster as cluster
+import scheduler.scripts.calls as scripts
+from scheduler.core.keys import queue_of
+from scheduler.redis.service import Service
+from scheduler.scripts.replies import Acquired
+from scheduler.worker.inflight import Run
+from scheduler.worker.reader import Reader
+
+log = logging.getLogger("scheduler.worker.worker")
+
+HOLD_S = 1.0  # entries read without a permit for this long go back to their streams
+POLL_S = 0.05  # without a permit, look again this often (or sooner, when a run of ours ends)
+REFRESH_S = 1.0  # how often the limits are read again
+
+
+class LimitedClaims(Service):
+    """The claims of a worker's limited queues (all of them: one read, one round trip of
+    acquire calls, one claim per pass)."""
+
+    what = "claiming limited queues"
+    log = log
+
+    def __init__(self, worker: Any) -> None:
+        # The worker (worker.py) whose reader, free capacity and claim this loop shares; not
+        # typed as Worker, which imports this module.
+        super().__init__(stop=worker.stopping, errors=worker.errors)
+        self.worker = worker
+        self.keys = worker.keys
+        self.limits: dict[str, limits.QueueLimit] = {}  # of this worker's queues
+        self.reader: Reader | None = None
+        self.held: dict[str, set[str]] = {}  # queue -> permits of runs in flight
+        self.returning: dict[str, list[str]] = {}  # queue -> permits to give back
+        self.ended = asyncio.Event()  # a limited run of ours ended: a permit is free
+        self._calls = itertools.count()
+        self._refreshed = -REFRESH_S
+        self._renewed = 0.0
+        self._waiting_since: float | None = None  # entries in hand, no permit since
+        self._sleep_s = 0.0
+
+    # --- the limits ------------------------------------------------------------------------
+
+    async def refresh(self) -> bool:
+        """Read the limits; True when the set of limited queues changed (the worker then
+        reads them here, and no longer in its main loops)."""
+        raw: dict[bytes, bytes] = await self.worker.redis.hgetall(self.keys.limits)
+        mine = {q: lim for q, lim in limits.parse(raw).items()
+                if q in self.worker.config.queues}
+        changed = set(mine) != set(self.limits)
+        self.limits = mine
+        self._refreshed = self.worker.clock.monotonic()
+        if changed:
+            await self._reopen()
+        return changed
+
+    async def _reopen(self) -> None:
+        w = self.worker
+        if self.reader is not None:
+            await self.reader.settle()
+            if self.reader.in_hand():
+                await self.reader.requeue_backlog(w.clock.now_ms())
+        self.reader = None
+        if self.limits:
+            self.reader = Reader(w.redis, self.keys, w.worker_id, w.config.batch,
+                                 w.config.events_maxlen, w.clock, w.reader.hold_cap)
+            await self.reader.open(w.shards, sorted(self.limits))
+            log.info("queue limits: %s", "; ".join(f"{q} {lim.text()}"
+                                                   for q, lim in sorted(self.limits.items())))
+        await w.reader.open(w.shards, [q for q in w.config.queues if q not in self.limits])
+
+    # --- permits ---------------------------------------------------------------------------
+
+    def _give_back(self, queue: str, member: str) -> None:
+        held = self.held.get(queue)
+        if held is not None and member in held:
+            held.discard(member)
+            self.returning.setdefault(queue, []).append(member)
+        self.ended.set()
+
+    def _on_end(self, run: Run) -> None:
+        queue, member = run.permit
+        self._give_back(queue, member)
+
+    async def _acquire(self, wants: dict[str, int]) -> dict[str, Acquired]:
+        w = self.worker
+        now = w.clock.now_ms()
+        queues = list(wants) + [q for q in self.returning if q not in wants]
+        back = {q: self.returning.pop(q, []) for q in queues}
+        calls = []
+        for q in queues:
+            lim = self.limits.get(q) or limits.QueueLimit()
+            calls.append(scripts.acquire(
+                self.keys.permits(q), self.keys.bucket(q), now, wants.get(q, 0),
+                lim.concurrency, lim.rate, w.lease_ms, f"{w.worker_id}:{next(self._calls)}",
+                back[q]))
+        try:
+            replies = await scripts.run_async(w.redis, calls)
+        except BaseException:
+            # The give-backs may not have run: send them again next pass (ZREM twice is
+            # harmless), rather than leave those permits to expire with the lease.
+            for q, members in back.items():
+                if members:
+                    self.returning.setdefault(q, []).extend(members)
+            raise
+        out = {q: Acquired.decode(r) for q, r in zip(queues, replies, strict=True)}
+        for q, got in out.items():
+            if self.limits.get(q, limits.QueueLimit()).concurrency is not None:
+                self.held.setdefault(q, set()).update(got.members)
+        return out
+
+    async def _renew(self) -> None:
+        """Every lease/3: the permits of runs in flight expire a lease from now."""
+        w = self.worker
+        expires = w.clock.now_ms() + w.lease_ms
+        pipe = cluster.pipeline(w.redis)
+        for q, members in self.held.items():
+            if members:
+                pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)
+        await pipe.execute()
+        self._renewed = w.clock.monotonic()
+
+    # --- the loop --------------------------------------------------------------------------
+
+    async def ready(self) -> None:
+        await self.worker.wait_for_capacity(self.finished)
+
+    async def run_once(self) -> int:
+        w = self.worker
+        self.ended.clear()
+        mono = w.clock.monotonic()
+        if mono - self._refreshed >= REFRESH_S:
+            await self.refresh()
+        if mono - self._renewed >= w.lease_ms / 3000 and any(self.held.values()):
+            await self._renew()
+        reader = self.reader
+        if reader is None:
+            if self.returning:
+                await self._acquire({})
+            self._sleep_s = REFRESH_S
+            return 0
+        if (reader.backlog and self._waiting_since is not None
+                and mono - self._waiting_since >= HOLD_S):
+            await reader.requeue_backlog(w.clock.now_ms(), held=False)  # another worker's turn
+            self._waiting_since = None
+        if not reader.ready():
+            await reader.read(max(1, min(w._free(), w.config.batch)),
+                              min(w.block_ms, int(REFRESH_S * 1000)))
+        entries = reader.take(len(reader.backlog))
+        by_queue: dict[str, list[Any]] = {}
+        for entry in entries:
+            by_queue.setdefault(queue_of(entry[1]), []).append(entry)
+        free = w._free()
+        wants = {}
+        for q, mine in by_queue.items():
+            wants[q] = min(len(mine), max(0, free))
+            free -= wants[q]
+        got = await self._acquire(wants) if wants or self.returning else {}
+        start, keep = [], []
+        permits: dict[str, tuple[str, str]] = {}  # slot id -> (queue, permit)
+        for q, mine in by_queue.items():
+            granted = got[q].granted if q in got else 0
+            start += mine[:granted]
+            keep += mine[granted:]
+            for entry, member in zip(mine[:granted], got[q].members, strict=False):
+                permits[entry[3]] = (q, member)
+        started = await self._claim(start, permits) if start else 0
+        reader.give_back(keep)
+        self._pace(got, keep, mono)
+        return started
+
+    async def _claim(self, entries: list[Any], permits: dict[str, tuple[str, str]]) -> int:
+        w = self.worker
+
+        def on_start(run: Run) -> None:
+            run.permit = permits.pop(run.slot_id)
+            if run.permit[1]:
+                run.on_end = self._on_end
+
+        by_shard: dict[int, list[tuple[str, bytes, str]]] = {}
+        for shard, lane, msg_id, slot_id in entries:
+            by_shard.setdefault(shard, []).append((lane, msg_id, slot_id))
+        w.claiming += len(entries)
+        try:
+            started: int = await w._claim(by_shard, on_start=on_start, reader=self.reader)
+        except BaseException:
+            assert self.reader is not None
+            self.reader.give_back(entries)
+            self.reader.must_recover = True
+            raise
+        finally:
+            w.claiming -= len(entries)
+            # Permits of entries not started (gone, cancelled, claimed elsewhere) go back.
+            for queue, member in permits.values():
+                self._give_back(queue, member)
+        return started
+
+    def _pace(self, got: dict[str, Acquired], keep: list[Any], mono: float) -> None:
+        """How long to wait before the next pass: none while permits come; the rate's own
+        wait, or POLL_S, while entries wait without one (handed back after HOLD_S)."""
+        if not keep:
+            self._waiting_since, self._sleep_s = None, 0.0
+            return
+        if self._waiting_since is None:
+            self._waiting_since = mono
+        waits = [g.wait_ms / 1000 for g in got.values() if g.wait_ms > 0]
+        self._sleep_s = max(0.001, min(waits)) if waits else POLL_S
+
+    def delay(self, result: Any) -> float:
+        return self._sleep_s
+
+    async def sleep(self, seconds: float) -> None:
+        """Cut short when a limited run of ours ends (its permit is free at once)."""
+        waits = [asyncio.ensure_future(self.ended.wait()),
+                 asyncio.ensure_future(self._stop.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in waits:
+                t.cancel()
+
+    async def hand_back(self) -> None:
+        """At shutdown: entries in hand go back to their streams; permits of runs that end
+        later are given back as they end (the worker drains first) and flushed here."""
+        reader = self.reader
+        if reader is not None:
+            await reader.settle()
+            if reader.in_hand():
+                await reader.requeue_backlog(self.worker.clock.now_ms())
+        if self.returning:
+            await self._acquire({})

@@ -1,0 +1,143 @@
+"""The task catalog a worker runs from, and the context each handler receives."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from scheduler.core.models import check_task
+
+Handler = Callable[["Context", Any], Any]
+_log = logging.getLogger("scheduler.task")
+LOG_LINES = 100  # a run's ctx.logger lines kept with its attempt (the first ones)
+LOG_LINE_CHARS = 1000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def stamp(ms: int) -> str:
+    """A run-log line's time of day (UTC), to the millisecond: 04:01:00.012."""
+    return f"{time.strftime('%H:%M:%S', time.gmtime(ms // 1000))}.{ms % 1000:03d}"
+
+
+class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """ctx.logger: logs as any logger does, and keeps the run's lines at INFO and above, the
+    first LOG_LINES (each cut to LOG_LINE_CHARS), to be stored with its attempt whatever the
+    worker's log level: `sched runs` and the console show them. Each kept line is stamped by
+    `now_ms`, the worker's clock (Redis TIME, scheduler/redis/clock.py), the one its attempt's
+    started_ms comes from: a line never reads earlier than the run that logged it."""
+
+    def __init__(self, logger: logging.Logger, extra: dict[str, Any],
+                 now_ms: Callable[[], int] = _wall_ms) -> None:
+        super().__init__(logger, extra)
+        self.lines: list[str] = []
+        self.dropped = 0
+        self.now_ms = now_ms
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level >= logging.INFO:
+            if len(self.lines) < LOG_LINES:
+                try:
+                    text = str(msg) % args if args else str(msg)
+                except (TypeError, ValueError):
+                    text = f"{msg} {args}"
+                self.lines.append(f"{stamp(self.now_ms())} {logging.getLevelName(level)} "
+                                  f"{' '.join(text.split())[:LOG_LINE_CHARS]}")
+            else:
+                self.dropped += 1
+        super().log(level, msg, *args, **kwargs)
+
+
+class Task:
+    __slots__ = ("name", "fn", "is_async")
+
+    def __init__(self, name: str, fn: Handler) -> None:
+        self.name = name
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+
+class Registry:
+    """`registry = Registry()`, then `@registry.task("emails.send")` on `async def
+    handler(ctx, payload)` or a plain `def` (run in the worker's thread pool)."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, Task] = {}
+
+    def task(self, name: str) -> Callable[[Handler], Handler]:
+        check_task(name)
+
+        def register(fn: Handler) -> Handler:
+            if name in self.tasks and self.tasks[name].fn is not fn:
+                raise ValueError(f"task {name!r} is already registered to "
+                                 f"{self.tasks[name].fn.__qualname__}")
+            self.tasks[name] = Task(name, fn)
+            return fn
+
+        return register
+
+    def get(self, name: str) -> Task | None:
+        return self.tasks.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.tasks)
+
+
+class Context:
+    """What a handler knows about the run it is doing. `idempotency_key` is the slot id:
+    stable across every attempt of this slot, distinct for every other slot. `now_ms` stamps
+    ctx.logger's lines (the worker passes its clock's)."""
+
+    __slots__ = ("slot_id", "job_id", "attempt", "fire_ms", "task", "delivery", "_logger",
+                 "_once", "_now_ms")
+
+    def __init__(self, slot_id: str, job_id: str, attempt: int, fire_ms: int, task: str,
+                 delivery: str, once: Callable[[str], Awaitable[bool]] | None = None,
+                 now_ms: Callable[[], int] = _wall_ms) -> None:
+        self.slot_id = slot_id
+        self.job_id = job_id
+        self.attempt = attempt
+        self.fire_ms = fire_ms
+        self.task = task
+        self.delivery = delivery
+        self._logger: RunLogger | None = None
+        self._once = once
+        self._now_ms = now_ms
+
+    async def once(self, name: str) -> bool:
+        """True only the first time the side effect `name` is recorded for this slot, across
+        all its attempts: `if await ctx.once("charge"): charge(...)`. Raises LeaseLost when
+        this attempt no longer owns the slot (it was reclaimed); stop without the effect.
+
+        The record and the effect are not one transaction: a crash between them loses the
+        effect (at most once per name). For exactly-once effects in another system, pass
+        `ctx.idempotency_key` to it as well."""
+        if self._once is None:
+            raise RuntimeError("ctx.once needs a running worker")
+        return await self._once(name)
+
+    @property
+    def idempotency_key(self) -> str:
+        return self.slot_id
+
+    @property
+    def logger(self) -> RunLogger:
+        # Built on first use: most handlers never log, and this is the hot path.
+        if self._logger is None:
+            self._logger = RunLogger(
+                _log, {"slot_id": self.slot_id, "task": self.task, "attempt": self.attempt},
+                self._now_ms)
+        return self._logger
+
+    def run_log(self) -> list[str] | None:
+        """The lines this run logged (None: it logged none), for its attempt's record."""
+        lg = self._logger
+        if lg is None or not lg.lines:
+            return None
+        more = [f"({lg.dropped} more line(s) not kept)"] if lg.dropped else []
+        return [*lg.lines, *more]
