@@ -23,6 +23,7 @@ line, the measurement the rule is held to.
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import subprocess
@@ -41,6 +42,7 @@ DIARY = re.compile(
     r"|\b(?:this|last|previous|next|earlier|later)\s+session\b"    # "the last session"
     r"|\bsession'?s\s+(?:box|machine|numbers)\b"                   # "session 17's box"
     r"|\bissues?[\s_-]*#?\d+"                                      # issue 18, issue #18
+    r"|\bthe issue(?:'s\b| asks)|\(issue\b"                         # "the issue's check"
     r"|\bround[\s_-]+\d+\b(?!\s*(?:trip|-trip))",                  # round 4 (not "round 2 trips")
     re.IGNORECASE)
 
@@ -100,17 +102,17 @@ class Line:
     text: str
 
 
-def tracked_files() -> list[Path]:
+def tracked_files(root: Path = ROOT) -> list[Path]:
     """The repository's tracked regular files (links such as the top-level `cli` and `lua`
-    are not files of their own)."""
+    are not files of their own); outside a checkout, every file but caches and the venv."""
     try:
-        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True,
                              check=True).stdout.decode()
         names = [n for n in out.split("\0") if n]
-    except (OSError, subprocess.CalledProcessError):  # not a checkout: every file but the venv
-        names = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
-                 if not {".git", ".venv", "__pycache__"} & set(p.relative_to(ROOT).parts)]
-    paths = [ROOT / n for n in names]
+    except (OSError, subprocess.CalledProcessError):
+        names = [str(p.relative_to(root)) for p in root.rglob("*")
+                 if not {".git", ".venv", "__pycache__"} & set(p.relative_to(root).parts)]
+    paths = [root / n for n in names]
     return sorted(p for p in paths if p.is_file() and not p.is_symlink())
 
 
@@ -129,14 +131,13 @@ def python_comments(rel: str, source: str) -> list[Line]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT:
             lines[tok.start[0]] = tok.string
-    tree = ast.parse(source)
-    for node in ast.walk(tree):
+    text = source.splitlines()
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and node.body and isinstance(node.body[0], ast.Expr) \
                 and isinstance(node.body[0].value, ast.Constant) \
                 and isinstance(node.body[0].value.value, str):
             doc = node.body[0].value
-            text = source.splitlines()
             for n in range(doc.lineno, (doc.end_lineno or doc.lineno) + 1):
                 lines.setdefault(n, text[n - 1])
     return [Line(rel, n, t) for n, t in sorted(lines.items())]
@@ -184,19 +185,23 @@ def dash_comments(rel: str, source: str) -> list[Line]:
     return [Line(rel, k, t) for k, t in sorted(out.items())]
 
 
-def comment_lines(path: Path) -> list[Line]:
-    rel = str(path.relative_to(ROOT))
+def comment_lines(path: Path, root: Path = ROOT) -> list[Line]:
+    stat = path.stat()
+    return _comment_lines(path, str(path.relative_to(root)), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _comment_lines(path: Path, rel: str, mtime_ns: int, size: int) -> list[Line]:
+    """Read once per version of a file: several checks walk the same lines."""
+    if path.suffix not in (".py", ".lua", ".sql"):
+        return []
     source = path.read_text(encoding="utf-8")
-    if path.suffix == ".py":
-        return python_comments(rel, source)
-    if path.suffix in (".lua", ".sql"):
-        return dash_comments(rel, source)
-    return []
+    return python_comments(rel, source) if path.suffix == ".py" else dash_comments(rel, source)
 
 
-def scheduler_comment_lines() -> list[Line]:
-    return [line for p in tracked_files() if p.is_relative_to(ROOT / "scheduler")
-            for line in comment_lines(p)]
+def scheduler_comment_lines(root: Path = ROOT) -> list[Line]:
+    return [line for p in tracked_files(root) if p.is_relative_to(root / "scheduler")
+            for line in comment_lines(p, root)]
 
 
 def figure_lines(lines: list[Line]) -> list[tuple[Line, list[str]]]:
@@ -214,8 +219,9 @@ OUTSIDE = re.compile(r"\b(?:DESIGN|STYLE|NOTES|HANDOFF|TODO)\.md\b|\bseeds?/|/wo
                      re.IGNORECASE)
 
 
-def cited_missing(lines: list[Line], tracked: list[Path]) -> list[tuple[Line, str]]:
-    names = {"/" + str(p.relative_to(ROOT)) for p in tracked}
+def cited_missing(lines: list[Line], tracked: list[Path],
+                  root: Path = ROOT) -> list[tuple[Line, str]]:
+    names = {"/" + str(p.relative_to(root)) for p in tracked}
     missing = []
     for line in lines:
         for m in CITED.finditer(line.text):
@@ -225,52 +231,104 @@ def cited_missing(lines: list[Line], tracked: list[Path]) -> list[tuple[Line, st
     return missing
 
 
-# ---- the tests ------------------------------------------------------------------------------
+# ---- the checks, on any tree (the tests plant a violation of each in a copy) ----------------
 
-def _diary(files: list[Path]) -> list[str]:
+# This file's examples are the rules' own, and no diary.
+_SELF = "tests/test_comments.py"
+
+
+def diary_lines(root: Path = ROOT) -> list[str]:
+    """Every tracked path and text line holding a diary word."""
     hits = []
-    for path in files:
+    for path in tracked_files(root):
+        rel = str(path.relative_to(root))
+        if DIARY.search(rel):
+            hits.append(f"{rel}: the file's name")
         text = text_of(path)
-        if text is None or path == Path(__file__).resolve():  # its examples are the rule's
+        if text is None or rel == _SELF or not DIARY.search(text):
             continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if DIARY.search(line):
-                hits.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()[:120]}")
+        hits += [f"{rel}:{n}: {line.strip()[:120]}"
+                 for n, line in enumerate(text.splitlines(), 1) if DIARY.search(line)]
+    return hits
+
+
+def figure_report(root: Path = ROOT) -> tuple[int, list[str]]:
+    """(comment lines in scheduler/, the figure lines among them)."""
+    lines = scheduler_comment_lines(root)
+    return len(lines), [f"{ln.path}:{ln.number}: {f} | {ln.text.strip()}"
+                        for ln, f in figure_lines(lines)]
+
+
+def missing_citations(root: Path = ROOT) -> list[str]:
+    return [f"{ln.path}:{ln.number}: {name}" for ln, name in
+            cited_missing(scheduler_comment_lines(root), tracked_files(root), root)]
+
+
+def outside_citations(root: Path = ROOT) -> list[str]:
+    hits = []
+    for path in tracked_files(root):
+        rel = str(path.relative_to(root))
+        text = text_of(path)
+        if text is None or rel == _SELF or not OUTSIDE.search(text):
+            continue
+        hits += [f"{rel}:{n}: {line.strip()[:120]}"
+                 for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
     return hits
 
 
 def test_no_diary_words_in_the_repository() -> None:
-    hits = _diary(tracked_files())
+    hits = diary_lines()
     assert not hits, f"{len(hits)} lines name a session, issue or round:\n" + "\n".join(hits)
 
 
 def test_few_comment_lines_in_scheduler_hold_a_measured_figure() -> None:
-    lines = scheduler_comment_lines()
-    held = figure_lines(lines)
-    assert len(lines) > 1000, "the comment reader found too few lines to judge"
-    assert len(held) < FIGURE_SHARE * len(lines), (
-        f"{len(held)} of {len(lines)} comment lines hold a measured figure (at most "
+    total, held = figure_report()
+    assert total > 1000, "the comment reader found too few lines to judge"
+    assert len(held) < FIGURE_SHARE * total, (
+        f"{len(held)} of {total} comment lines hold a measured figure (at most "
         f"{FIGURE_SHARE:.1%}); move the numbers to docs/benchmarks.md and name the bench "
-        "command instead:\n" + "\n".join(f"{ln.path}:{ln.number}: {f} | {ln.text.strip()}"
-                                         for ln, f in held))
+        "command instead:\n" + "\n".join(held))
 
 
 def test_every_file_a_comment_cites_exists() -> None:
-    missing = cited_missing(scheduler_comment_lines(), tracked_files())
-    assert not missing, "comments cite files that are not in the repository:\n" + "\n".join(
-        f"{ln.path}:{ln.number}: {name}" for ln, name in missing)
+    missing = missing_citations()
+    assert not missing, "comments cite files that are not in the repository:\n" + \
+        "\n".join(missing)
 
 
 def test_nothing_cites_a_file_outside_the_repository() -> None:
-    hits = []
-    for path in tracked_files():
-        text = text_of(path)
-        if text is None or path == Path(__file__).resolve():
-            continue
-        hits += [f"{path.relative_to(ROOT)}:{n}: {line.strip()[:120]}"
-                 for n, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+    hits = outside_citations()
     assert not hits, "lines cite files outside the repository (state what they say):\n" + \
         "\n".join(hits)
+
+
+def test_a_planted_violation_of_each_rule_is_found(tmp_path: Path) -> None:
+    """A copy of part of the tree (no .git: every file counts), one violation of each rule
+    planted in it: each check reports what it reported on the copy before, and the plant."""
+    for path in tracked_files():
+        rel = path.relative_to(ROOT)
+        if rel.parts[:2] in (("scheduler", "core"), ("scheduler", "scripts")):
+            (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / rel).write_bytes(path.read_bytes())
+    before = (set(diary_lines(tmp_path)), figure_report(tmp_path),
+              set(missing_citations(tmp_path)), set(outside_citations(tmp_path)))
+    total, held = before[1]
+    plants = "".join(f"# planted {i}: a read costs ~{i}.5 us\n"
+                     for i in range(int(FIGURE_SHARE * total) + 1))
+    planted = tmp_path / "scheduler" / "core" / "planted.py"
+    planted.write_text('"""Measured in session 9 (see issue 12)."""\n' + plants
+                       + "# keys.py and lua/claim.lua, then sdk_core.py (STYLE.md item 1)\n")
+    diary = set(diary_lines(tmp_path)) - before[0]
+    assert diary == {"scheduler/core/planted.py:1: " + planted.read_text().splitlines()[0]}
+    total_after, held_after = figure_report(tmp_path)
+    assert len(held_after) - len(held) == int(FIGURE_SHARE * total) + 1
+    assert len(held_after) >= FIGURE_SHARE * total_after  # the rule fails on the plants alone
+    missing = set(missing_citations(tmp_path)) - before[2]
+    last = len(planted.read_text().splitlines())
+    assert missing == {f"scheduler/core/planted.py:{last}: sdk_core.py",
+                       f"scheduler/core/planted.py:{last}: STYLE.md"}
+    outside = set(outside_citations(tmp_path)) - before[3]
+    assert outside == {f"scheduler/core/planted.py:{last}: " + planted.read_text().splitlines()[-1]}
 
 
 # ---- the rules, watched firing --------------------------------------------------------------
@@ -281,6 +339,7 @@ def test_nothing_cites_a_file_outside_the_repository() -> None:
     ("as the last session found", True),
     ("on session 17's box", True),
     ("see issue #33", True),
+    ("The issue's check: 3 workers", True),
     ("from round 4 on", True),
     ("the session cookie's Max-Age", False),
     ('@pytest.fixture(scope="session")', False),
@@ -336,18 +395,19 @@ def test_cited_files_rule() -> None:
 
 
 def main() -> None:
-    """Print the measurement: comment lines in scheduler/, the figure lines among them, the
-    diary lines and missing citations of the repository."""
-    lines = scheduler_comment_lines()
-    held = figure_lines(lines)
-    for ln, found in held:
-        print(f"figure {ln.path}:{ln.number}: {found} | {ln.text.strip()}")
-    for ln, name in cited_missing(lines, tracked_files()):
-        print(f"missing {ln.path}:{ln.number}: {name}")
-    for hit in _diary(tracked_files()):
-        print(f"diary {hit}")
-    print(f"{len(held)} of {len(lines)} comment lines in scheduler/ hold a measured figure "
-          f"({len(held) / max(len(lines), 1):.2%}; the rule: under {FIGURE_SHARE:.1%})")
+    """Print the measurement: comment lines in scheduler/ and the figure lines among them,
+    then the diary lines and the missing or outside citations of the repository."""
+    total, held = figure_report()
+    for line in held:
+        print(f"figure {line}")
+    for line in missing_citations():
+        print(f"missing {line}")
+    for line in outside_citations():
+        print(f"outside {line}")
+    for line in diary_lines():
+        print(f"diary {line}")
+    print(f"{len(held)} of {total} comment lines in scheduler/ hold a measured figure "
+          f"({len(held) / max(total, 1):.2%}; the rule: under {FIGURE_SHARE:.1%})")
 
 
 if __name__ == "__main__":
