@@ -173,8 +173,8 @@ class _Reader:
 
     @staticmethod
     def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
-        """True when Redis lost its script cache: the stats then go through scripts.run_*,
-        which loads them."""
+        """True when Redis lost its script cache: the stats then go through calls.py's
+        run_sync/run_async, which load them."""
         return any(isinstance(r, redis.exceptions.NoScriptError)
                    for r in replies[:topo.shards])
 

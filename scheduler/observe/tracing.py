@@ -75,7 +75,7 @@ FIELD = "traceparent"  # the job-hash field (claim.lua returns it to a worker th
 SYSTEM = "redis-sched"  # messaging.system
 ERRORS = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, "lost"})
 R = TypeVar("R")
-Op = Generator[Any, Any, R]  # an SDK operation (sdk_core.Op; not imported: no cycle)
+Op = Generator[Any, Any, R]  # an SDK operation (sdk/core.py's Op; not imported: no cycle)
 _W3C = TraceContextTextMapPropagator()
 _ROOT = otel_context.Context()  # a run's parent is its submit, never the worker's context
 

@@ -3,7 +3,7 @@ added here, at the edge, and the scripts themselves run unchanged (none of their
 is written again in Python).
 
 fakeredis (2.41) runs scripts in lupa's Lua 5.1 and gives them `redis.*` and `cjson`, but no
-`cmsgpack`, which the hot-path scripts unpack their arguments with (scripts.pack). That
+`cmsgpack`, which the hot-path scripts unpack their arguments with (calls.pack). That
 module is registered into the server's Lua runtime here, built on msgspec as scripts/calls.py
 packs with it. Streams inside scripts (XADD MAXLEN ~, XTRIM MINID ~, XINFO GROUPS, XPENDING with
 IDLE, XCLAIM JUSTID, XAUTOCLAIM) and `redis.error_reply` work in fakeredis as they are.
