@@ -308,7 +308,7 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
 
 
 # Every job-hash field a submit may write besides task, queue, fire_ms and created_ms:
-# submit.lua refuses any other (sources.py gives it this table as JOB_FIELD_TYPES). Those
+# submit.lua refuses any other (scripts/source.py gives it this table as JOB_FIELD_TYPES). Those
 # with a default above, the payload, a named schedule's digest of its definition
 # (schedules.py) and a traced submit's W3C traceparent (tracing.FIELD).
 SUBMIT_FIELDS = (*JOB_FIELD_DEFAULTS, "payload", "spec", "traceparent")
