@@ -5,6 +5,7 @@ checkout's own venv seen by mypy started in another directory."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import tarfile
 import time
 import tomllib
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,46 +59,71 @@ def _package_files(source: Path) -> set[str]:
             if p.is_file() and "__pycache__" not in p.parts}
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """`python -m build` as a release would run it: the sdist, the wheel from the sdist, and
-    the wheel straight from the tree (where `cli` and `lua` are links), each in an isolated
-    build environment. On a copy, so no build/ or egg-info lands in the checkout."""
-    tmp = tmp_path_factory.mktemp("build")
+def _once(factory: pytest.TempPathFactory, name: str, make: Callable[[Path], None]) -> Path:
+    """A directory made by `make` once per session: pytest-xdist's processes share it, the
+    first to ask makes it and the others wait for it (a build and a venv take a while)."""
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's, above each process's own
+    path = base / name
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (path / ".done").exists():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            make(path)
+            (path / ".done").touch()
+    return path
+
+
+def _build(tmp: Path) -> None:
     source = tmp / "src"
     shutil.copytree(ROOT, source, symlinks=True, ignore=NOT_SOURCES)
     assert (source / "cli").is_symlink() and (source / "lua").is_symlink()
     _run([sys.executable, "-m", "build", "--outdir", tmp / "release", source], tmp)
     _run([sys.executable, "-m", "build", "--wheel", "--outdir", tmp / "tree", source], tmp)
+
+
+@pytest.fixture
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """`python -m build` as a release would run it: the sdist, the wheel from the sdist, and
+    the wheel straight from the tree (where `cli` and `lua` are links), each in an isolated
+    build environment. On a copy, so no build/ or egg-info lands in the checkout."""
+    tmp = _once(tmp_path_factory, "build", _build)
     [sdist] = (tmp / "release").glob("*.tar.gz")
     [from_sdist] = (tmp / "release").glob("*.whl")
     [from_tree] = (tmp / "tree").glob("*.whl")
-    return Built(source, sdist, from_sdist, from_tree)
+    return Built(tmp / "src", sdist, from_sdist, from_tree)
 
 
 @dataclass
 class Installed:
     bin: Path
-    cwd: Path  # a directory of its own, outside the checkout
     env: dict[str, str]
 
 
-@pytest.fixture(scope="module")
-def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """A fresh venv with the wheel and the testing extra, dependencies from the index as pip
-    is configured here; nothing of the checkout or its venv on its path."""
-    tmp = tmp_path_factory.mktemp("user")
-    venv = tmp / "venv"
-    _run([sys.executable, "-m", "venv", venv], tmp)
+def _user_env(venv: Path) -> dict[str, str]:
+    """This environment without the checkout's venv, its paths or the suite's settings."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME") and not k.startswith("SCHED_")}
     env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", "")])
-    # The wheel by its path: a project of the same name on an index is never a candidate.
-    _run([venv / "bin" / "python", "-m", "pip", "install", "--quiet",
-          "--disable-pip-version-check", f"{built.wheel_from_sdist}[testing]"], tmp, env)
-    cwd = tmp / "home"
-    cwd.mkdir()
-    return Installed(venv / "bin", cwd, env)
+    return env
+
+
+@pytest.fixture
+def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """A fresh venv with the wheel and the testing extra, dependencies from the index as pip
+    is configured here; nothing of the checkout or its venv on its path. Each test runs it
+    from a directory of its own (tmp_path), outside the checkout."""
+    def make(tmp: Path) -> None:
+        _run([sys.executable, "-m", "venv", tmp / "venv"], tmp)
+        # The wheel by its path: a project of the same name on an index is never a candidate.
+        _run([tmp / "venv" / "bin" / "python", "-m", "pip", "install", "--quiet",
+              "--disable-pip-version-check", f"{built.wheel_from_sdist}[testing]"], tmp,
+             _user_env(tmp / "venv"))
+
+    venv = _once(tmp_path_factory, "user", make) / "venv"
+    return Installed(venv / "bin", _user_env(venv))
 
 
 def _wheel_names(wheel: Path) -> list[str]:
@@ -148,13 +175,14 @@ def test_the_sdist_builds_the_wheel_and_holds_no_links(built: Built) -> None:
 
 
 @slow
-def test_sched_version(installed: Installed) -> None:
-    out = _run([installed.bin / "sched", "--version"], installed.cwd, installed.env)
+def test_sched_version(installed: Installed, tmp_path: Path) -> None:
+    out = _run([installed.bin / "sched", "--version"], tmp_path, installed.env)
     assert out == f"sched, version {VERSION}\n"
 
 
 @slow
-def test_only_scheduler_is_importable_and_from_the_venv(installed: Installed) -> None:
+def test_only_scheduler_is_importable_and_from_the_venv(installed: Installed,
+                                                        tmp_path: Path) -> None:
     probe = """
 import importlib.metadata, importlib.util, json, scheduler
 print(json.dumps({"file": scheduler.__file__, "version": scheduler.__version__,
@@ -162,7 +190,7 @@ print(json.dumps({"file": scheduler.__file__, "version": scheduler.__version__,
                   "others": [n for n in ("cli", "lua", "tests", "bench")
                              if importlib.util.find_spec(n) is not None]}))
 """
-    seen = json.loads(_run([installed.bin / "python", "-c", probe], installed.cwd,
+    seen = json.loads(_run([installed.bin / "python", "-c", probe], tmp_path,
                            installed.env))
     assert Path(seen["file"]).is_relative_to(installed.bin.parent), seen["file"]
     assert seen["version"] == seen["metadata"] == VERSION
@@ -171,16 +199,16 @@ print(json.dumps({"file": scheduler.__file__, "version": scheduler.__version__,
 
 @slow
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs redis-server")
-def test_sched_dev_runs_a_job_and_stops_on_ctrl_c(installed: Installed) -> None:
+def test_sched_dev_runs_a_job_and_stops_on_ctrl_c(installed: Installed, tmp_path: Path) -> None:
     from scheduler.dev.embedded import free_port
 
     nowhere = f"redis://127.0.0.1:{free_port()}/0"  # so dev starts its private redis-server
-    ready = installed.cwd / "ready.json"
+    ready = tmp_path / "ready.json"
     proc = subprocess.Popen(
         [installed.bin / "sched", "--redis-url", nowhere, "--namespace", "wheel", "dev",
          "--no-web", "--metrics-port", "0", "--ready-file", ready,
-         "--history-file", installed.cwd / "history.sqlite3"],
-        cwd=installed.cwd, env=installed.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+         "--history-file", tmp_path / "history.sqlite3"],
+        cwd=tmp_path, env=installed.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while not ready.exists():
@@ -191,7 +219,7 @@ def test_sched_dev_runs_a_job_and_stops_on_ctrl_c(installed: Installed) -> None:
         submit = ("import sys; from scheduler import Client\n"
                   "with Client(sys.argv[1], 'wheel') as c:\n"
                   "    print(c.result(c.submit('demo.hello', {'name': 'wheel'}), 30))")
-        out = _run([installed.bin / "python", "-c", submit, url], installed.cwd, installed.env)
+        out = _run([installed.bin / "python", "-c", submit, url], tmp_path, installed.env)
         assert out == "None\n"
         time.sleep(1)  # a few seconds of running in all
         proc.send_signal(signal.SIGINT)
@@ -206,8 +234,8 @@ def test_sched_dev_runs_a_job_and_stops_on_ctrl_c(installed: Installed) -> None:
 
 
 @slow
-def test_the_testing_mode(installed: Installed) -> None:
-    script = installed.cwd / "check_tasks.py"
+def test_the_testing_mode(installed: Installed, tmp_path: Path) -> None:
+    script = tmp_path / "check_tasks.py"
     script.write_text("""\
 from scheduler import Registry
 from scheduler.testing import TestScheduler
@@ -228,7 +256,7 @@ with TestScheduler(registry) as sched:
     assert [r.fire_time.minute for r in sched.advance(180)] == [0, 1, 2, 3]
 print("ok")
 """)
-    assert _run([installed.bin / "python", script], installed.cwd, installed.env) == "ok\n"
+    assert _run([installed.bin / "python", script], tmp_path, installed.env) == "ok\n"
 
 
 @slow
