@@ -142,11 +142,12 @@ def test_the_version_has_one_source() -> None:
 @slow
 def test_the_wheel_holds_the_package_and_nothing_else(built: Built) -> None:
     expected = _package_files(built.source)
-    # The files a missing package-data glob or subpackage would drop.
-    assert {"scheduler/py.typed", "scheduler/cli/main.py", "scheduler/scripts/lua/claim.lua",
-            "scheduler/web/templates/base.html"} <= expected
-    assert any(f.startswith("scheduler/history/sql/") and f.endswith(".sql") for f in expected)
-    assert any(f.startswith("scheduler/web/static/") for f in expected)
+    # Each kind of file a missing package-data glob or subpackage would drop is there to miss.
+    assert {"scheduler/py.typed", "scheduler/cli/__init__.py"} <= expected
+    for folder, suffix in [("scripts/lua/", ".lua"), ("history/sql/", ".sql"),
+                           ("web/templates/", ".html"), ("web/static/", "")]:
+        assert any(f.startswith(f"scheduler/{folder}") and f.endswith(suffix)
+                   for f in expected), folder
     for wheel in (built.wheel_from_sdist, built.wheel_from_tree):
         names = _wheel_names(wheel)
         assert len(names) == len(set(names)), f"{wheel.name} holds a file twice"
