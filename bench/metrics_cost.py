@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     r = _Run()
     r.task, r.fire_ms, r.started_ms = "bench.noop", 1_000, 1_000
 
-    def ours() -> None:  # the lines worker._claim and worker._execute run per job
+    def ours() -> None:  # the lines Claims.claim and Execution._execute run per job
         m = cache.get(("bench", r.task))
         r.metrics = m
         m.start_lag.observe_ms(1_003 - r.fire_ms)  # type: ignore[union-attr]

@@ -43,11 +43,11 @@ async def where_started(ctx: Context, payload: Any) -> None:
     start), "loop" when the loop scheduled it."""
     import sys
 
-    from scheduler.worker.claiming import Claiming
+    from scheduler.worker.claims import Claims
 
     frame, place = sys._getframe(), "loop"
     while frame is not None:
-        if frame.f_code is Claiming._claim.__code__:
+        if frame.f_code is Claims.claim.__code__:
             place = "claim"
         frame = frame.f_back  # type: ignore[assignment]
     await _redis().hset(payload["effects"], ctx.slot_id, place)

@@ -21,11 +21,12 @@ wait here for a slot). The `Controller` turns observations into a concurrency:
   that keeps it from flapping; any observation outside a row's condition resets that row.
 
 Lowering never stops a run: the claim loops read the concurrency before each claim
-(`Worker._free()`), so fewer slots take effect as runs end. The worker's heartbeat reports the
-current concurrency (`sched status`, `sched workers`, `sched_worker_concurrency`) and MAX (what
-the workers-wanted rule counts a worker as, scheduler/observe/capacity.py), and each change is one log
-line. Limits: more slots help handlers that wait (I/O), not CPU-bound ones, which need more
-processes (the fleet count of scheduler/observe/capacity.py); the lag histograms are the process's,
+(`Slots.free()`, scheduler/worker/slots.py), so fewer slots take effect as runs end. The
+worker's heartbeat reports the current concurrency (`sched status`, `sched workers`,
+`sched_worker_concurrency`) and MAX (what the workers-wanted rule counts a worker as,
+scheduler/observe/capacity.py), and each change is one log line. Limits: more slots help
+handlers that wait (I/O), not CPU-bound ones, which need more processes (the fleet count of
+scheduler/observe/capacity.py); the lag histograms are the process's,
 so two workers in one process on the same queue see each other's claims.
 """
 
@@ -118,12 +119,17 @@ class Controller:
 
 
 class Scalable(Protocol):
-    """What the autoscaler reads of a worker (scheduler/worker/worker.py) and the one call it makes."""
+    """What the autoscaler reads of a worker (scheduler/worker/worker.py) and the one call it
+    makes."""
 
-    running: dict[str, Any]
-    claiming: int
-    reader: Any  # its `backlog`: entries read and not claimed yet
-    _run_metrics: dict[tuple[str, str], RunMetrics]
+    @property
+    def running(self) -> dict[str, Any]: ...
+    @property
+    def claiming(self) -> int: ...
+    @property
+    def reader(self) -> Any: ...  # its `backlog`: entries read and not claimed yet
+    @property
+    def run_metrics(self) -> dict[tuple[str, str], RunMetrics]: ...
 
     def set_concurrency(self, concurrency: int) -> None: ...
 
@@ -145,7 +151,7 @@ class Autoscaler(Service):
 
     def lag_ms(self) -> float | None:
         """The mean start lag of the claims since the last call (None: no claim)."""
-        children = {id(m.start_lag): m.start_lag for m in list(self.worker._run_metrics.values())}
+        children = {id(m.start_lag): m.start_lag for m in list(self.worker.run_metrics.values())}
         count = total = 0
         for key, child in children.items():
             now = (sum(child.counts), child.sum_ms)

@@ -122,7 +122,7 @@ class Committer(Service):
     # --- riding a claim's round trip ----------------------------------------------------
     # A claim about to go out takes what is pending (`board`) and sends its calls in its own
     # pipeline, ahead of the claims; `land` takes the replies back as run_once would. At the
-    # default concurrency the burn-down runs ~1.2x faster so (bench/RESULTS.md, session 16).
+    # default concurrency the burn-down runs faster so (`python -m bench burndown`).
 
     def board(self) -> Boarding | None:
         """The pending outcomes' calls, now carried by the caller's round trip (and counted
@@ -255,7 +255,7 @@ class Committer(Service):
                             item[1], item[2], item[3] or "(no error text)",
                             extra={"slot_id": item[0], "task": task, "attempt": item[1]})
 
-    # --- the loop (loops.Service) ------------------------------------------------------
+    # --- the loop (a Service: scheduler/redis/service.py) ------------------------------
     # Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so
     # batches grow with load. run() returns after stop() once nothing is pending (or, when
     # Redis fails every try, never: the caller bounds that wait).

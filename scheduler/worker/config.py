@@ -35,13 +35,14 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     autoscale: AutoscaleConfig | None = None
     """Move the concurrency between its bounds from the start lag of this worker's claims
     (scheduler/worker/autoscale.py), starting at its MIN; `concurrency` is then not used."""
-    tracing: Any = False  # a span per run (tracing.py): True, or the TracerProvider to use
+    # A span per run (scheduler/observe/tracing.py): True, or the TracerProvider to use.
+    tracing: Any = False
     eager_start: bool = True
     """Python 3.12+: start each handler's task eagerly (execution.py), so a handler that
-    returns without awaiting ends within its claim, never scheduled on the loop (~27% less
-    worker CPU per no-op job, bench/RESULTS.md). A handler's code up to its first await then
-    runs inside the claim: False (`sched worker --no-eager-start`) schedules every task as
-    asyncio does by default. No effect on 3.11."""
+    returns without awaiting ends within its claim, never scheduled on the loop (less worker
+    CPU per no-op job: `python -m bench burndown` against `--no-eager`). A handler's code up
+    to its first await then runs inside the claim: False (`sched worker --no-eager-start`)
+    schedules every task as asyncio does by default. No effect on 3.11."""
 
     def __post_init__(self) -> None:
         check_finite(self)

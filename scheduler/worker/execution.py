@@ -4,9 +4,9 @@
 as a task, a plain `def` in the thread pool) and hands its outcome to the committer. On
 Python 3.12+ the task starts eagerly (`WorkerConfig.eager_start`, on by default): an `async
 def` that returns without awaiting has ended within `start()`, never scheduled on the loop
-(with it off, and always on 3.11, it runs on the next loop iteration). A run is
-stopped (scheduler/worker/inflight.py, `Run.stop`) for its timeout, a lost lease, a cancel request or
-the worker's shutdown; its outcome then follows from the reason. A handler that does not stop
+(with it off, and always on 3.11, it runs on the next loop iteration). A run is stopped
+(scheduler/worker/inflight.py, `Run.stop`) for its timeout, a lost lease, a cancel request
+or the worker's shutdown; its outcome then follows from the reason. A handler that does not stop
 within `stuck_after_s` of its cancellation (it caught CancelledError and went on) is given up
 on: the slot moves on as if it had stopped, and the handler may go on in the background, as
 a thread that cannot be stopped does. Nothing a handler does, raises or returns can take the
@@ -184,8 +184,8 @@ class Execution:
     def _run_log(run: Run) -> bytes | None:
         """The lines the handler logged, as JSON for its attempt's record (None: none). The
         run lets go of its Context here: the context's ctx.once closure refers back to the
-        run, and a cycle per run would leave every finished run to the cyclic GC (measured:
-        ~10% of a busy worker's throughput)."""
+        run, and a cycle per run would leave every finished run to the cyclic GC, a cost a busy
+        worker's throughput shows (`python -m bench burndown`)."""
         ctx, run.ctx = run.ctx, None
         # Most handlers never touch ctx.logger: no logger, nothing to read (the hot path).
         lines = ctx.run_log() if ctx is not None and ctx._logger is not None else None

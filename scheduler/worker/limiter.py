@@ -1,4 +1,5 @@
-"""A worker's side of queue-wide limits (limits.py): permits, and the claims of limited queues.
+"""A worker's side of queue-wide limits (scheduler/core/limits.py): permits, and the claims
+of limited queues.
 
 A queue without a limit costs nothing here: the worker's main claim loops read and claim it as
 always. A queue with a limit is read by `LimitedClaims` instead, over a reader of its own, and
@@ -18,7 +19,8 @@ node even in a Cluster: its keys share the hash tag `{lim:<queue>}`). So:
 Why permits before the claim rather than a count inside claim.lua: a claim script runs on one
 shard, and a queue-wide count lives in one key, which on a Cluster is on another node; and an
 entry claim.lua refused for the limit would sit delivered in one worker's pending list. The
-acquire round trip is paid by limited queues only (cost per job in bench/RESULTS.md).
+acquire round trip is paid by limited queues only (its cost per job: `python -m bench
+burndown --limit N`).
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ import scheduler.core.limits as limits
 import scheduler.redis.cluster as cluster
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import queue_of
-from scheduler.redis.service import Service
+from scheduler.redis.service import ErrorLog, Service
 from scheduler.scripts.replies import Acquired
+from scheduler.worker.claims import Claims
 from scheduler.worker.inflight import Run
 from scheduler.worker.reader import Reader
 
@@ -51,12 +54,13 @@ class LimitedClaims(Service):
     what = "claiming limited queues"
     log = log
 
-    def __init__(self, worker: Any) -> None:
-        # The worker (worker.py) whose reader, free capacity and claim this loop shares; not
-        # typed as Worker, which imports this module.
-        super().__init__(stop=worker.stopping, errors=worker.errors)
-        self.worker = worker
-        self.keys = worker.keys
+    def __init__(self, claims: Claims, errors: ErrorLog) -> None:
+        # The worker's claims: its run slots, its main reader (which stops reading the
+        # limited queues) and the claim round trip, shared with this loop.
+        super().__init__(stop=claims.stopping, errors=errors)
+        self.claims = claims
+        self.keys = claims.keys
+        self.shards = 0
         self.limits: dict[str, limits.QueueLimit] = {}  # of this worker's queues
         self.reader: Reader | None = None
         self.held: dict[str, set[str]] = {}  # queue -> permits of runs in flight
@@ -70,21 +74,27 @@ class LimitedClaims(Service):
 
     # --- the limits ------------------------------------------------------------------------
 
+    async def open(self, shards: int) -> None:
+        """At the worker's setup, once it knows the shard count: read the limits."""
+        self.shards = shards
+        await self.refresh()
+
     async def refresh(self) -> bool:
         """Read the limits; True when the set of limited queues changed (the worker then
         reads them here, and no longer in its main loops)."""
-        raw: dict[bytes, bytes] = await self.worker.redis.hgetall(self.keys.limits)
+        # The worker's clients decode nothing: keys and values are bytes.
+        raw: Any = await self.claims.redis.hgetall(self.keys.limits)
         mine = {q: lim for q, lim in limits.parse(raw).items()
-                if q in self.worker.config.queues}
+                if q in self.claims.config.queues}
         changed = set(mine) != set(self.limits)
         self.limits = mine
-        self._refreshed = self.worker.clock.monotonic()
+        self._refreshed = self.claims.clock.monotonic()
         if changed:
             await self._reopen()
         return changed
 
     async def _reopen(self) -> None:
-        w = self.worker
+        w = self.claims
         if self.reader is not None:
             await self.reader.settle()
             if self.reader.in_hand():
@@ -93,10 +103,10 @@ class LimitedClaims(Service):
         if self.limits:
             self.reader = Reader(w.redis, self.keys, w.worker_id, w.config.batch,
                                  w.config.events_maxlen, w.clock, w.reader.hold_cap)
-            await self.reader.open(w.shards, sorted(self.limits))
+            await self.reader.open(self.shards, sorted(self.limits))
             log.info("queue limits: %s", "; ".join(f"{q} {lim.text()}"
                                                    for q, lim in sorted(self.limits.items())))
-        await w.reader.open(w.shards, [q for q in w.config.queues if q not in self.limits])
+        await w.reader.open(self.shards, [q for q in w.config.queues if q not in self.limits])
 
     # --- permits ---------------------------------------------------------------------------
 
@@ -112,7 +122,7 @@ class LimitedClaims(Service):
         self._give_back(queue, member)
 
     async def _acquire(self, wants: dict[str, int]) -> dict[str, Acquired]:
-        w = self.worker
+        w = self.claims
         now = w.clock.now_ms()
         queues = list(wants) + [q for q in self.returning if q not in wants]
         back = {q: self.returning.pop(q, []) for q in queues}
@@ -140,7 +150,7 @@ class LimitedClaims(Service):
 
     async def _renew(self) -> None:
         """Every lease/3: the permits of runs in flight expire a lease from now."""
-        w = self.worker
+        w = self.claims
         expires = w.clock.now_ms() + w.lease_ms
         pipe = cluster.pipeline(w.redis)
         for q, members in self.held.items():
@@ -152,10 +162,10 @@ class LimitedClaims(Service):
     # --- the loop --------------------------------------------------------------------------
 
     async def ready(self) -> None:
-        await self.worker.wait_for_capacity(self.finished)
+        await self.claims.slots.wait(self.finished)
 
     async def run_once(self) -> int:
-        w = self.worker
+        w = self.claims
         self.ended.clear()
         mono = w.clock.monotonic()
         if mono - self._refreshed >= REFRESH_S:
@@ -173,13 +183,13 @@ class LimitedClaims(Service):
             await reader.requeue_backlog(w.clock.now_ms(), held=False)  # another worker's turn
             self._waiting_since = None
         if not reader.ready():
-            await reader.read(max(1, min(w._free(), w.config.batch)),
+            await reader.read(max(1, min(w.slots.free(), w.config.batch)),
                               min(w.block_ms, int(REFRESH_S * 1000)))
         entries = reader.take(len(reader.backlog))
         by_queue: dict[str, list[Any]] = {}
         for entry in entries:
             by_queue.setdefault(queue_of(entry[1]), []).append(entry)
-        free = w._free()
+        free = w.slots.free()
         wants = {}
         for q, mine in by_queue.items():
             wants[q] = min(len(mine), max(0, free))
@@ -199,7 +209,7 @@ class LimitedClaims(Service):
         return started
 
     async def _claim(self, entries: list[Any], permits: dict[str, tuple[str, str]]) -> int:
-        w = self.worker
+        slots = self.claims.slots
 
         def on_start(run: Run) -> None:
             run.permit = permits.pop(run.slot_id)
@@ -209,16 +219,17 @@ class LimitedClaims(Service):
         by_shard: dict[int, list[tuple[str, bytes, str]]] = {}
         for shard, lane, msg_id, slot_id in entries:
             by_shard.setdefault(shard, []).append((lane, msg_id, slot_id))
-        w.claiming += len(entries)
+        slots.claiming += len(entries)
         try:
-            started: int = await w._claim(by_shard, on_start=on_start, reader=self.reader)
+            started: int = await self.claims.claim(by_shard, on_start=on_start,
+                                                   reader=self.reader)
         except BaseException:
             assert self.reader is not None
             self.reader.give_back(entries)
             self.reader.must_recover = True
             raise
         finally:
-            w.claiming -= len(entries)
+            slots.claiming -= len(entries)
             # Permits of entries not started (gone, cancelled, claimed elsewhere) go back.
             for queue, member in permits.values():
                 self._give_back(queue, member)
@@ -255,6 +266,6 @@ class LimitedClaims(Service):
         if reader is not None:
             await reader.settle()
             if reader.in_hand():
-                await reader.requeue_backlog(self.worker.clock.now_ms())
+                await reader.requeue_backlog(self.claims.clock.now_ms())
         if self.returning:
             await self._acquire({})

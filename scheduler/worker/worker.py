@@ -1,4 +1,11 @@
-"""The worker: reads dispatch streams, claims in batches, runs handlers, commits in batches.
+"""The worker: its parts, wired together, and the order they start and stop in.
+
+A `Worker` is its run slots (slots.py), its reader (reader.py), its claims (claims.py: the
+claim pipelines read, claim in batches and start runs), its execution of handlers
+(execution.py), its committer (committer.py: outcomes in batches), its heartbeat
+(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py) and,
+when asked, its autoscaler (autoscale.py). Each part holds its own state; the worker builds
+them, hands each the parts it talks to, and runs their loops.
 
 Shutdown order (`stop()`, e.g. on SIGTERM):
   1. the reader stops reading (it finishes the XREADGROUP in flight and claims what it got);
@@ -19,8 +26,6 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 import redis.asyncio
 
@@ -31,9 +36,9 @@ from scheduler.core.errors import NamespaceMissing
 from scheduler.core.keys import Keys
 from scheduler.redis.clock import Clock, RedisClock, resync
 from scheduler.redis.connection import socket_timeout
-from scheduler.redis.service import Backoff, ErrorLog, Service, pause
+from scheduler.redis.service import Backoff, ErrorLog, pause
 from scheduler.worker.autoscale import Autoscaler
-from scheduler.worker.claiming import Claiming
+from scheduler.worker.claims import ClaimLoop, Claims
 from scheduler.worker.committer import Committer
 from scheduler.worker.config import WorkerConfig
 from scheduler.worker.execution import Execution
@@ -42,67 +47,78 @@ from scheduler.worker.inflight import Inflight
 from scheduler.worker.limiter import LimitedClaims
 from scheduler.worker.reader import Reader
 from scheduler.worker.registry import Registry
+from scheduler.worker.slots import Slots
 
 log = logging.getLogger("scheduler.worker.worker")
 
 __all__ = ["ClaimLoop", "Worker", "WorkerConfig"]
 
 # Entries dispatched early a worker holds for their time, per run slot: enough to read a whole
-# minute-boundary burst before its instant (2 workers of concurrency 1000 hold 100,000: the
-# burst's XREADGROUP work then happens before it, and the 100k burst of bench/RESULTS.md
-# starts ~25% sooner than with 10), at the cost that a worker dying with them delays them
-# by a lease, and of ~0.3 KB each in its memory.
+# minute-boundary burst before its instant (its XREADGROUP work then happens before the
+# burst, which starts sooner: bench burndown), at the cost that a worker dying with them
+# delays them by a lease, and of their memory.
 HOLD_RUNS = 50
 
 
-class Worker(Claiming):
+class Worker:
     def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
                  namespace: str = "sched", config: WorkerConfig | None = None,
                  clock: Clock | None = None, worker_id: str | None = None) -> None:
         self.redis = client
         self.registry = registry
-        self.config = config or WorkerConfig()
-        self.keys = Keys(namespace)
-        self.clock = clock or RedisClock()
-        self.worker_id = worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.config = config = config or WorkerConfig()
+        self.keys = keys = Keys(namespace)
+        self.clock = clock = clock or RedisClock()
+        self.worker_id = worker_id = (
+            worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}")
         self.shards = 0
-        self.running: Inflight = {}
-        self.claiming = 0  # entries taken from the backlog whose claim has not returned yet
-        auto = self.config.autoscale
-        # The run slots now, read by _free(); only set_concurrency() changes it.
-        self.concurrency = auto.min_concurrency if auto else self.config.concurrency
-        most = auto.max_concurrency if auto else self.config.concurrency
-        self.reader = Reader(client, self.keys, self.worker_id, self.config.batch,
-                             self.config.events_maxlen, self.clock, HOLD_RUNS * most)
+        auto = config.autoscale
+        most = auto.max_concurrency if auto else config.concurrency
+        self.slots = slots = Slots(auto.min_concurrency if auto else config.concurrency)
+        self.running: Inflight = slots.running
         self.stopping = asyncio.Event()
-        self.capacity = asyncio.Event()
-        lease_ms = int(self.config.lease_s * 1000)
-        self.lease_ms = lease_ms
+        self.lease_ms = int(config.lease_s * 1000)
         # A blocking read must return before the socket timeout calls it a hang.
         timeout = socket_timeout(client)
-        self.block_ms = (self.config.block_ms if not timeout
-                         else max(10, min(self.config.block_ms, int(timeout * 500))))
-        self.committer = Committer(client, self.keys, self.clock, self.worker_id,
-                                   self.config.events_maxlen)
-        self.heartbeat = Heartbeat(client, self.keys, self.clock, self.worker_id, lease_ms,
-                                   self.concurrency, self.config.queues, self.running,
-                                   lambda: metrics.tallies(self._run_metrics), most,
-                                   self.config.events_maxlen)
-        self.execution = Execution(client, self.keys, self.clock, registry, self.committer,
-                                   self.running, self.capacity, lease_s=self.config.lease_s,
-                                   threads=min(most, 64), tracing=self.config.tracing,
-                                   eager=self.config.eager_start)
-        self._run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}  # (queue, task)
-        self._by_lane: dict[tuple[str, str], metrics.RunMetrics] = {}  # the same, by lane
-        self._untrimmed: dict[int, int] = {}  # shard -> entries claimed since its last trim
+        self.block_ms = (config.block_ms if not timeout
+                         else max(10, min(config.block_ms, int(timeout * 500))))
         self.errors = ErrorLog(log, "reading from Redis")
-        self.limited = LimitedClaims(self)
+        self.reader = Reader(client, keys, worker_id, config.batch, config.events_maxlen,
+                             clock, HOLD_RUNS * most)
+        self.committer = Committer(client, keys, clock, worker_id, config.events_maxlen)
+        self.execution = Execution(client, keys, clock, registry, self.committer,
+                                   slots.running, slots.capacity, lease_s=config.lease_s,
+                                   threads=min(most, 64), tracing=config.tracing,
+                                   eager=config.eager_start)
+        self.claims = Claims(client, keys, clock, config, registry, worker_id, slots,
+                             self.reader, self.committer, self.execution, self.stopping,
+                             self.block_ms)
+        self.heartbeat = Heartbeat(client, keys, clock, worker_id, self.lease_ms,
+                                   slots.concurrency, config.queues, slots.running,
+                                   self.claims.tallies, most, config.events_maxlen)
+        self.limited = LimitedClaims(self.claims, self.errors)
+
+    @property
+    def concurrency(self) -> int:
+        """The run slots now (the autoscaler moves them: set_concurrency)."""
+        return self.slots.concurrency
+
+    @property
+    def claiming(self) -> int:
+        """Entries whose claim has not returned yet."""
+        return self.slots.claiming
+
+    @property
+    def run_metrics(self) -> dict[tuple[str, str], metrics.RunMetrics]:
+        """This worker's run metrics, by (queue, task)."""
+        return self.claims.run_metrics
 
     # --- setup ---------------------------------------------------------------------------
 
     async def setup(self) -> None:
         """Learn the shard count (NamespaceMissing until the namespace's first submit creates
-        it: namespace.py) and make sure every stream this worker reads has the group."""
+        it: scheduler/core/namespace.py) and make sure every stream this worker reads has the
+        group."""
         meta = namespace.parse(self.keys.ns,
                                await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
         self.shards = meta.shards
@@ -110,76 +126,19 @@ class Worker(Claiming):
             self.execution.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
-        await self.limited.refresh()  # limited queues move from self.reader to its own
-
-    # --- reading and claiming ------------------------------------------------------------
+        await self.limited.open(self.shards)  # limited queues move from self.reader to its own
 
     async def run_once(self, block_ms: int | None = None) -> int:
-        """Claim what the free run slots can take (reading one batch when the local backlog
-        is empty) and start their handlers; returns how many started."""
-        free = self._free()
-        if free <= 0:
-            return 0
-        await resync(self.clock, self.redis)
-        reader = self.reader
-        if reader.must_recover:
-            await reader.recover(self._known())
-        if not reader.ready():
-            await reader.read(free, block_ms)
-        # Another pipeline may have claimed while this one read: take only what still fits,
-        # and no more than this pipeline's share of the run slots, so that at any
-        # concurrency every pipeline has a claim in flight while the others' runs go.
-        take = reader.take(min(self._free(), self._share()))
-        if not take:
-            return 0
-        entries: dict[int, list[tuple[str, bytes, str]]] = {}
-        for shard, lane, msg_id, slot_id in take:
-            entries.setdefault(shard, []).append((lane, msg_id, slot_id))
-        # While busy, the next batch is read (without blocking) in the claim's round trip,
-        # so a busy worker pays one round trip per batch instead of two.
-        prefetch = (len(reader.backlog) < self.config.batch and not self.stopping.is_set()
-                    and not reader.per_shard)
-        self.claiming += len(take)
-        try:
-            return await self._claim(entries, prefetch)
-        except BaseException:
-            # The claim may or may not have run: put the entries back first in line. A claim
-            # sent again by this worker for an entry it already holds is granted again
-            # (claim.lua), so nothing waits for its lease to run out.
-            reader.give_back(take)
-            reader.must_recover = reader.must_recover or prefetch
-            raise
-        finally:
-            self.claiming -= len(take)
-
-    async def wait_for_capacity(self, finished: Callable[[], bool]) -> None:
-        """Until a run slot is free (or `finished()`): every claim loop waits here."""
-        while self._free() <= 0 and not finished():
-            self.capacity.clear()
-            await self.capacity.wait()
-
-    def _free(self) -> int:
-        return self.concurrency - len(self.running) - self.claiming
-
-    def _share(self) -> int:
-        """Most entries one claim takes: a batch, or a pipeline's share of the run slots."""
-        return max(1, min(self.config.batch, -(-self.concurrency // self.config.pipelines)))
+        """One claim pass (Claims.run_once): claim what the free run slots can take (reading
+        one batch when the local backlog is empty) and start their handlers; returns how
+        many started."""
+        return await self.claims.run_once(block_ms)
 
     def set_concurrency(self, concurrency: int) -> None:
         """Change the run slots while running (the autoscaler does). Fewer take effect as
         runs end, none is stopped; more wake a claim loop waiting for a free slot."""
-        self.concurrency = concurrency
         self.heartbeat.info["concurrency"] = concurrency
-        self.capacity.set()
-
-    def _known(self) -> set[str]:
-        """Slots this worker has in hand besides its backlog: runs in flight, outcomes
-        waiting to be committed, and runs given up on (for two leases)."""
-        cutoff = self.clock.monotonic() - 2 * self.config.lease_s
-        abandoned = self.execution.abandoned
-        for slot in [s for s, t in abandoned.items() if t < cutoff]:
-            del abandoned[slot]
-        return self.running.keys() | self.committer.slots() | abandoned.keys()
+        self.slots.resize(concurrency)
 
     # --- the loops -----------------------------------------------------------------------
 
@@ -228,12 +187,13 @@ class Worker(Claiming):
         log.info("worker %s reading %s across %d shards (concurrency %s)", self.worker_id,
                  ",".join(self.config.queues), self.shards,
                  f"{auto.min_concurrency}..{auto.max_concurrency}, autoscaled" if auto
-                 else self.concurrency)
+                 else self.slots.concurrency)
         committer = asyncio.create_task(self.committer.run(), name="committer")
         scaler = asyncio.create_task(Autoscaler(self, auto, stop=self.stopping).run(),
                                      name="autoscale") if auto else None
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
-        readers = [asyncio.create_task(ClaimLoop(self).run(), name=f"claim-{i}")
+        readers = [asyncio.create_task(ClaimLoop(self.claims, self.errors).run(),
+                                       name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
         readers.append(asyncio.create_task(self.limited.run(), name="claim-limited"))
         stopped = asyncio.create_task(self.stopping.wait())
@@ -243,7 +203,7 @@ class Worker(Claiming):
             for task in (*readers, committer):  # a loop that died takes the worker down
                 if task.done() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
-            self.capacity.set()
+            self.slots.capacity.set()
             await asyncio.gather(*readers)
             await self._drain()
         finally:
@@ -298,25 +258,3 @@ class Worker(Claiming):
     def stop(self) -> None:
         """Idempotent; safe to call from a signal handler."""
         self.stopping.set()
-
-
-class ClaimLoop(Service):
-    """One claim pipeline of a worker (there are `pipelines` of them, sharing its reader,
-    its stop event and its error log): claims what the free run slots can take, and waits
-    for capacity while every slot is busy."""
-
-    what = "reading from Redis"
-    log = log
-
-    def __init__(self, worker: Worker) -> None:
-        super().__init__(stop=worker.stopping, errors=worker.errors)
-        self.worker = worker
-
-    async def ready(self) -> None:
-        await self.worker.wait_for_capacity(self.finished)
-
-    async def run_once(self) -> int:
-        return await self.worker.run_once(block_ms=self.worker.block_ms)
-
-    def delay(self, result: Any) -> float:
-        return 0

@@ -133,7 +133,7 @@ MUTANTS = [
            "scheduler/worker/heartbeat.py", "        limit = self.clock.monotonic() + self.margin_s",
            "        limit = -1.0", (STALL,)),
     Mutant("claim-forgets-entries", "a failed claim drops its entries (they wait a lease)",
-           "scheduler/worker/worker.py",
+           "scheduler/worker/claims.py",
            "            reader.give_back(take)\n"
            "            reader.must_recover = reader.must_recover or prefetch\n",
            "", (CLAIM,)),
@@ -254,7 +254,7 @@ MUTANTS = [
             "before_its_time"), fast=True),
     Mutant("early-reply-dropped", "the worker drops an entry claim.lua answered EARLY for, "
            "instead of holding it: the slot waits in its pending list for the reclaimer",
-           "scheduler/worker/claiming.py",
+           "scheduler/worker/claims.py",
            "                    source.hold((shard, lane, msg, slot_id), grant)\n",
            "                    pass\n",
            (f"{EARLY}::test_held_entries_handed_back_by_a_stopping_worker_still_wait_for_their_time",)),
@@ -266,9 +266,9 @@ MUTANTS = [
            (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
     Mutant("claim-takes-every-free-slot", "a claim takes every free run slot, not a "
            "pipeline's share: at the default concurrency one pipeline holds them all and the "
-           "other idles", "scheduler/worker/worker.py",
-           "        return max(1, min(self.config.batch, -(-self.concurrency // self.config.pipelines)))",
-           "        return max(1, min(self.config.batch, self.concurrency))",
+           "other idles", "scheduler/worker/slots.py",
+           "        return max(1, min(batch, -(-self.concurrency // pipelines)))",
+           "        return max(1, min(batch, self.concurrency))",
            ("tests/services/test_claim_share.py",)),
     Mutant("hash-read-slots-as-jobs", "the snapshotter's raw read asks for each slot's hash "
            "under the job key: history gets job hashes for slots (or nothing)",

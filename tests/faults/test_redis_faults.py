@@ -168,6 +168,7 @@ def test_a_failed_claim_puts_its_entries_back(sut: RedisServer, scenario: Scenar
 
     import app_tasks
     from scheduler.redis.connection import process_redis
+    from scheduler.worker.claims import Claims
     from scheduler.worker.worker import Worker, WorkerConfig
 
     sc = scenario
@@ -176,9 +177,9 @@ def test_a_failed_claim_puts_its_entries_back(sut: RedisServer, scenario: Scenar
     sc.submit([JobSpec(task="chaos.noop", payload={"effects": sc.effects}, retry=FAST)
                for _ in range(40)])
     back: list[float] = []
-    real = Worker._claim
+    real = Claims.claim
 
-    async def claim_into_oom(self: Worker, *args: Any, **kw: Any) -> int:
+    async def claim_into_oom(self: Claims, *args: Any, **kw: Any) -> int:
         if not back:
             sut.oom(True)
             back.append(0.0)
@@ -186,7 +187,7 @@ def test_a_failed_claim_puts_its_entries_back(sut: RedisServer, scenario: Scenar
                             ).start()
         return await real(self, *args, **kw)
 
-    monkeypatch.setattr(Worker, "_claim", claim_into_oom)
+    monkeypatch.setattr(Claims, "claim", claim_into_oom)
 
     async def run() -> None:
         client = process_redis(sut.url, 30.0)

@@ -96,7 +96,7 @@ def test_the_autoscaler_reads_the_mean_lag_of_new_claims_off_the_histograms() ->
         running: dict[str, Any] = {}
         claiming = 0
         reader = type("R", (), {"backlog": []})()
-        _run_metrics: dict[tuple[str, str], RunMetrics] = {}
+        run_metrics: dict[tuple[str, str], RunMetrics] = {}
 
         def set_concurrency(self, concurrency: int) -> None:
             self.concurrency = concurrency
@@ -106,7 +106,7 @@ def test_the_autoscaler_reads_the_mean_lag_of_new_claims_off_the_histograms() ->
     queue = f"lag-{time.monotonic_ns()}"  # the histograms are the process's: a fresh child
     a, b = RunMetrics(queue, "a"), RunMetrics(queue, "b")  # one queue: one lag child
     a.start_lag.observe_ms(99_000)  # before the worker knew it: a baseline, not a claim
-    w._run_metrics = {(queue, "a"): a, (queue, "b"): b}
+    w.run_metrics = {(queue, "a"): a, (queue, "b"): b}
     assert scaler.lag_ms() is None
     a.start_lag.observe_ms(1000)
     b.start_lag.observe_ms(3000)

@@ -1,5 +1,5 @@
 """A claim takes at most a pipeline's share of the run slots, so that at any concurrency every
-claim pipeline has a round trip in flight while the others' runs go (worker.py, _share)."""
+claim pipeline has a round trip in flight while the others' runs go (slots.py, Slots.share)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from helpers import run_until
 from scheduler import Client, Context, Registry
-from scheduler.worker.claiming import Claiming
+from scheduler.worker.claims import Claims
 
 
 def test_each_claim_takes_a_share_and_both_pipelines_claim_at_once(
@@ -25,7 +25,7 @@ def test_each_claim_takes_a_share_and_both_pipelines_claim_at_once(
 
     sizes: list[int] = []
     in_flight = [0, 0]  # now, most at once
-    real = Claiming._claim
+    real = Claims.claim
 
     async def spy(self: Any, entries: Any, *args: Any, **kw: Any) -> int:
         sizes.append(sum(len(v) for v in entries.values()))
@@ -36,7 +36,7 @@ def test_each_claim_takes_a_share_and_both_pipelines_claim_at_once(
         finally:
             in_flight[0] -= 1
 
-    monkeypatch.setattr(Claiming, "_claim", spy)
+    monkeypatch.setattr(Claims, "claim", spy)
     with Client(redis_url, ns) as client:
         client.submit_many([{"task": "t", "payload": i} for i in range(2000)])
         asyncio.run(run_until(redis_url, ns, registry, lambda: len(done) == 2000,

@@ -20,6 +20,7 @@ from scheduler.core.keys import Keys
 from scheduler.observe.metrics import RunMetrics
 from scheduler.redis.clock import ManualClock
 from scheduler.redis.connection import async_redis
+from scheduler.worker.claims import Claims
 from scheduler.worker.committer import Committer
 from scheduler.worker.execution import Execution
 from scheduler.worker.inflight import Inflight, Run
@@ -134,7 +135,7 @@ def test_handlers_that_await_are_still_timed_out_cancelled_and_released() -> Non
 
 def test_no_await_handlers_run_inside_the_claim_end_to_end(redis_url: str, ns: str) -> None:
     """Through a real worker: on 3.12+ every no-await handler ran within the claim that
-    started it (Worker._claim is on its stack), on 3.11 from the loop; and a timeout still
+    started it (Claims.claim is on its stack), on 3.11 from the loop; and a timeout still
     stops a handler that awaits."""
     registry = Registry()
     inside: Counter[bool] = Counter()
@@ -143,7 +144,7 @@ def test_no_await_handlers_run_inside_the_claim_end_to_end(redis_url: str, ns: s
     async def noop(ctx: Context, payload: Any) -> None:
         frame, claim = sys._getframe(), False
         while frame is not None and not claim:
-            claim, frame = frame.f_code is Worker._claim.__code__, frame.f_back  # type: ignore[assignment]
+            claim, frame = frame.f_code is Claims.claim.__code__, frame.f_back  # type: ignore[assignment]
         inside[claim] += 1
 
     @registry.task("hang")
@@ -178,7 +179,7 @@ def test_an_entry_twice_in_one_claim_runs_once(redis_url: str, ns: str) -> None:
         await worker.setup()
         await worker.reader.read(10, None)
         [(shard, lane, msg, slot)] = worker.reader.take(10)
-        started = await worker._claim({shard: [(lane, msg, slot), (lane, msg, slot)]})
+        started = await worker.claims.claim({shard: [(lane, msg, slot), (lane, msg, slot)]})
         for _ in range(100):
             if not worker.running:
                 break

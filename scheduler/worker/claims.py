@@ -1,11 +1,15 @@
-"""A worker's claims: one claim round trip for a batch of entries (one claim.lua call per
-shard), and the start of the runs it grants. `Worker` (worker.py) is a `Claiming`; the
-limiter (limiter.py) claims through it too, with a reader of its own.
+"""A worker's claims: what its free run slots can take, claimed in one round trip per batch
+(one claim.lua call per shard), and the start of the runs that round trip grants.
+
+A pass (`Claims.run_once`) reads a batch when the reader's backlog is empty, takes what still
+fits the free slots, and claims it; each of the worker's claim pipelines (`ClaimLoop`) runs
+passes while slots are free. The limited queues' loop (limiter.py) claims through `claim`
+too, with a reader of its own.
 
 A grant starts a run at once. An EARLY answer (the slot was dispatched ahead of its time and
 the time has not come: promote.lua, claim.lua) hands the entry back to the reader it came
 from, held until then. A claim trims a shard's streams once per TRIM_EVERY entries claimed
-there, not every call: a trim costs Redis about as much as ten claims of one entry.
+there, not every call: a trim costs Redis several claims' worth of work.
 """
 
 from __future__ import annotations
@@ -15,26 +19,24 @@ import logging
 import operator
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import redis.asyncio
 
 import scheduler.observe.metrics as metrics
 import scheduler.redis.cluster as cluster
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
-from scheduler.core.keys import queue_of
+from scheduler.core.keys import Keys, queue_of
+from scheduler.redis.clock import Clock, resync
+from scheduler.redis.service import ErrorLog, Service
+from scheduler.worker.committer import Committer
+from scheduler.worker.config import WorkerConfig
+from scheduler.worker.execution import Execution
 from scheduler.worker.inflight import Run
-
-if TYPE_CHECKING:
-    import redis.asyncio
-
-    from scheduler.core.keys import Keys
-    from scheduler.redis.clock import Clock
-    from scheduler.worker.committer import Committer
-    from scheduler.worker.config import WorkerConfig
-    from scheduler.worker.execution import Execution
-    from scheduler.worker.inflight import Inflight
-    from scheduler.worker.reader import Reader
-    from scheduler.worker.registry import Registry
+from scheduler.worker.reader import Reader
+from scheduler.worker.registry import Registry
+from scheduler.worker.slots import Slots
 
 log = logging.getLogger("scheduler.worker.worker")
 
@@ -42,23 +44,89 @@ TRIM_EVERY = 256  # entries claimed on a shard between two trims of its streams 
 _msg_id = operator.itemgetter(1)
 
 
-class Claiming:
-    """The claim path of a Worker (which sets these attributes)."""
+class Claims:
+    """The claim path of a worker: its passes, the claim round trip, and the runs' start.
+    It keeps the run metrics (one per queue and task, filled as runs start) and how many
+    entries each shard had claimed since its last trim."""
 
-    redis: redis.asyncio.Redis
-    keys: Keys
-    clock: Clock
-    config: WorkerConfig
-    registry: Registry
-    worker_id: str
-    lease_ms: int
-    reader: Reader
-    committer: Committer
-    running: Inflight
-    execution: Execution
-    _run_metrics: dict[tuple[str, str], metrics.RunMetrics]
-    _by_lane: dict[tuple[str, str], metrics.RunMetrics]
-    _untrimmed: dict[int, int]
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
+                 config: WorkerConfig, registry: Registry, worker_id: str, slots: Slots,
+                 reader: Reader, committer: Committer, execution: Execution,
+                 stopping: asyncio.Event, block_ms: int) -> None:
+        self.redis = client
+        self.keys = keys
+        self.clock = clock
+        self.config = config
+        self.registry = registry
+        self.worker_id = worker_id
+        self.lease_ms = int(config.lease_s * 1000)
+        self.slots = slots
+        self.running = slots.running
+        self.reader = reader
+        self.committer = committer
+        self.execution = execution
+        self.stopping = stopping
+        self.block_ms = block_ms  # a pipeline's blocking read (ClaimLoop)
+        self.run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}  # (queue, task)
+        self._by_lane: dict[tuple[str, str], metrics.RunMetrics] = {}  # the same, by lane
+        self._untrimmed: dict[int, int] = {}  # shard -> entries claimed since its last trim
+
+    def tallies(self) -> dict[str, tuple[int, int, int, int]]:
+        """Per queue, what this worker's runs did (the heartbeat turns it into rates)."""
+        return metrics.tallies(self.run_metrics)
+
+    # --- a pass --------------------------------------------------------------------------
+
+    async def run_once(self, block_ms: int | None = None) -> int:
+        """Claim what the free run slots can take (reading one batch when the local backlog
+        is empty) and start their handlers; returns how many started."""
+        slots = self.slots
+        free = slots.free()
+        if free <= 0:
+            return 0
+        await resync(self.clock, self.redis)
+        reader = self.reader
+        if reader.must_recover:
+            await reader.recover(self.known())
+        if not reader.ready():
+            await reader.read(free, block_ms)
+        # Another pipeline may have claimed while this one read: take only what still fits,
+        # and no more than this pipeline's share of the run slots, so that at any
+        # concurrency every pipeline has a claim in flight while the others' runs go.
+        take = reader.take(min(slots.free(), slots.share(self.config.batch,
+                                                         self.config.pipelines)))
+        if not take:
+            return 0
+        entries: dict[int, list[tuple[str, bytes, str]]] = {}
+        for shard, lane, msg_id, slot_id in take:
+            entries.setdefault(shard, []).append((lane, msg_id, slot_id))
+        # While busy, the next batch is read (without blocking) in the claim's round trip,
+        # so a busy worker pays one round trip per batch instead of two.
+        prefetch = (len(reader.backlog) < self.config.batch and not self.stopping.is_set()
+                    and not reader.per_shard)
+        slots.claiming += len(take)
+        try:
+            return await self.claim(entries, prefetch)
+        except BaseException:
+            # The claim may or may not have run: put the entries back first in line. A claim
+            # sent again by this worker for an entry it already holds is granted again
+            # (claim.lua), so nothing waits for its lease to run out.
+            reader.give_back(take)
+            reader.must_recover = reader.must_recover or prefetch
+            raise
+        finally:
+            slots.claiming -= len(take)
+
+    def known(self) -> set[str]:
+        """Slots this worker has in hand besides its backlog: runs in flight, outcomes
+        waiting to be committed, and runs given up on (for two leases)."""
+        cutoff = self.clock.monotonic() - 2 * self.config.lease_s
+        abandoned = self.execution.abandoned
+        for slot in [s for s, t in abandoned.items() if t < cutoff]:
+            del abandoned[slot]
+        return self.running.keys() | self.committer.slots() | abandoned.keys()
+
+    # --- the claim round trip ------------------------------------------------------------
 
     def _claim_time(self, entries: dict[int, list[tuple[str, bytes, str]]]) -> int:
         """Redis time as this worker estimates it, but never before the newest dispatch in the
@@ -71,10 +139,13 @@ class Claiming:
                      .partition(b"-")[0])
         return newest if 0 < newest - now < 1000 else now
 
-    async def _claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
-                     prefetch: bool = False,
-                     on_start: Callable[[Run], None] | None = None,
-                     reader: Reader | None = None) -> int:
+    async def claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
+                    prefetch: bool = False,
+                    on_start: Callable[[Run], None] | None = None,
+                    reader: Reader | None = None) -> int:
+        """One claim round trip for these entries (shard -> lane, entry id, slot id), and
+        the start of every run it grants; returns how many started. `reader` is where the
+        entries came from (the main one by default): EARLY ones go back to it."""
         now = self._claim_time(entries)
         shards, tracer = list(entries), self.execution.tracer
         source = reader or self.reader
@@ -95,7 +166,7 @@ class Claiming:
         for shard, reply in zip(shards, answers, strict=True):
             batch = entries[shard]
             grants = replies.claimed(reply, batch, carry=carry[shard][1]) if tracer is None \
-                else tracer.claimed(reply, batch)  # tracing.py
+                else tracer.claimed(reply, batch)  # scheduler/observe/tracing.py
             for (lane, msg, slot_id), grant in zip(batch, grants, strict=True):
                 if isinstance(grant, int):  # EARLY: not before this time
                     source.hold((shard, lane, msg, slot_id), grant)
@@ -217,11 +288,33 @@ class Claiming:
         from (the heartbeat's tallies sum them by queue), found by (lane, task) on the hot
         path."""
         queue = queue_of(lane)
-        m = self._run_metrics.get((queue, task))
+        m = self.run_metrics.get((queue, task))
         if m is None:
             # Task names come from Redis: label only the ones this worker knows, so a flood
             # of unknown names cannot grow the metrics without bound.
             label = task if self.registry.get(task) is not None else "(unknown)"
-            m = self._run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
+            m = self.run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
         self._by_lane[(lane, task)] = m
         return m
+
+
+class ClaimLoop(Service):
+    """One claim pipeline of a worker (there are `pipelines` of them, sharing its reader,
+    its stop event and its error log): claims what the free run slots can take, and waits
+    for capacity while every slot is busy."""
+
+    what = "reading from Redis"
+    log = log
+
+    def __init__(self, claims: Claims, errors: ErrorLog) -> None:
+        super().__init__(stop=claims.stopping, errors=errors)
+        self.claims = claims
+
+    async def ready(self) -> None:
+        await self.claims.slots.wait(self.finished)
+
+    async def run_once(self) -> int:
+        return await self.claims.run_once(block_ms=self.claims.block_ms)
+
+    def delay(self, result: Any) -> float:
+        return 0
