@@ -86,3 +86,81 @@ def test_each_layer_imports_only_what_it_may() -> None:
             if other is not None and other in rank and rank[other] > rank[layer]:
                 wrong.append(f"{module} ({layer}) imports {dep} ({other})")
     assert not wrong, wrong
+
+
+# One transport: every round trip to Redis leaves from scheduler/redis/transport.py. Outside
+# it no module sends: no pipeline is made or executed, no script is called or loaded, no
+# connection is written to or read; a command is only queued on a pipeline being filled
+# (`pipe.execute_command(...)`, never awaited) and sent by `transport.send`. Method names are
+# what the check can see: redis-py's own single-command methods (`client.get(...)`) are not
+# covered.
+TRANSPORT = "scheduler/redis/transport.py"
+INTERNALS = "scheduler/redis/redispy_internals.py"
+_SENDS = frozenset({"pipeline", "execute", "evalsha", "evalsha_ro", "eval", "eval_ro",
+                    "script_load", "send_packed_command", "read_response", "execute_command"})
+# What is not a Redis client: the history stores' DB-API cursors and connections execute SQL;
+# the testing mode's Lua runtime (lupa) evaluates Lua.
+_NOT_REDIS = {("scheduler/history/store/postgres.py", "execute"),
+              ("scheduler/history/store/sqlite.py", "execute"),
+              ("scheduler/testing/fakeserver.py", "eval")}
+
+
+def round_trips_outside_the_transport(files: dict[str, str]) -> list[str]:
+    """file:line of each call that sends, in files (path -> source) outside the transport."""
+    found = []
+    for rel, text in files.items():
+        if rel in (TRANSPORT, INTERNALS):
+            continue
+        tree = ast.parse(text, rel)
+        awaited = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Await)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name, receiver = node.func.attr, node.func.value
+            if name not in _SENDS or (isinstance(receiver, ast.Name)
+                                      and receiver.id == "transport"):
+                continue
+            if (rel, name) in _NOT_REDIS:
+                continue
+            if (name == "execute_command" and isinstance(receiver, ast.Name)
+                    and receiver.id == "pipe" and id(node) not in awaited):
+                continue  # queued on a pipeline the transport sends
+            found.append(f"{rel}:{node.lineno}: .{name}(")
+    return sorted(found)
+
+
+def test_only_the_transport_sends_round_trips() -> None:
+    files = {p.relative_to(ROOT).as_posix(): p.read_text()
+             for p in sorted(ROOT.glob("scheduler/**/*.py"))}
+    found = round_trips_outside_the_transport(files)
+    assert not found, "send these through scheduler.redis.transport:\n" + "\n".join(found)
+
+
+def test_the_round_trip_check_sees_each_way_to_send() -> None:
+    planted = ("async def f(client, pipe, conn):\n"
+               "    await pipe.execute_command('GET', 'k')\n"  # awaited: sent, not queued
+               "    client.pipeline(transaction=False)\n"
+               "    pipe.execute()\n"
+               "    client.evalsha('0' * 40, 0)\n"
+               "    conn.send_packed_command(b'')\n"
+               "    pipe.execute_command('GET', 'k')\n"  # queued: allowed
+               "    await transport.send(pipe)\n")  # allowed
+    found = round_trips_outside_the_transport({"scheduler/node/planted.py": planted})
+    assert found == ["scheduler/node/planted.py:2: .execute_command(",
+                     "scheduler/node/planted.py:3: .pipeline(",
+                     "scheduler/node/planted.py:4: .execute(",
+                     "scheduler/node/planted.py:5: .evalsha(",
+                     "scheduler/node/planted.py:6: .send_packed_command("]
+    assert round_trips_outside_the_transport({TRANSPORT: planted}) == []
+
+
+def test_private_redis_py_imports_live_in_one_adapter() -> None:
+    found = []
+    for path in sorted(ROOT.glob("scheduler/**/*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n.startswith("redis._") for n in names) and rel != INTERNALS:
+                found.append(f"{rel}:{node.lineno}")
+    assert not found, f"redis-py's private modules are imported only in {INTERNALS}: {found}"

@@ -16,7 +16,8 @@ import click
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, autoscale_option, scaling_options
 from scheduler.core.errors import ConfigError
-from scheduler.redis.connection import REDIS_ERRORS, process_redis, sync_redis
+from scheduler.redis.clients import process_redis, sync_redis
+from scheduler.redis.failures import REDIS_ERRORS
 
 log = logging.getLogger("scheduler.cli")
 

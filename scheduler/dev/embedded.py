@@ -13,7 +13,8 @@ from pathlib import Path
 import redis
 
 from scheduler.core.errors import ConfigError
-from scheduler.redis.connection import REDIS_ERRORS, sync_redis, translate, where
+from scheduler.redis.clients import sync_redis, where
+from scheduler.redis.failures import REDIS_ERRORS, translate
 
 
 def answers(url: str, timeout_s: float = 1.0) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis.asyncio
 
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys, lanes
 from scheduler.redis.clock import Clock, resync
@@ -82,11 +82,11 @@ class QueueCleaner(Service):
         if not names:
             return
         listed = sorted(n.decode() if isinstance(n, bytes) else n for n in names)
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for shard in range(self.total_shards):
             pipe.zadd(self.keys.lane_index(shard),
                       {lane: 0 for name in listed for lane in lanes(name)}, nx=True)
-        await pipe.execute()
+        await transport.send(pipe)
         await self.redis.srem(self.keys.queues, *listed)
         log.info("moved %d queue name(s) from %s into the shards' lane indexes", len(listed),
                  self.keys.queues)

@@ -36,6 +36,7 @@ import redis.asyncio
 
 import scheduler.observe.metrics as metrics
 import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
@@ -137,10 +138,10 @@ class Sweeper(Service):
 
     async def _finish(self) -> None:
         """A walk ended: record per shard how many orphans wait for their lease."""
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for shard in self.shards_seen | self._had_waiting:
             pipe.hset(self.keys.stats(shard), "orphans_waiting", self.waiting[shard])
-        await pipe.execute()
+        await transport.send(pipe)
         self._had_waiting = {s for s, n in self.waiting.items() if n}
         self.sweeps += 1
         self.started = None

@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+import scheduler.redis.transport as transport
 from scheduler.core.errors import ConfigError
 from scheduler.redis.clock import Clock
 
@@ -146,7 +147,9 @@ def server() -> fakeredis.FakeServer:
     SERVER_TIME.install()  # idempotent; changes nothing until a clock is pushed
     fake = fakeredis.FakeServer(version=REDIS_VERSION)
     probe = fakeredis.FakeRedis(server=fake)
-    probe.eval("return 1", 0)  # fakeredis makes the server's Lua runtime on the first script
+    pipe = transport.pipeline(probe)
+    pipe.execute_command("EVAL", "return 1", 0)
+    transport.send_sync(pipe)  # fakeredis makes the server's Lua runtime on the first script
     probe.close()
     if not hasattr(fake, "_lua_runtime") or not hasattr(fake, "_lua_expected_globals"):
         raise ConfigError(f"fakeredis {fakeredis.__version__} keeps its Lua runtime "

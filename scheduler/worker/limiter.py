@@ -29,7 +29,7 @@ import logging
 from typing import Any
 
 import scheduler.core.limits as limits
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import queue_of
 from scheduler.redis.service import Service
@@ -142,11 +142,11 @@ class LimitedClaims(Service):
         """Every lease/3: the permits of runs in flight expire a lease from now."""
         w = self.worker
         expires = w.clock.now_ms() + w.lease_ms
-        pipe = cluster.pipeline(w.redis)
+        pipe = transport.pipeline(w.redis)
         for q, members in self.held.items():
             if members:
                 pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)
-        await pipe.execute()
+        await transport.send(pipe)
         self._renewed = w.clock.monotonic()
 
     # --- the loop --------------------------------------------------------------------------

@@ -26,11 +26,11 @@ import redis.asyncio
 
 import scheduler.core.namespace as namespace
 import scheduler.observe.metrics as metrics
-import scheduler.redis.direct as direct
+import scheduler.redis.transport as transport
 from scheduler.core.errors import NamespaceMissing
 from scheduler.core.keys import Keys
+from scheduler.redis.clients import socket_timeout
 from scheduler.redis.clock import Clock, RedisClock, resync
-from scheduler.redis.connection import socket_timeout
 from scheduler.redis.service import Backoff, ErrorLog, Service, pause
 from scheduler.worker.autoscale import Autoscaler
 from scheduler.worker.claiming import Claiming
@@ -223,7 +223,7 @@ class Worker(Claiming):
         """Run until stop(); then shut down in the order the module docstring gives."""
         if not await self._setup():
             return
-        direct.enable(self.redis)  # claims and commits on connections of their own
+        transport.enable(self.redis)  # claims and commits on connections of their own
         auto = self.config.autoscale
         log.info("worker %s reading %s across %d shards (concurrency %s)", self.worker_id,
                  ",".join(self.config.queues), self.shards,
@@ -263,7 +263,7 @@ class Worker(Claiming):
             await heartbeat
             await self._leave()
             self.execution.close()
-            await direct.close(self.redis)
+            await transport.close(self.redis)
             log.info("worker %s stopped", self.worker_id)
 
     async def _hand_back_limited(self) -> None:
