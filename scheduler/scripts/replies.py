@@ -20,7 +20,7 @@ from scheduler.redis.transport import wait_replies as wait_replies
 
 class Code(IntEnum):
     """Every code a Lua transition answers, one meaning per number across all scripts. Lua
-    reads this same table: a script writes `R.OK`, and scripts.py puts the number in its
+    reads this same table: a script writes `R.OK`, and source.py puts the number in its
     place when it loads the script, so no script writes a bare number for a code. `ANSWERS`
     says which codes each script gives (a test holds each script's `R.` names to it)."""
 

@@ -4,7 +4,7 @@ is written again in Python).
 
 fakeredis (2.41) runs scripts in lupa's Lua 5.1 and gives them `redis.*` and `cjson`, but no
 `cmsgpack`, which the hot-path scripts unpack their arguments with (scripts.pack). That
-module is registered into the server's Lua runtime here, built on msgspec as scripts.py packs
+module is registered into the server's Lua runtime here, built on msgspec as calls.py packs
 with it. Streams inside scripts (XADD MAXLEN ~, XTRIM MINID ~, XINFO GROUPS, XPENDING with
 IDLE, XCLAIM JUSTID, XAUTOCLAIM) and `redis.error_reply` work in fakeredis as they are.
 
