@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, autoscale_option, scaling_options
 from scheduler.core.errors import ConfigError
@@ -269,7 +270,7 @@ def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: flo
 
     def healthy() -> bool:
         try:
-            return bool(client.ping())
+            return bool(transport.call_sync(client, "ping"))
         except REDIS_ERRORS:
             return False
 

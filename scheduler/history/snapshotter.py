@@ -95,8 +95,8 @@ class Snapshotter(Service):
 
     async def setup(self) -> None:
         # NamespaceMissing until the namespace's first submit creates it (namespace.py)
-        meta = namespace.parse(self.namespace, await self.redis.hmget(
-            self.keys.meta, *namespace.META_FIELDS))
+        meta = namespace.parse(self.namespace, await transport.call(
+            self.redis, "hmget", self.keys.meta, *namespace.META_FIELDS))
         self.shards = meta.shards
         pipe = transport.pipeline(self.redis)
         namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),

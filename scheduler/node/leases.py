@@ -97,7 +97,7 @@ class ShardLeases(Service):
         calls = [scripts.lease(self.keys.prefix(s), now, self.events_maxlen, self.node_id,
                                self.ttl_ms, "release") for s in sorted(self.owned)]
         await scripts.run_async(self.redis, calls)
-        await self.redis.zrem(self.keys.schedulers, self.node_id)
+        await transport.call(self.redis, "zrem", self.keys.schedulers, self.node_id)
         self.owned.clear()
         if self.on_change:
             self.on_change([])

@@ -78,7 +78,7 @@ class QueueCleaner(Service):
         return sum(r.left for r in replies)
 
     async def _move_old_names(self) -> None:
-        names: set[Any] = await self.redis.smembers(self.keys.queues)
+        names: set[Any] = await transport.call(self.redis, "smembers", self.keys.queues)
         if not names:
             return
         listed = sorted(n.decode() if isinstance(n, bytes) else n for n in names)
@@ -87,7 +87,7 @@ class QueueCleaner(Service):
             pipe.zadd(self.keys.lane_index(shard),
                       {lane: 0 for name in listed for lane in lanes(name)}, nx=True)
         await transport.send(pipe)
-        await self.redis.srem(self.keys.queues, *listed)
+        await transport.call(self.redis, "srem", self.keys.queues, *listed)
         log.info("moved %d queue name(s) from %s into the shards' lane indexes", len(listed),
                  self.keys.queues)
 

@@ -64,8 +64,8 @@ class Reclaimer(Service):
         replies = await scripts.run_async(self.redis, calls)
         # Workers that vanished without a clean stop stay in the registry; after many leases
         # of silence they are surely gone (their hash already expired).
-        await self.redis.zremrangebyscore(self.keys.workers, "-inf",
-                                          now - WORKER_FORGET_LEASES * self.lease_ms)
+        await transport.call(self.redis, "zremrangebyscore", self.keys.workers, "-inf",
+                             now - WORKER_FORGET_LEASES * self.lease_ms)
         done = dict.fromkeys(self.totals, 0)
         self.cursors = {}  # of the lanes indexed now: a lane that left the index is forgotten
         for shard, streams, raw in zip(self.shards, indexed, replies, strict=True):

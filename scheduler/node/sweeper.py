@@ -109,9 +109,9 @@ class Sweeper(Service):
     async def _scan(self) -> tuple[int, list[Any]]:
         """One SCAN step of the walk, which goes through each primary of a cluster in turn
         (SCAN sees one node's keys); the cursor returned is 0 only at the end of the last."""
-        cursor, keys = await self._nodes[0].scan(self._node_cursor,
-                                                 match=self.keys.slot_pattern(),
-                                                 count=self.count, _type="HASH")
+        cursor, keys = await transport.call(self._nodes[0], "scan", self._node_cursor,
+                                            match=self.keys.slot_pattern(),
+                                            count=self.count, _type="HASH")
         self._node_cursor = int(cursor)
         if self._node_cursor == 0 and len(self._nodes) > 1:
             self._nodes.pop(0)

@@ -106,8 +106,20 @@ def send_sync(pipe: Any, raise_on_error: bool = True) -> list[Any]:
 
 
 async def command(client: Any, *args: Any, **options: Any) -> Any:
-    """One command on its own (a blocking read: it holds its connection until it ends)."""
+    """One command on its own, as Redis spells it (a blocking read: it holds its connection
+    until it ends)."""
     return await client.execute_command(*args, **options)
+
+
+async def call(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """One command on its own by redis-py's method for it (`hmget`, `zadd`, `time`...): its
+    arguments and reply as that method builds and parses them."""
+    return await getattr(client, method)(*args, **kwargs)
+
+
+def call_sync(client: Any, method: str, *args: Any, **kwargs: Any) -> Any:
+    """The blocking twin of call."""
+    return getattr(client, method)(*args, **kwargs)
 
 
 async def _send_nodes(pipe: cluster.NodePipeline, raise_on_error: bool) -> list[Any]:

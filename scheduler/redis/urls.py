@@ -12,6 +12,7 @@ from typing import Any
 import redis
 import redis.connection
 
+import scheduler.redis.transport as transport
 from scheduler.core.errors import ConfigError
 from scheduler.core.masking import masked, unencoded
 
@@ -131,7 +132,7 @@ def find_cluster(url: str, timeout_s: float) -> ClusterUrl | None:
     probe = redis.Redis.from_url(url, socket_timeout=min(timeout_s, 2.0),
                                  socket_connect_timeout=min(timeout_s, 2.0))
     try:
-        enabled = probe.info("cluster").get("cluster_enabled")
+        enabled = transport.call_sync(probe, "info", "cluster").get("cluster_enabled")
     except redis.exceptions.RedisError:
         return None
     finally:

@@ -73,7 +73,8 @@ class LimitedClaims(Service):
     async def refresh(self) -> bool:
         """Read the limits; True when the set of limited queues changed (the worker then
         reads them here, and no longer in its main loops)."""
-        raw: dict[bytes, bytes] = await self.worker.redis.hgetall(self.keys.limits)
+        raw: dict[bytes, bytes] = await transport.call(self.worker.redis, "hgetall",
+                                                      self.keys.limits)
         mine = {q: lim for q, lim in limits.parse(raw).items()
                 if q in self.worker.config.queues}
         changed = set(mine) != set(self.limits)

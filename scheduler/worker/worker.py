@@ -104,7 +104,8 @@ class Worker(Claiming):
         """Learn the shard count (NamespaceMissing until the namespace's first submit creates
         it: namespace.py) and make sure every stream this worker reads has the group."""
         meta = namespace.parse(self.keys.ns,
-                               await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
+                               await transport.call(self.redis, "hmget", self.keys.meta,
+                                                    *namespace.META_FIELDS))
         self.shards = meta.shards
         if meta.max_payload_bytes:  # results are held to the payload limit
             self.execution.result_limit = meta.max_payload_bytes
