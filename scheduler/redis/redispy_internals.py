@@ -1,7 +1,7 @@
 """What the transport needs of redis-py that redis-py does not publish: an asyncio
 connection's socket streams and hiredis parser, and the pipeline option names its reply
-parsing consumes. Nothing else in the package imports `redis._...` or touches a
-connection's underscored attributes (tests/test_layout.py checks both).
+parsing consumes. Nothing else in the package imports `redis._...` (tests/test_layout.py
+checks it) or touches a connection's underscored attributes.
 
 These names move between redis-py releases, so this module says which releases it was
 written for (`SUPPORTED`) and tests/services/test_redispy_internals.py fails with a plain
