@@ -21,7 +21,7 @@ import redis
 import redis.asyncio
 
 from scheduler import Client, Context, Registry
-from scheduler.redis.connection import process_redis
+from scheduler.redis.clients import process_redis
 from scheduler.worker.worker import Worker, WorkerConfig
 
 from .common import drop_namespace, fresh_namespace, machine, redis_cpu_s

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 import uvloop
 
-from scheduler.redis.connection import process_redis
+from scheduler.redis.clients import process_redis
 
 from .burndown import _burn, submit
 from .common import (

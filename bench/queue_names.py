@@ -31,8 +31,8 @@ import redis
 from scheduler import Client
 from scheduler.core.keys import DISPATCH_GROUP, Keys
 from scheduler.node.queue_cleaner import QueueCleaner
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import RedisClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts import source as sources
 

@@ -30,8 +30,8 @@ from scheduler.history import reads as hash_read
 from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
 from scheduler.history.store import open_store
 from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts import replies
 from scheduler.worker.worker import Worker, WorkerConfig

@@ -1,11 +1,15 @@
 """The code's shape, kept: no import cycle inside the library, and each layer importing only
 what it may (an engineer reads a module's imports to learn what it may depend on). A module is
-one idea, split by role when it holds two, never to meet a line count."""
+one idea, split by role when it holds two, never to meet a line count. One module sends every
+round trip to Redis, and one imports redis-py's private modules."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
+
+import redis
 
 ROOT = Path(__file__).resolve().parents[1]
 def _module(path: Path) -> str:
@@ -86,3 +90,95 @@ def test_each_layer_imports_only_what_it_may() -> None:
             if other is not None and other in rank and rank[other] > rank[layer]:
                 wrong.append(f"{module} ({layer}) imports {dep} ({other})")
     assert not wrong, wrong
+
+
+# One transport: every round trip to Redis leaves from scheduler/redis/transport.py. Outside
+# it no module sends: no pipeline is made or executed, no script is called or loaded, no
+# connection is written to or read; a command is only queued on a pipeline being filled
+# (`pipe.execute_command(...)`, never awaited) and sent by `transport.send`; a command on its
+# own goes by `transport.call(client, "hmget", ...)`. What the check sees is names: a method
+# of redis-py's client called on a receiver named as our Redis clients are (`self.redis`,
+# `client`, `node`...), and the sending methods (`pipeline`, `execute`, ...) on any receiver.
+TRANSPORT = "scheduler/redis/transport.py"
+INTERNALS = "scheduler/redis/redispy_internals.py"
+_SENDS = frozenset({"pipeline", "execute", "evalsha", "evalsha_ro", "eval", "eval_ro",
+                    "script_load", "send_packed_command", "read_response", "execute_command"})
+# What is not a Redis client: the history stores' DB-API cursors and connections execute SQL;
+# the testing mode's Lua runtime (lupa) evaluates Lua.
+_NOT_REDIS = {("scheduler/history/store/postgres.py", "execute"),
+              ("scheduler/history/store/sqlite.py", "execute"),
+              ("scheduler/testing/fakeserver.py", "eval")}
+
+
+_COMMANDS = frozenset(n for n in dir(redis.Redis) if not n.startswith("_")) - {
+    "from_url", "from_pool", "close", "aclose", "get_encoder", "get_connection_kwargs",
+    "connection_pool", "response_callbacks", "set_response_callback", "get_retry",
+    "set_retry", "lock", "pubsub", "monitor", "register_script", "load_external_module"}
+_CLIENT = re.compile(r"(^|\.)(redis|client|probe|node|r)$|^self\._nodes\[")
+
+
+def round_trips_outside_the_transport(files: dict[str, str]) -> list[str]:
+    """file:line of each call that sends, in files (path -> source) outside the transport."""
+    found = []
+    for rel, text in files.items():
+        if rel in (TRANSPORT, INTERNALS):
+            continue
+        tree = ast.parse(text, rel)
+        awaited = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Await)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            name, receiver = node.func.attr, node.func.value
+            if isinstance(receiver, ast.Name) and receiver.id == "transport":
+                continue
+            if name not in _SENDS:
+                if name in _COMMANDS and _CLIENT.search(ast.unparse(receiver)):
+                    found.append(f"{rel}:{node.lineno}: .{name}(")
+                continue
+            if (rel, name) in _NOT_REDIS:
+                continue
+            if (name == "execute_command" and isinstance(receiver, ast.Name)
+                    and receiver.id == "pipe" and id(node) not in awaited):
+                continue  # queued on a pipeline the transport sends
+            found.append(f"{rel}:{node.lineno}: .{name}(")
+    return sorted(found)
+
+
+def test_only_the_transport_sends_round_trips() -> None:
+    files = {p.relative_to(ROOT).as_posix(): p.read_text()
+             for p in sorted(ROOT.glob("scheduler/**/*.py"))}
+    found = round_trips_outside_the_transport(files)
+    assert not found, "send these through scheduler.redis.transport:\n" + "\n".join(found)
+
+
+def test_the_round_trip_check_sees_each_way_to_send() -> None:
+    planted = ("async def f(client, pipe, conn):\n"
+               "    await pipe.execute_command('GET', 'k')\n"  # awaited: sent, not queued
+               "    client.pipeline(transaction=False)\n"
+               "    pipe.execute()\n"
+               "    client.evalsha('0' * 40, 0)\n"
+               "    conn.send_packed_command(b'')\n"
+               "    pipe.execute_command('GET', 'k')\n"  # queued: allowed
+               "    await transport.send(pipe)\n"  # allowed
+               "    await self.redis.hmget('k', 'f')\n"
+               "    await transport.call(self.redis, 'hmget', 'k', 'f')\n")  # allowed
+    found = round_trips_outside_the_transport({"scheduler/node/planted.py": planted})
+    assert found == ["scheduler/node/planted.py:2: .execute_command(",
+                     "scheduler/node/planted.py:3: .pipeline(",
+                     "scheduler/node/planted.py:4: .execute(",
+                     "scheduler/node/planted.py:5: .evalsha(",
+                     "scheduler/node/planted.py:6: .send_packed_command(",
+                     "scheduler/node/planted.py:9: .hmget("]
+    assert round_trips_outside_the_transport({TRANSPORT: planted}) == []
+
+
+def test_private_redis_py_imports_live_in_one_adapter() -> None:
+    found = []
+    for path in sorted(ROOT.glob("scheduler/**/*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(n.startswith("redis._") for n in names) and rel != INTERNALS:
+                found.append(f"{rel}:{node.lineno}")
+    assert not found, f"redis-py's private modules are imported only in {INTERNALS}: {found}"

@@ -14,7 +14,7 @@ from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.cli.run import load_app, serve
 from scheduler.core.masking import masked
-from scheduler.redis.connection import process_redis, sync_redis
+from scheduler.redis.clients import process_redis, sync_redis
 
 log = logging.getLogger("scheduler.dev")
 

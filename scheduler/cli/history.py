@@ -85,7 +85,7 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
     from scheduler.history.retention import Retention, RetentionConfig
     from scheduler.history.snapshotter import Snapshotter
     from scheduler.history.store import open_store
-    from scheduler.redis.connection import process_redis
+    from scheduler.redis.clients import process_redis
 
     source = history_source(postgres_dsn, history_file)
     store = open_store(source)
@@ -165,7 +165,7 @@ def recover(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
     every unfinished slot, re-dispatched. Safe to run twice."""
     from scheduler.history.recovery import recover as run_recover
     from scheduler.history.store import open_store
-    from scheduler.redis.connection import sync_redis
+    from scheduler.redis.clients import sync_redis
 
     store = open_store(history_source(postgres_dsn, history_file))
     client = sync_redis(obj["redis_url"])

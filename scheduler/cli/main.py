@@ -33,7 +33,7 @@ from scheduler.core.errors import RedisUnavailable, SchedulerError, ValidationEr
 from scheduler.core.masking import masked
 from scheduler.core.models import MAX_DEPTH
 from scheduler.core.states import Catchup, Delivery, Overlap
-from scheduler.redis.connection import REDIS_ERRORS
+from scheduler.redis.failures import REDIS_ERRORS
 
 
 def _decode_json(value: str) -> Any:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
         error(f"error: history store: {first}")
         code = 1
     except REDIS_ERRORS as exc:  # a command that talks to Redis outside the SDK
-        from scheduler.redis.connection import translate
+        from scheduler.redis.failures import translate
 
         error(f"error: {translate(exc, 'the --redis-url')}")
         code = 1

@@ -13,10 +13,12 @@ from typing import Any
 
 import click
 
+import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, autoscale_option, scaling_options
 from scheduler.core.errors import ConfigError
-from scheduler.redis.connection import REDIS_ERRORS, process_redis, sync_redis
+from scheduler.redis.clients import process_redis, sync_redis
+from scheduler.redis.failures import REDIS_ERRORS
 
 log = logging.getLogger("scheduler.cli")
 
@@ -267,7 +269,7 @@ def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: flo
 
     def healthy() -> bool:
         try:
-            return bool(client.ping())
+            return bool(transport.call_sync(client, "ping"))
         except REDIS_ERRORS:
             return False
 

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import redis
 
+import scheduler.redis.transport as transport
 from scheduler.core.errors import ConfigError
-from scheduler.redis.connection import REDIS_ERRORS, sync_redis, translate, where
+from scheduler.redis.clients import sync_redis, where
+from scheduler.redis.failures import REDIS_ERRORS, translate
 
 
 def answers(url: str, timeout_s: float = 1.0) -> bool:
@@ -22,7 +24,7 @@ def answers(url: str, timeout_s: float = 1.0) -> bool:
     user's jobs must not go to a private Redis because a password was mistyped."""
     client = sync_redis(url, timeout_s=timeout_s, retries=0)
     try:
-        return bool(client.ping())
+        return bool(transport.call_sync(client, "ping"))
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
         if isinstance(exc, redis.exceptions.AuthenticationError):
             raise translate(exc, where(client)) from exc

@@ -3,16 +3,14 @@ shard's last events-stream id, read atomically (one MULTI/EXEC per read), so a h
 version V holds the effect of every event up to V and of none after it.
 
 Why MULTI and not a Lua script: a script's HGETALL turns the reply into a Lua table and the
-table back into a reply, measured at 8.1 us of Redis CPU per hash against 3.0 for the same
-HGETALLs in a MULTI (bench/RESULTS.md, issue 18 session 10). Redis's CPU is what the whole
-stack runs short of. Why raw I/O (direct.raw): redis-py reads a MULTI's QUEUED replies one
-coroutine call each, 15-22 us of client CPU per hash, against ~5.6 here with the decoding to
-text, about what the script's reply cost the client: hiredis parses the EXEC's reply in one
-call.
+table back into a reply, which costs Redis several times the CPU of the same HGETALLs in a
+MULTI (`bench snapshot`), and Redis's CPU is what the whole stack runs short of. Why raw I/O
+(transport.raw): redis-py reads a MULTI's QUEUED replies one coroutine call each; hiredis
+parses the EXEC's reply in one call, decoding to text in C.
 
 Between `start(client)` and `stop(client)` (the snapshotter's run) reads go raw, on a Redis
-Cluster to each primary's plain client (enabled on first use); otherwise, and for clients
-direct.py does not serve (fakeredis), the same MULTI goes through a redis-py transaction
+Cluster to each primary's plain client (enabled on first use); otherwise, and for clients the
+transport keeps no connections for (fakeredis), the same MULTI goes as a transaction
 pipeline: slower for the client, the same to Redis. On a cluster, each read goes to the
 primary serving its shard's hash tag.
 """
@@ -27,7 +25,7 @@ from typing import Any, NamedTuple
 import redis.exceptions
 
 import scheduler.redis.cluster as cluster
-import scheduler.redis.direct as direct
+import scheduler.redis.transport as transport
 
 _MULTI = b"*1\r\n$5\r\nMULTI\r\n"
 _EXEC = b"*1\r\n$4\r\nEXEC\r\n"
@@ -41,15 +39,15 @@ def start(client: Any) -> None:
     if cluster.is_cluster(client):
         _NODES.setdefault(client, [])
     else:
-        direct.enable(client)
+        transport.enable(client)
 
 
 async def stop(client: Any) -> None:
     if cluster.is_cluster(client):
         for node in _NODES.pop(client, []):
-            await direct.close(node)
+            await transport.close(node)
     else:
-        await direct.close(client)
+        await transport.close(client)
 
 
 class Read(NamedTuple):
@@ -76,8 +74,8 @@ async def read(client: Any, reads: Sequence[Read]) -> list[State]:
         for i, r in enumerate(reads):
             node = cluster.node_client(client, r.prefix + "events")
             enabled = _NODES.get(client)
-            if enabled is not None and not direct.enabled(node):
-                direct.enable(node)
+            if enabled is not None and not transport.enabled(node):
+                transport.enable(node)
                 enabled.append(node)
             groups.setdefault(id(node), (node, []))[1].append(i)
         try:
@@ -95,13 +93,13 @@ async def read(client: Any, reads: Sequence[Read]) -> list[State]:
 
 
 async def _on_node(client: Any, reads: Sequence[Read]) -> list[State]:
-    if direct.enabled(client):
+    if transport.enabled(client):
         data = b"".join(_packed(r) for r in reads)
         # Per read: MULTI's OK, a QUEUED per command, then EXEC's reply.
         counts = [len(r.slots) + len(r.jobs) + 3 for r in reads]
         # A value that is not UTF-8 (written straight to a script, past the SDK) is read
         # with U+FFFD in place of its bad bytes: one such job must not stop every read.
-        replies = await direct.raw(client, data, sum(counts), encoding="utf-8",
+        replies = await transport.raw(client, data, sum(counts), encoding="utf-8",
                                    errors="replace")
         states, at = [], 0
         for r, n in zip(reads, counts, strict=True):
@@ -110,13 +108,13 @@ async def _on_node(client: Any, reads: Sequence[Read]) -> list[State]:
         return states
     states = []
     for r in reads:
-        pipe = client.pipeline(transaction=True)
+        pipe = transport.transaction(client)
         pipe.xrevrange(r.prefix + "events", "+", "-", count=1)
         for slot in r.slots:
             pipe.execute_command("HGETALL", r.prefix + "slot:" + slot)
         for job in r.jobs:
             pipe.execute_command("HGETALL", r.prefix + "job:" + job)
-        states.append(_state(r, await pipe.execute()))
+        states.append(_state(r, await transport.send(pipe)))
     return states
 
 

@@ -21,7 +21,7 @@ import msgspec
 import redis
 
 import scheduler.core.namespace as namespace_policy
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.errors import NamespaceError
 from scheduler.core.keys import DISPATCH_GROUP, PRIORITIES, Keys, shard_of
@@ -74,11 +74,11 @@ def recover(client: redis.Redis, store: HistoryStore, namespace: str, *,
     jobs, slots, queues, report = _read_history(store, namespace, shards, now)
     report.max_payload_bytes = meta.max_payload_bytes
     if queues:
-        pipe = cluster.pipeline(client)
+        pipe = transport.pipeline(client)
         namespace_policy.create_groups(pipe, (keys.queue(shard, queue, p)
                                               for shard, queue in sorted(queues)
                                               for p in PRIORITIES), DISPATCH_GROUP)
-        namespace_policy.check_groups(pipe.execute(raise_on_error=False))
+        namespace_policy.check_groups(transport.send_sync(pipe, raise_on_error=False))
 
     calls = []
     for shard in sorted(set(jobs) | set(slots)):
@@ -106,16 +106,16 @@ def _open_namespace(client: redis.Redis, store: HistoryStore, keys: Keys) -> Met
         raise NamespaceError(f"the history store knows no namespace {keys.ns!r} (check "
                              f"--namespace, and that a snapshotter ran for it)")
     shards = known.shards
-    pipe = cluster.pipeline(client)
+    pipe = transport.pipeline(client)
     namespace_policy.create(pipe, keys, shards,
                             known.max_payload_bytes or DEFAULT_MAX_PAYLOAD_BYTES)
-    stored = namespace_policy.parse(keys.ns, pipe.execute()[-1])
+    stored = namespace_policy.parse(keys.ns, transport.send_sync(pipe)[-1])
     if stored.shards != shards:
         raise NamespaceError(f"namespace {keys.ns!r} has {stored.shards} shards in Redis but "
                              f"{shards} in the history store; refusing to mix them")
-    pipe = cluster.pipeline(client)
+    pipe = transport.pipeline(client)
     namespace_policy.write_config(pipe, keys, stored)
-    pipe.execute()
+    transport.send_sync(pipe)
     return stored
 
 

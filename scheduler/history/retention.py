@@ -17,6 +17,7 @@ import msgspec
 import redis.asyncio
 
 import scheduler.core.namespace as namespace
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.errors import ConfigError
 from scheduler.core.finite import check_finite
@@ -70,8 +71,8 @@ class Retention(Service):
         """Returns the number of slot hashes deleted."""
         if not self.shards:  # 0: the namespace's count, once it has one (namespace.py)
             try:
-                self.shards = namespace.parse(self.keys.ns, await self.redis.hmget(
-                    self.keys.meta, *namespace.META_FIELDS)).shards
+                self.shards = namespace.parse(self.keys.ns, await transport.call(
+                    self.redis, "hmget", self.keys.meta, *namespace.META_FIELDS)).shards
             except namespace.NamespaceMissing:
                 return 0
         await resync(self.clock, self.redis)

@@ -2,7 +2,7 @@
 
 Events only say WHICH slots changed: each batch reads the events of every shard through the
 consumer group `history`, fetches the current slot hashes (and job hashes, for submissions)
-in one round trip (history/reads.py), writes rows in one store transaction, and only then acks the
+in one round trip (reads.py), writes rows in one store transaction, and only then acks the
 events, schedules the terminal slots for removal from Redis (`retain`), and trims the acked
 head of each events stream. A crash between commit and ack replays the batch, which the
 versioned upserts make a no-op. Several snapshotters share the group; entries a dead one left
@@ -45,7 +45,7 @@ import redis.asyncio
 
 import scheduler.core.namespace as namespace
 import scheduler.history.reads as hash_read
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import HISTORY_GROUP, Keys
 from scheduler.history.intake import Intake, SnapshotterConfig, Work, version_of
@@ -95,13 +95,13 @@ class Snapshotter(Service):
 
     async def setup(self) -> None:
         # NamespaceMissing until the namespace's first submit creates it (namespace.py)
-        meta = namespace.parse(self.namespace, await self.redis.hmget(
-            self.keys.meta, *namespace.META_FIELDS))
+        meta = namespace.parse(self.namespace, await transport.call(
+            self.redis, "hmget", self.keys.meta, *namespace.META_FIELDS))
         self.shards = meta.shards
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         namespace.create_groups(pipe, (self.keys.events(s) for s in range(self.shards)),
                                 HISTORY_GROUP)
-        namespace.check_groups(await pipe.execute(raise_on_error=False))
+        namespace.check_groups(await transport.send(pipe, raise_on_error=False))
         await resync(self.clock, self.redis)
         await asyncio.to_thread(self.store.put_namespace, self.namespace, self.shards,
                                 self.clock.now_ms(), meta.max_payload_bytes)
@@ -109,7 +109,7 @@ class Snapshotter(Service):
     # --- one batch ---------------------------------------------------------------------
 
     async def _read(self) -> dict[int, Work]:
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         start = "0" if self._own_pending else ">"
         for shard in range(self.shards):
             pipe.xreadgroup(HISTORY_GROUP, self.consumer, {self.keys.events(shard): start},
@@ -122,7 +122,7 @@ class Snapshotter(Service):
                 pipe.xautoclaim(self.keys.events(shard), HISTORY_GROUP, self.consumer,
                                 int(self.config.claim_idle_s * 1000),
                                 self._cursors.get(shard, b"0-0"), count=self._count)
-        replies = await pipe.execute()
+        replies = await transport.send(pipe)
         work: dict[int, Work] = {}
         self.caught_up = True
         for shard, reply in enumerate(replies[:self.shards]):
@@ -169,18 +169,18 @@ class Snapshotter(Service):
         (snapshotters that exited; their entries were taken over). One holding entries is
         never dropped: that would drop its entries from the group. A live one that was only
         slow is created again by its next read."""
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for shard in range(self.shards):
             pipe.xinfo_consumers(self.keys.events(shard), HISTORY_GROUP)
         idle_ms = self.config.claim_idle_s * 1000
-        drop = cluster.pipeline(self.redis)
-        for shard, consumers in enumerate(await pipe.execute(raise_on_error=False)):
+        drop = transport.pipeline(self.redis)
+        for shard, consumers in enumerate(await transport.send(pipe, raise_on_error=False)):
             for c in consumers if isinstance(consumers, list) else []:
                 name = c["name"].decode() if isinstance(c["name"], bytes) else c["name"]
                 if name != self.consumer and not c["pending"] and c["idle"] > idle_ms:
                     drop.xgroup_delconsumer(self.keys.events(shard), HISTORY_GROUP, name)
         if len(drop):
-            await drop.execute(raise_on_error=False)
+            await transport.send(drop, raise_on_error=False)
 
     async def _fetch(self, work: dict[int, Work]) -> tuple[Batch, list[tuple[int, str, int]]]:
         """Read the hashes, one MULTI per shard (chunked), all in one round trip per node
@@ -308,7 +308,7 @@ class Snapshotter(Service):
 
     async def _after_commit(self, work: dict[int, Work],
                             finished: list[tuple[int, str, int]]) -> None:
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for shard, w in work.items():
             if w.ids:
                 pipe.xack(self.keys.events(shard), HISTORY_GROUP, *w.ids)
@@ -319,7 +319,7 @@ class Snapshotter(Service):
                 by_shard.setdefault(shard, {})[slot] = finished_ms + retention_ms
             for shard, members in by_shard.items():
                 pipe.zadd(self.keys.retain(shard), members)
-        await pipe.execute()
+        await transport.send(pipe)
         await scripts.run_async(self.redis, [scripts.trim_history(self.keys.prefix(s))
                                              for s in work])
 

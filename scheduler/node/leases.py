@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import redis.asyncio
 
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
@@ -55,13 +55,13 @@ class ShardLeases(Service):
         """One round of heartbeat and rebalancing; returns the shards owned afterwards."""
         await resync(self.clock, self.redis)
         now = self.clock.now_ms()
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         pipe.zadd(self.keys.schedulers, {self.node_id: now})
         pipe.zremrangebyscore(self.keys.schedulers, "-inf", now - self.ttl_ms)
         pipe.zrange(self.keys.schedulers, 0, -1)
         for s in range(self.shards):
             pipe.get(self.keys.owner(s))
-        out = await pipe.execute()
+        out = await transport.send(pipe)
         nodes = sorted(n.decode() for n in out[2])
         holders = out[3:]
         target = math.ceil(self.shards / max(1, len(nodes)))
@@ -97,7 +97,7 @@ class ShardLeases(Service):
         calls = [scripts.lease(self.keys.prefix(s), now, self.events_maxlen, self.node_id,
                                self.ttl_ms, "release") for s in sorted(self.owned)]
         await scripts.run_async(self.redis, calls)
-        await self.redis.zrem(self.keys.schedulers, self.node_id)
+        await transport.call(self.redis, "zrem", self.keys.schedulers, self.node_id)
         self.owned.clear()
         if self.on_change:
             self.on_change([])

@@ -39,7 +39,7 @@ import msgspec
 import redis.asyncio
 
 import scheduler.observe.metrics as metrics
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import SchedulerError
@@ -176,12 +176,12 @@ class Materializer(Service):
         if self.others and time.monotonic() >= self._overdue_at:
             self._overdue_at = time.monotonic() + self.overdue_interval_s
             reads += [(p, now + OVERDUE_AHEAD_MS) for p in self.others]
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for p, horizon in reads:
             pipe.zrange(cron_in(p), "-inf", horizon, byscore=True, offset=0,
                         num=self.batch, withscores=True)
         owned = set(self.prefixes)
-        due = [(p, m.decode(), int(score)) for (p, _), reply in zip(reads, await pipe.execute(),
+        due = [(p, m.decode(), int(score)) for (p, _), reply in zip(reads, await transport.send(pipe),
                                                                      strict=True)
                for m, score in reply]
         overdue = sum(1 for p, _, _ in due if p not in owned)
@@ -193,10 +193,10 @@ class Materializer(Service):
             # Redefined since its definition was read (or another node moved the watermark):
             # read both again and plan once more, now rather than a pass later.
             horizons = dict(reads)
-            pipe = cluster.pipeline(self.redis)
+            pipe = transport.pipeline(self.redis)
             for prefix, job_id in refused:
                 pipe.zscore(cron_in(prefix), job_id)
-            again = [(p, j, int(score)) for (p, j), score in zip(refused, await pipe.execute(),
+            again = [(p, j, int(score)) for (p, j), score in zip(refused, await transport.send(pipe),
                                                                  strict=True)
                      if score is not None and score <= horizons[p]]
             await self._materialize(again, now)
@@ -237,10 +237,10 @@ class Materializer(Service):
             return
         if len(self._jobs) > 200_000:
             self._jobs.clear()  # bounded memory; definitions are simply read again
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for prefix, job_id in jobs:
             pipe.hmget(job_in(prefix, job_id), *_FIELDS)
-        for key, raw in zip(jobs, await pipe.execute(), strict=True):
+        for key, raw in zip(jobs, await transport.send(pipe), strict=True):
             self._jobs[key] = _recurrence(key[1], raw)
 
     def delay(self, due: int) -> float:

@@ -34,6 +34,7 @@ import msgspec
 import redis.asyncio
 
 import scheduler.core.namespace as namespace
+import scheduler.redis.transport as transport
 from scheduler.core.errors import ConfigError, NamespaceMissing
 from scheduler.core.finite import check_finite
 from scheduler.core.keys import Keys
@@ -123,8 +124,8 @@ class SchedulerNode:
 
     async def setup(self) -> None:
         # NamespaceMissing until the namespace's first submit creates it (namespace.py)
-        shards = namespace.parse(self.keys.ns, await self.redis.hmget(
-            self.keys.meta, *namespace.META_FIELDS)).shards
+        shards = namespace.parse(self.keys.ns, await transport.call(
+            self.redis, "hmget", self.keys.meta, *namespace.META_FIELDS)).shards
         self.leases = ShardLeases(self.redis, self.keys, shards, self.clock, self.node_id,
                                   ttl_s=self.config.shard_lease_s, on_change=self._owned,
                                   events_maxlen=self.config.events_maxlen)
@@ -159,14 +160,15 @@ class SchedulerNode:
         second; a failure is the next try's to report."""
         try:
             await resync(self.clock, self.redis)
-            await self.redis.zadd(self.keys.schedulers, {self.node_id: self.clock.now_ms()})
+            await transport.call(self.redis, "zadd", self.keys.schedulers,
+                                 {self.node_id: self.clock.now_ms()})
             self._waited = True
         except Exception as exc:  # the next setup try meets the same Redis and logs it
             log.debug("could not register as waiting (%s: %s)", type(exc).__name__, exc)
 
     async def _leave_waiting(self) -> None:
         try:
-            await self.redis.zrem(self.keys.schedulers, self.node_id)
+            await transport.call(self.redis, "zrem", self.keys.schedulers, self.node_id)
         except Exception as exc:  # any running node drops the entry after the shard lease
             log.debug("could not leave the node registry (%s: %s)", type(exc).__name__, exc)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import redis.asyncio
 
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys, lanes
 from scheduler.redis.clock import Clock, resync
@@ -78,16 +78,16 @@ class QueueCleaner(Service):
         return sum(r.left for r in replies)
 
     async def _move_old_names(self) -> None:
-        names: set[Any] = await self.redis.smembers(self.keys.queues)
+        names: set[Any] = await transport.call(self.redis, "smembers", self.keys.queues)
         if not names:
             return
         listed = sorted(n.decode() if isinstance(n, bytes) else n for n in names)
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for shard in range(self.total_shards):
             pipe.zadd(self.keys.lane_index(shard),
                       {lane: 0 for name in listed for lane in lanes(name)}, nx=True)
-        await pipe.execute()
-        await self.redis.srem(self.keys.queues, *listed)
+        await transport.send(pipe)
+        await transport.call(self.redis, "srem", self.keys.queues, *listed)
         log.info("moved %d queue name(s) from %s into the shards' lane indexes", len(listed),
                  self.keys.queues)
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import redis.asyncio
 
 import scheduler.observe.metrics as metrics
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
@@ -51,11 +51,11 @@ class Reclaimer(Service):
     async def run_once(self) -> dict[str, int]:
         """One pass over every shard; returns what it did."""
         await resync(self.clock, self.redis)
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for s in self.shards:
             pipe.zrange(self.keys.lane_index(s), 0, -1)
         indexed: list[list[str]] = [sorted(lane.decode() for lane in found)
-                                    for found in await pipe.execute()]
+                                    for found in await transport.send(pipe)]
         now = self.clock.now_ms()
         calls = [scripts.reclaim(self.keys.prefix(s), now, self.events_maxlen, self.batch,
                                  self.lease_ms,
@@ -64,8 +64,8 @@ class Reclaimer(Service):
         replies = await scripts.run_async(self.redis, calls)
         # Workers that vanished without a clean stop stay in the registry; after many leases
         # of silence they are surely gone (their hash already expired).
-        await self.redis.zremrangebyscore(self.keys.workers, "-inf",
-                                          now - WORKER_FORGET_LEASES * self.lease_ms)
+        await transport.call(self.redis, "zremrangebyscore", self.keys.workers, "-inf",
+                             now - WORKER_FORGET_LEASES * self.lease_ms)
         done = dict.fromkeys(self.totals, 0)
         self.cursors = {}  # of the lanes indexed now: a lane that left the index is forgotten
         for shard, streams, raw in zip(self.shards, indexed, replies, strict=True):

@@ -36,6 +36,7 @@ import redis.asyncio
 
 import scheduler.observe.metrics as metrics
 import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
@@ -108,9 +109,9 @@ class Sweeper(Service):
     async def _scan(self) -> tuple[int, list[Any]]:
         """One SCAN step of the walk, which goes through each primary of a cluster in turn
         (SCAN sees one node's keys); the cursor returned is 0 only at the end of the last."""
-        cursor, keys = await self._nodes[0].scan(self._node_cursor,
-                                                 match=self.keys.slot_pattern(),
-                                                 count=self.count, _type="HASH")
+        cursor, keys = await transport.call(self._nodes[0], "scan", self._node_cursor,
+                                            match=self.keys.slot_pattern(),
+                                            count=self.count, _type="HASH")
         self._node_cursor = int(cursor)
         if self._node_cursor == 0 and len(self._nodes) > 1:
             self._nodes.pop(0)
@@ -137,10 +138,10 @@ class Sweeper(Service):
 
     async def _finish(self) -> None:
         """A walk ended: record per shard how many orphans wait for their lease."""
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         for shard in self.shards_seen | self._had_waiting:
             pipe.hset(self.keys.stats(shard), "orphans_waiting", self.waiting[shard])
-        await pipe.execute()
+        await transport.send(pipe)
         self._had_waiting = {s for s, n in self.waiting.items() if n}
         self.sweeps += 1
         self.started = None

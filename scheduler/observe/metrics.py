@@ -37,7 +37,7 @@ from scheduler.observe.capacity import ScalingTarget, plan
 from scheduler.observe.counters import FastCounter, FastHistogram
 from scheduler.observe.status import Status, Topology, WorkerStatus, read_status
 from scheduler.redis.clock import RedisClock
-from scheduler.redis.connection import REDIS_ERRORS
+from scheduler.redis.failures import REDIS_ERRORS
 
 log = logging.getLogger("scheduler.observe.metrics")
 

@@ -31,6 +31,7 @@ import redis.asyncio
 
 import scheduler.observe.capacity as capacity
 import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.source as sources
 from scheduler.core.keys import Keys
@@ -43,8 +44,8 @@ from scheduler.observe.records import (
     Status,
     WorkerStatus,
 )
+from scheduler.redis.clients import where
 from scheduler.redis.clock import Clock, resync, resync_sync
-from scheduler.redis.connection import where
 
 __all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
            "Topology", "WorkerStatus", "read_status", "read_status_async", "read_workers",
@@ -166,8 +167,8 @@ class _Reader:
 
     def details(self, pipe: Any, topo: Topology) -> None:
         for call in self.stats_calls(topo):
-            pipe.evalsha(sources.SOURCES[call.script].sha, len(call.keys), *call.keys,
-                         *call.args)
+            pipe.execute_command("EVALSHA", sources.SOURCES[call.script].sha, len(call.keys),
+                                 *call.keys, *call.args)
         for worker_id in topo.worker_ids:
             pipe.hgetall(self.keys.worker(worker_id))
 
@@ -216,21 +217,21 @@ def read_status(client: redis.Redis, keys: Keys, clock: Clock,
     clock is anchored to Redis TIME (a round trip only when it is stale). Nothing is written."""
     reader = _Reader(keys, resync_sync(clock, client))
     reader.where = where(client)
-    pipe = cluster.pipeline(client)
+    pipe = transport.pipeline(client)
     reader.topology(pipe)
     if known is not None:
         reader.details(pipe, known)
-    replies = pipe.execute(raise_on_error=False)
+    replies = transport.send_sync(pipe, raise_on_error=False)
     topo = reader.took_topology(replies[:reader.TOPOLOGY_COMMANDS])
     details = replies[reader.TOPOLOGY_COMMANDS:]
     if topo != known:
-        pipe = cluster.pipeline(client)
+        pipe = transport.pipeline(client)
         reader.details(pipe, topo)
-        details = pipe.execute(raise_on_error=False)
+        details = transport.send_sync(pipe, raise_on_error=False)
     stats = (scripts.run_sync(client, reader.stats_calls(topo))
              if reader.needs_scripts(topo, details) else None)
     if cluster.is_cluster(client):
-        reader.took_nodes(client, topo, cluster.nodes_info_sync(client))
+        reader.took_nodes(client, topo, transport.nodes_info_sync(client))
     return reader.status(topo, details, stats), topo
 
 
@@ -238,16 +239,16 @@ async def read_status_async(client: redis.asyncio.Redis, keys: Keys, clock: Cloc
     """The asyncio twin of read_status (two round trips; nothing cached)."""
     reader = _Reader(keys, await resync(clock, client))
     reader.where = where(client)
-    pipe = cluster.pipeline(client)
+    pipe = transport.pipeline(client)
     reader.topology(pipe)
-    topo = reader.took_topology(await pipe.execute(raise_on_error=False))
-    pipe = cluster.pipeline(client)
+    topo = reader.took_topology(await transport.send(pipe, raise_on_error=False))
+    pipe = transport.pipeline(client)
     reader.details(pipe, topo)
-    details = await pipe.execute(raise_on_error=False)
+    details = await transport.send(pipe, raise_on_error=False)
     stats = (await scripts.run_async(client, reader.stats_calls(topo))
              if reader.needs_scripts(topo, details) else None)
     if cluster.is_cluster(client):
-        reader.took_nodes(client, topo, await cluster.nodes_info_async(client))
+        reader.took_nodes(client, topo, await transport.nodes_info_async(client))
     return reader.status(topo, details, stats)
 
 

@@ -1,3 +1,4 @@
-"""Talking to Redis: URLs and clients (standalone, Sentinel, Cluster), error translation,
-Cluster routing, the commands packed by hiredis, the Redis clock, and the loop every
-background service runs in."""
+"""Talking to Redis: URLs (urls), clients (clients), failures and their translation (failures),
+Cluster routing (cluster), the one module that sends every round trip (transport) and the
+redis-py internals it needs (redispy_internals), the commands packed by hiredis (packing),
+the Redis clock (clock), and the loop every background service runs in (service)."""

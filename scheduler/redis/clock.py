@@ -13,6 +13,7 @@ import time
 from typing import Any, Protocol
 
 import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 
 
 class Clock(Protocol):
@@ -80,13 +81,13 @@ async def resync(clock: Clock, client: Any) -> int:
         if cluster.is_cluster(client):
             await cluster.ensure_async(client)
             client = cluster.home_client(client)
-        clock.anchor(await client.time())
+        clock.anchor(await transport.call(client, "time"))
     return clock.now_ms()
 
 
 def resync_sync(clock: Clock, client: Any) -> int:
     """resync for a synchronous redis.Redis."""
     if clock.stale():
-        clock.anchor((cluster.home_client(client) if cluster.is_cluster(client)
-                      else client).time())
+        clock.anchor(transport.call_sync(cluster.home_client(client) if cluster.is_cluster(
+            client) else client, "time"))
     return clock.now_ms()

@@ -1,13 +1,14 @@
-"""Redis Cluster: knowing that a client talks to one, and sending each shard's commands to the
-primary that holds the shard.
+"""Redis Cluster: knowing that a client talks to one, and routing each shard's commands to the
+primary that holds the shard (transport.py sends them).
 
 Every key of a shard carries its hash tag `{sNN}` and every Lua script touches one shard, so
 a namespace spreads over a cluster shard by shard. redis-py's cluster client routes one-key
 commands, but refuses EVALSHA in its pipelines, sends a COMMAND GETKEYS before each XREADGROUP
 (a movable-keys command) and cannot read streams of several hash tags in one call. So the
-commands of shards go through `pipeline()`: a `NodePipeline` groups them by the primary that
-serves each key's hash slot and sends each group as one pipeline over a plain connection to
-that node (every command, scripts included, no GETKEYS), all nodes at once.
+commands of shards are recorded in a `NodePipeline` (transport.pipeline), which groups them
+by the primary that serves each key's hash slot; the transport sends each group as one
+pipeline over a plain connection to that node (every command, scripts included, no GETKEYS),
+all nodes at once.
 
 MOVED, ASK, TRYAGAIN and CLUSTERDOWN replies say the command did not run: the slot map is read
 again and those commands alone go again, for up to `SETTLE_S`. ASK is not followed: a script
@@ -18,7 +19,6 @@ shard whose slot is migrating waits until the slot has moved, then runs on its n
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -89,7 +89,7 @@ class SyncCluster(redis.cluster.RedisCluster):
 
 def adopt(client: Any, factory: Callable[[str, int], Any]) -> Any:
     """Give a cluster client (AsyncCluster, SyncCluster) the way to make a plain client to
-    one of its nodes (connection.py: the URL's credentials, TLS and timeouts)."""
+    one of its nodes (clients.py: the URL's credentials, TLS and timeouts)."""
     client.sched_nodes = _Nodes(factory)
     return client
 
@@ -177,42 +177,6 @@ def shard_nodes(client: Any, prefixes: Sequence[str]) -> dict[str, list[int]]:
     return out
 
 
-def _info(replies: list[Any]) -> tuple[bool | None, int | None]:
-    persistence, replication = replies
-    return (bool(int(persistence.get("aof_enabled", 0))) if isinstance(persistence, dict)
-            else None,
-            int(replication.get("connected_slaves", 0)) if isinstance(replication, dict)
-            else None)
-
-
-def _info_pipe(node: Any) -> Any:
-    pipe = node.pipeline(transaction=False)
-    pipe.info("persistence")
-    pipe.info("replication")
-    return pipe
-
-
-async def nodes_info_async(client: Any) -> dict[str, tuple[bool | None, int | None]]:
-    """host:port of each primary -> (AOF on, replicas connected); None where INFO failed."""
-    out = {}
-    for name, node in primaries(client):
-        try:
-            out[name] = _info(await _info_pipe(node).execute(raise_on_error=False))
-        except redis.exceptions.RedisError:
-            out[name] = (None, None)
-    return out
-
-
-def nodes_info_sync(client: Any) -> dict[str, tuple[bool | None, int | None]]:
-    out = {}
-    for name, node in primaries(client):
-        try:
-            out[name] = _info(_info_pipe(node).execute(raise_on_error=False))
-        except redis.exceptions.RedisError:
-            out[name] = (None, None)
-    return out
-
-
 def routing_key(name: str, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
     """The key a recorded command is routed by."""
     if name == "evalsha":
@@ -294,79 +258,11 @@ class _Recorder:
 
 
 class NodePipeline(_Recorder):
-    """An asyncio pipeline over a cluster: `await execute()` as redis-py's."""
-
-    async def execute(self, raise_on_error: bool = True) -> list[Any]:
-        await ensure_async(self.client)
-        each = [i for i, c in enumerate(self.commands) if c[0] is None]
-        results: list[Any] = [[] if c[0] is None else None for c in self.commands]
-        todo = [i for i, c in enumerate(self.commands) if c[0] is not None]
-        deadline = time.monotonic() + SETTLE_S
-        while todo:
-            await refresh_async(self.client)
-            groups = self._groups(todo)
-            outs = await asyncio.gather(*(self._send(client, idxs, each)
-                                          for client, idxs in groups.values()),
-                                        return_exceptions=True)
-            todo = self._absorb(results, groups, list(outs), each)
-            if todo:
-                if time.monotonic() > deadline:
-                    break
-                await refresh_async(self.client, force=True)
-                await asyncio.sleep(0.05)
-        return _finish(results, raise_on_error)
-
-    async def _send(self, client: Any, idxs: list[int], each: list[int]) -> list[Any]:
-        pipe = client.pipeline(transaction=False)
-        self._fill(pipe, idxs, each)
-        out: list[Any] = await pipe.execute(raise_on_error=False)
-        return out
+    """The commands of an asyncio round trip over a cluster (transport.send sends them)."""
 
 
 class SyncNodePipeline(_Recorder):
-    """The blocking twin: one node after another."""
-
-    def execute(self, raise_on_error: bool = True) -> list[Any]:
-        each = [i for i, c in enumerate(self.commands) if c[0] is None]
-        results: list[Any] = [[] if c[0] is None else None for c in self.commands]
-        todo = [i for i, c in enumerate(self.commands) if c[0] is not None]
-        deadline = time.monotonic() + SETTLE_S
-        while todo:
-            refresh_sync(self.client)
-            groups = self._groups(todo)
-            outs: list[Any] = []
-            for client, idxs in groups.values():
-                pipe = client.pipeline(transaction=False)
-                self._fill(pipe, idxs, each)
-                try:
-                    outs.append(pipe.execute(raise_on_error=False))
-                except redis.exceptions.RedisError as exc:
-                    outs.append(exc)
-            todo = self._absorb(results, groups, outs, each)
-            if todo:
-                if time.monotonic() > deadline:
-                    break
-                refresh_sync(self.client, force=True)
-                time.sleep(0.05)
-        return _finish(results, raise_on_error)
-
-
-def _finish(results: list[Any], raise_on_error: bool) -> list[Any]:
-    if raise_on_error:
-        for r in results:
-            if isinstance(r, Exception):
-                raise r
-    return results
-
-
-def pipeline(client: Any) -> Any:
-    """A non-transactional pipeline: redis-py's own on a single Redis, a NodePipeline (or its
-    blocking twin) on a cluster. Commands that name no key go through `each_node`."""
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        return NodePipeline(client)
-    if isinstance(client, redis.cluster.RedisCluster):
-        return SyncNodePipeline(client)
-    return client.pipeline(transaction=False)
+    """The blocking twin (transport.send_sync)."""
 
 
 def each_node(pipe: Any, *args: Any) -> None:

@@ -1,17 +1,16 @@
 """Commands packed by hiredis on the asyncio connections of ours.
 
 redis-py's synchronous connections pack a command with hiredis when it is installed; its
-asyncio connections (8.x) always pack in Python, joining bytes argument by argument: ~1.5 us
-per argument against ~0.2 (a command of 159 arguments: 233 against 33 us; a ZADD of 1,000
-members: 3.4 against 0.5 ms; bench/RESULTS.md, issue 18 session 14). The snapshotter's acks
-and retention entries and the worker's pipelined reads are such commands (a claim is not:
-its entries travel as one msgpack argument). The bytes are the same (checked for str, bytes, int, float, bytearray,
+asyncio connections (8.x) always pack in Python, joining bytes argument by argument, several
+times slower per argument (`bench snapshot`). The snapshotter's acks and retention entries
+and the worker's pipelined reads are such commands (a claim is not: its entries travel as one
+msgpack argument). The bytes are the same (checked for str, bytes, int, float, bytearray,
 memoryview and a first argument holding a space), and a value hiredis cannot pack raises
 redis-py's DataError as before.
 
-`adopt(pool)` gives a pool's connections (and direct.py's, made from the same class) this
-packing; a pool whose connections encode other than UTF-8 keeps redis-py's. Without hiredis
-nothing changes.
+`adopt(pool)` gives a pool's connections (and the transport's own, made from the same class)
+this packing; a pool whose connections encode other than UTF-8 keeps redis-py's. Without
+hiredis nothing changes.
 """
 
 from __future__ import annotations

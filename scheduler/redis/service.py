@@ -20,7 +20,7 @@ from typing import Any
 import redis.exceptions
 
 from scheduler.core.errors import NamespaceError, NamespaceMissing, RedisUnavailable
-from scheduler.redis.connection import REDIS_ERRORS, error_code
+from scheduler.redis.failures import REDIS_ERRORS, error_code
 
 # Redis error codes that say "not now" rather than "never": the same call succeeds once the
 # server has memory, a primary, its data set loaded, or its running script finished.

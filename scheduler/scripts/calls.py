@@ -1,17 +1,16 @@
-"""The Lua transitions: loading and argument building, in one place (replies.py decodes).
+"""The Lua transitions' calls: one argument builder per script (replies.py decodes).
 
-Each script in `lua/` is loaded once per connection pool (SCRIPT LOAD) and called by SHA; a
-NOSCRIPT reply (Redis restarted or flushed its script cache) reloads and retries the calls
-that did not run. Calls are batched: `Call` values are built here and run by `run_sync` /
-`run_async` in one pipelined round trip, whatever shards they touch (on a Redis Cluster, one
-per node, all at once: cluster.py; scripts are then loaded on every primary).
+`Call` values are built here and sent by `run_sync` / `run_async` in one pipelined round
+trip, whatever shards they touch, or streamed (`stream_sync`). The round trip is
+transport.py's: EVALSHA by SHA, the scripts loaded again on NOSCRIPT, on a Redis Cluster one
+pipeline per node, all at once.
 
-The text of each script, as Redis runs it, is sources.py's.
+The text of each script, as Redis runs it, is source.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +18,8 @@ import msgspec
 import redis
 import redis.asyncio
 
-import scheduler.redis.cluster as cluster
-import scheduler.redis.direct as direct
+import scheduler.redis.transport as transport
 from scheduler.core.namespace import EVENTS_MAXLEN
-from scheduler.scripts.replies import confirmed
 from scheduler.scripts.source import SOURCES
 
 
@@ -41,7 +38,7 @@ _packer = msgspec.msgpack.Encoder()
 
 def pack(items: list[Any]) -> bytes:
     """The hot-path scripts take their per-item arguments as one msgpack array (cmsgpack in
-    Lua) instead of thousands of ARGV strings: redis-py spent a third of a worker's CPU
+    Lua) instead of thousands of ARGV strings: redis-py spent much of a worker's CPU
     encoding arguments one by one. Redis's cmsgpack knows no `bin` type, so bytes travel as
     str; numbers arrive in Lua as numbers, so anything compared with a hash field (a token)
     is sent as a string."""
@@ -257,142 +254,60 @@ def restore(prefix: str, now_ms: int, maxlen: int,
     return Call("restore", (prefix,), tuple(args))
 
 
-# --- execution -----------------------------------------------------------------------------
-
-
-class _Batch:
-    """Tracks which calls of a pipelined batch still have to run (NOSCRIPT is retried once)."""
-
-    def __init__(self, calls: Sequence[Call]) -> None:
-        self.calls = calls
-        self.results: list[Any] = [None] * len(calls)
-        self.todo = list(range(len(calls)))
-        self.reloaded = False
-
-    def fill(self, pipe: Any) -> None:
-        for i in self.todo:
-            c = self.calls[i]
-            pipe.evalsha(SOURCES[c.script].sha, len(c.keys), *c.keys, *c.args)
-
-    def absorb(self, out: list[Any]) -> bool:
-        """Store replies; True when scripts must be loaded and the rest run again."""
-        for i, r in zip(self.todo, out, strict=True):
-            self.results[i] = r
-        self.todo = [
-            i for i, r in zip(self.todo, out, strict=True)
-            if isinstance(r, redis.exceptions.NoScriptError)
-        ]
-        if not self.todo or self.reloaded:
-            return False
-        self.reloaded = True
-        return True
-
-    def finish(self, raise_errors: bool = True) -> list[Any]:
-        if raise_errors:
-            for r in self.results:
-                if isinstance(r, Exception):
-                    raise r
-        return self.results
+# --- sending (transport.py sends; these name the library, SOURCES) ----------------------
 
 
 def run_sync(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True) -> list[Any]:
     """Run calls in one pipelined round trip; reload scripts once on NOSCRIPT. With
     `raise_errors=False` a call that failed has its exception in its place in the list (the
     others ran); a failed round trip raises either way."""
-    return run_sync_waiting(client, calls, raise_errors)[0]
+    return transport.run_scripts_sync(client, SOURCES, calls, raise_errors)[0]
 
 
 def run_sync_waiting(client: redis.Redis, calls: Sequence[Call], raise_errors: bool = True,
                      wait: tuple[Any, ...] | None = None) -> tuple[list[Any], int]:
-    """run_sync, then `wait` (the command: ("WAIT", replicas, timeout_ms) or ("WAITAOF",
-    1, 0, timeout_ms)) in the same pipeline: it counts what confirmed every write of that
-    connection, so it must travel with the writes. Returns the results and the fewest
-    confirmations (replicas, or for WAITAOF the local fsync: 0 or 1) any round trip that
-    wrote got (-1 without `wait`)."""
-    batch, acked = _Batch(calls), -1
-    while batch.todo:
-        pipe = cluster.pipeline(client)
-        batch.fill(pipe)
-        if wait is not None:
-            cluster.each_node(pipe, *wait)
-        out = pipe.execute(raise_on_error=False)
-        acked = _acked(out, wait, acked, cluster.is_cluster(client))
-        if not batch.absorb(out[:len(batch.todo)]):
-            break
-        load_sync(client)
-    return batch.finish(raise_errors), acked
+    """run_sync, then `wait` (WAIT or WAITAOF) in the same round trip: the results and the
+    fewest confirmations (-1 without `wait`; transport.run_scripts_sync)."""
+    return transport.run_scripts_sync(client, SOURCES, calls, raise_errors, wait)
 
 
-def _acked(out: list[Any], wait: tuple[Any, ...] | None, acked: int, many: bool) -> int:
-    if wait is None:
-        return acked
-    wrote = any(not isinstance(r, redis.exceptions.NoScriptError) for r in out[:-1])
-    return confirmed(out[-1], many, acked) if wrote else acked
-
-
-def _load_pipes(client: Any) -> list[Any]:
-    """SCRIPT LOAD of every script, one pipeline per target (every primary of a cluster)."""
-    targets = [c for _, c in cluster.primaries(client)] if cluster.is_cluster(client) \
-        else [client]
-    pipes = []
-    for target in targets:
-        pipe = target.pipeline(transaction=False)
-        for s in SOURCES.values():
-            pipe.script_load(s.text)
-        pipes.append(pipe)
-    return pipes
-
-
-def load_sync(client: redis.Redis) -> None:
-    for pipe in _load_pipes(client):
-        pipe.execute()
-
-
-async def load_async(client: redis.asyncio.Redis) -> None:
-    for pipe in _load_pipes(client):
-        await pipe.execute()
-
-
-async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
-                         tail: Callable[[Any], int], raise_errors: bool = True
-                         ) -> tuple[list[Any], list[list[Any]]]:
-    """run_async, plus the commands `tail` appends to the same pipeline (it returns how
-    many), in the same round trip. Their replies (or errors) come back as the second value,
-    one list per pipeline sent: after a NOSCRIPT reload the calls that did not run go again
-    in a second pipeline, with the tail again (a WAIT in it must follow those writes), and
-    both pipelines' tail replies count (a read in the first delivered its entries too)."""
-    batch, extras = _Batch(calls), []
-    while batch.todo:
-        pipe = direct.stack(client)
-        batch.fill(pipe)
-        n = tail(pipe)
-        out = await direct.execute(client, pipe)
-        extras.append(out[len(out) - n:])
-        if not batch.absorb(out[:len(out) - n]):
-            break
-        await load_async(client)
-    return batch.finish(raise_errors), extras
+async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call],
+                    raise_errors: bool = True) -> list[Any]:
+    """Async twin of run_sync."""
+    return (await transport.run_scripts_async(client, SOURCES, calls, raise_errors))[0]
 
 
 async def run_async_waiting(client: redis.asyncio.Redis, calls: Sequence[Call],
                             raise_errors: bool = True,
                             wait: tuple[Any, ...] | None = None) -> tuple[list[Any], int]:
     """Async twin of run_sync_waiting."""
-    batch, acked = _Batch(calls), -1
-    while batch.todo:
-        pipe = direct.stack(client)
-        batch.fill(pipe)
-        if wait is not None:
-            cluster.each_node(pipe, *wait)
-        out = await direct.execute(client, pipe)
-        acked = _acked(out, wait, acked, cluster.is_cluster(client))
-        if not batch.absorb(out[:len(batch.todo)]):
-            break
-        await load_async(client)
-    return batch.finish(raise_errors), acked
+    return await transport.run_scripts_async(client, SOURCES, calls, raise_errors, wait)
 
 
-async def run_async(client: redis.asyncio.Redis, calls: Sequence[Call],
-                    raise_errors: bool = True) -> list[Any]:
-    """Async twin of run_sync."""
-    return (await run_async_waiting(client, calls, raise_errors))[0]
+async def run_async_then(client: redis.asyncio.Redis, calls: Sequence[Call],
+                         tail: Callable[[Any], int], raise_errors: bool = True
+                         ) -> tuple[list[Any], list[list[Any]]]:
+    """run_async, plus the commands `tail` appends, in the same round trip
+    (transport.run_scripts_async_then)."""
+    return await transport.run_scripts_async_then(client, SOURCES, calls, tail, raise_errors)
+
+
+def stream_sync(client: redis.Redis, calls: Iterator[Call],
+                wait: tuple[Any, ...] | None) -> tuple[list[Any], int]:
+    """Each call sent as soon as it is made, the next packed meanwhile (submit_many;
+    transport.stream_scripts_sync): errors in their places, and the confirmations."""
+    return transport.stream_scripts_sync(client, SOURCES, calls, wait)
+
+
+async def stream_async(client: redis.asyncio.Redis, calls: Iterator[Call],
+                       wait: tuple[Any, ...] | None) -> tuple[list[Any], int]:
+    """Async twin of stream_sync."""
+    return await transport.stream_scripts_async(client, SOURCES, calls, wait)
+
+
+def load_sync(client: redis.Redis) -> None:
+    transport.load_scripts_sync(client, SOURCES)
+
+
+async def load_async(client: redis.asyncio.Redis) -> None:
+    await transport.load_scripts_async(client, SOURCES)

@@ -13,6 +13,10 @@ import msgspec
 
 from scheduler.core.errors import ScriptError
 
+# WAIT's count is the transport's, which sends the WAIT; named here with the other replies.
+from scheduler.redis.transport import confirmed as confirmed
+from scheduler.redis.transport import wait_replies as wait_replies
+
 
 class Code(IntEnum):
     """Every code a Lua transition answers, one meaning per number across all scripts. Lua
@@ -333,20 +337,3 @@ class Acquired(msgspec.Struct, frozen=True):
         if len(members) != granted:
             raise ScriptError(f"acquire: {granted} permits granted but {len(members)} members")
         return cls(granted, wait, members)
-
-
-def wait_replies(reply: Any, many: bool) -> list[Any]:
-    """The confirmation count of each node a WAIT or WAITAOF went to (`many`: sent by
-    cluster.each_node, whose reply is the nodes' list): WAIT's count, WAITAOF's local fsync
-    (its reply is [local, replicas]), or the error."""
-    return [r[0] if isinstance(r, list) else r for r in (reply if many else [reply])]
-
-
-def confirmed(reply: Any, many: bool, acked: int = -1) -> int:
-    """The fewest confirmations a WAIT or WAITAOF reply gives (see wait_replies), a failed
-    wait counting none, and no more than `acked` (-1: none known yet). The one rule of every
-    durable write: a pipeline's (calls.py) and a submit stream's (stream.py)."""
-    for got in wait_replies(reply, many):
-        replicas = got if isinstance(got, int) else 0  # the wait failed: none known
-        acked = replicas if acked < 0 else min(acked, replicas)
-    return acked

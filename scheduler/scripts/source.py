@@ -1,6 +1,7 @@
 """The Lua scripts' text as Redis runs it: read from `lua/`, `--- @include "_lib.lua"`
 replaced by that file's text, and each `R.NAME` (reply code) and `DEFAULT.name` (job-field
-default) by its value (with_constants). calls.py loads and calls them by SHA."""
+default) by its value (with_constants). calls.py builds the calls; the transport
+(redis/transport.py) loads the scripts and calls them by SHA."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ from scheduler.core.models import (
     job_fields,
     schedule_fields,
 )
-from scheduler.redis.connection import REDIS_ERRORS, RedisErrors, translate
+from scheduler.redis.failures import REDIS_ERRORS, RedisErrors, translate
 
 if TYPE_CHECKING:
     from scheduler.sdk.core import Core

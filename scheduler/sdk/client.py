@@ -20,8 +20,8 @@ import redis
 import redis.asyncio
 
 import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
-import scheduler.scripts.stream as script_stream
 import scheduler.sdk.browse as browse
 import scheduler.sdk.operations as operations
 import scheduler.sdk.queues as queue_ops
@@ -32,8 +32,8 @@ from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES
 from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.redis.clients import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from scheduler.redis.clock import Clock
-from scheduler.redis.connection import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from scheduler.sdk.core import (
     Core,
     Done,
@@ -185,17 +185,17 @@ class Client(_Driver):
 
     def _perform(self, request: Request) -> Any:
         if isinstance(request, Pipe):
-            pipe = cluster.pipeline(self.redis)
+            pipe = transport.pipeline(self.redis)
             for name, args, kwargs in request.commands:
                 getattr(pipe, name)(*args, **kwargs)
-            return pipe.execute(raise_on_error=request.raise_on_error)
+            return transport.send_sync(pipe, raise_on_error=request.raise_on_error)
         if isinstance(request, Scripts):
             if request.wait is not None:
                 return scripts.run_sync_waiting(self.redis, request.calls, request.raise_errors,
                                                 request.wait)
             return scripts.run_sync(self.redis, request.calls, raise_errors=request.raise_errors)
         if isinstance(request, ScriptStream):
-            return script_stream.run_sync(self.redis, request.calls, request.wait)
+            return scripts.stream_sync(self.redis, request.calls, request.wait)
         if isinstance(request, Io):
             return request.blocking(self.redis, *request.args)
         assert isinstance(request, StoreCall)
@@ -274,10 +274,10 @@ class AsyncClient(_Driver):
 
     async def _perform(self, request: Request) -> Any:
         if isinstance(request, Pipe):
-            pipe = cluster.pipeline(self.redis)
+            pipe = transport.pipeline(self.redis)
             for name, args, kwargs in request.commands:
                 getattr(pipe, name)(*args, **kwargs)
-            return await pipe.execute(raise_on_error=request.raise_on_error)
+            return await transport.send(pipe, raise_on_error=request.raise_on_error)
         if isinstance(request, Scripts):
             if request.wait is not None:
                 return await scripts.run_async_waiting(self.redis, request.calls,
@@ -285,7 +285,7 @@ class AsyncClient(_Driver):
             return await scripts.run_async(self.redis, request.calls,
                                            raise_errors=request.raise_errors)
         if isinstance(request, ScriptStream):
-            return await script_stream.run_async(self.redis, request.calls, request.wait)
+            return await scripts.stream_async(self.redis, request.calls, request.wait)
         if isinstance(request, Io):
             return await request.asyncio(self.redis, *request.args)
         assert isinstance(request, StoreCall)

@@ -34,7 +34,7 @@ from scheduler.core.namespace import create as create_namespace
 from scheduler.core.namespace import parse as parse_meta
 from scheduler.core.states import Delivery, Durability, SlotStatus
 from scheduler.redis.clock import Clock, RedisClock
-from scheduler.redis.connection import REDIS_ERRORS, translate
+from scheduler.redis.failures import REDIS_ERRORS, translate
 
 if TYPE_CHECKING:
     from scheduler.observe.tracing import SubmitTracer

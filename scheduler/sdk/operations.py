@@ -36,7 +36,7 @@ from scheduler.observe.status import (
     read_workers,
     read_workers_async,
 )
-from scheduler.redis.connection import REDIS_ERRORS, RedisErrors
+from scheduler.redis.failures import REDIS_ERRORS, RedisErrors
 from scheduler.scripts.replies import Code, codes
 from scheduler.sdk.batching import Batch, nothing_written
 from scheduler.sdk.core import (

@@ -15,7 +15,7 @@ from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.keys import check_job_id, shard_of
-from scheduler.redis.connection import REDIS_ERRORS
+from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate
 from scheduler.sdk.core import Core, Op, Pipe, Scripts

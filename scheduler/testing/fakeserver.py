@@ -3,9 +3,9 @@ added here, at the edge, and the scripts themselves run unchanged (none of their
 is written again in Python).
 
 fakeredis (2.41) runs scripts in lupa's Lua 5.1 and gives them `redis.*` and `cjson`, but no
-`cmsgpack`, which the hot-path scripts unpack their arguments with (calls.pack). That
-module is registered into the server's Lua runtime here, built on msgspec as scripts/calls.py
-packs with it. Streams inside scripts (XADD MAXLEN ~, XTRIM MINID ~, XINFO GROUPS, XPENDING with
+`cmsgpack`, which the hot-path scripts unpack their arguments with (scripts.pack). That
+module is registered into the server's Lua runtime here, built on msgspec as calls.py packs
+with it. Streams inside scripts (XADD MAXLEN ~, XTRIM MINID ~, XINFO GROUPS, XPENDING with
 IDLE, XCLAIM JUSTID, XAUTOCLAIM) and `redis.error_reply` work in fakeredis as they are.
 
 fakeredis reads its own time from the machine (stream entry ids, pending entries' idle time,
@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+import scheduler.redis.transport as transport
 from scheduler.core.errors import ConfigError
 from scheduler.redis.clock import Clock
 
@@ -146,7 +147,9 @@ def server() -> fakeredis.FakeServer:
     SERVER_TIME.install()  # idempotent; changes nothing until a clock is pushed
     fake = fakeredis.FakeServer(version=REDIS_VERSION)
     probe = fakeredis.FakeRedis(server=fake)
-    probe.eval("return 1", 0)  # fakeredis makes the server's Lua runtime on the first script
+    pipe = transport.pipeline(probe)
+    pipe.execute_command("EVAL", "return 1", 0)
+    transport.send_sync(pipe)  # fakeredis makes the server's Lua runtime on the first script
     probe.close()
     if not hasattr(fake, "_lua_runtime") or not hasattr(fake, "_lua_expected_globals"):
         raise ConfigError(f"fakeredis {fakeredis.__version__} keeps its Lua runtime "

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+import scheduler.redis.transport as transport
 import scheduler.testing.fakeserver as fakeserver
 from scheduler.core.errors import HandlerFailed, SchedulerError, ValidationError
 from scheduler.core.keys import queue_of, split_slot_id
@@ -215,10 +216,10 @@ class TestScheduler:
         entry in one of its lanes on: the shards' lane indexes): a test submits to any queue
         and its jobs run."""
         keys = self.worker.keys
-        pipe = self.redis.pipeline(transaction=False)
+        pipe = transport.pipeline(self.redis)
         for shard in range(self.worker.shards):
             pipe.zrange(keys.lane_index(shard), 0, -1)
-        queues = {queue_of(lane.decode()) for found in await pipe.execute() for lane in found}
+        queues = {queue_of(lane.decode()) for found in await transport.send(pipe) for lane in found}
         if not queues <= self._queues:
             self._queues |= queues
             await self.worker.reader.open(self.worker.shards, sorted(self._queues))
@@ -266,23 +267,23 @@ class TestScheduler:
 
     async def _due_now(self) -> bool:
         now, ahead = self.clock.now_ms(), self.node.materializer.lookahead_ms
-        keys, pipe = self.worker.keys, self.redis.pipeline(transaction=False)
+        keys, pipe = self.worker.keys, transport.pipeline(self.redis)
         for shard in range(self.worker.shards):
             pipe.zrange(keys.due(shard), "-inf", now, byscore=True, offset=0, num=1)
             pipe.zrange(keys.cron(shard), "-inf", now + ahead, byscore=True, offset=0, num=1)
-        return any(await pipe.execute())
+        return any(await transport.send(pipe))
 
     async def _next_event_ms(self) -> int | None:
         """The next moment after now that a pass has work: a slot falls due, or a cron job's
         next occurrence comes within the materializer's lookahead."""
         now, ahead = self.clock.now_ms(), self.node.materializer.lookahead_ms
-        keys, pipe = self.worker.keys, self.redis.pipeline(transaction=False)
+        keys, pipe = self.worker.keys, transport.pipeline(self.redis)
         for shard in range(self.worker.shards):
             pipe.zrange(keys.due(shard), f"({now}", "+inf", byscore=True, offset=0, num=1,
                         withscores=True)
             pipe.zrange(keys.cron(shard), f"({now + ahead}", "+inf", byscore=True, offset=0,
                         num=1, withscores=True)
-        heads = await pipe.execute()
+        heads = await transport.send(pipe)
         times = [int(score) - (ahead if i % 2 else 0)
                  for i, head in enumerate(heads) for _, score in head]
         return min(times) if times else None

@@ -35,8 +35,9 @@ from scheduler.core.errors import Cancel, LeaseLost, Retry, ValidationError
 from scheduler.core.keys import Keys
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
 from scheduler.core.states import Outcome
+from scheduler.redis.clients import where
 from scheduler.redis.clock import Clock
-from scheduler.redis.connection import REDIS_ERRORS, translate, where
+from scheduler.redis.failures import REDIS_ERRORS, translate
 from scheduler.redis.service import Backoff, transient
 from scheduler.scripts.replies import Code
 from scheduler.worker.committer import Committer

@@ -28,7 +28,7 @@ import msgspec
 import redis.asyncio
 
 import scheduler.observe.metrics as metrics
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
@@ -110,13 +110,13 @@ class Heartbeat(Service):
         if lost:  # one line per heartbeat, not per slot: after a pause they come in hundreds
             log.warning("%d lease(s) lost (the slots were reclaimed or finished elsewhere); "
                         "stopping those runs", lost)
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
                   mapping={**self.info, "inflight": len(runs), "seen_ms": now,
                            "queue_inflight": _by_queue(runs), **self._counts(now)})
         pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
-        await pipe.execute()
+        await transport.send(pipe)
 
     def _counts(self, now: int) -> dict[Any, Any]:
         """Totals since start, and per queue since the last beat: succeeded/s, failed/s and
@@ -168,19 +168,19 @@ class Heartbeat(Service):
         marked `state: waiting`, so `sched status` and `sched workers` show the worker before
         it can start (its first heartbeat marks it running)."""
         now = self.clock.now_ms()
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         pipe.zadd(self.keys.workers, {self.worker_id: now})
         pipe.hset(self.keys.worker(self.worker_id),
                   mapping={**self.info, "state": "waiting", "inflight": 0, "seen_ms": now})
         pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
-        await pipe.execute()
+        await transport.send(pipe)
 
     async def leave(self) -> None:
         """Remove this worker from the registry (clean shutdown)."""
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         pipe.zrem(self.keys.workers, self.worker_id)
         pipe.delete(self.keys.worker(self.worker_id))
-        await pipe.execute()
+        await transport.send(pipe)
 
 
 def _by_queue(runs: list[Run]) -> bytes:

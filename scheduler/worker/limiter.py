@@ -31,7 +31,7 @@ import logging
 from typing import Any
 
 import scheduler.core.limits as limits
-import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import queue_of
 from scheduler.redis.service import ErrorLog, Service
@@ -83,7 +83,7 @@ class LimitedClaims(Service):
         """Read the limits; True when the set of limited queues changed (the worker then
         reads them here, and no longer in its main loops)."""
         # The worker's clients decode nothing: keys and values are bytes.
-        raw: Any = await self.claims.redis.hgetall(self.keys.limits)
+        raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
         mine = {q: lim for q, lim in limits.parse(raw).items()
                 if q in self.claims.config.queues}
         changed = set(mine) != set(self.limits)
@@ -152,11 +152,11 @@ class LimitedClaims(Service):
         """Every lease/3: the permits of runs in flight expire a lease from now."""
         w = self.claims
         expires = w.clock.now_ms() + w.lease_ms
-        pipe = cluster.pipeline(w.redis)
+        pipe = transport.pipeline(w.redis)
         for q, members in self.held.items():
             if members:
                 pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)
-        await pipe.execute()
+        await transport.send(pipe)
         self._renewed = w.clock.monotonic()
 
     # --- the loop --------------------------------------------------------------------------

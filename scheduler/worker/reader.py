@@ -32,6 +32,7 @@ import redis.asyncio
 
 import scheduler.core.namespace as namespace
 import scheduler.redis.cluster as cluster
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import DISPATCH_GROUP, PRIORITIES, Keys, lane
 from scheduler.redis.clock import Clock, RedisClock
@@ -94,9 +95,9 @@ class Reader:
         await self.create_groups()
 
     async def create_groups(self) -> None:
-        pipe = cluster.pipeline(self.redis)
+        pipe = transport.pipeline(self.redis)
         namespace.create_groups(pipe, (key for key, _, _ in self.streams), DISPATCH_GROUP)
-        namespace.check_groups(await pipe.execute(raise_on_error=False))
+        namespace.check_groups(await transport.send(pipe, raise_on_error=False))
 
     async def read(self, free: int, block_ms: int | None) -> None:
         """One XREADGROUP over every stream. COUNT applies per stream, so a read may bring
@@ -124,8 +125,7 @@ class Reader:
         if self.per_shard:
             return await self._read_shards(count, block_ms)
         try:
-            reply: Any = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-                *self._xreadgroup(count, block_ms))
+            reply: Any = await transport.command(self.redis, *self._xreadgroup(count, block_ms))
         except redis.exceptions.ResponseError as exc:
             if "NOGROUP" not in str(exc):
                 raise
@@ -154,8 +154,8 @@ class Reader:
         node = cluster.node_client(self.redis, tail[1])
         block = ("BLOCK", block_ms) if block_ms is not None else ()
         try:
-            return await node.execute_command("XREADGROUP GROUP", DISPATCH_GROUP,
-                                              self.consumer, "COUNT", count, *block, *tail)
+            return await transport.command(node, "XREADGROUP GROUP", DISPATCH_GROUP,
+                                           self.consumer, "COUNT", count, *block, *tail)
         except redis.exceptions.ResponseError as exc:
             if isinstance(exc, cluster.ELSEWHERE):  # the slot moved: read it there next time
                 await cluster.refresh_async(self.redis, force=True)
@@ -207,15 +207,15 @@ class Reader:
             self.must_recover = False
             return
         if self.per_shard:
-            pipe = cluster.pipeline(self.redis)
+            pipe = transport.pipeline(self.redis)
             for tail in self._shard_tail.values():
                 pipe.execute_command("XREADGROUP GROUP", DISPATCH_GROUP, self.consumer,
                                      "COUNT", self.batch, "STREAMS", *_from_start(tail))
-            replies = await pipe.execute()
+            replies = await transport.send(pipe)
             reply: Any = [pair for r in replies for pair in _pairs(r)]
         else:
-            reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-                *self._xreadgroup(self.batch, None, start="0"))
+            reply = await transport.command(self.redis,
+                                            *self._xreadgroup(self.batch, None, start="0"))
         self.must_recover = False
         before = len(self.backlog) + len(self.early)
         self.add(reply, skip={slot for _, _, _, slot in self.backlog}

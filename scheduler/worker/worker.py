@@ -31,11 +31,11 @@ import redis.asyncio
 
 import scheduler.core.namespace as namespace
 import scheduler.observe.metrics as metrics
-import scheduler.redis.direct as direct
+import scheduler.redis.transport as transport
 from scheduler.core.errors import NamespaceMissing
 from scheduler.core.keys import Keys
+from scheduler.redis.clients import socket_timeout
 from scheduler.redis.clock import Clock, RedisClock, resync
-from scheduler.redis.connection import socket_timeout
 from scheduler.redis.service import Backoff, ErrorLog, pause
 from scheduler.worker.autoscale import Autoscaler
 from scheduler.worker.claims import ClaimLoop, Claims
@@ -120,7 +120,8 @@ class Worker:
         it: scheduler/core/namespace.py) and make sure every stream this worker reads has the
         group."""
         meta = namespace.parse(self.keys.ns,
-                               await self.redis.hmget(self.keys.meta, *namespace.META_FIELDS))
+                               await transport.call(self.redis, "hmget", self.keys.meta,
+                                                    *namespace.META_FIELDS))
         self.shards = meta.shards
         if meta.max_payload_bytes:  # results are held to the payload limit
             self.execution.result_limit = meta.max_payload_bytes
@@ -182,7 +183,7 @@ class Worker:
         """Run until stop(); then shut down in the order the module docstring gives."""
         if not await self._setup():
             return
-        direct.enable(self.redis)  # claims and commits on connections of their own
+        transport.enable(self.redis)  # claims and commits on connections of their own
         auto = self.config.autoscale
         log.info("worker %s reading %s across %d shards (concurrency %s)", self.worker_id,
                  ",".join(self.config.queues), self.shards,
@@ -223,7 +224,7 @@ class Worker:
             await heartbeat
             await self._leave()
             self.execution.close()
-            await direct.close(self.redis)
+            await transport.close(self.redis)
             log.info("worker %s stopped", self.worker_id)
 
     async def _hand_back_limited(self) -> None:

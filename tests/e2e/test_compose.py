@@ -105,7 +105,7 @@ def test_the_ha_profile_runs_two_replicas_and_three_sentinels_that_work(tmp_path
     import redis
     from faults.harness import RedisServer, free_port, wait_for
 
-    from scheduler.redis.connection import parse_sentinel
+    from scheduler.redis.urls import parse_sentinel
 
     services = compose()["services"]
     replica, sentinel = services["redis-replica"], services["sentinel"]

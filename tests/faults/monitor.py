@@ -18,7 +18,7 @@ from typing import Any
 import redis
 
 from scheduler.core.keys import DEFAULT_PRIORITY, DISPATCH_GROUP, Keys
-from scheduler.redis.connection import sync_redis
+from scheduler.redis.clients import sync_redis
 
 from .truth import Truth
 

@@ -168,7 +168,7 @@ MUTANTS = [
            ("tests/services/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
     Mutant("sentinel-pins-first-primary", "a sentinel URL is resolved once, at start: after a "
            "failover every process keeps talking to the dead primary (settling times out)",
-           "scheduler/redis/connection.py",
+           "scheduler/redis/clients.py",
            "    client = manager.master_for(s.service, db=s.db, username=s.username, "
            "password=s.password,\n",
            "    host, port = redis.sentinel.Sentinel(list(s.sentinels)).discover_master("
@@ -179,7 +179,7 @@ MUTANTS = [
            (SENTINEL,)),
     Mutant("replicated-without-confirmation", "durability=\"replicated\" returns as if the "
            "replicas confirmed, whatever WAIT said (the SDK's durability test)",
-           "scheduler/scripts/replies.py",
+           "scheduler/redis/transport.py",
            "        replicas = got if isinstance(got, int) else 0  # the wait failed: none known",
            "        replicas = 99",
            ("tests/sdk/test_connection_ha.py::test_replicated_without_replicas_says_what_was_written",),

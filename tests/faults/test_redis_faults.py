@@ -167,7 +167,7 @@ def test_a_failed_claim_puts_its_entries_back(sut: RedisServer, scenario: Scenar
     import threading
 
     import app_tasks
-    from scheduler.redis.connection import process_redis
+    from scheduler.redis.clients import process_redis
     from scheduler.worker.claims import Claims
     from scheduler.worker.worker import Worker, WorkerConfig
 

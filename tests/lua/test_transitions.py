@@ -15,8 +15,8 @@ from scheduler import Client, RetryPolicy, SlotStatus
 from scheduler.core import events
 from scheduler.core.keys import DISPATCH_GROUP, Keys, shard_of
 from scheduler.redis import cluster
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts import replies
 from scheduler.scripts.replies import Code

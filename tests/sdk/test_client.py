@@ -16,14 +16,13 @@ from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
 from scheduler.core.keys import DEFAULT_CLUSTER_SHARDS, DEFAULT_SHARDS
 from scheduler.redis import cluster
 from scheduler.scripts import calls as scripts
-from scheduler.scripts import stream as script_stream
 from scheduler.sdk import operations
 
 
 def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
         redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     batches: list[list[scripts.Call]] = []
-    real = script_stream.run_sync
+    real = scripts.stream_sync
 
     def spy(client: redis.Redis, calls: Iterator[scripts.Call],
             wait: tuple[object, ...] | None) -> tuple[list[object], int]:
@@ -32,7 +31,7 @@ def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
 
     with Client(redis_url, ns, shards=4) as client:
         client.submit("warm", None)
-        monkeypatch.setattr(script_stream, "run_sync", spy)
+        monkeypatch.setattr(scripts, "stream_sync", spy)
         ids = client.submit_many([{"task": "t", "payload": i} for i in range(400)])
         assert len(batches) == 1  # one pipelined round trip
         assert sorted(c.keys[0] for c in batches[0]) == [client.keys.prefix(s) for s in range(4)]

@@ -7,8 +7,9 @@ import pytest
 
 from scheduler import Client
 from scheduler.core.errors import ConfigError, RedisUnavailable
+from scheduler.redis.clients import sync_redis
 from scheduler.redis.cluster import is_cluster
-from scheduler.redis.connection import ClusterUrl, find_cluster, parse_cluster, sync_redis
+from scheduler.redis.urls import ClusterUrl, find_cluster, parse_cluster
 
 
 def test_a_cluster_url_names_any_nodes_with_their_credentials_and_tls() -> None:

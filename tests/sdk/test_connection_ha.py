@@ -15,7 +15,8 @@ from conftest import SCHED, ns_keys
 from scheduler import Client, DurabilityError
 from scheduler.core.errors import ConfigError, RedisRefused, ValidationError
 from scheduler.dev.embedded import answers
-from scheduler.redis.connection import SentinelUrl, parse_sentinel, sync_redis, where
+from scheduler.redis.clients import sync_redis, where
+from scheduler.redis.urls import SentinelUrl, parse_sentinel
 
 
 def test_sentinel_urls_parse() -> None:

@@ -21,8 +21,8 @@ from scheduler.core.keys import Keys, shard_of
 from scheduler.history.snapshotter import SnapshotterConfig
 from scheduler.node.materializer import Materializer
 from scheduler.node.promoter import Promoter
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts.replies import Code
 
 T0 = 1_700_000_000_000

@@ -12,7 +12,7 @@ import redis.exceptions
 from redis.asyncio.connection import Connection
 
 from scheduler.redis import packing
-from scheduler.redis.connection import async_redis, process_redis
+from scheduler.redis.clients import async_redis, process_redis
 
 COMMANDS: list[tuple[Any, ...]] = [
     ("SET", "k", "v"),

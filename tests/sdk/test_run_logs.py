@@ -11,8 +11,8 @@ import pytest
 
 from helpers import run_until, sched
 from scheduler import Client, Context, Registry, Retry, RetryPolicy, SlotStatus
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import RedisClock
-from scheduler.redis.connection import async_redis
 from scheduler.worker.registry import LOG_LINES
 from scheduler.worker.worker import Worker, WorkerConfig
 

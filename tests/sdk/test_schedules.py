@@ -14,8 +14,8 @@ from scheduler import Client, Context, Registry, SlotStatus, ValidationError
 from scheduler.core.errors import JobNotFound
 from scheduler.core.keys import Keys
 from scheduler.node.materializer import Materializer
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 
 T0 = 1_700_000_000_000  # a whole second
 SHARDS = 4

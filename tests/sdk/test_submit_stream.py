@@ -1,4 +1,4 @@
-"""submit_many's overlapped calls (sdk/batching.py, scripts/stream.py): validation of the whole
+"""submit_many's overlapped calls (sdk/batching.py, redis/transport.py): validation of the whole
 input before the first write, ids in input order, each call packed only after the one before
 was sent, and calls sent again after a broken connection writing nothing twice."""
 
@@ -15,9 +15,8 @@ from conftest import ns_keys
 from scheduler import AsyncClient, Client
 from scheduler.core.errors import ValidationError
 from scheduler.core.keys import shard_of
-from scheduler.redis import cluster
+from scheduler.redis import cluster, transport
 from scheduler.scripts import calls as scripts
-from scheduler.scripts import stream as script_stream
 from scheduler.scripts.replies import Code, codes
 from scheduler.sdk import batching as submit_batch
 
@@ -51,23 +50,23 @@ def test_a_bad_job_anywhere_writes_nothing(r: redis.Redis, redis_url: str, ns: s
 def test_calls_are_packed_after_the_one_before_was_sent_and_ids_keep_input_order(
         r: redis.Redis, redis_url: str, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     events: list[str] = []
-    real_calls, real_command = submit_batch.Batch.calls, script_stream._command
+    real_calls, real_command = submit_batch.Batch.calls, transport._command
 
     def calls(self: submit_batch.Batch) -> Iterator[scripts.Call]:
         for call in real_calls(self):
             events.append("packed")
             yield call
 
-    def command(call: scripts.Call) -> tuple[Any, ...]:
+    def command(library: transport.Library, call: scripts.Call) -> tuple[Any, ...]:
         events.append("sent")
-        return real_command(call)
+        return real_command(library, call)
 
     with Client(redis_url, ns, shards=4) as client:
         if cluster.is_cluster(client.redis):
             pytest.skip("a cluster's calls go by the pipeline path, all made first")
         client.submit("warm")
         monkeypatch.setattr(submit_batch.Batch, "calls", calls)
-        monkeypatch.setattr(script_stream, "_command", command)
+        monkeypatch.setattr(transport, "_command", command)
         ids = client.submit_many(_jobs())
         assert events == ["packed", "sent"] * 8
         assert len(set(ids)) == JOBS

@@ -18,7 +18,7 @@ from helpers import sched
 from scheduler import Client, Context, Registry
 from scheduler.core.errors import ConfigError
 from scheduler.observe.metrics import RunMetrics
-from scheduler.redis.connection import async_redis
+from scheduler.redis.clients import async_redis
 from scheduler.worker.autoscale import AutoscaleConfig, Autoscaler, Controller
 from scheduler.worker.worker import Worker, WorkerConfig
 

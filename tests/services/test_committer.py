@@ -15,8 +15,8 @@ import redis.asyncio
 from conftest import is_cluster_url
 from helpers import Shard, W, make, statuses
 from scheduler import Client, Context, Registry, SlotStatus
+from scheduler.redis.clients import async_redis, process_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis, process_redis
 from scheduler.scripts import calls as scripts
 from scheduler.worker.committer import Committer
 from scheduler.worker.config import WorkerConfig

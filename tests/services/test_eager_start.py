@@ -18,8 +18,8 @@ from helpers import run_until, statuses
 from scheduler import Client, Context, Registry, RetryPolicy
 from scheduler.core.keys import Keys
 from scheduler.observe.metrics import RunMetrics
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.worker.claims import Claims
 from scheduler.worker.committer import Committer
 from scheduler.worker.execution import Execution

@@ -12,7 +12,7 @@ from conftest import is_cluster_url
 from scheduler import Client, Context, Registry
 from scheduler.core.keys import Keys
 from scheduler.node.node import NodeConfig, SchedulerNode
-from scheduler.redis.connection import async_redis
+from scheduler.redis.clients import async_redis
 from scheduler.worker.worker import Worker, WorkerConfig
 
 

@@ -17,8 +17,8 @@ from scheduler.core.keys import Keys, shard_of
 from scheduler.history import reads as hash_read
 from scheduler.history.intake import version_of
 from scheduler.history.store import text_hash
-from scheduler.redis import cluster, direct
-from scheduler.redis.connection import async_redis
+from scheduler.redis import cluster, transport
+from scheduler.redis.clients import async_redis
 
 
 def _reads(client: Client, ns: str, ids: list[str]) -> list[hash_read.Read]:
@@ -51,7 +51,7 @@ def test_raw_and_pipeline_reads_agree_and_carry_the_streams_newest_id(
             hash_read.start(conn)
             raw = await hash_read.read(conn, reads)
             nodes = hash_read._NODES.get(conn, [conn])
-            went_raw = all(direct.enabled(n) for n in nodes) and bool(nodes)
+            went_raw = all(transport.enabled(n) for n in nodes) and bool(nodes)
             await hash_read.stop(conn)
             return _text(plain), _text(raw), went_raw
         finally:
@@ -103,7 +103,7 @@ def test_a_connection_killed_under_the_raw_read_fails_it_and_the_next_works(
         try:
             read = [hash_read.Read(prefix, ["a:1"], [])]
             await hash_read.read(conn, read)
-            [link] = direct._LINKS[conn.connection_pool].raw_free
+            [link] = transport._LINKS[conn.connection_pool].raw_free
             host, port = link._writer.get_extra_info("sockname")[:2]
             r.client_kill(f"{host}:{port}")
             try:

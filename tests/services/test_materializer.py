@@ -17,8 +17,8 @@ from scheduler.core.keys import Keys, shard_of
 from scheduler.node.leases import ShardLeases
 from scheduler.node.materializer import Materializer
 from scheduler.node.promoter import Promoter
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts.replies import Code
 

@@ -21,8 +21,8 @@ from scheduler.core.keys import DISPATCH_GROUP, Keys, lanes
 from scheduler.node.promoter import Promoter
 from scheduler.node.queue_cleaner import QueueCleaner
 from scheduler.node.reclaimer import Reclaimer
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts import replies
 

@@ -22,8 +22,8 @@ from scheduler import Client, Registry, RetryPolicy, SlotStatus
 from scheduler.core.keys import shard_of
 from scheduler.core.models import Slot
 from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts.replies import Code
 from scheduler.worker.worker import Worker, WorkerConfig

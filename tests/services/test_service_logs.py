@@ -75,7 +75,7 @@ def test_the_snapshotter_says_when_it_starts_and_stops(redis_url: str, ns: str, 
                                                       caplog: pytest.LogCaptureFixture) -> None:
     from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
     from scheduler.history.store import open_store
-    from scheduler.redis.connection import async_redis
+    from scheduler.redis.clients import async_redis
 
     with Client(redis_url, ns) as client:
         client.submit("t")
@@ -106,7 +106,7 @@ def test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it(
     """The traceback of a failing task is rate-limited (once per task per 10 s); the line
     saying a slot is dead is not: each dead slot needs a person, however many die at once."""
     from scheduler.node.node import SchedulerNode
-    from scheduler.redis.connection import async_redis
+    from scheduler.redis.clients import async_redis
     from scheduler.worker.worker import Worker, WorkerConfig
 
     registry = Registry()

@@ -15,8 +15,8 @@ from helpers import drain, pending, run_until, statuses
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
 from scheduler.history.retention import Retention, RetentionConfig
 from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
+from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
-from scheduler.redis.connection import async_redis
 from scheduler.scripts import calls as scripts
 
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import is_cluster_url
 from helpers import run_until, statuses
 from scheduler import Cancel, Client, Context, Registry, Retry, RetryPolicy, SlotStatus
-from scheduler.redis.connection import async_redis
+from scheduler.redis.clients import async_redis
 from scheduler.worker.worker import Worker, WorkerConfig
 
 

@@ -1,4 +1,4 @@
-"""The worker's round trips on connections of their own (scheduler/redis/direct.py): the same
+"""The worker's round trips on connections of their own (scheduler/redis/transport.py): the same
 results as redis-py's pipeline, error replies in their place, a script cache flushed under
 it, a connection killed under it, a round trip cancelled in the middle or past its timeout
 (after which no reply of it is read as the next one's), and a connection class's own read
@@ -14,8 +14,8 @@ import redis
 import redis.asyncio
 
 from scheduler.core.keys import Keys
-from scheduler.redis import direct
-from scheduler.redis.connection import async_redis, process_redis
+from scheduler.redis import transport
+from scheduler.redis.clients import async_redis, process_redis
 from scheduler.scripts import calls as scripts
 
 
@@ -35,10 +35,10 @@ def test_replies_are_the_pipelines_own(redis_url: str, ns: str, client: Any) -> 
         conn = async_redis(redis_url)
         calls = _calls(client, ns)
         plain = await scripts.run_async(conn, calls, raise_errors=False)
-        direct.enable(conn)
+        transport.enable(conn)
         mine = await scripts.run_async(conn, calls, raise_errors=False)
-        kept = len(direct._LINKS[conn.connection_pool].free)
-        await direct.close(conn)
+        kept = len(transport._LINKS[conn.connection_pool].free)
+        await transport.close(conn)
         await conn.aclose()
         return plain, mine, kept
 
@@ -51,13 +51,13 @@ def test_an_error_reply_takes_its_place_and_the_rest_still_run(redis_url: str, n
                                                                 client: Any) -> None:
     async def scenario() -> list[Any]:
         conn = async_redis(redis_url)
-        direct.enable(conn)
+        transport.enable(conn)
         pipe = conn.pipeline(transaction=False)
         pipe.set(f"{ns}:direct:a", "1")
         pipe.hset(f"{ns}:direct:a", "f", "v")  # WRONGTYPE
         pipe.get(f"{ns}:direct:a")
-        out = await direct.execute(conn, pipe)
-        await direct.close(conn)
+        out = await transport.execute(conn, pipe)
+        await transport.close(conn)
         await conn.aclose()
         return out
 
@@ -72,11 +72,11 @@ def test_a_flushed_script_cache_is_loaded_again(ns: str, flushable: tuple[Any, A
 
     async def scenario() -> list[Any]:
         conn = async_redis(url)
-        direct.enable(conn)
+        transport.enable(conn)
         await scripts.run_async(conn, _calls(client, ns))
         r.script_flush()
         out = await scripts.run_async(conn, _calls(client, ns))
-        await direct.close(conn)
+        await transport.close(conn)
         await conn.aclose()
         return out
 
@@ -85,7 +85,7 @@ def test_a_flushed_script_cache_is_loaded_again(ns: str, flushable: tuple[Any, A
 
 
 def _own_addr(conn: Any) -> str:
-    [link] = direct._LINKS[conn.connection_pool].free
+    [link] = transport._LINKS[conn.connection_pool].free
     host, port = link._writer.get_extra_info("sockname")[:2]
     return f"{host}:{port}"
 
@@ -95,7 +95,7 @@ def test_a_killed_connection_fails_or_is_retried_as_the_clients_policy_says(
         redis_url: str, ns: str, client: Any, r: redis.Redis, retries: int) -> None:
     async def scenario() -> Any:
         conn = async_redis(redis_url, retries=retries)
-        direct.enable(conn)
+        transport.enable(conn)
         await scripts.run_async(conn, _calls(client, ns))
         r.client_kill(_own_addr(conn))
         try:
@@ -103,7 +103,7 @@ def test_a_killed_connection_fails_or_is_retried_as_the_clients_policy_says(
         except redis.exceptions.ConnectionError as exc:
             return exc
         finally:
-            await direct.close(conn)
+            await transport.close(conn)
             await conn.aclose()
 
     out = _run(scenario())
@@ -124,24 +124,24 @@ def test_a_round_trip_cut_short_leaves_no_reply_for_the_next(redis_url: str, ns:
     async def scenario() -> list[Any]:
         conn = (process_redis(redis_url, 30) if how == "cancelled"
                 else async_redis(redis_url, timeout_s=0.2, retries=0))
-        direct.enable(conn)
+        transport.enable(conn)
         pipe = conn.pipeline(transaction=False)
         pipe.echo("first")
         pipe.blpop([key], timeout=0.3)  # its reply comes 0.3 s later, after the cut
         if how == "cancelled":
-            task = asyncio.create_task(direct.execute(conn, pipe))
+            task = asyncio.create_task(transport.execute(conn, pipe))
             await asyncio.sleep(0.05)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
         else:
             with pytest.raises(redis.exceptions.TimeoutError):
-                await direct.execute(conn, pipe)
+                await transport.execute(conn, pipe)
         await asyncio.sleep(0.4)  # the blocked reply has been sent by now
         pipe = conn.pipeline(transaction=False)
         pipe.echo("next")
-        out = await direct.execute(conn, pipe)
-        await direct.close(conn)
+        out = await transport.execute(conn, pipe)
+        await transport.close(conn)
         await conn.aclose()
         return out
 
@@ -164,17 +164,17 @@ def test_a_connection_class_with_a_read_of_its_own_keeps_it(redis_url: str) -> N
         await base.aclose()
         conn = redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool(
             connection_class=Counted, **kwargs))
-        direct.enable(conn)
+        transport.enable(conn)
         pipe = conn.pipeline(transaction=False)
         pipe.echo("connects")  # the handshake's reads are not the round trip's
-        await direct.execute(conn, pipe)
+        await transport.execute(conn, pipe)
         reads.clear()
         pipe = conn.pipeline(transaction=False)
         pipe.echo("a")
         pipe.execute_command("NO-SUCH-COMMAND")
         pipe.echo("b")
-        out = await direct.execute(conn, pipe)
-        await direct.close(conn)
+        out = await transport.execute(conn, pipe)
+        await transport.close(conn)
         await conn.aclose()
         return out
 
@@ -187,13 +187,13 @@ def test_close_disconnects_what_it_kept_once_the_last_user_is_done(redis_url: st
                                                                    client: Any) -> None:
     async def scenario() -> tuple[bool, bool]:
         conn = async_redis(redis_url)
-        direct.enable(conn)
-        direct.enable(conn)  # two workers on one client
+        transport.enable(conn)
+        transport.enable(conn)  # two workers on one client
         await scripts.run_async(conn, _calls(client, ns))
-        [link] = direct._LINKS[conn.connection_pool].free
-        await direct.close(conn)
+        [link] = transport._LINKS[conn.connection_pool].free
+        await transport.close(conn)
         after_one = link.is_connected
-        await direct.close(conn)
+        await transport.close(conn)
         after_both = link.is_connected
         await conn.aclose()
         return after_one, after_both
@@ -209,21 +209,21 @@ def test_more_round_trips_than_links_at_once_take_the_pipeline_path(redis_url: s
 
     async def scenario() -> tuple[list[Any], int]:
         conn = async_redis(redis_url)
-        direct.enable(conn)
+        transport.enable(conn)
 
         async def one(i: int) -> Any:
-            stack = direct.stack(conn)
-            assert isinstance(stack, direct.Stack)
+            stack = transport.stack(conn)
+            assert isinstance(stack, transport.Stack)
             stack.execute_command("BLPOP", key, 0.2)  # holds its link while the rest start
             stack.execute_command("ECHO", str(i))
-            return await direct.execute(conn, stack)
+            return await transport.execute(conn, stack)
 
-        out = await asyncio.gather(*(one(i) for i in range(direct.MAX_LINKS + 3)))
-        kept = len(direct._LINKS[conn.connection_pool].free)
-        await direct.close(conn)
+        out = await asyncio.gather(*(one(i) for i in range(transport.MAX_LINKS + 3)))
+        kept = len(transport._LINKS[conn.connection_pool].free)
+        await transport.close(conn)
         await conn.aclose()
         return list(out), kept
 
     out, kept = _run(scenario())
-    assert out == [[None, str(i).encode()] for i in range(direct.MAX_LINKS + 3)]
-    assert kept == direct.MAX_LINKS
+    assert out == [[None, str(i).encode()] for i in range(transport.MAX_LINKS + 3)]
+    assert kept == transport.MAX_LINKS
