@@ -40,7 +40,7 @@ from scheduler.core.models import (
 from scheduler.redis.connection import REDIS_ERRORS, RedisErrors, translate
 
 if TYPE_CHECKING:
-    from scheduler.sdk.core import Core
+    from scheduler.sdk.state import ClientState
 
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
 # Calls of at least this many jobs, all with generated ids, are `fresh` (submit.lua's ARGV[5]):
@@ -54,7 +54,7 @@ FRESH_MIN_JOBS = 32
 Validated = tuple[str | None, str, str, int, str | None, list[Any]]
 
 
-def validate(core: Core, spec: JobSpec, now_ms: int) -> Validated:
+def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
     """Check one job and encode its payload. Raises ValidationError."""
     # Names repeat across a batch: each distinct (task, queue, delivery) of plain strings
     # is checked once (anything else, unhashable values included, every time).
@@ -106,7 +106,7 @@ class Batch:
     holds (one shard's jobs, at most SUBMIT_CHUNK, in input order), `calls()` the calls.
     `extra` job-hash fields go with every job (tracing.py's traceparent)."""
 
-    def __init__(self, core: Core, specs: Iterable[JobSpec | Mapping[str, Any]],
+    def __init__(self, core: ClientState, specs: Iterable[JobSpec | Mapping[str, Any]],
                  extra: tuple[Any, ...] = ()) -> None:
         self.now = now = core.clock.now_ms()
         self.jobs = jobs = [validate(core, raw if isinstance(raw, JobSpec) else spec_of(raw),
@@ -138,7 +138,7 @@ class Batch:
                 fresh = fresh and job[0] is None
             yield scripts.submit(prefix, self.now, self.maxlen, rows, fresh=fresh)
 
-    def ask_exist(self, pipe: Any, core: Core) -> None:
+    def ask_exist(self, pipe: Any, core: ClientState) -> None:
         """After a broken submit round trip: which of its jobs are there?"""
         for job_id in self.ids:
             pipe.exists(core.job_key(job_id))
