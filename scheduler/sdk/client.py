@@ -227,12 +227,10 @@ class Client(_Driver):
                catchup: str | None = None, catchup_limit: int | None = None,
                overlap: str | None = None, start_at: datetime | None = None,
                end_at: datetime | None = None, durability: str | None = None) -> str:
-        return self._drive(job_ops.submit(self._core, task, payload, queue=queue, timeout=timeout,
-                                          retry=retry, delivery=delivery, priority=priority,
-                                          dedupe_key=dedupe_key, delay=delay, at=at, cron=cron,
-                                          tz=tz, catchup=catchup, catchup_limit=catchup_limit,
-                                          overlap=overlap, start_at=start_at, end_at=end_at,
-                                          durability=durability))
+        return self._drive(job_ops.submit(self._core, task, payload, queue, timeout, retry,
+                                          delivery, priority, dedupe_key, delay, at, cron, tz,
+                                          catchup, catchup_limit, overlap, start_at, end_at,
+                                          durability))
 
     @_drives(job_ops.submit_many)
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -442,13 +440,10 @@ class AsyncClient(_Driver):
                      catchup: str | None = None, catchup_limit: int | None = None,
                      overlap: str | None = None, start_at: datetime | None = None,
                      end_at: datetime | None = None, durability: str | None = None) -> str:
-        return await self._drive(job_ops.submit(self._core, task, payload, queue=queue,
-                                                timeout=timeout, retry=retry, delivery=delivery,
-                                                priority=priority, dedupe_key=dedupe_key,
-                                                delay=delay, at=at, cron=cron, tz=tz,
-                                                catchup=catchup, catchup_limit=catchup_limit,
-                                                overlap=overlap, start_at=start_at, end_at=end_at,
-                                                durability=durability))
+        return await self._drive(job_ops.submit(self._core, task, payload, queue,
+                                                timeout, retry, delivery, priority, dedupe_key,
+                                                delay, at, cron, tz, catchup, catchup_limit,
+                                                overlap, start_at, end_at, durability))
 
     @_drives(job_ops.submit_many)
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
