@@ -1,7 +1,8 @@
 """submit_many's batching, without I/O: every job of a call validated before anything is
 written, then the Lua calls that write them, made one at a time.
 
-The split is what lets a driver overlap the two processes (script_stream.py): `Batch(...)`
+The split is what lets a driver overlap the two processes (a ScriptStream request,
+scheduler/sdk/requests.py): `Batch(...)`
 does all that can refuse input (names, options, payload encoding and its size), draws the
 ids and assigns the shards, so a bad job anywhere raises ValidationError before the first
 write; `Batch.calls()` then packs the calls lazily, and the driver sends call k before it
@@ -104,7 +105,7 @@ def hash_fields(job: Validated) -> list[Any]:
 class Batch:
     """One submit_many call: `ids` in input order, `members` the input indexes each call
     holds (one shard's jobs, at most SUBMIT_CHUNK, in input order), `calls()` the calls.
-    `extra` job-hash fields go with every job (tracing.py's traceparent)."""
+    `extra` job-hash fields go with every job (scheduler/observe/tracing.py's traceparent)."""
 
     def __init__(self, core: ClientState, specs: Iterable[JobSpec | Mapping[str, Any]],
                  extra: tuple[Any, ...] = ()) -> None:

@@ -1,8 +1,8 @@
 """Paged lists of what no other operation lists: a queue's queued slots, the slots waiting in
 the due sets (scheduled, and among them the retries), the runs in progress, and the jobs
 submitted most recently (immediate jobs included, which no index holds). What the console's
-lists show; SDK operations written as operations.py's are, so `Client` and `AsyncClient`
-both have them.
+lists show; SDK operations (scheduler/sdk/requests.py says how), so `Client` and
+`AsyncClient` both have them.
 
 A page costs bounded work whatever the backlog. Each source (one lane of a queue in one
 shard, a shard's `due` or `leases` set, a shard's events stream) is read from where the
@@ -347,7 +347,8 @@ def running(core: ClientState, queue: str | None = None, *, after: str | None = 
         check_name("queue", queue)
     limit, cursor = _check_limit(limit), _cursor(after)
     yield from ready(core)
-    if queue is None:  # the lanes each shard's index names (queue_cleaner.py keeps it)
+    # The lanes each shard's index names (scheduler/node/queue_cleaner.py keeps it).
+    if queue is None:
         pipe = Pipe()
         for shard in range(core.shards):
             pipe.zrange(core.keys.lane_index(shard), 0, -1)
@@ -432,8 +433,8 @@ def recent_jobs(core: ClientState, *, after: str | None = None, limit: int = PAG
 
 
 def _submitted(fields: dict[bytes, bytes], pos: tuple[int, int]) -> list[Submission]:
-    """A "submitted" event's jobs, the last submitted first (events.py: a record is a slot
-    id alone, or {job, slot?})."""
+    """A "submitted" event's jobs, the last submitted first (scheduler/core/events.py: a
+    record is a slot id alone, or {job, slot?})."""
     out = []
     try:
         records = json.loads(fields.get(b"data") or b"[]")

@@ -1,7 +1,8 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both drive the same
 operations, written once without I/O (scheduler/sdk/requests.py says how): each public
-method is its operation, of the same name, in the module of its topic (jobs.py, schedules.py,
-queues.py, results.py, history.py, status.py, browse.py, and state.py for the namespace).
+method is its operation, of the same name, in the scheduler/sdk/ module of its topic
+(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, and state.py
+for the namespace).
 The two classes only perform the requests an operation yields. A method states its
 parameters and takes its operation's docstring; tests/sdk/test_signatures.py checks that
 every method's parameters are its operation's, in both classes.
@@ -201,12 +202,12 @@ class Client(_Driver):
         assert isinstance(request, StoreCall)
         return getattr(self.store, request.method)(*request.args, **request.kwargs)
 
+    # The namespace: scheduler/sdk/state.py
+
     @property
     @_drives(state.shards)
     def shards(self) -> int:
         return self._drive(state.shards(self._core))
-
-    # scheduler/sdk/state.py
 
     @_drives(state.now_ms)
     def now_ms(self) -> int:
@@ -216,7 +217,7 @@ class Client(_Driver):
     def create_namespace(self, max_payload_bytes: int | None = None) -> int:
         return self._drive(state.create_namespace(self._core, max_payload_bytes))
 
-    # scheduler/sdk/jobs.py
+    # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
     def submit(self, task: str, payload: Any = None, *, queue: str = "default",
@@ -274,7 +275,7 @@ class Client(_Driver):
     def purge(self, slot_ids: Iterable[str] | None = None) -> int:
         return self._drive(job_ops.purge(self._core, slot_ids))
 
-    # scheduler/sdk/history.py
+    # Runs, from Redis and the history store: scheduler/sdk/history.py
 
     @_drives(history_ops.history)
     def history(self, *, job_id: str | None = None, status: str | None = None,
@@ -287,7 +288,7 @@ class Client(_Driver):
     def runs(self, job_id: str) -> list[Slot]:
         return self._drive(history_ops.runs(self._core, job_id))
 
-    # scheduler/sdk/status.py
+    # The namespace at a glance: scheduler/sdk/status.py
 
     @_drives(status_ops.status)
     def status(self) -> Status:
@@ -297,7 +298,7 @@ class Client(_Driver):
     def workers(self) -> list[WorkerStatus]:
         return self._drive(status_ops.workers(self._core))
 
-    # scheduler/sdk/schedules.py
+    # A job's series, named schedules: scheduler/sdk/schedules.py
 
     @_drives(schedule_ops.delete_job)
     def delete_job(self, job_id: str, reason: str = "deleted by operator") -> JobDeleted:
@@ -315,13 +316,13 @@ class Client(_Driver):
     def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
         return self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
 
-    # scheduler/sdk/results.py
+    # A run's result: scheduler/sdk/results.py
 
     @_drives(result_ops.result)
     def result(self, job_or_slot_id: str, timeout: float | None = None) -> Any:
         return self._drive(result_ops.result(self._core, job_or_slot_id, timeout))
 
-    # scheduler/sdk/queues.py
+    # Queues and their limits: scheduler/sdk/queues.py
 
     @_drives(queue_ops.set_queue_limit)
     def set_queue_limit(self, queue: str, concurrency: int | None = None,
@@ -336,7 +337,7 @@ class Client(_Driver):
     def queues(self, now: Status | None = None) -> list[QueueInfo]:
         return self._drive(queue_ops.queues(self._core, now))
 
-    # scheduler/sdk/browse.py
+    # Paged lists: scheduler/sdk/browse.py
 
     @_drives(browse.queued)
     def queued(self, queue: str, *, after: str | None = None, limit: int = browse.PAGE) -> SlotPage:
@@ -415,11 +416,11 @@ class AsyncClient(_Driver):
         return await asyncio.to_thread(getattr(self._store, request.method), *request.args,
                                        **request.kwargs)
 
+    # The namespace: scheduler/sdk/state.py
+
     @_drives(state.shards)
     async def shards(self) -> int:
         return await self._drive(state.shards(self._core))
-
-    # scheduler/sdk/state.py
 
     @_drives(state.now_ms)
     async def now_ms(self) -> int:
@@ -429,7 +430,7 @@ class AsyncClient(_Driver):
     async def create_namespace(self, max_payload_bytes: int | None = None) -> int:
         return await self._drive(state.create_namespace(self._core, max_payload_bytes))
 
-    # scheduler/sdk/jobs.py
+    # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
     async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
@@ -487,7 +488,7 @@ class AsyncClient(_Driver):
     async def purge(self, slot_ids: Iterable[str] | None = None) -> int:
         return await self._drive(job_ops.purge(self._core, slot_ids))
 
-    # scheduler/sdk/history.py
+    # Runs, from Redis and the history store: scheduler/sdk/history.py
 
     @_drives(history_ops.history)
     async def history(self, *, job_id: str | None = None, status: str | None = None,
@@ -500,7 +501,7 @@ class AsyncClient(_Driver):
     async def runs(self, job_id: str) -> list[Slot]:
         return await self._drive(history_ops.runs(self._core, job_id))
 
-    # scheduler/sdk/status.py
+    # The namespace at a glance: scheduler/sdk/status.py
 
     @_drives(status_ops.status)
     async def status(self) -> Status:
@@ -510,7 +511,7 @@ class AsyncClient(_Driver):
     async def workers(self) -> list[WorkerStatus]:
         return await self._drive(status_ops.workers(self._core))
 
-    # scheduler/sdk/schedules.py
+    # A job's series, named schedules: scheduler/sdk/schedules.py
 
     @_drives(schedule_ops.delete_job)
     async def delete_job(self, job_id: str, reason: str = "deleted by operator") -> JobDeleted:
@@ -528,13 +529,13 @@ class AsyncClient(_Driver):
     async def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
         return await self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
 
-    # scheduler/sdk/results.py
+    # A run's result: scheduler/sdk/results.py
 
     @_drives(result_ops.result)
     async def result(self, job_or_slot_id: str, timeout: float | None = None) -> Any:
         return await self._drive(result_ops.result(self._core, job_or_slot_id, timeout))
 
-    # scheduler/sdk/queues.py
+    # Queues and their limits: scheduler/sdk/queues.py
 
     @_drives(queue_ops.set_queue_limit)
     async def set_queue_limit(self, queue: str, concurrency: int | None = None,
@@ -549,10 +550,11 @@ class AsyncClient(_Driver):
     async def queues(self, now: Status | None = None) -> list[QueueInfo]:
         return await self._drive(queue_ops.queues(self._core, now))
 
-    # scheduler/sdk/browse.py
+    # Paged lists: scheduler/sdk/browse.py
 
     @_drives(browse.queued)
-    async def queued(self, queue: str, *, after: str | None = None, limit: int = browse.PAGE) -> SlotPage:
+    async def queued(self, queue: str, *, after: str | None = None,
+                     limit: int = browse.PAGE) -> SlotPage:
         return await self._drive(browse.queued(self._core, queue, after=after, limit=limit))
 
     @_drives(browse.scheduled)
@@ -567,7 +569,8 @@ class AsyncClient(_Driver):
         return await self._drive(browse.running(self._core, queue, after=after, limit=limit))
 
     @_drives(browse.recent_jobs)
-    async def recent_jobs(self, *, after: str | None = None, limit: int = browse.PAGE) -> SubmissionPage:
+    async def recent_jobs(self, *, after: str | None = None,
+                          limit: int = browse.PAGE) -> SubmissionPage:
         return await self._drive(browse.recent_jobs(self._core, after=after, limit=limit))
 
     async def aclose(self) -> None:

@@ -5,23 +5,15 @@ from Redis and the store together (`runs`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
-from scheduler.core.errors import (
-    JobNotFound,
-    StoreUnavailable,
-    ValidationError,
-)
-from scheduler.core.keys import (
-    check_job_id,
-)
+from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
+from scheduler.core.keys import check_job_id
 from scheduler.core.models import Slot
 from scheduler.core.states import SlotStatus
 from scheduler.sdk.jobs import slots
 from scheduler.sdk.requests import Op, StoreCall
 from scheduler.sdk.state import ClientState
-
-R = TypeVar("R")
 
 
 def history(core: ClientState, *, job_id: str | None = None, status: str | None = None,

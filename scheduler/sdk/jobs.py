@@ -10,24 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 
 import scheduler.scripts.calls as scripts
-from scheduler.core.errors import (
-    ConfigError,
-    DurabilityError,
-    SlotNotFound,
-    ValidationError,
-)
+from scheduler.core.errors import ConfigError, DurabilityError, SlotNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec, one_spec, schedule_arguments
-from scheduler.core.keys import (
-    check_job_id,
-    shard_of,
-    slot_id,
-    split_slot_id,
-)
+from scheduler.core.keys import check_job_id, shard_of, slot_id, split_slot_id
 from scheduler.core.models import Job, RetryPolicy, Slot, slot_from_hash
 from scheduler.core.states import Durability
 from scheduler.redis.connection import REDIS_ERRORS, RedisErrors
@@ -35,8 +25,6 @@ from scheduler.scripts.replies import Code, codes
 from scheduler.sdk.batching import Batch, nothing_written
 from scheduler.sdk.requests import Op, Pipe, Scripts, ScriptStream
 from scheduler.sdk.state import ClientState, durability_of, ensure_namespace, ready
-
-R = TypeVar("R")
 
 CANCEL_RESULTS = {
     Code.CANCELLED: "cancelled",
@@ -110,7 +98,7 @@ def submit_many(core: ClientState, jobs: Iterable[JobSpec | Mapping[str, Any]], 
     the primary's AOF fsynced them (WAITAOF); both up to the client's
     `replica_timeout_s`, else DurabilityError."""
     jobs = list(jobs)
-    if core.tracer is not None:  # one span around the call (tracing.py)
+    if core.tracer is not None:  # one span around the call (scheduler/observe/tracing.py)
         return (yield from core.tracer.submit(jobs, lambda extra: _submit(core, jobs,
                                                                           durability, extra)))
     return (yield from _submit(core, jobs, durability, ()))
@@ -139,7 +127,7 @@ def _submit(core: ClientState, jobs: list[JobSpec | Mapping[str, Any]], durabili
     exists: list[bool] | None = None
     cause: RedisErrors | None = None
     try:
-        # Each call is packed while Redis runs the one before (script_stream.py).
+        # Each call is packed while Redis runs the one before (ScriptStream).
         results, confirmed = yield ScriptStream(batch.calls(), wait)
     except REDIS_ERRORS as exc:  # unknown which calls ran: ask
         results, cause = [None] * len(batch.members), exc
@@ -313,7 +301,6 @@ def replay(core: ClientState, slot_ids: Iterable[str] | None = None) -> Op[int]:
 def purge(core: ClientState, slot_ids: Iterable[str] | None = None) -> Op[int]:
     """Remove slots from the dead-letter queue (None: all); their history stays."""
     return (yield from _on_dead(core, scripts.purge, slot_ids))
-
 
 
 def not_replicated(core: ClientState, ids: list[str], confirmed: int,

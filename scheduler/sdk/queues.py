@@ -1,5 +1,6 @@
-"""Queues as an operator sees them: depth, lag, rates and queue-wide limits (limits.py), and
-setting or clearing a limit (`Client.set_queue_limit`, `sched queues limit`)."""
+"""Queues as an operator sees them: depth, lag, rates and queue-wide limits
+(scheduler/core/limits.py), and setting or clearing a limit (`Client.set_queue_limit`,
+`sched queues limit`)."""
 
 from __future__ import annotations
 

@@ -20,6 +20,7 @@ from scheduler.redis.connection import REDIS_ERRORS, translate
 
 R = TypeVar("R")
 
+
 class Pipe:
     """A request: commands for one pipelined round trip, recorded as a redis-py pipeline
     would take them (`pipe.hgetall(key)`); the reply is the list of their replies."""
@@ -50,7 +51,7 @@ class Scripts(msgspec.Struct, frozen=True):
 class ScriptStream(msgspec.Struct, frozen=True):
     """A request: Lua calls in one pipelined round trip, each written to Redis as soon as
     the iterator makes it, so the client makes call k+1 while Redis runs call k
-    (script_stream.py; submit_many's batches). The reply is (their replies, each one's
+    (submit_many's batches). The reply is (their replies, each one's
     reply or exception; the fewest replicas that confirmed, -1 without `wait`), as for
     Scripts with `wait`."""
 

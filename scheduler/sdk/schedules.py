@@ -1,7 +1,7 @@
 """Managing a job's series: end it (`delete_job`), see its next fire times (`next_fires`),
 run it once more now (`trigger`), and named schedules (`schedule`) that a deploy declares
-again and again. Operations of the SDK like those of operations.py: generators that yield
-requests, driven by Client and AsyncClient alike."""
+again and again. SDK operations: generators that yield requests (scheduler/sdk/requests.py),
+driven by Client and AsyncClient alike."""
 
 from __future__ import annotations
 

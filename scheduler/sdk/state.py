@@ -6,16 +6,12 @@ namespace (`ready`, `ensure_namespace`), which every other operation starts with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from scheduler.core.cron import CronSpec
-from scheduler.core.errors import (
-    JobNotFound,
-    NamespaceError,
-    ValidationError,
-)
+from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.keys import (
     DEFAULT_CLUSTER_SHARDS,
@@ -43,13 +39,11 @@ from scheduler.sdk.requests import Op, Pipe
 if TYPE_CHECKING:
     from scheduler.observe.tracing import SubmitTracer
 
-R = TypeVar("R")
-
 
 class ClientState:
     """One client's state and every decision that needs no I/O: key names, the decoding
-    of replies, and (with submit_batch.py, which validates a submit and makes its Lua
-    calls) the caches a submit keeps."""
+    of replies, and (with scheduler/sdk/batching.py, which validates a submit and makes
+    its Lua calls) the caches a submit keeps."""
 
     def __init__(self, namespace: str, shards: int | None, clock: Clock | None,
                  max_payload_bytes: int, events_maxlen: int,
@@ -64,7 +58,7 @@ class ClientState:
                                                        "allowed; must be a finite number > 0")
         self.replicas = replicas
         self.replica_timeout_ms = max(1, int(replica_timeout_s * 1000))
-        self.fsync_checked = False  # durability="fsynced": the server can (operations.py)
+        self.fsync_checked = False  # durability="fsynced": the server can (jobs.py)
         self.keys = Keys(namespace)
         self.namespace = namespace
         self.requested_shards = check_shards(shards)
@@ -84,7 +78,7 @@ class ClientState:
     def adopt(self, reply: Any, *, written: bool) -> None:
         """Take the shard count and payload limit stored in Redis (namespace.read's reply).
         Before the namespace's first write nothing is stored yet: reads use the count it
-        will be created with, and payloads this client's own limit (namespace.py)."""
+        will be created with, and payloads this client's own limit (scheduler/core/namespace.py)."""
         try:
             meta = parse_meta(self.namespace, reply, self.requested_shards)
         except NamespaceMissing:
@@ -98,7 +92,8 @@ class ClientState:
             self.max_payload_bytes = meta.max_payload_bytes
 
     def namespace_writes(self, pipe: Any) -> None:
-        """The first write of a client: create the namespace (the policy is namespace.py's)."""
+        """The first write of a client: create the namespace (the policy is
+        scheduler/core/namespace.py's)."""
         write_namespace(pipe, self.keys, self.shards, self.max_payload_bytes)
 
     def config_writes(self, pipe: Any) -> None:
@@ -184,7 +179,8 @@ def ready(core: ClientState) -> Op[None]:
 
 
 def ensure_namespace(core: ClientState) -> Op[None]:
-    """Create the namespace (namespace.py's policy) the first time this client writes."""
+    """Create the namespace (scheduler/core/namespace.py's policy) the first time this
+    client writes."""
     if not core.created:
         pipe = Pipe()
         core.namespace_writes(pipe)

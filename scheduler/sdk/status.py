@@ -4,8 +4,6 @@ scheduler/observe/status.py's readers in either client.
 
 from __future__ import annotations
 
-from typing import TypeVar
-
 from scheduler.observe.status import (
     Status,
     WorkerStatus,
@@ -16,8 +14,6 @@ from scheduler.observe.status import (
 )
 from scheduler.sdk.requests import Io, Op
 from scheduler.sdk.state import ClientState
-
-R = TypeVar("R")
 
 
 def status(core: ClientState) -> Op[Status]:
