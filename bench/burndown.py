@@ -71,7 +71,7 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
     @registry.task("bench.noop")
     async def noop(ctx: Context, payload: Any) -> None:
         # The harness's own work per job, as light as BullMQ's (bullmq_peer.cjs: a count):
-        # a set, not a Counter (whose missing-key path cost ~7% of the worker's CPU).
+        # a set, not a Counter (whose missing-key path is a visible share of the worker's CPU).
         nonlocal dupes
         if sleep_ms:
             await asyncio.sleep(sleep_ms / 1000)

@@ -45,7 +45,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _procs(url: str, ns: str, concurrency: int, workers: int = 1,
            node_args: tuple[str, ...] = ()) -> list[subprocess.Popen[bytes]]:
-    base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
+    base = [sys.executable, "-m", "scheduler.cli", "--redis-url", url, "--namespace", ns]
     return [subprocess.Popen([*base, "scheduler", "--log-level", "warning", *node_args],
                              cwd=ROOT)] + [
         subprocess.Popen([*base, "worker", "--app", "bench.app:registry", "--concurrency",

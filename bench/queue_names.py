@@ -77,7 +77,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _cli_status_s(tree: Path, url: str, ns: str) -> float:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns,
+    subprocess.run([sys.executable, "-m", "scheduler.cli", "--redis-url", url, "--namespace", ns,
                     "status"], env=env, cwd=tree, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL, check=False)
     return time.perf_counter() - t0

@@ -6,8 +6,8 @@ inside the call and inflates when the CPU is contended; alternation makes the ra
 
     python -m bench script_ab --a /tmp/main-copy --b . [--rounds 10] [--batch 64]
 
-Each tree's scripts are read as that tree's sources.py builds them (its own _lib.lua
-inlining); both are called with this tree's argument builders (scripts.py). Figures:
+Each tree's scripts are read as that tree's scripts/source.py builds them (its own _lib.lua
+inlining); both are called with this tree's argument builders (scripts/calls.py). Figures:
 medians of usec per entry (per call for the empty calls) and the median of the per-call
 B/A ratios."""
 

@@ -146,7 +146,7 @@ async def _load(args: argparse.Namespace, ns: str, dsn: str) -> dict[str, Any]:
     await client.submit_many([{"task": "bench.noop"}])  # creates the namespace
     shards = int(sync.hget(Keys(ns).meta, "shards") or 8)
     proc = subprocess.Popen(  # noqa: ASYNC220 (started once, before the measured part)
-        [sys.executable, "-m", "cli", "--redis-url", args.redis_url, "--namespace", ns,
+        [sys.executable, "-m", "scheduler.cli", "--redis-url", args.redis_url, "--namespace", ns,
          "snapshotter", "--postgres-dsn", dsn, "--keep-redis", "--log-level", "warning"],
         env=dict(os.environ))
     wredis = redis.asyncio.Redis.from_url(args.redis_url)

@@ -61,7 +61,7 @@ def _start(url: str, ns: str, workers: int, concurrency: int, history: str | Non
            retention: float, snapshotters: int, settle: float = 0.5
            ) -> list[tuple[str, subprocess.Popen[bytes]]]:
     """(role, process) of the node, the snapshotters and the workers."""
-    base = [sys.executable, "-m", "cli", "--redis-url", url, "--namespace", ns]
+    base = [sys.executable, "-m", "scheduler.cli", "--redis-url", url, "--namespace", ns]
     procs = [("node", subprocess.Popen([*base, "scheduler", "--log-level", "warning"], cwd=ROOT))]
     if history:
         store = (["--postgres-dsn", history] if not history.startswith("sqlite://")

@@ -79,6 +79,24 @@ ensure_venv() {
     "$dir/bin/pip" install --quiet --disable-pip-version-check -e '.[dev,web,testing,otel]'
     echo "$want" >"$dir/.installed"
   fi
+  link_checkout "$dir"
+}
+
+# link_checkout DIR: DIR's Python (and mypy, pyright, an IDE: tools that read sys.path) finds
+# `scheduler` in this checkout, from any directory. pip's editable install finds it through
+# setuptools' import hook, which those tools never run: mypy started elsewhere sees no
+# `scheduler`. So a directory in the venv holds only a link to scheduler/, put on sys.path by
+# a .pth file; modules added later show through it (setuptools' editable_mode=strict links
+# each file, and misses a new one until the venv is built again). Not editable_mode=compat:
+# it puts the checkout's root on sys.path, and with it the `cli` link (the CLI importable a
+# second time under another name), `tests`, `bench` and the tests' helper modules.
+link_checkout() {
+  local dir="$1" site
+  site="$("$dir/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" \
+    || return 1
+  mkdir -p "$dir/checkout"
+  ln -sfn "$(pwd)/scheduler" "$dir/checkout/scheduler"
+  realpath "$dir/checkout" >"$site/redis_sched_checkout.pth"
 }
 
 # The browser tests drive Debian's chromium (Playwright's own browser download does not work

@@ -165,7 +165,7 @@ def app_env() -> dict[str, str]:
     return env
 
 
-SCHED = [sys.executable, "-m", "cli"]
+SCHED = [sys.executable, "-m", "scheduler.cli"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -1,7 +1,6 @@
 """celery: the redis broker, no result backend, `celery worker` with the threads pool (8),
 prefetch multiplier 1000, no gossip/mingle/heartbeat. The solo pool burned down no faster
-(1,052 vs 1,044/s in one paired try) and ran eta tasks tens of seconds late (1,000 due at
-once: p50 25 s, p99 50 s), so both workloads use threads.
+and ran eta tasks due at once tens of seconds late, so both workloads use threads.
 
 Run in the peers' venv: `python celery_peer.py enqueue N [DUE]` / `... worker`.
 Delayed jobs use `eta` (the worker holds them until then).

@@ -27,6 +27,7 @@ import scheduler.cli.ops as ops_cmds
 import scheduler.cli.queues as queue_cmds
 import scheduler.cli.run as run_cmds
 import scheduler.cli.web as web_cmds
+from scheduler import __version__
 from scheduler.cli.options import Finite, Root, global_options
 from scheduler.core.errors import RedisUnavailable, SchedulerError, ValidationError
 from scheduler.core.masking import masked
@@ -92,7 +93,8 @@ def _instant(field: str, value: str | None) -> datetime | None:
 
 @click.group(cls=Root,
              context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
-@click.version_option(package_name="redis-sched", prog_name="sched")
+# The package's own version, not its installed metadata (an editable install's lags a bump).
+@click.version_option(version=__version__, prog_name="sched")
 @global_options
 @click.pass_context
 def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:

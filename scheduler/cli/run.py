@@ -66,10 +66,9 @@ def load_app(spec: str) -> object:
 
 # The collector's thresholds in the service processes (gc.set_threshold). At Python's own
 # (2,000 net new containers) the young collection runs every few hundred jobs and walks the
-# batch in flight, which then survives into the older generations and is walked again: in
-# `bench sustained` at 10,000 jobs/s that was 17% of the snapshotter's CPU and 16% of the
-# worker's (bench/RESULTS.md, issue 18 session 11). At 50,000 a batch's objects are mostly
-# freed before a collection sees them: the snapshotter collected for 0.36 s a minute, not 4.7.
+# batch in flight, which then survives into the older generations and is walked again, a
+# sizeable share of the snapshotter's and the worker's CPU (bench sustained). At 50,000 a
+# batch's objects are mostly freed before a collection sees them.
 GC_THRESHOLD = (50_000, 20, 20)
 
 

@@ -1,6 +1,6 @@
 """The lifecycle event types: what each shard's events stream (`<ns>:{sNN}:events`) says
 happened. The Lua transitions write them (`emit` in _lib.lua, and complete.lua's own XADD);
-the snapshotter and the history store read them. tests/test_lua_contracts.py checks that every
+the snapshotter and the history store read them. tests/lua/test_lua_contracts.py checks that every
 type a script writes is declared here, and every type declared here is written.
 
 Each entry: `type`, `ts` (Redis ms), `worker`, and `data`, a JSON list of records (one per

@@ -52,7 +52,8 @@ class JobSpec(msgspec.Struct, kw_only=True):
     def schedule(self, now_ms: int) -> Schedule:
         """When and how often the job runs (IMMEDIATE: now). A plain immediate job and one
         with only a delay, submit_many's common cases, are kept off resolve()'s slower path
-        (building and testing a dict of the options took a quarter of submit_many's CPU)."""
+        (building and testing a dict of the options is a large share of submit_many's CPU:
+        bench submit)."""
         if (self.at is None and self.cron is None and self.tz is None
                 and self.catchup is None and self.catchup_limit is None and self.overlap is None
                 and self.start_at is None and self.end_at is None):
@@ -73,10 +74,10 @@ class _JobIds:
     """Job ids in UUIDv7's layout (RFC 9562), as 32 hex digits: the submit's Unix time in ms,
     then 74 random bits from os.urandom. Time first, because history's primary keys start
     with the job id: ids in time order land at the right edge of those B-trees, where random
-    ones touch a random page each once the index outgrows Postgres's cache (bench/RESULTS.md,
-    issue 18 session 11: 16 against 24-36 us of Postgres per job, the latter growing with
-    the table). The random part is drawn 4,096 ids at a time (~220 ns an id); a forked child
-    drops what it inherited, so it never repeats its parent's ids."""
+    ones touch a random page each once the index outgrows Postgres's cache, a cost that grows
+    with the table (bench snapshot). The random part is drawn 4,096 ids at a time, one
+    os.urandom call for many ids (bench submit); a forked child drops what it inherited, so it
+    never repeats its parent's ids."""
 
     def __init__(self) -> None:
         self._hex = ""   # 18 random hex digits an id

@@ -1,6 +1,6 @@
 """The only module that formats Redis key names.
 
-Layout (DESIGN.md). Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
+Layout. Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
 which only ever touches one shard, maps to a single Redis Cluster slot:
 
     <ns>:meta                     hash    shard count, creation time, layout version
@@ -41,8 +41,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           first job, expiring after 10 min (lua/submit.lua)
 
 The Lua scripts receive a shard's prefix (`<ns>:{sNN}:`) as KEYS[1] and append the suffixes
-below; `SUFFIX_*` are the single source of those suffixes (tests/test_keys_and_states.py checks that the
-keys the scripts create are the keys this module names).
+below; `SUFFIX_*` are the single source of those suffixes (tests/lua/test_keys_and_states.py
+checks that the keys the scripts create are the keys this module names).
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ from scheduler.core.errors import ValidationError
 # A new namespace's shard count when its creator gives none (namespace.py), by where it is
 # created. Shards are the unit of spread over a Redis Cluster's masters. On one Redis
 # (standalone, or a Sentinel-managed primary) they spread nothing, and every round trip of a
-# worker pays a claim and a commit script call per shard its batch touches: 2 shards against
-# 8 ran the burn-down ~1.15x faster and started a 100,000-slot burst ~10% sooner (bench/
-# RESULTS.md, session 17), two scheduler nodes still share the promotion work, and a
-# namespace meant to move to a Cluster later is made with the count it will need there.
+# worker pays a claim and a commit script call per shard its batch touches, so fewer shards
+# run the burn-down faster and start a burst sooner (bench burndown, bench burst); two still
+# let two scheduler nodes share the promotion work, and a namespace meant to move to a
+# Cluster later is made with the count it will need there.
 DEFAULT_SHARDS = 2
 DEFAULT_CLUSTER_SHARDS = 8
 DISPATCH_GROUP = "workers"
@@ -75,7 +75,7 @@ SUFFIX_SUBMITTED = "submitted:"
 # the plain stream name, so a namespace that never uses priorities has the keys it always had.
 PRIORITIES = (1, 2, 3, 4, 5)
 DEFAULT_PRIORITY = 3
-# Every suffix a shard's keys have after its prefix (tests/test_lua_contracts.py checks that
+# Every suffix a shard's keys have after its prefix (tests/lua/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             SUFFIX_SUBMITTED, "due", "cron",

@@ -22,6 +22,9 @@ MAX_RATE = 1_000_000.0
 
 
 class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A queue-wide limit across all workers (`Client.set_queue_limit`): at most
+    `concurrency` runs at once, at most `rate` starts per second; None is no limit."""
+
     concurrency: int | None = None  # runs at once, across all workers
     rate: float | None = None  # starts per second, across all workers
 

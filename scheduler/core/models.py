@@ -56,6 +56,10 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Job(msgspec.Struct, frozen=True, kw_only=True):
+    """A job as submitted (`Client.get_job`, `list_jobs`): what to run and how, and for a
+    recurring job its schedule and next fire time. Options left at their default read as the
+    default."""
+
     job_id: str
     task: str
     queue: str = "default"
@@ -83,6 +87,9 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
+    """One attempt of a slot: which worker claimed it under which token (its number), its
+    lease, when it started and finished, how it ended, and the lines the handler logged."""
+
     number: int
     worker: str | None = None
     token: int | None = None
@@ -96,6 +103,12 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Slot(msgspec.Struct, frozen=True, kw_only=True):
+    """One occurrence of a job, `<job_id>:<fire_ms>` (`Client.get_slot`, `slots`, `runs`):
+    its status, its current attempt and lease, every attempt so far, and a success's result.
+    `attempt` is the current attempt's number (each claim adds one; `token` is the same
+    number, the fence its commit presents); `failures` counts the attempts that count
+    against `max_attempts`."""
+
     slot_id: str
     job_id: str
     fire_ms: int
@@ -295,7 +308,7 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
 
 
 # Every job-hash field a submit may write besides task, queue, fire_ms and created_ms:
-# submit.lua refuses any other (sources.py gives it this table as JOB_FIELD_TYPES). Those
+# submit.lua refuses any other (scripts/source.py gives it this table as JOB_FIELD_TYPES). Those
 # with a default above, the payload, a named schedule's digest of its definition
 # (schedules.py) and a traced submit's W3C traceparent (tracing.FIELD).
 SUBMIT_FIELDS = (*JOB_FIELD_DEFAULTS, "payload", "spec", "traceparent")

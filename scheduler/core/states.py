@@ -8,6 +8,8 @@ from enum import StrEnum
 
 
 class SlotStatus(StrEnum):
+    """Where a slot is in its life: scheduled, queued, running, then one terminal status."""
+
     SCHEDULED = "scheduled"
     """In the shard's `due` set; the promoter moves it to a dispatch stream when due."""
 
@@ -52,6 +54,8 @@ class Outcome(StrEnum):
 
 
 class Delivery(StrEnum):
+    """What a job's handler may count on when a worker dies mid-run."""
+
     AT_LEAST_ONCE = "at_least_once"
     AT_MOST_ONCE = "at_most_once"
     EXACTLY_ONCE = "exactly_once"

@@ -75,7 +75,7 @@ class _Record(msgspec.Struct):
 
 # A record is an object, or a slot id alone (a "succeeded" entry's: events.py).
 _records = msgspec.json.Decoder(list[_Record | str])
-# Most slots held back at once (defer_s): ~100 bytes each. Past it (a long backlog of
+# Most slots held back at once (defer_s), each a little memory. Past it (a long backlog of
 # submissions no worker takes), slots are written at once.
 DEFER_MAX = 200_000
 
@@ -160,8 +160,8 @@ class Intake:
                     elif kind == "queued" and slot in deferred and _fire_ms(slot) <= horizon:
                         # Held back and promoted ahead of its time (promote.lua, "Early"):
                         # its claim comes at its fire time, still within the horizon. Written
-                        # now, it would be written again then (half of sustained's rows
-                        # were, as upserts). Held on, its deadline counted from now (dicts
+                        # now, it would be written again then, as an upsert (bench
+                        # sustained). Held on, its deadline counted from now (dicts
                         # keep insertion order: re-inserted, it stays in deadline order).
                         del deferred[slot]
                         deferred[slot] = (shard, deadline)

@@ -2,7 +2,7 @@
 
 Events only say WHICH slots changed: each batch reads the events of every shard through the
 consumer group `history`, fetches the current slot hashes (and job hashes, for submissions)
-in one round trip (hash_read.py), writes rows in one store transaction, and only then acks the
+in one round trip (history/reads.py), writes rows in one store transaction, and only then acks the
 events, schedules the terminal slots for removal from Redis (`retain`), and trims the acked
 head of each events stream. A crash between commit and ack replays the batch, which the
 versioned upserts make a no-op. Several snapshotters share the group; entries a dead one left
@@ -62,7 +62,7 @@ from scheduler.redis.clock import Clock, RedisClock, resync
 from scheduler.redis.service import Backoff, Service
 
 log = logging.getLogger("scheduler.history.snapshotter")
-READ_CHUNK = 2000  # hashes per MULTI (hash_read.py): bounds how long one holds Redis
+READ_CHUNK = 2000  # hashes per MULTI (reads.py): bounds how long one holds Redis
 
 class Snapshotter(Service):
     what = "snapshot (the batch stays pending and is retried)"
@@ -184,7 +184,7 @@ class Snapshotter(Service):
 
     async def _fetch(self, work: dict[int, Work]) -> tuple[Batch, list[tuple[int, str, int]]]:
         """Read the hashes, one MULTI per shard (chunked), all in one round trip per node
-        (hash_read.py). The version is read with them, so a row's state is the state at its
+        (reads.py). The version is read with them, so a row's state is the state at its
         version."""
         reads, plan = [], []
         for shard, w in work.items():
@@ -331,7 +331,7 @@ class Snapshotter(Service):
         return self.config.settle_s if self.caught_up else 0.0
 
     async def run(self) -> None:
-        """Batches until stop() (loops.Service), then the last one committed and every
+        """Batches until stop() (service.Service), then the last one committed and every
         held-back slot written."""
         self.backoff = Backoff(base_s=self.config.idle_sleep_s)
         log.info("snapshotter %s started (namespace %s)", self.consumer, self.keys.ns)

@@ -1,5 +1,6 @@
 """SQL lives in `.sql` files under `scheduler/history/sql/<dialect>/`: numbered migrations
-(`0001_name.sql`) and named queries (`-- name: X` starts query X in `queries.sql`)."""
+(a four-digit version, `_`, a name) and named queries (`-- name: X` starts query X in
+`queries.sql`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Recovers work whose worker vanished (DESIGN.md invariant 5: nothing stays running forever).
+"""Recovers work whose worker vanished (nothing stays running forever).
 
 `run_once()` reads each shard's `lanes` index, then runs `reclaim.lua` on every shard in one
 pipelined round trip: expired leases (found through stream entries idle past the lease, in

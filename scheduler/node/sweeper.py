@@ -1,4 +1,5 @@
-"""Finds slots that nothing will move again and sets them going (DESIGN.md invariant 6).
+"""Finds slots that nothing will move again and sets them going (nothing stays stuck without
+escalation).
 
 Every other loop finds its work through an index: the promoter through `due`, workers
 through the dispatch streams, the reclaimer through the pending lists and `leases`. A slot
@@ -18,11 +19,10 @@ walk starts `interval_s` after the last one started. So an orphan is repaired wi
 `interval_s` plus the walk's length (keys / `keys_per_s`), and, when it was running, its
 lease.
 
-What a key costs (measured on the two-core dev box, 200,000 finished slots): about 1 us of
-Redis for SCAN and 2-3 us for sweep.lua, which reads only the status of a finished slot, and
-~1.5 us of this process. Ids are gathered per shard into calls of `batch` ids: a SCAN page
-spreads over every shard, and a script call per shard per page cost twice as much per key.
-At the default 5,000 keys/s that is ~2% of a core of Redis and ~1.5% of the node's.
+A key costs Redis its SCAN step and a sweep.lua read, which for a finished slot is its
+status alone, and this process a little. Ids are gathered per shard into calls of `batch`
+ids: a SCAN page spreads over every shard, and a script call per shard per page costs more
+per key. At the default pace the walk takes a small share of a core of Redis and of the node's.
 """
 
 from __future__ import annotations

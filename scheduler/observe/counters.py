@@ -2,7 +2,7 @@
 an increment or an observation is a plain attribute update, no lock. Only the event loop
 thread writes them; a scrape thread reads a consistent-enough copy. prometheus_client's
 Counter and Histogram take a lock per update, which at tens of thousands of jobs a second is
-a measurable share of a worker's time (bench/RESULTS.md)."""
+a measurable share of a worker's time (bench metrics_cost)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every metric the scheduler exports is declared here, and only here (STYLE.md item 11).
+"""Every metric the scheduler exports is declared here, and only here.
 
 Two kinds:
 
@@ -127,7 +127,7 @@ class RunMetrics:
         self.failed = 0
 
     def succeeded(self, duration_ms: int) -> None:
-        # The hot path: HistogramChild.observe_ms inlined (a method call is ~15% of this).
+        # The hot path: HistogramChild.observe_ms inlined, a method call fewer (bench metrics_cost).
         self.succeeded_child.value += 1
         d = self.duration
         d.counts[bisect_left(d.bounds_ms, duration_ms)] += 1

@@ -102,7 +102,7 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
 
 
 def _rate(r: list[float] | None, inflight: int) -> Rate:
-    """[ok/s, failed/s, mean run s] as the heartbeat writes it (the mean since issue 17)."""
+    """[ok/s, failed/s, mean run s] as the heartbeat writes it (an older one wrote no mean)."""
     r = r or [0.0, 0.0]
     return Rate(succeeded_per_s=r[0], failed_per_s=r[1],
                 mean_run_s=r[2] if len(r) > 2 else 0.0, inflight=inflight)
@@ -173,8 +173,8 @@ class _Reader:
 
     @staticmethod
     def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
-        """True when Redis lost its script cache: the stats then go through scripts.run_*,
-        which loads them."""
+        """True when Redis lost its script cache: the stats then go through calls.py's
+        run_sync/run_async, which load them."""
         return any(isinstance(r, redis.exceptions.NoScriptError)
                    for r in replies[:topo.shards])
 

@@ -18,8 +18,8 @@ fits, else `sched.*`):
                  batch has one, sched.job_id for a single job. Its W3C traceparent
                  (`00-<trace id>-<span id>-<flags>`) is stored in each job's hash, field
                  `traceparent`. One span per call, not per job: a span costs the SDK
-                 ~10-20 us, about what submit_many spends on a whole job, and a batch is
-                 one operation of its caller.
+                 about what submit_many spends on a whole job, and a batch is one
+                 operation of its caller.
   run <task>     CONSUMER, one per attempt: messaging.destination.name (the queue),
                  messaging.message.id (the slot id, "<job id>:<fire ms>"), sched.task,
                  sched.attempt, sched.start_lag_ms (claim time minus fire time), and at its
@@ -29,9 +29,8 @@ fits, else `sched.*`):
                  runs (threads too), so spans the handler makes are its children. A run is a
                  child of its job's submit span; a run of a cron occurrence starts a trace of
                  its own with a link to the submit span instead (a series that runs for
-                 months would otherwise be one endless trace). The SDK spends ~15 us on a
-                 span, ~10 us more in a BatchSpanProcessor and ~1.5 us per attribute: hence
-                 few attributes, one name for each fact.
+                 months would otherwise be one endless trace). The SDK's cost grows with
+                 each attribute: hence few attributes, one name for each fact.
 """
 
 from __future__ import annotations
@@ -76,8 +75,7 @@ FIELD = "traceparent"  # the job-hash field (claim.lua returns it to a worker th
 SYSTEM = "redis-sched"  # messaging.system
 ERRORS = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, "lost"})
 R = TypeVar("R")
-# An SDK operation (Op of scheduler/sdk/requests.py; not imported: the SDK imports this).
-Op = Generator[Any, Any, R]
+Op = Generator[Any, Any, R]  # an SDK operation (sdk/requests.py's Op; not imported: no cycle)
 _W3C = TraceContextTextMapPropagator()
 _ROOT = otel_context.Context()  # a run's parent is its submit, never the worker's context
 
@@ -95,7 +93,7 @@ def traceparent(span: trace.Span) -> str | None:
 
 def _span_context(value: str) -> trace.SpanContext | None:
     """A stored traceparent, parsed (W3C version 00); None if it is not one. By hand: the
-    SDK's propagator, with its regex and Context, costs ~5 us a run more."""
+    SDK's propagator, with its regex and Context, costs more on every run."""
     parts = value.split("-")
     if len(parts) != 4 or parts[0] != "00" or len(parts[1]) != 32 or len(parts[2]) != 16 \
             or len(parts[3]) != 2:
@@ -198,7 +196,7 @@ class RunTracer:
             links = [trace.Link(submitted)]
         elif submitted is not None:
             parent = trace.set_span_in_context(trace.NonRecordingSpan(submitted), _ROOT)
-        # Few attributes, one name per fact: the SDK spends ~2 us on each.
+        # Few attributes, one name per fact: the SDK pays for each on every run.
         span = self.tracer.start_span(
             f"run {run.task}", context=parent, kind=trace.SpanKind.CONSUMER, links=links,
             attributes={"messaging.system": SYSTEM, "messaging.operation.type": "process",

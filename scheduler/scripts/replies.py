@@ -16,7 +16,7 @@ from scheduler.core.errors import ScriptError
 
 class Code(IntEnum):
     """Every code a Lua transition answers, one meaning per number across all scripts. Lua
-    reads this same table: a script writes `R.OK`, and scripts.py puts the number in its
+    reads this same table: a script writes `R.OK`, and source.py puts the number in its
     place when it loads the script, so no script writes a bare number for a code. `ANSWERS`
     says which codes each script gives (a test holds each script's `R.` names to it)."""
 
@@ -345,7 +345,7 @@ def wait_replies(reply: Any, many: bool) -> list[Any]:
 def confirmed(reply: Any, many: bool, acked: int = -1) -> int:
     """The fewest confirmations a WAIT or WAITAOF reply gives (see wait_replies), a failed
     wait counting none, and no more than `acked` (-1: none known yet). The one rule of every
-    durable write: a pipeline's (scripts.py) and a submit stream's (script_stream.py)."""
+    durable write: a pipeline's (calls.py) and a submit stream's (stream.py)."""
     for got in wait_replies(reply, many):
         replicas = got if isinstance(got, int) else 0  # the wait failed: none known
         acked = replicas if acked < 0 else min(acked, replicas)

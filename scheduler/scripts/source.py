@@ -1,6 +1,6 @@
 """The Lua scripts' text as Redis runs it: read from `lua/`, `--- @include "_lib.lua"`
 replaced by that file's text, and each `R.NAME` (reply code) and `DEFAULT.name` (job-field
-default) by its value (with_constants). scripts.py loads and calls them by SHA."""
+default) by its value (with_constants). calls.py loads and calls them by SHA."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _text(name: str) -> str:
 def read_source(name: str) -> str:
     """The script with each included file inlined: only the include's functions the script
     calls (and those they call), so a call does not define a dozen closures it never uses
-    (~1 us per call of claim and complete, bench/RESULTS.md)."""
+    (bench script_ab)."""
     text = _text(name)
     code = _code(text)
     return _INCLUDE.sub(lambda m: _used(_text(m.group(1).removesuffix(".lua")), code), text)
@@ -91,8 +91,8 @@ def with_constants(source: str) -> str:
     job-field default, models.JOB_FIELD_DEFAULTS: a field equal to its default is not
     stored, so a script reading it must know the default) and each name of _NAMED replaced
     by its value, so Lua and Python read one table each at no cost per call (a Lua table
-    built on every call costs Redis ~0.5 us). A name neither table has fails here, at
-    import, not as a nil in Lua."""
+    built on every call costs Redis on every call: bench script_ab). A name neither table has
+    fails here, at import, not as a nil in Lua."""
     def code(m: re.Match[str]) -> str:
         return str(int(Code[m.group(1)]))
 

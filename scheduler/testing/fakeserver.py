@@ -3,14 +3,14 @@ added here, at the edge, and the scripts themselves run unchanged (none of their
 is written again in Python).
 
 fakeredis (2.41) runs scripts in lupa's Lua 5.1 and gives them `redis.*` and `cjson`, but no
-`cmsgpack`, which the hot-path scripts unpack their arguments with (scripts.pack). That
-module is registered into the server's Lua runtime here, built on msgspec as scripts.py packs
-with it. Streams inside scripts (XADD MAXLEN ~, XTRIM MINID ~, XINFO GROUPS, XPENDING with
+`cmsgpack`, which the hot-path scripts unpack their arguments with (calls.pack). That
+module is registered into the server's Lua runtime here, built on msgspec as scripts/calls.py
+packs with it. Streams inside scripts (XADD MAXLEN ~, XTRIM MINID ~, XINFO GROUPS, XPENDING with
 IDLE, XCLAIM JUSTID, XAUTOCLAIM) and `redis.error_reply` work in fakeredis as they are.
 
 fakeredis reads its own time from the machine (stream entry ids, pending entries' idle time,
 key expiry, TIME); while a testing mode is open, `ServerTime` makes that its fake clock, so
-Redis and the services see one clock (DESIGN.md invariant 7) and every id is reproducible.
+Redis and the services see one clock (none reads a clock of its own) and every id is reproducible.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _from_lua(value: Any) -> Any:
 
 class _CompiledOnce:
     """The server's Lua runtime, compiling each script text once: fakeredis compiles a
-    script on every call, 0.2 ms of the ~0.8 ms a transition costs it. A script's chunk keeps
+    script on every call, a good part of what a transition costs it. A script's chunk keeps
     no state between calls (its variables are locals), so calling it again is running it."""
 
     def __init__(self, runtime: Any) -> None:

@@ -1,5 +1,4 @@
-"""The rest of what a new user tripped over (issue: "a CLI without surprises"), each checked
-as the user met it."""
+"""The rest of what a new user tripped over in the CLI, each checked as the user met it."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ slot and runs once, across two nodes and after one is SIGKILLed; backfill after 
 were down; delayed jobs never start early.
 
 The cron test's size comes from the environment so CI stays quick: SCHED_TEST_CRON_JOBS
-(default 50) every-second jobs for SCHED_TEST_CRON_SECONDS (default 6). The size the issue
-asks for:
+(default 50) every-second jobs for SCHED_TEST_CRON_SECONDS (default 6). The full size:
 
     SCHED_TEST_CRON_JOBS=200 SCHED_TEST_CRON_SECONDS=30 .venv/bin/pytest \
         tests/e2e/test_scheduler_nodes.py -k two_nodes --timeout 300

@@ -41,7 +41,7 @@ def _counts(dsn: str, ns: str) -> dict[str, Any]:
 
 def _start(redis_url: str, ns: str, dsn: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "cli", "--redis-url", redis_url, "--namespace", ns,
+        [sys.executable, "-m", "scheduler.cli", "--redis-url", redis_url, "--namespace", ns,
          "snapshotter", "--postgres-dsn", dsn, "--read-count", "2", "--claim-idle", "1",
          "--keep-redis", "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=dict(os.environ))

@@ -1,4 +1,4 @@
-"""The invariant checker: DESIGN.md's invariants as rules over what the Redis under test holds
+"""The invariant checker: the scheduler's invariants as rules over what the Redis under test holds
 (`Observed`, read once by `observe`) and what the test knows from outside it (`Truth`).
 
 `violations()` is pure: tests/faults/test_invariants.py feeds it hand-made histories, one

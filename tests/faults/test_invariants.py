@@ -274,7 +274,7 @@ def _set(where: dict[str, str], **fields: str | None) -> None:
 
 S = {name: f"{name}:{BASE}" for name in ("ok", "retried", "gone", "stopped", "again")}
 HISTORY_CASES = {
-    # the planted bug: the end of a slot never reached history
+    # the bug the history rule was built for: the end of a slot never reached history
     "a finished slot still queued in history": lambda h, s: _set(
         s.slots[S["ok"]], status="queued", outcome=None, finished_ms=None),
     "a slot missing from history": lambda h, s: s.slots.pop(S["retried"]),

@@ -147,7 +147,7 @@ def test_submit_lua_refuses_oversized_payloads_and_malformed_ids(
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cli", "--redis-url", url, *args],
+    return subprocess.run([sys.executable, "-m", "scheduler.cli", "--redis-url", url, *args],
                           capture_output=True, text=True, timeout=60)
 
 

@@ -31,7 +31,7 @@ def _recording(started: list[tuple[int, str]]) -> Registry:
 
 
 def test_better_priorities_start_first(redis_url: str, ns: str) -> None:
-    """The issue's check: one worker at concurrency 1; 50 priority-1 jobs submitted after 500
+    """The acceptance check: one worker at concurrency 1; 50 priority-1 jobs submitted after 500
     priority-5 jobs all start before 400 of the latter."""
     started: list[tuple[int, str]] = []
     with Client(redis_url, ns) as client:

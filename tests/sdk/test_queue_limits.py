@@ -28,7 +28,7 @@ def _most_at_once(spans: list[tuple[float, float]]) -> int:
 
 @pytest.mark.slow
 def test_a_concurrency_limit_holds_across_workers(redis_url: str, ns: str) -> None:
-    """The issue's check: 3 workers of concurrency 50, limit 4, 60 jobs of 0.3 s: never more
+    """The acceptance check: 3 workers of concurrency 50, limit 4, 60 jobs of 0.3 s: never more
     than 4 running (from the handlers' own start and end times), all complete."""
     registry = Registry()
     spans: list[tuple[float, float]] = []
@@ -55,7 +55,7 @@ def test_a_concurrency_limit_holds_across_workers(redis_url: str, ns: str) -> No
 
 @pytest.mark.slow
 def test_a_rate_limit_holds_over_ten_seconds(redis_url: str, ns: str) -> None:
-    """The issue's check: a rate limit of 20/s holds within 10% over 10 s."""
+    """The acceptance check: a rate limit of 20/s holds within 10% over 10 s."""
     registry = Registry()
     starts: list[float] = []
 

@@ -1,4 +1,4 @@
-"""submit_many's overlapped calls (submit_batch.py, script_stream.py): validation of the whole
+"""submit_many's overlapped calls (sdk/batching.py, scripts/stream.py): validation of the whole
 input before the first write, ids in input order, each call packed only after the one before
 was sent, and calls sent again after a broken connection writing nothing twice."""
 

@@ -150,7 +150,7 @@ def test_metrics_after_real_work(r: redis.Redis, redis_url: str, ns: str,
     assert len(lag) == 1 and 0 <= lag[0] < 60, lag  # present, and the age of a real event
     for name in ("sched_lease_timeouts_total", "sched_reclaims_total",
                  "sched_occurrences_skipped_total", "sched_occurrences_not_backfilled_total"):
-        assert (name, frozenset()) in after, name  # declared for issues 3 and 4: zero until then
+        assert (name, frozenset()) in after, name  # declared up front: zero until it counts
 
 
 def test_healthz_and_an_unreachable_redis(ns: str) -> None:

@@ -1,6 +1,6 @@
 """The Postgres history store: COPY each batch into temp staging tables, then one upsert per
 table, in one transaction. Rows the batch marks new are COPYed straight into their tables
-instead, which costs Postgres about half as much as the upsert; if one exists after all (a
+instead, which costs Postgres less than the upsert (bench snapshot); if one exists after all (a
 replay after a crash, another snapshotter, a forgotten slot), the unique violation rolls the
 transaction back and the whole batch is upserted, and the next batches upsert everything
 for a while. Slots and attempt_log are partitioned by fire day; the partitions a batch needs

@@ -107,9 +107,9 @@ class RecoveryJob(NamedTuple):
 
 def text_hash(reply: list[Any] | dict[Any, Any]) -> dict[str, str]:
     """An HGETALL reply (a RESP3 map, or RESP2's alternating field and value) as text: already
-    text when the connection decoded it (hash_read.py's raw reads), else bytes. Every field
+    text when the connection decoded it (history/reads.py's raw reads), else bytes. Every field
     the scheduler writes is UTF-8 text (payloads are JSON); bytes that are not, written
-    straight to a script past the SDK, read as U+FFFD (as hash_read's raw reads do)."""
+    straight to a script past the SDK, read as U+FFFD (as those raw reads do)."""
     if isinstance(reply, dict):
         first = next(iter(reply), "")
         if isinstance(first, str):

@@ -1,4 +1,4 @@
---[[ _lib: helpers shared by the transitions; scripts.py inlines this file where a script
+--[[ _lib: helpers shared by the transitions; scripts/source.py inlines this file where a script
   says `--- @include "_lib.lua"`. Defines no keys or arguments of its own.
 
   The fencing token of a slot is its attempt number: every claim increments it, so a worker

@@ -13,15 +13,15 @@
                            absent, the script reads and returns nothing more
   ARGV[6]  trim            optional: "0" skips trimming the streams touched (below); the
                            worker trims a shard's streams once per few hundred entries
-                           claimed there, not on every call: a trim costs ~10 us whatever
-                           it drops, which at small batches (low concurrency) is more than
-                           the claims
+                           claimed there, not on every call: a trim has a fixed cost
+                           whatever it drops, which at small batches (low concurrency) is
+                           more than the claims (bench script_ab)
   ARGV[7]  carried         optional: one character per entry, in order: "k" the worker has
                            the job's fields from the stream entry (submit.lua and promote.lua
-                           copy them there when the entry is made: entry_fields in _lib.lua),
+                           copy them there when the entry is made: carry_entry in _lib.lua),
                            "a" the same for an at_most_once job, anything else (or past the
                            end) it has not. A carried entry's grant is R.GRANT without the job
-                           hash read: ~20% of this script per entry (bench/RESULTS.md)
+                           hash read (bench script_ab)
 
   Reply: one flat array, each entry's answer in order, a code then its values (codes: R,
   replies.py; decoded by replies.claimed, which walks it by code)
@@ -46,8 +46,8 @@
      the first reply was lost) gets the claim again, R.OK, ... with the same attempt and a
      fresh lease, so a lost reply never strands a slot until its lease runs out; once that
      lease has run out, HELD (see repeat_of).
-  Flat, not an array per entry: a Lua table and a RESP array fewer per entry (~3% of the
-  script's time per entry, bench/RESULTS.md "Redis side of claim and complete").
+  Flat, not an array per entry: a Lua table and a RESP array fewer per entry (bench
+  script_ab).
 
   claimed_ms is now_ms. The worker passes the later of its estimate of Redis time (anchored
   to TIME, see clock.py; it can lag by a few ms under load) and the newest dispatch time in
@@ -63,16 +63,16 @@
 
   Event: none. A run still going at its worker's first heartbeat is announced then, as
   "claimed" (heartbeat.lua); one that ends sooner, nearly every run, needs no event of its
-  own: its end's event brings its slot, claim fields included, to history. A "claimed"
-  record per grant was ~14% of this script per entry (bench/RESULTS.md, session 17).
+  own: its end's event brings its slot, claim fields included, to history, and no "claimed"
+  record per grant costs this script on every entry (bench script_ab).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
 local worker = ARGV[2]
 local lease_until = now + tonumber(ARGV[3])
 -- Times and counters go to Redis as strings formatted once: a Lua number passed to
--- redis.call is printed with "%.14g", and that floating-point printing was ~7% of Redis's
--- CPU on the hot path.
+-- redis.call is printed with "%.14g", and that floating-point printing is a visible share of
+-- Redis's CPU on the hot path (bench script_ab).
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 local items = cmsgpack.unpack(ARGV[4])
 local n = #items / 3
@@ -109,8 +109,8 @@ for i = 0, n - 1 do
   local k = string.byte(carried, i + 1)
   if k ~= CARRIED and k ~= CARRIED_AT_MOST_ONCE then k = nil end
   -- Four fields, and the job id only for a claim that reads the job: each one more costs
-  -- ~0.27 us. The worker, needed only to tell a repeated claim from another consumer's, is
-  -- read in that rare branch.
+  -- every claim (bench script_ab). The worker, needed only to tell a repeated claim from
+  -- another consumer's, is read in that rare branch.
   local st = k and redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb')
     or redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb', 'job_id')
   if st[1] == 'queued' and st[2] == msg and st[4] and tonumber(st[4]) > now then

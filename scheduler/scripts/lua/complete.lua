@@ -21,7 +21,7 @@
   sweep, requeue), every new dispatch is a new entry, and a claim of a running slot's own
   entry grants the same attempt again. So the batch's entries are acked first, one XACK per
   lane: a lane whose every entry was still pending commits its slots without reading them
-  (the HMGET was ~28% of this script per slot: bench/RESULTS.md, session 17). The slots of
+  (the HMGET was a large share of this script per slot: bench script_ab). The slots of
   any other lane (one entry among them already acked: its slot was reclaimed, or this is a
   commit sent again), and those without an entry, are checked against the slot hash as
   before: status running under this token.
@@ -39,8 +39,8 @@
   each only when non-empty. A "succeeded" entry whose slots all succeeded with the same
   attempt (nearly always) has that number in its field `attempt` and the slot ids alone as
   its records (["<slot id>", ...]); otherwise its records are {slot, attempt} and `attempt`
-  is "". Records as JSON objects, one string per slot, cost ~9% of this script per slot
-  (bench/RESULTS.md, session 17). A slot id holds no character JSON escapes (keys.py:
+  is "". Ids alone, as records as JSON objects, one string per slot, cost this script more on
+  every slot (bench script_ab). A slot id holds no character JSON escapes (keys.py:
   [A-Za-z0-9_.-] and ':'), and a token, equal to the attempt field, is an integer.
 ]]
 local prefix = KEYS[1]

@@ -7,7 +7,7 @@
   ARGV[1]  now_ms          Redis time in ms, read by the caller
   ARGV[2]  events_maxlen   approximate cap of the shard's events stream
   ARGV[3]  n               number of jobs
-  ARGV[4]  jobs            msgpack array (strings and numbers; see scripts.pack), per job:
+  ARGV[4]  jobs            msgpack array (strings and numbers; see calls.pack), per job:
            job_id, task, queue, fire_ms, f (number of job-hash fields), then f field/value
            pairs for the job hash (only fields that differ from their defaults)
   ARGV[5]  fresh           optional; "1": the caller drew every job id of this call afresh
@@ -17,7 +17,7 @@
            `<prefix>submitted:<first job id>` (expiring after SUBMITTED_TTL_MS) then stands
            for the EXISTS of every job: the script is atomic, so it ran exactly when the
            marker is there. Without it (dedupe keys, named schedules, calls of a few jobs:
-           submit_batch.FRESH_MIN_JOBS) each id is checked.
+           batching.FRESH_MIN_JOBS) each id is checked.
 
   Every job is checked before anything is written; one that fails a check refuses the whole
   call with an error reply "INVALID job <i> (<id>): <problem>; nothing was written" (a
@@ -57,8 +57,8 @@
   its prefix: events.py), or {job} for a cron job (its slots come from materialize), or
   {job, slot, late_ms} when fire_ms was already past (an `at` instant in the past runs now,
   and its lag is visible here). The job and slot hashes hold the rest. Ids alone are joined
-  as JSON text, with no table and no cjson per job: a record as a table for cjson was ~10%
-  of this script per job (bench/RESULTS.md, session 17).
+  as JSON text, with no table and no cjson per job: a record as a table for cjson costs more
+  on every job (bench script_ab).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -67,8 +67,8 @@ local maxlen = ARGV[2]
 local n = tonumber(ARGV[3])
 local items = cmsgpack.unpack(ARGV[4])
 local fresh = ARGV[5] == '1'
--- Longer than any resend of a lost reply (redis-py retries within seconds); the marker
--- costs ~100 bytes per call while it lives.
+-- Longer than any resend of a lost reply (redis-py retries within seconds), and no longer: the
+-- marker holds memory while it lives.
 local SUBMITTED_TTL_MS = 600000
 
 --- @include "_lib.lua"
@@ -81,7 +81,8 @@ local function invalid(i, job_id, problem)
 end
 
 -- Check every job before writing any. Queue and task names repeat across a batch: each
--- distinct one is checked once (the checks cost ~15% of the script before that). So do fire
+-- distinct one is checked once (checking every job's was a large share of the script: bench
+-- script_ab). So do fire
 -- times and option fields (a batch's jobs mostly share theirs): the last value checked of
 -- each is remembered, and the same string (Lua interns them) is not checked again.
 local good_queue, good_task, good_fire = {}, {}, false
@@ -167,7 +168,8 @@ if fresh and n > 0 and not redis.call('SET', prefix .. 'submitted:' .. items[1],
   return reply
 end
 -- Per job: HSET job, XADD (or ZADD), HSET slot, and EXISTS unless `fresh` (an EXISTS from
--- Lua measured ~0.6 us, command and glue, about 6% of this script per job), and nothing else.
+-- Lua, command and glue, is a visible share of this script per job: bench script_ab), and
+-- nothing else.
 local records, plain = {}, true  -- plain: every record is a slot id
 local streams = {}  -- dispatch stream key per lane, built once per call
 b = 0

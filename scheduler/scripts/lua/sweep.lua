@@ -1,5 +1,5 @@
---[[ sweep: find slots that nothing will move again, and set them going (DESIGN.md invariant
-  6: nothing stuck without escalation). The sweeper (scheduler/node/sweeper.py) walks the
+--[[ sweep: find slots that nothing will move again, and set them going (nothing stays stuck
+  without escalation). The sweeper (scheduler/node/sweeper.py) walks the
   namespace's slot hashes with SCAN and passes each shard's slot ids here.
 
   KEYS[1]  shard prefix, e.g. "sched:{s03}:"

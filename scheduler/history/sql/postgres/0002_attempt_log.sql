@@ -1,6 +1,6 @@
 -- 0002: a slot's only attempt is no longer copied into a row of its own. The slot row's
--- `state` (the slot hash) already holds it, and the copy was a fifth of the store's CPU per
--- job (bench/RESULTS.md, issue 18 session 10). The table of attempt rows is now
+-- `state` (the slot hash) already holds it, and the copy was a large share of the store's CPU
+-- per job (bench snapshot). The table of attempt rows is now
 -- `attempt_log`: the attempts of slots that had more than one, or whose first ended and
 -- another follows (state field `a:1`). `attempts` is a view with the columns the table had:
 -- those rows, and for every other claimed slot its one attempt, read from its state (which
@@ -8,7 +8,7 @@
 -- Also dropped: `jobs_kind`, an index no query uses, that every job insert paid for. And
 -- `slots_status` keeps only the slots that did not succeed: it serves the queries that filter
 -- on status (recovery's scheduled/queued/running, an operator's look at failures), and
--- leaving succeeded slots (nearly all) out saved ~3 us of Postgres per job;
+-- leaving succeeded slots (nearly all) out saves Postgres work on every job (bench snapshot);
 -- `sched history --status succeeded` reads the time range instead. On a large history the
 -- index is rebuilt partition by partition: the upgrade takes a while.
 

@@ -1,5 +1,5 @@
 -- Named queries of the Postgres history store; `-- name: X` starts query X. Placeholders in
--- braces ({slots_part}, ...) are identifiers filled in with psycopg.sql, never values.
+-- braces ({slots_part}, ...) are identifiers filled in with psycopg's `sql` module, never values.
 
 -- name: stage
 CREATE TEMP TABLE IF NOT EXISTS stage_jobs (LIKE jobs) ON COMMIT DELETE ROWS;
