@@ -75,7 +75,7 @@ FIELD = "traceparent"  # the job-hash field (claim.lua returns it to a worker th
 SYSTEM = "redis-sched"  # messaging.system
 ERRORS = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, "lost"})
 R = TypeVar("R")
-Op = Generator[Any, Any, R]  # an SDK operation (sdk/core.py's Op; not imported: no cycle)
+Op = Generator[Any, Any, R]  # an SDK operation (sdk/requests.py's Op; not imported: no cycle)
 _W3C = TraceContextTextMapPropagator()
 _ROOT = otel_context.Context()  # a run's parent is its submit, never the worker's context
 
@@ -112,7 +112,7 @@ def _failed(span: trace.Span, error: BaseException | str, kind: str) -> None:
 
 
 class SubmitTracer:
-    """A client's submit spans (scheduler/sdk/operations.py, submit_many)."""
+    """A client's submit spans (scheduler/sdk/jobs.py, submit_many)."""
 
     def __init__(self, provider: Any = None) -> None:
         self.tracer = _tracer(provider)

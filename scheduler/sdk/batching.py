@@ -1,7 +1,8 @@
 """submit_many's batching, without I/O: every job of a call validated before anything is
 written, then the Lua calls that write them, made one at a time.
 
-The split is what lets a driver overlap the two processes (script_stream.py): `Batch(...)`
+The split is what lets a driver overlap the two processes (a ScriptStream request,
+scheduler/sdk/requests.py): `Batch(...)`
 does all that can refuse input (names, options, payload encoding and its size), draws the
 ids and assigns the shards, so a bad job anywhere raises ValidationError before the first
 write; `Batch.calls()` then packs the calls lazily, and the driver sends call k before it
@@ -40,7 +41,7 @@ from scheduler.core.models import (
 from scheduler.redis.failures import REDIS_ERRORS, RedisErrors, translate
 
 if TYPE_CHECKING:
-    from scheduler.sdk.core import Core
+    from scheduler.sdk.state import ClientState
 
 SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
 # Calls of at least this many jobs, all with generated ids, are `fresh` (submit.lua's ARGV[5]):
@@ -54,7 +55,7 @@ FRESH_MIN_JOBS = 32
 Validated = tuple[str | None, str, str, int, str | None, list[Any]]
 
 
-def validate(core: Core, spec: JobSpec, now_ms: int) -> Validated:
+def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
     """Check one job and encode its payload. Raises ValidationError."""
     # Names repeat across a batch: each distinct (task, queue, delivery) of plain strings
     # is checked once (anything else, unhashable values included, every time).
@@ -104,9 +105,9 @@ def hash_fields(job: Validated) -> list[Any]:
 class Batch:
     """One submit_many call: `ids` in input order, `members` the input indexes each call
     holds (one shard's jobs, at most SUBMIT_CHUNK, in input order), `calls()` the calls.
-    `extra` job-hash fields go with every job (tracing.py's traceparent)."""
+    `extra` job-hash fields go with every job (scheduler/observe/tracing.py's traceparent)."""
 
-    def __init__(self, core: Core, specs: Iterable[JobSpec | Mapping[str, Any]],
+    def __init__(self, core: ClientState, specs: Iterable[JobSpec | Mapping[str, Any]],
                  extra: tuple[Any, ...] = ()) -> None:
         self.now = now = core.clock.now_ms()
         self.jobs = jobs = [validate(core, raw if isinstance(raw, JobSpec) else spec_of(raw),
@@ -138,7 +139,7 @@ class Batch:
                 fresh = fresh and job[0] is None
             yield scripts.submit(prefix, self.now, self.maxlen, rows, fresh=fresh)
 
-    def ask_exist(self, pipe: Any, core: Core) -> None:
+    def ask_exist(self, pipe: Any, core: ClientState) -> None:
         """After a broken submit round trip: which of its jobs are there?"""
         for job_id in self.ids:
             pipe.exists(core.job_key(job_id))

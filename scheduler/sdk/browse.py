@@ -1,8 +1,8 @@
 """Paged lists of what no other operation lists: a queue's queued slots, the slots waiting in
 the due sets (scheduled, and among them the retries), the runs in progress, and the jobs
 submitted most recently (immediate jobs included, which no index holds). What the console's
-lists show; SDK operations written as operations.py's are, so `Client` and `AsyncClient`
-both have them.
+lists show; SDK operations (scheduler/sdk/requests.py says how), so `Client` and
+`AsyncClient` both have them.
 
 A page costs bounded work whatever the backlog. Each source (one lane of a queue in one
 shard, a shard's `due` or `leases` set, a shard's events stream) is read from where the
@@ -35,8 +35,8 @@ from scheduler.core.keys import (
 )
 from scheduler.core.models import Slot, slot_from_hash
 from scheduler.core.states import TERMINAL, JobKind, SlotStatus
-from scheduler.sdk.core import Core, Op, Pipe
-from scheduler.sdk.operations import _ready
+from scheduler.sdk.requests import Op, Pipe
+from scheduler.sdk.state import ClientState, ready
 
 PAGE = 50  # entries on a page unless the caller says
 MAX_PAGE = 500
@@ -241,7 +241,7 @@ def _delivered(reply: Any) -> tuple[int, int] | None:
     return None
 
 
-def _slots(core: Core, slot_ids: list[str],
+def _slots(core: ClientState, slot_ids: list[str],
            keep: Callable[[Slot], bool] = lambda s: True) -> Op[list[Slot]]:
     """The slots, in order; those whose hash has gone since, or that `keep` refuses, are
     left out."""
@@ -255,7 +255,7 @@ def _slots(core: Core, slot_ids: list[str],
     return [s for s in found if keep(s)]
 
 
-def _lanes(core: Core, queues: Iterable[str]) -> list[tuple[str, int, str]]:
+def _lanes(core: ClientState, queues: Iterable[str]) -> list[tuple[str, int, str]]:
     """(queue, shard, stream key) of every lane of the queues in every shard, in source
     order."""
     return [(q, shard, core.keys.queue(shard, q, p)) for q in queues
@@ -264,7 +264,7 @@ def _lanes(core: Core, queues: Iterable[str]) -> list[tuple[str, int, str]]:
 
 # --- the operations -------------------------------------------------------------------------
 
-def queued(core: Core, queue: str, *, after: str | None = None, limit: int = PAGE
+def queued(core: ClientState, queue: str, *, after: str | None = None, limit: int = PAGE
            ) -> Op[SlotPage]:
     """A queue's slots waiting for a worker (dispatched, not read by one yet: its depth),
     oldest first over its priorities and shards, `limit` at a time; `after` is the `next`
@@ -272,7 +272,7 @@ def queued(core: Core, queue: str, *, after: str | None = None, limit: int = PAG
     it and drops it: it shows with its status. Three round trips."""
     check_name("queue", queue)
     limit, cursor = _check_limit(limit), _cursor(after)
-    yield from _ready(core)
+    yield from ready(core)
     lanes = _lanes(core, [queue])
     pipe = Pipe(raise_on_error=False)
     for _, _, key in lanes:
@@ -294,7 +294,7 @@ def queued(core: Core, queue: str, *, after: str | None = None, limit: int = PAG
     return SlotPage((yield from _slots(core, slot_ids)), nxt)
 
 
-def scheduled(core: Core, queue: str | None = None, *, retrying: bool = False,
+def scheduled(core: ClientState, queue: str | None = None, *, retrying: bool = False,
               after: str | None = None, limit: int = PAGE) -> Op[SlotPage]:
     """Slots waiting for their time in the due sets (delayed and `at` jobs, cron occurrences
     made ahead, retries), soonest first, `limit` at a time; `after` is the `next` of the page
@@ -307,7 +307,7 @@ def scheduled(core: Core, queue: str | None = None, *, retrying: bool = False,
     limit, cursor = _check_limit(limit), _cursor(after)
     filtered = queue is not None or retrying
     count = max(limit, SCAN) if filtered else limit
-    yield from _ready(core)
+    yield from ready(core)
     pipe = Pipe(raise_on_error=False)
     starts = _starts(cursor, 0, core.shards, unique=False)
     for shard, start in enumerate(starts):
@@ -334,7 +334,7 @@ def scheduled(core: Core, queue: str | None = None, *, retrying: bool = False,
     return SlotPage((yield from _slots(core, slot_ids)), nxt)
 
 
-def running(core: Core, queue: str | None = None, *, after: str | None = None,
+def running(core: ClientState, queue: str | None = None, *, after: str | None = None,
             limit: int = PAGE) -> Op[SlotPage]:
     """Runs in progress now: slots a worker holds (a pending entry in their lane, or, for
     at_most_once jobs, a lease in the shard's `leases` set), `limit` at a time, in order of
@@ -346,8 +346,9 @@ def running(core: Core, queue: str | None = None, *, after: str | None = None,
     if queue is not None:
         check_name("queue", queue)
     limit, cursor = _check_limit(limit), _cursor(after)
-    yield from _ready(core)
-    if queue is None:  # the lanes each shard's index names (queue_cleaner.py keeps it)
+    yield from ready(core)
+    # The lanes each shard's index names (scheduler/node/queue_cleaner.py keeps it).
+    if queue is None:
         pipe = Pipe()
         for shard in range(core.shards):
             pipe.zrange(core.keys.lane_index(shard), 0, -1)
@@ -392,7 +393,7 @@ def running(core: Core, queue: str | None = None, *, after: str | None = None,
         s.status not in TERMINAL and (queue is None or s.queue == queue)))), nxt)
 
 
-def recent_jobs(core: Core, *, after: str | None = None, limit: int = PAGE
+def recent_jobs(core: ClientState, *, after: str | None = None, limit: int = PAGE
                 ) -> Op[SubmissionPage]:
     """Jobs submitted most recently, newest first (by the ms: jobs of one ms in two shards
     come in shard order), of every kind (immediate jobs, which no index lists, included),
@@ -402,7 +403,7 @@ def recent_jobs(core: Core, *, after: str | None = None, limit: int = PAGE
     `next`; what the stream has trimmed (`events_maxlen`) is in the history store only. Two
     round trips."""
     limit, cursor = _check_limit(limit), _cursor(after)
-    yield from _ready(core)
+    yield from ready(core)
     pipe = Pipe(raise_on_error=False)
     starts = _starts(cursor, 0, core.shards, unique=False)
     for shard, start in enumerate(starts):
@@ -432,8 +433,8 @@ def recent_jobs(core: Core, *, after: str | None = None, limit: int = PAGE
 
 
 def _submitted(fields: dict[bytes, bytes], pos: tuple[int, int]) -> list[Submission]:
-    """A "submitted" event's jobs, the last submitted first (events.py: a record is a slot
-    id alone, or {job, slot?})."""
+    """A "submitted" event's jobs, the last submitted first (scheduler/core/events.py: a
+    record is a slot id alone, or {job, slot?})."""
     out = []
     try:
         records = json.loads(fields.get(b"data") or b"[]")
@@ -460,7 +461,7 @@ def _submitted(fields: dict[bytes, bytes], pos: tuple[int, int]) -> list[Submiss
 _JOB_FIELDS = ("task", "queue", "kind")
 
 
-def _describe(core: Core, found: list[Submission]) -> Op[list[Submission]]:
+def _describe(core: ClientState, found: list[Submission]) -> Op[list[Submission]]:
     """Each submission with its job's task, queue and kind and its slot's status now."""
     if not found:
         return []

@@ -1,7 +1,11 @@
-"""The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both are drivers of the same
-operations (scheduler/sdk/operations.py), which validate input, build the Lua calls and decode
-replies without doing I/O (scheduler/sdk/core.py); the two classes only do the I/O. Each
-method is the operation of the same name, so the two have the same methods by construction.
+"""The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both drive the same
+operations, written once without I/O (scheduler/sdk/requests.py says how): each public
+method is its operation, of the same name, in the scheduler/sdk/ module of its topic
+(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, and state.py
+for the namespace).
+The two classes only perform the requests an operation yields. A method states its
+parameters and takes its operation's docstring; tests/sdk/test_signatures.py checks that
+every method's parameters are its operation's, in both classes.
 
 Every Redis failure leaves the SDK as a `scheduler.core.errors.RedisFailure` (`RedisUnavailable`:
 unreachable, too slow, not Redis; `RedisRefused`: out of memory, read-only, no such
@@ -13,8 +17,9 @@ or raises `SubmitError`, whose `written` holds exactly the ids that are in Redis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 import redis.asyncio
@@ -23,19 +28,26 @@ import scheduler.redis.cluster as cluster
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.sdk.browse as browse
-import scheduler.sdk.operations as operations
+import scheduler.sdk.history as history_ops
+import scheduler.sdk.jobs as job_ops
 import scheduler.sdk.queues as queue_ops
-import scheduler.sdk.results as results
-import scheduler.sdk.schedules as schedules
+import scheduler.sdk.results as result_ops
+import scheduler.sdk.schedules as schedule_ops
+import scheduler.sdk.state as state
+import scheduler.sdk.status as status_ops
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
-from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES
+from scheduler.core.limits import QueueLimit
+from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, Job, RetryPolicy, Slot
 from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.observe.status import Status, WorkerStatus
 from scheduler.redis.clients import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from scheduler.redis.clock import Clock
-from scheduler.sdk.core import (
-    Core,
+from scheduler.sdk.browse import SlotPage, SubmissionPage
+from scheduler.sdk.jobs import DeadLetter
+from scheduler.sdk.queues import QueueInfo
+from scheduler.sdk.requests import (
     Done,
     Io,
     Op,
@@ -47,6 +59,8 @@ from scheduler.sdk.core import (
     advance,
     translated,
 )
+from scheduler.sdk.schedules import JobDeleted
+from scheduler.sdk.state import ClientState
 
 if TYPE_CHECKING:
     from scheduler.history.store import HistoryStore
@@ -56,9 +70,8 @@ __all__ = ["AsyncClient", "Client", "JobSpec"]
 # Aliases: inside the classes, `redis` is the connection attribute.
 _SyncRedis = redis.Redis
 _AsyncRedis = redis.asyncio.Redis
-P = ParamSpec("P")
 R = TypeVar("R")
-DeadLetter = operations.DeadLetter
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _open_history(source: str | HistoryStore | None) -> HistoryStore:
@@ -98,8 +111,8 @@ class _Driver:
         if not finite_number(timeout_s) or not timeout_s > 0:
             raise ValidationError("timeout_s", f"{timeout_s!r} is not allowed; must be a "
                                                f"finite number of seconds > 0")
-        self._core = Core(namespace, shards, clock, max_payload_bytes, events_maxlen,
-                          durability, replicas, replica_timeout_s)
+        self._core = ClientState(namespace, shards, clock, max_payload_bytes, events_maxlen,
+                                 durability, replicas, replica_timeout_s)
         if tracing:
             from scheduler.observe.tracing import SubmitTracer
 
@@ -116,10 +129,12 @@ class _Driver:
 
     @property
     def namespace(self) -> str:
+        """The namespace this client works in."""
         return self._core.keys.ns
 
     @property
     def events_maxlen(self) -> int:
+        """The length this client's transitions trim the namespace's event streams to."""
         return self._core.events_maxlen
 
     @property
@@ -140,26 +155,12 @@ class _Driver:
         return self._store if self._store is not self._history_source else None
 
 
-def _named(method: Any, op: Callable[..., Any]) -> None:
-    """The method takes the operation's name and docstring (help(), IDEs)."""
-    method.__name__ = method.__qualname__ = op.__name__
-    method.__doc__ = op.__doc__
-
-
-def _blocking(op: Callable[Concatenate[Core, P], Op[R]]
-              ) -> Callable[Concatenate[Client, P], R]:
-    def method(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._drive(op(self._core, *args, **kwargs))
-    _named(method, op)
-    return method
-
-
-def _awaitable(op: Callable[Concatenate[Core, P], Op[R]]
-               ) -> Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, R]]:
-    async def method(self: AsyncClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
-        return await self._drive(op(self._core, *args, **kwargs))
-    _named(method, op)
-    return method
+def _drives(op: Callable[..., Op[Any]]) -> Callable[[F], F]:
+    """The method performs `op`: it takes the operation's docstring (help(), IDEs)."""
+    def take(method: F) -> F:
+        method.__doc__ = op.__doc__
+        return method
+    return take
 
 
 class Client(_Driver):
@@ -201,43 +202,164 @@ class Client(_Driver):
         assert isinstance(request, StoreCall)
         return getattr(self.store, request.method)(*request.args, **request.kwargs)
 
-    @property
-    def shards(self) -> int:
-        """The namespace's shard count (AsyncClient: `await client.shards()`)."""
-        return self._shards()
+    # The namespace: scheduler/sdk/state.py
 
-    _shards = _blocking(operations.shards)
-    now_ms = _blocking(operations.now_ms)
-    create_namespace = _blocking(operations.create_namespace)
-    submit = _blocking(operations.submit)
-    submit_many = _blocking(operations.submit_many)
-    get_job = _blocking(operations.get_job)
-    list_jobs = _blocking(operations.list_jobs)
-    slots = _blocking(operations.slots)
-    latest_slots = _blocking(operations.latest_slots)
-    get_slot = _blocking(operations.get_slot)
-    history = _blocking(operations.history)
-    runs = _blocking(operations.runs)
-    status = _blocking(operations.status)
-    workers = _blocking(operations.workers)
-    cancel = _blocking(operations.cancel)
-    dead_letters = _blocking(operations.dead_letters)
-    replay = _blocking(operations.replay)
-    purge = _blocking(operations.purge)
-    delete_job = _blocking(schedules.delete_job)
-    next_fires = _blocking(schedules.next_fires)
-    trigger = _blocking(schedules.trigger)
-    schedule = _blocking(schedules.schedule)
-    result = _blocking(results.result)
-    set_queue_limit = _blocking(queue_ops.set_queue_limit)
-    queue_limits = _blocking(queue_ops.queue_limits)
-    queues = _blocking(queue_ops.queues)
-    queued = _blocking(browse.queued)
-    scheduled = _blocking(browse.scheduled)
-    running = _blocking(browse.running)
-    recent_jobs = _blocking(browse.recent_jobs)
+    @property
+    @_drives(state.shards)
+    def shards(self) -> int:
+        return self._drive(state.shards(self._core))
+
+    @_drives(state.now_ms)
+    def now_ms(self) -> int:
+        return self._drive(state.now_ms(self._core))
+
+    @_drives(state.create_namespace)
+    def create_namespace(self, max_payload_bytes: int | None = None) -> int:
+        return self._drive(state.create_namespace(self._core, max_payload_bytes))
+
+    # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
+
+    @_drives(job_ops.submit)
+    def submit(self, task: str, payload: Any = None, *, queue: str = "default",
+               timeout: float | None = None, retry: RetryPolicy | None = None,
+               delivery: str = "at_least_once", priority: int | None = None,
+               dedupe_key: str | None = None, delay: float | timedelta | None = None,
+               at: datetime | None = None, cron: str | None = None, tz: str | None = None,
+               catchup: str | None = None, catchup_limit: int | None = None,
+               overlap: str | None = None, start_at: datetime | None = None,
+               end_at: datetime | None = None, durability: str | None = None) -> str:
+        return self._drive(job_ops.submit(self._core, task, payload, queue, timeout, retry,
+                                          delivery, priority, dedupe_key, delay, at, cron, tz,
+                                          catchup, catchup_limit, overlap, start_at, end_at,
+                                          durability))
+
+    @_drives(job_ops.submit_many)
+    def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
+                    durability: str | None = None) -> list[str]:
+        return self._drive(job_ops.submit_many(self._core, jobs, durability=durability))
+
+    @_drives(job_ops.get_job)
+    def get_job(self, job_id: str) -> Job:
+        return self._drive(job_ops.get_job(self._core, job_id))
+
+    @_drives(job_ops.list_jobs)
+    def list_jobs(self, limit: int = 100) -> list[Job]:
+        return self._drive(job_ops.list_jobs(self._core, limit))
+
+    @_drives(job_ops.get_slot)
+    def get_slot(self, slot: str) -> Slot:
+        return self._drive(job_ops.get_slot(self._core, slot))
+
+    @_drives(job_ops.slots)
+    def slots(self, job_id: str, last: int | None = None) -> list[Slot]:
+        return self._drive(job_ops.slots(self._core, job_id, last))
+
+    @_drives(job_ops.latest_slots)
+    def latest_slots(self, job_ids: Iterable[str], last: int = 1) -> dict[str, list[Slot]]:
+        return self._drive(job_ops.latest_slots(self._core, job_ids, last))
+
+    @_drives(job_ops.cancel)
+    def cancel(self, ids: str | Iterable[str],
+               reason: str = "cancelled by operator") -> dict[str, str]:
+        return self._drive(job_ops.cancel(self._core, ids, reason))
+
+    @_drives(job_ops.dead_letters)
+    def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return self._drive(job_ops.dead_letters(self._core, limit))
+
+    @_drives(job_ops.replay)
+    def replay(self, slot_ids: Iterable[str] | None = None) -> int:
+        return self._drive(job_ops.replay(self._core, slot_ids))
+
+    @_drives(job_ops.purge)
+    def purge(self, slot_ids: Iterable[str] | None = None) -> int:
+        return self._drive(job_ops.purge(self._core, slot_ids))
+
+    # Runs, from Redis and the history store: scheduler/sdk/history.py
+
+    @_drives(history_ops.history)
+    def history(self, *, job_id: str | None = None, status: str | None = None,
+                since: datetime | int | None = None, until: datetime | int | None = None,
+                limit: int = 100) -> list[Slot]:
+        return self._drive(history_ops.history(self._core, job_id=job_id, status=status,
+                                               since=since, until=until, limit=limit))
+
+    @_drives(history_ops.runs)
+    def runs(self, job_id: str) -> list[Slot]:
+        return self._drive(history_ops.runs(self._core, job_id))
+
+    # The namespace at a glance: scheduler/sdk/status.py
+
+    @_drives(status_ops.status)
+    def status(self) -> Status:
+        return self._drive(status_ops.status(self._core))
+
+    @_drives(status_ops.workers)
+    def workers(self) -> list[WorkerStatus]:
+        return self._drive(status_ops.workers(self._core))
+
+    # A job's series, named schedules: scheduler/sdk/schedules.py
+
+    @_drives(schedule_ops.delete_job)
+    def delete_job(self, job_id: str, reason: str = "deleted by operator") -> JobDeleted:
+        return self._drive(schedule_ops.delete_job(self._core, job_id, reason))
+
+    @_drives(schedule_ops.next_fires)
+    def next_fires(self, job_id: str, n: int = 10) -> list[int]:
+        return self._drive(schedule_ops.next_fires(self._core, job_id, n))
+
+    @_drives(schedule_ops.trigger)
+    def trigger(self, job_id: str) -> str:
+        return self._drive(schedule_ops.trigger(self._core, job_id))
+
+    @_drives(schedule_ops.schedule)
+    def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
+        return self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
+
+    # A run's result: scheduler/sdk/results.py
+
+    @_drives(result_ops.result)
+    def result(self, job_or_slot_id: str, timeout: float | None = None) -> Any:
+        return self._drive(result_ops.result(self._core, job_or_slot_id, timeout))
+
+    # Queues and their limits: scheduler/sdk/queues.py
+
+    @_drives(queue_ops.set_queue_limit)
+    def set_queue_limit(self, queue: str, concurrency: int | None = None,
+                        rate: float | None = None) -> QueueLimit | None:
+        return self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate))
+
+    @_drives(queue_ops.queue_limits)
+    def queue_limits(self) -> dict[str, QueueLimit]:
+        return self._drive(queue_ops.queue_limits(self._core))
+
+    @_drives(queue_ops.queues)
+    def queues(self, now: Status | None = None) -> list[QueueInfo]:
+        return self._drive(queue_ops.queues(self._core, now))
+
+    # Paged lists: scheduler/sdk/browse.py
+
+    @_drives(browse.queued)
+    def queued(self, queue: str, *, after: str | None = None, limit: int = browse.PAGE) -> SlotPage:
+        return self._drive(browse.queued(self._core, queue, after=after, limit=limit))
+
+    @_drives(browse.scheduled)
+    def scheduled(self, queue: str | None = None, *, retrying: bool = False,
+                  after: str | None = None, limit: int = browse.PAGE) -> SlotPage:
+        return self._drive(browse.scheduled(self._core, queue, retrying=retrying, after=after,
+                                            limit=limit))
+
+    @_drives(browse.running)
+    def running(self, queue: str | None = None, *, after: str | None = None,
+                limit: int = browse.PAGE) -> SlotPage:
+        return self._drive(browse.running(self._core, queue, after=after, limit=limit))
+
+    @_drives(browse.recent_jobs)
+    def recent_jobs(self, *, after: str | None = None, limit: int = browse.PAGE) -> SubmissionPage:
+        return self._drive(browse.recent_jobs(self._core, after=after, limit=limit))
 
     def close(self) -> None:
+        """Close the connection, and the history store if this client opened it."""
         self.redis.close()
         store = self._owned_store()
         if store is not None:
@@ -294,38 +416,165 @@ class AsyncClient(_Driver):
         return await asyncio.to_thread(getattr(self._store, request.method), *request.args,
                                        **request.kwargs)
 
-    shards = _awaitable(operations.shards)
-    now_ms = _awaitable(operations.now_ms)
-    create_namespace = _awaitable(operations.create_namespace)
-    submit = _awaitable(operations.submit)
-    submit_many = _awaitable(operations.submit_many)
-    get_job = _awaitable(operations.get_job)
-    list_jobs = _awaitable(operations.list_jobs)
-    slots = _awaitable(operations.slots)
-    latest_slots = _awaitable(operations.latest_slots)
-    get_slot = _awaitable(operations.get_slot)
-    history = _awaitable(operations.history)
-    runs = _awaitable(operations.runs)
-    status = _awaitable(operations.status)
-    workers = _awaitable(operations.workers)
-    cancel = _awaitable(operations.cancel)
-    dead_letters = _awaitable(operations.dead_letters)
-    replay = _awaitable(operations.replay)
-    purge = _awaitable(operations.purge)
-    delete_job = _awaitable(schedules.delete_job)
-    next_fires = _awaitable(schedules.next_fires)
-    trigger = _awaitable(schedules.trigger)
-    schedule = _awaitable(schedules.schedule)
-    result = _awaitable(results.result)
-    set_queue_limit = _awaitable(queue_ops.set_queue_limit)
-    queue_limits = _awaitable(queue_ops.queue_limits)
-    queues = _awaitable(queue_ops.queues)
-    queued = _awaitable(browse.queued)
-    scheduled = _awaitable(browse.scheduled)
-    running = _awaitable(browse.running)
-    recent_jobs = _awaitable(browse.recent_jobs)
+    # The namespace: scheduler/sdk/state.py
+
+    @_drives(state.shards)
+    async def shards(self) -> int:
+        return await self._drive(state.shards(self._core))
+
+    @_drives(state.now_ms)
+    async def now_ms(self) -> int:
+        return await self._drive(state.now_ms(self._core))
+
+    @_drives(state.create_namespace)
+    async def create_namespace(self, max_payload_bytes: int | None = None) -> int:
+        return await self._drive(state.create_namespace(self._core, max_payload_bytes))
+
+    # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
+
+    @_drives(job_ops.submit)
+    async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
+                     timeout: float | None = None, retry: RetryPolicy | None = None,
+                     delivery: str = "at_least_once", priority: int | None = None,
+                     dedupe_key: str | None = None, delay: float | timedelta | None = None,
+                     at: datetime | None = None, cron: str | None = None, tz: str | None = None,
+                     catchup: str | None = None, catchup_limit: int | None = None,
+                     overlap: str | None = None, start_at: datetime | None = None,
+                     end_at: datetime | None = None, durability: str | None = None) -> str:
+        return await self._drive(job_ops.submit(self._core, task, payload, queue,
+                                                timeout, retry, delivery, priority, dedupe_key,
+                                                delay, at, cron, tz, catchup, catchup_limit,
+                                                overlap, start_at, end_at, durability))
+
+    @_drives(job_ops.submit_many)
+    async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
+                          durability: str | None = None) -> list[str]:
+        return await self._drive(job_ops.submit_many(self._core, jobs, durability=durability))
+
+    @_drives(job_ops.get_job)
+    async def get_job(self, job_id: str) -> Job:
+        return await self._drive(job_ops.get_job(self._core, job_id))
+
+    @_drives(job_ops.list_jobs)
+    async def list_jobs(self, limit: int = 100) -> list[Job]:
+        return await self._drive(job_ops.list_jobs(self._core, limit))
+
+    @_drives(job_ops.get_slot)
+    async def get_slot(self, slot: str) -> Slot:
+        return await self._drive(job_ops.get_slot(self._core, slot))
+
+    @_drives(job_ops.slots)
+    async def slots(self, job_id: str, last: int | None = None) -> list[Slot]:
+        return await self._drive(job_ops.slots(self._core, job_id, last))
+
+    @_drives(job_ops.latest_slots)
+    async def latest_slots(self, job_ids: Iterable[str], last: int = 1) -> dict[str, list[Slot]]:
+        return await self._drive(job_ops.latest_slots(self._core, job_ids, last))
+
+    @_drives(job_ops.cancel)
+    async def cancel(self, ids: str | Iterable[str],
+                     reason: str = "cancelled by operator") -> dict[str, str]:
+        return await self._drive(job_ops.cancel(self._core, ids, reason))
+
+    @_drives(job_ops.dead_letters)
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return await self._drive(job_ops.dead_letters(self._core, limit))
+
+    @_drives(job_ops.replay)
+    async def replay(self, slot_ids: Iterable[str] | None = None) -> int:
+        return await self._drive(job_ops.replay(self._core, slot_ids))
+
+    @_drives(job_ops.purge)
+    async def purge(self, slot_ids: Iterable[str] | None = None) -> int:
+        return await self._drive(job_ops.purge(self._core, slot_ids))
+
+    # Runs, from Redis and the history store: scheduler/sdk/history.py
+
+    @_drives(history_ops.history)
+    async def history(self, *, job_id: str | None = None, status: str | None = None,
+                      since: datetime | int | None = None, until: datetime | int | None = None,
+                      limit: int = 100) -> list[Slot]:
+        return await self._drive(history_ops.history(self._core, job_id=job_id, status=status,
+                                                     since=since, until=until, limit=limit))
+
+    @_drives(history_ops.runs)
+    async def runs(self, job_id: str) -> list[Slot]:
+        return await self._drive(history_ops.runs(self._core, job_id))
+
+    # The namespace at a glance: scheduler/sdk/status.py
+
+    @_drives(status_ops.status)
+    async def status(self) -> Status:
+        return await self._drive(status_ops.status(self._core))
+
+    @_drives(status_ops.workers)
+    async def workers(self) -> list[WorkerStatus]:
+        return await self._drive(status_ops.workers(self._core))
+
+    # A job's series, named schedules: scheduler/sdk/schedules.py
+
+    @_drives(schedule_ops.delete_job)
+    async def delete_job(self, job_id: str, reason: str = "deleted by operator") -> JobDeleted:
+        return await self._drive(schedule_ops.delete_job(self._core, job_id, reason))
+
+    @_drives(schedule_ops.next_fires)
+    async def next_fires(self, job_id: str, n: int = 10) -> list[int]:
+        return await self._drive(schedule_ops.next_fires(self._core, job_id, n))
+
+    @_drives(schedule_ops.trigger)
+    async def trigger(self, job_id: str) -> str:
+        return await self._drive(schedule_ops.trigger(self._core, job_id))
+
+    @_drives(schedule_ops.schedule)
+    async def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
+        return await self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
+
+    # A run's result: scheduler/sdk/results.py
+
+    @_drives(result_ops.result)
+    async def result(self, job_or_slot_id: str, timeout: float | None = None) -> Any:
+        return await self._drive(result_ops.result(self._core, job_or_slot_id, timeout))
+
+    # Queues and their limits: scheduler/sdk/queues.py
+
+    @_drives(queue_ops.set_queue_limit)
+    async def set_queue_limit(self, queue: str, concurrency: int | None = None,
+                              rate: float | None = None) -> QueueLimit | None:
+        return await self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate))
+
+    @_drives(queue_ops.queue_limits)
+    async def queue_limits(self) -> dict[str, QueueLimit]:
+        return await self._drive(queue_ops.queue_limits(self._core))
+
+    @_drives(queue_ops.queues)
+    async def queues(self, now: Status | None = None) -> list[QueueInfo]:
+        return await self._drive(queue_ops.queues(self._core, now))
+
+    # Paged lists: scheduler/sdk/browse.py
+
+    @_drives(browse.queued)
+    async def queued(self, queue: str, *, after: str | None = None,
+                     limit: int = browse.PAGE) -> SlotPage:
+        return await self._drive(browse.queued(self._core, queue, after=after, limit=limit))
+
+    @_drives(browse.scheduled)
+    async def scheduled(self, queue: str | None = None, *, retrying: bool = False,
+                        after: str | None = None, limit: int = browse.PAGE) -> SlotPage:
+        return await self._drive(browse.scheduled(self._core, queue, retrying=retrying,
+                                                  after=after, limit=limit))
+
+    @_drives(browse.running)
+    async def running(self, queue: str | None = None, *, after: str | None = None,
+                      limit: int = browse.PAGE) -> SlotPage:
+        return await self._drive(browse.running(self._core, queue, after=after, limit=limit))
+
+    @_drives(browse.recent_jobs)
+    async def recent_jobs(self, *, after: str | None = None,
+                          limit: int = browse.PAGE) -> SubmissionPage:
+        return await self._drive(browse.recent_jobs(self._core, after=after, limit=limit))
 
     async def aclose(self) -> None:
+        """Close the connection, and the history store if this client opened it."""
         await self.redis.aclose()
         store = self._owned_store()
         if store is not None:

@@ -1,5 +1,6 @@
-"""Queues as an operator sees them: depth, lag, rates and queue-wide limits (limits.py), and
-setting or clearing a limit (`Client.set_queue_limit`, `sched queues limit`)."""
+"""Queues as an operator sees them: depth, lag, rates and queue-wide limits
+(scheduler/core/limits.py), and setting or clearing a limit (`Client.set_queue_limit`,
+`sched queues limit`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import scheduler.core.limits as limits
 from scheduler.core.keys import check_name
 from scheduler.core.limits import QueueLimit
 from scheduler.observe.status import Status
-from scheduler.sdk.core import Core, Op, Pipe
-from scheduler.sdk.operations import _ready, status
+from scheduler.sdk.requests import Op, Pipe
+from scheduler.sdk.state import ClientState, ready
+from scheduler.sdk.status import status
 
 
 class QueueInfo(msgspec.Struct, kw_only=True):
@@ -26,14 +28,14 @@ class QueueInfo(msgspec.Struct, kw_only=True):
     permits_held: int | None = None  # runs holding a permit now (a concurrency limit only)
 
 
-def set_queue_limit(core: Core, queue: str, concurrency: int | None = None,
+def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = None,
                     rate: float | None = None) -> Op[QueueLimit | None]:
     """At most `concurrency` runs of `queue` at once across all workers, and at most `rate`
     starts per second; both None clears the limit. Workers apply a change within about two
     seconds; slots over the limit stay queued. Returns the limit now in force (None: none)."""
     check_name("queue", queue)
     limit = limits.check_limit(concurrency, rate)
-    yield from _ready(core)
+    yield from ready(core)
     pipe = Pipe()
     if limit.concurrency is None and limit.rate is None:
         pipe.hdel(core.keys.limits, queue)
@@ -44,15 +46,16 @@ def set_queue_limit(core: Core, queue: str, concurrency: int | None = None,
     return limit
 
 
-def queue_limits(core: Core) -> Op[dict[str, QueueLimit]]:
-    yield from _ready(core)
+def queue_limits(core: ClientState) -> Op[dict[str, QueueLimit]]:
+    """The limits set with `set_queue_limit`, by queue."""
+    yield from ready(core)
     pipe = Pipe()
     pipe.hgetall(core.keys.limits)
     raw: Any = (yield pipe)[0]
     return limits.parse(raw)
 
 
-def queues(core: Core, now: Status | None = None) -> Op[list[QueueInfo]]:
+def queues(core: ClientState, now: Status | None = None) -> Op[list[QueueInfo]]:
     """Every queue with its depth, lag, rates and limit. `now`: a status just read
     (`status()`), to take the queues' figures from instead of reading them again."""
     if now is None:

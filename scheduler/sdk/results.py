@@ -19,8 +19,10 @@ from scheduler.core.finite import finite_number
 from scheduler.core.keys import split_slot_id
 from scheduler.core.models import Slot
 from scheduler.core.states import TERMINAL, SlotStatus
-from scheduler.sdk.core import Core, Io, Op
-from scheduler.sdk.operations import get_job, get_slot, history
+from scheduler.sdk.history import history
+from scheduler.sdk.jobs import get_job, get_slot
+from scheduler.sdk.requests import Io, Op
+from scheduler.sdk.state import ClientState
 
 POLL_S = 0.05  # between looks at a slot still running; a wait costs one HGETALL per look
 
@@ -33,7 +35,7 @@ async def _asleep(redis: Any, seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-def result(core: Core, job_or_slot_id: str, timeout: float | None = None) -> Op[Any]:
+def result(core: ClientState, job_or_slot_id: str, timeout: float | None = None) -> Op[Any]:
     """The value the slot's handler returned (None if it returned nothing), once the slot
     has ended; for a job id, its one slot (a recurring job has many: give the slot id).
     Waits up to `timeout` seconds (None: as long as it takes); raises ResultTimeout then,
@@ -55,7 +57,7 @@ def result(core: Core, job_or_slot_id: str, timeout: float | None = None) -> Op[
         yield Io(_sleep, _asleep, (POLL_S,))
 
 
-def _slot_of(core: Core, given: str) -> Op[str]:
+def _slot_of(core: ClientState, given: str) -> Op[str]:
     if ":" in given:
         split_slot_id(given)  # ValidationError for a malformed one
         return given
@@ -66,7 +68,7 @@ def _slot_of(core: Core, given: str) -> Op[str]:
     return f"{given}:{job.fire_ms}"
 
 
-def _current(core: Core, slot_id: str) -> Op[Slot]:
+def _current(core: ClientState, slot_id: str) -> Op[Slot]:
     """The slot from Redis, or from the history store once retention has removed it."""
     try:
         return (yield from get_slot(core, slot_id))

@@ -1,7 +1,7 @@
 """Managing a job's series: end it (`delete_job`), see its next fire times (`next_fires`),
 run it once more now (`trigger`), and named schedules (`schedule`) that a deploy declares
-again and again. Operations of the SDK like those of operations.py: generators that yield
-requests, driven by Client and AsyncClient alike."""
+again and again. SDK operations: generators that yield requests (scheduler/sdk/requests.py),
+driven by Client and AsyncClient alike."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from scheduler.core.keys import check_job_id, shard_of
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate
-from scheduler.sdk.core import Core, Op, Pipe, Scripts
-from scheduler.sdk.operations import _ensure_namespace, _ready, get_job
+from scheduler.sdk.jobs import get_job
+from scheduler.sdk.requests import Op, Pipe, Scripts
+from scheduler.sdk.state import ClientState, ensure_namespace, ready
 
 MAX_NEXT_FIRES = 1000
 
@@ -34,13 +35,13 @@ class JobDeleted(msgspec.Struct, frozen=True):
     before: bool = False
 
 
-def delete_job(core: Core, job_id: str, reason: str = "deleted by operator") -> Op[JobDeleted]:
+def delete_job(core: ClientState, job_id: str, reason: str = "deleted by operator") -> Op[JobDeleted]:
     """End a job's series: a recurring job creates no occurrence after this, every slot of
     it that has not started is cancelled, and a running one finishes. The definition stays
     (`get_job` shows `deleted_ms`). Deleting twice changes nothing the second time."""
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
         raise ValidationError("reason", "must be a line of text of at most 200 characters")
-    yield from _ready(core)
+    yield from ready(core)
     call = scripts.delete_job(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
                               job_id, " ".join(reason.split()))
     done = Deleted.decode((yield Scripts([call]))[0])
@@ -49,7 +50,7 @@ def delete_job(core: Core, job_id: str, reason: str = "deleted by operator") -> 
     return JobDeleted(job_id, done.cancelled, done.running, before=done.code is Code.TERMINAL)
 
 
-def next_fires(core: Core, job_id: str, n: int = 10) -> Op[list[int]]:
+def next_fires(core: ClientState, job_id: str, n: int = 10) -> Op[list[int]]:
     """The next `n` fire times (Redis ms) of a job, from now: a recurring job's coming
     occurrences (within its start_at / end_at), a delayed or `at` job's one fire time while
     it is ahead; none for a job that was deleted or has run."""
@@ -69,10 +70,10 @@ def next_fires(core: Core, job_id: str, n: int = 10) -> Op[list[int]]:
     return out
 
 
-def trigger(core: Core, job_id: str) -> Op[str]:
+def trigger(core: ClientState, job_id: str) -> Op[str]:
     """Run a job once more now, beside its schedule: a new slot, dispatched at once; returns
     its id. Refused for a deleted job (ValidationError)."""
-    yield from _ready(core)
+    yield from ready(core)
     call = scripts.trigger(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
                            job_id)
     code, slot = triggered((yield Scripts([call]))[0])
@@ -87,7 +88,7 @@ _NOT_IN_A_SCHEDULE = ("dedupe_key", "delay", "at")
 REDEFINE_TRIES = 8
 
 
-def schedule(core: Core, /, name: str, task: str, payload: Any = None,
+def schedule(core: ClientState, /, name: str, task: str, payload: Any = None,
              **options: Any) -> Op[str]:
     """A recurring job identified by `name` (its job id), declared idempotently: the same
     spec writes nothing, a changed spec replaces the definition from the next occurrence
@@ -99,8 +100,8 @@ def schedule(core: Core, /, name: str, task: str, payload: Any = None,
     deleted; with another spec it is a series again. Returns the job id (= name)."""
     spec, digest = _named_spec(name, task, payload, options)
     try:
-        yield from _ready(core)
-        yield from _ensure_namespace(core)
+        yield from ready(core)
+        yield from ensure_namespace(core)
         job = validate(core, spec, core.clock.now_ms())
         _, task, queue, fire_ms, _, _ = job
         fields = hash_fields(job)
@@ -139,7 +140,7 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
                                  digest_size=12).hexdigest()
 
 
-def _redefine(core: Core, prefix: str, name: str, spec: JobSpec, digest: str, fire_ms: int,
+def _redefine(core: ClientState, prefix: str, name: str, spec: JobSpec, digest: str, fire_ms: int,
               fields: list[Any]) -> Op[None]:
     """The name is taken: nothing to do if its spec is this one, else replace it (a
     compare-and-set on the spec read, so racing declarations settle on one)."""

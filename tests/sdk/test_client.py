@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
 from collections.abc import Iterator
 
@@ -16,7 +15,6 @@ from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
 from scheduler.core.keys import DEFAULT_CLUSTER_SHARDS, DEFAULT_SHARDS
 from scheduler.redis import cluster
 from scheduler.scripts import calls as scripts
-from scheduler.sdk import operations
 
 
 def test_submit_many_is_one_round_trip_with_one_script_call_per_shard(
@@ -134,21 +132,6 @@ def test_async_client_matches_the_blocking_one(redis_url: str, ns: str) -> None:
             [slot] = await client.slots(ids[3])
             assert slot.status is SlotStatus.QUEUED
     asyncio.run(main())
-
-
-def test_both_clients_have_every_operation() -> None:
-    """Client and AsyncClient drive the same operations (scheduler/sdk/operations.py): every
-    public operation is a method of both, and neither has a public method the other lacks
-    (but close / aclose)."""
-    ops = {name for name, f in vars(operations).items()
-           if inspect.isgeneratorfunction(f) and not name.startswith("_")}
-    def public(cls: type) -> set[str]:
-        return {n for n in dir(cls) if not n.startswith("_")}
-    assert ops <= public(Client) and ops <= public(AsyncClient), ops - public(AsyncClient)
-    assert public(Client) - {"close"} == public(AsyncClient) - {"aclose"}
-    for name in ops - {"shards"}:
-        assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
-        assert getattr(Client, name).__doc__ == getattr(operations, name).__doc__
 
 
 def test_the_async_client_runs_the_operator_actions(redis_url: str, ns: str) -> None:

@@ -1,9 +1,9 @@
-"""Every SDK operation, written once without I/O (scheduler/sdk/core.py says how): `Client`
-and `AsyncClient` (scheduler/sdk/client.py) drive these generators, so each method exists in both
-by construction (tests/test_client.py checks it) and behaves the same in both.
+"""Jobs: submitting them (`submit`, `submit_many`; scheduler/sdk/batching.py validates and
+packs a batch), reading them and their slots (`get_job`, `list_jobs`, `slots`,
+`latest_slots`, `get_slot`), and the operator's actions on their slots (`cancel`, and the
+dead-letter queue: `dead_letters`, `replay`, `purge`).
 
-Operator actions (cancel, the dead-letter queue) are one Lua transition per shard, all shards
-in one pipelined round trip.
+Operator actions are one Lua transition per shard, all shards in one pipelined round trip.
 """
 
 from __future__ import annotations
@@ -15,43 +15,16 @@ from typing import Any
 import msgspec
 
 import scheduler.scripts.calls as scripts
-from scheduler.core.errors import (
-    ConfigError,
-    JobNotFound,
-    NamespaceError,
-    SlotNotFound,
-    StoreUnavailable,
-    ValidationError,
-)
+from scheduler.core.errors import ConfigError, DurabilityError, SlotNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec, one_spec, schedule_arguments
 from scheduler.core.keys import check_job_id, shard_of, slot_id, split_slot_id
 from scheduler.core.models import Job, RetryPolicy, Slot, slot_from_hash
-from scheduler.core.namespace import META_FIELDS, check_payload_limit
 from scheduler.core.states import Durability
-from scheduler.observe.status import (
-    Status,
-    WorkerStatus,
-    read_status,
-    read_status_async,
-    read_workers,
-    read_workers_async,
-)
 from scheduler.redis.failures import REDIS_ERRORS, RedisErrors
 from scheduler.scripts.replies import Code, codes
 from scheduler.sdk.batching import Batch, nothing_written
-from scheduler.sdk.core import (
-    Core,
-    Io,
-    Op,
-    Pipe,
-    Scripts,
-    ScriptStream,
-    StoreCall,
-    durability_of,
-    history_query,
-    merge_runs,
-    not_replicated,
-)
+from scheduler.sdk.requests import Op, Pipe, Scripts, ScriptStream
+from scheduler.sdk.state import ClientState, durability_of, ensure_namespace, ready
 
 CANCEL_RESULTS = {
     Code.CANCELLED: "cancelled",
@@ -71,7 +44,7 @@ class DeadLetter(msgspec.Struct, frozen=True):
         return self.slot.attempts[-1].error if self.slot.attempts else None
 
 
-def _check_fsync(core: Core) -> Op[None]:
+def _check_fsync(core: ClientState) -> Op[None]:
     """durability="fsynced" needs WAITAOF (Redis 7.2+) and the AOF on: refused before any
     write otherwise (asked once per client)."""
     if core.fsync_checked:
@@ -90,72 +63,7 @@ def _check_fsync(core: Core) -> Op[None]:
     core.fsync_checked = True
 
 
-def _ready(core: Core) -> Op[None]:
-    """Learn the namespace's shard count and anchor the clock, in one round trip, when
-    either is not known yet."""
-    need_meta, need_time = not core.shards, core.clock.stale()
-    if not (need_meta or need_time):
-        return
-    pipe = Pipe()
-    if need_meta:
-        pipe.hmget(core.keys.meta, *META_FIELDS)
-    if need_time:
-        pipe.time()
-    replies = yield pipe
-    if need_meta:
-        core.adopt(replies[0], written=False)
-    if need_time:
-        core.clock.anchor(replies[-1])
-
-
-def _ensure_namespace(core: Core) -> Op[None]:
-    """Create the namespace (namespace.py's policy) the first time this client writes."""
-    if not core.created:
-        pipe = Pipe()
-        core.namespace_writes(pipe)
-        core.adopt((yield pipe)[-1], written=True)
-        pipe = Pipe()
-        core.config_writes(pipe)
-        yield pipe
-        core.created = True
-
-
-def create_namespace(core: Core, max_payload_bytes: int | None = None) -> Op[int]:
-    """Create the namespace now, with this client's shard count and payload limit (or
-    `max_payload_bytes`), as its first submit would. A no-op when it exists with them; a
-    shard count given to the client, or a `max_payload_bytes`, that differs from the stored
-    one is a NamespaceError naming both. For deployments that start workers and scheduler
-    nodes before anything is submitted: they wait for the namespace, and start within about
-    a second of its creation. Returns its shard count."""
-    if max_payload_bytes is not None:
-        check_payload_limit(max_payload_bytes)
-    yield from _ready(core)
-    if max_payload_bytes is not None and not core.created:
-        core.max_payload_bytes = max_payload_bytes
-    yield from _ensure_namespace(core)
-    if max_payload_bytes is not None and core.max_payload_bytes != max_payload_bytes:
-        raise NamespaceError(
-            f"namespace {core.namespace!r} has a payload limit of {core.max_payload_bytes:,} "
-            f"bytes in Redis, not the {max_payload_bytes:,} asked for: the limit is fixed when "
-            f"a namespace is created (omit it to keep {core.max_payload_bytes:,}, or use a new "
-            f"namespace)")
-    return core.shards
-
-
-def shards(core: Core) -> Op[int]:
-    """The namespace's shard count (the one it will be created with, before its first
-    write)."""
-    yield from _ready(core)
-    return core.shards
-
-
-def now_ms(core: Core) -> Op[int]:
-    """Redis time, as every transition sees it."""
-    yield from _ready(core)
-    return core.clock.now_ms()
-
-
-def submit(core: Core, task: str, payload: Any = None, *, queue: str = "default",
+def submit(core: ClientState, task: str, payload: Any = None, queue: str = "default",
            timeout: float | None = None, retry: RetryPolicy | None = None,
            delivery: str = "at_least_once", priority: int | None = None,
            dedupe_key: str | None = None,
@@ -169,12 +77,15 @@ def submit(core: Core, task: str, payload: Any = None, *, queue: str = "default"
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
     catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `priority` 1 (first) to 5
     (last), default 3. `durability` as for submit_many."""
+    # No `*`: the clients' submit (keyword-only there) passes its arguments in order, as
+    # binding this many keywords costs more than the rest of the call's wrapping (bench
+    # submit, single submits).
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
                     schedule_arguments(locals()), priority)
     return (yield from submit_many(core, jobs, durability=durability))[0]
 
 
-def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
+def submit_many(core: ClientState, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
                 durability: str | None = None) -> Op[list[str]]:
     """Submit a batch in one pipelined round trip; ids in input order. Every job is
     validated before anything is written. Each shard's part (up to 500 jobs) is written
@@ -187,13 +98,13 @@ def submit_many(core: Core, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
     the primary's AOF fsynced them (WAITAOF); both up to the client's
     `replica_timeout_s`, else DurabilityError."""
     jobs = list(jobs)
-    if core.tracer is not None:  # one span around the call (tracing.py)
+    if core.tracer is not None:  # one span around the call (scheduler/observe/tracing.py)
         return (yield from core.tracer.submit(jobs, lambda extra: _submit(core, jobs,
                                                                           durability, extra)))
     return (yield from _submit(core, jobs, durability, ()))
 
 
-def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str | None,
+def _submit(core: ClientState, jobs: list[JobSpec | Mapping[str, Any]], durability: str | None,
             extra: tuple[Any, ...]) -> Op[list[str]]:
     at = core.at
     mode = core.durability if durability is None else durability_of(durability)
@@ -203,12 +114,12 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
     elif mode is Durability.FSYNCED:
         wait = ("WAITAOF", 1, 0, core.replica_timeout_ms)
     try:
-        yield from _ready(core)
+        yield from ready(core)
         if mode is Durability.FSYNCED:
             yield from _check_fsync(core)
         batch = Batch(core, jobs, extra)  # validates every job before anything is written
         before = (core.shards, core.max_payload_bytes)
-        yield from _ensure_namespace(core)
+        yield from ensure_namespace(core)
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first
             batch = Batch(core, jobs, extra)
     except REDIS_ERRORS as exc:
@@ -216,7 +127,7 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
     exists: list[bool] | None = None
     cause: RedisErrors | None = None
     try:
-        # Each call is packed while Redis runs the one before (script_stream.py).
+        # Each call is packed while Redis runs the one before (ScriptStream).
         results, confirmed = yield ScriptStream(batch.calls(), wait)
     except REDIS_ERRORS as exc:  # unknown which calls ran: ask
         results, cause = [None] * len(batch.members), exc
@@ -233,8 +144,10 @@ def _submit(core: Core, jobs: list[JobSpec | Mapping[str, Any]], durability: str
     return batch.ids
 
 
-def get_job(core: Core, job_id: str) -> Op[Job]:
-    yield from _ready(core)
+def get_job(core: ClientState, job_id: str) -> Op[Job]:
+    """The job as submitted, with its next fire time (`next_fire_ms`) and, once deleted,
+    `deleted_ms`; JobNotFound when Redis does not hold it."""
+    yield from ready(core)
     pipe = Pipe()
     pipe.hgetall(core.job_key(job_id))
     pipe.zscore(core.cron_key(job_id), job_id)
@@ -242,10 +155,10 @@ def get_job(core: Core, job_id: str) -> Op[Job]:
     return core.job(job_id, raw, watermark)
 
 
-def list_jobs(core: Core, limit: int = 100) -> Op[list[Job]]:
+def list_jobs(core: ClientState, limit: int = 100) -> Op[list[Job]]:
     """Jobs with a schedule (delayed, at, cron), newest first, with their next fire
     time. Immediate jobs are not indexed (see `sched runs` / `slots` for those)."""
-    yield from _ready(core)
+    yield from ready(core)
     pipe = Pipe()
     for shard in range(core.shards):
         pipe.zrevrange(core.keys.jobs(shard), 0, limit - 1, withscores=True)
@@ -258,8 +171,10 @@ def list_jobs(core: Core, limit: int = 100) -> Op[list[Job]]:
     return [core.job(j, out[2 * i], out[2 * i + 1]) for i, j in enumerate(ids)]
 
 
-def get_slot(core: Core, slot: str) -> Op[Slot]:
-    yield from _ready(core)
+def get_slot(core: ClientState, slot: str) -> Op[Slot]:
+    """One run of a job (its id is `job_id:fire_ms`), with its status and attempts;
+    SlotNotFound once it has left Redis (`runs()` reads the history store too)."""
+    yield from ready(core)
     pipe = Pipe()
     pipe.hgetall(core.slot_key(slot))
     raw = (yield pipe)[0]
@@ -268,7 +183,7 @@ def get_slot(core: Core, slot: str) -> Op[Slot]:
     return slot_from_hash(slot, raw)
 
 
-def slots(core: Core, job_id: str, last: int | None = None) -> Op[list[Slot]]:
+def slots(core: ClientState, job_id: str, last: int | None = None) -> Op[list[Slot]]:
     """Every slot of the job in fire-time order (one for a job that is not recurring);
     `last`: only the latest that many (a recurring job's in Redis can be many)."""
     if last is not None and (isinstance(last, bool) or not isinstance(last, int) or last < 1):
@@ -286,7 +201,7 @@ def slots(core: Core, job_id: str, last: int | None = None) -> Op[list[Slot]]:
             for s, raw in zip(ids, (yield pipe), strict=True) if raw]
 
 
-def latest_slots(core: Core, job_ids: Iterable[str], last: int = 1
+def latest_slots(core: ClientState, job_ids: Iterable[str], last: int = 1
                  ) -> Op[dict[str, list[Slot]]]:
     """Each job's latest `last` slots of its runs set (a recurring job's occurrences, and the
     runs `trigger()` added to any job), in fire-time order, in two round trips for all the
@@ -295,7 +210,7 @@ def latest_slots(core: Core, job_ids: Iterable[str], last: int = 1
     if isinstance(last, bool) or not isinstance(last, int) or last < 1:
         raise ValidationError("last", f"{last!r} is not allowed; must be an integer >= 1")
     ids = [check_job_id(j) for j in job_ids]
-    yield from _ready(core)
+    yield from ready(core)
     if not ids:
         return {}
     pipe = Pipe()
@@ -312,48 +227,7 @@ def latest_slots(core: Core, job_ids: Iterable[str], last: int = 1
             for job_id, found in zip(ids, runs, strict=True)}
 
 
-def history(core: Core, *, job_id: str | None = None, status: str | None = None,
-            since: datetime | int | None = None, until: datetime | int | None = None,
-            limit: int = 100) -> Op[list[Slot]]:
-    """Slots from the history store, newest fire time first. since/until bound the fire
-    time (aware datetimes or ms); status is a slot status."""
-    query = history_query(core.namespace, job_id, status, since, until, limit)
-    namespace = query.pop("namespace")
-    return (yield StoreCall("history", (namespace,), query))  # type: ignore[no-any-return]
-
-
-def runs(core: Core, job_id: str) -> Op[list[Slot]]:
-    """A job's slots: those still in Redis, and from the history store those that have
-    left it (retention); JobNotFound when neither knows the job."""
-    try:
-        live = yield from slots(core, job_id)
-    except JobNotFound:
-        live = []
-    try:
-        past = yield from history(core, job_id=job_id, limit=10_000)
-    except StoreUnavailable:
-        if not live:
-            raise
-        past = []  # Redis alone still answers for the slots it holds
-    return merge_runs(job_id, live, past)
-
-
-def status(core: Core) -> Op[Status]:
-    """The namespace at a glance: queues (depth, lag, rates), due backlog, dead letters,
-    workers, shard owners. Read-only; a few pipelined round trips (scheduler/observe/status.py)."""
-    return (yield Io(lambda r, *a: read_status(r, *a)[0], read_status_async,  # type: ignore[no-any-return]
-                     (core.keys, core.clock)))
-
-
-def workers(core: Core) -> Op[list[WorkerStatus]]:
-    """The most recently seen workers (alive first), with heartbeats and in-flight counts."""
-    return (yield Io(read_workers, read_workers_async,  # type: ignore[no-any-return]
-                     (core.keys, core.clock)))
-
-
-# --- operator actions -------------------------------------------------------------------
-
-def _by_shard(core: Core, slot_ids: Iterable[str]) -> dict[int, list[str]]:
+def _by_shard(core: ClientState, slot_ids: Iterable[str]) -> dict[int, list[str]]:
     out: dict[int, list[str]] = {}
     for slot in slot_ids:
         job_id, _ = split_slot_id(slot)
@@ -361,7 +235,7 @@ def _by_shard(core: Core, slot_ids: Iterable[str]) -> dict[int, list[str]]:
     return out
 
 
-def cancel(core: Core, ids: str | Iterable[str], reason: str = "cancelled by operator"
+def cancel(core: ClientState, ids: str | Iterable[str], reason: str = "cancelled by operator"
            ) -> Op[dict[str, str]]:
     """Cancel slots (or every slot of a job id); returns what happened to each slot."""
     slot_ids: list[str] = []
@@ -370,7 +244,7 @@ def cancel(core: Core, ids: str | Iterable[str], reason: str = "cancelled by ope
             slot_ids.append(item)
         else:
             slot_ids += [s.slot_id for s in (yield from slots(core, item))]
-    yield from _ready(core)
+    yield from ready(core)
     groups = _by_shard(core, slot_ids)
     now = core.clock.now_ms()
     calls = [scripts.cancel(core.keys.prefix(s), now, core.events_maxlen, reason, group)
@@ -383,9 +257,9 @@ def cancel(core: Core, ids: str | Iterable[str], reason: str = "cancelled by ope
     return result
 
 
-def dead_letters(core: Core, limit: int = 100) -> Op[list[DeadLetter]]:
+def dead_letters(core: ClientState, limit: int = 100) -> Op[list[DeadLetter]]:
     """The most recent dead slots across all shards, newest first."""
-    yield from _ready(core)
+    yield from ready(core)
     pipe = Pipe()
     for shard in range(core.shards):
         pipe.zrevrange(core.keys.dlq(shard), 0, limit - 1, withscores=True)
@@ -402,9 +276,9 @@ def dead_letters(core: Core, limit: int = 100) -> Op[list[DeadLetter]]:
             for (_, slot, died), raw in zip(entries, raws, strict=True) if raw]
 
 
-def _on_dead(core: Core, build: Callable[..., scripts.Call],
+def _on_dead(core: ClientState, build: Callable[..., scripts.Call],
              slot_ids: Iterable[str] | None) -> Op[int]:
-    yield from _ready(core)
+    yield from ready(core)
     if slot_ids is None:
         pipe = Pipe()
         for shard in range(core.shards):
@@ -418,12 +292,27 @@ def _on_dead(core: Core, build: Callable[..., scripts.Call],
                for c in codes(reply, call.script))
 
 
-def replay(core: Core, slot_ids: Iterable[str] | None = None) -> Op[int]:
+def replay(core: ClientState, slot_ids: Iterable[str] | None = None) -> Op[int]:
     """Dispatch dead slots again as new attempts of the same slots (None: all); returns how
     many were replayed."""
     return (yield from _on_dead(core, scripts.replay, slot_ids))
 
 
-def purge(core: Core, slot_ids: Iterable[str] | None = None) -> Op[int]:
+def purge(core: ClientState, slot_ids: Iterable[str] | None = None) -> Op[int]:
     """Remove slots from the dead-letter queue (None: all); their history stays."""
     return (yield from _on_dead(core, scripts.purge, slot_ids))
+
+
+def not_replicated(core: ClientState, ids: list[str], confirmed: int,
+                   mode: Durability = Durability.REPLICATED) -> DurabilityError:
+    if mode is Durability.FSYNCED:
+        what, wanted, loss = "its AOF did not fsync them", 1, "a restart"
+    else:
+        what = f"only {confirmed} of the {core.replicas} replica(s) asked confirmed them"
+        wanted, loss = core.replicas, "a failover"
+    return DurabilityError(
+        f"Redis at {core.at} wrote the {len(ids)} job(s) but {what} within "
+        f"{core.replica_timeout_ms} ms: they may or may not survive {loss}; submitting "
+        f"them again with the same dedupe keys is safe (DurabilityError.written has their ids)",
+        core.at, ids, confirmed, wanted)
+

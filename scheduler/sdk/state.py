@@ -1,0 +1,228 @@
+"""What a client knows of its namespace, without I/O: key names, the shard count and
+payload limit read from Redis, the clock, the durability asked for, a submit's caches, and
+the decoding of job hashes (`ClientState`). Also the operations that learn or create the
+namespace (`ready`, `ensure_namespace`), which every other operation starts with.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from scheduler.core.cron import CronSpec
+from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
+from scheduler.core.finite import finite_number
+from scheduler.core.keys import (
+    DEFAULT_CLUSTER_SHARDS,
+    DEFAULT_SHARDS,
+    Keys,
+    check_job_id,
+    shard_of,
+    split_slot_id,
+)
+from scheduler.core.models import Job, job_from_hash
+from scheduler.core.namespace import (
+    META_FIELDS,
+    Meta,
+    NamespaceMissing,
+    check_payload_limit,
+    check_shards,
+    write_config,
+)
+from scheduler.core.namespace import create as write_namespace
+from scheduler.core.namespace import parse as parse_meta
+from scheduler.core.states import Delivery, Durability
+from scheduler.redis.clock import Clock, RedisClock
+from scheduler.sdk.requests import Op, Pipe
+
+if TYPE_CHECKING:
+    from scheduler.observe.tracing import SubmitTracer
+
+
+class ClientState:
+    """One client's state and every decision that needs no I/O: key names, the decoding
+    of replies, and (with scheduler/sdk/batching.py, which validates a submit and makes
+    its Lua calls) the caches a submit keeps."""
+
+    def __init__(self, namespace: str, shards: int | None, clock: Clock | None,
+                 max_payload_bytes: int, events_maxlen: int,
+                 durability: str = Durability.PRIMARY, replicas: int = 1,
+                 replica_timeout_s: float = 1.0) -> None:
+        self.durability = durability_of(durability)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
+            raise ValidationError("replicas", f"{replicas!r} is not allowed; must be an "
+                                              "integer >= 1")
+        if not finite_number(replica_timeout_s) or not replica_timeout_s > 0:
+            raise ValidationError("replica_timeout_s", f"{replica_timeout_s!r} is not "
+                                                       "allowed; must be a finite number > 0")
+        self.replicas = replicas
+        self.replica_timeout_ms = max(1, int(replica_timeout_s * 1000))
+        self.fsync_checked = False  # durability="fsynced": the server can (jobs.py)
+        self.keys = Keys(namespace)
+        self.namespace = namespace
+        self.requested_shards = check_shards(shards)
+        self.shards = 0
+        self.clock: Clock = clock or RedisClock()
+        self.max_payload_bytes = max_payload_bytes
+        self.events_maxlen = events_maxlen
+        self.created = False  # its first write created the namespace, or found it
+        self.at = "redis"  # where Redis is, for error messages: the driver sets it
+        self.on_cluster = False  # ...and whether it is a Redis Cluster (the default shards)
+        # submit_batch.validate's caches: the job-hash fields of the options most jobs
+        # share, computed once per distinct set, and the (task, queue, delivery) seen valid.
+        self.option_fields: dict[tuple[Any, ...], list[Any]] = {}
+        self.checked_names: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
+        self.tracer: SubmitTracer | None = None  # set by a client with tracing on
+
+    def adopt(self, reply: Any, *, written: bool) -> None:
+        """Take the shard count and payload limit stored in Redis (namespace.read's reply).
+        Before the namespace's first write nothing is stored yet: reads use the count it
+        will be created with, and payloads this client's own limit (scheduler/core/namespace.py)."""
+        try:
+            meta = parse_meta(self.namespace, reply, self.requested_shards)
+        except NamespaceMissing:
+            if written:
+                raise
+            self.shards = self.requested_shards or (
+                DEFAULT_CLUSTER_SHARDS if self.on_cluster else DEFAULT_SHARDS)
+            return
+        self.shards = meta.shards
+        if meta.max_payload_bytes is not None:
+            self.max_payload_bytes = meta.max_payload_bytes
+
+    def namespace_writes(self, pipe: Any) -> None:
+        """The first write of a client: create the namespace (the policy is
+        scheduler/core/namespace.py's)."""
+        write_namespace(pipe, self.keys, self.shards, self.max_payload_bytes)
+
+    def config_writes(self, pipe: Any) -> None:
+        """Each shard's copy of the namespace's limits, which its scripts enforce."""
+        write_config(pipe, self.keys,
+                               Meta(self.shards, self.max_payload_bytes))
+
+    def job_key(self, job_id: str) -> str:
+        check_job_id(job_id)
+        return self.keys.job(shard_of(job_id, self.shards), job_id)
+
+    def slot_key(self, slot: str) -> str:
+        job_id, _ = split_slot_id(slot)
+        return self.keys.slot(shard_of(job_id, self.shards), slot)
+
+    def prefix_of(self, job_id: str) -> str:
+        check_job_id(job_id)
+        return self.keys.prefix(shard_of(job_id, self.shards))
+
+    def runs_key(self, job_id: str) -> str:
+        return self.keys.runs(shard_of(job_id, self.shards), job_id)
+
+    def cron_key(self, job_id: str) -> str:
+        return self.keys.cron(shard_of(job_id, self.shards))
+
+    def job(self, job_id: str, raw: Any, watermark: Any) -> Job:
+        """A job from its hash, with `next_fire_ms` from the clock and, for cron jobs, the
+        job's watermark in the `cron` set (None once the job has ended)."""
+        if not raw:
+            raise JobNotFound(job_id)
+        job = job_from_hash(job_id, raw)
+        now = self.clock.now_ms()
+        next_ms: int | None = None
+        if job.deleted_ms:
+            pass  # its series is over
+        elif job.cron:
+            if watermark is not None:
+                try:
+                    spec = CronSpec(job.cron, job.tz or "UTC")
+                except ValidationError:
+                    # Written past the SDK: no next fire (the materializer ends its series),
+                    # and the job still shows, in a listing too.
+                    return job
+                ahead = spec.next_after(max(now, job.start_ms or 0) - 1)
+                next_ms = min(int(float(watermark)), ahead)
+                if job.end_ms and next_ms > job.end_ms:
+                    next_ms = None
+        elif job.fire_ms > now:
+            next_ms = job.fire_ms
+        return msgspec.structs.replace(job, next_fire_ms=next_ms)
+
+    def list_order(self, replies: list[Any], limit: int) -> list[str]:
+        """Newest first across shards: replies are ZREVRANGE ... WITHSCORES per shard."""
+        pairs = [(float(score), member.decode()) for reply in replies for member, score in reply]
+        pairs.sort(reverse=True)
+        return [job_id for _, job_id in pairs[:limit]]
+
+
+def durability_of(value: str) -> Durability:
+    try:
+        return Durability(value)
+    except ValueError:
+        raise ValidationError("durability", f"{value!r} is not a durability; use one of "
+                                            f"{', '.join(Durability)}") from None
+
+
+def ready(core: ClientState) -> Op[None]:
+    """Learn the namespace's shard count and anchor the clock, in one round trip, when
+    either is not known yet."""
+    need_meta, need_time = not core.shards, core.clock.stale()
+    if not (need_meta or need_time):
+        return
+    pipe = Pipe()
+    if need_meta:
+        pipe.hmget(core.keys.meta, *META_FIELDS)
+    if need_time:
+        pipe.time()
+    replies = yield pipe
+    if need_meta:
+        core.adopt(replies[0], written=False)
+    if need_time:
+        core.clock.anchor(replies[-1])
+
+
+def ensure_namespace(core: ClientState) -> Op[None]:
+    """Create the namespace (scheduler/core/namespace.py's policy) the first time this
+    client writes."""
+    if not core.created:
+        pipe = Pipe()
+        core.namespace_writes(pipe)
+        core.adopt((yield pipe)[-1], written=True)
+        pipe = Pipe()
+        core.config_writes(pipe)
+        yield pipe
+        core.created = True
+
+
+def create_namespace(core: ClientState, max_payload_bytes: int | None = None) -> Op[int]:
+    """Create the namespace now, with this client's shard count and payload limit (or
+    `max_payload_bytes`), as its first submit would. A no-op when it exists with them; a
+    shard count given to the client, or a `max_payload_bytes`, that differs from the stored
+    one is a NamespaceError naming both. For deployments that start workers and scheduler
+    nodes before anything is submitted: they wait for the namespace, and start within about
+    a second of its creation. Returns its shard count."""
+    if max_payload_bytes is not None:
+        check_payload_limit(max_payload_bytes)
+    yield from ready(core)
+    if max_payload_bytes is not None and not core.created:
+        core.max_payload_bytes = max_payload_bytes
+    yield from ensure_namespace(core)
+    if max_payload_bytes is not None and core.max_payload_bytes != max_payload_bytes:
+        raise NamespaceError(
+            f"namespace {core.namespace!r} has a payload limit of {core.max_payload_bytes:,} "
+            f"bytes in Redis, not the {max_payload_bytes:,} asked for: the limit is fixed when "
+            f"a namespace is created (omit it to keep {core.max_payload_bytes:,}, or use a new "
+            f"namespace)")
+    return core.shards
+
+
+def shards(core: ClientState) -> Op[int]:
+    """The namespace's shard count (the one it will be created with, before its first
+    write). A property of Client; `await client.shards()` in AsyncClient."""
+    yield from ready(core)
+    return core.shards
+
+
+def now_ms(core: ClientState) -> Op[int]:
+    """Redis time, as every transition sees it."""
+    yield from ready(core)
+    return core.clock.now_ms()
+
+
