@@ -1,4 +1,5 @@
-"""One clock: Redis TIME (DESIGN.md invariant 6).
+"""One clock for every process: Redis TIME, never a machine's wall clock (slots, leases and
+deadlines compare instants written by many machines, which would otherwise disagree).
 
 A service reads `now_ms()` once per loop and passes it to Lua, and measures its deadlines
 on `monotonic()`. `RedisClock` anchors to Redis
