@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from faults.mutants import MUTANTS, Mutant  # noqa: E402
 
-COPIED = ("scheduler", "cli", "tests", "pyproject.toml")
+COPIED = ("scheduler", "tests", "pyproject.toml")
 
 
 def copy_with(m: Mutant) -> Path:
