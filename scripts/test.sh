@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up everything the tests need (venv, Redis, PostgreSQL) and run lint, types and tests, on
-# the newest Python 3.11+ the machine has (scripts/services.sh, find_python), in .venv.
+# Set up everything the tests need (venv, Redis, PostgreSQL) and run lint, types, the docs
+# build and the tests, on the newest Python 3.11+ the machine has (scripts/services.sh,
+# find_python), in .venv.
 # `scripts/test.sh --python 3.11 [pytest args]` runs the tests alone (no lint, no types) on
 # the newest 3.11 instead, in a venv of its own (.venv-3.11); .ci/run does both.
 # The tests run in SCHED_TEST_PROCESSES pytest-xdist processes (default 2: most of the slow
@@ -25,4 +26,7 @@ ensure_chromium
 .venv/bin/ruff check scheduler tests bench
 .venv/bin/bandit -q -c pyproject.toml -r scheduler --severity-level medium
 .venv/bin/mypy
+# The docs site: --strict fails on a broken link or anchor, a page missing from the nav, and
+# an API reference entry that does not resolve (tests/docs runs the pages' code blocks).
+NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict   # into site/ (git-ignored)
 .venv/bin/pytest "${parallel[@]}" "$@"

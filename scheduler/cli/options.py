@@ -74,7 +74,7 @@ autoscale_option = click.option(
     "--autoscale", metavar="MIN:MAX", default=None, callback=_autoscale,
     help="Move the concurrency between MIN and MAX from the start lag of this worker's "
          "claims: up while claims start late with every slot busy, down while slots sit "
-         "idle (README: Scaling). Starts at MIN; replaces --concurrency.")
+         "idle (docs: operating/metrics.md, Scaling). Starts at MIN; replaces --concurrency.")
 
 
 def scaling_options(fn: F) -> F:

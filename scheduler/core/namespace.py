@@ -42,7 +42,7 @@ __all__ = ["EVENTS_MAXLEN", "MAX_PAYLOAD_LIMIT", "MAX_SHARDS", "META_FIELDS", "M
 MAX_SHARDS = 1024
 MAX_PAYLOAD_LIMIT = 512 * 1024 * 1024  # Redis's largest string (proto-max-bulk-len's default)
 # Each shard's events stream is trimmed (approximately) to this many entries by every script
-# that emits; the snapshotter must read them before they go (README, "History").
+# that emits; the snapshotter must read them before they go (docs/operating/history.md).
 EVENTS_MAXLEN = 1_000_000
 META_FIELDS = ("shards", "max_payload_bytes")
 

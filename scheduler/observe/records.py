@@ -139,7 +139,7 @@ class Status(msgspec.Struct, kw_only=True):
             found.append(f"shards fall {'/'.join(map(str, sorted(counts, reverse=True)))} "
                          f"over {len(counts)} nodes: the busiest node does "
                          f"{max(counts) / self.shards:.0%} of the work; move a shard's slot with "
-                         f"`redis-cli --cluster reshard` (README: Redis Cluster)")
+                         f"`redis-cli --cluster reshard` (docs: operating/cluster.md)")
         return found
 
     def problems(self, *, max_lag_s: float | None = None, max_dead_letter: int | None = None

@@ -97,8 +97,8 @@ def test_every_metric_in_dashboards_and_alerts_is_declared() -> None:
 
 def test_the_ha_profile_runs_two_replicas_and_three_sentinels_that_work(tmp_path: Path) -> None:
     """The sentinel config compose writes is run here against a real primary (hostnames
-    swapped for loopback ports): it finds the primary under the service name the README's
-    sentinel URL uses."""
+    swapped for loopback ports): it finds the primary under the service name the docs'
+    sentinel URL uses (docs/operating/sentinel.md)."""
     import contextlib
     import subprocess
 

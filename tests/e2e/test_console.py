@@ -4,8 +4,8 @@ and two dead slots. Every page is opened (and screenshotted), every action perfo
 page, and its effect checked in Redis through the SDK. Then what must be refused: no token,
 a forged form (no CSRF token), a read-only console, a non-loopback bind without a token.
 
-Screenshots go to a temp dir; SCHED_UPDATE_SCREENSHOTS=1 writes the two the README shows
-into tests/e2e/screenshots/."""
+Screenshots go to a temp dir; SCHED_UPDATE_SCREENSHOTS=1 writes the ones the docs show
+into docs/img/."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 TOKEN = "console-test-token"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-SHOTS = TESTS / "e2e" / "screenshots"
+SHOTS = TESTS.parent / "docs" / "img"
 
 
 def _get(url: str, **headers: str) -> tuple[int, str]:

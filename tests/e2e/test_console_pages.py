@@ -424,7 +424,7 @@ def test_a_console_opened_before_its_worker_shows_it_within_one_page_load(
 def test_the_new_pages_in_a_browser(redis_url: str, ns: str, web: str,
                                     tmp_path: Path) -> None:
     """From the overview's counts to their lists, a queue's pages, the running page, the
-    search box; screenshots (SCHED_UPDATE_SCREENSHOTS=1 writes the README's)."""
+    search box; screenshots (SCHED_UPDATE_SCREENSHOTS=1 writes the docs')."""
     from playwright.sync_api import sync_playwright
 
     with Client(redis_url, ns) as client:

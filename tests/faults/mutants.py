@@ -3,7 +3,7 @@ fail. Each mutant is one exact text replacement in one file; `mutate.py` applies
 of the code and runs the tests named here against the copy, which must fail.
 
 `fast` marks the subset CI runs on every change (tests/faults/test_mutants.py); the whole
-set runs from one command (README, "Testing"):
+set runs from one command:
 
     .venv/bin/python tests/faults/mutate.py            # every mutant, its own tests
     .venv/bin/python tests/faults/mutate.py --suite    # every mutant, the whole fault suite

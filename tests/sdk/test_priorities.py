@@ -48,7 +48,7 @@ def test_better_priorities_start_first(redis_url: str, ns: str) -> None:
     assert fives_before < 400, fives_before
     # And by the starvation rule: about one in ten while priority 1 waited, not more. (On a
     # Cluster a worker reads each shard on its own and, at concurrency 1, one entry per lane
-    # a read: what it holds at once is less, and the order looser; README, Limits.)
+    # a read: what it holds at once is less, and the order looser; docs/guide/priorities.md.)
     if not is_cluster_url(redis_url):
         assert fives_before <= 50 // (STARVE_EVERY - 1) + 2, order[:last_first + 1]
 
