@@ -21,9 +21,8 @@ from scheduler.worker.registry import Context, Registry
 
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",
-    "DurabilityError", "Job", "JobSpec",
-    "Outcome", "QueueLimit", "RedisFailure", "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout",
-    "Retry", "RunFailed",
-    "RetryPolicy", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "ValidationError",
+    "DurabilityError", "Job", "JobSpec", "Outcome", "QueueLimit", "RedisFailure",
+    "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout", "Retry", "RetryPolicy",
+    "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "ValidationError",
 ]
 __version__ = "0.1.0"
