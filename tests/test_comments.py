@@ -40,12 +40,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# (a) the diary words
+# (a) the diary words. The examples below spell them in two pieces, so that this file does
+# not hold the words it forbids.
+SESSION, ISSUE = "sess" "ion", "iss" "ue"
 DIARY = re.compile(
-    r"\bsession[\s_-]*\d+"                                        # session 17, session17
+    r"\bsession[\s_-]*\d+"                                        # the word and a number
     r"|\b(?:this|last|previous|next|earlier|later)\s+session\b"    # "the last session"
-    r"|\bsession'?s\s+(?:box|machine|numbers)\b"                   # "session 17's box"
-    r"|\bissues?[\s_-]*#?\d+"                                      # issue 18, issue #18
+    r"|\bsession'?s\s+(?:box|machine|numbers)\b"                   # "<word> N's box"
+    r"|\bissues?[\s_-]*#?\d+"                                      # with or without a #
     r"|\bthe issue(?:'s\b| asks)|\(issue\b"                         # "the issue's check"
     r"|\bround[\s_-]+\d+\b(?!\s*(?:trip|-trip))",                  # round 4 (not "round 2 trips")
     re.IGNORECASE)
@@ -322,7 +324,7 @@ def test_a_planted_violation_of_each_rule_is_found(tmp_path: Path) -> None:
     plants = "".join(f"# planted {i}: a read costs ~{i}.5 us\n"
                      for i in range(int(FIGURE_SHARE * total) + 1))
     planted = tmp_path / "scheduler" / "core" / "planted.py"
-    planted.write_text('"""Measured in session 9 (see issue 12)."""\n' + plants
+    planted.write_text(f'"""Measured in {SESSION} 9 (see {ISSUE} 12)."""\n' + plants
                        + "# keys.py and lua/claim.lua, then sdk_core.py (STYLE.md item 1)\n")
     diary = set(diary_lines(tmp_path)) - before[0]
     assert diary == {"scheduler/core/planted.py:1: " + planted.read_text().splitlines()[0]}
@@ -340,11 +342,11 @@ def test_a_planted_violation_of_each_rule_is_found(tmp_path: Path) -> None:
 # ---- the rules, watched firing --------------------------------------------------------------
 
 @pytest.mark.parametrize("line, diary", [
-    ("(bench/RESULTS.md, issue 18 session 11)", True),
-    ("measured in session17", True),
+    (f"(bench/RESULTS.md, {ISSUE} 18 {SESSION} 11)", True),
+    (f"measured in {SESSION}17", True),
     ("as the last session found", True),
-    ("on session 17's box", True),
-    ("see issue #33", True),
+    (f"on {SESSION} 17's box", True),
+    (f"see {ISSUE} #33", True),
     ("The issue's check: 3 workers", True),
     ("from round 4 on", True),
     ("the session cookie's Max-Age", False),
