@@ -42,14 +42,16 @@ from scheduler.observe.records import (
     Rate,
     ShardStatus,
     Status,
+    Supervisor,
     WorkerStatus,
+    group_supervisors,
 )
 from scheduler.redis.clients import where
 from scheduler.redis.clock import Clock, resync, resync_sync
 
 __all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
-           "Topology", "WorkerStatus", "read_status", "read_status_async", "read_workers",
-           "read_workers_async"]
+           "Supervisor", "Topology", "WorkerStatus", "group_supervisors", "read_status",
+           "read_status_async", "read_workers", "read_workers_async"]
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
@@ -99,7 +101,21 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
         waiting=f.get("state") == "waiting",
         succeeded_per_s=sum(r[0] for r in rates.values()),
         failed_per_s=sum(r[1] for r in rates.values()),
-        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
+        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight},
+        **_supervised(f))
+
+
+def _supervised(f: dict[str, str]) -> dict[str, Any]:
+    """A supervised child's fields (heartbeat.py writes them from its SupervisorRef); none for
+    a worker started on its own, or an entry whose numbers are not numbers."""
+    if not f.get("supervisor"):
+        return {}
+    try:
+        return {"supervisor": f["supervisor"], "supervisor_pid": int(f["supervisor_pid"]),
+                "child": int(f["child"]), "processes": int(f["processes"]),
+                "restarts": int(f["restarts"])}
+    except (KeyError, ValueError):
+        return {}
 
 
 def _rate(r: list[float] | None, inflight: int) -> Rate:
