@@ -14,6 +14,7 @@ import itertools
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,11 +22,14 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import redis.asyncio
 from test_console import CHROMIUM, SHOTS, _get
 
 from helpers import make_dead, run_until, running, sched_process, serve_console
-from scheduler import Client, Registry, RetryPolicy, SlotStatus
+from scheduler import AsyncClient, Client, Registry, RetryPolicy, SlotStatus
+from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
 
 WORKER_APP = "scheduler.dev.examples.tasks:registry"
 JOB_STATES = ["active", "ended", "deleted"]
@@ -127,6 +131,51 @@ def test_pages_show_what_redis_says_when_they_are_viewed(redis_url: str, ns: str
             code, body = _get(f"{web}/")
             assert 'id="verdict">healthy' in body, body
             assert 'id="workers-alive">1<' in body
+
+
+def test_the_workers_page_groups_the_children_under_their_supervisor(
+        redis_url: str, ns: str, web: str) -> None:
+    """The console first, then a worker on its own and two children of one supervisor (as
+    `sched worker --processes 2` starts them; its id is anyone's text: escaped), then the
+    first submit: /workers lists the one on its own, then a heading row for the supervisor
+    (host, pid, children alive, restarts) and its children under it."""
+    hostile = "<script>alert(1)</script>"
+    ref = SupervisorRef(id=hostile, pid=4242, host=socket.gethostname(), index=0,
+                        processes=2, restarts=0)
+    refs = [None, ref, msgspec.structs.replace(ref, index=1, restarts=2)]
+
+    async def main() -> tuple[list[Any], str]:
+        conns = [redis.asyncio.Redis.from_url(redis_url) for _ in refs]
+        workers = [Worker(c, Registry(), namespace=ns, config=WorkerConfig(block_ms=50),
+                          supervisor=s) for c, s in zip(conns, refs, strict=True)]
+        tasks = [asyncio.create_task(w.run()) for w in workers]
+        try:
+            async with AsyncClient(redis_url, ns) as client:
+                deadline = time.monotonic() + 20
+                while len(found := await client.workers()) < 3:  # registered, waiting
+                    assert time.monotonic() < deadline, "the workers did not register"
+                    await asyncio.sleep(0.05)
+                await client.submit("demo.noop")
+                while not all(w.alive and not w.waiting for w in found):
+                    assert time.monotonic() < deadline, "the workers did not start"
+                    await asyncio.sleep(0.05)
+                    found = await client.workers()
+                return found, (await asyncio.to_thread(_get, f"{web}/workers"))[1]
+        finally:
+            for w in workers:
+                w.stop()
+            await asyncio.gather(*tasks)
+            for c in conns:
+                await c.aclose()
+
+    found, body = asyncio.run(main())
+    alone = next(w.worker_id for w in found if w.supervisor is None)
+    children = [w.worker_id for w in sorted(found, key=lambda w: w.child or 0) if w.supervisor]
+    assert _texts(body, "rows") == [
+        alone, f"supervisor {hostile} on {socket.gethostname()}, pid 4242: 2/2 children alive, "
+               f"2 restarts", *children]
+    assert hostile not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert body.count('<tr class="child">') == 2
 
 
 # --- the console does what the CLI does -------------------------------------------------
