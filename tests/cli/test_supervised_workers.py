@@ -11,29 +11,20 @@ import json
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
 import pytest
 import redis
-import redis.asyncio
 
-from helpers import running, sched, sched_process
-from scheduler import AsyncClient, Client, Registry
+from helpers import running, sched, sched_process, until, workers_of
+from scheduler import AsyncClient, Client
 from scheduler.core.keys import Keys
-from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
+from scheduler.worker.worker import SupervisorRef
 
 HOST = socket.gethostname()
 REF = SupervisorRef(id="sup-7f3a", pid=4242, host=HOST, index=0, processes=2, restarts=0)
 HEADING = f"supervisor sup-7f3a on {HOST}, pid 4242"
-
-
-async def _until(what: str, done: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while not await done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 def test_children_are_grouped_under_their_supervisor(capsys: pytest.CaptureFixture[str],
@@ -43,38 +34,31 @@ def test_children_are_grouped_under_their_supervisor(capsys: pytest.CaptureFixtu
     refs = [REF, msgspec.structs.replace(REF, index=1, restarts=3), None]
 
     async def main_() -> tuple[list[Any], list[tuple[int, str, str]]]:
-        conns = [redis.asyncio.Redis.from_url(redis_url) for _ in refs]
-        workers = [Worker(c, Registry(), namespace=ns, config=WorkerConfig(block_ms=50),
-                          supervisor=ref) for c, ref in zip(conns, refs, strict=True)]
-        tasks = [asyncio.create_task(w.run()) for w in workers]
         seen: list[Any] = []
-        try:
-            async with AsyncClient(redis_url, ns) as client:
-                async def waiting() -> bool:
-                    return sum(w.alive and w.waiting for w in await client.workers()) == 3
-                await _until("three waiting workers", waiting)
-                # a waiting child is grouped already (its entry carries the supervisor)
-                seen.append(await client.supervisors())
-                await client.submit("nothing.here")  # creates the namespace
+        async with workers_of(redis_url, ns, refs) as workers, \
+                AsyncClient(redis_url, ns) as client:
+            async def waiting() -> bool:
+                return sum(w.alive and w.waiting for w in await client.workers()) == 3
+            await until("three waiting workers", waiting)
+            # a waiting child is grouped already (its entry carries the supervisor)
+            seen.append(await client.supervisors())
+            await client.submit("nothing.here")  # creates the namespace
 
-                async def started() -> bool:
-                    found = await client.workers()
-                    return len(found) == 3 and all(w.alive and not w.waiting for w in found)
-                await _until("the workers to start", started)
-                seen.append(await client.workers())
-                outputs = [await asyncio.to_thread(sched, capsys, redis_url, ns, *args)
-                           for args in (["workers"], ["workers", "--json"],
-                                        ["status", "--max-lag", "3600"])]
-                workers[0].stop()  # a clean stop leaves the registry
-                await tasks[0]
-                seen.append(await client.supervisors())
-            return seen, outputs
-        finally:
-            for w in workers:
-                w.stop()
-            await asyncio.gather(*tasks)
-            for c in conns:
-                await c.aclose()
+            async def started() -> bool:
+                found = await client.workers()
+                return len(found) == 3 and all(w.alive and not w.waiting for w in found)
+            await until("the workers to start", started)
+            seen.append(await client.workers())
+            outputs = [await asyncio.to_thread(sched, capsys, redis_url, ns, *args)
+                       for args in (["workers"], ["workers", "--json"],
+                                    ["status", "--max-lag", "3600"])]
+            workers[0].stop()  # a clean stop leaves the registry
+
+            async def left() -> bool:
+                return len(await client.workers()) == 2
+            await until("the first child to leave", left)
+            seen.append(await client.supervisors())
+        return seen, outputs
 
     (waiting, found, after), outputs = asyncio.run(main_())
     [sup] = waiting

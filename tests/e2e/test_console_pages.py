@@ -24,12 +24,11 @@ from typing import Any
 
 import msgspec
 import pytest
-import redis.asyncio
 from test_console import CHROMIUM, SHOTS, _get
 
-from helpers import make_dead, run_until, running, sched_process, serve_console
+from helpers import make_dead, run_until, running, sched_process, serve_console, until, workers_of
 from scheduler import AsyncClient, Client, Registry, RetryPolicy, SlotStatus
-from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
+from scheduler.worker.worker import SupervisorRef
 
 WORKER_APP = "scheduler.dev.examples.tasks:registry"
 JOB_STATES = ["active", "ended", "deleted"]
@@ -145,28 +144,16 @@ def test_the_workers_page_groups_the_children_under_their_supervisor(
     refs = [None, ref, msgspec.structs.replace(ref, index=1, restarts=2)]
 
     async def main() -> tuple[list[Any], str]:
-        conns = [redis.asyncio.Redis.from_url(redis_url) for _ in refs]
-        workers = [Worker(c, Registry(), namespace=ns, config=WorkerConfig(block_ms=50),
-                          supervisor=s) for c, s in zip(conns, refs, strict=True)]
-        tasks = [asyncio.create_task(w.run()) for w in workers]
-        try:
-            async with AsyncClient(redis_url, ns) as client:
-                deadline = time.monotonic() + 20
-                while len(found := await client.workers()) < 3:  # registered, waiting
-                    assert time.monotonic() < deadline, "the workers did not register"
-                    await asyncio.sleep(0.05)
-                await client.submit("demo.noop")
-                while not all(w.alive and not w.waiting for w in found):
-                    assert time.monotonic() < deadline, "the workers did not start"
-                    await asyncio.sleep(0.05)
-                    found = await client.workers()
-                return found, (await asyncio.to_thread(_get, f"{web}/workers"))[1]
-        finally:
-            for w in workers:
-                w.stop()
-            await asyncio.gather(*tasks)
-            for c in conns:
-                await c.aclose()
+        async with workers_of(redis_url, ns, refs), AsyncClient(redis_url, ns) as client:
+            async def registered() -> bool:  # waiting for the namespace
+                return len(await client.workers()) == 3
+            await until("the workers to register", registered)
+            await client.submit("demo.noop")
+
+            async def started() -> bool:
+                return all(w.alive and not w.waiting for w in await client.workers())
+            await until("the workers to start", started)
+            return await client.workers(), (await asyncio.to_thread(_get, f"{web}/workers"))[1]
 
     found, body = asyncio.run(main())
     alone = next(w.worker_id for w in found if w.supervisor is None)
