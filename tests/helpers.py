@@ -142,6 +142,20 @@ async def until(what: str, done: Callable[[], Awaitable[bool]], timeout: float =
         await asyncio.sleep(0.05)
 
 
+def garble(r: redis.Redis, ns: str) -> None:
+    """Registry entries as anyone who can write to Redis may write them: a child whose
+    supervisor's pid is no number, and fields of every kind that do not parse."""
+    keys = Keys(ns)
+    now = int(r.time()[0]) * 1000
+    r.zadd(keys.workers, {"odd": now, "<b>x": now, b"\xff": now})  # the last: not UTF-8
+    r.hset(keys.worker("odd"), mapping={"host": "h", "pid": 1, "lease_ms": 30_000,
+                                        "seen_ms": now, "supervisor": "s", "supervisor_pid": "x",
+                                        "child": 0, "processes": 2, "restarts": 0})
+    r.hset(keys.worker("<b>x"), mapping={
+        "pid": "x", "lease_ms": "abc", "seen_ms": now, "concurrency": "9" * 5000,
+        "rates": '{"q": [1]}', "queue_inflight": "[1]", b"\xfe": b"\xff"})
+
+
 def statuses(client: Client, ids: list[str]) -> Counter[str]:
     return Counter(s.status.value for i in ids for s in client.slots(i))
 

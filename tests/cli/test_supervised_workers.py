@@ -17,9 +17,8 @@ import msgspec
 import pytest
 import redis
 
-from helpers import running, sched, sched_process, until, workers_of
+from helpers import garble, running, sched, sched_process, until, workers_of
 from scheduler import AsyncClient, Client
-from scheduler.core.keys import Keys
 from scheduler.worker.worker import SupervisorRef
 
 HOST = socket.gethostname()
@@ -92,20 +91,21 @@ def test_children_are_grouped_under_their_supervisor(capsys: pytest.CaptureFixtu
         "restarts": 3}
 
 
-def test_an_entry_with_garbled_supervisor_fields_is_a_worker_on_its_own(
-        r: redis.Redis, redis_url: str, ns: str) -> None:
-    """The registry is anyone's to write: numbers that are not numbers group nothing and
-    break no reader."""
-    keys = Keys(ns)
-    now = int(r.time()[0]) * 1000
-    r.zadd(keys.workers, {"odd": now})
-    r.hset(keys.worker("odd"), mapping={"host": "h", "pid": 1, "lease_ms": 30_000,
-                                        "seen_ms": now, "supervisor": "s", "supervisor_pid": "x",
-                                        "child": 0, "processes": 2, "restarts": 0})
+def test_garbled_registry_entries_break_no_reader(capsys: pytest.CaptureFixture[str],
+                                                  r: redis.Redis, redis_url: str,
+                                                  ns: str) -> None:
+    """A field that does not parse reads as absent: supervisor fields that are not numbers
+    group nothing, and `sched workers` lists every entry."""
+    garble(r, ns)
     with Client(redis_url, ns) as client:
-        [w] = client.workers()
-        assert w.alive and w.supervisor is None and w.supervisor_pid is None
+        other, odd, unread = sorted(client.workers(), key=lambda w: w.worker_id)
+        assert odd.alive and odd.supervisor is None and odd.supervisor_pid is None
+        assert (other.worker_id, other.alive, other.pid, other.concurrency,
+                other.by_queue["q"].succeeded_per_s) == ("<b>x", True, 0, 0, 1)
+        assert unread.worker_id == "\ufffd" and not unread.alive  # its hash: not found
         assert client.supervisors() == []
+    code, out, err = sched(capsys, redis_url, ns, "workers")
+    assert code == 0 and "2 alive (3 known)" in out and "odd" in out, err
 
 
 def test_a_supervisor_description_is_checked() -> None:

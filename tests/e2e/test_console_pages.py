@@ -24,9 +24,19 @@ from typing import Any
 
 import msgspec
 import pytest
+import redis
 from test_console import CHROMIUM, SHOTS, _get
 
-from helpers import make_dead, run_until, running, sched_process, serve_console, until, workers_of
+from helpers import (
+    garble,
+    make_dead,
+    run_until,
+    running,
+    sched_process,
+    serve_console,
+    until,
+    workers_of,
+)
 from scheduler import AsyncClient, Client, Registry, RetryPolicy, SlotStatus
 from scheduler.worker.worker import SupervisorRef
 
@@ -163,6 +173,10 @@ def test_the_workers_page_groups_the_children_under_their_supervisor(
                f"2 restarts", *children]
     assert hostile not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
     assert body.count('<tr class="child">') == 2
+    garble(redis.Redis.from_url(redis_url), ns)  # the registry is anyone's to write
+    code, body = _get(f"{web}/workers")
+    assert code == 200 and "odd" in _texts(body, "rows")
+    assert "<b>x" not in body and "&lt;b&gt;x" in body
 
 
 # --- the console does what the CLI does -------------------------------------------------

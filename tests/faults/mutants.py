@@ -55,6 +55,7 @@ CARRIED_OVER = ("tests/lua/test_carried.py::"
 DOORS = "tests/e2e/test_console_doors.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
 GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
+GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
 SUPERVISED_CHILD = SUPERVISED + "test_sched_worker_reads_its_supervisor_from_the_environment"
 SUPERVISOR_PAGE = ("tests/e2e/test_console_pages.py::"
                    "test_the_workers_page_groups_the_children_under_their_supervisor")
@@ -109,6 +110,11 @@ MUTANTS = [
            "from the worker registry) goes into the page unescaped",
            "scheduler/web/templates/lists.html", "{{ row.heading }}", "{{ row.heading|safe }}",
            (SUPERVISOR_PAGE,)),
+    Mutant("registry-entry-trusted", "a worker registry entry's lease is read as written: "
+           "one entry whose lease is not a number breaks `sched workers` and the console's "
+           "Workers page (a 500)",
+           "scheduler/observe/status.py", '    lease_ms = _int(f.get("lease_ms"), 30_000)',
+           '    lease_ms = int(f.get("lease_ms", 30_000))', (GARBLED, SUPERVISOR_PAGE)),
     Mutant("once-always-false", "ctx.once() never lets the effect happen (exactly-once rule)",
            "scheduler/worker/execution.py",
            "        return code is Code.OK or (code is Code.REPEAT and retried)",
