@@ -87,13 +87,16 @@ def _shard(shard: int, now: int, reply: list[Any]) -> ShardStatus:
 def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
     """A registry entry, decoded. Anyone who can write to Redis can write one: a field that
     does not parse reads as absent, so one odd entry breaks no `sched workers` and no page."""
-    f = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in raw.items()}
+    try:
+        f = {k.decode(): v.decode() for k, v in raw.items()}
+    except UnicodeDecodeError:
+        f = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}
     seen = _int(f.get("seen_ms"), seen_ms)
     lease_ms = _int(f.get("lease_ms"), 30_000)
     # [ok/s, failed/s, mean run s] per queue (an older heartbeat wrote no mean)
-    rates = {q: [*r, 0.0, 0.0, 0.0][:3]
-             for q, r in _json(f.get("rates"), dict[str, list[float]]).items()}
-    inflight = _json(f.get("queue_inflight"), dict[str, int])
+    rates = {q: r if len(r) == 3 else [*r, 0.0, 0.0, 0.0][:3]
+             for q, r in _json(f.get("rates"), _RATES).items()}
+    inflight = _json(f.get("queue_inflight"), _COUNTS)
     return WorkerStatus(
         worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
         heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=_int(f.get("pid")),
@@ -115,10 +118,14 @@ def _int(value: str | None, default: int = 0) -> int:
         return default
 
 
-def _json(value: str | None, kind: Any) -> Any:
-    """A JSON field of a registry entry as `kind` (a dict); empty when absent or not that."""
+_RATES = msgspec.json.Decoder(dict[str, list[float]])
+_COUNTS = msgspec.json.Decoder(dict[str, int])
+
+
+def _json(value: str | None, decoder: msgspec.json.Decoder[Any]) -> Any:
+    """A JSON field of a registry entry, decoded; empty when absent or not of its type."""
     try:
-        return msgspec.json.decode(value, type=kind) if value else {}
+        return decoder.decode(value) if value else {}
     except (msgspec.DecodeError, msgspec.ValidationError):
         return {}
 
