@@ -59,7 +59,7 @@ NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node
 
 
 def _s(value: Any) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value or "")
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
 def _age_s(now_ms: int, then_ms: int) -> float:

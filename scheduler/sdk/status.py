@@ -32,8 +32,6 @@ def workers(core: ClientState) -> Op[list[WorkerStatus]]:
                      (core.keys, core.clock)))
 
 
-
-
 def supervisors(core: ClientState) -> Op[list[Supervisor]]:
     """The supervisors (`sched worker --processes N`) of the most recently seen workers, each
     with its host, pid, children alive, restarts and its children (one `workers()` read,
