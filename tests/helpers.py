@@ -12,8 +12,8 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -34,7 +34,7 @@ from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
 from scheduler.scripts import replies
-from scheduler.worker.worker import Worker, WorkerConfig
+from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
 
 W = "worker-1"
 LEASE = 30_000
@@ -113,6 +113,47 @@ async def run_until(redis_url: str, ns: str, registry: Registry, done: Callable[
         for c in clients:
             await c.aclose()
     return worker
+
+
+@asynccontextmanager
+async def workers_of(redis_url: str, ns: str, supervisors: list[SupervisorRef | None]
+                     ) -> AsyncIterator[list[Worker]]:
+    """Workers without handlers, each on a connection of its own, one per entry: a child of
+    that supervisor (as `sched worker --processes N` starts them), or on its own for None.
+    Stopped when the block ends."""
+    conns = [redis.asyncio.Redis.from_url(redis_url) for _ in supervisors]
+    workers = [Worker(c, Registry(), namespace=ns, config=WorkerConfig(block_ms=50),
+                      supervisor=s) for c, s in zip(conns, supervisors, strict=True)]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield workers
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*tasks)
+        for c in conns:
+            await c.aclose()
+
+
+async def until(what: str, done: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not await done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def garble(r: redis.Redis, ns: str) -> None:
+    """Registry entries as anyone who can write to Redis may write them: a child whose
+    supervisor's pid is no number, and fields of every kind that do not parse."""
+    keys = Keys(ns)
+    now = int(r.time()[0]) * 1000
+    r.zadd(keys.workers, {"odd": now, "<b>x": now, b"\xff": now})  # the last: not UTF-8
+    r.hset(keys.worker("odd"), mapping={"host": "h", "pid": 1, "lease_ms": 30_000,
+                                        "seen_ms": now, "supervisor": "s", "supervisor_pid": "x",
+                                        "child": 0, "processes": 2, "restarts": 0})
+    r.hset(keys.worker("<b>x"), mapping={
+        "pid": "x", "lease_ms": "abc", "seen_ms": now, "concurrency": "9" * 5000,
+        "rates": '{"q": [1]}', "queue_inflight": "[1]", b"\xfe": b"\xff"})
 
 
 def statuses(client: Client, ids: list[str]) -> Counter[str]:

@@ -22,10 +22,14 @@ def echo_json(value: Any) -> None:
     click.echo(msgspec.json.encode(value).decode())
 
 
-def table(rows: list[list[str]], header: list[str]) -> None:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+def table(rows: list[list[str]] | list[list[str] | str], header: list[str]) -> None:
+    """Columns aligned over every row; a row that is a str is a line of its own (the
+    heading of the rows after it)."""
+    cells = [r for r in rows if not isinstance(r, str)]
+    widths = [max(len(str(r[i])) for r in [header, *cells]) for i in range(len(header))]
     for row in [header, *rows]:
-        click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+        click.echo(row if isinstance(row, str) else
+                   "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
 @click.group()

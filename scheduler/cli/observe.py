@@ -11,6 +11,7 @@ import msgspec
 
 from scheduler.cli.inspect import echo_json, table, when
 from scheduler.cli.options import Finite, scaling_options
+from scheduler.observe.records import group_supervisors
 
 UNHEALTHY = 3  # exit code when the namespace is unhealthy (1 is an error, 2 a usage error)
 
@@ -79,13 +80,22 @@ def render_workers(workers: list[Any], alive: int, known: int, scaling: str | No
     gone = f" ({known} known)" if known != alive else ""
     click.echo(f"workers: {alive} alive{gone}" + (f"; {scaling}" if scaling else ""))
     shown = [w for w in workers if w.alive] + [w for w in workers if not w.alive][:5]
-    if shown:
-        table([[w.worker_id, _state(w), f"{_age(w.heartbeat_age_s)} ago",
-                f"{w.inflight}/{w.concurrency}", _rate(w.succeeded_per_s),
-                _rate(w.failed_per_s), f"{w.succeeded:,}", f"{w.failed:,}", ",".join(w.queues)]
-               for w in shown],
-              ["WORKER", "STATE", "HEARTBEAT", "IN FLIGHT", "OK/S", "FAILED/S", "SUCCEEDED",
-               "FAILED", "QUEUES"])
+    if not shown:
+        return
+    # Workers started on their own first; then each supervisor (`sched worker --processes
+    # N`) on a line of its own, its children indented under it.
+    rows: list[list[str] | str] = [_worker_row(w) for w in shown if w.supervisor is None]
+    for s in group_supervisors(shown):
+        rows.append(s.summary())
+        rows += [_worker_row(w, "  ") for w in s.children]
+    table(rows, ["WORKER", "STATE", "HEARTBEAT", "IN FLIGHT", "OK/S", "FAILED/S", "SUCCEEDED",
+                 "FAILED", "QUEUES"])
+
+
+def _worker_row(w: Any, indent: str = "") -> list[str]:
+    return [indent + w.worker_id, _state(w), f"{_age(w.heartbeat_age_s)} ago",
+            f"{w.inflight}/{w.concurrency}", _rate(w.succeeded_per_s), _rate(w.failed_per_s),
+            f"{w.succeeded:,}", f"{w.failed:,}", ",".join(w.queues)]
 
 
 def _state(w: Any) -> str:
@@ -141,7 +151,9 @@ def status(obj: dict[str, str], as_json: bool, watch: bool, interval: float, max
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def workers(obj: dict[str, str], as_json: bool) -> None:
-    """Workers by last heartbeat: alive or gone, in flight, concurrency, rates."""
+    """Workers by last heartbeat: alive or gone, in flight, concurrency, rates; the children
+    of a `sched worker --processes N` under a line for their supervisor (host, pid, children
+    alive, restarts)."""
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"]) as client:

@@ -21,6 +21,7 @@ from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
 
 log = logging.getLogger("scheduler.cli")
+SUPERVISOR_ENV = "SCHED_SUPERVISOR"  # JSON: scheduler/worker/config.py, SupervisorRef
 
 metrics_port_option = click.option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
@@ -152,7 +153,7 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
            replica_timeout: float, eager_start: bool, autoscale: Any, trace: bool,
            metrics_port: int | None, log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
-    from scheduler.worker.worker import Worker, WorkerConfig
+    from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
 
     if autoscale is not None and click.get_current_context().get_parameter_source(
             "concurrency") is not click.core.ParameterSource.DEFAULT:
@@ -163,13 +164,17 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
                           replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
                           eager_start=eager_start,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+    # Set by a supervisor (`--processes N`) for each child it starts.
+    ref = os.environ.get(SUPERVISOR_ENV)
+    supervisor = SupervisorRef.parse(ref, SUPERVISOR_ENV) if ref is not None else None
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 
     async def make() -> None:
         start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
         client = process_redis(obj["redis_url"], lease_s)
-        w = Worker(client, registry, namespace=obj["namespace"], config=config)  # type: ignore[arg-type]
+        w = Worker(client, registry, namespace=obj["namespace"], config=config,  # type: ignore[arg-type]
+                   supervisor=supervisor)
         holder.append(w)
         try:
             await w.run()

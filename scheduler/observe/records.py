@@ -67,6 +67,51 @@ class WorkerStatus(msgspec.Struct, kw_only=True):
     by_queue: dict[str, Rate]  # the rates per queue over the worker's last heartbeat interval
     max_concurrency: int = 0  # the most it may grow to (`--autoscale MIN:MAX`); 0: unknown
     waiting: bool = False  # started before its namespace existed: waits for it to be created
+    # Set on a child of `sched worker --processes N` (scheduler/worker/config.py, SupervisorRef);
+    # None on a worker started on its own.
+    supervisor: str | None = None  # the supervisor's id
+    supervisor_pid: int | None = None
+    child: int | None = None  # which of its children: 0 .. processes - 1
+    processes: int | None = None  # the children it keeps running
+    restarts: int | None = None  # its restart count when it started this child
+
+
+class Supervisor(msgspec.Struct, kw_only=True):
+    """A `sched worker --processes N` as its children's heartbeats describe it (it writes
+    nothing to Redis itself): grouped by `group_supervisors()`."""
+
+    supervisor_id: str
+    host: str
+    pid: int
+    processes: int  # the children it keeps running
+    children_alive: int
+    restarts: int  # children it has restarted: the highest count a child was started with
+    children: list[WorkerStatus]  # alive first, each by its index; gone ones while registered
+
+    def summary(self) -> str:
+        """One line for people (`sched workers`, the console)."""
+        return (f"supervisor {self.supervisor_id} on {self.host}, pid {self.pid}: "
+                f"{self.children_alive}/{self.processes} children alive, {self.restarts} "
+                f"restart{'' if self.restarts == 1 else 's'}")
+
+
+def group_supervisors(workers: list[WorkerStatus]) -> list[Supervisor]:
+    """The supervisors of these workers, in the order their first child appears (`workers()`:
+    alive first, the latest heartbeat first); workers started on their own are in none."""
+    groups: dict[str, list[WorkerStatus]] = {}
+    for w in workers:
+        if w.supervisor is not None:
+            groups.setdefault(w.supervisor, []).append(w)
+    out = []
+    for sid, children in groups.items():
+        children.sort(key=lambda w: (not w.alive, w.child or 0))
+        first = children[0]  # a live child, if any: what it says is the latest
+        out.append(Supervisor(
+            supervisor_id=sid, host=first.host, pid=first.supervisor_pid or 0,
+            processes=first.processes or len(children),
+            children_alive=sum(1 for w in children if w.alive),
+            restarts=max(w.restarts or 0 for w in children), children=children))
+    return out
 
 
 class NodeStatus(msgspec.Struct, kw_only=True):

@@ -42,14 +42,16 @@ from scheduler.observe.records import (
     Rate,
     ShardStatus,
     Status,
+    Supervisor,
     WorkerStatus,
+    group_supervisors,
 )
 from scheduler.redis.clients import where
 from scheduler.redis.clock import Clock, resync, resync_sync
 
 __all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
-           "Topology", "WorkerStatus", "read_status", "read_status_async", "read_workers",
-           "read_workers_async"]
+           "Supervisor", "Topology", "WorkerStatus", "group_supervisors", "read_status",
+           "read_status_async", "read_workers", "read_workers_async"]
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
@@ -57,7 +59,7 @@ NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node
 
 
 def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value or "")
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value or "")
 
 
 def _age_s(now_ms: int, then_ms: int) -> float:
@@ -83,30 +85,67 @@ def _shard(shard: int, now: int, reply: list[Any]) -> ShardStatus:
 
 
 def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
-    f = {k.decode(): v.decode() for k, v in raw.items()}
-    seen = int(f.get("seen_ms", seen_ms))
-    lease_ms = int(f.get("lease_ms", 30_000))
-    rates: dict[str, list[float]] = (msgspec.json.decode(f["rates"]) if f.get("rates") else {})
-    inflight: dict[str, int] = (msgspec.json.decode(f["queue_inflight"])
-                                if f.get("queue_inflight") else {})
+    """A registry entry, decoded. Anyone who can write to Redis can write one: a field that
+    does not parse reads as absent, so one odd entry breaks no `sched workers` and no page."""
+    try:
+        f = {k.decode(): v.decode() for k, v in raw.items()}
+    except UnicodeDecodeError:
+        f = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace") for k, v in raw.items()}
+    seen = _int(f.get("seen_ms"), seen_ms)
+    lease_ms = _int(f.get("lease_ms"), 30_000)
+    # [ok/s, failed/s, mean run s] per queue (an older heartbeat wrote no mean)
+    rates = {q: r if len(r) == 3 else [*r, 0.0, 0.0, 0.0][:3]
+             for q, r in _json(f.get("rates"), _RATES).items()}
+    inflight = _json(f.get("queue_inflight"), _COUNTS)
     return WorkerStatus(
         worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
-        heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=int(f.get("pid", 0)),
+        heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=_int(f.get("pid")),
         queues=[q for q in f.get("queues", "").split(",") if q],
-        concurrency=int(f.get("concurrency", 0)), inflight=int(f.get("inflight", 0)),
-        max_concurrency=int(f.get("max_concurrency", 0)),
-        succeeded=int(f.get("succeeded", 0)), failed=int(f.get("failed", 0)),
+        concurrency=_int(f.get("concurrency")), inflight=_int(f.get("inflight")),
+        max_concurrency=_int(f.get("max_concurrency")),
+        succeeded=_int(f.get("succeeded")), failed=_int(f.get("failed")),
         waiting=f.get("state") == "waiting",
         succeeded_per_s=sum(r[0] for r in rates.values()),
         failed_per_s=sum(r[1] for r in rates.values()),
-        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight})
+        by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight},
+        **_supervised(f))
+
+
+def _int(value: str | None, default: int = 0) -> int:
+    try:
+        return default if value is None else int(value)
+    except ValueError:
+        return default
+
+
+_RATES = msgspec.json.Decoder(dict[str, list[float]])
+_COUNTS = msgspec.json.Decoder(dict[str, int])
+
+
+def _json(value: str | None, decoder: msgspec.json.Decoder[Any]) -> Any:
+    """A JSON field of a registry entry, decoded; empty when absent or not of its type."""
+    try:
+        return decoder.decode(value) if value else {}
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return {}
+
+
+def _supervised(f: dict[str, str]) -> dict[str, Any]:
+    """A supervised child's fields (heartbeat.py writes them from its SupervisorRef); none for
+    a worker started on its own, or an entry whose numbers are not numbers."""
+    if not f.get("supervisor"):
+        return {}
+    try:
+        return {"supervisor": f["supervisor"], "supervisor_pid": int(f["supervisor_pid"]),
+                "child": int(f["child"]), "processes": int(f["processes"]),
+                "restarts": int(f["restarts"])}
+    except (KeyError, ValueError):
+        return {}
 
 
 def _rate(r: list[float] | None, inflight: int) -> Rate:
-    """[ok/s, failed/s, mean run s] as the heartbeat writes it (an older one wrote no mean)."""
-    r = r or [0.0, 0.0]
-    return Rate(succeeded_per_s=r[0], failed_per_s=r[1],
-                mean_run_s=r[2] if len(r) > 2 else 0.0, inflight=inflight)
+    ok, failed, mean = r or (0.0, 0.0, 0.0)
+    return Rate(succeeded_per_s=ok, failed_per_s=failed, mean_run_s=mean, inflight=inflight)
 
 
 class Topology(NamedTuple):

@@ -41,7 +41,7 @@ from scheduler.core.jobspec import JobSpec
 from scheduler.core.limits import QueueLimit
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, Job, RetryPolicy, Slot
 from scheduler.core.namespace import EVENTS_MAXLEN
-from scheduler.observe.status import Status, WorkerStatus
+from scheduler.observe.status import Status, Supervisor, WorkerStatus
 from scheduler.redis.clients import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from scheduler.redis.clock import Clock
 from scheduler.sdk.browse import SlotPage, SubmissionPage
@@ -298,6 +298,10 @@ class Client(_Driver):
     def workers(self) -> list[WorkerStatus]:
         return self._drive(status_ops.workers(self._core))
 
+    @_drives(status_ops.supervisors)
+    def supervisors(self) -> list[Supervisor]:
+        return self._drive(status_ops.supervisors(self._core))
+
     # A job's series, named schedules: scheduler/sdk/schedules.py
 
     @_drives(schedule_ops.delete_job)
@@ -510,6 +514,10 @@ class AsyncClient(_Driver):
     @_drives(status_ops.workers)
     async def workers(self) -> list[WorkerStatus]:
         return await self._drive(status_ops.workers(self._core))
+
+    @_drives(status_ops.supervisors)
+    async def supervisors(self) -> list[Supervisor]:
+        return await self._drive(status_ops.supervisors(self._core))
 
     # A job's series, named schedules: scheduler/sdk/schedules.py
 

@@ -1,4 +1,5 @@
-"""The namespace at a glance (`status`) and its workers (`workers`), read by
+"""The namespace at a glance (`status`), its workers (`workers`) and the supervisors of
+those started by `sched worker --processes N` (`supervisors`), read by
 scheduler/observe/status.py's readers in either client.
 """
 
@@ -6,7 +7,9 @@ from __future__ import annotations
 
 from scheduler.observe.status import (
     Status,
+    Supervisor,
     WorkerStatus,
+    group_supervisors,
     read_status,
     read_status_async,
     read_workers,
@@ -29,3 +32,8 @@ def workers(core: ClientState) -> Op[list[WorkerStatus]]:
                      (core.keys, core.clock)))
 
 
+def supervisors(core: ClientState) -> Op[list[Supervisor]]:
+    """The supervisors (`sched worker --processes N`) of the most recently seen workers, each
+    with its host, pid, children alive, restarts and its children (one `workers()` read,
+    grouped). Workers started on their own are in none (their `supervisor` is None)."""
+    return group_supervisors((yield from workers(core)))

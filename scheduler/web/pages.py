@@ -21,6 +21,7 @@ from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id, split_slot_id
 from scheduler.core.models import Job, Slot
 from scheduler.core.states import JobKind, SlotStatus
+from scheduler.observe.records import group_supervisors
 
 Page = tuple[str, dict[str, Any]]
 Params = Mapping[str, str]
@@ -134,13 +135,22 @@ def queues(status: Any, infos: list[Any]) -> Page:
                 "permits its runs hold."}
 
 
+def _worker(w: Any) -> dict[str, Any]:
+    return _row(w.worker_id, w.worker_id,
+                ("waiting for its namespace" if w.waiting else "alive") if w.alive else "gone",
+                f"{w.heartbeat_age_s:.1f}s ago", w.host, w.pid,
+                link("/running", f"{w.inflight}/{w.concurrency}"),
+                _rate(w.succeeded_per_s), f"{w.succeeded:,}", f"{w.failed:,}",
+                ",".join(w.queues))
+
+
 def workers(status: Any) -> Page:
-    rows = [_row(w.worker_id, w.worker_id,
-                 ("waiting for its namespace" if w.waiting else "alive") if w.alive else "gone",
-                 f"{w.heartbeat_age_s:.1f}s ago", w.host, w.pid,
-                 link("/running", f"{w.inflight}/{w.concurrency}"),
-                 _rate(w.succeeded_per_s), f"{w.succeeded:,}", f"{w.failed:,}",
-                 ",".join(w.queues)) for w in status.workers]
+    """Workers started on their own first; then each supervisor (`sched worker --processes
+    N`) as a heading row, its children under it, as `sched workers` prints them."""
+    rows = [_worker(w) for w in status.workers if w.supervisor is None]
+    for s in group_supervisors(status.workers):
+        rows.append({"key": s.supervisor_id, "cells": [], "heading": s.summary()})
+        rows += [{**_worker(w), "child": True} for w in s.children]
     return "table.html", {
         "title": "Workers", "rows": rows, "header": [
             "worker", "state", "heartbeat", "host", "pid", "in flight", "ok/s", "succeeded",

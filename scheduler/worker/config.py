@@ -60,3 +60,42 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
         if self.claim_replicas < 0 or self.replica_timeout_s <= 0:
             raise ConfigError("claim replicas must be >= 0 and the replica timeout > 0 s")
+
+
+class SupervisorRef(msgspec.Struct, kw_only=True, frozen=True):
+    """The supervisor (`sched worker --processes N`) that started this worker as one of its
+    children, as it tells the child (the SCHED_SUPERVISOR environment variable, JSON). The
+    heartbeat writes it into the worker's registry entry, so `sched workers` and the console
+    group the children under their supervisor; the supervisor itself writes nothing."""
+
+    id: str
+    pid: int
+    host: str
+    index: int  # which child: 0 .. processes - 1
+    processes: int  # the children the supervisor keeps running
+    restarts: int  # the supervisor's restart count when it started this child
+
+    def __post_init__(self) -> None:
+        if not self.id or len(self.id) > 200:
+            raise ConfigError("id must be 1 to 200 characters")
+        if self.pid < 1 or self.processes < 1 or self.restarts < 0:
+            raise ConfigError("pid and processes must be >= 1 and restarts >= 0")
+        if not 0 <= self.index < self.processes:
+            raise ConfigError(f"index must be 0 .. {self.processes - 1}, not {self.index}")
+
+    @classmethod
+    def parse(cls, text: str, source: str = "SCHED_SUPERVISOR") -> SupervisorRef:
+        """Decode and check the JSON a supervisor hands its child; anything else is one
+        ConfigError naming `source`."""
+        try:
+            return msgspec.json.decode(text, type=cls)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ConfigError(
+                f"{source} is not a supervisor's description ({exc}); it is set by `sched "
+                f"worker --processes N` for its children: unset it to run a worker on its "
+                f"own") from None
+
+    def registry_fields(self) -> dict[str, str | int]:
+        """What the worker's registry entry adds (scheduler/observe/status.py reads it)."""
+        return {"supervisor": self.id, "supervisor_pid": self.pid, "child": self.index,
+                "processes": self.processes, "restarts": self.restarts}

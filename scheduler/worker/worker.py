@@ -40,7 +40,7 @@ from scheduler.redis.service import Backoff, ErrorLog, pause
 from scheduler.worker.autoscale import Autoscaler
 from scheduler.worker.claims import ClaimLoop, Claims
 from scheduler.worker.committer import Committer
-from scheduler.worker.config import WorkerConfig
+from scheduler.worker.config import SupervisorRef, WorkerConfig
 from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
@@ -51,7 +51,7 @@ from scheduler.worker.slots import Slots
 
 log = logging.getLogger("scheduler.worker.worker")
 
-__all__ = ["ClaimLoop", "Worker", "WorkerConfig"]
+__all__ = ["ClaimLoop", "SupervisorRef", "Worker", "WorkerConfig"]
 
 # Entries dispatched early a worker holds for their time, per run slot: enough to read a whole
 # minute-boundary burst before its instant (its XREADGROUP work then happens before the
@@ -63,7 +63,8 @@ HOLD_RUNS = 50
 class Worker:
     def __init__(self, client: redis.asyncio.Redis, registry: Registry, *,
                  namespace: str = "sched", config: WorkerConfig | None = None,
-                 clock: Clock | None = None, worker_id: str | None = None) -> None:
+                 clock: Clock | None = None, worker_id: str | None = None,
+                 supervisor: SupervisorRef | None = None) -> None:
         self.redis = client
         self.registry = registry
         self.config = config = config or WorkerConfig()
@@ -96,6 +97,9 @@ class Worker:
         self.heartbeat = Heartbeat(client, keys, clock, worker_id, self.lease_ms,
                                    slots.concurrency, config.queues, slots.running,
                                    self.claims.tallies, most, config.events_maxlen)
+        self.supervisor = supervisor
+        if supervisor is not None:  # `sched workers` groups the children under it
+            self.heartbeat.info.update(supervisor.registry_fields())
         self.limited = LimitedClaims(self.claims, self.errors)
 
     @property

@@ -14,6 +14,7 @@ import itertools
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,11 +22,23 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import redis
 from test_console import CHROMIUM, SHOTS, _get
 
-from helpers import make_dead, run_until, running, sched_process, serve_console
-from scheduler import Client, Registry, RetryPolicy, SlotStatus
+from helpers import (
+    garble,
+    make_dead,
+    run_until,
+    running,
+    sched_process,
+    serve_console,
+    until,
+    workers_of,
+)
+from scheduler import AsyncClient, Client, Registry, RetryPolicy, SlotStatus
+from scheduler.worker.worker import SupervisorRef
 
 WORKER_APP = "scheduler.dev.examples.tasks:registry"
 JOB_STATES = ["active", "ended", "deleted"]
@@ -127,6 +140,43 @@ def test_pages_show_what_redis_says_when_they_are_viewed(redis_url: str, ns: str
             code, body = _get(f"{web}/")
             assert 'id="verdict">healthy' in body, body
             assert 'id="workers-alive">1<' in body
+
+
+def test_the_workers_page_groups_the_children_under_their_supervisor(
+        redis_url: str, ns: str, web: str) -> None:
+    """The console first, then a worker on its own and two children of one supervisor (as
+    `sched worker --processes 2` starts them; its id is anyone's text: escaped), then the
+    first submit: /workers lists the one on its own, then a heading row for the supervisor
+    (host, pid, children alive, restarts) and its children under it."""
+    hostile = "<script>alert(1)</script>"
+    ref = SupervisorRef(id=hostile, pid=4242, host=socket.gethostname(), index=0,
+                        processes=2, restarts=0)
+    refs = [None, ref, msgspec.structs.replace(ref, index=1, restarts=2)]
+
+    async def main() -> tuple[list[Any], str]:
+        async with workers_of(redis_url, ns, refs), AsyncClient(redis_url, ns) as client:
+            async def registered() -> bool:  # waiting for the namespace
+                return len(await client.workers()) == 3
+            await until("the workers to register", registered)
+            await client.submit("demo.noop")
+
+            async def started() -> bool:
+                return all(w.alive and not w.waiting for w in await client.workers())
+            await until("the workers to start", started)
+            return await client.workers(), (await asyncio.to_thread(_get, f"{web}/workers"))[1]
+
+    found, body = asyncio.run(main())
+    alone = next(w.worker_id for w in found if w.supervisor is None)
+    children = [w.worker_id for w in sorted(found, key=lambda w: w.child or 0) if w.supervisor]
+    assert _texts(body, "rows") == [
+        alone, f"supervisor {hostile} on {socket.gethostname()}, pid 4242: 2/2 children alive, "
+               f"2 restarts", *children]
+    assert hostile not in body and "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert body.count('<tr class="child">') == 2
+    garble(redis.Redis.from_url(redis_url), ns)  # the registry is anyone's to write
+    code, body = _get(f"{web}/workers")
+    assert code == 200 and "odd" in _texts(body, "rows")
+    assert "<b>x" not in body and "&lt;b&gt;x" in body
 
 
 # --- the console does what the CLI does -------------------------------------------------

@@ -53,6 +53,12 @@ LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
+SUPERVISED = "tests/cli/test_supervised_workers.py::"
+GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
+GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
+SUPERVISED_CHILD = SUPERVISED + "test_sched_worker_reads_its_supervisor_from_the_environment"
+SUPERVISOR_PAGE = ("tests/e2e/test_console_pages.py::"
+                   "test_the_workers_page_groups_the_children_under_their_supervisor")
 CLEANER = "tests/services/test_queue_cleaner.py"
 IDLE_LANES = (f"{CLEANER}::"
               "test_idle_lanes_that_hold_nothing_leave_the_index_and_status[single]")
@@ -87,6 +93,28 @@ MUTANTS = [
            "re-running (terminal rule)",
            "scheduler/scripts/lua/_lib.lua", "  elseif job[1] == 'at_most_once' then",
            "  elseif true then", (SIGKILL,), fast=True),
+    Mutant("supervisor-not-in-heartbeat", "a supervised child's heartbeat leaves out its "
+           "supervisor: `sched workers` and the console list it as a worker on its own",
+           "scheduler/worker/worker.py",
+           "            self.heartbeat.info.update(supervisor.registry_fields())",
+           "            pass", (GROUPED,), fast=True),
+    Mutant("supervisor-restarts-lowest", "a supervisor's restarts are its children's lowest "
+           "count (the oldest child's), not the highest",
+           "scheduler/observe/records.py", "restarts=max(w.restarts or 0 for w in children)",
+           "restarts=min(w.restarts or 0 for w in children)", (GROUPED,)),
+    Mutant("supervisor-env-ignored", "`sched worker` does not read SCHED_SUPERVISOR: a "
+           "supervisor's children are not grouped under it",
+           "scheduler/cli/run.py", "    ref = os.environ.get(SUPERVISOR_ENV)\n",
+           "    ref = None\n", (SUPERVISED_CHILD,)),
+    Mutant("supervisor-heading-unescaped", "the console's supervisor heading (anyone's text, "
+           "from the worker registry) goes into the page unescaped",
+           "scheduler/web/templates/lists.html", "{{ row.heading }}", "{{ row.heading|safe }}",
+           (SUPERVISOR_PAGE,)),
+    Mutant("registry-entry-trusted", "a worker registry entry's lease is read as written: "
+           "one entry whose lease is not a number breaks `sched workers` and the console's "
+           "Workers page (a 500)",
+           "scheduler/observe/status.py", '    lease_ms = _int(f.get("lease_ms"), 30_000)',
+           '    lease_ms = int(f.get("lease_ms", 30_000))', (GARBLED, SUPERVISOR_PAGE)),
     Mutant("once-always-false", "ctx.once() never lets the effect happen (exactly-once rule)",
            "scheduler/worker/execution.py",
            "        return code is Code.OK or (code is Code.REPEAT and retried)",
