@@ -1,0 +1,89 @@
+"""Outbox commands: `sched outbox relay` and `sched outbox status` (the outbox's schema is
+made by `sched db upgrade --outbox`, scheduler/cli/history.py)."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any
+
+import click
+
+from scheduler.cli.logs import log_options, setup_logging
+from scheduler.cli.options import Finite, history_source
+from scheduler.cli.run import metrics_port_option
+
+DSN_HELP = ("The application's database, where the outbox is, e.g. postgresql://user@host/db "
+            "(env SCHED_POSTGRES_DSN).")
+
+
+def schema_option(fn: Any) -> Any:
+    return click.option("--outbox-schema", "schema", envvar="SCHED_OUTBOX_SCHEMA",
+                        default="scheduler", show_default=True,
+                        help="The schema holding the outbox tables (env "
+                             "SCHED_OUTBOX_SCHEMA).")(fn)
+
+
+def outbox_dsn(postgres_dsn: str | None) -> str:
+    from scheduler.core.errors import ConfigError
+
+    if postgres_dsn is None:
+        raise ConfigError("the outbox is in Postgres: give --postgres-dsn (or "
+                          "SCHED_POSTGRES_DSN)")
+    return history_source(postgres_dsn, "")
+
+
+@click.group()
+def outbox() -> None:
+    """The transactional outbox: jobs submitted in the application's Postgres transactions."""
+
+
+@outbox.command()
+@click.option("--postgres-dsn", envvar="SCHED_POSTGRES_DSN", default=None, help=DSN_HELP)
+@schema_option
+@click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Most rows per transaction.")
+@click.option("--poll", "poll_s", type=Finite(min=0.01), default=1.0, show_default=True,
+              help="Seconds between looks at the outbox when no NOTIFY wakes the relay.")
+@click.option("--durability", type=click.Choice(["primary", "replicated", "fsynced"]),
+              default=None, help="When Redis counts a batch as written (the SDK's "
+                                 "durability=); default primary.")
+@metrics_port_option
+@log_options
+@click.pass_obj
+def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int,
+          poll_s: float, durability: str | None, metrics_port: int | None, log_level: str,
+          log_format: str) -> None:
+    """Move committed outbox rows into Redis until SIGTERM/SIGINT (several may run)."""
+    from scheduler import Client
+    from scheduler.cli.run import start_metrics
+    from scheduler.outbox.relay import OutboxRelay, RelayConfig
+    from scheduler.outbox.rows import status
+
+    dsn = outbox_dsn(postgres_dsn)
+    config = RelayConfig(batch=batch, poll_s=poll_s, durability=durability)
+    setup_logging(log_level, log_format)
+    client = Client(obj["redis_url"], obj["namespace"])
+    service = OutboxRelay(client, dsn, schema=schema, config=config)
+    status(service._work(), schema)  # a missing outbox or database: one line, at once
+    start_metrics(metrics_port)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: service.stop())
+    try:
+        service.run()
+    finally:
+        client.close()
+
+
+@outbox.command("status")
+@click.option("--postgres-dsn", envvar="SCHED_POSTGRES_DSN", default=None, help=DSN_HELP)
+@schema_option
+def outbox_status(postgres_dsn: str | None, schema: str) -> None:
+    """Rows waiting for a relay, the oldest one's age, and rows Redis refused."""
+    import psycopg
+
+    from scheduler.outbox.rows import status
+
+    with psycopg.connect(outbox_dsn(postgres_dsn), connect_timeout=5) as conn:
+        waiting, age, rejected = status(conn, schema)
+    click.echo(f"outbox {schema}: {waiting} row(s) waiting, oldest {age:.3f} s; "
+               f"{rejected} rejected")

@@ -1,0 +1,129 @@
+"""An outbox row's `spec`: a job's submit arguments as JSON, and back; and the outbox's SQL
+(scheduler/outbox/sql/postgres/) with the operator's schema name in it."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+import msgspec
+
+import scheduler.history.sqlfiles as sqlfiles
+from scheduler.core.errors import ValidationError
+from scheduler.core.jobspec import JobSpec
+from scheduler.core.models import RetryPolicy
+
+PACKAGE = "scheduler.outbox"
+_SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+_NULL = msgspec.Raw(b"null")
+
+
+class StoredSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """JobSpec with every field typed, so the JSON comes back as the values submitted:
+    `payload` is its validated JSON text as it is, `delay` seconds."""
+
+    task: str
+    payload: msgspec.Raw = _NULL  # msgspec decodes Raw alone, not in a union with None
+    queue: str = "default"
+    timeout: float | None = None
+    retry: RetryPolicy | None = None
+    delivery: str = "at_least_once"
+    priority: int | None = None
+    dedupe_key: str | None = None
+    delay: float | None = None
+    at: datetime | None = None
+    cron: str | None = None
+    tz: str | None = None
+    catchup: str | None = None
+    catchup_limit: int | None = None
+    overlap: str | None = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(StoredSpec)
+_FIELDS = StoredSpec.__struct_fields__
+
+
+def encode_spec(spec: JobSpec, payload_json: str | None) -> str:
+    """A validated spec (`payload_json`: the payload as validation encoded it) as a row's text."""
+    values = {name: getattr(spec, name) for name in _FIELDS}
+    values["payload"] = _NULL if payload_json is None else msgspec.Raw(payload_json.encode())
+    delay = values["delay"]
+    if isinstance(delay, timedelta):
+        values["delay"] = delay.total_seconds()
+    return _encoder.encode(StoredSpec(**values)).decode()
+
+
+def decode_spec(text: str) -> JobSpec:
+    """A row's text as the JobSpec to submit; ValidationError if it is not one."""
+    try:
+        stored = _decoder.decode(text)
+        payload: Any = msgspec.json.decode(stored.payload)
+    except msgspec.DecodeError as exc:
+        raise ValidationError("spec", f"the outbox row is not a job spec: {exc}") from None
+    values = {name: getattr(stored, name) for name in _FIELDS}
+    values["payload"] = payload
+    return JobSpec(**values)
+
+
+def check_schema(schema: str) -> str:
+    if not isinstance(schema, str) or not _SCHEMA.fullmatch(schema):
+        raise ValidationError("schema", f"{schema!r} is not allowed; must be a lowercase SQL "
+                                        f"name: a-z, 0-9 and _, not starting with a digit")
+    return schema
+
+
+@cache
+def queries(schema: str) -> dict[str, str]:
+    """The outbox's named queries for tables in `schema` (checked: it is written into them)."""
+    quoted = f'"{check_schema(schema)}"'
+    return {name: text.replace("{schema}", quoted)
+            for name, text in sqlfiles.queries("postgres", package=PACKAGE).items()}
+
+
+def migrations(schema: str) -> list[tuple[int, str]]:
+    quoted = f'"{check_schema(schema)}"'
+    return [(v, text.replace("{schema}", quoted))
+            for v, text in sqlfiles.migrations("postgres", package=PACKAGE)]
+
+
+def channel(schema: str) -> str:
+    """The LISTEN/NOTIFY channel of a schema's outbox (its trigger's pg_notify)."""
+    return f"{check_schema(schema)}.outbox"
+
+
+_LOCK = 7_301_946_118  # advisory lock id of outbox migrations (the history's is one less)
+
+
+def upgrade(conn: Any, schema: str) -> int:
+    """Apply the outbox migrations `schema` lacks (creating it), in one transaction on a
+    psycopg connection; returns the version it is at."""
+    q = queries(schema)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
+        cur.execute(q["create_versions"])
+        cur.execute(q["applied"])
+        applied = {r[0] for r in cur.fetchall()}
+        for version, script in migrations(schema):
+            if version not in applied:
+                cur.execute(script.encode())
+                cur.execute(q["record"], {"version": version})
+        cur.execute(q["applied"])
+        return max((r[0] for r in cur.fetchall()), default=0)
+
+
+def status(conn: Any, schema: str) -> tuple[int, float, int]:
+    """(rows waiting, the oldest one's age in seconds, rows rejected)."""
+    q = queries(schema)
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(q["lag"])
+        count, age = cur.fetchone()
+        cur.execute(q["rejected"])
+        rejected = cur.fetchone()[0]
+    return int(count), float(age), int(rejected)
