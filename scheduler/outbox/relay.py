@@ -95,16 +95,25 @@ class OutboxRelay:
         """Move one batch; returns how many rows left the outbox (0: none waited). Raises
         RedisFailure / psycopg.Error with the rows still in place."""
         conn = self._work()
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(self.q["take"], {"limit": self.config.batch})
-            rows = cur.fetchall()
-            if not rows:
-                return 0
-            good, bad = self._send(rows)
-            for row, error in bad:
-                cur.execute(self.q["reject"], {"seq": row[0], "job_id": row[1], "spec": row[2],
-                                               "created_at": row[3], "error": error})
-            cur.execute(self.q["delete"], {"seqs": [row[0] for row in rows]})
+        try:
+            with conn.cursor() as cur:
+                cur.execute(self.q["take"], {"limit": self.config.batch})
+                rows = cur.fetchall()
+                seqs = [row[0] for row in rows]
+                # Redis has the jobs before their rows go: a failure in between sends them
+                # again, under the same ids.
+                good, bad = self._send(rows) if rows else (0, [])
+                for row, error in bad:
+                    cur.execute(self.q["reject"], {"seq": row[0], "job_id": row[1],
+                                                   "spec": row[2], "created_at": row[3],
+                                                   "error": error})
+                if rows:
+                    cur.execute(self.q["delete"], {"seqs": seqs})
+            conn.commit()
+        except BaseException:
+            if not conn.closed:
+                conn.rollback()
+            raise
         self.relayed += good
         self.rejected += len(bad)
         metrics.OUTBOX_RELAYED.inc(good)
@@ -193,8 +202,9 @@ class OutboxRelay:
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            for _ in listen.notifies(timeout=min(left, 0.5), stop_after=1):
-                # Drain the ones already here: one pass serves every commit before it.
+            if any(True for _ in listen.notifies(timeout=min(left, 0.5), stop_after=1)):
+                # Drain the ones already here: one pass serves every commit before it. (Not
+                # from inside the loop above: its generator holds the connection's lock.)
                 for _ in listen.notifies(timeout=0):
                     pass
                 return
