@@ -57,20 +57,20 @@ def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int
     from scheduler import Client
     from scheduler.cli.run import start_metrics
     from scheduler.outbox.relay import OutboxRelay, RelayConfig
-    from scheduler.outbox.rows import status
 
     dsn = outbox_dsn(postgres_dsn)
     config = RelayConfig(batch=batch, poll_s=poll_s, durability=durability)
     setup_logging(log_level, log_format)
     client = Client(obj["redis_url"], obj["namespace"])
     service = OutboxRelay(client, dsn, schema=schema, config=config)
-    status(service._work(), schema)  # a missing outbox or database: one line, at once
-    start_metrics(metrics_port)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: service.stop())
     try:
+        service.lag_or_refuse()  # a missing outbox or database: one line, at once
+        start_metrics(metrics_port)
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: service.stop())
         service.run()
     finally:
+        service.close()
         client.close()
 
 

@@ -1,10 +1,10 @@
 """The relay: moves committed outbox rows into Redis, a batch per Postgres transaction.
 
-One pass (`run_once`): lock the oldest rows no other relay holds (FOR UPDATE SKIP LOCKED, so
-several relays share the work), `submit_many` them with each row's job id, delete them,
-commit. Redis has the jobs before the rows go; if the relay dies between the two, its
-transaction rolls back, the rows unlock, and the next pass sends them again under the same
-ids: submit.lua finds each job written and writes nothing (the resend is idempotent while
+One pass (`run_once`): lock and delete the oldest rows no other relay holds (FOR UPDATE SKIP
+LOCKED, so several relays share the work), `submit_many` them with each row's job id, then
+commit. The delete commits only after Redis has the jobs; if the relay dies between the two,
+its transaction rolls back, the rows are back and unlocked, and the next pass sends them again
+under the same ids: submit.lua finds each job written and writes nothing (the resend is idempotent while
 the job is in Redis, that is until the retention after it finished).
 
 `run` repeats passes while a batch comes back full, then waits for a NOTIFY (the outbox's
@@ -27,7 +27,7 @@ from scheduler.core.errors import ConfigError, RedisFailure, ValidationError
 from scheduler.core.finite import check_finite
 from scheduler.core.jobspec import JobSpec
 from scheduler.observe import metrics
-from scheduler.outbox.rows import channel, decode_spec, queries
+from scheduler.outbox.rows import channel, decode_spec, queries, status
 from scheduler.outbox.writer import DEFAULT_SCHEMA
 from scheduler.sdk.client import Client
 
@@ -61,6 +61,7 @@ class OutboxRelay:
         self.client = client
         self.dsn = dsn
         self.config = config or RelayConfig()
+        self.schema = schema
         self.q = queries(schema)
         self.channel = channel(schema)
         self._stop = threading.Event()
@@ -98,17 +99,14 @@ class OutboxRelay:
         try:
             with conn.cursor() as cur:
                 cur.execute(self.q["take"], {"limit": self.config.batch})
-                rows = cur.fetchall()
-                seqs = [row[0] for row in rows]
-                # Redis has the jobs before their rows go: a failure in between sends them
-                # again, under the same ids.
+                rows = sorted(cur.fetchall())  # RETURNING keeps no order: by seq again
+                # The rows' DELETE commits only below, once Redis has their jobs: a failure
+                # in between leaves them in place, to be sent again under the same ids.
                 good, bad = self._send(rows) if rows else (0, [])
                 for row, error in bad:
                     cur.execute(self.q["reject"], {"seq": row[0], "job_id": row[1],
                                                    "spec": row[2], "created_at": row[3],
                                                    "error": error})
-                if rows:
-                    cur.execute(self.q["delete"], {"seqs": seqs})
             conn.commit()
         except BaseException:
             if not conn.closed:
@@ -156,6 +154,10 @@ class OutboxRelay:
             cur.execute(self.q["lag"])
             count, age = cur.fetchone() or (0, 0)
         return int(count), float(age)
+
+    def lag_or_refuse(self) -> None:
+        """ConfigError (one line) when the database has no outbox in the schema."""
+        status(self._work(), self.schema)
 
     def _publish_lag(self) -> None:
         now = time.monotonic()

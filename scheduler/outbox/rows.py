@@ -9,9 +9,10 @@ from functools import cache
 from typing import Any
 
 import msgspec
+import psycopg
 
 import scheduler.history.sqlfiles as sqlfiles
-from scheduler.core.errors import ValidationError
+from scheduler.core.errors import ConfigError, ValidationError
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.models import RetryPolicy
 
@@ -60,16 +61,21 @@ def encode_spec(spec: JobSpec, payload_json: str | None) -> str:
     return _encoder.encode(StoredSpec(**values)).decode()
 
 
+_as_jobspec = msgspec.json.Decoder(JobSpec)
+
+
 def decode_spec(text: str) -> JobSpec:
-    """A row's text as the JobSpec to submit; ValidationError if it is not one."""
+    """A row's text as the JobSpec to submit; ValidationError if it is not one. Decoded
+    straight into a JobSpec (the relay's per-row cost); its untyped datetime fields come back
+    as text, so a spec with one is read again as a StoredSpec for them."""
     try:
-        stored = _decoder.decode(text)
-        payload: Any = msgspec.json.decode(stored.payload)
+        spec = _as_jobspec.decode(text)
+        if spec.at is not None or spec.start_at is not None or spec.end_at is not None:
+            stored = _decoder.decode(text)
+            spec.at, spec.start_at, spec.end_at = stored.at, stored.start_at, stored.end_at
     except msgspec.DecodeError as exc:
         raise ValidationError("spec", f"the outbox row is not a job spec: {exc}") from None
-    values = {name: getattr(stored, name) for name in _FIELDS}
-    values["payload"] = payload
-    return JobSpec(**values)
+    return spec
 
 
 def check_schema(schema: str) -> str:
@@ -121,9 +127,13 @@ def upgrade(conn: Any, schema: str) -> int:
 def status(conn: Any, schema: str) -> tuple[int, float, int]:
     """(rows waiting, the oldest one's age in seconds, rows rejected)."""
     q = queries(schema)
-    with conn.transaction(), conn.cursor() as cur:
-        cur.execute(q["lag"])
-        count, age = cur.fetchone()
-        cur.execute(q["rejected"])
-        rejected = cur.fetchone()[0]
+    try:
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(q["lag"])
+            count, age = cur.fetchone()
+            cur.execute(q["rejected"])
+            rejected = cur.fetchone()[0]
+    except psycopg.errors.UndefinedTable:
+        raise ConfigError(f"no outbox in schema {schema!r} of this database: run `sched db "
+                          f"upgrade --outbox --outbox-schema {schema}` first") from None
     return int(count), float(age), int(rejected)

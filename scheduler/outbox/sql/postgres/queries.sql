@@ -19,12 +19,12 @@ INSERT INTO {schema}.outbox (job_id, spec)
 SELECT * FROM unnest(CAST(%(job_ids)s AS text[]), CAST(%(specs)s AS text[]));
 
 -- name: take
--- The oldest rows no other relay holds; they stay locked until this transaction ends.
-SELECT seq, job_id, spec, created_at FROM {schema}.outbox
-ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED;
-
--- name: delete
-DELETE FROM {schema}.outbox WHERE seq = ANY(%(seqs)s);
+-- The oldest rows no other relay holds, locked and deleted in one statement: the DELETE is
+-- undone if the transaction rolls back (the relay commits it only once Redis has the jobs),
+-- and other relays skip the rows meanwhile.
+DELETE FROM {schema}.outbox WHERE seq IN (
+    SELECT seq FROM {schema}.outbox ORDER BY seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+RETURNING seq, job_id, spec, created_at;
 
 -- name: reject
 INSERT INTO {schema}.outbox_rejected (seq, job_id, spec, created_at, error)

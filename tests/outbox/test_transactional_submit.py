@@ -1,0 +1,241 @@
+"""scheduler.outbox against a real Postgres and the test Redis, the relay run in-process one
+pass at a time: what a transaction writes, what the relay sends, and what a failure between
+the two leaves (tests/faults/test_outbox.py runs the real processes)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from conftest import POSTGRES_DSN
+from helpers import sched
+from scheduler import Client, JobSpec, RedisFailure, RetryPolicy, ValidationError, outbox
+from scheduler.core.errors import ConfigError
+from scheduler.outbox.relay import OutboxRelay, RelayConfig
+from scheduler.outbox.rows import upgrade
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"ob_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        upgrade(admin, name)
+        yield name
+        admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture
+def conn() -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(POSTGRES_DSN) as c:
+        yield c
+
+
+@pytest.fixture
+def client(redis_url: str, ns: str) -> Iterator[Client]:
+    with Client(redis_url, ns) as c:
+        yield c
+
+
+@pytest.fixture
+def relay(client: Client, schema: str) -> Iterator[OutboxRelay]:
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema)
+    yield service
+    service.close()
+
+
+def rows(conn: psycopg.Connection[Any], schema: str, table: str = "outbox") -> int:
+    with psycopg.connect(POSTGRES_DSN) as other:  # what a committed reader sees
+        found = other.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+    return int(found[0]) if found else 0
+
+
+def jobs_in_redis(r: redis.Redis, ns: str) -> int:
+    return sum(1 for _ in r.scan_iter(match=f"{ns}:*job:*", count=10_000)
+               if b":job:" in _ and b"submitted" not in _)
+
+
+def test_a_rolled_back_submit_never_reaches_redis(conn: psycopg.Connection[Any], schema: str,
+                                                  relay: OutboxRelay, r: redis.Redis,
+                                                  ns: str) -> None:
+    outbox.submit(conn, "send", {"order": 1}, schema=schema)
+    outbox.submit_many(conn, [JobSpec(task="send", payload=i) for i in range(5)], schema=schema)
+    conn.rollback()
+    assert rows(conn, schema) == 0
+    assert relay.run_once() == 0
+    assert jobs_in_redis(r, ns) == 0
+
+
+def test_a_committed_submit_becomes_the_job_it_named(conn: psycopg.Connection[Any], schema: str,
+                                                     relay: OutboxRelay,
+                                                     client: Client) -> None:
+    at = datetime.now(UTC) + timedelta(hours=1)
+    one = outbox.submit(conn, "send", {"order": 1, "to": "a@b"}, queue="mail", priority=1,
+                        timeout=30, retry=RetryPolicy(max_attempts=5), schema=schema)
+    later = outbox.submit(conn, "remind", None, at=at, schema=schema)
+    delayed, keyed, cron = outbox.submit_many(conn, [
+        {"task": "t", "payload": [1, 2], "delay": timedelta(minutes=5)},
+        JobSpec(task="t", dedupe_key="order-1"),
+        JobSpec(task="c", cron="0 3 * * *", tz="Europe/Paris"),
+    ], schema=schema)
+    conn.commit()
+    assert relay.run_once() == 5 and relay.run_once() == 0
+    assert rows(conn, schema) == 0
+    job = client.get_job(one)
+    assert (job.task, job.queue, job.priority, job.payload) == ("send", "mail", 1,
+                                                                 {"order": 1, "to": "a@b"})
+    assert job.retry.max_attempts == 5 and job.timeout_s == 30
+    assert client.get_job(later).fire_ms == int(at.timestamp() * 1000)
+    assert client.get_job(delayed).payload == [1, 2]
+    assert client.get_job(delayed).delay_s == 300
+    assert keyed == client.submit("t", dedupe_key="order-1")  # the key's own id
+    assert client.get_job(cron).cron == "0 3 * * *"
+
+
+@pytest.mark.parametrize("bad", [
+    {"task": "bad\ntask"}, {"task": "t", "queue": "no spaces"}, {"task": "t", "priority": 9},
+    {"task": "t", "payload": {1: "not a string key"}}, {"task": "t", "payload": float("nan")},
+    {"task": "t", "cron": "not cron"}, {"task": "t", "delay": 1, "at": datetime.now(UTC)},
+    {"task": "t", "at": datetime(2030, 1, 1)}, {"task": "t", "delivery": "twice"},
+    {"task": "t", "retry": "3 times"}, {"task": "t", "nope": 1},
+])
+def test_bad_input_is_refused_as_client_submit_refuses_it_and_nothing_is_written(
+        conn: psycopg.Connection[Any], schema: str, client: Client, bad: dict[str, Any]
+) -> None:
+    with pytest.raises(ValidationError) as by_client:
+        client.submit_many([bad])
+    with pytest.raises(ValidationError) as by_outbox:
+        outbox.submit_many(conn, [{"task": "fine"}, bad], schema=schema)
+    assert str(by_outbox.value) == str(by_client.value)
+    conn.commit()
+    assert rows(conn, schema) == 0
+
+
+def test_a_resend_after_redis_acknowledged_writes_nothing_twice(
+        conn: psycopg.Connection[Any], schema: str, relay: OutboxRelay, client: Client,
+        r: redis.Redis, ns: str) -> None:
+    """Postgres fails the relay's commit once, after Redis took the batch (as a relay killed
+    at that moment, or a Postgres restart, would leave it): the rows stay, the next pass
+    sends them again, and Redis holds each job once, under the id outbox.submit returned.
+    The failure is a deferred constraint trigger: it runs at COMMIT."""
+    ids = outbox.submit_many(conn, [JobSpec(task="send", payload=i) for i in range(300)],
+                             schema=schema)
+    conn.execute(f"""
+        CREATE FUNCTION "{schema}".fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM "{schema}".outbox_rejected WHERE seq = -1) THEN
+                RAISE EXCEPTION 'planted failure of the first commit';
+            END IF;
+            RETURN OLD;
+        END $$;
+        CREATE CONSTRAINT TRIGGER fail_once AFTER DELETE ON "{schema}".outbox
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW EXECUTE FUNCTION "{schema}".fail_once();""")
+    conn.commit()
+    with pytest.raises(psycopg.Error, match="planted failure"):
+        relay.run_once()
+    assert rows(conn, schema) == 300 and jobs_in_redis(r, ns) == 300
+    conn.execute(f"""INSERT INTO "{schema}".outbox_rejected (seq, job_id, spec, created_at,
+                     error) VALUES (-1, '', '', now(), 'lets the commit through')""")
+    conn.commit()
+    assert relay.run_once() == 300
+    assert rows(conn, schema) == 0
+    assert jobs_in_redis(r, ns) == 300
+    assert [j.payload for j in map(client.get_job, ids)] == list(range(300))
+    assert all(len(client.slots(j)) == 1 for j in ids[:20])
+
+
+def test_rows_wait_while_redis_is_unreachable(conn: psycopg.Connection[Any], schema: str,
+                                              relay: OutboxRelay, ns: str,
+                                              r: redis.Redis) -> None:
+    ids = outbox.submit_many(conn, [JobSpec(task="send")] * 10, schema=schema)
+    conn.commit()
+    with Client("redis://127.0.0.1:1/0", ns, timeout_s=0.5) as down:
+        cut_off = OutboxRelay(down, POSTGRES_DSN, schema=schema)
+        try:
+            with pytest.raises(RedisFailure):
+                cut_off.run_once()
+        finally:
+            cut_off.close()
+    assert rows(conn, schema) == 10 and jobs_in_redis(r, ns) == 0
+    assert relay.run_once() == 10
+    assert jobs_in_redis(r, ns) == 10 and sorted(ids) == sorted(
+        k.decode().rsplit(":", 1)[1] for k in r.scan_iter(match=f"{ns}:*job:*")
+        if b"submitted" not in k)
+
+
+def test_a_job_redis_refuses_is_kept_aside_and_the_rest_go(
+        conn: psycopg.Connection[Any], schema: str, redis_url: str, ns: str) -> None:
+    """A payload over the namespace's limit (which only Redis knows) cannot block the
+    outbox: its row moves to outbox_rejected with the reason; the batch's others go."""
+    with Client(redis_url, ns, max_payload_bytes=1000) as small:
+        small.create_namespace()
+        ok = outbox.submit(conn, "t", "x" * 10, schema=schema)
+        big = outbox.submit(conn, "t", "x" * 5000, schema=schema)
+        conn.commit()
+        service = OutboxRelay(small, POSTGRES_DSN, schema=schema)
+        try:
+            assert service.run_once() == 2
+        finally:
+            service.close()
+        assert small.get_job(ok).payload == "x" * 10
+    assert rows(conn, schema) == 0 and rows(conn, schema, "outbox_rejected") == 1
+    with psycopg.connect(POSTGRES_DSN) as other:
+        job_id, error = other.execute(
+            f'SELECT job_id, error FROM "{schema}".outbox_rejected').fetchone() or ("", "")
+    assert job_id == big and "over the limit" in error
+
+
+def test_lag_is_the_oldest_rows_age(conn: psycopg.Connection[Any], schema: str,
+                                    relay: OutboxRelay) -> None:
+    assert relay.lag() == (0, 0.0)
+    outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    waiting, age = relay.lag()
+    assert waiting == 1 and 0 <= age < 60
+
+
+def test_relay_config_is_checked() -> None:
+    for bad in ({"batch": 0}, {"poll_s": 0}, {"poll_s": float("nan")}):
+        with pytest.raises(ConfigError):
+            RelayConfig(**bad)
+    with pytest.raises(ValidationError, match="schema"):
+        outbox.submit(None, "t", schema="Robert'); DROP TABLE students;--")
+
+
+def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[str],
+                                                 redis_url: str, ns: str) -> None:
+    name = f"ob_{uuid.uuid4().hex[:12]}"
+    try:
+        code, out, _ = sched(capsys, redis_url, ns, "db", "upgrade", "--outbox",
+                             "--outbox-schema", name, "--postgres-dsn", POSTGRES_DSN)
+        assert code == 0 and out.strip() == f"outbox schema {name!r} at version 1"
+        code, out, _ = sched(capsys, redis_url, ns, "outbox", "status", "--outbox-schema",
+                             name, "--postgres-dsn", POSTGRES_DSN)
+        assert code == 0 and "0 row(s) waiting" in out
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.mark.parametrize("args, says", [
+    (["db", "upgrade", "--outbox"], "give --postgres-dsn"),
+    (["db", "upgrade", "--outbox", "--postgres-dsn", "mysql://x"], "is not a Postgres DSN"),
+    (["db", "upgrade", "--outbox", "--outbox-schema", "Bad-Name", "--postgres-dsn",
+      POSTGRES_DSN], "must be a lowercase SQL name"),
+    (["outbox", "status", "--outbox-schema", "ob_none_here", "--postgres-dsn", POSTGRES_DSN],
+     "no outbox in schema 'ob_none_here'"),
+    (["outbox", "relay", "--outbox-schema", "ob_none_here", "--postgres-dsn", POSTGRES_DSN],
+     "no outbox in schema 'ob_none_here'"),
+])
+def test_bad_cli_input_is_one_line_and_changes_nothing(capsys: pytest.CaptureFixture[str],
+                                                       redis_url: str, ns: str,
+                                                       args: list[str], says: str) -> None:
+    code, out, err = sched(capsys, redis_url, ns, *args)
+    assert code != 0 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert "Traceback" not in err + out
