@@ -3,6 +3,7 @@ made by `sched db upgrade --outbox`, scheduler/cli/history.py)."""
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 from typing import Any
 
@@ -66,6 +67,8 @@ def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int
     try:
         service.lag_or_refuse()  # a missing outbox or database: one line, at once
         start_metrics(metrics_port)
+        # kill -USR1 shows where it waits, as the other services' (sched worker's) does.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: service.stop())
         service.run()

@@ -15,6 +15,7 @@ tries again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -23,12 +24,14 @@ from typing import Any
 import msgspec
 import psycopg
 
+import scheduler.redis.transport as transport
 from scheduler.core.errors import ConfigError, RedisFailure, ValidationError
 from scheduler.core.finite import check_finite
 from scheduler.core.jobspec import JobSpec
 from scheduler.observe import metrics
 from scheduler.outbox.rows import channel, decode_spec, queries, status
 from scheduler.outbox.writer import DEFAULT_SCHEMA
+from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.sdk.client import Client
 
 log = logging.getLogger("scheduler.outbox.relay")
@@ -167,6 +170,11 @@ class OutboxRelay:
         count, age = self.lag()
         metrics.OUTBOX_WAITING.set(count)
         metrics.OUTBOX_LAG.set(age)
+        try:  # for `sched status`, which has no DSN: the last report of any relay
+            transport.call_sync(self.client.redis, "hset", self.client.keys.outbox, mapping={
+                "rows": count, "lag_ms": int(age * 1000), "at_ms": self.client.now_ms()})
+        except (RedisFailure, *REDIS_ERRORS):
+            pass  # Redis down: the relay's own loop notices and says so
 
     # --- the service ----------------------------------------------------------------------
 
@@ -186,6 +194,9 @@ class OutboxRelay:
                     down = what
                 if isinstance(exc, psycopg.Error):
                     self.close()
+                else:  # the lag keeps growing in the metric while Redis is down
+                    with contextlib.suppress(psycopg.Error):
+                        self._publish_lag()
                 backoff = min(self.config.max_backoff_s, max(0.05, backoff * 2))
                 self._stop.wait(backoff)
                 continue

@@ -239,3 +239,31 @@ def test_bad_cli_input_is_one_line_and_changes_nothing(capsys: pytest.CaptureFix
     code, out, err = sched(capsys, redis_url, ns, *args)
     assert code != 0 and len(err.strip().splitlines()) == 1 and says in err, err
     assert "Traceback" not in err + out
+
+
+def test_a_running_relay_reports_the_outbox_to_sched_status(
+        capsys: pytest.CaptureFixture[str], conn: psycopg.Connection[Any], schema: str,
+        relay: OutboxRelay, client: Client, redis_url: str, ns: str) -> None:
+    """`sched status` has no DSN: what it shows of the outbox is what the relays last wrote
+    into the namespace (about once a second)."""
+    import threading
+    import time
+
+    client.create_namespace()
+    assert client.status().outbox is None
+    job_id = outbox.submit(conn, "send", schema=schema)
+    conn.commit()
+    running = threading.Thread(target=relay.run)
+    running.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.status().outbox is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        relay.stop()
+        running.join()
+    assert client.get_job(job_id).task == "send"
+    box = client.status().outbox
+    assert box is not None and box.rows == 0 and 0 <= box.reported_age_s < 10
+    _, out, _ = sched(capsys, redis_url, ns, "status")
+    assert "outbox:       0 row(s) waiting (a relay said so" in out
