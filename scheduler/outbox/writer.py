@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from scheduler.core.errors import ValidationError
 from scheduler.core.jobspec import JobSpec, job_ids, one_spec, schedule_arguments, spec_of
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, RetryPolicy
 from scheduler.core.namespace import EVENTS_MAXLEN
@@ -49,6 +50,10 @@ def rows_of(jobs: Iterable[JobSpec | Mapping[str, Any]],
 
 
 def _execute(conn: Any, statement: str, params: dict[str, Any]) -> None:
+    if hasattr(conn, "__aenter__") and not hasattr(conn, "__enter__"):
+        raise ValidationError("conn", f"{type(conn).__name__} is an asyncio connection: "
+                                      f"outbox.submit takes a blocking one (psycopg.Connection, "
+                                      f"an SQLAlchemy Session or Connection, Django's)")
     if hasattr(conn, "exec_driver_sql"):  # an SQLAlchemy Connection
         conn.exec_driver_sql(statement, params)
     elif type(conn).__module__.startswith("sqlalchemy"):  # an SQLAlchemy Session

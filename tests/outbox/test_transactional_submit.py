@@ -208,6 +208,21 @@ def test_relay_config_is_checked() -> None:
         outbox.submit(None, "t", schema="Robert'); DROP TABLE students;--")
 
 
+async def _async_refused() -> None:
+    conn = await psycopg.AsyncConnection.connect(POSTGRES_DSN)
+    try:
+        with pytest.raises(ValidationError, match="asyncio connection"):
+            outbox.submit(conn, "t")
+    finally:
+        await conn.close()
+
+
+def test_an_asyncio_connection_is_refused_with_what_to_use() -> None:
+    import asyncio
+
+    asyncio.run(_async_refused())
+
+
 def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[str],
                                                  redis_url: str, ns: str) -> None:
     name = f"ob_{uuid.uuid4().hex[:12]}"
