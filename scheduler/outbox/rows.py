@@ -14,66 +14,44 @@ import psycopg
 import scheduler.history.sqlfiles as sqlfiles
 from scheduler.core.errors import ConfigError, ValidationError
 from scheduler.core.jobspec import JobSpec
-from scheduler.core.models import RetryPolicy
 
 PACKAGE = "scheduler.outbox"
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-_NULL = msgspec.Raw(b"null")
-
-
-class StoredSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """JobSpec with every field typed, so the JSON comes back as the values submitted:
-    `payload` is its validated JSON text as it is, `delay` seconds."""
-
-    task: str
-    payload: msgspec.Raw = _NULL  # msgspec decodes Raw alone, not in a union with None
-    queue: str = "default"
-    timeout: float | None = None
-    retry: RetryPolicy | None = None
-    delivery: str = "at_least_once"
-    priority: int | None = None
-    dedupe_key: str | None = None
-    delay: float | None = None
-    at: datetime | None = None
-    cron: str | None = None
-    tz: str | None = None
-    catchup: str | None = None
-    catchup_limit: int | None = None
-    overlap: str | None = None
-    start_at: datetime | None = None
-    end_at: datetime | None = None
-
-
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(StoredSpec)
-_FIELDS = StoredSpec.__struct_fields__
+_as_jobspec = msgspec.json.Decoder(JobSpec)
+_FIELDS = JobSpec.__struct_fields__
+_INSTANTS = ("at", "start_at", "end_at")  # JobSpec leaves them untyped: they come back as text
 
 
 def encode_spec(spec: JobSpec, payload_json: str | None) -> str:
-    """A validated spec (`payload_json`: the payload as validation encoded it) as a row's text."""
-    values = {name: getattr(spec, name) for name in _FIELDS}
-    values["payload"] = _NULL if payload_json is None else msgspec.Raw(payload_json.encode())
-    delay = values["delay"]
-    if isinstance(delay, timedelta):
-        values["delay"] = delay.total_seconds()
-    return _encoder.encode(StoredSpec(**values)).decode()
-
-
-_as_jobspec = msgspec.json.Decoder(JobSpec)
+    """A validated spec (`payload_json`: the payload as validation encoded it, written into
+    the row as it is) as a row's JSON, the options left at None omitted; `delay` in
+    seconds."""
+    values: dict[str, Any] = {}
+    for name in _FIELDS:
+        value = getattr(spec, name)
+        if value is not None:
+            values[name] = value
+    if payload_json is not None:
+        values["payload"] = msgspec.Raw(payload_json.encode())
+    if isinstance(spec.delay, timedelta):
+        values["delay"] = spec.delay.total_seconds()
+    return _encoder.encode(values).decode()
 
 
 def decode_spec(text: str) -> JobSpec:
-    """A row's text as the JobSpec to submit; ValidationError if it is not one. Decoded
-    straight into a JobSpec (the relay's per-row cost); its untyped datetime fields come back
-    as text, so a spec with one is read again as a StoredSpec for them."""
+    """A row's JSON as the JobSpec to submit; ValidationError if it is not one. Decoded
+    straight into a JobSpec (the relay's per-row cost), then its instants, if any, into
+    datetimes."""
     try:
         spec = _as_jobspec.decode(text)
-        if spec.at is not None or spec.start_at is not None or spec.end_at is not None:
-            stored = _decoder.decode(text)
-            spec.at, spec.start_at, spec.end_at = stored.at, stored.start_at, stored.end_at
-    except msgspec.DecodeError as exc:
+        for name in _INSTANTS:
+            value = getattr(spec, name)
+            if value is not None:
+                setattr(spec, name, msgspec.convert(value, datetime))
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValidationError("spec", f"the outbox row is not a job spec: {exc}") from None
     return spec
 
