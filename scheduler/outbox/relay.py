@@ -25,7 +25,7 @@ import msgspec
 import psycopg
 
 import scheduler.redis.transport as transport
-from scheduler.core.errors import ConfigError, RedisFailure, ValidationError
+from scheduler.core.errors import ConfigError, RedisFailure, SchedulerError, ValidationError
 from scheduler.core.finite import check_finite
 from scheduler.core.jobspec import JobSpec
 from scheduler.observe import metrics
@@ -186,8 +186,8 @@ class OutboxRelay:
             try:
                 moved = self.run_once()
                 self._publish_lag()
-            except (RedisFailure, psycopg.Error) as exc:
-                what = "Redis" if isinstance(exc, RedisFailure) else "Postgres"
+            except (SchedulerError, psycopg.Error) as exc:  # RedisFailure and its kin
+                what = "Postgres" if isinstance(exc, psycopg.Error) else "Redis"
                 if down != what:
                     log.warning("outbox: %s failing, rows wait in the outbox: %s", what,
                                 str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
