@@ -59,10 +59,14 @@ def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int
     from scheduler.cli.run import start_metrics
     from scheduler.outbox.relay import OutboxRelay, RelayConfig
 
-    dsn = outbox_dsn(postgres_dsn)
-    config = RelayConfig(batch=batch, poll_s=poll_s, durability=durability)
+    client = Client(obj["redis_url"], obj["namespace"])  # a bad namespace: refused first
+    try:
+        dsn = outbox_dsn(postgres_dsn)
+        config = RelayConfig(batch=batch, poll_s=poll_s, durability=durability)
+    except BaseException:
+        client.close()
+        raise
     setup_logging(log_level, log_format)
-    client = Client(obj["redis_url"], obj["namespace"])
     service = OutboxRelay(client, dsn, schema=schema, config=config)
     try:
         service.lag_or_refuse()  # a missing outbox or database: one line, at once
@@ -78,10 +82,23 @@ def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int
 
 
 @outbox.command("status")
-@click.option("--postgres-dsn", envvar="SCHED_POSTGRES_DSN", default=None, help=DSN_HELP)
+@click.option("--postgres-dsn", envvar="SCHED_POSTGRES_DSN", default=None,
+              help=DSN_HELP + " Without it: what the namespace's relays last reported.")
 @schema_option
-def outbox_status(postgres_dsn: str | None, schema: str) -> None:
+@click.pass_obj
+def outbox_status(obj: dict[str, str], postgres_dsn: str | None, schema: str) -> None:
     """Rows waiting for a relay, the oldest one's age, and rows Redis refused."""
+    if postgres_dsn is None:
+        from scheduler import Client
+
+        with Client(obj["redis_url"], obj["namespace"]) as client:
+            box = client.status().outbox
+        if box is None:
+            click.echo(f"no outbox relay has reported in namespace {obj['namespace']!r}")
+        else:
+            click.echo(f"outbox: {box.rows} row(s) waiting, oldest {box.oldest_age_s:.3f} s "
+                       f"(a relay reported it {box.reported_age_s:.1f} s ago)")
+        return
     import psycopg
 
     from scheduler.outbox.rows import status

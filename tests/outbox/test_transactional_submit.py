@@ -240,6 +240,7 @@ def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[s
 
 @pytest.mark.parametrize("args, says", [
     (["db", "upgrade", "--outbox"], "give --postgres-dsn"),
+    (["outbox", "relay"], "give --postgres-dsn"),
     (["db", "upgrade", "--outbox", "--postgres-dsn", "mysql://x"], "is not a Postgres DSN"),
     (["db", "upgrade", "--outbox", "--outbox-schema", "Bad-Name", "--postgres-dsn",
       POSTGRES_DSN], "must be a lowercase SQL name"),
@@ -282,3 +283,5 @@ def test_a_running_relay_reports_the_outbox_to_sched_status(
     assert box is not None and box.rows == 0 and 0 <= box.reported_age_s < 10
     _, out, _ = sched(capsys, redis_url, ns, "status")
     assert "outbox:       0 row(s) waiting (a relay said so" in out
+    code, out, _ = sched(capsys, redis_url, ns, "outbox", "status")
+    assert code == 0 and out.startswith("outbox: 0 row(s) waiting, oldest 0.000 s (a relay")
