@@ -35,6 +35,7 @@ from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.sdk.client import Client
 
 log = logging.getLogger("scheduler.outbox.relay")
+APPLICATION_NAME = "sched outbox relay"  # what pg_stat_activity shows of its connections
 
 
 class RelayConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -78,12 +79,14 @@ class OutboxRelay:
 
     def _work(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = psycopg.connect(self.dsn, connect_timeout=5)
+            self._conn = psycopg.connect(self.dsn, connect_timeout=5,
+                                         application_name=APPLICATION_NAME)
         return self._conn
 
     def _listener(self) -> psycopg.Connection[Any]:
         if self._listen is None or self._listen.closed:
-            self._listen = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
+            self._listen = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5,
+                                           application_name=APPLICATION_NAME)
             self._listen.execute(f'LISTEN "{self.channel}"')
         return self._listen
 
@@ -186,6 +189,11 @@ class OutboxRelay:
             try:
                 moved = self.run_once()
                 self._publish_lag()
+                if down is not None:
+                    log.warning("outbox: %s reachable again, relaying", down)
+                    down, backoff = None, 0.0
+                if moved < self.config.batch:
+                    self._wait()  # its LISTEN connection may break too
             except (SchedulerError, psycopg.Error) as exc:  # RedisFailure and its kin
                 what = "Postgres" if isinstance(exc, psycopg.Error) else "Redis"
                 if down != what:
@@ -199,12 +207,6 @@ class OutboxRelay:
                         self._publish_lag()
                 backoff = min(self.config.max_backoff_s, max(0.05, backoff * 2))
                 self._stop.wait(backoff)
-                continue
-            if down is not None:
-                log.warning("outbox: %s reachable again, relaying", down)
-                down, backoff = None, 0.0
-            if moved < self.config.batch:
-                self._wait()
         self.close()
 
     def _wait(self) -> None:

@@ -285,3 +285,42 @@ def test_a_running_relay_reports_the_outbox_to_sched_status(
     assert "outbox:       0 row(s) waiting (a relay said so" in out
     code, out, _ = sched(capsys, redis_url, ns, "outbox", "status")
     assert code == 0 and out.startswith("outbox: 0 row(s) waiting, oldest 0.000 s (a relay")
+
+
+def test_a_relay_whose_postgres_connections_drop_logs_once_and_goes_on(
+        conn: psycopg.Connection[Any], schema: str, client: Client,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Postgres ends the relay's sessions (as a restart or a failover does): the relay logs
+    the failure once, connects again, and the rows committed meanwhile still go."""
+    import threading
+    import time
+
+    from scheduler.outbox.relay import APPLICATION_NAME
+
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema,
+                          config=RelayConfig(poll_s=0.1, max_backoff_s=0.2))
+    running = threading.Thread(target=service.run)
+    running.start()
+    try:
+        first = outbox.submit(conn, "first", schema=schema)
+        conn.commit()
+        deadline = time.monotonic() + 10
+        while rows(conn, schema) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with caplog.at_level("WARNING", logger="scheduler.outbox.relay"):
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                         "application_name = %s AND pid <> pg_backend_pid()",
+                         (APPLICATION_NAME,))
+            conn.commit()
+            later = outbox.submit(conn, "later", schema=schema)
+            conn.commit()
+            deadline = time.monotonic() + 10
+            while rows(conn, schema) and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        service.stop()
+        running.join()
+    assert rows(conn, schema) == 0
+    assert [client.get_job(j).task for j in (first, later)] == ["first", "later"]
+    said = [r.getMessage().split(",")[0] for r in caplog.records]
+    assert said == ["outbox: Postgres failing", "outbox: Postgres reachable again"], said
