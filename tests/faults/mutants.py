@@ -500,4 +500,8 @@ MUTANTS = [
            "        ids = None  # type: ignore[assignment]\n",
            (OUTBOX_RESEND, OUTBOX_FAULTS
             + "test_relays_sigkilled_every_second_lose_and_duplicate_nothing"), fast=True),
+    Mutant("outbox-no-notify", "the outbox's trigger sends no NOTIFY: relays see a commit "
+           "only at their next poll", "scheduler/outbox/sql/postgres/0001_outbox.sql",
+           "    PERFORM pg_notify(TG_TABLE_SCHEMA || '.outbox', '');", "    NULL;",
+           (OUTBOX + "test_a_commit_wakes_the_relay_long_before_its_poll",)),
 ]

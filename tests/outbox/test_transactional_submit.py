@@ -324,3 +324,28 @@ def test_a_relay_whose_postgres_connections_drop_logs_once_and_goes_on(
     assert [client.get_job(j).task for j in (first, later)] == ["first", "later"]
     said = [r.getMessage().split(",")[0] for r in caplog.records]
     assert said == ["outbox: Postgres failing", "outbox: Postgres reachable again"], said
+
+
+def test_a_commit_wakes_the_relay_long_before_its_poll(conn: psycopg.Connection[Any],
+                                                       schema: str, client: Client) -> None:
+    """The outbox's trigger NOTIFYs at commit: a relay polling every 30 s moves the row at
+    once (a generous bound: far under the poll, far over the wake-up)."""
+    import threading
+    import time
+
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema, config=RelayConfig(poll_s=30))
+    running = threading.Thread(target=service.run)
+    running.start()
+    try:
+        time.sleep(0.3)  # in its wait by now: its first pass found nothing
+        job_id = outbox.submit(conn, "woken", schema=schema)
+        conn.commit()
+        committed = time.monotonic()
+        while rows(conn, schema) and time.monotonic() - committed < 10:
+            time.sleep(0.005)
+        took = time.monotonic() - committed
+    finally:
+        service.stop()
+        running.join()
+    assert client.get_job(job_id).task == "woken"
+    assert took < 3.0, took
