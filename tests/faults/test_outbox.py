@@ -178,3 +178,22 @@ def stopped(server: RedisServer, sc: Scenario, conn: psycopg.Connection[Any], sc
             commit_jobs(conn, sc, schema, 10)
         time.sleep(0.3)
     assert outbox_rows(dsn, schema) == 300
+
+
+def test_a_scheduler_node_can_be_the_relay(scenario: Scenario, procs: Processes,
+                                           box: tuple[str, str]) -> None:
+    """`sched scheduler --outbox-dsn`: the node relays the outbox too, and stops cleanly."""
+    dsn, schema = box
+    scenario.client.create_namespace()
+    procs.worker("--concurrency", "50")
+    node = procs.node("--outbox-dsn", dsn, "--outbox-schema", schema)
+    with psycopg.connect(dsn) as conn:
+        for _ in range(20):
+            commit_jobs(conn, scenario, schema, 5)
+        commit_jobs(conn, scenario, schema, 5, commit=False)
+    wait_for(lambda: outbox_rows(dsn, schema) == 0, 20, "the outbox to drain")
+    scenario.settle(procs, 30)
+    report = scenario.check(procs)
+    assert len(report.observed.slots) == 100
+    node.terminate()
+    assert node.wait(timeout=15) == 0

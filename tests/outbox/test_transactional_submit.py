@@ -248,6 +248,8 @@ def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[s
      "no outbox in schema 'ob_none_here'"),
     (["outbox", "relay", "--outbox-schema", "ob_none_here", "--postgres-dsn", POSTGRES_DSN],
      "no outbox in schema 'ob_none_here'"),
+    (["scheduler", "--outbox-schema", "ob_none_here", "--outbox-dsn", POSTGRES_DSN],
+     "no outbox in schema 'ob_none_here'"),
 ])
 def test_bad_cli_input_is_one_line_and_changes_nothing(capsys: pytest.CaptureFixture[str],
                                                        redis_url: str, ns: str,
