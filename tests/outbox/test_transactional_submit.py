@@ -351,3 +351,21 @@ def test_a_commit_wakes_the_relay_long_before_its_poll(conn: psycopg.Connection[
         running.join()
     assert client.get_job(job_id).task == "woken"
     assert took < 3.0, took
+
+
+def test_sched_status_warns_of_rows_that_wait(client: Client) -> None:
+    import msgspec
+
+    from scheduler.observe.records import OutboxStatus
+
+    client.create_namespace()
+    now = client.status()
+    fine = msgspec.structs.replace(now, outbox=OutboxStatus(rows=3, oldest_age_s=0.2,
+                                                           reported_age_s=1.0))
+    waiting = msgspec.structs.replace(now, outbox=OutboxStatus(rows=3, oldest_age_s=5.0,
+                                                              reported_age_s=40.0))
+    empty = msgspec.structs.replace(now, outbox=OutboxStatus(rows=0, oldest_age_s=0.0,
+                                                            reported_age_s=400.0))
+    assert not [w for w in fine.warnings() + empty.warnings() if "outbox" in w]
+    [warned] = [w for w in waiting.warnings() if "outbox" in w]
+    assert warned.startswith("3 outbox row(s) waiting, the oldest committed 45s ago")
