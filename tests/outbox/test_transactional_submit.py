@@ -369,3 +369,17 @@ def test_sched_status_warns_of_rows_that_wait(client: Client) -> None:
     assert not [w for w in fine.warnings() + empty.warnings() if "outbox" in w]
     [warned] = [w for w in waiting.warnings() if "outbox" in w]
     assert warned.startswith("3 outbox row(s) waiting, the oldest committed 45s ago")
+
+
+def test_outbox_submit_takes_client_submits_options() -> None:
+    """The two signatures repeat each other on purpose (real, annotated parameters): this
+    keeps them from drifting apart."""
+    import inspect
+
+    ours = inspect.signature(outbox.submit).parameters
+    theirs = inspect.signature(Client.submit).parameters
+    shared = [n for n in theirs if n not in ("self", "durability")]
+    assert [n for n in ours if n not in ("conn", "schema", "max_payload_bytes")] == shared
+    for name in shared:
+        assert (ours[name].default, ours[name].annotation, ours[name].kind) == (
+            theirs[name].default, theirs[name].annotation, theirs[name].kind), name
