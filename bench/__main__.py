@@ -1,6 +1,7 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
+`python -m bench outbox [--rows N] [--batch B] [--commits C]`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
 `python -m bench queue_names [--names N] [--busy B] [--before TREE]`,
 `python -m bench submit [--jobs N] [--batch B] [--singles M]`,
@@ -23,6 +24,7 @@ from . import (
     cluster,
     delayed,
     metrics_cost,
+    outbox,
     peers,
     queue_names,
     retention,
@@ -34,7 +36,7 @@ from . import (
 from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "delayed": delayed,
-            "metrics_cost": metrics_cost, "peers": peers, "queue_names": queue_names,
+            "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers, "queue_names": queue_names,
             "retention": retention,
             "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}
 

@@ -60,8 +60,8 @@ def test_no_import_cycle_in_the_library() -> None:
 
 # The layers, bottom first: a subpackage of `scheduler` is a layer, and a module imports only
 # from its own layer and the layers below it (docs/internals/architecture.md walks them).
-LAYERS = ["core", "redis", "scripts", "observe", "history", "sdk", "worker", "node", "web",
-          "testing", "dev", "cli"]
+LAYERS = ["core", "redis", "scripts", "observe", "history", "sdk", "outbox", "worker", "node",
+          "web", "testing", "dev", "cli"]
 
 
 def _layer(module: str) -> str | None:
@@ -103,10 +103,13 @@ TRANSPORT = "scheduler/redis/transport.py"
 INTERNALS = "scheduler/redis/redispy_internals.py"
 _SENDS = frozenset({"pipeline", "execute", "evalsha", "evalsha_ro", "eval", "eval_ro",
                     "script_load", "send_packed_command", "read_response", "execute_command"})
-# What is not a Redis client: the history stores' DB-API cursors and connections execute SQL;
-# the testing mode's Lua runtime (lupa) evaluates Lua.
+# What is not a Redis client: the history stores' and the outbox's DB-API cursors and
+# connections execute SQL; the testing mode's Lua runtime (lupa) evaluates Lua.
 _NOT_REDIS = {("scheduler/history/store/postgres.py", "execute"),
               ("scheduler/history/store/sqlite.py", "execute"),
+              ("scheduler/outbox/relay.py", "execute"),
+              ("scheduler/outbox/rows.py", "execute"),
+              ("scheduler/outbox/writer.py", "execute"),
               ("scheduler/testing/fakeserver.py", "eval")}
 
 

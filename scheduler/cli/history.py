@@ -14,6 +14,7 @@ import click
 from scheduler.cli.inspect import echo_json, table, when
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
+from scheduler.cli.outbox import outbox_dsn, schema_option
 from scheduler.cli.run import metrics_port_option
 from scheduler.core.errors import ValidationError
 from scheduler.core.states import SlotStatus
@@ -40,9 +41,23 @@ def db() -> None:
 
 @db.command("upgrade")
 @store_options
-def db_upgrade(postgres_dsn: str | None, history_file: str) -> None:
+@click.option("--outbox", is_flag=True,
+              help="Upgrade the outbox's schema instead, in the application's database "
+                   "(--postgres-dsn): docs/guide/outbox.md.")
+@schema_option
+def db_upgrade(postgres_dsn: str | None, history_file: str, outbox: bool, schema: str) -> None:
     """Apply the schema migrations not applied yet (safe to repeat)."""
     from scheduler.history.store import open_store
+
+    if outbox:
+        import psycopg
+
+        from scheduler.outbox.rows import upgrade
+
+        with psycopg.connect(outbox_dsn(postgres_dsn), connect_timeout=5) as conn:
+            version = upgrade(conn, schema)
+        click.echo(f"outbox schema {schema!r} at version {version}")
+        return
 
     store = open_store(history_source(postgres_dsn, history_file))
     try:

@@ -24,6 +24,7 @@ import scheduler.cli.logs as logs
 import scheduler.cli.namespace as namespace_cmds
 import scheduler.cli.observe as observe_cmds
 import scheduler.cli.ops as ops_cmds
+import scheduler.cli.outbox as outbox_cmds
 import scheduler.cli.queues as queue_cmds
 import scheduler.cli.run as run_cmds
 import scheduler.cli.web as web_cmds
@@ -189,6 +190,7 @@ cli.add_command(history_cmds.db)
 cli.add_command(history_cmds.snapshotter)
 cli.add_command(history_cmds.history)
 cli.add_command(history_cmds.recover)
+cli.add_command(outbox_cmds.outbox)
 cli.add_command(web_cmds.web)
 cli.add_command(queue_cmds.queues)
 cli.add_command(namespace_cmds.namespace)

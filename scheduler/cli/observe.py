@@ -50,6 +50,11 @@ def render(s: Any, problems: list[str]) -> None:
     snap = ("not running" if s.snapshot_lag_s is None else f"{_age(s.snapshot_lag_s)} behind, "
             f"{sum(d.snapshot_backlog_events or 0 for d in s.shard_details):,} events")
     click.echo(f"snapshotter:  {snap}")
+    if s.outbox is not None:
+        box = s.outbox
+        click.echo(f"outbox:       {box.rows:,} row(s) waiting"
+                   + (f", the oldest {_age(box.oldest_age_s)}" if box.rows else "")
+                   + f" (a relay said so {_age(box.reported_age_s)} ago)")
     if len(s.nodes) > 1:
         for n in s.nodes:
             durable = ("" if n.aof is None else f"  aof {'on' if n.aof else 'off'}, "

@@ -211,13 +211,19 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
 @click.option("--queue-idle", "queue_idle_s", type=Finite(), default=3600.0, show_default=True,
               help="Seconds a queue stays listed (by `sched status`, and walked by the "
                    "reclaimer) after its last job, once it holds nothing.")
+@click.option("--outbox-dsn", default=None, envvar="SCHED_OUTBOX_DSN",
+              help="Also relay the transactional outbox of this Postgres database (env "
+                   "SCHED_OUTBOX_DSN), as `sched outbox relay` does.")
+@click.option("--outbox-schema", default="scheduler", envvar="SCHED_OUTBOX_SCHEMA",
+              show_default=True, help="The outbox's schema, with --outbox-dsn.")
 @metrics_port_option
 @log_options
 @click.pass_obj
 def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
               sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
-              promote_ahead_s: float, queue_idle_s: float, metrics_port: int | None,
-              log_level: str, log_format: str) -> None:
+              promote_ahead_s: float, queue_idle_s: float, outbox_dsn: str | None,
+              outbox_schema: str, metrics_port: int | None, log_level: str,
+              log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
     from scheduler.node.node import NodeConfig, SchedulerNode
@@ -227,8 +233,9 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
                         sweep_keys_per_s=sweep_rate, lookahead_s=lookahead_s,
                         misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s,
                         queue_idle_s=queue_idle_s)
+    relay = _outbox_relay(obj, outbox_dsn, outbox_schema)
     setup_logging(log_level, log_format)
-    holder: list[SchedulerNode] = []
+    holder: list[Any] = [] if relay is None else [relay]
 
     async def make() -> None:
         start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
@@ -236,11 +243,39 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
         node = SchedulerNode(client, namespace=obj["namespace"], config=config)
         holder.append(node)
         try:
-            await node.run()
+            if relay is None:
+                await node.run()
+            else:  # the relay is blocking (psycopg, the SDK's Client): a thread of its own
+                await asyncio.gather(node.run(), asyncio.to_thread(relay.run))
         finally:
             await client.aclose()
+            if relay is not None:
+                relay.client.close()
 
-    serve(make, lambda: holder[0].stop() if holder else None)
+    def stop() -> None:
+        for service in holder:
+            service.stop()
+
+    serve(make, stop)
+
+
+def _outbox_relay(obj: dict[str, str], dsn: str | None, schema: str) -> Any:
+    """`sched scheduler --outbox-dsn`'s relay, its outbox checked before the node starts."""
+    if dsn is None:
+        return None
+    from scheduler import Client
+    from scheduler.cli.options import history_source
+    from scheduler.outbox.relay import OutboxRelay
+
+    client = Client(obj["redis_url"], obj["namespace"])
+    relay = OutboxRelay(client, history_source(dsn, ""), schema=schema)
+    try:
+        relay.lag_or_refuse()
+    except BaseException:
+        relay.close()
+        client.close()
+        raise
+    return relay
 
 
 @click.command()

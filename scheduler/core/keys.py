@@ -10,6 +10,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
     <ns>:limits                   hash    queue -> its queue-wide limit (JSON, limits.py)
+    <ns>:outbox                   hash    the outbox relays' last report (scheduler/outbox/):
+                                          rows waiting, the oldest one's age, when (ms)
     <ns>:{lim:<queue>}:permits    zset    a limited queue's permits: one per run in flight
                                           anywhere, scored by expiry (ms); lua/acquire.lua
     <ns>:{lim:<queue>}:bucket     hash    a rate-limited queue's token bucket (same hash tag)
@@ -170,8 +172,8 @@ def job_in(prefix: str, job_id: str) -> str:
 class Keys:
     """Key names of one namespace."""
 
-    __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "limits", "_slot_head",
-                 "_slot_mid")
+    __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "limits", "outbox",
+                 "_slot_head", "_slot_mid")
 
     def __init__(self, namespace: str) -> None:
         self.ns = check_name("namespace", namespace)
@@ -182,6 +184,7 @@ class Keys:
         self.workers = f"{namespace}:workers"  # zset
         self.schedulers = f"{namespace}:schedulers"  # zset
         self.limits = f"{namespace}:limits"  # hash
+        self.outbox = f"{namespace}:outbox"  # hash
 
     def worker(self, worker_id: str) -> str:
         return f"{self.ns}:worker:{worker_id}"  # hash

@@ -1,6 +1,6 @@
-"""SQL lives in `.sql` files under `scheduler/history/sql/<dialect>/`: numbered migrations
-(a four-digit version, `_`, a name) and named queries (`-- name: X` starts query X in
-`queries.sql`)."""
+"""SQL lives in `.sql` files under `<package>/sql/<dialect>/` (scheduler/history/'s, and
+scheduler/outbox/'s): numbered migrations (a four-digit version, `_`, a name) and named
+queries (`-- name: X` starts query X in `queries.sql`)."""
 
 from __future__ import annotations
 
@@ -13,17 +13,18 @@ _MIGRATION = re.compile(r"^(\d{4})_\w+\.sql$")
 
 
 @cache
-def queries(dialect: str, file: str = "queries.sql") -> dict[str, str]:
-    text = resources.files("scheduler.history").joinpath("sql", dialect, file).read_text()
+def queries(dialect: str, file: str = "queries.sql",
+            package: str = "scheduler.history") -> dict[str, str]:
+    text = resources.files(package).joinpath("sql", dialect, file).read_text()
     parts = _NAME.split(text)
     return {parts[i]: parts[i + 1].strip() for i in range(1, len(parts), 2)}
 
 
 @cache
-def migrations(dialect: str) -> list[tuple[int, str]]:
+def migrations(dialect: str, package: str = "scheduler.history") -> list[tuple[int, str]]:
     """(version, script) in version order."""
     out = []
-    for entry in resources.files("scheduler.history").joinpath("sql", dialect).iterdir():
+    for entry in resources.files(package).joinpath("sql", dialect).iterdir():
         m = _MIGRATION.match(entry.name)
         if m:
             out.append((int(m.group(1)), entry.read_text()))

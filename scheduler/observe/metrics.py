@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 
 import redis
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -105,10 +105,23 @@ OCCURRENCES_NOT_BACKFILLED = Counter(
     "Missed cron occurrences the catch-up policy did not backfill (latest, none, or past the "
     "cap of all); counted on the job and in a `missed` event.")
 
+# Set by `sched outbox relay` (scheduler/outbox/relay.py).
+OUTBOX_RELAYED = Counter("sched_outbox_relayed_total",
+                         "Outbox rows this relay handed to Redis and deleted.")
+OUTBOX_REJECTED = Counter(
+    "sched_outbox_rejected_total",
+    "Outbox rows Redis refused as jobs (moved to the outbox_rejected table).")
+OUTBOX_LAG = Gauge("sched_outbox_lag_seconds",
+                   "Age of the oldest outbox row not yet in Redis (0 when none waits), as "
+                   "this relay last read it.")
+OUTBOX_WAITING = Gauge("sched_outbox_rows",
+                       "Outbox rows not yet in Redis, as this relay last read it.")
+
 PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
                    LEASES_LOST, RUNS_ABANDONED, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, PROMOTED_OVERDUE,
                    MATERIALIZED_OVERDUE, ORPHANS_RECOVERED, OCCURRENCES_SKIPPED,
-                   OCCURRENCES_NOT_BACKFILLED, CLAIMS_NOT_REPLICATED)
+                   OCCURRENCES_NOT_BACKFILLED, CLAIMS_NOT_REPLICATED, OUTBOX_RELAYED,
+                   OUTBOX_REJECTED, OUTBOX_LAG, OUTBOX_WAITING)
 
 
 class RunMetrics:
@@ -208,6 +221,8 @@ def declared_names() -> set[str]:
             names |= {f"{m.name}_bucket", f"{m.name}_sum", f"{m.name}_count"}
         elif isinstance(m, FastCounter):
             names.add(m.name)
+        elif isinstance(m, Gauge):
+            names.add(m._name)
         else:
             names.add(f"{m._name}_total")
     return names

@@ -114,6 +114,19 @@ def group_supervisors(workers: list[WorkerStatus]) -> list[Supervisor]:
     return out
 
 
+OUTBOX_LAG_S = 30.0  # the SchedOutboxLag alert's threshold (deploy/prometheus/alerts.yml)
+
+
+class OutboxStatus(msgspec.Struct, kw_only=True):
+    """The outbox relays' last report (scheduler/outbox/relay.py writes it about once a
+    second): rows committed and not yet in Redis, the oldest one's age, and how long ago
+    a relay said so."""
+
+    rows: int
+    oldest_age_s: float
+    reported_age_s: float
+
+
 class NodeStatus(msgspec.Struct, kw_only=True):
     node: str  # host:port of a primary (a single Redis: the one node)
     shards: list[int]  # the namespace's shards it holds
@@ -160,6 +173,7 @@ class Status(msgspec.Struct, kw_only=True):
     scaling: Scaling | None = None  # None only on a record not read by scheduler/observe/status.py
     workers_waiting: int = 0  # live workers waiting for the namespace to be created
     nodes_waiting: int = 0  # scheduler nodes registered while it does not exist (all wait)
+    outbox: OutboxStatus | None = None  # None: no outbox relay ever reported
 
     def not_created(self) -> str | None:
         """What `sched status` says of a namespace that does not exist yet (None once it
@@ -171,8 +185,14 @@ class Status(msgspec.Struct, kw_only=True):
 
     def warnings(self) -> list[str]:
         """What puts accepted jobs at risk or slows them without making the namespace
-        unhealthy: no durability, and shards spread unevenly over a cluster's nodes."""
+        unhealthy: no durability, shards spread unevenly over a cluster's nodes, and outbox
+        rows that wait."""
         found = []
+        box = self.outbox
+        if box is not None and box.rows and box.oldest_age_s + box.reported_age_s > OUTBOX_LAG_S:
+            found.append(f"{box.rows:,} outbox row(s) waiting, the oldest committed "
+                         f"{box.oldest_age_s + box.reported_age_s:.0f}s ago: is Redis reachable "
+                         f"from `sched outbox relay`, and is one running? (`sched outbox status`)")
         if self.redis_aof is False and self.redis_replicas == 0:
             found.append(f"Redis has neither AOF nor a replica: acknowledged jobs will be lost "
                          f"if it restarts; `sched recover` can restore what history has (now "

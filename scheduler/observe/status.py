@@ -37,6 +37,7 @@ import scheduler.scripts.source as sources
 from scheduler.core.keys import Keys
 from scheduler.observe.records import (
     NodeStatus,
+    OutboxStatus,
     QueueShardStatus,
     QueueStatus,
     Rate,
@@ -163,7 +164,7 @@ class _Reader:
     script by SHA, each worker hash) follow in the same pipeline when the topology is known
     from a previous read, or in a second one."""
 
-    TOPOLOGY_COMMANDS = 7
+    TOPOLOGY_COMMANDS = 8
 
     def __init__(self, keys: Keys, now_ms: int) -> None:
         self.keys = keys
@@ -176,6 +177,7 @@ class _Reader:
         self.where = ""
         self.limited: list[str] = []  # queues with a queue-wide limit: listed, even idle
         self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
+        self.outbox: OutboxStatus | None = None
 
     def topology(self, pipe: Any) -> None:
         pipe.hget(self.keys.meta, "shards")
@@ -186,12 +188,17 @@ class _Reader:
                            withscores=True)
         pipe.info("persistence")  # an ACL without INFO: unknown, not an error
         pipe.info("replication")
+        pipe.hgetall(self.keys.outbox)
 
     def took_topology(self, replies: list[Any]) -> Topology:
         for r in replies[:5]:
             if isinstance(r, Exception):
                 raise r
-        shards, self.seen, known, limited, nodes, persistence, replication = replies
+        shards, self.seen, known, limited, nodes, persistence, replication, box = replies
+        if isinstance(box, dict) and box:
+            self.outbox = OutboxStatus(
+                rows=int(box.get(b"rows", 0)), oldest_age_s=int(box.get(b"lag_ms", 0)) / 1000,
+                reported_age_s=_age_s(self.now, int(box.get(b"at_ms", self.now))))
         self.workers_known = int(known)
         self.limited = sorted(_s(q) for q in limited)
         self.node_seen = [score for _, score in nodes]
@@ -234,6 +241,7 @@ class _Reader:
         if not topo.shards:  # no node can run before its namespace exists: all of them wait
             status.nodes_waiting = len(self.node_seen)
         status.redis_aof, status.redis_replicas = self.aof, self.replicas
+        status.outbox = self.outbox
         status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(
             topo.shards)), aof=self.aof, replicas=self.replicas)]
         if self.nodes:  # a cluster: durability is the weakest node's

@@ -12,7 +12,7 @@ anything: it only lays out what was validated.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import scheduler.scripts.calls as scripts
@@ -25,7 +25,7 @@ from scheduler.core.jobspec import (
     job_ids,
     spec_of,
 )
-from scheduler.core.keys import shards_of
+from scheduler.core.keys import check_job_id, shards_of
 from scheduler.core.models import (
     RetryPolicy,
     check_dedupe_key,
@@ -108,12 +108,16 @@ class Batch:
     `extra` job-hash fields go with every job (scheduler/observe/tracing.py's traceparent)."""
 
     def __init__(self, core: ClientState, specs: Iterable[JobSpec | Mapping[str, Any]],
-                 extra: tuple[Any, ...] = ()) -> None:
+                 extra: tuple[Any, ...] = (), ids: Sequence[str] | None = None) -> None:
         self.now = now = core.clock.now_ms()
         self.jobs = jobs = [validate(core, raw if isinstance(raw, JobSpec) else spec_of(raw),
                                      now) for raw in specs]
-        drawn = job_ids.take(len(jobs), now)  # one slice of the pool, not a call per job
-        self.ids = [job[0] or fresh for job, fresh in zip(jobs, drawn, strict=True)]
+        self.named = ids is not None  # ids given: each one checked in Redis (not `fresh`)
+        if ids is None:
+            drawn = job_ids.take(len(jobs), now)  # one slice of the pool, not a call per job
+            self.ids = [job[0] or fresh for job, fresh in zip(jobs, drawn, strict=True)]
+        else:
+            self.ids = named_ids(jobs, ids)
         by_shard: list[list[int]] = [[] for _ in range(core.shards)]
         for i, shard in enumerate(shards_of(self.ids, core.shards)):
             by_shard[shard].append(i)
@@ -129,7 +133,7 @@ class Batch:
         jobs, ids, extra = self.jobs, self.ids, self.extra
         for prefix, members in zip(self.prefixes, self.members, strict=True):
             rows = []
-            fresh = len(members) >= FRESH_MIN_JOBS  # and every id generated (below)
+            fresh = not self.named and len(members) >= FRESH_MIN_JOBS  # and every id drawn
             for i in members:
                 job = jobs[i]
                 fields = hash_fields(job)
@@ -171,6 +175,22 @@ class Batch:
             + (f", {len(unknown)} unknown" if unknown else "")
             + " (SubmitError.written has their ids)", [ids[i] for i in written],
             not_written, unknown) from cause
+
+
+def named_ids(jobs: list[Validated], ids: Sequence[str]) -> list[str]:
+    """submit_many's `ids`, checked: one valid job id per job, and a dedupe key's own id for
+    a job with one (else a repeat of the key could make a second job)."""
+    if isinstance(ids, str) or len(ids) != len(jobs):
+        raise ValidationError("ids", f"must be a list of one job id per job ({len(jobs)}), "
+                                     f"or None")
+    out = []
+    for i, (job, given) in enumerate(zip(jobs, ids, strict=True)):
+        check_job_id(given)
+        if job[0] is not None and given != job[0]:
+            raise ValidationError("ids", f"job {i} has a dedupe key, whose job id is "
+                                         f"{job[0]}: give that id or none")
+        out.append(given)
+    return out
 
 
 def nothing_written(n: int, exc: RedisErrors, at: str) -> SubmitError:

@@ -17,7 +17,7 @@ or raises `SubmitError`, whose `written` holds exactly the ids that are in Redis
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -235,8 +235,10 @@ class Client(_Driver):
 
     @_drives(job_ops.submit_many)
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
-                    durability: str | None = None) -> list[str]:
-        return self._drive(job_ops.submit_many(self._core, jobs, durability=durability))
+                    durability: str | None = None, ids: Sequence[str] | None = None
+                    ) -> list[str]:
+        return self._drive(job_ops.submit_many(self._core, jobs, durability=durability,
+                                               ids=ids))
 
     @_drives(job_ops.get_job)
     def get_job(self, job_id: str) -> Job:
@@ -452,8 +454,10 @@ class AsyncClient(_Driver):
 
     @_drives(job_ops.submit_many)
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
-                          durability: str | None = None) -> list[str]:
-        return await self._drive(job_ops.submit_many(self._core, jobs, durability=durability))
+                          durability: str | None = None, ids: Sequence[str] | None = None
+                          ) -> list[str]:
+        return await self._drive(job_ops.submit_many(self._core, jobs, durability=durability,
+                                                     ids=ids))
 
     @_drives(job_ops.get_job)
     async def get_job(self, job_id: str) -> Job:

@@ -8,7 +8,7 @@ Operator actions are one Lua transition per shard, all shards in one pipelined r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -86,7 +86,8 @@ def submit(core: ClientState, task: str, payload: Any = None, queue: str = "defa
 
 
 def submit_many(core: ClientState, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
-                durability: str | None = None) -> Op[list[str]]:
+                durability: str | None = None, ids: Sequence[str] | None = None
+                ) -> Op[list[str]]:
     """Submit a batch in one pipelined round trip; ids in input order. Every job is
     validated before anything is written. Each shard's part (up to 500 jobs) is written
     atomically; if a Redis failure leaves any job unwritten, or its fate unknown,
@@ -96,16 +97,21 @@ def submit_many(core: ClientState, jobs: Iterable[JobSpec | Mapping[str, Any]], 
     "replicated" also waits (one WAIT for the batch) until the client's `replicas` confirm
     them, "fsynced" (Redis 7.2+ with the AOF on; refused before writing otherwise) until
     the primary's AOF fsynced them (WAITAOF); both up to the client's
-    `replica_timeout_s`, else DurabilityError."""
+    `replica_timeout_s`, else DurabilityError.
+
+    `ids`: the ids the jobs are to have, in input order, instead of fresh ones (a job with a
+    dedupe key has its key's; scheduler/outbox/ names its jobs before they reach Redis). A
+    job whose id is already in Redis is not written again, so the same batch sent twice
+    writes each job once."""
     jobs = list(jobs)
     if core.tracer is not None:  # one span around the call (scheduler/observe/tracing.py)
-        return (yield from core.tracer.submit(jobs, lambda extra: _submit(core, jobs,
-                                                                          durability, extra)))
-    return (yield from _submit(core, jobs, durability, ()))
+        return (yield from core.tracer.submit(
+            jobs, lambda extra: _submit(core, jobs, durability, extra, ids)))
+    return (yield from _submit(core, jobs, durability, (), ids))
 
 
 def _submit(core: ClientState, jobs: list[JobSpec | Mapping[str, Any]], durability: str | None,
-            extra: tuple[Any, ...]) -> Op[list[str]]:
+            extra: tuple[Any, ...], ids: Sequence[str] | None = None) -> Op[list[str]]:
     at = core.at
     mode = core.durability if durability is None else durability_of(durability)
     wait: tuple[Any, ...] | None = None
@@ -117,11 +123,12 @@ def _submit(core: ClientState, jobs: list[JobSpec | Mapping[str, Any]], durabili
         yield from ready(core)
         if mode is Durability.FSYNCED:
             yield from _check_fsync(core)
-        batch = Batch(core, jobs, extra)  # validates every job before anything is written
+        # validates every job before anything is written
+        batch = Batch(core, jobs, extra, ids)
         before = (core.shards, core.max_payload_bytes)
         yield from ensure_namespace(core)
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first
-            batch = Batch(core, jobs, extra)
+            batch = Batch(core, jobs, extra, ids)
     except REDIS_ERRORS as exc:
         raise nothing_written(len(jobs), exc, at) from exc
     exists: list[bool] | None = None

@@ -151,6 +151,23 @@ def history_database() -> Iterator[str]:
             admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def outbox_schema() -> Iterator[tuple[str, str]]:
+    """(DSN, schema) of a fresh outbox in the test database, made as `sched db upgrade
+    --outbox` makes it, with an `orders` table beside it for the application's own rows;
+    dropped afterwards."""
+    from scheduler.outbox.rows import upgrade
+
+    schema = f"ob_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True, connect_timeout=5) as admin:
+        upgrade(admin, schema)
+        admin.execute(f'CREATE TABLE "{schema}".orders (id bigserial PRIMARY KEY, job_id text)')
+        try:
+            yield POSTGRES_DSN, schema
+        finally:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
 def _pings(client: redis.Redis) -> bool:
     try:
         return bool(client.ping())
@@ -210,6 +227,11 @@ class Processes:
         self.history_dsn = dsn
         return self._start("snapshotter", "--postgres-dsn", dsn, "--claim-idle",
                            str(SNAPSHOT_CLAIM_IDLE_S))
+
+    def relay(self, dsn: str, schema: str, *args: str) -> subprocess.Popen[bytes]:
+        """`sched outbox relay` of the outbox in `schema` (outbox_schema())."""
+        return self._start("outbox", "relay", "--postgres-dsn", dsn, "--outbox-schema", schema,
+                           "--poll", "0.5", *args)
 
     def _keep_events(self) -> None:
         with Client(self.redis_url, self.ns) as c:

@@ -75,6 +75,10 @@ SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
 SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_counts_that_do_not_match_the_items")
+OUTBOX = "tests/outbox/test_transactional_submit.py::"
+OUTBOX_WAITS = OUTBOX + "test_rows_wait_while_redis_is_unreachable"
+OUTBOX_RESEND = OUTBOX + "test_a_resend_after_redis_acknowledged_writes_nothing_twice"
+OUTBOX_FAULTS = "tests/faults/test_outbox.py::"
 
 
 @dataclass(frozen=True)
@@ -510,4 +514,22 @@ MUTANTS = [
            "    except ZeroDivisionError as exc:",
            ("tests/services/test_materializer.py::test_a_job_whose_definition_does_not_parse_"
             "stops_no_other[single-cron-not a cron]",), fast=True),
+    Mutant("outbox-deletes-before-redis-acks", "the relay commits the DELETE of its rows "
+           "before Redis acknowledged their jobs: a Redis failure then loses them (accepted rule)",
+           "scheduler/outbox/relay.py",
+           "                good, bad = self._send(rows) if rows else (0, [])\n",
+           "                conn.commit()\n"
+           "                good, bad = self._send(rows) if rows else (0, [])\n",
+           (OUTBOX_WAITS, OUTBOX_FAULTS + "test_rows_wait_while_redis_is_stopped_then_all_run"),
+           fast=True),
+    Mutant("outbox-fresh-ids-on-resend", "the relay lets submit_many draw fresh job ids: a batch "
+           "sent again after a failure makes every job twice, under ids no submit returned",
+           "scheduler/outbox/relay.py", "        ids = [row[1] for row in kept]\n",
+           "        ids = None  # type: ignore[assignment]\n",
+           (OUTBOX_RESEND, OUTBOX_FAULTS
+            + "test_relays_sigkilled_every_second_lose_and_duplicate_nothing"), fast=True),
+    Mutant("outbox-no-notify", "the outbox's trigger sends no NOTIFY: relays see a commit "
+           "only at their next poll", "scheduler/outbox/sql/postgres/0001_outbox.sql",
+           "    PERFORM pg_notify(TG_TABLE_SCHEMA || '.outbox', '');", "    NULL;",
+           (OUTBOX + "test_a_commit_wakes_the_relay_long_before_its_poll",)),
 ]

@@ -1,0 +1,385 @@
+"""scheduler.outbox against a real Postgres and the test Redis, the relay run in-process one
+pass at a time: what a transaction writes, what the relay sends, and what a failure between
+the two leaves (tests/faults/test_outbox.py runs the real processes)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import psycopg
+import pytest
+import redis
+
+from conftest import POSTGRES_DSN
+from helpers import sched
+from scheduler import Client, JobSpec, RedisFailure, RetryPolicy, ValidationError, outbox
+from scheduler.core.errors import ConfigError
+from scheduler.outbox.relay import OutboxRelay, RelayConfig
+from scheduler.outbox.rows import upgrade
+
+
+@pytest.fixture
+def schema() -> Iterator[str]:
+    name = f"ob_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        upgrade(admin, name)
+        yield name
+        admin.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture
+def conn() -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(POSTGRES_DSN) as c:
+        yield c
+
+
+@pytest.fixture
+def client(redis_url: str, ns: str) -> Iterator[Client]:
+    with Client(redis_url, ns) as c:
+        yield c
+
+
+@pytest.fixture
+def relay(client: Client, schema: str) -> Iterator[OutboxRelay]:
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema)
+    yield service
+    service.close()
+
+
+def rows(conn: psycopg.Connection[Any], schema: str, table: str = "outbox") -> int:
+    with psycopg.connect(POSTGRES_DSN) as other:  # what a committed reader sees
+        found = other.execute(f'SELECT count(*) FROM "{schema}".{table}').fetchone()
+    return int(found[0]) if found else 0
+
+
+def jobs_in_redis(r: redis.Redis, ns: str) -> int:
+    return sum(1 for _ in r.scan_iter(match=f"{ns}:*job:*", count=10_000)
+               if b":job:" in _ and b"submitted" not in _)
+
+
+def test_a_rolled_back_submit_never_reaches_redis(conn: psycopg.Connection[Any], schema: str,
+                                                  relay: OutboxRelay, r: redis.Redis,
+                                                  ns: str) -> None:
+    outbox.submit(conn, "send", {"order": 1}, schema=schema)
+    outbox.submit_many(conn, [JobSpec(task="send", payload=i) for i in range(5)], schema=schema)
+    conn.rollback()
+    assert rows(conn, schema) == 0
+    assert relay.run_once() == 0
+    assert jobs_in_redis(r, ns) == 0
+
+
+def test_a_committed_submit_becomes_the_job_it_named(conn: psycopg.Connection[Any], schema: str,
+                                                     relay: OutboxRelay,
+                                                     client: Client) -> None:
+    at = datetime.now(UTC) + timedelta(hours=1)
+    one = outbox.submit(conn, "send", {"order": 1, "to": "a@b"}, queue="mail", priority=1,
+                        timeout=30, retry=RetryPolicy(max_attempts=5), schema=schema)
+    later = outbox.submit(conn, "remind", None, at=at, schema=schema)
+    delayed, keyed, cron = outbox.submit_many(conn, [
+        {"task": "t", "payload": [1, 2], "delay": timedelta(minutes=5)},
+        JobSpec(task="t", dedupe_key="order-1"),
+        JobSpec(task="c", cron="0 3 * * *", tz="Europe/Paris"),
+    ], schema=schema)
+    conn.commit()
+    assert relay.run_once() == 5 and relay.run_once() == 0
+    assert rows(conn, schema) == 0
+    job = client.get_job(one)
+    assert (job.task, job.queue, job.priority, job.payload) == ("send", "mail", 1,
+                                                                 {"order": 1, "to": "a@b"})
+    assert job.retry.max_attempts == 5 and job.timeout_s == 30
+    assert client.get_job(later).fire_ms == int(at.timestamp() * 1000)
+    assert client.get_job(delayed).payload == [1, 2]
+    assert client.get_job(delayed).delay_s == 300
+    assert keyed == client.submit("t", dedupe_key="order-1")  # the key's own id
+    assert client.get_job(cron).cron == "0 3 * * *"
+
+
+@pytest.mark.parametrize("bad", [
+    {"task": "bad\ntask"}, {"task": "t", "queue": "no spaces"}, {"task": "t", "priority": 9},
+    {"task": "t", "payload": {1: "not a string key"}}, {"task": "t", "payload": float("nan")},
+    {"task": "t", "cron": "not cron"}, {"task": "t", "delay": 1, "at": datetime.now(UTC)},
+    {"task": "t", "at": datetime(2030, 1, 1)}, {"task": "t", "delivery": "twice"},
+    {"task": "t", "retry": "3 times"}, {"task": "t", "nope": 1},
+])
+def test_bad_input_is_refused_as_client_submit_refuses_it_and_nothing_is_written(
+        conn: psycopg.Connection[Any], schema: str, client: Client, bad: dict[str, Any]
+) -> None:
+    with pytest.raises(ValidationError) as by_client:
+        client.submit_many([bad])
+    with pytest.raises(ValidationError) as by_outbox:
+        outbox.submit_many(conn, [{"task": "fine"}, bad], schema=schema)
+    assert str(by_outbox.value) == str(by_client.value)
+    conn.commit()
+    assert rows(conn, schema) == 0
+
+
+def test_a_resend_after_redis_acknowledged_writes_nothing_twice(
+        conn: psycopg.Connection[Any], schema: str, relay: OutboxRelay, client: Client,
+        r: redis.Redis, ns: str) -> None:
+    """Postgres fails the relay's commit once, after Redis took the batch (as a relay killed
+    at that moment, or a Postgres restart, would leave it): the rows stay, the next pass
+    sends them again, and Redis holds each job once, under the id outbox.submit returned.
+    The failure is a deferred constraint trigger: it runs at COMMIT."""
+    ids = outbox.submit_many(conn, [JobSpec(task="send", payload=i) for i in range(300)],
+                             schema=schema)
+    conn.execute(f"""
+        CREATE FUNCTION "{schema}".fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM "{schema}".outbox_rejected WHERE seq = -1) THEN
+                RAISE EXCEPTION 'planted failure of the first commit';
+            END IF;
+            RETURN OLD;
+        END $$;
+        CREATE CONSTRAINT TRIGGER fail_once AFTER DELETE ON "{schema}".outbox
+            DEFERRABLE INITIALLY DEFERRED
+            FOR EACH ROW EXECUTE FUNCTION "{schema}".fail_once();""")
+    conn.commit()
+    with pytest.raises(psycopg.Error, match="planted failure"):
+        relay.run_once()
+    assert rows(conn, schema) == 300 and jobs_in_redis(r, ns) == 300
+    conn.execute(f"""INSERT INTO "{schema}".outbox_rejected (seq, job_id, spec, created_at,
+                     error) VALUES (-1, '', '', now(), 'lets the commit through')""")
+    conn.commit()
+    assert relay.run_once() == 300
+    assert rows(conn, schema) == 0
+    assert jobs_in_redis(r, ns) == 300
+    assert [j.payload for j in map(client.get_job, ids)] == list(range(300))
+    assert all(len(client.slots(j)) == 1 for j in ids[:20])
+
+
+def test_rows_wait_while_redis_is_unreachable(conn: psycopg.Connection[Any], schema: str,
+                                              relay: OutboxRelay, ns: str,
+                                              r: redis.Redis) -> None:
+    ids = outbox.submit_many(conn, [JobSpec(task="send")] * 10, schema=schema)
+    conn.commit()
+    with Client("redis://127.0.0.1:1/0", ns, timeout_s=0.5) as down:
+        cut_off = OutboxRelay(down, POSTGRES_DSN, schema=schema)
+        try:
+            with pytest.raises(RedisFailure):
+                cut_off.run_once()
+        finally:
+            cut_off.close()
+    assert rows(conn, schema) == 10 and jobs_in_redis(r, ns) == 0
+    assert relay.run_once() == 10
+    assert jobs_in_redis(r, ns) == 10 and sorted(ids) == sorted(
+        k.decode().rsplit(":", 1)[1] for k in r.scan_iter(match=f"{ns}:*job:*")
+        if b"submitted" not in k)
+
+
+def test_a_job_redis_refuses_is_kept_aside_and_the_rest_go(
+        conn: psycopg.Connection[Any], schema: str, redis_url: str, ns: str) -> None:
+    """A payload over the namespace's limit (which only Redis knows) cannot block the
+    outbox: its row moves to outbox_rejected with the reason; the batch's others go."""
+    with Client(redis_url, ns, max_payload_bytes=1000) as small:
+        small.create_namespace()
+        ok = outbox.submit(conn, "t", "x" * 10, schema=schema)
+        big = outbox.submit(conn, "t", "x" * 5000, schema=schema)
+        conn.commit()
+        service = OutboxRelay(small, POSTGRES_DSN, schema=schema)
+        try:
+            assert service.run_once() == 2
+        finally:
+            service.close()
+        assert small.get_job(ok).payload == "x" * 10
+    assert rows(conn, schema) == 0 and rows(conn, schema, "outbox_rejected") == 1
+    with psycopg.connect(POSTGRES_DSN) as other:
+        job_id, error = other.execute(
+            f'SELECT job_id, error FROM "{schema}".outbox_rejected').fetchone() or ("", "")
+    assert job_id == big and "over the limit" in error
+
+
+def test_lag_is_the_oldest_rows_age(conn: psycopg.Connection[Any], schema: str,
+                                    relay: OutboxRelay) -> None:
+    assert relay.lag() == (0, 0.0)
+    outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    waiting, age = relay.lag()
+    assert waiting == 1 and 0 <= age < 60
+
+
+def test_relay_config_is_checked() -> None:
+    for bad in ({"batch": 0}, {"poll_s": 0}, {"poll_s": float("nan")}):
+        with pytest.raises(ConfigError):
+            RelayConfig(**bad)
+    with pytest.raises(ValidationError, match="schema"):
+        outbox.submit(None, "t", schema="Robert'); DROP TABLE students;--")
+
+
+async def _async_refused() -> None:
+    conn = await psycopg.AsyncConnection.connect(POSTGRES_DSN)
+    try:
+        with pytest.raises(ValidationError, match="asyncio connection"):
+            outbox.submit(conn, "t")
+    finally:
+        await conn.close()
+
+
+def test_an_asyncio_connection_is_refused_with_what_to_use() -> None:
+    import asyncio
+
+    asyncio.run(_async_refused())
+
+
+def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[str],
+                                                 redis_url: str, ns: str) -> None:
+    name = f"ob_{uuid.uuid4().hex[:12]}"
+    try:
+        code, out, _ = sched(capsys, redis_url, ns, "db", "upgrade", "--outbox",
+                             "--outbox-schema", name, "--postgres-dsn", POSTGRES_DSN)
+        assert code == 0 and out.strip() == f"outbox schema {name!r} at version 1"
+        code, out, _ = sched(capsys, redis_url, ns, "outbox", "status", "--outbox-schema",
+                             name, "--postgres-dsn", POSTGRES_DSN)
+        assert code == 0 and "0 row(s) waiting" in out
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+@pytest.mark.parametrize("args, says", [
+    (["db", "upgrade", "--outbox"], "give --postgres-dsn"),
+    (["outbox", "relay"], "give --postgres-dsn"),
+    (["db", "upgrade", "--outbox", "--postgres-dsn", "mysql://x"], "is not a Postgres DSN"),
+    (["db", "upgrade", "--outbox", "--outbox-schema", "Bad-Name", "--postgres-dsn",
+      POSTGRES_DSN], "must be a lowercase SQL name"),
+    (["outbox", "status", "--outbox-schema", "ob_none_here", "--postgres-dsn", POSTGRES_DSN],
+     "no outbox in schema 'ob_none_here'"),
+    (["outbox", "relay", "--outbox-schema", "ob_none_here", "--postgres-dsn", POSTGRES_DSN],
+     "no outbox in schema 'ob_none_here'"),
+    (["scheduler", "--outbox-schema", "ob_none_here", "--outbox-dsn", POSTGRES_DSN],
+     "no outbox in schema 'ob_none_here'"),
+])
+def test_bad_cli_input_is_one_line_and_changes_nothing(capsys: pytest.CaptureFixture[str],
+                                                       redis_url: str, ns: str,
+                                                       args: list[str], says: str) -> None:
+    code, out, err = sched(capsys, redis_url, ns, *args)
+    assert code != 0 and len(err.strip().splitlines()) == 1 and says in err, err
+    assert "Traceback" not in err + out
+
+
+def test_a_running_relay_reports_the_outbox_to_sched_status(
+        capsys: pytest.CaptureFixture[str], conn: psycopg.Connection[Any], schema: str,
+        relay: OutboxRelay, client: Client, redis_url: str, ns: str) -> None:
+    """`sched status` has no DSN: what it shows of the outbox is what the relays last wrote
+    into the namespace (about once a second)."""
+    import threading
+    import time
+
+    client.create_namespace()
+    assert client.status().outbox is None
+    job_id = outbox.submit(conn, "send", schema=schema)
+    conn.commit()
+    running = threading.Thread(target=relay.run)
+    running.start()
+    try:
+        deadline = time.monotonic() + 10
+        while client.status().outbox is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        relay.stop()
+        running.join()
+    assert client.get_job(job_id).task == "send"
+    box = client.status().outbox
+    assert box is not None and box.rows == 0 and 0 <= box.reported_age_s < 10
+    _, out, _ = sched(capsys, redis_url, ns, "status")
+    assert "outbox:       0 row(s) waiting (a relay said so" in out
+    code, out, _ = sched(capsys, redis_url, ns, "outbox", "status")
+    assert code == 0 and out.startswith("outbox: 0 row(s) waiting, oldest 0.000 s (a relay")
+
+
+def test_a_relay_whose_postgres_connections_drop_logs_once_and_goes_on(
+        conn: psycopg.Connection[Any], schema: str, client: Client,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Postgres ends the relay's sessions (as a restart or a failover does): the relay logs
+    the failure once, connects again, and the rows committed meanwhile still go."""
+    import threading
+    import time
+
+    from scheduler.outbox.relay import APPLICATION_NAME
+
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema,
+                          config=RelayConfig(poll_s=0.1, max_backoff_s=0.2))
+    running = threading.Thread(target=service.run)
+    running.start()
+    try:
+        first = outbox.submit(conn, "first", schema=schema)
+        conn.commit()
+        deadline = time.monotonic() + 10
+        while rows(conn, schema) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with caplog.at_level("WARNING", logger="scheduler.outbox.relay"):
+            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
+                         "application_name = %s AND pid <> pg_backend_pid()",
+                         (APPLICATION_NAME,))
+            conn.commit()
+            later = outbox.submit(conn, "later", schema=schema)
+            conn.commit()
+            deadline = time.monotonic() + 10
+            while rows(conn, schema) and time.monotonic() < deadline:
+                time.sleep(0.02)
+    finally:
+        service.stop()
+        running.join()
+    assert rows(conn, schema) == 0
+    assert [client.get_job(j).task for j in (first, later)] == ["first", "later"]
+    said = [r.getMessage().split(",")[0] for r in caplog.records]
+    assert said == ["outbox: Postgres failing", "outbox: Postgres reachable again"], said
+
+
+def test_a_commit_wakes_the_relay_long_before_its_poll(conn: psycopg.Connection[Any],
+                                                       schema: str, client: Client) -> None:
+    """The outbox's trigger NOTIFYs at commit: a relay polling every 30 s moves the row at
+    once (a generous bound: far under the poll, far over the wake-up)."""
+    import threading
+    import time
+
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema, config=RelayConfig(poll_s=30))
+    running = threading.Thread(target=service.run)
+    running.start()
+    try:
+        time.sleep(0.3)  # in its wait by now: its first pass found nothing
+        job_id = outbox.submit(conn, "woken", schema=schema)
+        conn.commit()
+        committed = time.monotonic()
+        while rows(conn, schema) and time.monotonic() - committed < 10:
+            time.sleep(0.005)
+        took = time.monotonic() - committed
+    finally:
+        service.stop()
+        running.join()
+    assert client.get_job(job_id).task == "woken"
+    assert took < 3.0, took
+
+
+def test_sched_status_warns_of_rows_that_wait(client: Client) -> None:
+    import msgspec
+
+    from scheduler.observe.records import OutboxStatus
+
+    client.create_namespace()
+    now = client.status()
+    fine = msgspec.structs.replace(now, outbox=OutboxStatus(rows=3, oldest_age_s=0.2,
+                                                           reported_age_s=1.0))
+    waiting = msgspec.structs.replace(now, outbox=OutboxStatus(rows=3, oldest_age_s=5.0,
+                                                              reported_age_s=40.0))
+    empty = msgspec.structs.replace(now, outbox=OutboxStatus(rows=0, oldest_age_s=0.0,
+                                                            reported_age_s=400.0))
+    assert not [w for w in fine.warnings() + empty.warnings() if "outbox" in w]
+    [warned] = [w for w in waiting.warnings() if "outbox" in w]
+    assert warned.startswith("3 outbox row(s) waiting, the oldest committed 45s ago")
+
+
+def test_outbox_submit_takes_client_submits_options() -> None:
+    """The two signatures repeat each other on purpose (real, annotated parameters): this
+    keeps them from drifting apart."""
+    import inspect
+
+    ours = inspect.signature(outbox.submit).parameters
+    theirs = inspect.signature(Client.submit).parameters
+    shared = [n for n in theirs if n not in ("self", "durability")]
+    assert [n for n in ours if n not in ("conn", "schema", "max_payload_bytes")] == shared
+    for name in shared:
+        assert (ours[name].default, ours[name].annotation, ours[name].kind) == (
+            theirs[name].default, theirs[name].annotation, theirs[name].kind), name
