@@ -44,6 +44,12 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     to its first await then runs inside the claim: False (`sched worker --no-eager-start`)
     schedules every task as asyncio does by default. No effect on 3.11."""
 
+    process_pool: int | None = None
+    """Child processes that run the `pool="process"` handlers (scheduler/worker/pool.py);
+    None: one per core. Started only when the registry has such a task."""
+    max_tasks_per_child: int = 0
+    """Replace a process-pool child after this many runs (for leaky libraries); 0: never."""
+
     def __post_init__(self) -> None:
         check_finite(self)
         if self.concurrency < 1:
@@ -60,3 +66,8 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
         if self.claim_replicas < 0 or self.replica_timeout_s <= 0:
             raise ConfigError("claim replicas must be >= 0 and the replica timeout > 0 s")
+        if self.process_pool is not None and self.process_pool < 1:
+            raise ConfigError(f"process pool must be >= 1 child, not {self.process_pool}")
+        if self.max_tasks_per_child < 0:
+            raise ConfigError("max tasks per child must be >= 0 (0: never replace), not "
+                              f"{self.max_tasks_per_child}")

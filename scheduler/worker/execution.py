@@ -42,13 +42,23 @@ from scheduler.redis.service import Backoff, transient
 from scheduler.scripts.replies import Code
 from scheduler.worker.committer import Committer
 from scheduler.worker.inflight import Inflight, Run
-from scheduler.worker.registry import Context, Registry
+from scheduler.worker.registry import Context, Registry, SyncContext, Task
 
 if TYPE_CHECKING:
     from scheduler.observe.tracing import RunTracer
+    from scheduler.worker.pool import ProcessPool
 
 log = logging.getLogger("scheduler.worker.worker")
 handler_log = logging.getLogger("scheduler.handler")
+
+
+class ChildFailed(Exception):
+    """What a process-pool handler raised, as its child reported it: the attempt's error
+    line (made in the child, as `_one_line` makes it here) and the traceback text."""
+
+    def __init__(self, line: str, trace: str = "") -> None:
+        super().__init__(f"{line}\n{trace}".rstrip())
+        self.line = line
 
 
 class HandlerErrors:
@@ -108,6 +118,7 @@ class Execution:
         self._task = _eager_task if eager else _task  # WorkerConfig.eager_start
         self._on_stuck = self._stuck  # bound once: start() runs once per job
         self._now_ms = clock.now_ms  # stamps ctx.logger's lines, as started_ms is stamped
+        self.pool: ProcessPool | None = None  # started by Worker.run for pool="process" tasks
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table). With eager start (3.12+,
@@ -138,9 +149,11 @@ class Execution:
             payload = decode_payload(run.payload)
             if task.is_async:
                 value = await task.fn(ctx, payload)
-            else:
+            elif not task.process:
                 value = await asyncio.get_running_loop().run_in_executor(
                     self.executor, task.fn, ctx, payload)
+            else:
+                value = await self._process(run, task, payload)
         except asyncio.CancelledError:
             if run.stop_reason is None:
                 self.end(run, "lost")
@@ -153,6 +166,9 @@ class Execution:
                       -1 if exc.after is None else int(exc.after * 1000))
         except Cancel as exc:
             self.end(run, Outcome.CANCELLED, clean(exc.reason))
+        except ChildFailed as exc:  # a process-pool handler raised: its line is made
+            self.handler_errors.report(run, exc, self.clock.monotonic())
+            self.end(run, Outcome.FAILED, exc.line)
         except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only
             self.handler_errors.report(run, exc, self.clock.monotonic())
             if self.tracer is not None:
@@ -160,6 +176,22 @@ class Execution:
             self.end(run, Outcome.FAILED, _one_line(exc))
         else:
             self.end(run, Outcome.SUCCEEDED, result=value)
+
+    async def _process(self, run: Run, task: Task, payload: Any) -> Any:
+        """A `pool="process"` handler: in a child of the process pool, or, with no pool (the
+        testing mode: Worker.run starts it, the harness does not), here in the thread pool
+        with the same context, `ctx.once` a plain call as in a child."""
+        if self.pool is not None:
+            return await self.pool.run(run)
+        loop = asyncio.get_running_loop()
+
+        def once(name: str) -> bool:
+            return asyncio.run_coroutine_threadsafe(self._once(run, name), loop).result()
+
+        ctx = run.ctx = SyncContext(run.slot_id, run.ctx.job_id, run.attempt, run.fire_ms,
+                                    run.task, run.delivery, once,  # type: ignore[arg-type]
+                                    self._now_ms)
+        return await loop.run_in_executor(self.executor, task.fn, ctx, payload)
 
     def _stopped(self, run: Run) -> tuple[str, str]:
         """How a run that this worker stopped ended, by the reason it stopped it."""
@@ -277,6 +309,8 @@ class Execution:
         for every task): close their coroutines (GeneratorExit where they wait), so the
         process can exit; threads still running are left to finish on their own."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.close()
         for run in self.given_up:
             if run.handler is not None and not run.handler.done():
                 run.handler.get_coro().close()

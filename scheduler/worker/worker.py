@@ -125,6 +125,8 @@ class Worker:
         self.shards = meta.shards
         if meta.max_payload_bytes:  # results are held to the payload limit
             self.execution.result_limit = meta.max_payload_bytes
+            if self.execution.pool is not None:
+                self.execution.pool.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
@@ -179,9 +181,28 @@ class Worker:
         except Exception as exc:  # the registry entry expires by itself
             log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__, exc)
 
+    async def start_pool(self) -> None:
+        """The process pool, when the registry has a `pool="process"` task (none otherwise):
+        its children start, and import the handlers, before the first claim."""
+        if self.execution.pool is not None or not self.registry.has_process_tasks():
+            return
+        from scheduler.worker.pool import ProcessPool, cores
+
+        pool = ProcessPool(self.registry, self.config.process_pool or cores(),
+                           self.config.max_tasks_per_child, self.execution._once)
+        await pool.start()
+        self.execution.pool = pool
+
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
-        if not await self._setup():
+        await self.start_pool()
+        ready = False
+        try:
+            ready = await self._setup()
+        finally:
+            if not ready:
+                self.execution.close()  # the pool's children
+        if not ready:
             return
         transport.enable(self.redis)  # claims and commits on connections of their own
         auto = self.config.autoscale
