@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import io
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ import struct
 import sys
 import threading
 import traceback
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 
@@ -94,7 +95,7 @@ FromChild = Ready | Line | OnceAsk | Done | Failed
 _encode = msgspec.json.Encoder().encode
 
 
-def send(stream: IO[bytes], message: Any) -> None:
+def send(stream: io.BufferedIOBase, message: Any) -> None:
     data = _encode(message)
     stream.write(HEADER.pack(len(data)) + data)
     stream.flush()
@@ -104,7 +105,7 @@ class Parent:
     """The child's end of the socket: one message out at a time (a handler's threads may
     log at once), and a `ctx.once` question waits for its answer."""
 
-    def __init__(self, stream: IO[bytes]) -> None:
+    def __init__(self, stream: io.BufferedIOBase) -> None:
         self.stream = stream
         self.lock = threading.Lock()
         self.decoder = msgspec.json.Decoder(ToChild)

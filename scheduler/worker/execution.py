@@ -137,11 +137,7 @@ class Execution:
         try:
             if run.stop_reason is not None:  # stopped before this task could start
                 raise asyncio.CancelledError
-            task = self.registry.tasks.get(run.task)
-            if task is None:
-                raise LookupError(
-                    f"unknown task {run.task!r}: no handler is registered for it in this "
-                    f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
+            task = self.registry.tasks.get(run.task) or self._unknown(run)
             job_id = run.slot_id.rpartition(":")[0]
             ctx = run.ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task,
                                     run.delivery, lambda name: self._once(run, name),
@@ -166,9 +162,6 @@ class Execution:
                       -1 if exc.after is None else int(exc.after * 1000))
         except Cancel as exc:
             self.end(run, Outcome.CANCELLED, clean(exc.reason))
-        except ChildFailed as exc:  # a process-pool handler raised: its line is made
-            self.handler_errors.report(run, exc, self.clock.monotonic())
-            self.end(run, Outcome.FAILED, exc.line)
         except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only
             self.handler_errors.report(run, exc, self.clock.monotonic())
             if self.tracer is not None:
@@ -176,6 +169,11 @@ class Execution:
             self.end(run, Outcome.FAILED, _one_line(exc))
         else:
             self.end(run, Outcome.SUCCEEDED, result=value)
+
+    def _unknown(self, run: Run) -> Task:
+        raise LookupError(
+            f"unknown task {run.task!r}: no handler is registered for it in this worker's "
+            f"registry (it has {', '.join(self.registry.names()) or 'none'})")
 
     async def _process(self, run: Run, task: Task, payload: Any) -> Any:
         """A `pool="process"` handler: in a child of the process pool, or, with no pool (the
@@ -346,6 +344,8 @@ def clean(text: str, limit: int = 1000) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ChildFailed):  # made in the child, from what the handler raised
+        return exc.line
     try:
         text = f"{type(exc).__name__}: {exc}"
     except Exception:  # an exception whose __str__ raises

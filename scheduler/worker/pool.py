@@ -33,7 +33,16 @@ from scheduler.core.errors import Cancel, ConfigError, LeaseLost, Retry
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload
 from scheduler.redis.service import Backoff
 from scheduler.worker.child import (
-    HEADER, Done, Failed, FromChild, Job, Line, OnceAsk, OnceReply, Ready, Setup,
+    HEADER,
+    Done,
+    Failed,
+    FromChild,
+    Job,
+    Line,
+    OnceAsk,
+    OnceReply,
+    Ready,
+    Setup,
 )
 from scheduler.worker.execution import ChildFailed
 from scheduler.worker.inflight import Run
@@ -116,9 +125,7 @@ class ProcessPool:
     async def _spawn(self) -> Child:
         mine, theirs = socket.socketpair()
         try:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "scheduler.worker.child", str(theirs.fileno()),
-                 str(os.getpid())], pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+            proc = _start(theirs)
         except BaseException:
             mine.close()
             raise
@@ -250,6 +257,14 @@ class ProcessPool:
         for proc in list(self.procs):
             proc.wait()
         self.procs.clear()
+
+
+def _start(theirs: socket.socket) -> subprocess.Popen[bytes]:
+    """A fresh interpreter (not a fork of the worker, its event loop and its threads), which
+    inherits the worker's stdout and stderr: what a handler prints shows where it would."""
+    return subprocess.Popen([sys.executable, "-m", "scheduler.worker.child",
+                             str(theirs.fileno()), str(os.getpid())],
+                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
 
 
 def _raised(failed: Failed) -> BaseException:
