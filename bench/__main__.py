@@ -1,4 +1,5 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
+`python -m bench cpu [--mode threads|pool[:N]|processes[:N],...] [--runs R]`,
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
@@ -21,6 +22,7 @@ from . import (
     burndown,
     burst,
     cluster,
+    cpu,
     delayed,
     metrics_cost,
     peers,
@@ -33,7 +35,8 @@ from . import (
 )
 from .common import private_redis
 
-COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "delayed": delayed,
+COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
+            "delayed": delayed,
             "metrics_cost": metrics_cost, "peers": peers, "queue_names": queue_names,
             "retention": retention,
             "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}

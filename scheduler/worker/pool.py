@@ -262,9 +262,14 @@ class ProcessPool:
 def _start(theirs: socket.socket) -> subprocess.Popen[bytes]:
     """A fresh interpreter (not a fork of the worker, its event loop and its threads), which
     inherits the worker's stdout and stderr: what a handler prints shows where it would."""
+    # The child runs this very scheduler package, wherever the worker found it.
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.environ.get("PYTHONPATH")
     return subprocess.Popen([sys.executable, "-m", "scheduler.worker.child",
                              str(theirs.fileno()), str(os.getpid())],
-                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                            env={**os.environ,
+                                 "PYTHONPATH": here if not path else f"{here}{os.pathsep}{path}"})
 
 
 def _raised(failed: Failed) -> BaseException:
