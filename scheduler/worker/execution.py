@@ -24,7 +24,7 @@ import sys
 import traceback
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis.asyncio
 
@@ -46,10 +46,17 @@ from scheduler.worker.registry import Context, Registry, SyncContext, Task
 
 if TYPE_CHECKING:
     from scheduler.observe.tracing import RunTracer
-    from scheduler.worker.pool import ProcessPool
 
 log = logging.getLogger("scheduler.worker.worker")
 handler_log = logging.getLogger("scheduler.handler")
+
+
+class Pool(Protocol):
+    """The process pool as execution uses it (scheduler/worker/pool.py)."""
+
+    async def run(self, run: Run) -> Any: ...
+
+    def close(self) -> None: ...
 
 
 class ChildFailed(Exception):
@@ -118,7 +125,7 @@ class Execution:
         self._task = _eager_task if eager else _task  # WorkerConfig.eager_start
         self._on_stuck = self._stuck  # bound once: start() runs once per job
         self._now_ms = clock.now_ms  # stamps ctx.logger's lines, as started_ms is stamped
-        self.pool: ProcessPool | None = None  # started by Worker.run for pool="process" tasks
+        self.pool: Pool | None = None  # started by Worker.run for pool="process" tasks
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table). With eager start (3.12+,
@@ -129,7 +136,7 @@ class Execution:
         # Under tracing the handler runs inside its run's span.
         context = None if self.tracer is None else self.tracer.begin(run)
         run.handler = self._task(loop, self._execute(run), context)
-        if run.timeout_ms and not run.ended:
+        if run.timeout_ms and not run.ended and run.timer is None:  # (the pool may set it)
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
 
     async def _execute(self, run: Run) -> None:

@@ -192,14 +192,7 @@ class ProcessPool:
     async def run(self, run: Run) -> Any:
         """Run a process task's handler in a child; its return value, or what it raised
         (Retry, Cancel, LeaseLost, ChildFailed), as the thread pool would give them."""
-        if self.idle.empty():
-            child = await self.idle.get()
-            if run.timer is not None:  # the timeout counts from when a child takes the run
-                run.timer.cancel()
-                run.timer = asyncio.get_running_loop().call_later(
-                    run.timeout_ms / 1000, run.stop, "timeout")
-        else:
-            child = self.idle.get_nowait()
+        child = self.idle.get_nowait() if not self.idle.empty() else await self._wait(run)
         try:
             child.send(Job(run.task, run.slot_id, run.slot_id.rpartition(":")[0],
                            run.attempt, run.fire_ms, run.delivery,
@@ -236,6 +229,19 @@ class ProcessPool:
             raise _raised(message)
         raise ChildFailed(f"the process-pool child sent {type(message).__name__}")
 
+    async def _wait(self, run: Run) -> Child:
+        """An idle child, once there is one. The timeout counts from when a child takes the
+        run: no timer while it waits (a placeholder keeps Execution.start from arming one)."""
+        loop = asyncio.get_running_loop()
+        if run.timer is not None:
+            run.timer.cancel()
+        run.timer = loop.call_later(0, _nothing)
+        run.timer.cancel()
+        child = await self.idle.get()
+        if run.timeout_ms:
+            run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
+        return child
+
     async def _once(self, run: Run, name: str) -> OnceReply:
         try:
             return OnceReply(ok=await self.once(run, name))
@@ -270,6 +276,10 @@ def _start(theirs: socket.socket) -> subprocess.Popen[bytes]:
                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
                             env={**os.environ,
                                  "PYTHONPATH": here if not path else f"{here}{os.pathsep}{path}"})
+
+
+def _nothing() -> None:
+    pass
 
 
 def _raised(failed: Failed) -> BaseException:

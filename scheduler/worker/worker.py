@@ -45,6 +45,7 @@ from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
 from scheduler.worker.limiter import LimitedClaims
+from scheduler.worker.pool import ProcessPool, cores
 from scheduler.worker.reader import Reader
 from scheduler.worker.registry import Registry
 from scheduler.worker.slots import Slots
@@ -97,6 +98,7 @@ class Worker:
                                    slots.concurrency, config.queues, slots.running,
                                    self.claims.tallies, most, config.events_maxlen)
         self.limited = LimitedClaims(self.claims, self.errors)
+        self.pool: ProcessPool | None = None  # start_pool()
 
     @property
     def concurrency(self) -> int:
@@ -125,8 +127,8 @@ class Worker:
         self.shards = meta.shards
         if meta.max_payload_bytes:  # results are held to the payload limit
             self.execution.result_limit = meta.max_payload_bytes
-            if self.execution.pool is not None:
-                self.execution.pool.result_limit = meta.max_payload_bytes
+            if self.pool is not None:
+                self.pool.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
@@ -184,14 +186,12 @@ class Worker:
     async def start_pool(self) -> None:
         """The process pool, when the registry has a `pool="process"` task (none otherwise):
         its children start, and import the handlers, before the first claim."""
-        if self.execution.pool is not None or not self.registry.has_process_tasks():
+        if self.pool is not None or not self.registry.has_process_tasks():
             return
-        from scheduler.worker.pool import ProcessPool, cores
-
         pool = ProcessPool(self.registry, self.config.process_pool or cores(),
                            self.config.max_tasks_per_child, self.execution._once)
         await pool.start()
-        self.execution.pool = pool
+        self.pool = self.execution.pool = pool
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
