@@ -19,7 +19,9 @@ import redis
 from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Registry, RetryPolicy, Slot, SlotStatus
 from scheduler.core.states import TERMINAL
+from scheduler.redis.clients import async_redis
 from scheduler.testing import TestScheduler
+from scheduler.worker.worker import Worker, WorkerConfig
 
 FAST_RETRY = RetryPolicy(max_attempts=3, base_s=0.05, max_s=0.05, jitter=0)
 
@@ -186,3 +188,52 @@ def test_the_testing_mode_runs_process_handlers_in_process() -> None:
         [ran] = s.drain()
         assert ran.result["pid"] == os.getpid() and ran.result["once"] == [True, False]
         assert s.client.result(job_id)["job_id"] == job_id
+
+
+def test_a_run_still_going_after_the_grace_period_is_released_and_its_child_killed(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    spun = tmp_path / "spin.json"
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.spin", {"file": str(spun), "seconds": 60})
+
+        async def go() -> list[int]:
+            conn = async_redis(redis_url)
+            worker = Worker(conn, pool_tasks.registry, namespace=ns,
+                            config=WorkerConfig(process_pool=2, grace_s=0.2, block_ms=50))
+            task = asyncio.create_task(worker.run())
+            deadline = time.monotonic() + 30
+            while not (spun.exists() and spun.read_text()):
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.02)
+            assert worker.pool is not None
+            pids = worker.pool.pids()
+            worker.stop()
+            await task
+            await conn.aclose()
+            return pids
+
+        pids = asyncio.run(go())
+        [slot] = client.slots(job_id)
+    assert [a.outcome for a in slot.attempts] == ["released"]
+    assert json.loads(spun.read_text())["pid"] in pids
+    assert all(_gone(p) for p in pids)  # the busy child and the idle one: none outlives it
+
+
+@pytest.mark.slow
+def test_a_cancelled_run_has_its_child_killed(redis_url: str, ns: str, tmp_path: Path) -> None:
+    spun = tmp_path / "spin.json"
+    seen: dict[str, Any] = {}
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.spin", {"file": str(spun), "seconds": 60})
+
+        def done() -> bool:
+            if "pid" not in seen and spun.exists() and spun.read_text():
+                seen.update(json.loads(spun.read_text()))
+                client.cancel(job_id)
+            return "pid" in seen and _gone(seen["pid"]) and _ended(client, job_id) is not None
+
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, process_pool=1,
+                              lease_s=1.5))
+        slot = _ended(client, job_id)
+    assert slot is not None and [(a.outcome, a.error) for a in slot.attempts] == [
+        ("cancelled", "cancelled on request")]
