@@ -36,15 +36,19 @@ def _count() -> None:
 _counter: Any = None
 
 
-@registry.task("bench.cpu")
+# `python -m bench cpu`: the same task in the thread pool or the process pool (registries of
+# their own: a worker of `registry` starts no process pool).
+cpu_threads = Registry()
+cpu_pool = Registry()
+
+
+@cpu_threads.task("bench.cpu")
 def cpu(ctx: Context, payload: Any) -> None:
-    """In the worker's thread pool."""
     spin(payload)
     _count()
 
 
-@registry.task("bench.cpu_pool", pool="process")
-def cpu_pool(ctx: Context, payload: Any) -> None:
-    """In the worker's process pool."""
+@cpu_pool.task("bench.cpu", pool="process")
+def cpu_in_child(ctx: Context, payload: Any) -> None:
     spin(payload)
     _count()

@@ -4,7 +4,7 @@
 Each job spins a fixed number of pure-Python iterations (calibrated once, in this process,
 to `--work-ms`; every mode then does the same work per job). A backlog of `--jobs` jobs is
 submitted first, then the workers start as real processes (`python -m scheduler.cli worker
---app bench.app:registry`), and the rate is taken while they drain it: jobs finished between
+--app bench.app:cpu_threads` or `cpu_pool`), and the rate is taken while they drain it: jobs finished between
 10% and 90% of the backlog over the time that took (worker start-up is left out).
 
 Modes, `--mode` (a comma-separated list runs them interleaved, `--runs` rounds, and reports
@@ -80,7 +80,8 @@ def _parse(mode: str, args: argparse.Namespace) -> tuple[str, int]:
 def _workers(url: str, ns: str, kind: str, n: int, concurrency: int, separate: bool,
              env: dict[str, str]) -> list[subprocess.Popen[bytes]]:
     base = [sys.executable, "-m", "scheduler.cli", "--redis-url", url, "--namespace", ns,
-            "worker", "--app", "bench.app:registry", "--concurrency", str(concurrency),
+            "worker", "--app", f"bench.app:cpu_{'pool' if kind == 'pool' else 'threads'}",
+            "--concurrency", str(concurrency),
             "--log-level", "warning"]
     if kind == "pool":
         base += ["--process-pool", str(n)]
@@ -95,12 +96,11 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
     r = redis.Redis.from_url(url)
     ns = fresh_namespace("cpu")
     key = f"bench-cpu-done:{ns}"
-    task = "bench.cpu_pool" if kind == "pool" else "bench.cpu"
     procs: list[subprocess.Popen[bytes]] = []
     try:
         with Client(url, ns) as client:
             for i in range(0, args.jobs, 1000):
-                client.submit_many([{"task": task, "payload": iterations}
+                client.submit_many([{"task": "bench.cpu", "payload": iterations}
                                     for _ in range(i, min(args.jobs, i + 1000))])
         env = {**os.environ, "BENCH_REDIS_URL": url, "BENCH_DONE_KEY": key}
         started = time.perf_counter()

@@ -54,3 +54,12 @@ def spin(ctx: SyncContext, payload: Any) -> int:
 @registry.task("pool.pid", pool="process")
 def pid(ctx: SyncContext, payload: Any) -> int:
     return os.getpid()
+
+
+@registry.task("pool.die", pool="process")
+def die(ctx: SyncContext, payload: Any) -> int:
+    """Its child exits under it on the first attempt (as a segfault or the OOM killer would
+    end it)."""
+    if ctx.attempt == 1:
+        os._exit(3)
+    return ctx.attempt

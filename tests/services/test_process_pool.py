@@ -39,6 +39,7 @@ def _gone(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow
 def test_a_handler_in_a_child_gets_its_context_logs_once_and_returns(redis_url: str,
                                                                      ns: str) -> None:
     with Client(redis_url, ns) as client:
@@ -58,11 +59,13 @@ def test_a_handler_in_a_child_gets_its_context_logs_once_and_returns(redis_url: 
         "INFO building q3", "WARNING half way"]
 
 
-def test_retry_cancel_and_exceptions_in_a_child_steer_the_slot_as_in_a_thread(
+@pytest.mark.slow
+def test_retry_cancel_exceptions_and_death_in_a_child_steer_the_slot_as_in_a_thread(
         redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
         ids = {how: client.submit("pool.steer", how, retry=FAST_RETRY)
                for how in ("raise", "cancel", "return")}
+        ids["die"] = client.submit("pool.die", retry=FAST_RETRY)
         asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
                               lambda: all(_ended(client, j) for j in ids.values()),
                               node=True, process_pool=2))
@@ -72,6 +75,9 @@ def test_retry_cancel_and_exceptions_in_a_child_steer_the_slot_as_in_a_thread(
     assert attempts["return"] == [("failed", "not yet"), ("succeeded", None)]
     assert slots["return"] is not None and slots["return"].result == 2
     assert attempts["cancel"] == [("failed", "not yet"), ("cancelled", "no point")]
+    assert attempts["die"] == [  # and the pool replaced it: the retry ran
+        ("failed", "the process-pool child running this handler died (exit status 3)"),
+        ("succeeded", None)]
     line = pool_tasks.steer.__code__.co_firstlineno + 6  # its raise
     assert attempts["raise"][:2] == [
         ("failed", "not yet"),
@@ -107,6 +113,7 @@ def test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on(
     assert slot.result == after.result != seen["pid"]  # the replacement ran both
 
 
+@pytest.mark.slow
 def test_a_child_is_replaced_after_max_tasks_per_child_runs(redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
         ids = client.submit_many([{"task": "pool.pid"} for _ in range(5)])
@@ -190,6 +197,7 @@ def test_the_testing_mode_runs_process_handlers_in_process() -> None:
         assert s.client.result(job_id)["job_id"] == job_id
 
 
+@pytest.mark.slow
 def test_a_run_still_going_after_the_grace_period_is_released_and_its_child_killed(
         redis_url: str, ns: str, tmp_path: Path) -> None:
     spun = tmp_path / "spin.json"
