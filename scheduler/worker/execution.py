@@ -1,7 +1,8 @@
 """Runs the handlers of claimed slots and records, once, how each run ended.
 
 `start()` creates a run's task and its timeout; the task calls the handler (an `async def`
-as a task, a plain `def` in the thread pool) and hands its outcome to the committer. On
+as a task, a plain `def` in the thread pool, a `pool="process"` one in a child of the process
+pool: scheduler/worker/pool.py) and hands its outcome to the committer. On
 Python 3.12+ the task starts eagerly (`WorkerConfig.eager_start`, on by default): an `async
 def` that returns without awaiting has ended within `start()`, never scheduled on the loop
 (with it off, and always on 3.11, it runs on the next loop iteration). A run is stopped

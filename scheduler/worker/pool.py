@@ -112,13 +112,15 @@ class ProcessPool:
     async def start(self) -> None:
         """Start every child and wait until each has imported the handlers; a child that
         cannot (a handler's module fails to import) is a ConfigError naming it."""
-        try:
-            children = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
-        except BaseException:
+        started = await asyncio.gather(*(self._spawn() for _ in range(self.size)),
+                                       return_exceptions=True)
+        for child in started:
+            if isinstance(child, Child):
+                self.idle.put_nowait(child)
+        failed = [e for e in started if isinstance(e, BaseException)]
+        if failed:
             self.close()
-            raise
-        for child in children:
-            self.idle.put_nowait(child)
+            raise failed[0]
         log.info("process pool: %d child process(es) for %s", self.size,
                  ", ".join(sorted(self.setup.tasks)))
 
@@ -132,6 +134,7 @@ class ProcessPool:
         finally:
             theirs.close()
         self.procs.add(proc)
+        writer: asyncio.StreamWriter | None = None
         try:
             reader, writer = await asyncio.open_connection(sock=mine)
             child = Child(proc, reader, writer)
@@ -147,6 +150,8 @@ class ProcessPool:
             return child
         except BaseException:
             self._kill(proc)
+            if writer is not None:
+                writer.close()
             mine.close()
             raise
 

@@ -3,15 +3,17 @@
 A `Worker` is its run slots (slots.py), its reader (reader.py), its claims (claims.py: the
 claim pipelines read, claim in batches and start runs), its execution of handlers
 (execution.py), its committer (committer.py: outcomes in batches), its heartbeat
-(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py) and,
-when asked, its autoscaler (autoscale.py). Each part holds its own state; the worker builds
+(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py), when
+asked, its autoscaler (autoscale.py), and, when the registry has a `pool="process"` task,
+its process pool (pool.py), started before anything else and stopped last. Each part holds its own state; the worker builds
 them, hands each the parts it talks to, and runs their loops.
 
 Shutdown order (`stop()`, e.g. on SIGTERM):
   1. the reader stops reading (it finishes the XREADGROUP in flight and claims what it got);
   2. in-flight runs get `grace_s` to finish;
   3. runs still going are cancelled and released for redelivery (a new stream entry; the
-     attempt is recorded `released` and does not count as a failure);
+     attempt is recorded `released` and does not count as a failure); a process-pool run's
+     child is killed;
   4. the committer flushes every outcome, then the heartbeat stops and the worker leaves the
      registry.
 

@@ -245,3 +245,20 @@ def test_a_cancelled_run_has_its_child_killed(redis_url: str, ns: str, tmp_path:
         slot = _ended(client, job_id)
     assert slot is not None and [(a.outcome, a.error) for a in slot.attempts] == [
         ("cancelled", "cancelled on request")]
+
+
+@pytest.mark.slow
+def test_a_handler_module_a_child_cannot_import_stops_the_worker_in_one_line(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "gpu_tasks.py").write_text(
+        "import sys\nfrom scheduler import Registry\nregistry = Registry()\n"
+        "if sys.argv[0].endswith('child.py'):\n"
+        "    raise RuntimeError('no GPU in this process')\n\n\n"
+        "@registry.task('t', pool='process')\ndef t(ctx, payload):\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = sched(capsys, redis_url, ns, "worker", "--app", "gpu_tasks:registry")
+    assert code == 1 and out == ""
+    assert err.strip() == ("error: a process-pool child cannot load the handlers: "
+                           "RuntimeError: no GPU in this process"), err
+    assert not list(r.scan_iter(match=f"{ns}:*"))
