@@ -18,6 +18,7 @@ import redis
 
 from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Registry, RetryPolicy, Slot, SlotStatus
+from scheduler.core.errors import ConfigError
 from scheduler.core.states import TERMINAL
 from scheduler.redis.clients import async_redis
 from scheduler.testing import TestScheduler
@@ -172,6 +173,10 @@ def test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_registrat
     with pytest.raises(ValueError, match='pool must be "thread" or "process"'):
         registry.task("d", pool="processes")
     assert registry.tasks == {}
+    with pytest.raises(ConfigError, match="process pool must be >= 1 child, not 0"):
+        WorkerConfig(process_pool=0)
+    with pytest.raises(ConfigError, match="max tasks per child must be >= 0"):
+        WorkerConfig(max_tasks_per_child=-1)
 
 
 @pytest.mark.parametrize("args, problem", [
@@ -262,3 +267,16 @@ def test_a_handler_module_a_child_cannot_import_stops_the_worker_in_one_line(
     assert err.strip() == ("error: a process-pool child cannot load the handlers: "
                            "RuntimeError: no GPU in this process"), err
     assert not list(r.scan_iter(match=f"{ns}:*"))
+
+
+def test_a_registry_without_process_tasks_starts_no_pool(redis_url: str, ns: str) -> None:
+    registry, ran = Registry(), []
+
+    @registry.task("plain")
+    def plain(ctx: Any, payload: Any) -> None:
+        ran.append(payload)
+
+    with Client(redis_url, ns) as client:
+        client.submit("plain", 1)
+        worker = asyncio.run(run_until(redis_url, ns, registry, lambda: bool(ran)))
+    assert worker.pool is None and worker.execution.pool is None
