@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 from scheduler import Cancel, Registry, Retry, SyncContext
+from scheduler.core.errors import LeaseLost
 
 registry = Registry()
 
@@ -63,3 +65,21 @@ def die(ctx: SyncContext, payload: Any) -> int:
     if ctx.attempt == 1:
         os._exit(3)
     return ctx.attempt
+
+
+@registry.task("pool.late_once", pool="process")
+def late_once(ctx: SyncContext, payload: Any) -> str:
+    """On its first attempt: waits for the file `go`, then asks ctx.once, and writes what
+    that did to `out` (its lease is gone by then, in the test)."""
+    if ctx.attempt > 1:
+        return "later attempt"
+    go, out = Path(payload["go"]), Path(payload["out"])
+    Path(payload["started"]).write_text(str(os.getpid()))
+    while not go.exists():
+        time.sleep(0.01)
+    try:
+        out.write_text(f"once said {ctx.once('charge')}")
+    except LeaseLost as exc:
+        out.write_text(f"LeaseLost: {exc}")
+        raise
+    return "first attempt"

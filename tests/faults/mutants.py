@@ -501,4 +501,9 @@ MUTANTS = [
            "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
            "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",
            "        pass", (POOL + "test_the_children_die_with_their_worker_even_sigkilled_mid_run",)),
+    Mutant("pool-once-ignores-a-lost-lease", "ctx.once in a process-pool child is told yes "
+           "after its slot was reclaimed (the effect happens twice: exactly-once rule)",
+           "scheduler/worker/pool.py", "            return OnceReply(stale=True, error=str(exc))",
+           "            return OnceReply(ok=True)",
+           (POOL + "test_ctx_once_in_a_child_raises_lease_lost_once_the_slot_was_reclaimed",)),
 ]

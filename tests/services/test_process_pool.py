@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Registry, RetryPolicy, Slot, SlotStatus
 from scheduler.core.errors import ConfigError
 from scheduler.core.states import TERMINAL
+from scheduler.node.node import NodeConfig, SchedulerNode
 from scheduler.redis.clients import async_redis
 from scheduler.testing import TestScheduler
 from scheduler.worker.worker import Worker, WorkerConfig
@@ -280,3 +282,40 @@ def test_a_registry_without_process_tasks_starts_no_pool(redis_url: str, ns: str
         client.submit("plain", 1)
         worker = asyncio.run(run_until(redis_url, ns, registry, lambda: bool(ran)))
     assert worker.pool is None and worker.execution.pool is None
+
+
+@pytest.mark.slow
+def test_ctx_once_in_a_child_raises_lease_lost_once_the_slot_was_reclaimed(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """The worker's heartbeat (and its watchdog) stopped: the lease runs out, the node
+    reclaims the slot, and the child's ctx.once, asked only then, is told the lease is gone."""
+    files = {name: str(tmp_path / name) for name in ("go", "out", "started")}
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.late_once", files)
+
+        async def go() -> None:
+            conn = async_redis(redis_url)
+            worker = Worker(conn, pool_tasks.registry, namespace=ns,
+                            config=WorkerConfig(process_pool=1, lease_s=1, block_ms=50))
+            node = SchedulerNode(conn, namespace=ns,
+                                 config=NodeConfig(lease_s=1, reclaim_interval_s=0.1))
+            tasks = [asyncio.create_task(s.run()) for s in (worker, node)]
+            deadline = time.monotonic() + 30
+
+            async def until(done: Callable[[], bool]) -> None:
+                while not done():
+                    assert time.monotonic() < deadline and not any(t.done() for t in tasks)
+                    await asyncio.sleep(0.02)
+
+            await until(lambda: Path(files["started"]).exists())
+            worker.heartbeat.stop()
+            await until(lambda: len(client.runs(job_id)[-1].attempts) > 1)  # reclaimed
+            open(files["go"], "w").close()  # noqa: ASYNC230 # an empty file, at once
+            await until(lambda: Path(files["out"]).exists())
+            worker.stop()
+            node.stop()
+            await asyncio.gather(*tasks)
+            await conn.aclose()
+
+        asyncio.run(go())
+    assert Path(files["out"]).read_text().startswith("LeaseLost: ")
