@@ -58,6 +58,11 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("a worker needs at least one queue")
         for q in self.queues:
             check_name("queue", q)
+        if self.process_pool is not None and self.process_pool < 1:
+            raise ConfigError(f"process pool must be >= 1 child, not {self.process_pool}")
+        if self.max_tasks_per_child < 0:
+            raise ConfigError("max tasks per child must be >= 0 (0: never replace), not "
+                              f"{self.max_tasks_per_child}")
         if self.batch < 1 or self.block_ms < 1 or self.pipelines < 1:
             raise ConfigError("batch, block_ms and pipelines must be >= 1")
         if self.lease_s < 1:
@@ -66,8 +71,3 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
         if self.claim_replicas < 0 or self.replica_timeout_s <= 0:
             raise ConfigError("claim replicas must be >= 0 and the replica timeout > 0 s")
-        if self.process_pool is not None and self.process_pool < 1:
-            raise ConfigError(f"process pool must be >= 1 child, not {self.process_pool}")
-        if self.max_tasks_per_child < 0:
-            raise ConfigError("max tasks per child must be >= 0 (0: never replace), not "
-                              f"{self.max_tasks_per_child}")
