@@ -50,6 +50,7 @@ from scheduler.worker.registry import Registry
 
 log = logging.getLogger("scheduler.worker.pool")
 START_S = 60.0  # how long a new child has to import the handlers and say it is ready
+RETIRE_S = 5.0  # how long a retired child has to exit by itself
 
 
 def cores() -> int:
@@ -169,14 +170,28 @@ class ProcessPool:
             else:
                 loop.run_in_executor(None, proc.wait)
 
-    def _retire(self, child: Child) -> None:
+    def _retire(self, child: Child, kill: bool = True) -> None:
+        """Stop a child and start another in its place. One that served its
+        max_tasks_per_child runs is not killed: it exits at the end of file (its atexit
+        hooks run), SIGKILLed only if it has not within RETIRE_S."""
         child.writer.close()
-        self._kill(child.proc)
+        if kill:
+            self._kill(child.proc)
+        else:
+            asyncio.get_running_loop().run_in_executor(None, self._reap, child.proc)
         if self.closed:
             return
         task = asyncio.get_running_loop().create_task(self._replace())
         self.replacing.add(task)
         task.add_done_callback(self.replacing.discard)
+
+    def _reap(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            proc.wait(RETIRE_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.procs.discard(proc)
 
     async def _replace(self) -> None:
         backoff = Backoff()
@@ -222,7 +237,7 @@ class ProcessPool:
                               ) from None
         child.runs += 1
         if self.max_tasks_per_child and child.runs >= self.max_tasks_per_child:
-            self._retire(child)
+            self._retire(child, kill=False)
         else:
             self.idle.put_nowait(child)
         if isinstance(message, Done):
