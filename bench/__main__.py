@@ -1,4 +1,5 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
+`python -m bench cpu [--mode threads|pool[:N]|processes[:N],...] [--runs R]`,
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
 `python -m bench outbox [--rows N] [--batch B] [--commits C]`,
@@ -22,6 +23,7 @@ from . import (
     burndown,
     burst,
     cluster,
+    cpu,
     delayed,
     metrics_cost,
     outbox,
@@ -35,8 +37,9 @@ from . import (
 )
 from .common import private_redis
 
-COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "delayed": delayed,
-            "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers, "queue_names": queue_names,
+COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
+            "delayed": delayed, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
+            "queue_names": queue_names,
             "retention": retention,
             "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}
 

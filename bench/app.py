@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from scheduler import Context, Registry
@@ -12,3 +13,42 @@ registry = Registry()
 @registry.task("bench.noop")
 async def noop(ctx: Context, payload: Any) -> None:
     return None
+
+
+def spin(iterations: int) -> int:
+    """Pure-Python CPU: the same work for every job, whatever runs it."""
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+def _count() -> None:
+    """`python -m bench cpu` counts finished jobs in its own Redis (a key it names)."""
+    global _counter
+    if _counter is None:
+        import redis
+
+        _counter = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    _counter.incr(os.environ["BENCH_DONE_KEY"])
+
+
+_counter: Any = None
+
+
+# `python -m bench cpu`: the same task in the thread pool or the process pool (registries of
+# their own: a worker of `registry` starts no process pool).
+cpu_threads = Registry()
+cpu_pool = Registry()
+
+
+@cpu_threads.task("bench.cpu")
+def cpu(ctx: Context, payload: Any) -> None:
+    spin(payload)
+    _count()
+
+
+@cpu_pool.task("bench.cpu", pool="process")
+def cpu_in_child(ctx: Context, payload: Any) -> None:
+    spin(payload)
+    _count()

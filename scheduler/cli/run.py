@@ -140,6 +140,13 @@ def _awaiting(coro: object) -> list[str]:
               help="Python 3.12+: run each handler up to its first await within the claim "
                    "that started it (one that never awaits is never scheduled: less CPU); "
                    "no effect on 3.11 (env SCHED_EAGER_START=0 for --no-eager-start).")
+@click.option("--process-pool", type=click.IntRange(min=1), default=None,
+              envvar="SCHED_PROCESS_POOL",
+              help="Child processes for the pool=\"process\" handlers (default: one per "
+                   "core); started only when the app has such a task (env SCHED_PROCESS_POOL).")
+@click.option("--max-tasks-per-child", type=click.IntRange(min=0), default=0,
+              help="Replace a process-pool child after this many runs (leaky libraries); "
+                   "0: never.")
 @autoscale_option
 @click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
               help="An OpenTelemetry span per run, to the global TracerProvider: configure it "
@@ -150,7 +157,8 @@ def _awaiting(coro: object) -> list[str]:
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
            grace_s: float, batch: int, pipelines: int, claim_replicas: int,
-           replica_timeout: float, eager_start: bool, autoscale: Any, trace: bool,
+           replica_timeout: float, eager_start: bool, process_pool: int | None,
+           max_tasks_per_child: int, autoscale: Any, trace: bool,
            metrics_port: int | None, log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
@@ -162,7 +170,8 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           pipelines=pipelines, claim_replicas=claim_replicas,
                           replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
-                          eager_start=eager_start,
+                          eager_start=eager_start, process_pool=process_pool,
+                          max_tasks_per_child=max_tasks_per_child,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
     # Set by a supervisor (`--processes N`) for each child it starts.
     ref = os.environ.get(SUPERVISOR_ENV)

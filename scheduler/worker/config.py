@@ -44,6 +44,12 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
     to its first await then runs inside the claim: False (`sched worker --no-eager-start`)
     schedules every task as asyncio does by default. No effect on 3.11."""
 
+    process_pool: int | None = None
+    """Child processes that run the `pool="process"` handlers (scheduler/worker/pool.py);
+    None: one per core. Started only when the registry has such a task."""
+    max_tasks_per_child: int = 0
+    """Replace a process-pool child after this many runs (for leaky libraries); 0: never."""
+
     def __post_init__(self) -> None:
         check_finite(self)
         if self.concurrency < 1:
@@ -52,6 +58,11 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("a worker needs at least one queue")
         for q in self.queues:
             check_name("queue", q)
+        if self.process_pool is not None and self.process_pool < 1:
+            raise ConfigError(f"process pool must be >= 1 child, not {self.process_pool}")
+        if self.max_tasks_per_child < 0:
+            raise ConfigError("max tasks per child must be >= 0 (0: never replace), not "
+                              f"{self.max_tasks_per_child}")
         if self.batch < 1 or self.block_ms < 1 or self.pipelines < 1:
             raise ConfigError("batch, block_ms and pipelines must be >= 1")
         if self.lease_s < 1:

@@ -1,7 +1,8 @@
 """Runs the handlers of claimed slots and records, once, how each run ended.
 
 `start()` creates a run's task and its timeout; the task calls the handler (an `async def`
-as a task, a plain `def` in the thread pool) and hands its outcome to the committer. On
+as a task, a plain `def` in the thread pool, a `pool="process"` one in a child of the process
+pool: scheduler/worker/pool.py) and hands its outcome to the committer. On
 Python 3.12+ the task starts eagerly (`WorkerConfig.eager_start`, on by default): an `async
 def` that returns without awaiting has ended within `start()`, never scheduled on the loop
 (with it off, and always on 3.11, it runs on the next loop iteration). A run is stopped
@@ -24,7 +25,7 @@ import sys
 import traceback
 from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis.asyncio
 
@@ -42,13 +43,30 @@ from scheduler.redis.service import Backoff, transient
 from scheduler.scripts.replies import Code
 from scheduler.worker.committer import Committer
 from scheduler.worker.inflight import Inflight, Run
-from scheduler.worker.registry import Context, Registry
+from scheduler.worker.registry import Context, Registry, SyncContext, Task
 
 if TYPE_CHECKING:
     from scheduler.observe.tracing import RunTracer
 
 log = logging.getLogger("scheduler.worker.worker")
 handler_log = logging.getLogger("scheduler.handler")
+
+
+class Pool(Protocol):
+    """The process pool as execution uses it (scheduler/worker/pool.py)."""
+
+    async def run(self, run: Run) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class ChildFailed(Exception):
+    """What a process-pool handler raised, as its child reported it: the attempt's error
+    line (made in the child, as `_one_line` makes it here) and the traceback text."""
+
+    def __init__(self, line: str, trace: str = "") -> None:
+        super().__init__(f"{line}\n{trace}".rstrip())
+        self.line = line
 
 
 class HandlerErrors:
@@ -108,6 +126,7 @@ class Execution:
         self._task = _eager_task if eager else _task  # WorkerConfig.eager_start
         self._on_stuck = self._stuck  # bound once: start() runs once per job
         self._now_ms = clock.now_ms  # stamps ctx.logger's lines, as started_ms is stamped
+        self.pool: Pool | None = None  # started by Worker.run for pool="process" tasks
 
     def start(self, run: Run, loop: asyncio.AbstractEventLoop) -> None:
         """Start a claimed run (it is already in the table). With eager start (3.12+,
@@ -118,7 +137,7 @@ class Execution:
         # Under tracing the handler runs inside its run's span.
         context = None if self.tracer is None else self.tracer.begin(run)
         run.handler = self._task(loop, self._execute(run), context)
-        if run.timeout_ms and not run.ended:
+        if run.timeout_ms and not run.ended and run.timer is None:  # (the pool may set it)
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
 
     async def _execute(self, run: Run) -> None:
@@ -126,11 +145,7 @@ class Execution:
         try:
             if run.stop_reason is not None:  # stopped before this task could start
                 raise asyncio.CancelledError
-            task = self.registry.tasks.get(run.task)
-            if task is None:
-                raise LookupError(
-                    f"unknown task {run.task!r}: no handler is registered for it in this "
-                    f"worker's registry (it has {', '.join(self.registry.names()) or 'none'})")
+            task = self.registry.tasks.get(run.task) or self._unknown(run)
             job_id = run.slot_id.rpartition(":")[0]
             ctx = run.ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task,
                                     run.delivery, lambda name: self._once(run, name),
@@ -138,9 +153,11 @@ class Execution:
             payload = decode_payload(run.payload)
             if task.is_async:
                 value = await task.fn(ctx, payload)
-            else:
+            elif not task.process:
                 value = await asyncio.get_running_loop().run_in_executor(
                     self.executor, task.fn, ctx, payload)
+            else:
+                value = await self._process(run, task, payload)
         except asyncio.CancelledError:
             if run.stop_reason is None:
                 self.end(run, "lost")
@@ -160,6 +177,27 @@ class Execution:
             self.end(run, Outcome.FAILED, _one_line(exc))
         else:
             self.end(run, Outcome.SUCCEEDED, result=value)
+
+    def _unknown(self, run: Run) -> Task:
+        raise LookupError(
+            f"unknown task {run.task!r}: no handler is registered for it in this worker's "
+            f"registry (it has {', '.join(self.registry.names()) or 'none'})")
+
+    async def _process(self, run: Run, task: Task, payload: Any) -> Any:
+        """A `pool="process"` handler: in a child of the process pool, or, with no pool (the
+        testing mode: Worker.run starts it, the harness does not), here in the thread pool
+        with the same context, `ctx.once` a plain call as in a child."""
+        if self.pool is not None:
+            return await self.pool.run(run)
+        loop = asyncio.get_running_loop()
+
+        def once(name: str) -> bool:
+            return asyncio.run_coroutine_threadsafe(self._once(run, name), loop).result()
+
+        ctx = run.ctx = SyncContext(run.slot_id, run.ctx.job_id, run.attempt, run.fire_ms,
+                                    run.task, run.delivery, once,  # type: ignore[arg-type]
+                                    self._now_ms)
+        return await loop.run_in_executor(self.executor, task.fn, ctx, payload)
 
     def _stopped(self, run: Run) -> tuple[str, str]:
         """How a run that this worker stopped ended, by the reason it stopped it."""
@@ -277,6 +315,8 @@ class Execution:
         for every task): close their coroutines (GeneratorExit where they wait), so the
         process can exit; threads still running are left to finish on their own."""
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.close()
         for run in self.given_up:
             if run.handler is not None and not run.handler.done():
                 run.handler.get_coro().close()
@@ -312,6 +352,8 @@ def clean(text: str, limit: int = 1000) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ChildFailed):  # made in the child, from what the handler raised
+        return exc.line
     try:
         text = f"{type(exc).__name__}: {exc}"
     except Exception:  # an exception whose __str__ raises

@@ -53,39 +53,75 @@ class RunLogger(logging.LoggerAdapter):  # type: ignore[type-arg]
         super().log(level, msg, *args, **kwargs)
 
 
-class Task:
-    __slots__ = ("name", "fn", "is_async")
+POOLS = ("thread", "process")
 
-    def __init__(self, name: str, fn: Handler) -> None:
+
+class Task:
+    __slots__ = ("name", "fn", "is_async", "process")
+
+    def __init__(self, name: str, fn: Handler, process: bool = False) -> None:
         self.name = name
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.process = process  # runs in the worker's process pool (worker/pool.py)
+
+    @property
+    def where(self) -> tuple[str, str]:
+        """(module, qualname): how a pool's child finds this handler (it imports it by name;
+        no code or closure crosses the pipe)."""
+        return self.fn.__module__, self.fn.__qualname__
 
 
 class Registry:
     """`registry = Registry()`, then `@registry.task("emails.send")` on `async def
-    handler(ctx, payload)` or a plain `def` (run in the worker's thread pool)."""
+    handler(ctx, payload)` or a plain `def` (run in the worker's thread pool), or
+    `@registry.task("reports.build", pool="process")` on a plain `def` that runs in a child
+    process of the worker (CPU-bound work: docs/guide/concurrency.md)."""
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
 
-    def task(self, name: str) -> Callable[[Handler], Handler]:
+    def task(self, name: str, pool: str = "thread") -> Callable[[Handler], Handler]:
         check_task(name)
+        if pool not in POOLS:
+            raise ValueError(f"task {name!r}: pool must be \"thread\" or \"process\", "
+                             f"not {pool!r}")
 
         def register(fn: Handler) -> Handler:
             if name in self.tasks and self.tasks[name].fn is not fn:
                 raise ValueError(f"task {name!r} is already registered to "
                                  f"{self.tasks[name].fn.__qualname__}")
-            self.tasks[name] = Task(name, fn)
+            if pool == "process":
+                _check_importable(name, fn)
+            self.tasks[name] = Task(name, fn, pool == "process")
             return fn
 
         return register
+
+    def has_process_tasks(self) -> bool:
+        return any(t.process for t in self.tasks.values())
 
     def get(self, name: str) -> Task | None:
         return self.tasks.get(name)
 
     def names(self) -> list[str]:
         return sorted(self.tasks)
+
+
+def _check_importable(name: str, fn: Handler) -> None:
+    """A process-pool handler is found in the child by its module and name: a plain `def`
+    at the top level of a module. An `async def` has no place there (it would hold a child
+    while it waits: it belongs on the event loop)."""
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TypeError(f"task {name!r}: pool=\"process\" takes a plain def, not an async def "
+                        f"({fn.__qualname__}); an async def runs on the worker's event loop: "
+                        f"drop pool=\"process\"")
+    qualname = getattr(fn, "__qualname__", "")
+    module = getattr(fn, "__module__", None)
+    if not inspect.isfunction(fn) or not module or "<" in qualname:
+        raise TypeError(f"task {name!r}: pool=\"process\" takes a function defined at the top "
+                        f"level of a module (its child process imports it by name), not "
+                        f"{qualname or type(fn).__name__!r}")
 
 
 class Context:
@@ -141,3 +177,16 @@ class Context:
             return None
         more = [f"({lg.dropped} more line(s) not kept)"] if lg.dropped else []
         return [*lg.lines, *more]
+
+
+class SyncContext(Context):
+    """The context of a process-pool handler (a plain `def`, which cannot await): the same
+    fields, and `ctx.once(name)` a plain call that returns the same answer
+    (`if ctx.once("charge"): ...`). `once` here blocks until the worker has the answer."""
+
+    __slots__ = ()
+
+    def once(self, name: str) -> bool:  # type: ignore[override]
+        if self._once is None:
+            raise RuntimeError("ctx.once needs a running worker")
+        return self._once(name)  # type: ignore[return-value]

@@ -3,15 +3,17 @@
 A `Worker` is its run slots (slots.py), its reader (reader.py), its claims (claims.py: the
 claim pipelines read, claim in batches and start runs), its execution of handlers
 (execution.py), its committer (committer.py: outcomes in batches), its heartbeat
-(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py) and,
-when asked, its autoscaler (autoscale.py). Each part holds its own state; the worker builds
+(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py), when
+asked, its autoscaler (autoscale.py), and, when the registry has a `pool="process"` task,
+its process pool (pool.py), started before anything else and stopped last. Each part holds its own state; the worker builds
 them, hands each the parts it talks to, and runs their loops.
 
 Shutdown order (`stop()`, e.g. on SIGTERM):
   1. the reader stops reading (it finishes the XREADGROUP in flight and claims what it got);
   2. in-flight runs get `grace_s` to finish;
   3. runs still going are cancelled and released for redelivery (a new stream entry; the
-     attempt is recorded `released` and does not count as a failure);
+     attempt is recorded `released` and does not count as a failure); a process-pool run's
+     child is killed;
   4. the committer flushes every outcome, then the heartbeat stops and the worker leaves the
      registry.
 
@@ -45,6 +47,7 @@ from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
 from scheduler.worker.limiter import LimitedClaims
+from scheduler.worker.pool import ProcessPool, cores
 from scheduler.worker.reader import Reader
 from scheduler.worker.registry import Registry
 from scheduler.worker.slots import Slots
@@ -101,6 +104,7 @@ class Worker:
         if supervisor is not None:  # `sched workers` groups the children under it
             self.heartbeat.info.update(supervisor.registry_fields())
         self.limited = LimitedClaims(self.claims, self.errors)
+        self.pool: ProcessPool | None = None  # start_pool()
 
     @property
     def concurrency(self) -> int:
@@ -129,6 +133,8 @@ class Worker:
         self.shards = meta.shards
         if meta.max_payload_bytes:  # results are held to the payload limit
             self.execution.result_limit = meta.max_payload_bytes
+            if self.pool is not None:
+                self.pool.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
@@ -183,9 +189,26 @@ class Worker:
         except Exception as exc:  # the registry entry expires by itself
             log.debug("could not leave the worker registry (%s: %s)", type(exc).__name__, exc)
 
+    async def start_pool(self) -> None:
+        """The process pool, when the registry has a `pool="process"` task (none otherwise):
+        its children start, and import the handlers, before the first claim."""
+        if self.pool is not None or not self.registry.has_process_tasks():
+            return
+        pool = ProcessPool(self.registry, self.config.process_pool or cores(),
+                           self.config.max_tasks_per_child, self.execution._once)
+        await pool.start()
+        self.pool = self.execution.pool = pool
+
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""
-        if not await self._setup():
+        await self.start_pool()
+        ready = False
+        try:
+            ready = await self._setup()
+        finally:
+            if not ready:
+                self.execution.close()  # the pool's children
+        if not ready:
             return
         transport.enable(self.redis)  # claims and commits on connections of their own
         auto = self.config.autoscale

@@ -73,6 +73,8 @@ RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
+POOL = "tests/services/test_process_pool.py::"
+POOL_TIMEOUT = POOL + "test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on"
 SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_counts_that_do_not_match_the_items")
 OUTBOX = "tests/outbox/test_transactional_submit.py::"
@@ -532,4 +534,26 @@ MUTANTS = [
            "only at their next poll", "scheduler/outbox/sql/postgres/0001_outbox.sql",
            "    PERFORM pg_notify(TG_TABLE_SCHEMA || '.outbox', '');", "    NULL;",
            (OUTBOX + "test_a_commit_wakes_the_relay_long_before_its_poll",)),
+    Mutant("pool-stop-spares-the-child", "a process-pool run stopped for its timeout (or a "
+           "cancel, a lost lease, shutdown) leaves its child running: the CPU goes on being "
+           "spent and the child never serves again",
+           "scheduler/worker/pool.py",
+           "        except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, "
+           "shutdown\n            self._retire(child)\n",
+           "        except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, "
+           "shutdown\n            pass\n", (POOL_TIMEOUT,)),
+    Mutant("pool-child-not-replaced", "a process-pool child killed or retired is not replaced: "
+           "the pool shrinks until no run of a process task can start",
+           "scheduler/worker/pool.py", "        if self.closed:\n            return\n",
+           "        if True:\n            return\n",
+           (POOL_TIMEOUT, POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs")),
+    Mutant("pool-child-outlives-its-worker", "a process-pool child does not die with its worker "
+           "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
+           "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",
+           "        pass", (POOL + "test_the_children_die_with_their_worker_even_sigkilled_mid_run",)),
+    Mutant("pool-once-ignores-a-lost-lease", "ctx.once in a process-pool child is told yes "
+           "after its slot was reclaimed (the effect happens twice: exactly-once rule)",
+           "scheduler/worker/pool.py", "            return OnceReply(stale=True, error=str(exc))",
+           "            return OnceReply(ok=True)",
+           (POOL + "test_ctx_once_in_a_child_raises_lease_lost_once_the_slot_was_reclaimed",)),
 ]

@@ -1,0 +1,258 @@
+"""A process-pool child: a fresh interpreter that runs `pool="process"` handlers, one run at a
+time, for the worker that started it (scheduler/worker/pool.py), and the messages the two
+exchange.
+
+The worker starts it as `python -m scheduler.worker.child FD PARENT_PID` with one end of a
+socket pair. Everything crosses that socket as length-prefixed msgspec JSON: the handlers'
+names (the child imports each by module and qualified name; no code, closure or pickle
+crosses), each run's context and its payload (the JSON bytes the slot holds) in, its log
+lines, its `ctx.once` questions and its outcome (the return value as JSON, or the error
+line) out. The child holds no lease and talks to no Redis: the worker keeps the run.
+
+It dies with its worker (PR_SET_PDEATHSIG on Linux, and the socket's end of file when it
+waits), ignores SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group: the
+worker decides when its runs stop), and is stopped by SIGKILL when its run must stop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import io
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import traceback
+from typing import Any
+
+import msgspec
+
+from scheduler.core.errors import Cancel, LeaseLost, Retry, ValidationError
+from scheduler.core.models import encode_payload
+from scheduler.worker.execution import _one_line, clean
+from scheduler.worker.registry import Handler, RunLogger, SyncContext
+
+HEADER = struct.Struct(">I")
+MAIN = "__mp_main__"  # the worker's __main__ module, loaded again under this name
+
+
+class Setup(msgspec.Struct, tag=True):
+    path: list[str]
+    tasks: dict[str, tuple[str, str]]  # task -> (module, qualname)
+    main: str | None = None  # the file of the worker's __main__, for handlers defined there
+    log_level: int = logging.INFO
+
+
+class Job(msgspec.Struct, tag=True):
+    task: str
+    slot_id: str
+    job_id: str
+    attempt: int
+    fire_ms: int
+    delivery: str
+    payload: msgspec.Raw
+    result_limit: int
+
+
+class OnceReply(msgspec.Struct, tag=True):
+    ok: bool = False
+    stale: bool = False
+    error: str = ""
+
+
+class Ready(msgspec.Struct, tag=True):
+    pid: int
+    error: str = ""
+
+
+class Line(msgspec.Struct, tag=True):
+    level: int
+    text: str
+
+
+class OnceAsk(msgspec.Struct, tag=True):
+    name: str
+
+
+class Done(msgspec.Struct, tag=True):
+    value: msgspec.Raw  # the return value's JSON (null for None)
+    unkept: str = ""  # why the return value is not kept (not JSON, too large)
+
+
+class Failed(msgspec.Struct, tag=True):
+    kind: str  # error, retry, cancel, lost
+    text: str
+    after: float | None = None  # Retry(after=...)
+    trace: str = ""  # the traceback, for the worker's log
+
+
+ToChild = Setup | Job | OnceReply
+FromChild = Ready | Line | OnceAsk | Done | Failed
+_encode = msgspec.json.Encoder().encode
+
+
+def send(stream: io.BufferedIOBase, message: Any) -> None:
+    data = _encode(message)
+    stream.write(HEADER.pack(len(data)) + data)
+    stream.flush()
+
+
+class Parent:
+    """The child's end of the socket: one message out at a time (a handler's threads may
+    log at once), and a `ctx.once` question waits for its answer."""
+
+    def __init__(self, stream: io.BufferedIOBase) -> None:
+        self.stream = stream
+        self.lock = threading.Lock()
+        self.decoder = msgspec.json.Decoder(ToChild)
+
+    def read(self) -> ToChild | None:
+        head = self.stream.read(HEADER.size)
+        if len(head) < HEADER.size:
+            return None  # the worker closed its end (or died)
+        (size,) = HEADER.unpack(head)
+        return self.decoder.decode(self.stream.read(size))
+
+    def send(self, message: Any) -> None:
+        with self.lock:
+            send(self.stream, message)
+
+    def once(self, name: str) -> bool:
+        with self.lock:
+            send(self.stream, OnceAsk(name))
+            reply = self.read()
+        if not isinstance(reply, OnceReply):
+            raise RuntimeError("ctx.once: the worker did not answer")
+        if reply.stale:
+            raise LeaseLost(reply.error or "this attempt lost its lease")
+        if reply.error:
+            raise RuntimeError(f"ctx.once: {reply.error}")
+        return reply.ok
+
+
+class ShippedLogger(RunLogger):
+    """ctx.logger in a child: each line goes to the worker, which logs and keeps it as it
+    does any handler's (stamped by the worker's clock)."""
+
+    def __init__(self, parent: Parent, level: int, extra: dict[str, Any]) -> None:
+        super().__init__(logging.getLogger("scheduler.task"), extra)
+        self.parent = parent
+        self.level = level
+
+    def log(self, level: int, msg: object, *args: Any, **kwargs: Any) -> None:
+        if level < self.level:
+            return
+        try:
+            text = str(msg) % args if args else str(msg)
+        except (TypeError, ValueError):
+            text = f"{msg} {args}"
+        if kwargs.get("exc_info"):
+            text = f"{text}\n{traceback.format_exc()}"
+        self.parent.send(Line(level, text))
+
+
+class ChildContext(SyncContext):
+    __slots__ = ("_parent", "_level")
+
+    def __init__(self, job: Job, parent: Parent, level: int) -> None:
+        super().__init__(job.slot_id, job.job_id, job.attempt, job.fire_ms, job.task,
+                         job.delivery, parent.once)  # type: ignore[arg-type]
+        self._parent = parent
+        self._level = level
+
+    @property
+    def logger(self) -> RunLogger:
+        if self._logger is None:
+            self._logger = ShippedLogger(
+                self._parent, self._level,
+                {"slot_id": self.slot_id, "task": self.task, "attempt": self.attempt})
+        return self._logger
+
+
+def resolve(setup: Setup) -> dict[str, Handler]:
+    """Each task's handler, imported by name as the worker's registry holds it."""
+    sys.path[:] = setup.path
+    if setup.main is not None and any(m == "__main__" for m, _ in setup.tasks.values()):
+        spec = importlib.util.spec_from_file_location(MAIN, setup.main)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot load {setup.main}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[MAIN] = module
+        spec.loader.exec_module(module)
+    handlers: dict[str, Handler] = {}
+    for task, (module_name, qualname) in setup.tasks.items():
+        if module_name == "__main__":
+            if setup.main is None:
+                raise ImportError(f"task {task!r}: its handler {qualname} is defined in a "
+                                  f"__main__ that has no file; define it in a module")
+            module_name = MAIN
+        obj: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise ImportError(f"task {task!r}: {module_name} has no {qualname}")
+        handlers[task] = obj
+    return handlers
+
+
+def run(handler: Handler, job: Job, parent: Parent, level: int) -> Done | Failed:
+    ctx = ChildContext(job, parent, level)
+    try:
+        value = handler(ctx, msgspec.json.decode(job.payload))
+    except Retry as exc:
+        return Failed("retry", clean(exc.reason), exc.after)
+    except Cancel as exc:
+        return Failed("cancel", clean(exc.reason))
+    except LeaseLost as exc:
+        return Failed("lost", str(exc))
+    except BaseException as exc:  # SystemExit too: it ends the attempt, not the child
+        return Failed("error", _one_line(exc), None,
+                      "".join(traceback.format_exception(exc)))
+    try:
+        return Done(msgspec.Raw(encode_payload(value, job.result_limit)))
+    except ValidationError as exc:
+        return Done(msgspec.Raw(b"null"), str(exc).replace("payload", "result", 1))
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this child when the worker dies, even SIGKILLed itself (Linux; elsewhere the
+    socket's end of file, seen between runs)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent_pid:  # it died before the line above took effect
+        os._exit(1)
+
+
+def main(argv: list[str]) -> None:
+    fd, parent_pid = int(argv[0]), int(argv[1])
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    parent = Parent(sock.makefile("rwb"))
+    setup = parent.read()
+    if not isinstance(setup, Setup):
+        return
+    try:
+        handlers = resolve(setup)
+    except BaseException as exc:
+        parent.send(Ready(os.getpid(), f"{type(exc).__name__}: {exc}"))
+        return
+    parent.send(Ready(os.getpid()))
+    while True:
+        job = parent.read()
+        if job is None:
+            return
+        if isinstance(job, Job):
+            parent.send(run(handlers[job.task], job, parent, setup.log_level))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,321 @@
+"""The process pool: `pool="process"` handlers (tests/pool_tasks.py) run in real child
+processes of a real worker on the real Redis; what they did comes back in their results and
+the attempts Redis records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pool_tasks
+import pytest
+import redis
+
+from helpers import run_until, running, sched, sched_process
+from scheduler import Client, Registry, RetryPolicy, Slot, SlotStatus
+from scheduler.core.errors import ConfigError
+from scheduler.core.states import TERMINAL
+from scheduler.node.node import NodeConfig, SchedulerNode
+from scheduler.redis.clients import async_redis
+from scheduler.testing import TestScheduler
+from scheduler.worker.worker import Worker, WorkerConfig
+
+FAST_RETRY = RetryPolicy(max_attempts=3, base_s=0.05, max_s=0.05, jitter=0)
+
+
+def _ended(client: Client, job_id: str) -> Slot | None:
+    [slot] = client.runs(job_id)[-1:] or [None]
+    return slot if slot is not None and slot.status in TERMINAL else None
+
+
+def _gone(pid: int) -> bool:
+    """The process has exited (a zombie not reaped yet has exited too)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+@pytest.mark.slow
+def test_a_handler_in_a_child_gets_its_context_logs_once_and_returns(redis_url: str,
+                                                                     ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.report", {"name": "q3"}, delivery="exactly_once")
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
+                              lambda: _ended(client, job_id) is not None, process_pool=1))
+        slot = _ended(client, job_id)
+    assert slot is not None and slot.status is SlotStatus.SUCCEEDED
+    got: dict[str, Any] = slot.result
+    assert got.pop("pid") != os.getpid()  # it ran in a child
+    assert got == {"slot_id": slot.slot_id, "job_id": job_id, "attempt": 1,
+                   "fire_ms": slot.fire_ms, "task": "pool.report", "delivery": "exactly_once",
+                   "idempotency_key": slot.slot_id, "once": [True, False],
+                   "payload": {"name": "q3"}}
+    [attempt] = slot.attempts
+    assert [line.split(" ", 1)[1] for line in attempt.log or []] == [
+        "INFO building q3", "WARNING half way"]
+
+
+@pytest.mark.slow
+def test_retry_cancel_exceptions_and_death_in_a_child_steer_the_slot_as_in_a_thread(
+        redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        ids = {how: client.submit("pool.steer", how, retry=FAST_RETRY)
+               for how in ("raise", "cancel", "return")}
+        ids["die"] = client.submit("pool.die", retry=FAST_RETRY)
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
+                              lambda: all(_ended(client, j) for j in ids.values()),
+                              node=True, process_pool=2))
+        slots = {how: _ended(client, j) for how, j in ids.items()}
+    attempts = {how: [(a.outcome, a.error) for a in s.attempts] for how, s in slots.items()
+                if s is not None}
+    assert attempts["return"] == [("failed", "not yet"), ("succeeded", None)]
+    assert slots["return"] is not None and slots["return"].result == 2
+    assert attempts["cancel"] == [("failed", "not yet"), ("cancelled", "no point")]
+    assert attempts["die"] == [  # and the pool replaced it: the retry ran
+        ("failed", "the process-pool child running this handler died (exit status 3)"),
+        ("succeeded", None)]
+    line = pool_tasks.steer.__code__.co_firstlineno + 6  # its raise
+    assert attempts["raise"][:2] == [
+        ("failed", "not yet"),
+        ("failed", f"ValueError: bad input on attempt 2 (at pool_tasks.py:{line})")]
+
+
+@pytest.mark.slow
+def test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """The child is gone within 1 s of the timeout, the attempt is timed_out, the retry
+    runs, and the pool (one child: the killed one's replacement) serves the next run."""
+    spun = tmp_path / "spin.json"
+    seen: dict[str, Any] = {}
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.spin", {"file": str(spun), "seconds": 60}, timeout=1,
+                               retry=FAST_RETRY)
+
+        def done() -> bool:
+            if "pid" not in seen and spun.exists() and spun.read_text():
+                seen.update(json.loads(spun.read_text()))
+            if "pid" in seen and "gone" not in seen and _gone(seen["pid"]):
+                seen["gone"] = time.time()
+                seen["next"] = client.submit("pool.pid")
+            return "next" in seen and all(_ended(client, j) for j in (job_id, seen["next"]))
+
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, node=True,
+                              process_pool=1))
+        slot, after = _ended(client, job_id), _ended(client, seen["next"])
+    assert seen["gone"] - seen["at"] < 1 + 1.0, seen  # its timeout, then within a second
+    assert slot is not None and [a.outcome for a in slot.attempts] == ["timed_out",
+                                                                        "succeeded"]
+    assert after is not None and after.status is SlotStatus.SUCCEEDED
+    assert slot.result == after.result != seen["pid"]  # the replacement ran both
+
+
+@pytest.mark.slow
+def test_a_child_is_replaced_after_max_tasks_per_child_runs(redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": "pool.pid"} for _ in range(5)])
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
+                              lambda: all(_ended(client, j) for j in ids), process_pool=1,
+                              max_tasks_per_child=2))
+        pids = [s.result for s in (_ended(client, j) for j in ids) if s is not None]
+    assert len(pids) == 5 and len(set(pids)) == 3
+    assert max(pids.count(p) for p in pids) == 2
+
+
+@pytest.mark.slow
+def test_the_children_die_with_their_worker_even_sigkilled_mid_run(
+        redis_url: str, ns: str, app_env: dict[str, str], tmp_path: Path) -> None:
+    """Both children busy in pure-Python CPU (they read nothing from the worker meanwhile)
+    when the worker is SIGKILLed."""
+    worker = sched_process(redis_url, ns, app_env, "worker", "--app", "pool_tasks:registry",
+                           "--process-pool", "2")
+    files = [tmp_path / f"{i}.json" for i in range(2)]
+    with running(worker), Client(redis_url, ns) as client:
+        for f in files:
+            client.submit("pool.spin", {"file": str(f), "seconds": 60})
+        deadline = time.monotonic() + 30
+        while not all(f.exists() and f.read_text() for f in files):
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.05)
+        children = [json.loads(f.read_text())["pid"] for f in files]
+        worker.send_signal(signal.SIGKILL)
+        worker.wait(10)
+        deadline = time.monotonic() + 5
+        try:
+            while not all(_gone(p) for p in children):
+                assert time.monotonic() < deadline, "a child outlived its worker"
+                time.sleep(0.05)
+        finally:  # none left behind, whatever happened (they hold the worker's stderr)
+            for p in children:
+                if not _gone(p):
+                    os.kill(p, signal.SIGKILL)
+
+
+def test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_registration() -> None:
+    registry = Registry()
+
+    async def waits(ctx: Any, payload: Any) -> None:
+        pass
+
+    def nested(ctx: Any, payload: Any) -> None:
+        pass
+
+    with pytest.raises(TypeError, match="takes a plain def, not an async def"):
+        registry.task("a", pool="process")(waits)
+    with pytest.raises(TypeError, match="top level of a module"):
+        registry.task("b", pool="process")(nested)
+    with pytest.raises(TypeError, match="top level of a module"):
+        registry.task("c", pool="process")(lambda ctx, payload: None)
+    with pytest.raises(ValueError, match='pool must be "thread" or "process"'):
+        registry.task("d", pool="processes")
+    assert registry.tasks == {}
+    with pytest.raises(ConfigError, match="process pool must be >= 1 child, not 0"):
+        WorkerConfig(process_pool=0)
+    with pytest.raises(ConfigError, match="max tasks per child must be >= 0"):
+        WorkerConfig(max_tasks_per_child=-1)
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--process-pool", "0"], "'--process-pool': 0 is not in the range x>=1"),
+    (["--max-tasks-per-child", "-1"], "'--max-tasks-per-child': -1 is not in the range x>=0"),
+    (["--process-pool", "many"], "'many' is not a valid integer"),
+])
+def test_the_cli_refuses_bad_pool_values_in_one_line(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        args: list[str], problem: str) -> None:
+    code, out, err = sched(capsys, redis_url, ns, "worker", "--app", "pool_tasks:registry",
+                           *args)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and problem in err, err
+    assert not list(r.scan_iter(match=f"{ns}:*"))
+
+
+def test_the_testing_mode_runs_process_handlers_in_process() -> None:
+    with TestScheduler(pool_tasks.registry) as s:
+        job_id = s.client.submit("pool.report", {"name": "t"})
+        [ran] = s.drain()
+        assert ran.result["pid"] == os.getpid() and ran.result["once"] == [True, False]
+        assert s.client.result(job_id)["job_id"] == job_id
+
+
+@pytest.mark.slow
+def test_a_run_still_going_after_the_grace_period_is_released_and_its_child_killed(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    spun = tmp_path / "spin.json"
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.spin", {"file": str(spun), "seconds": 60})
+
+        async def go() -> list[int]:
+            conn = async_redis(redis_url)
+            worker = Worker(conn, pool_tasks.registry, namespace=ns,
+                            config=WorkerConfig(process_pool=2, grace_s=0.2, block_ms=50))
+            task = asyncio.create_task(worker.run())
+            deadline = time.monotonic() + 30
+            while not (spun.exists() and spun.read_text()):
+                assert time.monotonic() < deadline and not task.done()
+                await asyncio.sleep(0.02)
+            assert worker.pool is not None
+            pids = worker.pool.pids()
+            worker.stop()
+            await task
+            await conn.aclose()
+            return pids
+
+        pids = asyncio.run(go())
+        [slot] = client.slots(job_id)
+    assert [a.outcome for a in slot.attempts] == ["released"]
+    assert json.loads(spun.read_text())["pid"] in pids
+    assert all(_gone(p) for p in pids)  # the busy child and the idle one: none outlives it
+
+
+@pytest.mark.slow
+def test_a_cancelled_run_has_its_child_killed(redis_url: str, ns: str, tmp_path: Path) -> None:
+    spun = tmp_path / "spin.json"
+    seen: dict[str, Any] = {}
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.spin", {"file": str(spun), "seconds": 60})
+
+        def done() -> bool:
+            if "pid" not in seen and spun.exists() and spun.read_text():
+                seen.update(json.loads(spun.read_text()))
+                client.cancel(job_id)
+            return "pid" in seen and _gone(seen["pid"]) and _ended(client, job_id) is not None
+
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, process_pool=1,
+                              lease_s=1.5))
+        slot = _ended(client, job_id)
+    assert slot is not None and [(a.outcome, a.error) for a in slot.attempts] == [
+        ("cancelled", "cancelled on request")]
+
+
+@pytest.mark.slow
+def test_a_handler_module_a_child_cannot_import_stops_the_worker_in_one_line(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "gpu_tasks.py").write_text(
+        "import sys\nfrom scheduler import Registry\nregistry = Registry()\n"
+        "if sys.argv[0].endswith('child.py'):\n"
+        "    raise RuntimeError('no GPU in this process')\n\n\n"
+        "@registry.task('t', pool='process')\ndef t(ctx, payload):\n    return 1\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = sched(capsys, redis_url, ns, "worker", "--app", "gpu_tasks:registry")
+    assert code == 1 and out == ""
+    assert err.strip() == ("error: a process-pool child cannot load the handlers: "
+                           "RuntimeError: no GPU in this process"), err
+    assert not list(r.scan_iter(match=f"{ns}:*"))
+
+
+def test_a_registry_without_process_tasks_starts_no_pool(redis_url: str, ns: str) -> None:
+    registry, ran = Registry(), []
+
+    @registry.task("plain")
+    def plain(ctx: Any, payload: Any) -> None:
+        ran.append(payload)
+
+    with Client(redis_url, ns) as client:
+        client.submit("plain", 1)
+        worker = asyncio.run(run_until(redis_url, ns, registry, lambda: bool(ran)))
+    assert worker.pool is None and worker.execution.pool is None
+
+
+@pytest.mark.slow
+def test_ctx_once_in_a_child_raises_lease_lost_once_the_slot_was_reclaimed(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """The worker's heartbeat (and its watchdog) stopped: the lease runs out, the node
+    reclaims the slot, and the child's ctx.once, asked only then, is told the lease is gone."""
+    files = {name: str(tmp_path / name) for name in ("go", "out", "started")}
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.late_once", files)
+
+        async def go() -> None:
+            conn = async_redis(redis_url)
+            worker = Worker(conn, pool_tasks.registry, namespace=ns,
+                            config=WorkerConfig(process_pool=1, lease_s=1, block_ms=50))
+            node = SchedulerNode(conn, namespace=ns,
+                                 config=NodeConfig(lease_s=1, reclaim_interval_s=0.1))
+            tasks = [asyncio.create_task(s.run()) for s in (worker, node)]
+            deadline = time.monotonic() + 30
+
+            async def until(done: Callable[[], bool]) -> None:
+                while not done():
+                    assert time.monotonic() < deadline and not any(t.done() for t in tasks)
+                    await asyncio.sleep(0.02)
+
+            await until(lambda: Path(files["started"]).exists())
+            worker.heartbeat.stop()
+            await until(lambda: len(client.runs(job_id)[-1].attempts) > 1)  # reclaimed
+            open(files["go"], "w").close()  # noqa: ASYNC230 # an empty file, at once
+            await until(lambda: Path(files["out"]).exists())
+            worker.stop()
+            node.stop()
+            await asyncio.gather(*tasks)
+            await conn.aclose()
+
+        asyncio.run(go())
+    assert Path(files["out"]).read_text().startswith("LeaseLost: ")
