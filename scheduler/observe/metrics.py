@@ -28,7 +28,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 
 import redis
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -104,6 +104,14 @@ OCCURRENCES_NOT_BACKFILLED = Counter(
     "sched_occurrences_not_backfilled_total",
     "Missed cron occurrences the catch-up policy did not backfill (latest, none, or past the "
     "cap of all); counted on the job and in a `missed` event.")
+
+# A worker supervisor's own (`sched worker --processes N`): in a registry of their own, which
+# its /metrics serves beside the children's merged metrics (scheduler/observe/children.py).
+SUPERVISOR_RESTARTS = Counter(
+    "sched_worker_restarts_total", "Worker children the supervisor started again after one "
+    "died (any exit it did not ask for).", registry=None)
+SUPERVISOR_CHILDREN = Gauge("sched_worker_children",
+                            "Worker children of the supervisor alive now.", registry=None)
 
 PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
                    LEASES_LOST, RUNS_ABANDONED, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, PROMOTED_OVERDUE,

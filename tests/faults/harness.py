@@ -71,6 +71,19 @@ def stop_servers(procs: list[subprocess.Popen[bytes]], workdir: Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def children_of(pid: int) -> set[int]:
+    """The live child processes of a process (Linux: /proc), zombies left out."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid and fields[0] != "Z":
+            out.add(int(stat.parent.name))
+    return out
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
@@ -234,6 +247,12 @@ class Processes:
         p.wait()
         if p.pid in self.proxies:
             self.proxies.pop(p.pid).close()
+
+    def kill_child(self, pid: int) -> None:
+        """SIGKILL a worker child of a supervisor (`--processes N`), which is no Popen of
+        ours: the supervisor reaps it."""
+        self.truth.faulted_pids.add(pid)
+        os.kill(pid, signal.SIGKILL)
 
     def freeze(self, p: subprocess.Popen[bytes], seconds: float) -> None:
         self.truth.faulted_pids.add(p.pid)

@@ -1,0 +1,87 @@
+"""`sched worker --processes N` as users run it: SIGHUP replaces the children one by one while
+jobs keep coming, and a child that cannot start stops the supervisor with one clear error."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+
+import pytest
+import redis
+
+from conftest import SCHED
+from faults.harness import children_of, wait_for
+from scheduler import Client
+
+pytestmark = pytest.mark.slow
+
+
+def supervisor(redis_url: str, ns: str, env: dict[str, str], *args: str
+               ) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker", "--processes", "2",
+         "--log-level", "warning", *args],
+        env={**env, "SCHED_TEST_REDIS_URL_APP": redis_url}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT)
+
+
+def test_sighup_replaces_the_children_one_by_one_and_drops_no_job(
+        r: redis.Redis, redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    effects = f"{ns}:test:effects"
+    job = {"task": "test.sleep_then_effect", "payload": {"seconds": 0.2, "effects": effects}}
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([job] * 50)  # the namespace exists before the workers start
+        sup = supervisor(redis_url, ns, app_env, "--app", "app_tasks:registry",
+                         "--concurrency", "20", "--grace", "10")
+        try:
+            wait_for(lambda: len(children_of(sup.pid)) == 2, 30, "two children")
+            old = children_of(sup.pid)
+            wait_for(lambda: r.hlen(effects) >= 10, 30, "the first runs")
+            stop = threading.Event()
+
+            def keep_submitting() -> None:
+                with Client(redis_url, ns) as c:
+                    while not stop.is_set():
+                        ids.extend(c.submit_many([job] * 10))
+                        time.sleep(0.1)
+
+            feeder = threading.Thread(target=keep_submitting)
+            feeder.start()
+            sup.send_signal(signal.SIGHUP)
+            try:
+                wait_for(lambda: (kids := children_of(sup.pid)).isdisjoint(old)
+                         and len(kids) == 2, 60, "both children replaced")
+            finally:
+                stop.set()
+                feeder.join()
+            assert sup.poll() is None
+            wait_for(lambda: r.hlen(effects) == len(ids), 60, "every job's run")
+            wait_for(lambda: all(s.status.value == "succeeded"
+                                 for i in ids for s in client.slots(i)), 20, "the commits")
+        finally:
+            sup.send_signal(signal.SIGTERM)
+            out, _ = sup.communicate(timeout=30)
+    assert sup.returncode == 0, out.decode()
+    assert Counter(int(v) for v in r.hvals(effects)) == {1: len(ids)}, "each run once"
+    assert len(ids) > 50  # jobs came during the rolling restart
+
+
+def test_a_child_that_cannot_start_stops_the_supervisor_with_one_error(
+        redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    started = time.monotonic()
+    done = subprocess.run(
+        [*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker", "--processes", "2",
+         "--app", "no_such_module_here:registry", "--log-level", "warning"],
+        env=app_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert time.monotonic() - started < 40
+    lines = done.stderr.strip().splitlines()
+    # The children's own error, then the supervisor's, once, last; no traceback.
+    assert "cannot import 'no_such_module_here'" in lines[0]
+    assert lines[-1].startswith("error: worker child ") and "5 times in a row" in lines[-1]
+    assert sum("in a row before it was up" in line for line in lines) == 1
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
