@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 import redis
+from faults.harness import children_of, wait_for
 
 from conftest import SCHED
-from faults.harness import children_of, wait_for
 from scheduler import Client
 
 pytestmark = pytest.mark.slow
