@@ -3,6 +3,7 @@ jobs keep coming, and a child that cannot start stops the supervisor with one cl
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -11,7 +12,7 @@ from collections import Counter
 
 import pytest
 import redis
-from faults.harness import children_of, wait_for
+from faults.harness import children_of, pid_alive, wait_for
 
 from conftest import SCHED
 from scheduler import Client
@@ -85,3 +86,26 @@ def test_a_child_that_cannot_start_stops_the_supervisor_with_one_error(
     assert sum("in a row before it was up" in line for line in lines) == 1
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
+
+
+def test_the_children_stop_when_their_supervisor_is_killed(
+        redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    client = Client(redis_url, ns)
+    client.create_namespace()
+    sup = supervisor(redis_url, ns, app_env, "--app", "app_tasks:registry", "--grace", "1")
+    kids: set[int] = set()
+    try:
+        wait_for(lambda: len(children_of(sup.pid)) == 2, 30, "two children")
+        kids = children_of(sup.pid)
+        # Both up and working (a child that starts after its supervisor died stops at once).
+        wait_for(lambda: len(client.workers()) == 2, 30, "both children registered")
+        sup.kill()
+        sup.wait()
+        wait_for(lambda: not any(pid_alive(k) for k in kids), 10, "the orphans' exit")
+    finally:
+        sup.kill()
+        sup.communicate()
+        client.close()
+        for k in kids:  # the orphans of a failure
+            if pid_alive(k):
+                os.kill(k, signal.SIGKILL)

@@ -71,17 +71,24 @@ def stop_servers(procs: list[subprocess.Popen[bytes]], workdir: Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _stat(path: Path) -> list[str] | None:
+    """A process's /proc stat fields after its name (state, ppid, ...); None once gone."""
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def children_of(pid: int) -> set[int]:
     """The live child processes of a process (Linux: /proc), zombies left out."""
-    out = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        if int(fields[1]) == pid and fields[0] != "Z":
-            out.add(int(stat.parent.name))
-    return out
+    return {int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+            if (f := _stat(p)) is not None and int(f[1]) == pid and f[0] != "Z"}
+
+
+def pid_alive(pid: int) -> bool:
+    """The process runs (a zombie whose parent has not reaped it does not)."""
+    f = _stat(Path(f"/proc/{pid}/stat"))
+    return f is not None and f[0] != "Z"
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,

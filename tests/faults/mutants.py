@@ -67,6 +67,8 @@ RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
+SUPERVISED = ("tests/faults/test_supervisor.py::"
+              "test_sigkilled_children_are_restarted_and_lose_nothing")
 SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_counts_that_do_not_match_the_items")
 
@@ -476,6 +478,14 @@ MUTANTS = [
            "counts (a call of two jobs that says one writes the first)",
            "scheduler/scripts/lua/submit.lua", "if items[b + 1] ~= nil then", "if false then",
            (SUBMIT_COUNTS,), fast=True),
+    Mutant("supervisor-forgets-the-dead", "`sched worker --processes N` never starts again a "
+           "child that died: the supervisor runs on with fewer workers",
+           "scheduler/worker/supervisor.py", "        self.due[child.index] = now + delay\n",
+           "        pass\n", (SUPERVISED,)),
+    Mutant("supervisor-kills-on-stop", "SIGTERM to `sched worker --processes N` kills its "
+           "children instead of letting them drain: their runs wait out their leases",
+           "scheduler/worker/supervisor.py", "            _signal(c, signal.SIGTERM)\n",
+           "            _signal(c, signal.SIGKILL)\n", (SUPERVISED,)),
     Mutant("unplannable-job-stops-the-pass", "a cron job whose definition does not parse "
            "raises out of the materializer's pass: every other cron job's occurrences stop",
            "scheduler/node/materializer.py", "    except (SchedulerError, ValueError) as exc:",

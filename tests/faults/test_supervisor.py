@@ -12,7 +12,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from .harness import Processes, children_of, free_port, wait_for
+from .harness import Processes, children_of, free_port, pid_alive, wait_for
 from .scenario import Scenario, slow
 
 pytestmark = pytest.mark.slow
@@ -86,15 +86,8 @@ def test_sigkilled_children_are_restarted_and_lose_nothing(scenario: Scenario,
     assert sup.wait(timeout=GRACE_S + 10) == 0
     assert time.monotonic() - stopped < GRACE_S + 2.0
     procs.killed.add(sup.pid)  # stopped on purpose
-    assert not any(children_of(sup.pid)) and not [k for k in kids if _alive(k)]
+    assert not any(children_of(sup.pid)) and not [k for k in kids if pid_alive(k)]
     procs.worker("--concurrency", "20")  # runs what the drain released
     scenario.settle(procs, 60)
     scenario.check(procs)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
