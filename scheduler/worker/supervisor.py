@@ -28,13 +28,13 @@ import contextlib
 import json
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -147,19 +147,30 @@ class Supervisor:
         self.replacing: Child | None = None
         self.stopping = False
         self.failed: str | None = None
-        self.wake = threading.Event()
+        # Signal handlers wake the loop through a pipe: a threading.Event's lock could be
+        # held by the very code the handler interrupted.
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
 
     # --- control (safe from signal handlers) ---------------------------------------------
 
+    def wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+            os.write(self._wake_w, b"w")
+
+    def _sleep(self, seconds: float) -> None:
+        if select.select([self._wake_r], [], [], seconds)[0]:
+            os.read(self._wake_r, 4096)
+
     def stop(self) -> None:
         self.stopping = True
-        self.wake.set()
+        self.wake()
 
     def restart_all(self) -> None:
         """SIGHUP: replace every child, one at a time."""
         if not self.stopping:
-            self.rolling = deque(i for i in range(self.processes) if i not in self.rolling)
-            self.wake.set()
+            self.rolling = deque(range(self.processes))
+            self.wake()
 
     # --- children ------------------------------------------------------------------------
 
@@ -219,7 +230,9 @@ class Supervisor:
         if self.failed or self.stopping:
             return
         for index, at in list(self.due.items()):
-            if at <= now:
+            if index in self.children:  # a SIGHUP replacement took its place meanwhile
+                del self.due[index]
+            elif at <= now:
                 del self.due[index]
                 self.restarts += 1
                 metrics.SUPERVISOR_RESTARTS.inc()
@@ -286,13 +299,14 @@ class Supervisor:
                 self.children[i] = self._start(i)
             while not self.stopping and self.failed is None:
                 self.run_once()
-                self.wake.wait(TICK_S)
-                self.wake.clear()
+                self._sleep(TICK_S)
             clean = self._stop_children()
         finally:
             for c in self.alive():  # an exception on the way: no child outlives us
                 c.proc.kill()
             shutil.rmtree(self.dir, ignore_errors=True)
+            os.close(self._wake_r)
+            os.close(self._wake_w)
         if self.failed is not None:
             raise CrashLoop(self.failed)
         log.info("supervisor %s stopped", self.id)
@@ -309,7 +323,7 @@ def serve_supervisor(supervisor: Supervisor) -> int:
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
     signal.signal(signal.SIGHUP, lambda *_: supervisor.restart_all())
-    signal.signal(signal.SIGCHLD, lambda *_: supervisor.wake.set())
+    signal.signal(signal.SIGCHLD, lambda *_: supervisor.wake())
     return supervisor.run()
 
 
