@@ -136,7 +136,7 @@ class Supervisor:
                     if k not in SUPERVISOR_ONLY_ENV}
         self.host = socket.gethostname()
         self.id = f"{self.host}-{os.getpid()}"
-        self.dir = tempfile.mkdtemp(prefix="sched-supervisor-")
+        self.dir = ""  # made by run(), where the children say they are up
         self.children: dict[int, Child] = {}
         self.retiring: list[Child] = []  # replaced by SIGHUP, draining
         self.restarts = 0
@@ -147,15 +147,14 @@ class Supervisor:
         self.replacing: Child | None = None
         self.stopping = False
         self.failed: str | None = None
-        # Signal handlers wake the loop through a pipe: a threading.Event's lock could be
-        # held by the very code the handler interrupted.
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
+        # Signal handlers wake the loop through a pipe (made by run()): a threading.Event's
+        # lock could be held by the very code the handler interrupted.
+        self._wake_r = self._wake_w = -1
 
     # --- control (safe from signal handlers) ---------------------------------------------
 
     def wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+        with contextlib.suppress(OSError):  # full: a wake-up is pending; closed: run() ended
             os.write(self._wake_w, b"w")
 
     def _sleep(self, seconds: float) -> None:
@@ -294,6 +293,9 @@ class Supervisor:
     def run(self) -> int:
         """Until stop() (0 once every child drained) or a crash loop (raises CrashLoop)."""
         log.info("supervisor %s starting %d worker processes", self.id, self.processes)
+        self.dir = tempfile.mkdtemp(prefix="sched-supervisor-")
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         try:
             for i in range(self.processes):
                 self.children[i] = self._start(i)
@@ -307,6 +309,7 @@ class Supervisor:
             shutil.rmtree(self.dir, ignore_errors=True)
             os.close(self._wake_r)
             os.close(self._wake_w)
+            self._wake_r = self._wake_w = -1
         if self.failed is not None:
             raise CrashLoop(self.failed)
         log.info("supervisor %s stopped", self.id)
