@@ -2,6 +2,7 @@
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
+`python -m bench processes [--jobs N] [--processes P]`,
 `python -m bench queue_names [--names N] [--busy B] [--before TREE]`,
 `python -m bench submit [--jobs N] [--batch B] [--singles M]`,
 `python -m bench script_ab --a TREE [--b TREE]`.
@@ -24,6 +25,7 @@ from . import (
     delayed,
     metrics_cost,
     peers,
+    processes,
     queue_names,
     retention,
     script_ab,
@@ -34,7 +36,8 @@ from . import (
 from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "delayed": delayed,
-            "metrics_cost": metrics_cost, "peers": peers, "queue_names": queue_names,
+            "metrics_cost": metrics_cost, "peers": peers, "processes": processes,
+            "queue_names": queue_names,
             "retention": retention,
             "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}
 
