@@ -13,7 +13,8 @@ code deployed since. It:
   worker does; children still there `STOP_MARGIN_S` after the grace are killed;
 * on SIGHUP replaces the children one at a time: the new one starts, and once it is up the
   old one gets SIGTERM and drains. A replacement that dies before it is up ends the rolling
-  restart, and the old children keep running.
+  restart, and the old children keep running;
+* passes SIGUSR1 on to the children (each logs where its tasks wait).
 
 A child knows its supervisor from `SCHED_SUPERVISOR` (JSON: id, pid, host, index, processes,
 restarts) and tells it that it is up by writing `CHILD_FILE_ENV`'s file ({"metrics_port":
@@ -147,6 +148,8 @@ class Supervisor:
         self.replacing: Child | None = None
         self.stopping = False
         self.failed: str | None = None
+        self.dumps = 0  # SIGUSR1s received; forwarded up to `dumped`
+        self.dumped = 0
         # Signal handlers wake the loop through a pipe (made by run()): a threading.Event's
         # lock could be held by the very code the handler interrupted.
         self._wake_r = self._wake_w = -1
@@ -163,6 +166,11 @@ class Supervisor:
 
     def stop(self) -> None:
         self.stopping = True
+        self.wake()
+
+    def dump_children(self) -> None:
+        """SIGUSR1: each child logs where its tasks wait (the supervisor has none)."""
+        self.dumps += 1
         self.wake()
 
     def restart_all(self) -> None:
@@ -226,6 +234,10 @@ class Supervisor:
             self.retiring.remove(child)
             log.info("worker child %d (pid %d) replaced, %s", child.index, child.proc.pid,
                      describe_exit(child.proc.returncode))
+        if self.dumped < self.dumps:
+            self.dumped = self.dumps
+            for c in self.alive():
+                _signal(c, signal.SIGUSR1)
         if self.failed or self.stopping:
             return
         for index, at in list(self.due.items()):
@@ -326,6 +338,7 @@ def serve_supervisor(supervisor: Supervisor) -> int:
     signal.signal(signal.SIGTERM, lambda *_: supervisor.stop())
     signal.signal(signal.SIGINT, lambda *_: supervisor.stop())
     signal.signal(signal.SIGHUP, lambda *_: supervisor.restart_all())
+    signal.signal(signal.SIGUSR1, lambda *_: supervisor.dump_children())
     signal.signal(signal.SIGCHLD, lambda *_: supervisor.wake())
     return supervisor.run()
 
