@@ -9,6 +9,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import redis
@@ -68,6 +69,33 @@ def test_sighup_replaces_the_children_one_by_one_and_drops_no_job(
     assert sup.returncode == 0, out.decode()
     assert Counter(int(v) for v in r.hvals(effects)) == {1: len(ids)}, "each run once"
     assert len(ids) > 50  # jobs came during the rolling restart
+
+
+def test_a_sighup_onto_a_broken_deploy_keeps_the_running_children(
+        tmp_path: Path, redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    app = tmp_path / "deployed.py"
+    app.write_text("from app_tasks import registry  # noqa: F401\n")
+    log = tmp_path / "supervisor.log"
+    with open(log, "wb") as out:
+        sup = subprocess.Popen(
+            [*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker", "--processes", "2",
+             "--app", "deployed:registry", "--log-level", "warning"],
+            cwd=tmp_path, env={**app_env, "SCHED_TEST_REDIS_URL_APP": redis_url}, stdout=out,
+            stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: len(children_of(sup.pid)) == 2, 30, "two children")
+        kids = children_of(sup.pid)
+        time.sleep(1.5)  # up (their code imported) before the deploy breaks it
+        app.write_text("import no_such_module_deployed  # noqa: F401\n")
+        sup.send_signal(signal.SIGHUP)
+        wait_for(lambda: "the old children keep running" in log.read_text(), 30,
+                 "the failed replacement")
+        assert "cannot import 'deployed'" in log.read_text()
+        assert sup.poll() is None and children_of(sup.pid) == kids
+    finally:
+        sup.send_signal(signal.SIGTERM)
+        sup.wait(timeout=30)
+    assert sup.returncode == 0, log.read_text()
 
 
 def test_a_child_that_cannot_start_stops_the_supervisor_with_one_error(
