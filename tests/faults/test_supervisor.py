@@ -71,7 +71,7 @@ def test_sigkilled_children_are_restarted_and_lose_nothing(scenario: Scenario,
     scenario.settle(procs, 60)
     report = scenario.check(procs)
     assert report.observed.events["reclaimed"] > 0  # the killed children's runs were taken back
-    said = procs.output()
+    said = (procs.logs / f"{procs.procs.index(sup)}-worker.log").read_text()
     assert said.count("killed by SIGKILL; restarting it") == 3, said
     seen = samples(port)
     assert seen["sched_worker_children"] == 2
