@@ -76,6 +76,8 @@ def test_a_sighup_onto_a_broken_deploy_keeps_the_running_children(
     app = tmp_path / "deployed.py"
     app.write_text("from app_tasks import registry  # noqa: F401\n")
     log = tmp_path / "supervisor.log"
+    client = Client(redis_url, ns)
+    client.create_namespace()
     with open(log, "wb") as out:
         sup = subprocess.Popen(
             [*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker", "--processes", "2",
@@ -85,7 +87,8 @@ def test_a_sighup_onto_a_broken_deploy_keeps_the_running_children(
     try:
         wait_for(lambda: len(children_of(sup.pid)) == 2, 30, "two children")
         kids = children_of(sup.pid)
-        time.sleep(1.5)  # up (their code imported) before the deploy breaks it
+        # Up, their code imported, before the deploy breaks it.
+        wait_for(lambda: len(client.workers()) == 2, 30, "both children registered")
         app.write_text("import no_such_module_deployed  # noqa: F401\n")
         sup.send_signal(signal.SIGHUP)
         wait_for(lambda: "the old children keep running" in log.read_text(), 30,
@@ -93,6 +96,7 @@ def test_a_sighup_onto_a_broken_deploy_keeps_the_running_children(
         assert "cannot import 'deployed'" in log.read_text()
         assert sup.poll() is None and children_of(sup.pid) == kids
     finally:
+        client.close()
         sup.send_signal(signal.SIGTERM)
         sup.wait(timeout=30)
     assert sup.returncode == 0, log.read_text()
