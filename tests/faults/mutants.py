@@ -486,6 +486,13 @@ MUTANTS = [
            "children instead of letting them drain: their runs wait out their leases",
            "scheduler/worker/supervisor.py", "            _signal(c, signal.SIGTERM)\n",
            "            _signal(c, signal.SIGKILL)\n", (SUPERVISED,)),
+    Mutant("merged-metrics-forget-the-dead", "the supervisor's /metrics drops a dead child's "
+           "counts: its sums go down, which Prometheus reads as a counter reset",
+           "scheduler/observe/children.py",
+           "                self.gone[key] = self.gone.get(key, 0.0) + value\n",
+           "                pass\n",
+           ("tests/services/test_supervisor_parts.py::"
+            "test_counters_and_histograms_are_summed_and_gauges_kept_per_child",)),
     Mutant("unplannable-job-stops-the-pass", "a cron job whose definition does not parse "
            "raises out of the materializer's pass: every other cron job's occurrences stop",
            "scheduler/node/materializer.py", "    except (SchedulerError, ValueError) as exc:",
