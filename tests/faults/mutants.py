@@ -493,6 +493,12 @@ MUTANTS = [
            "                pass\n",
            ("tests/services/test_supervisor_parts.py::"
             "test_counters_and_histograms_are_summed_and_gauges_kept_per_child",)),
+    Mutant("supervisor-loops-on-crashes", "a child that cannot start is started again "
+           "forever: the supervisor never stops with its error",
+           "scheduler/worker/supervisor.py", "        if streak >= CRASH_LOOP:\n",
+           "        if False:\n",
+           ("tests/e2e/test_processes.py::"
+            "test_a_child_that_cannot_start_stops_the_supervisor_with_one_error",)),
     Mutant("unplannable-job-stops-the-pass", "a cron job whose definition does not parse "
            "raises out of the materializer's pass: every other cron job's occurrences stop",
            "scheduler/node/materializer.py", "    except (SchedulerError, ValueError) as exc:",
