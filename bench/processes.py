@@ -26,7 +26,7 @@ APP = "bench.app:registry"
 # Each poll is a scrape the worker serves from a thread of its own (and the supervisor from
 # each child): polled seldom, it takes little from the run; the rate is counted between two
 # polls, so the interval does not round it.
-POLL_S = 0.25
+POLL_S = 0.1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -79,7 +79,10 @@ def _one(args: argparse.Namespace, r: redis.Redis, extra: tuple[str, ...]) -> fl
                 if first is None and done >= args.jobs * 0.1:
                     first = (now, done)
                 if first is not None and done >= args.jobs * 0.9:
-                    return (done - first[1]) / max(now - first[0], 1e-3)
+                    if now == first[0]:
+                        raise SystemExit("processes: the jobs ran between two polls; give "
+                                         "more --jobs")
+                    return (done - first[1]) / (now - first[0])
                 time.sleep(POLL_S)
         finally:
             stop_processes([proc])

@@ -151,7 +151,7 @@ def test_queue_names_smoke(tmp_path: Path) -> None:
 
 
 def test_processes_smoke(tmp_path: Path) -> None:
-    stdout, result = bench(tmp_path, "processes", "--jobs", "3000", "--runs", "1")
-    assert stdout.startswith("processes: 3000 no-op jobs x1: plain worker ")
+    stdout, result = bench(tmp_path, "processes", "--jobs", "30000", "--runs", "1")
+    assert stdout.startswith("processes: 30000 no-op jobs x1: plain worker ")
     assert set(result["median"]) == {"plain", "processes_1", "processes_2"}
     assert all(rate > 0 for rate in result["median"].values())
