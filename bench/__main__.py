@@ -4,6 +4,7 @@
 `python -m bench metrics_cost`,
 `python -m bench outbox [--rows N] [--batch B] [--commits C]`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
+`python -m bench processes [--jobs N] [--processes P]`,
 `python -m bench queue_names [--names N] [--busy B] [--before TREE]`,
 `python -m bench submit [--jobs N] [--batch B] [--singles M]`,
 `python -m bench script_ab --a TREE [--b TREE]`.
@@ -28,6 +29,7 @@ from . import (
     metrics_cost,
     outbox,
     peers,
+    processes,
     queue_names,
     retention,
     script_ab,
@@ -39,6 +41,7 @@ from .common import private_redis
 
 COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
             "delayed": delayed, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
+            "processes": processes,
             "queue_names": queue_names,
             "retention": retention,
             "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,11 @@ from scheduler.cli.options import Finite, autoscale_option, scaling_options
 from scheduler.core.errors import ConfigError
 from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.observe.exporter import MetricsServer
 
 log = logging.getLogger("scheduler.cli")
 SUPERVISOR_ENV = "SCHED_SUPERVISOR"  # JSON: scheduler/worker/config.py, SupervisorRef
@@ -30,21 +35,23 @@ metrics_port_option = click.option(
          "0 picks a free port (env SCHED_METRICS_PORT).")
 
 
-def start_metrics(port: int | None) -> None:
-    """Serve the process's metrics (a daemon thread, for the life of the process) when
-    --metrics-port is given; a busy port is a one-line error."""
+def start_metrics(port: int | None, registry: CollectorRegistry | None = None, *,
+                  host: str | None = None) -> MetricsServer | None:
+    """Serve a registry (the process's by default) from a daemon thread, for the life of the
+    process, when --metrics-port is given; a busy port is a one-line error."""
     if port is None:
-        return
+        return None
     from prometheus_client import REGISTRY
 
-    from scheduler.observe.exporter import MetricsServer
+    from scheduler.observe.exporter import SCRAPE_HOST, MetricsServer
 
     try:
-        server = MetricsServer(REGISTRY, port=port).start()
+        server = MetricsServer(registry or REGISTRY, host=host or SCRAPE_HOST, port=port).start()
     except OSError as exc:
         raise ConfigError(f"cannot serve metrics on port {port} ({exc.strerror}); "
                           f"choose another --metrics-port") from None
-    log.info("metrics on http://0.0.0.0:%d/metrics", server.port)
+    log.info("metrics on http://%s:%d/metrics", host or SCRAPE_HOST, server.port)
+    return server
 
 
 def load_app(spec: str) -> object:
@@ -116,8 +123,34 @@ def _awaiting(coro: object) -> list[str]:
     return out
 
 
+class Processes(click.ParamType[int]):
+    """--processes: a count of at least 1, or `auto` (one per core)."""
+
+    name = "N|auto"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> int:
+        from scheduler.worker.supervisor import cores
+
+        if isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "auto":
+            return cores()
+        try:
+            n = int(value)
+        except ValueError:
+            n = 0
+        if n < 1:
+            self.fail(f"{value!r} is neither a count of at least 1 nor 'auto'", param, ctx)
+        return n
+
+
 @click.command()
 @click.option("--app", "app_spec", required=True, help="MODULE:ATTRIBUTE of your Registry.")
+@click.option("--processes", type=Processes(), default=1,
+              help="Worker processes: more than 1 makes this process their supervisor (it "
+                   "restarts one that dies; SIGHUP replaces them one by one; --metrics-port "
+                   "serves them all); `auto`: one per core.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=100,
               help="Most runs in flight at once.")
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
@@ -155,27 +188,34 @@ def _awaiting(coro: object) -> list[str]:
 @metrics_port_option
 @log_options
 @click.pass_obj
-def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-           grace_s: float, batch: int, pipelines: int, claim_replicas: int,
+def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int, queues: str,
+           lease_s: float, grace_s: float, batch: int, pipelines: int, claim_replicas: int,
            replica_timeout: float, eager_start: bool, process_pool: int | None,
-           max_tasks_per_child: int, autoscale: Any, trace: bool,
-           metrics_port: int | None, log_level: str, log_format: str) -> None:
+           max_tasks_per_child: int, autoscale: Any, trace: bool, metrics_port: int | None,
+           log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
+    from scheduler.worker.supervisor import ChildLink
     from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
 
     if autoscale is not None and click.get_current_context().get_parameter_source(
             "concurrency") is not click.core.ParameterSource.DEFAULT:
         raise click.UsageError("give --concurrency or --autoscale MIN:MAX, not both")
-    registry = load_app(app_spec)
     config = WorkerConfig(concurrency=concurrency, lease_s=lease_s, grace_s=grace_s, batch=batch,
                           pipelines=pipelines, claim_replicas=claim_replicas,
                           replica_timeout_s=replica_timeout, autoscale=autoscale, tracing=trace,
                           eager_start=eager_start, process_pool=process_pool,
                           max_tasks_per_child=max_tasks_per_child,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
+    link = ChildLink.from_env()
+    if link is not None:
+        link.die_with_parent()
+    elif processes > 1:  # the children import the app, not their supervisor
+        supervise(processes, grace_s, metrics_port, log_level, log_format)
+        return
     # Set by a supervisor (`--processes N`) for each child it starts.
     ref = os.environ.get(SUPERVISOR_ENV)
     supervisor = SupervisorRef.parse(ref, SUPERVISOR_ENV) if ref is not None else None
+    registry = load_app(app_spec)
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 
@@ -185,12 +225,48 @@ def worker(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, le
         w = Worker(client, registry, namespace=obj["namespace"], config=config,  # type: ignore[arg-type]
                    supervisor=supervisor)
         holder.append(w)
+        watch = None
+        if link is not None:
+            server = start_metrics(0, host="127.0.0.1") if link.serve_metrics else None
+            link.up(server.port if server else None)
+            watch = asyncio.create_task(link.watch_parent(w.stop), name="watch-supervisor")
         try:
             await w.run()
         finally:
+            if watch is not None:
+                watch.cancel()
             await client.aclose()
 
     serve(make, lambda: holder[0].stop() if holder else None)
+
+
+def supervise(processes: int, grace_s: float, metrics_port: int | None, log_level: str,
+              log_format: str) -> None:
+    """`sched worker --processes N` (N > 1): this process supervises N workers; it serves
+    --metrics-port itself, their metrics merged with its own."""
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.observe import metrics
+    from scheduler.observe.children import ChildrenCollector
+    from scheduler.worker.supervisor import Supervisor, child_argv, serve_supervisor
+
+    setup_logging(log_level, log_format)
+    sup = Supervisor(child_argv(sys.argv[1:]), processes, grace_s,
+                     metrics=metrics_port is not None)
+    server = None
+    if metrics_port is not None:
+        registry = CollectorRegistry()
+        registry.register(metrics.SUPERVISOR_RESTARTS)
+        registry.register(metrics.SUPERVISOR_CHILDREN)
+        registry.register(ChildrenCollector(sup.metrics_targets))
+        server = start_metrics(metrics_port, registry)
+    try:
+        code = serve_supervisor(sup)
+    finally:
+        if server is not None:
+            server.stop()
+    if code:
+        raise click.exceptions.Exit(code)
 
 
 @click.command()

@@ -116,6 +116,13 @@ OUTBOX_LAG = Gauge("sched_outbox_lag_seconds",
                    "this relay last read it.")
 OUTBOX_WAITING = Gauge("sched_outbox_rows",
                        "Outbox rows not yet in Redis, as this relay last read it.")
+# A worker supervisor's own (`sched worker --processes N`): in a registry of their own, which
+# its /metrics serves beside the children's merged metrics (scheduler/observe/children.py).
+SUPERVISOR_RESTARTS = Counter(
+    "sched_worker_restarts_total", "Worker children the supervisor started again after one "
+    "died (any exit it did not ask for).", registry=None)
+SUPERVISOR_CHILDREN = Gauge("sched_worker_children",
+                            "Worker children of the supervisor alive now.", registry=None)
 
 PROCESS_METRICS = (RUNS, START_LAG, RUN_DURATION, RETRIES, DEAD_LETTERED, COMMITS_REFUSED,
                    LEASES_LOST, RUNS_ABANDONED, LEASE_TIMEOUTS, RECLAIMS, PROMOTED, PROMOTED_OVERDUE,

@@ -130,9 +130,9 @@ def test_status_watch_refreshes_until_interrupted(redis_url: str, ns: str) -> No
     assert b"Traceback" not in out
 
 
-@pytest.mark.parametrize("command", [["exporter", "--port"], ["worker", "--app",
-                                                              "app_tasks:registry",
-                                                              "--metrics-port"]])
+@pytest.mark.parametrize("command", [
+    ["exporter", "--port"], ["worker", "--app", "app_tasks:registry", "--metrics-port"],
+    ["worker", "--app", "app_tasks:registry", "--processes", "2", "--metrics-port"]])
 def test_a_busy_port_is_one_line(redis_url: str, ns: str, app_env: dict[str, str],
                                  command: list[str]) -> None:
     import socket

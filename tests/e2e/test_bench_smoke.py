@@ -148,3 +148,10 @@ def test_queue_names_smoke(tmp_path: Path) -> None:
                            "--runs", "1")
     assert stdout.startswith("queue_names: 60 names, 3 holding work, 2 shards: sched status ")
     assert "(57 lanes dropped, 3 queues listed)" in stdout and result["ok"]
+
+
+def test_processes_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "processes", "--jobs", "30000", "--runs", "1")
+    assert stdout.startswith("processes: 30000 no-op jobs x1: plain worker ")
+    assert set(result["median"]) == {"plain", "processes_1", "processes_2"}
+    assert all(rate > 0 for rate in result["median"].values())

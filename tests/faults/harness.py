@@ -71,6 +71,26 @@ def stop_servers(procs: list[subprocess.Popen[bytes]], workdir: Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _stat(path: Path) -> list[str] | None:
+    """A process's /proc stat fields after its name (state, ppid, ...); None once gone."""
+    try:
+        return path.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def children_of(pid: int) -> set[int]:
+    """The live child processes of a process (Linux: /proc), zombies left out."""
+    return {int(p.parent.name) for p in Path("/proc").glob("[0-9]*/stat")
+            if (f := _stat(p)) is not None and int(f[1]) == pid and f[0] != "Z"}
+
+
+def pid_alive(pid: int) -> bool:
+    """The process runs (a zombie whose parent has not reaped it does not)."""
+    f = _stat(Path(f"/proc/{pid}/stat"))
+    return f is not None and f[0] != "Z"
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str,
              interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
@@ -256,6 +276,12 @@ class Processes:
         p.wait()
         if p.pid in self.proxies:
             self.proxies.pop(p.pid).close()
+
+    def kill_child(self, pid: int) -> None:
+        """SIGKILL a worker child of a supervisor (`--processes N`), which is no Popen of
+        ours: the supervisor reaps it."""
+        self.truth.faulted_pids.add(pid)
+        os.kill(pid, signal.SIGKILL)
 
     def freeze(self, p: subprocess.Popen[bytes], seconds: float) -> None:
         self.truth.faulted_pids.add(p.pid)

@@ -75,6 +75,8 @@ SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
 POOL = "tests/services/test_process_pool.py::"
 POOL_TIMEOUT = POOL + "test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on"
+SUPERVISED = ("tests/faults/test_supervisor.py::"
+              "test_sigkilled_children_are_restarted_and_lose_nothing")
 SUBMIT_COUNTS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_counts_that_do_not_match_the_items")
 OUTBOX = "tests/outbox/test_transactional_submit.py::"
@@ -510,6 +512,27 @@ MUTANTS = [
            "counts (a call of two jobs that says one writes the first)",
            "scheduler/scripts/lua/submit.lua", "if items[b + 1] ~= nil then", "if false then",
            (SUBMIT_COUNTS,), fast=True),
+    Mutant("supervisor-forgets-the-dead", "`sched worker --processes N` never starts again a "
+           "child that died: the supervisor runs on with fewer workers",
+           "scheduler/worker/supervisor.py", "        self.due[child.index] = now + delay\n",
+           "        pass\n", (SUPERVISED,)),
+    Mutant("supervisor-kills-on-stop", "SIGTERM to `sched worker --processes N` kills its "
+           "children instead of letting them drain: their runs wait out their leases",
+           "scheduler/worker/supervisor.py", "            _signal(c, signal.SIGTERM)\n",
+           "            _signal(c, signal.SIGKILL)\n", (SUPERVISED,)),
+    Mutant("merged-metrics-forget-the-dead", "the supervisor's /metrics drops a dead child's "
+           "counts: its sums go down, which Prometheus reads as a counter reset",
+           "scheduler/observe/children.py",
+           "                self.gone[key] = self.gone.get(key, 0.0) + value\n",
+           "                pass\n",
+           ("tests/services/test_supervisor_parts.py::"
+            "test_counters_and_histograms_are_summed_and_gauges_kept_per_child",)),
+    Mutant("supervisor-loops-on-crashes", "a child that cannot start is started again "
+           "forever: the supervisor never stops with its error",
+           "scheduler/worker/supervisor.py", "        if streak >= CRASH_LOOP:\n",
+           "        if False:\n",
+           ("tests/e2e/test_processes.py::"
+            "test_a_child_that_cannot_start_stops_the_supervisor_with_one_error",)),
     Mutant("unplannable-job-stops-the-pass", "a cron job whose definition does not parse "
            "raises out of the materializer's pass: every other cron job's occurrences stop",
            "scheduler/node/materializer.py", "    except (SchedulerError, ValueError) as exc:",
