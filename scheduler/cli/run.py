@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from scheduler.observe.exporter import MetricsServer
 
 log = logging.getLogger("scheduler.cli")
-SUPERVISOR_ENV = "SCHED_SUPERVISOR"  # JSON: scheduler/worker/config.py, SupervisorRef
 
 metrics_port_option = click.option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
@@ -194,7 +193,7 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
            max_tasks_per_child: int, autoscale: Any, trace: bool, metrics_port: int | None,
            log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
-    from scheduler.worker.supervisor import ChildLink
+    from scheduler.worker.supervisor import SUPERVISOR_ENV, ChildLink
     from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
 
     if autoscale is not None and click.get_current_context().get_parameter_source(
@@ -206,15 +205,15 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
                           eager_start=eager_start, process_pool=process_pool,
                           max_tasks_per_child=max_tasks_per_child,
                           queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
-    link = ChildLink.from_env()
+    # Set by a supervisor (`--processes N`) for each child it starts.
+    ref = os.environ.get(SUPERVISOR_ENV)
+    supervisor = SupervisorRef.parse(ref, SUPERVISOR_ENV) if ref is not None else None
+    link = ChildLink.from_env(supervisor, os.environ)
     if link is not None:
         link.die_with_parent()
     elif processes > 1:  # the children import the app, not their supervisor
         supervise(processes, grace_s, metrics_port, log_level, log_format)
         return
-    # Set by a supervisor (`--processes N`) for each child it starts.
-    ref = os.environ.get(SUPERVISOR_ENV)
-    supervisor = SupervisorRef.parse(ref, SUPERVISOR_ENV) if ref is not None else None
     registry = load_app(app_spec)
     setup_logging(log_level, log_format)
     holder: list[Worker] = []

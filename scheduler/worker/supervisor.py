@@ -38,14 +38,18 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+import msgspec
 
 from scheduler.core.errors import SchedulerError
 from scheduler.observe import metrics
+from scheduler.worker.config import SupervisorRef
 
 log = logging.getLogger("scheduler.worker.supervisor")
 
+# Tells each child who supervises it: a SupervisorRef as JSON (scheduler/worker/config.py).
 SUPERVISOR_ENV = "SCHED_SUPERVISOR"
 # Where a child writes {"metrics_port": ...} once it is up (its presence is the "up").
 CHILD_FILE_ENV = "SCHED_SUPERVISOR_CHILD_FILE"
@@ -184,9 +188,9 @@ class Supervisor:
     def _start(self, index: int) -> Child:
         self.starts += 1
         path = os.path.join(self.dir, f"child-{self.starts}.json")
-        env = {**self.env, SUPERVISOR_ENV: json.dumps({
-            "id": self.id, "pid": os.getpid(), "host": self.host, "index": index,
-            "processes": self.processes, "restarts": self.restarts}),
+        ref = SupervisorRef(id=self.id, pid=os.getpid(), host=self.host, index=index,
+                            processes=self.processes, restarts=self.restarts)
+        env = {**self.env, SUPERVISOR_ENV: msgspec.json.encode(ref).decode(),
             CHILD_FILE_ENV: path, CHILD_METRICS_ENV: "1" if self.metrics else "0"}
         proc = subprocess.Popen(self.command, env=env)
         log.info("worker child %d started (pid %d)", index, proc.pid)
@@ -360,15 +364,13 @@ class ChildLink:
     serve_metrics: bool
 
     @classmethod
-    def from_env(cls) -> ChildLink | None:
-        raw = os.environ.get(SUPERVISOR_ENV)
-        if not raw or CHILD_FILE_ENV not in os.environ:
+    def from_env(cls, supervisor: SupervisorRef | None,
+                 env: Mapping[str, str]) -> ChildLink | None:
+        """The link of a child its supervisor started (`env` as the CLI read it); None for a
+        worker started on its own."""
+        if supervisor is None or CHILD_FILE_ENV not in env:
             return None
-        try:
-            pid = int(json.loads(raw)["pid"])
-        except (ValueError, KeyError, TypeError):
-            return None
-        return cls(pid, os.environ[CHILD_FILE_ENV], os.environ.get(CHILD_METRICS_ENV) == "1")
+        return cls(supervisor.pid, env[CHILD_FILE_ENV], env.get(CHILD_METRICS_ENV) == "1")
 
     def orphaned(self) -> bool:
         return os.getppid() != self.supervisor_pid

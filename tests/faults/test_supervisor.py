@@ -106,6 +106,11 @@ def test_sigkilled_children_are_restarted_and_lose_nothing(scenario: Scenario,
     assert said.count("killed by SIGKILL; restarting it") == 3, said
     seen = samples(port)
     assert seen["sched_worker_children"] == 2
+    # What `sched workers` and the console show: the children under their supervisor, with
+    # its restarts, from the children's own heartbeats.
+    [group] = scenario.client.supervisors()
+    assert (group.pid, group.processes, group.restarts) == (sup.pid, 2, 3), group
+    assert {c.pid for c in group.children if c.alive} >= kids
     # The children's run counters summed, those of the killed ones included (the last they
     # said before they died): at least what the two live ones ran.
     assert 0 < seen["sched_runs_total"] <= 500 + report.observed.events["reclaimed"]
