@@ -139,12 +139,13 @@ class WindowId(str):
 
 def window_job_id(base: str, start_ms: int, shards: int) -> str:
     """The id of a windowed dedupe key's job (`base`: the key's dedupe_job_id) whose window
-    starts at `start_ms`. A shard is the crc32 of the whole id, so the start is followed by
-    the first counter that puts the id in the key's own shard: the dedupe record
-    (`dedupe:<base>`) and the job it names are then written by one script on one Redis
-    Cluster slot. The counter takes about `shards` tries."""
+    starts at `start_ms`: the key's id, then a UUIDv7 of the start (unique even when two
+    windows of a key start in one ms, as on a client's clock that stands still). A shard
+    is the crc32 of the whole id, so a counter follows, the first that puts the id in the
+    key's own shard: the dedupe record (`dedupe:<base>`) and the job it names are then
+    written by one script on one Redis Cluster slot. It takes about `shards` tries."""
     want = shard_of(base, shards)
-    stem = f"{base}.{start_ms:x}"
+    stem = f"{base}.{job_ids.next(start_ms)}"
     n = 0
     while True:
         job_id = f"{stem}.{n:x}"

@@ -39,6 +39,10 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
     <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
                                           by when their hash may leave Redis (ms)
+    <ns>:{sNN}:dedupe:<key_id>    string  a windowed dedupe key's job id (dedupe_ttl, debounce),
+                                          expiring with the window; key_id is the key's
+                                          dedupe_job_id, and the job it names is in the
+                                          same shard (jobspec.window_job_id)
     <ns>:{sNN}:submitted:<job_id> string  "this submit call ran" marker, named by the call's
                                           first job, expiring after 10 min (lua/submit.lua)
 
@@ -218,6 +222,9 @@ class Keys:
         if not sep or not shard.isdigit():
             return None
         return int(shard), rest
+
+    def dedupe(self, shard: int, key_id: str) -> str:
+        return f"{self.prefix(shard)}dedupe:{key_id}"  # string: the window's job id
 
     def due(self, shard: int) -> str:
         return f"{self.prefix(shard)}due"  # zset

@@ -87,6 +87,26 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     deleted_ms: int | None = None  # when its series was ended (Client.delete_job)
     deleted: str | None = None  # why (the reason given)
 
+    @property
+    def dedupe_until_ms(self) -> int | None:
+        """When the dedupe key's window ends (dedupe_ttl from the first submit); a debounced
+        run holds its key at least until it fires."""
+        return self.created_ms + round(self.dedupe_ttl_s * 1000) if self.dedupe_ttl_s else None
+
+    def dedupe_text(self, when: Any) -> list[tuple[str, str]]:
+        """The dedupe lines of `sched jobs show` and the console's job page; `when` formats
+        a time in ms."""
+        if not self.dedupe_key:
+            return [("dedupe key", "-")]
+        lines = [("dedupe key", self.dedupe_key)]
+        if self.dedupe_ttl_s:
+            lines.append(("dedupe window", f"{self.dedupe_ttl_s:g}s, until "
+                                           f"{when(self.dedupe_until_ms)}"))
+        if self.debounce_s:
+            lines.append(("debounce", f"{self.debounce_s:g}s (a repeat before the run moves "
+                                      f"it and replaces the payload)"))
+        return lines
+
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     """One attempt of a slot: which worker claimed it under which token (its number), its

@@ -165,7 +165,7 @@ class Batch:
         """The calls, each packed when asked for (so after the one before was sent)."""
         jobs, ids, extra = self.jobs, self.ids, self.extra
         for prefix, members in zip(self.prefixes, self.members, strict=True):
-            rows = []
+            rows: list[tuple[str, str, str, int, list[Any]]] = []
             fresh = not self.named and len(members) >= FRESH_MIN_JOBS  # and every id drawn
             windows: list[Any] = []  # submit.lua's ARGV[6]
             for i in members:

@@ -30,7 +30,9 @@
            fire_ms field; the slot keeps its id), stretching the record to that time if it
            would end sooner. A slot already dispatched is left as it is. Without the record
            the job is created as any other, and the record is set to its id, expiring after
-           max(ttl_ms, fire_ms - now) (a debounced run keeps its key until it fires).
+           max(ttl_ms, fire_ms - now) (a debounced run keeps its key until it fires); a
+           debounced slot gets field overlap = "debounce", which promote.lua never takes
+           early (a repeat can move it until its fire time).
            Without ARGV[6] a submit pays one nil test per job.
 
   Every job is checked before anything is written; one that fails a check refuses the whole
@@ -291,6 +293,10 @@ for i = 1, n do
       local window = windows[i]
       redis.call('SET', prefix .. 'dedupe:' .. window[1], job_id, 'PX',
         math.max(window[2], fire - now, 1))
+      -- promote.lua takes it at its fire time, never early: until then a repeat may move it
+      if window[3] > 0 then
+        redis.call('HSET', prefix .. 'slot:' .. slot_id, 'overlap', 'debounce')
+      end
     end
     -- Only what the snapshotter needs (it reads the hashes): bytes in the events stream
     -- until the snapshotter acks.
