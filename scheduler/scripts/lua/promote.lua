@@ -36,7 +36,8 @@
 
   Reply: {promoted, next_ms, skipped}: how many slots were dispatched; when the caller
   should call again (ms, Redis time; -1 when `due` is empty): the earliest score left minus
-  ahead_ms, or the own score of a slot never taken early (below); and how many occurrences ended `skipped`.
+  ahead_ms, or the own score of a slot never taken early (below); and how many occurrences
+  ended `skipped`.
 
   Events: "queued", each record its slot id alone (events.py; the slot hash holds the rest),
   or {slot, job} for an overlap="skip" slot, which changed its job's `active` (the snapshotter
