@@ -75,6 +75,7 @@ SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
 SUFFIX_SUBMITTED = "submitted:"
+SUFFIX_DEDUPE = "dedupe:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -84,7 +85,7 @@ DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/lua/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
-                            SUFFIX_SUBMITTED, "due", "cron",
+                            SUFFIX_SUBMITTED, SUFFIX_DEDUPE, "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "lanes"})
 
@@ -224,7 +225,7 @@ class Keys:
         return int(shard), rest
 
     def dedupe(self, shard: int, key_id: str) -> str:
-        return f"{self.prefix(shard)}dedupe:{key_id}"  # string: the window's job id
+        return f"{self.prefix(shard)}{SUFFIX_DEDUPE}{key_id}"  # string: the window's job id
 
     def due(self, shard: int) -> str:
         return f"{self.prefix(shard)}due"  # zset

@@ -303,7 +303,7 @@ MUTANTS = [
     Mutant("skip-overlap-promoted-early", "an overlap=\"skip\" occurrence is dispatched early, "
            "so its overlap check sees the job as it was up to the horizon before its time",
            "scheduler/scripts/lua/promote.lua",
-           "  if early and st[1] == 'scheduled' and st[3] == 'skip' then",
+           "  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce') then",
            "  if false then",
            (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
     Mutant("claim-takes-every-free-slot", "a claim takes every free run slot, not a "
