@@ -4,6 +4,7 @@ outlives retention with real `sched` processes."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -163,6 +164,22 @@ def test_sched_submit_takes_the_window_and_jobs_show_shows_it(
     assert "300s, until" in shown and "debounce:" in shown and "2s (a repeat" in shown
     code, _, err = sched(capsys, redis_url, ns, "submit", "t", "--debounce", "2")
     assert code != 0 and len(err.strip().splitlines()) == 1 and "dedupe_key" in err
+
+
+def test_the_consoles_job_page_shows_the_key_its_window_and_the_debounce(
+        redis_url: str, ns: str) -> None:
+    from scheduler import AsyncClient
+    from scheduler.web import pages
+
+    async def page() -> dict[str, Any]:
+        async with AsyncClient(redis_url, ns) as client:
+            job_id = await client.submit("t", dedupe_key="page", dedupe_ttl=90, debounce=2)
+            return (await pages.job(client, job_id))[1]
+
+    fields = dict(asyncio.run(page())["fields"])
+    assert fields["dedupe key"] == "page"
+    assert fields["dedupe window"].startswith("90s, until 20")
+    assert fields["debounce"].startswith("2s")
 
 
 # --- real processes --------------------------------------------------------------------------
