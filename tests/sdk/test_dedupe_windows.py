@@ -134,7 +134,8 @@ def test_submit_lua_refuses_a_window_that_names_no_job(r: redis.Redis, client: C
     row = ("a1", "t", "default", 1, [])
     for windows, problem in (([2, "k", 1000, 0], "names no job"),
                              ([1, "k:x", 1000, 0], "malformed window key id"),
-                             ([1, "k", 0, 0], "not both 0")):
+                             ([1, "k", 0, 0], "not both 0"),
+                             ([1, "k", 1.5, 0], "whole ms")):
         with pytest.raises(redis.exceptions.ResponseError, match=problem):
             scripts.run_sync(r, [scripts.submit(prefix, 1, 10, [row], windows=windows)])
     assert not r.exists(client.keys.job(0, "a1"))

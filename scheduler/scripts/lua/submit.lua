@@ -189,7 +189,8 @@ if windows then
     end
     if not name_ok(key_id, 128) then return invalid(row, '', 'malformed window key id') end
     if type(ttl) ~= 'number' or type(debounce) ~= 'number' or ttl < 0 or debounce < 0
-        or ttl + debounce < 1 or ttl >= 1e15 or debounce >= 1e15 then
+        or ttl % 1 ~= 0 or debounce % 1 ~= 0 or ttl + debounce < 1 or ttl >= 1e15
+        or debounce >= 1e15 then
       return invalid(row, key_id, 'a window needs whole ms >= 0 of ttl and debounce, not both 0')
     end
     by_row[row] = {key_id, ttl, debounce}
