@@ -232,3 +232,18 @@ def test_fifty_debounced_submits_run_once_with_the_last_payload_and_a_window_out
         assert run["v"] == 49
         assert 800 <= run["started_ms"] - last_ms <= 3000, run["started_ms"] - last_ms
         assert [x["v"] for x in runs_of(kept)] == [1, 3]
+
+
+def test_named_schedules_keep_their_digest_and_refuse_the_window_options() -> None:
+    """JobSpec's new fields must not change the digest of a schedule declared before them
+    (a changed digest redefines every named schedule at the next deploy). The digests are
+    those the code before these options computed."""
+    from scheduler.sdk.schedules import _named_spec
+
+    assert _named_spec("daily", "reports.build", {"a": 1},
+                       {"cron": "0 8 * * *", "queue": "q"})[1] == "db48115b3f8fa8566a4f50f7"
+    assert _named_spec("daily", "reports.build", None,
+                       {"cron": "0 8 * * *", "priority": 2})[1] == "9b568cc403349f03fec59cc5"
+    for option in ("dedupe_ttl", "debounce"):
+        with pytest.raises(ValidationError, match="not for a named schedule"):
+            _named_spec("daily", "t", None, {"cron": "0 8 * * *", option: 5})
