@@ -193,6 +193,8 @@ class Batch:
             for i, code in zip(members, reply, strict=True):
                 if isinstance(code, bytes):
                     self.ids[i] = code.decode()
+                elif isinstance(code, str):
+                    self.ids[i] = code
 
     def ask_exist(self, pipe: Any, core: ClientState) -> None:
         """After a broken submit round trip: which of its jobs are there?"""
