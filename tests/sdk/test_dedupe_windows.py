@@ -247,3 +247,13 @@ def test_named_schedules_keep_their_digest_and_refuse_the_window_options() -> No
     for option in ("dedupe_ttl", "debounce"):
         with pytest.raises(ValidationError, match="not for a named schedule"):
             _named_spec("daily", "t", None, {"cron": "0 8 * * *", option: 5})
+
+
+def test_submit_luas_header_documents_the_windows_argument_its_wrapper_passes() -> None:
+    from scheduler.scripts import source
+
+    call = scripts.submit("ns:{s00}:", 1, 10, [("a1", "t", "q", 1, [])], windows=[1, "k", 5, 0])
+    header = source.read_source("submit").split("]]", 1)[0]
+    assert len(call.args) == 6 and call.args[4] == ""  # ARGV[5] empty: never `fresh`
+    assert "ARGV[6]  windows" in header and "ARGV[7]" not in header
+    assert len(scripts.submit("ns:{s00}:", 1, 10, [("a1", "t", "q", 1, [])]).args) == 4
