@@ -25,10 +25,11 @@
            id; the job id was drawn in this shard (jobspec.window_job_id), so on a Cluster
            both are in one slot. While the record lives, the job is not written and its
            reply is the record's job id (a string, not a code); a debounce then, if that
-           job's slot is still `scheduled`, replaces the job's payload with this one (or
-           removes it) and moves the slot to now + debounce_ms (its `due` score and its
-           fire_ms field; the slot keeps its id), stretching the record to that time if it
-           would end sooner. A slot already dispatched is left as it is. Without the record
+           job's slot is still `scheduled` and never started (attempt 0), replaces the job's
+           payload with this one (or removes it) and moves the slot to now + debounce_ms
+           (its `due` score and its fire_ms field; the slot keeps its id), stretching the
+           record to that time if it would end sooner. A slot already dispatched is left as
+           it is. Without the record
            the job is created as any other, and the record is set to its id, expiring after
            max(ttl_ms, fire_ms - now) (a debounced run keeps its key until it fires); a
            debounced slot gets field overlap = "debounce", which promote.lua never takes
@@ -210,15 +211,17 @@ local function window_held(i, at, last)
   if not first_fire then return held end  -- the job is gone: nothing to move
   local slot_id = held .. ':' .. first_fire
   local slot_key = prefix .. 'slot:' .. slot_id
-  if redis.call('HGET', slot_key, 'status') ~= 'scheduled' then return held end
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt')
+  -- only a run that never started: a retry waiting in `due` is `scheduled` too
+  if st[1] ~= 'scheduled' or st[2] and st[2] ~= '0' then return held end
   if items[at] == 'payload' and at <= last then  -- the client sends it first
     redis.call('HSET', job_key, 'payload', items[at + 1])
   else
     redis.call('HDEL', job_key, 'payload')
   end
-  local fire = now + window[3]
+  local fire = string.format('%d', now + window[3])
   redis.call('ZADD', prefix .. 'due', 'XX', fire, slot_id)
-  redis.call('HSET', slot_key, 'fire_ms', string.format('%d', fire))
+  redis.call('HSET', slot_key, 'fire_ms', fire)
   if redis.call('PTTL', record) < window[3] then
     redis.call('PEXPIRE', record, window[3])
   end
