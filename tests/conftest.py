@@ -42,7 +42,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_snapshotter",
                   "test_priorities", "test_queue_limits", "test_early_dispatch",
                   "test_committer", "test_client", "test_schedules", "test_named_schedules",
-                  "test_submit_stream", "test_hash_read", "test_browse", "test_queue_cleaner"}
+                  "test_submit_stream", "test_hash_read", "test_browse", "test_queue_cleaner",
+                  "test_dedupe_windows"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

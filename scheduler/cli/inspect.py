@@ -103,7 +103,7 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
         ("timeout", f"{job.timeout_s:g}s" if job.timeout_s else "none"),
         ("retry", f"max {policy.max_attempts} attempts, backoff {policy.base_s:g}s.."
                   f"{policy.max_s:g}s, jitter {policy.jitter:g}"),
-        ("dedupe key", job.dedupe_key or "-"),
+        *job.dedupe_text(when),
         ("payload", msgspec.json.encode(job.payload).decode()[:200]),
         *([("deleted", f"{when(job.deleted_ms)} ({job.deleted})")] if job.deleted_ms else []),
     ]:

@@ -116,6 +116,12 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.option("--delivery", type=click.Choice([d.value for d in Delivery]),
               default=Delivery.AT_LEAST_ONCE.value, help="How often a run may happen.")
 @click.option("--dedupe-key", default=None, help="A repeat with the same key returns the first job.")
+@click.option("--dedupe-ttl", default=None,
+              help="The key holds this long from its first submit, then lets a new job "
+                   "through: 90 (seconds), 30s, 5m, 1h.")
+@click.option("--debounce", default=None,
+              help="With --dedupe-key: run this long after the latest submit, with its "
+                   "payload: 1 (seconds), 0.5, 10s.")
 @click.option("--delay", default=None, help="Run after this long: 90 (seconds), 30s, 5m, 1h.")
 @click.option("--at", "at_", default=None, help="Run at this instant: 2027-01-01T08:00:00Z.")
 @click.option("--cron", default=None,
@@ -146,7 +152,8 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.pass_obj
 def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: int,
            timeout: str | None,
-           max_attempts: int, delivery: str, dedupe_key: str | None, delay: str | None,
+           max_attempts: int, delivery: str, dedupe_key: str | None,
+           dedupe_ttl: str | None, debounce: str | None, delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
            end_at: str | None, durability: str, replicas: int, replica_timeout: float,
@@ -164,7 +171,9 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: i
                 replica_timeout_s=replica_timeout, tracing=trace) as client:
         job_id = client.submit(task, value, queue=queue, priority=priority,
                                timeout=_duration_s("timeout", timeout), retry=retry,
-                               delivery=delivery, dedupe_key=dedupe_key, **schedule)
+                               delivery=delivery, dedupe_key=dedupe_key,
+                               dedupe_ttl=_duration_s("dedupe_ttl", dedupe_ttl),
+                               debounce=_duration_s("debounce", debounce), **schedule)
         if as_json:
             job = client.get_job(job_id)
             out: dict[str, Any] = {"job_id": job_id, "kind": job.kind,

@@ -1,7 +1,9 @@
 """What a caller submits: `JobSpec`, and the job ids it gets back.
 
 A job's id is a UUIDv7 in 32 hex digits (the submit's time in ms, then 74 random bits) or,
-with a `dedupe_key`, derived from the key so a repeated submit finds the first job.
+with a `dedupe_key`, derived from the key so a repeated submit finds the first job. With a
+`dedupe_ttl` or `debounce` too, the key holds for a window (window_job_id): its job's id is the
+key's id plus the window's start, placed in the key's shard.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.errors import ValidationError
+from scheduler.core.keys import shard_of
 from scheduler.core.models import RetryPolicy
 from scheduler.core.states import JobKind
 from scheduler.core.timing import Schedule, delayed, resolve
@@ -28,7 +31,10 @@ class JobSpec(msgspec.Struct, kw_only=True):
     default UTC), `catchup` (all | latest | none, default all) with `catchup_limit` (default
     1000), `overlap` (allow | skip, default allow), `start_at` / `end_at` (aware datetimes).
     `priority`: 1 (runs first) to 5 (runs last), default 3 (Reader says how ties and
-    starvation are settled).
+    starvation are settled). `dedupe_ttl` (seconds, with `dedupe_key`): the key holds for
+    that long from its first submit, whatever became of the job, then a submit makes a new
+    job; `debounce` (seconds, with `dedupe_key`, without delay/at/cron): the job runs that
+    long after its latest submit, with the latest payload (docs/guide/dedupe.md).
     """
 
     task: str
@@ -39,6 +45,8 @@ class JobSpec(msgspec.Struct, kw_only=True):
     delivery: str = "at_least_once"
     priority: int | None = None
     dedupe_key: str | None = None
+    dedupe_ttl: float | None = None
+    debounce: float | None = None
     delay: Any = None
     at: Any = None
     cron: str | None = None
@@ -118,6 +126,34 @@ def dedupe_job_id(key: str) -> str:
     return "k" + hashlib.blake2b(key.encode(), digest_size=16).hexdigest()
 
 
+class WindowId(str):
+    """A windowed dedupe key's job id as the client draws it (window_job_id), with what
+    submit.lua's ARGV[6] needs: `base` (the key's dedupe_job_id, naming the record),
+    `ttl_ms` and `debounce_ms`. The job may come back with another id: the first job's,
+    when the window is still open."""
+
+    base: str
+    ttl_ms: int
+    debounce_ms: int
+
+
+def window_job_id(base: str, start_ms: int, shards: int) -> str:
+    """The id of a windowed dedupe key's job (`base`: the key's dedupe_job_id) whose window
+    starts at `start_ms`: the key's id, then a UUIDv7 of the start (unique even when two
+    windows of a key start in one ms, as on a client's clock that stands still). A shard
+    is the crc32 of the whole id, so a counter follows, the first that puts the id in the
+    key's own shard: the dedupe record (`dedupe:<base>`) and the job it names are then
+    written by one script on one Redis Cluster slot. It takes about `shards` tries."""
+    want = shard_of(base, shards)
+    stem = f"{base}.{job_ids.next(start_ms)}"
+    n = 0
+    while True:
+        job_id = f"{stem}.{n:x}"
+        if shard_of(job_id, shards) == want:
+            return job_id
+        n += 1
+
+
 def spec_of(raw: Mapping[str, Any]) -> JobSpec:
     """A submit_many item given as a mapping of submit's arguments."""
     try:
@@ -129,10 +165,12 @@ def spec_of(raw: Mapping[str, Any]) -> JobSpec:
 
 def one_spec(task: str, payload: Any, queue: str, timeout: float | None,
              retry: RetryPolicy | None, delivery: str, dedupe_key: str | None,
-             schedule: dict[str, Any], priority: int | None = None) -> list[JobSpec]:
+             schedule: dict[str, Any], priority: int | None = None,
+             dedupe_ttl: float | None = None, debounce: float | None = None) -> list[JobSpec]:
     """`submit`'s arguments as the one-job batch it submits."""
     return [JobSpec(task=task, payload=payload, queue=queue, timeout=timeout, retry=retry,
-                    delivery=delivery, priority=priority, dedupe_key=dedupe_key, **schedule)]
+                    delivery=delivery, priority=priority, dedupe_key=dedupe_key,
+                    dedupe_ttl=dedupe_ttl, debounce=debounce, **schedule)]
 
 
 def schedule_arguments(arguments: dict[str, Any]) -> dict[str, Any]:

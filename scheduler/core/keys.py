@@ -39,6 +39,10 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
     <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
                                           by when their hash may leave Redis (ms)
+    <ns>:{sNN}:dedupe:<key_id>    string  a windowed dedupe key's job id (dedupe_ttl, debounce),
+                                          expiring with the window; key_id is the key's
+                                          dedupe_job_id, and the job it names is in the
+                                          same shard (jobspec.window_job_id)
     <ns>:{sNN}:submitted:<job_id> string  "this submit call ran" marker, named by the call's
                                           first job, expiring after 10 min (lua/submit.lua)
 
@@ -71,6 +75,7 @@ SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
 SUFFIX_SUBMITTED = "submitted:"
+SUFFIX_DEDUPE = "dedupe:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -80,7 +85,7 @@ DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/lua/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
-                            SUFFIX_SUBMITTED, "due", "cron",
+                            SUFFIX_SUBMITTED, SUFFIX_DEDUPE, "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "lanes"})
 
@@ -218,6 +223,9 @@ class Keys:
         if not sep or not shard.isdigit():
             return None
         return int(shard), rest
+
+    def dedupe(self, shard: int, key_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_DEDUPE}{key_id}"  # string: the window's job id
 
     def due(self, shard: int) -> str:
         return f"{self.prefix(shard)}due"  # zset

@@ -69,6 +69,8 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     retry: RetryPolicy = RetryPolicy()
     delivery: Delivery = Delivery.AT_LEAST_ONCE
     dedupe_key: str | None = None
+    dedupe_ttl_s: float | None = None  # the key's window, from the first submit
+    debounce_s: float | None = None  # a repeat moves the pending run this far ahead
     kind: JobKind = JobKind.IMMEDIATE
     created_ms: int = 0
     fire_ms: int = 0  # the fire time of the first slot (cron: the first occurrence)
@@ -84,6 +86,26 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     next_fire_ms: int | None = None  # the next fire time still ahead, None when there is none
     deleted_ms: int | None = None  # when its series was ended (Client.delete_job)
     deleted: str | None = None  # why (the reason given)
+
+    @property
+    def dedupe_until_ms(self) -> int | None:
+        """When the dedupe key's window ends (dedupe_ttl from the first submit); a debounced
+        run holds its key at least until it fires."""
+        return self.created_ms + round(self.dedupe_ttl_s * 1000) if self.dedupe_ttl_s else None
+
+    def dedupe_text(self, when: Any) -> list[tuple[str, str]]:
+        """The dedupe lines of `sched jobs show` and the console's job page; `when` formats
+        a time in ms."""
+        if not self.dedupe_key:
+            return [("dedupe key", "-")]
+        lines = [("dedupe key", self.dedupe_key)]
+        if self.dedupe_ttl_s:
+            lines.append(("dedupe window", f"{self.dedupe_ttl_s:g}s, until "
+                                           f"{when(self.dedupe_until_ms)}"))
+        if self.debounce_s:
+            lines.append(("debounce", f"{self.debounce_s:g}s (a repeat before the run moves "
+                                      f"it and replaces the payload)"))
+        return lines
 
 
 class Attempt(msgspec.Struct, frozen=True, kw_only=True):
@@ -187,6 +209,16 @@ def check_dedupe_key(key: object) -> str | None:
     if not isinstance(key, str) or not key or len(key) > 512:
         raise ValidationError("dedupe_key", "must be a non-empty string of at most 512 characters")
     return key
+
+
+def check_window_seconds(name: str, seconds: Any) -> int:
+    """dedupe_ttl and debounce: seconds, as whole ms >= 1 (0 when not given)."""
+    if seconds is None:
+        return 0
+    if not finite_number(seconds) or not 0.001 <= float(seconds) <= MAX_SECONDS:
+        raise ValidationError(name, f"{seconds!r} is not allowed; must be a number of seconds "
+                                    f"from 0.001 to {MAX_SECONDS:,} (a year)")
+    return round(float(seconds) * 1000)
 
 
 MAX_DEPTH = 64  # how deep a payload (or a result) may nest lists and objects
@@ -293,6 +325,9 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "jitter": 0.2,
     "delivery": Delivery.AT_LEAST_ONCE.value,
     "dedupe_key": "",
+    # dedupe windows and debounce (scheduler/core/jobspec.py's window_job_id)
+    "dedupe_ttl_ms": 0,
+    "debounce_ms": 0,
     "kind": JobKind.IMMEDIATE.value,
     "priority": DEFAULT_PRIORITY,
     # schedules (scheduler/core/timing.py); immediate jobs store none of them
@@ -385,6 +420,8 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         ),
         delivery=Delivery(_s(raw, "delivery", Delivery.AT_LEAST_ONCE.value)),
         dedupe_key=_s(raw, "dedupe_key") or None,
+        dedupe_ttl_s=_i(raw, "dedupe_ttl_ms") / 1000 or None,
+        debounce_s=_i(raw, "debounce_ms") / 1000 or None,
         kind=JobKind(_s(raw, "kind", JobKind.IMMEDIATE)),
         created_ms=_i(raw, "created_ms"),
         fire_ms=_i(raw, "fire_ms"),

@@ -43,6 +43,12 @@ def rows_of(jobs: Iterable[JobSpec | Mapping[str, Any]],
     state = _state(max_payload_bytes)
     now = time.time_ns() // 1_000_000
     specs = [raw if isinstance(raw, JobSpec) else spec_of(raw) for raw in jobs]
+    for spec in specs:
+        if spec.dedupe_ttl is not None or spec.debounce is not None:
+            # The id is the first job's while the window is open, known only in Redis.
+            raise ValidationError("dedupe_ttl", "dedupe_ttl and debounce are not taken by the "
+                                                "outbox (a windowed job's id is decided in "
+                                                "Redis): submit such jobs with Client.submit")
     checked = [validate(state, spec, now) for spec in specs]
     drawn = iter(job_ids.take(sum(c[0] is None for c in checked), now))
     ids = [c[0] or next(drawn) for c in checked]
@@ -70,7 +76,8 @@ def submit(conn: Any, task: str, payload: Any = None, *, queue: str = "default",
            at: datetime | None = None, cron: str | None = None, tz: str | None = None,
            catchup: str | None = None, catchup_limit: int | None = None,
            overlap: str | None = None, start_at: datetime | None = None,
-           end_at: datetime | None = None, schema: str = DEFAULT_SCHEMA,
+           end_at: datetime | None = None, dedupe_ttl: float | None = None,
+           debounce: float | None = None, schema: str = DEFAULT_SCHEMA,
            max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
     """Submit one job in `conn`'s transaction: it reaches Redis once the transaction commits
     (never if it rolls back). Returns the id the job will have. The options are
@@ -79,7 +86,7 @@ def submit(conn: Any, task: str, payload: Any = None, *, queue: str = "default",
     `sched db upgrade --outbox` made the outbox; `max_payload_bytes`: the namespace's limit
     (a larger payload is refused here; the relay checks the namespace's own)."""
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
-                    schedule_arguments(locals()), priority)
+                    schedule_arguments(locals()), priority, dedupe_ttl, debounce)
     ids, specs = rows_of(jobs, max_payload_bytes)
     _execute(conn, queries(schema)["insert_one"], {"job_id": ids[0], "spec": specs[0]})
     return ids[0]

@@ -50,15 +50,20 @@ def _s(value: bytes | str) -> str:
 
 
 def submit(prefix: str, now_ms: int, maxlen: int,
-           rows: Sequence[tuple[str, str, str, int, Sequence[Any]]], fresh: bool = False) -> Call:
+           rows: Sequence[tuple[str, str, str, int, Sequence[Any]]], fresh: bool = False,
+           windows: Sequence[Any] = ()) -> Call:
     """rows: (job_id, task, queue, fire_ms, job-hash field/value pairs: str or numbers, the
     payload's JSON as str). `fresh`: every job id was drawn at random for this call alone
-    (submit.lua's ARGV[5]: one marker per call instead of an EXISTS per job)."""
+    (submit.lua's ARGV[5]: one marker per call instead of an EXISTS per job). `windows`:
+    submit.lua's ARGV[6], flat (row number from 1, key id, ttl_ms, debounce_ms) per
+    windowed job."""
     items: list[Any] = []
     for job_id, task, queue, fire_ms, fields in rows:
         items += (job_id, task, queue, str(fire_ms), len(fields) // 2)
         items += fields
     args = (now_ms, maxlen, len(rows), pack(items))
+    if windows:  # never `fresh`: a windowed job's id is its key's
+        return Call("submit", (prefix,), (*args, "", pack(list(windows))))
     return Call("submit", (prefix,), (*args, "1") if fresh else args)
 
 

@@ -21,9 +21,11 @@ from scheduler.core.jobspec import (
     DEFAULT_RETRY,
     IMMEDIATE,
     JobSpec,
+    WindowId,
     dedupe_job_id,
     job_ids,
     spec_of,
+    window_job_id,
 )
 from scheduler.core.keys import check_job_id, shards_of
 from scheduler.core.models import (
@@ -34,10 +36,12 @@ from scheduler.core.models import (
     check_queue,
     check_task,
     check_timeout,
+    check_window_seconds,
     encode_payload,
     job_fields,
     schedule_fields,
 )
+from scheduler.core.timing import Schedule, delayed
 from scheduler.redis.failures import REDIS_ERRORS, RedisErrors, translate
 
 if TYPE_CHECKING:
@@ -80,6 +84,9 @@ def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
     # Redis's cmsgpack reads no msgpack `bin`: the JSON travels as a str (scripts.pack).
     payload = None if data == b"null" else data.decode()
     if dedupe is None:
+        if spec.dedupe_ttl is not None or spec.debounce is not None:
+            raise ValidationError("dedupe_key", "dedupe_ttl and debounce need a dedupe_key "
+                                                "(the key they hold); give one or drop them")
         # The fields of a job's options, made once per distinct options; a schedule's own
         # fields (a delay's delay_ms) come last, as job_fields() lays them out.
         key = (timeout, retry, delivery, schedule.kind, priority)
@@ -89,11 +96,36 @@ def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
                                                         None, schedule.kind, None, priority)
         if schedule.fields:
             rest = [*rest, *schedule_fields(schedule.fields)]
-    else:
+    elif spec.dedupe_ttl is None and spec.debounce is None:
         rest = job_fields(b"null", timeout, retry, delivery, dedupe, schedule.kind,
                           schedule.fields, priority)
+    else:
+        schedule, window = windowed(spec, schedule, dedupe, now_ms, core.shards)
+        rest = job_fields(b"null", timeout, retry, delivery, dedupe, schedule.kind,
+                          {**schedule.fields, "dedupe_ttl_ms": window.ttl_ms,
+                           "debounce_ms": window.debounce_ms}, priority)
+        return (window, task, queue, now_ms if schedule is IMMEDIATE else schedule.fire_ms,
+                payload, rest)
     fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
     return (dedupe_job_id(dedupe) if dedupe else None, task, queue, fire_ms, payload, rest)
+
+
+def windowed(spec: JobSpec, schedule: Schedule, key: str, now_ms: int,
+             shards: int) -> tuple[Schedule, WindowId]:
+    """A job with dedupe_ttl or debounce: its schedule (a debounced job is one delayed by
+    the debounce) and its drawn id. A debounce sets the fire time itself, so it is refused
+    with delay, at or cron."""
+    ttl = check_window_seconds("dedupe_ttl", spec.dedupe_ttl)
+    debounce = check_window_seconds("debounce", spec.debounce)
+    if debounce:
+        if schedule is not IMMEDIATE:
+            raise ValidationError("debounce", "sets the run's time itself (debounce seconds "
+                                              "after the latest submit): drop delay, at and "
+                                              "cron, or drop debounce")
+        schedule = delayed(now_ms, spec.debounce)
+    window = WindowId(window_job_id(dedupe_job_id(key), now_ms, shards))
+    window.base, window.ttl_ms, window.debounce_ms = dedupe_job_id(key), ttl, debounce
+    return schedule, window
 
 
 def hash_fields(job: Validated) -> list[Any]:
@@ -127,21 +159,42 @@ class Batch:
                          for _ in range(0, len(m), SUBMIT_CHUNK)]
         self.maxlen = core.events_maxlen
         self.extra = list(extra)
+        self.windowed = False  # a call had a windowed job (calls())
 
     def calls(self) -> Iterator[scripts.Call]:
         """The calls, each packed when asked for (so after the one before was sent)."""
         jobs, ids, extra = self.jobs, self.ids, self.extra
         for prefix, members in zip(self.prefixes, self.members, strict=True):
-            rows = []
+            rows: list[tuple[str, str, str, int, list[Any]]] = []
             fresh = not self.named and len(members) >= FRESH_MIN_JOBS  # and every id drawn
+            windows: list[Any] = []  # submit.lua's ARGV[6]
             for i in members:
                 job = jobs[i]
                 fields = hash_fields(job)
                 if extra:
                     fields = [*fields, *extra]
+                if job[0] is not None:
+                    fresh = False
+                    if type(job[0]) is WindowId:
+                        window = job[0]
+                        ids[i] = str(window)  # a plain str for msgpack and the caller
+                        windows += (len(rows) + 1, window.base, window.ttl_ms,
+                                    window.debounce_ms)
                 rows.append((ids[i], job[1], job[2], job[3], fields))
-                fresh = fresh and job[0] is None
-            yield scripts.submit(prefix, self.now, self.maxlen, rows, fresh=fresh)
+            if windows:
+                self.windowed = True
+            yield scripts.submit(prefix, self.now, self.maxlen, rows, fresh=fresh,
+                                 windows=windows)
+
+    def settle(self, results: list[Any]) -> None:
+        """A windowed job whose window was open has the first job's id: submit.lua replies
+        it in the job's place (instead of a code)."""
+        for members, reply in zip(self.members, results, strict=True):
+            for i, code in zip(members, reply, strict=True):
+                if isinstance(code, bytes):
+                    self.ids[i] = code.decode()
+                elif isinstance(code, str):
+                    self.ids[i] = code
 
     def ask_exist(self, pipe: Any, core: ClientState) -> None:
         """After a broken submit round trip: which of its jobs are there?"""
@@ -186,6 +239,10 @@ def named_ids(jobs: list[Validated], ids: Sequence[str]) -> list[str]:
     out = []
     for i, (job, given) in enumerate(zip(jobs, ids, strict=True)):
         check_job_id(given)
+        if type(job[0]) is WindowId:
+            raise ValidationError("ids", f"job {i} has a dedupe_ttl or debounce: its id is "
+                                         f"decided in Redis (the first job's, while the window "
+                                         f"is open): give none")
         if job[0] is not None and given != job[0]:
             raise ValidationError("ids", f"job {i} has a dedupe key, whose job id is "
                                          f"{job[0]}: give that id or none")

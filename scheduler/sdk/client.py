@@ -227,11 +227,12 @@ class Client(_Driver):
                at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                catchup: str | None = None, catchup_limit: int | None = None,
                overlap: str | None = None, start_at: datetime | None = None,
-               end_at: datetime | None = None, durability: str | None = None) -> str:
+               end_at: datetime | None = None, durability: str | None = None,
+               dedupe_ttl: float | None = None, debounce: float | None = None) -> str:
         return self._drive(job_ops.submit(self._core, task, payload, queue, timeout, retry,
                                           delivery, priority, dedupe_key, delay, at, cron, tz,
                                           catchup, catchup_limit, overlap, start_at, end_at,
-                                          durability))
+                                          durability, dedupe_ttl, debounce))
 
     @_drives(job_ops.submit_many)
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -446,11 +447,13 @@ class AsyncClient(_Driver):
                      at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                      catchup: str | None = None, catchup_limit: int | None = None,
                      overlap: str | None = None, start_at: datetime | None = None,
-                     end_at: datetime | None = None, durability: str | None = None) -> str:
+                     end_at: datetime | None = None, durability: str | None = None,
+                     dedupe_ttl: float | None = None, debounce: float | None = None) -> str:
         return await self._drive(job_ops.submit(self._core, task, payload, queue,
                                                 timeout, retry, delivery, priority, dedupe_key,
                                                 delay, at, cron, tz, catchup, catchup_limit,
-                                                overlap, start_at, end_at, durability))
+                                                overlap, start_at, end_at, durability,
+                                                dedupe_ttl, debounce))
 
     @_drives(job_ops.submit_many)
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,

@@ -71,17 +71,19 @@ def submit(core: ClientState, task: str, payload: Any = None, queue: str = "defa
            cron: str | None = None, tz: str | None = None, catchup: str | None = None,
            catchup_limit: int | None = None, overlap: str | None = None,
            start_at: datetime | None = None, end_at: datetime | None = None,
-           durability: str | None = None) -> Op[str]:
+           durability: str | None = None, dedupe_ttl: float | None = None,
+           debounce: float | None = None) -> Op[str]:
     """Submit one job; returns its id (the first job's id for a repeated dedupe key).
 
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
     catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `priority` 1 (first) to 5
-    (last), default 3. `durability` as for submit_many."""
+    (last), default 3. `durability` as for submit_many. `dedupe_ttl`, `debounce`: a dedupe
+    key's window and debounce (JobSpec; docs/guide/dedupe.md)."""
     # No `*`: the clients' submit (keyword-only there) passes its arguments in order, as
     # binding this many keywords costs more than the rest of the call's wrapping (bench
     # submit, single submits).
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
-                    schedule_arguments(locals()), priority)
+                    schedule_arguments(locals()), priority, dedupe_ttl, debounce)
     return (yield from submit_many(core, jobs, durability=durability))[0]
 
 
@@ -145,6 +147,8 @@ def _submit(core: ClientState, jobs: list[JobSpec | Mapping[str, Any]], durabili
         except REDIS_ERRORS:
             pass
     batch.outcome(results, exists, at, cause)
+    if batch.windowed:
+        batch.settle(results)
     wanted = 1 if mode is Durability.FSYNCED else core.replicas
     if wait is not None and confirmed < wanted:
         raise not_replicated(core, batch.ids, max(confirmed, 0), mode)

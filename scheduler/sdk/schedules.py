@@ -84,7 +84,7 @@ def trigger(core: ClientState, job_id: str) -> Op[str]:
     return slot
 
 
-_NOT_IN_A_SCHEDULE = ("dedupe_key", "delay", "at")
+_NOT_IN_A_SCHEDULE = ("dedupe_key", "dedupe_ttl", "debounce", "delay", "at")
 REDEFINE_TRIES = 8
 
 
@@ -134,8 +134,9 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
     except TypeError as exc:
         raise ValidationError("options", str(exc)) from None
     fields = msgspec.structs.asdict(spec)
-    if fields["priority"] is None:  # specs declared before priorities keep their digest
-        del fields["priority"]
+    for option in ("priority", "dedupe_ttl", "debounce"):
+        if fields[option] is None:  # specs declared before these options keep their digest
+            del fields[option]
     return spec, hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
                                  digest_size=12).hexdigest()
 

@@ -320,6 +320,7 @@ async def job(client: Any, job_id: str) -> Page:
         ("timeout", f"{j.timeout_s:g}s" if j.timeout_s else "none"),
         ("retry", f"max {j.retry.max_attempts} attempts, backoff {j.retry.base_s:g}s.."
                   f"{j.retry.max_s:g}s"),
+        *(j.dedupe_text(when) if j.dedupe_key else []),
         ("payload", msgspec.json.encode(j.payload).decode()[:4000])]
     if j.deleted_ms:
         fields.append(("deleted", f"{when(j.deleted_ms)} ({j.deleted})"))

@@ -83,6 +83,12 @@ OUTBOX = "tests/outbox/test_transactional_submit.py::"
 OUTBOX_WAITS = OUTBOX + "test_rows_wait_while_redis_is_unreachable"
 OUTBOX_RESEND = OUTBOX + "test_a_resend_after_redis_acknowledged_writes_nothing_twice"
 OUTBOX_FAULTS = "tests/faults/test_outbox.py::"
+DEDUPE = "tests/sdk/test_dedupe_windows.py::"
+DEBOUNCED = DEDUPE + "test_a_debounce_moves_the_pending_run_and_takes_the_latest_payload[single]"
+DEBOUNCED_RUN = (DEDUPE + "test_fifty_debounced_submits_run_once_with_the_last_payload_and_a_"
+                 "window_outlives_retention[single]")
+WINDOW_ENDS = (DEDUPE + "test_whatever_became_of_the_job_the_window_holds_then_a_new_job_gets_"
+               "through[single]")
 
 
 @dataclass(frozen=True)
@@ -297,7 +303,7 @@ MUTANTS = [
     Mutant("skip-overlap-promoted-early", "an overlap=\"skip\" occurrence is dispatched early, "
            "so its overlap check sees the job as it was up to the horizon before its time",
            "scheduler/scripts/lua/promote.lua",
-           "  if early and st[1] == 'scheduled' and st[3] == 'skip' then",
+           "  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce') then",
            "  if false then",
            (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
     Mutant("claim-takes-every-free-slot", "a claim takes every free run slot, not a "
@@ -579,4 +585,20 @@ MUTANTS = [
            "scheduler/worker/pool.py", "            return OnceReply(stale=True, error=str(exc))",
            "            return OnceReply(ok=True)",
            (POOL + "test_ctx_once_in_a_child_raises_lease_lost_once_the_slot_was_reclaimed",)),
+    Mutant("debounce-keeps-first-payload", "a debounced repeat moves the pending run but "
+           "keeps the first submit's payload (the run must have the latest)",
+           "scheduler/scripts/lua/submit.lua",
+           "    redis.call('HSET', job_key, 'payload', items[at + 1])",
+           "    local _ = items[at + 1]", (DEBOUNCED,), fast=True),
+    Mutant("dedupe-window-never-ends", "a dedupe window's record is written without its "
+           "expiry: the key holds forever, as a plain dedupe key would",
+           "scheduler/scripts/lua/submit.lua",
+           "      redis.call('SET', prefix .. 'dedupe:' .. window[1], job_id, 'PX',\n"
+           "        math.max(window[2], fire - now, 1))",
+           "      redis.call('SET', prefix .. 'dedupe:' .. window[1], job_id)",
+           (WINDOW_ENDS,), fast=True),
+    Mutant("debounced-slot-dispatched-early", "a debounced slot is taken early by promote: "
+           "repeats after that stop moving it, and a second job starts",
+           "scheduler/scripts/lua/promote.lua", "(st[3] == 'skip' or st[3] == 'debounce')",
+           "st[3] == 'skip'", (DEBOUNCED_RUN,)),
 ]

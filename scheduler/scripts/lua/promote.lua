@@ -23,7 +23,8 @@
   entry until its Redis clock reaches `f` (reader.py), and claim.lua refuses (R.EARLY) to
   start a slot before its `nb`, so no path that loses `f` (a requeue, a sweep) can start it
   early. An overlap="skip" slot is never taken early (its overlap check must see the job as
-  it is at the fire time): it stays in `due` until then.
+  it is at the fire time): it stays in `due` until then; nor is a debounced one (slot field
+  overlap = "debounce", from submit.lua: a repeated submit may still move it).
 
   Every entry carries the job fields its claim needs (_lib.lua's carry_entry: the job hash is
   read here, before the fire time, instead of by the claim at it).
@@ -35,7 +36,8 @@
 
   Reply: {promoted, next_ms, skipped}: how many slots were dispatched; when the caller
   should call again (ms, Redis time; -1 when `due` is empty): the earliest score left minus
-  ahead_ms, or an overlap="skip" slot's own score; and how many occurrences ended `skipped`.
+  ahead_ms, or the own score of a slot never taken early (below); and how many occurrences
+  ended `skipped`.
 
   Events: "queued", each record its slot id alone (events.py; the slot hash holds the rest),
   or {slot, job} for an overlap="skip" slot, which changed its job's `active` (the snapshotter
@@ -56,7 +58,7 @@ local until_ms = due_before + ahead
 local ids = redis.call('ZRANGE', due, '-inf', until_ms, 'BYSCORE', 'LIMIT', 0, limit,
   'WITHSCORES')
 local records, skipped, activated = {}, {}, {}
-local left = nil  -- the earliest score of an overlap="skip" slot left for its fire time
+local left = nil  -- the earliest score of a slot left for its fire time (overlap skip, debounce)
 local taken = {}  -- ids leaving `due`, only kept once one stays behind (see the end)
 local indexed = {}  -- lanes named in `lanes` by this call
 
@@ -75,7 +77,7 @@ for i = 1, #ids, 2 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority', 'job_id')
   local early = tonumber(score) > now
-  if early and st[1] == 'scheduled' and st[3] == 'skip' then
+  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce') then
     if not left then left = tonumber(score) end
   else
     taken[#taken + 1] = slot_id

@@ -18,6 +18,23 @@
            for the EXISTS of every job: the script is atomic, so it ran exactly when the
            marker is there. Without it (dedupe keys, named schedules, calls of a few jobs:
            batching.FRESH_MIN_JOBS) each id is checked.
+  ARGV[6]  windows         optional (then ARGV[5] is ""): msgpack array, flat, per job with a
+           dedupe window (dedupe_ttl and/or debounce: scheduler/sdk/batching.py's windowed):
+           row (the job's number in this call, from 1), key_id (the key's dedupe_job_id),
+           ttl_ms, debounce_ms. The record `<prefix>dedupe:<key_id>` holds the window's job
+           id; the job id was drawn in this shard (jobspec.window_job_id), so on a Cluster
+           both are in one slot. While the record lives, the job is not written and its
+           reply is the record's job id (a string, not a code); a debounce then, if that
+           job's slot is still `scheduled` and never started (attempt 0), replaces the job's
+           payload with this one (or removes it) and moves the slot to now + debounce_ms
+           (its `due` score and its fire_ms field; the slot keeps its id), stretching the
+           record to that time if it would end sooner. A slot already dispatched is left as
+           it is. Without the record
+           the job is created as any other, and the record is set to its id, expiring after
+           max(ttl_ms, fire_ms - now) (a debounced run keeps its key until it fires); a
+           debounced slot gets field overlap = "debounce", which promote.lua never takes
+           early (a repeat can move it until its fire time).
+           Without ARGV[6] a submit pays one nil test per job.
 
   Every job is checked before anything is written; one that fails a check refuses the whole
   call with an error reply "INVALID job <i> (<id>): <problem>; nothing was written" (a
@@ -49,6 +66,7 @@
                no slot here: it enters the shard's `cron` set scored by fire_ms, its first
                occurrence, and the materializer creates its slots. Jobs of any kind but
                "immediate" are indexed in the shard's `jobs` set (for listing).
+     job id    (a string) a windowed job whose window was open: the first job's id (ARGV[6])
      R.EXISTS  the job id already existed (a dedupe key repeated, or this very call run
                again by a client retry after a lost reply: generated ids need the check too,
                made once per call when `fresh`); nothing was written
@@ -67,6 +85,7 @@ local maxlen = ARGV[2]
 local n = tonumber(ARGV[3])
 local items = cmsgpack.unpack(ARGV[4])
 local fresh = ARGV[5] == '1'
+local windows = ARGV[6] and cmsgpack.unpack(ARGV[6])  -- nil for nearly every call
 -- Longer than any resend of a lost reply (redis-py retries within seconds), and no longer: the
 -- marker holds memory while it lives.
 local SUBMITTED_TTL_MS = 600000
@@ -161,6 +180,54 @@ if items[b + 1] ~= nil then
     .. ' jobs and their field counts')
 end
 
+-- The windows, checked, by row: {key_id, ttl_ms, debounce_ms}.
+if windows then
+  local by_row = {}
+  for w = 1, #windows, 4 do
+    local row, key_id, ttl, debounce = windows[w], windows[w + 1], windows[w + 2], windows[w + 3]
+    if type(row) ~= 'number' or row < 1 or row > n or row % 1 ~= 0 then
+      return invalid(0, '', 'a window names no job of this call')
+    end
+    if not name_ok(key_id, 128) then return invalid(row, '', 'malformed window key id') end
+    if type(ttl) ~= 'number' or type(debounce) ~= 'number' or ttl < 0 or debounce < 0
+        or ttl % 1 ~= 0 or debounce % 1 ~= 0 or ttl + debounce < 1 or ttl >= 1e15
+        or debounce >= 1e15 then
+      return invalid(row, key_id, 'a window needs whole ms >= 0 of ttl and debounce, not both 0')
+    end
+    by_row[row] = {key_id, ttl, debounce}
+  end
+  windows = by_row
+end
+
+-- A repeat of a windowed key while its record lives: the job it names, after the debounce.
+local function window_held(i, at, last)
+  local window = windows[i]
+  if not window then return nil end
+  local record = prefix .. 'dedupe:' .. window[1]
+  local held = redis.call('GET', record)
+  if not held or window[3] == 0 then return held end
+  local job_key = prefix .. 'job:' .. held
+  local first_fire = redis.call('HGET', job_key, 'fire_ms')
+  if not first_fire then return held end  -- the job is gone: nothing to move
+  local slot_id = held .. ':' .. first_fire
+  local slot_key = prefix .. 'slot:' .. slot_id
+  local st = redis.call('HMGET', slot_key, 'status', 'attempt')
+  -- only a run that never started: a retry waiting in `due` is `scheduled` too
+  if st[1] ~= 'scheduled' or st[2] and st[2] ~= '0' then return held end
+  if items[at] == 'payload' and at <= last then  -- the client sends it first
+    redis.call('HSET', job_key, 'payload', items[at + 1])
+  else
+    redis.call('HDEL', job_key, 'payload')
+  end
+  local fire = string.format('%d', now + window[3])
+  redis.call('ZADD', prefix .. 'due', 'XX', fire, slot_id)
+  redis.call('HSET', slot_key, 'fire_ms', fire)
+  if redis.call('PTTL', record) < window[3] then
+    redis.call('PEXPIRE', record, window[3])
+  end
+  return held
+end
+
 local reply = {}
 if fresh and n > 0 and not redis.call('SET', prefix .. 'submitted:' .. items[1], '1', 'NX',
     'PX', SUBMITTED_TTL_MS) then
@@ -179,7 +246,10 @@ for i = 1, n do
   local first, last = b + 6, b + 5 + 2 * f
   b = last
   local job_key = prefix .. 'job:' .. job_id
-  if not fresh and redis.call('EXISTS', job_key) == 1 then
+  local held = windows and window_held(i, first, last)
+  if held then
+    reply[i] = held
+  elseif not fresh and redis.call('EXISTS', job_key) == 1 then
     reply[i] = R.EXISTS
   else
     local fire = tonumber(fire_ms)
@@ -223,6 +293,15 @@ for i = 1, n do
         'status', status, 'queue', queue, 'task', task, 'msg', msg)
     end
     reply[i] = R.OK
+    if windows and windows[i] then
+      local window = windows[i]
+      redis.call('SET', prefix .. 'dedupe:' .. window[1], job_id, 'PX',
+        math.max(window[2], fire - now, 1))
+      -- promote.lua takes it at its fire time, never early: until then a repeat may move it
+      if window[3] > 0 then
+        redis.call('HSET', prefix .. 'slot:' .. slot_id, 'overlap', 'debounce')
+      end
+    end
     -- Only what the snapshotter needs (it reads the hashes): bytes in the events stream
     -- until the snapshotter acks.
     if not slot_id or fire < now then
