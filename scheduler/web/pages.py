@@ -354,6 +354,9 @@ async def slot(client: Any, slot_id: str) -> Page:
               ("result", "-" if s.result is None else msgspec.json.encode(s.result).decode()[:4000])]
     if s.status is SlotStatus.RUNNING:
         fields += [("worker", s.worker or "-"), ("lease until", when(s.lease_until_ms))]
+    if s.progress is not None:
+        fields.append(("progress", f"{s.progress.line()} (attempt {s.progress.attempt}, "
+                                   f"reported {when(s.progress.at_ms)})"))
     actions: list[tuple[str, str, str, list[str], str | None]] = []
     if s.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED, SlotStatus.RUNNING):
         actions.append(("/actions/cancel", "cancel", "ids", [slot_id], None))
