@@ -364,6 +364,8 @@ async def slot(client: Any, slot_id: str) -> Page:
         actions += [("/actions/replay", "replay", "slots", [slot_id], None),
                     ("/actions/purge", "purge", "slots", [slot_id], "Purge it from the DLQ?")]
     return "detail.html", {
+        # A running slot's fields refresh themselves (its lease, its progress) until it ends.
+        "live": f"/slots/{slot_id}" if s.status is SlotStatus.RUNNING else None,
         "title": f"Slot {slot_id}", "fields": fields, "actions": actions, "tables": [
             ("Attempts", ["#", "worker", "claimed", "started", "finished", "outcome", "error",
                           "log"],

@@ -1,6 +1,7 @@
 """A long run's progress (ctx.progress): each report rides the worker's next heartbeat, so the
-SDK and the console's slot page show it within one heartbeat interval; bad values raise in the
-handler; hostile text is escaped on the page."""
+SDK and the console's slot page show it within one heartbeat interval, and a slot page left
+open in a browser refreshes itself to the last step; bad values raise in the handler; hostile
+text is escaped on the page."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import time
 from typing import Any
 
 import pytest
+from playwright.async_api import async_playwright, expect
+from test_console import CHROMIUM
 
-from helpers import http_get, running, sched, serve_console
+from helpers import http_get, running, sched, serve_console, until
 from scheduler import AsyncClient, Context, Registry, SlotStatus
 from scheduler.core.models import PROGRESS_MESSAGE_CHARS
 from scheduler.redis.clients import async_redis
@@ -55,6 +58,35 @@ def _step_on_page(body: str) -> int | None:
     return int(m.group(2))
 
 
+async def _running(client: AsyncClient, slot_id: str) -> bool:
+    return (await client.get_slot(slot_id)).status is SlotStatus.RUNNING
+
+
+async def _watch(client: AsyncClient, job_id: str, slot_id: str, base: str,
+                 sdk_seen: dict[int, float], page_seen: dict[int, float],
+                 task: asyncio.Task[None]) -> None:
+    """Polls the SDK and the slot's page until the run ends: when each step first shows."""
+    deadline = time.monotonic() + STEPS * INTERVAL_S * 1.25 + 20
+    while (await client.get_slot(slot_id)).status is not SlotStatus.SUCCEEDED:
+        assert time.monotonic() < deadline, "the run did not end"
+        assert not task.done(), task
+        p = await client.progress(job_id)
+        if p is not None:
+            step = round(p.fraction * STEPS)
+            assert p.message == f"step {step} of {STEPS} {HOSTILE}"
+            sdk_seen.setdefault(step, time.monotonic())
+        status, body = await asyncio.to_thread(http_get,
+                                               f"{base}/slots/{slot_id}")
+        assert status == 200 and HOSTILE not in body
+        if (step := _step_on_page(body) or 0) > 0:
+            page_seen.setdefault(step, time.monotonic())
+            if step < STEPS:  # running: the page refreshes its fields itself
+                assert f'hx-get="/slots/{slot_id}"' in body
+        await asyncio.sleep(0.05)
+    status, body = await asyncio.to_thread(http_get, f"{base}/slots/{slot_id}")
+    assert _step_on_page(body) == STEPS and "hx-get" not in body  # ended: no refresh
+
+
 @pytest.mark.slow
 def test_each_step_of_a_long_run_shows_in_the_sdk_and_the_console_within_a_heartbeat(
         redis_url: str, ns: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -79,23 +111,26 @@ def test_each_step_of_a_long_run_shows_in_the_sdk_and_the_console_within_a_heart
         page_seen: dict[int, float] = {}
         try:
             async with AsyncClient(redis_url, ns) as client:
-                job_id = await client.submit("long.report")
-                [slot] = await client.slots(job_id)
-                deadline = time.monotonic() + STEPS * INTERVAL_S * 1.25 + 20
-                while (await client.get_slot(slot.slot_id)).status is not SlotStatus.SUCCEEDED:
-                    assert time.monotonic() < deadline, "the run did not end"
-                    assert not task.done(), task
-                    p = await client.progress(job_id)
-                    if p is not None:
-                        step = round(p.fraction * STEPS)
-                        assert p.message == f"step {step} of {STEPS} {HOSTILE}"
-                        sdk_seen.setdefault(step, time.monotonic())
-                    status, body = await asyncio.to_thread(http_get,
-                                                           f"{base}/slots/{slot.slot_id}")
-                    assert status == 200 and HOSTILE not in body
-                    if (step := _step_on_page(body) or 0) > 0:
-                        page_seen.setdefault(step, time.monotonic())
-                    await asyncio.sleep(0.05)
+                async with async_playwright() as p:
+                    browser = await p.chromium.launch(executable_path=CHROMIUM,
+                                                      args=["--no-sandbox"])
+                    page = await browser.new_page()
+                    refused: list[str] = []  # what the Content-Security-Policy refused
+                    page.on("console", lambda m: refused.append(m.text)
+                            if "Content Security Policy" in m.text else None)
+                    job_id = await client.submit("long.report")
+                    [slot] = await client.slots(job_id)
+                    watch = asyncio.create_task(_watch(client, job_id, slot.slot_id, base,
+                                                       sdk_seen, page_seen, task))
+                    await until("the run", lambda: _running(client, slot.slot_id))
+                    await page.goto(f"{base}/slots/{slot.slot_id}")  # opened once, early
+                    opened = _step_on_page(await page.content()) or 0
+                    await watch
+                    # Never reloaded, the page has refreshed its fields up to the last step.
+                    await expect(page.locator("#fields")).to_contain_text(
+                        f"100% step {STEPS} of {STEPS}", timeout=5000)
+                    await browser.close()
+                assert opened < 3 and not refused, (opened, refused)
         finally:
             worker.stop()
             await task

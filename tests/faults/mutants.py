@@ -114,6 +114,11 @@ MUTANTS = [
            "scheduler/worker/heartbeat.py",
            "[(i, *report) for i, report, _ in reports.get(s, ())]", "[]",
            (PROGRESS_SHOWN,)),
+    Mutant("slot-page-not-live", "a running slot's page never refreshes its fields: its "
+           "progress stays as it was when the page was opened",
+           "scheduler/web/pages.py",
+           '"live": f"/slots/{slot_id}" if s.status is SlotStatus.RUNNING else None,',
+           '"live": None,', (PROGRESS_SHOWN,)),
     Mutant("reclaim-ends-lost", "an expired at-least-once lease ends `lost` instead of "
            "re-running (terminal rule)",
            "scheduler/scripts/lua/_lib.lua", "  elseif job[1] == 'at_most_once' then",
