@@ -192,7 +192,9 @@ def get_slot(core: ClientState, slot: str) -> Op[Slot]:
 
 def progress(core: ClientState, job_or_slot_id: str) -> Op[Progress | None]:
     """The last `ctx.progress` a handler reported (fraction, message, at_ms, attempt) for a
-    slot (`job_id:fire_ms`), or for a job's latest slot; None when it reported none.
+    slot (`job_id:fire_ms`), or for a job's latest slot (a recurring job's latest may be
+    an occurrence made ahead that has not run: pass the slot id); None when it reported
+    none.
     Reports reach Redis with the worker's next heartbeat (a third of the lease), not at
     once. SlotNotFound / JobNotFound once it has left Redis."""
     if ":" in job_or_slot_id:
