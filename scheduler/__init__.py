@@ -14,14 +14,14 @@ from scheduler.core.errors import (
     ValidationError,
 )
 from scheduler.core.limits import QueueLimit
-from scheduler.core.models import Attempt, Job, RetryPolicy, Slot
+from scheduler.core.models import Attempt, Job, Progress, RetryPolicy, Slot
 from scheduler.core.states import Delivery, Durability, Outcome, SlotStatus
 from scheduler.sdk.client import AsyncClient, Client, JobSpec
 from scheduler.worker.registry import Context, Registry, SyncContext
 
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",
-    "DurabilityError", "Job", "JobSpec", "Outcome", "QueueLimit", "RedisFailure",
+    "DurabilityError", "Job", "JobSpec", "Outcome", "Progress", "QueueLimit", "RedisFailure",
     "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout", "Retry", "RetryPolicy",
     "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "SyncContext",
     "ValidationError",

@@ -68,6 +68,13 @@ class Shard:
     def slot(self) -> Any:
         return self.client.get_slot(self.slot_id)
 
+    def hand_over(self, worker: str) -> None:
+        """W claims the slot (attempt 1) and releases it; `worker` claims it (attempt 2)."""
+        self.claim(self.read())
+        now = self.clock.now_ms()
+        self.run(scripts.release(self.prefix, now, 1000, W, [(self.slot_id, 1, now)]))
+        self.claim(self.read(consumer=worker), worker=worker)
+
     def events(self) -> list[tuple[str, list[dict[str, Any]]]]:
         out = []
         for _, f in self.r.xrange(self.keys.events(self.shard)):

@@ -83,3 +83,17 @@ def late_once(ctx: SyncContext, payload: Any) -> str:
         out.write_text(f"LeaseLost: {exc}")
         raise
     return "first attempt"
+
+
+@registry.task("pool.progress", pool="process")
+def progress(ctx: SyncContext, payload: Any) -> str:
+    """Reports progress from a child (a bad value first: it raises here, in the handler),
+    then outlives a heartbeat interval so the report rides one."""
+    try:
+        ctx.progress(2, "too far")
+        refused = ""
+    except ValueError as exc:
+        refused = str(exc)
+    ctx.progress(0.5, "half\nway")
+    time.sleep(payload)
+    return refused

@@ -18,6 +18,13 @@ def when(ms: int | None) -> str:
         "+00:00", "Z")
 
 
+def progress_text(progress: Any) -> str:
+    """A slot's last ctx.progress for people: "40% step 4 of 10 (at ...)", "-" for none."""
+    if progress is None:
+        return "-"
+    return f"{progress.line()} (at {when(progress.at_ms)})"
+
+
 def echo_json(value: Any) -> None:
     click.echo(msgspec.json.encode(value).decode())
 
@@ -111,8 +118,9 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
     click.echo("")
     if len(slots) < len(every):
         click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")
-    table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms)] for s in slots],
-          ["slot", "status", "attempts", "fire time"])
+    table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms),
+            progress_text(s.progress) if s.progress else ""] for s in slots],
+          ["slot", "status", "attempts", "fire time", "progress"])
 
 
 @click.command()
@@ -147,5 +155,8 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
             rows += [["", "", "", "", "", "", "", "", f"| {line}"] for line in a.log or ()]
         if s.status.value == "running":
             rows.append(["", "", "", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
+        if s.progress is not None:
+            rows.append(["", "", "", f"#{s.progress.attempt}", "", "", "", "",
+                         f"progress {progress_text(s.progress)}"])
     table(rows, ["slot", "status", "priority", "attempt", "outcome", "worker", "started", "took",
                  "error / result"])

@@ -124,6 +124,60 @@ class Attempt(msgspec.Struct, frozen=True, kw_only=True):
     log: list[str] | None = None  # the lines the handler logged (ctx.logger, INFO and up)
 
 
+PROGRESS_MESSAGE_CHARS = 200  # a progress message is one line, cut to this many characters
+
+
+class Progress(msgspec.Struct, frozen=True):
+    """A running handler's latest `ctx.progress(fraction, message)`: the fraction done
+    (0..1), its message (None: it gave none) and when it reported it (`at_ms`, the worker's
+    clock), by attempt `attempt` (a retry starts with its predecessor's last until it
+    reports its own). It rides the worker's next heartbeat into the slot hash, fields
+    `progress`, `progress_msg`, `progress_ms` and `progress_attempt` (heartbeat.lua), fenced
+    by the attempt's token: a stale attempt writes none."""
+
+    fraction: float
+    message: str | None
+    at_ms: int
+    attempt: int = 0
+
+    def line(self) -> str:
+        """For people: "40% step 4 of 10" (`sched runs`, the console)."""
+        percent = f"{self.fraction * 100:.0f}%"
+        return f"{percent} {self.message}" if self.message else percent
+
+
+def check_progress(fraction: object, message: object = None) -> tuple[float, str | None]:
+    """ctx.progress's arguments as stored: a finite fraction 0..1, and a message on one line
+    cut to PROGRESS_MESSAGE_CHARS, unprintable characters replaced by U+FFFD; ValueError
+    naming the bad one."""
+    if (isinstance(fraction, bool) or not isinstance(fraction, int | float)
+            or not math.isfinite(fraction) or not 0 <= fraction <= 1):
+        raise ValueError(f"ctx.progress: fraction must be a number from 0 to 1, not "
+                         f"{fraction!r:.60}")
+    if message is None:
+        return float(fraction), None
+    if not isinstance(message, str):
+        raise ValueError(f"ctx.progress: message must be a string or None, not "
+                         f"{type(message).__name__}")
+    line = " ".join(message[:4 * PROGRESS_MESSAGE_CHARS].split())[:PROGRESS_MESSAGE_CHARS]
+    # Shown as is by `sched runs`: no terminal escape gets through.
+    line = "".join(c if c.isprintable() else "\ufffd" for c in line)
+    # A lone surrogate cannot be encoded: it would fail the heartbeat that carries it.
+    return float(fraction), line.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def progress_from_hash(raw: dict[bytes, bytes]) -> Progress | None:
+    value = raw.get(b"progress")
+    if not value:
+        return None
+    try:
+        fraction = float(value)
+    except ValueError:  # written past the worker's checks: fails no listing
+        return None
+    return Progress(fraction, _s(raw, "progress_msg") or None, _i(raw, "progress_ms"),
+                    _i(raw, "progress_attempt"))
+
+
 class Slot(msgspec.Struct, frozen=True, kw_only=True):
     """One occurrence of a job, `<job_id>:<fire_ms>` (`Client.get_slot`, `slots`, `runs`):
     its status, its current attempt and lease, every attempt so far, and a success's result.
@@ -146,6 +200,7 @@ class Slot(msgspec.Struct, frozen=True, kw_only=True):
     available_ms: int | None = None
     attempts: list[Attempt] = []
     result: Any = None  # a succeeded handler's return value (None when it returned none)
+    progress: Progress | None = None  # the latest attempt's last ctx.progress, if it gave one
 
 
 _attempt_decoder = msgspec.json.Decoder(Attempt)
@@ -472,6 +527,7 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
         available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
         attempts=[attempts[n] for n in sorted(attempts)],
         result=shown_payload(raw.get(b"result")),
+        progress=progress_from_hash(raw) if b"progress" in raw else None,
     )
 
 

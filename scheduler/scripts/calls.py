@@ -148,12 +148,19 @@ def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
 
 
 def heartbeat(prefix: str, now_ms: int, lease_ms: int, worker: str,
-              items: Sequence[tuple[Any, ...]], maxlen: int = EVENTS_MAXLEN) -> Call:
+              items: Sequence[tuple[Any, ...]], maxlen: int = EVENTS_MAXLEN,
+              progress: Sequence[tuple[int, float, str | None, int]] = ()) -> Call:
     """items: (slot_id, token[, new]): new, the run's first heartbeat since its claim,
-    announces it in a "claimed" event (heartbeat.lua)."""
+    announces it in a "claimed" event (heartbeat.lua). progress: (i, fraction, message,
+    at_ms) for the runs that reported progress since the last beat, i the run's place in
+    `items` (0-based); none adds no argument."""
     args: list[Any] = [now_ms, lease_ms, worker, maxlen, len(items)]
     for item in items:
         args += (item[0], item[1], "1" if len(item) > 2 and item[2] else "")
+    if progress:
+        args.append(len(progress))
+        for i, fraction, message, at_ms in progress:
+            args += (i + 1, repr(fraction), message or "", at_ms)
     return Call("heartbeat", (prefix,), tuple(args))
 
 

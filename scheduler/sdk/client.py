@@ -39,7 +39,7 @@ from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.limits import QueueLimit
-from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, Job, RetryPolicy, Slot
+from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, Job, Progress, RetryPolicy, Slot
 from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.observe.status import Status, Supervisor, WorkerStatus
 from scheduler.redis.clients import SDK_TIMEOUT_S, async_redis, sync_redis, where
@@ -252,6 +252,10 @@ class Client(_Driver):
     @_drives(job_ops.get_slot)
     def get_slot(self, slot: str) -> Slot:
         return self._drive(job_ops.get_slot(self._core, slot))
+
+    @_drives(job_ops.progress)
+    def progress(self, job_or_slot_id: str) -> Progress | None:
+        return self._drive(job_ops.progress(self._core, job_or_slot_id))
 
     @_drives(job_ops.slots)
     def slots(self, job_id: str, last: int | None = None) -> list[Slot]:
@@ -473,6 +477,10 @@ class AsyncClient(_Driver):
     @_drives(job_ops.get_slot)
     async def get_slot(self, slot: str) -> Slot:
         return await self._drive(job_ops.get_slot(self._core, slot))
+
+    @_drives(job_ops.progress)
+    async def progress(self, job_or_slot_id: str) -> Progress | None:
+        return await self._drive(job_ops.progress(self._core, job_or_slot_id))
 
     @_drives(job_ops.slots)
     async def slots(self, job_id: str, last: int | None = None) -> list[Slot]:

@@ -1,6 +1,6 @@
 """Jobs: submitting them (`submit`, `submit_many`; scheduler/sdk/batching.py validates and
 packs a batch), reading them and their slots (`get_job`, `list_jobs`, `slots`,
-`latest_slots`, `get_slot`), and the operator's actions on their slots (`cancel`, and the
+`latest_slots`, `get_slot`, `progress`), and the operator's actions on their slots (`cancel`, and the
 dead-letter queue: `dead_letters`, `replay`, `purge`).
 
 Operator actions are one Lua transition per shard, all shards in one pipelined round trip.
@@ -18,7 +18,7 @@ import scheduler.scripts.calls as scripts
 from scheduler.core.errors import ConfigError, DurabilityError, SlotNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec, one_spec, schedule_arguments
 from scheduler.core.keys import check_job_id, shard_of, slot_id, split_slot_id
-from scheduler.core.models import Job, RetryPolicy, Slot, slot_from_hash
+from scheduler.core.models import Job, Progress, RetryPolicy, Slot, slot_from_hash
 from scheduler.core.states import Durability
 from scheduler.redis.failures import REDIS_ERRORS, RedisErrors
 from scheduler.scripts.replies import Code, codes
@@ -192,6 +192,19 @@ def get_slot(core: ClientState, slot: str) -> Op[Slot]:
     if not raw:
         raise SlotNotFound(slot)
     return slot_from_hash(slot, raw)
+
+
+def progress(core: ClientState, job_or_slot_id: str) -> Op[Progress | None]:
+    """The last `ctx.progress` a handler reported (fraction, message, at_ms, attempt) for a
+    slot (`job_id:fire_ms`), or for a job's latest slot (a recurring job's latest may be
+    an occurrence made ahead that has not run: pass the slot id); None when it reported
+    none.
+    Reports reach Redis with the worker's next heartbeat (a third of the lease), not at
+    once. SlotNotFound / JobNotFound once it has left Redis."""
+    if ":" in job_or_slot_id:
+        return (yield from get_slot(core, job_or_slot_id)).progress
+    found = yield from slots(core, job_or_slot_id, last=1)
+    return found[-1].progress if found else None
 
 
 def slots(core: ClientState, job_id: str, last: int | None = None) -> Op[list[Slot]]:

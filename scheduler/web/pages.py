@@ -355,6 +355,9 @@ async def slot(client: Any, slot_id: str) -> Page:
               ("result", "-" if s.result is None else msgspec.json.encode(s.result).decode()[:4000])]
     if s.status is SlotStatus.RUNNING:
         fields += [("worker", s.worker or "-"), ("lease until", when(s.lease_until_ms))]
+    if s.progress is not None:
+        fields.append(("progress", f"{s.progress.line()} (attempt {s.progress.attempt}, "
+                                   f"reported {when(s.progress.at_ms)})"))
     actions: list[tuple[str, str, str, list[str], str | None]] = []
     if s.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED, SlotStatus.RUNNING):
         actions.append(("/actions/cancel", "cancel", "ids", [slot_id], None))
@@ -362,6 +365,8 @@ async def slot(client: Any, slot_id: str) -> Page:
         actions += [("/actions/replay", "replay", "slots", [slot_id], None),
                     ("/actions/purge", "purge", "slots", [slot_id], "Purge it from the DLQ?")]
     return "detail.html", {
+        # A running slot's fields refresh themselves (its lease, its progress) until it ends.
+        "live": f"/slots/{slot_id}" if s.status is SlotStatus.RUNNING else None,
         "title": f"Slot {slot_id}", "fields": fields, "actions": actions, "tables": [
             ("Attempts", ["#", "worker", "claimed", "started", "finished", "outcome", "error",
                           "log"],

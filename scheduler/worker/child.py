@@ -32,7 +32,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.errors import Cancel, LeaseLost, Retry, ValidationError
-from scheduler.core.models import encode_payload
+from scheduler.core.models import check_progress, encode_payload
 from scheduler.worker.execution import _one_line, clean
 from scheduler.worker.registry import Handler, RunLogger, SyncContext
 
@@ -78,6 +78,13 @@ class OnceAsk(msgspec.Struct, tag=True):
     name: str
 
 
+class Report(msgspec.Struct, tag=True):
+    """ctx.progress in a child, checked there: the worker records it on the run."""
+
+    fraction: float
+    message: str | None = None
+
+
 class Done(msgspec.Struct, tag=True):
     value: msgspec.Raw  # the return value's JSON (null for None)
     unkept: str = ""  # why the return value is not kept (not JSON, too large)
@@ -91,7 +98,7 @@ class Failed(msgspec.Struct, tag=True):
 
 
 ToChild = Setup | Job | OnceReply
-FromChild = Ready | Line | OnceAsk | Done | Failed
+FromChild = Ready | Line | OnceAsk | Report | Done | Failed
 _encode = msgspec.json.Encoder().encode
 
 
@@ -163,6 +170,10 @@ class ChildContext(SyncContext):
                          job.delivery, parent.once)  # type: ignore[arg-type]
         self._parent = parent
         self._level = level
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        # Checked here, so a bad value raises in the handler, as it does in the worker.
+        self._parent.send(Report(*check_progress(fraction, message)))
 
     @property
     def logger(self) -> RunLogger:

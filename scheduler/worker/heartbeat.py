@@ -2,7 +2,9 @@
 could not keep.
 
 Every ~lease/3: one `heartbeat` call per shard extends the lease of every in-flight slot
-(and resets its stream entry's idle time) and moves each renewed run's `deadline`
+(and resets its stream entry's idle time), writes the latest `ctx.progress` of the runs that
+reported one since the last beat (nothing more when none did), and moves each renewed run's
+`deadline`
 (scheduler/worker/inflight.py); slots whose lease was lost are stopped; the worker's entry in
 `<ns>:workers` is refreshed in the same round trip, with its in-flight count and its
 per-queue rates over the last interval (for `sched status`: rates cost no command beyond
@@ -79,18 +81,21 @@ class Heartbeat(Service):
     async def run_once(self) -> None:
         sent = self.clock.monotonic()
         now = self.clock.now_ms()
-        by_shard: defaultdict[int, list[tuple[str, int, bool]]] = defaultdict(list)
         for slot, run in list(self.running.items()):
             if run.handler is not None and run.handler.done():  # a bug: never keep such a lease alive
                 log.error("run of %s ended without its outcome; its lease is left to expire",
                           slot)
                 del self.running[slot]
         runs = list(self.running.values())
-        for run in runs:  # a run's first heartbeat announces it (heartbeat.lua's "claimed")
-            by_shard[run.shard].append((run.slot_id, run.token, not run.announced))
+        by_shard, reports = _items(runs)
         calls = [scripts.heartbeat(self.keys.prefix(s), now, self.lease_ms, self.worker_id, items,
-                                   self.events_maxlen) for s, items in by_shard.items()]
+                                   self.events_maxlen,
+                                   [(i, *report) for i, report, _ in reports.get(s, ())])
+                 for s, items in by_shard.items()]
         replies = await scripts.run_async(self.redis, calls)
+        for shard_reports in reports.values():  # sent (or dropped by the fence): not again
+            for _, report, ctx in shard_reports:
+                ctx.sent(report)
         lost = 0
         deadline = sent + self.lease_ms / 1000
         for items, reply in zip(by_shard.values(), replies, strict=True):
@@ -181,6 +186,25 @@ class Heartbeat(Service):
         pipe.zrem(self.keys.workers, self.worker_id)
         pipe.delete(self.keys.worker(self.worker_id))
         await transport.send(pipe)
+
+
+Report = tuple[int, tuple[float, str | None, int], Any]  # (place in items, report, its ctx)
+
+
+def _items(runs: list[Run]) -> tuple[dict[int, list[tuple[str, int, bool]]],
+                                     dict[int, list[Report]]]:
+    """Each shard's heartbeat items, a run's first one announcing it (heartbeat.lua's
+    "claimed"), and the runs that reported progress since the last beat, written in the same
+    call under the same token fence."""
+    by_shard: defaultdict[int, list[tuple[str, int, bool]]] = defaultdict(list)
+    reports: defaultdict[int, list[Report]] = defaultdict(list)
+    for run in runs:
+        items = by_shard[run.shard]
+        ctx = run.ctx
+        if ctx is not None and (report := ctx.reported()) is not None:
+            reports[run.shard].append((len(items), report, ctx))
+        items.append((run.slot_id, run.token, not run.announced))
+    return by_shard, reports
 
 
 def _by_queue(runs: list[Run]) -> bytes:

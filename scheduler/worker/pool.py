@@ -5,7 +5,8 @@ stopped.
 
 The worker starts the pool only when its registry has a process task. A run waits for an
 idle child (its timeout counts from when one takes it), sends it its context and payload,
-and serves what comes back: log lines into the run's `ctx.logger`, `ctx.once` questions
+and serves what comes back: log lines into the run's `ctx.logger`, `ctx.progress` reports
+onto its context (the heartbeat carries them), `ctx.once` questions
 answered by the worker's own `ctx.once` (Execution._once), then the outcome. The worker
 keeps the run's lease, heartbeat and commit throughout, as for any run.
 
@@ -42,6 +43,7 @@ from scheduler.worker.child import (
     OnceAsk,
     OnceReply,
     Ready,
+    Report,
     Setup,
 )
 from scheduler.worker.execution import ChildFailed
@@ -223,6 +225,8 @@ class ProcessPool:
                     run.ctx.logger.log(message.level, message.text)
                 elif isinstance(message, OnceAsk):
                     child.send(await self._once(run, message.name))
+                elif isinstance(message, Report):
+                    run.ctx.progress(message.fraction, message.message)
                 else:
                     break
         except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, shutdown

@@ -8,7 +8,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from scheduler.core.models import check_task
+from scheduler.core.models import check_progress, check_task
 
 Handler = Callable[["Context", Any], Any]
 _log = logging.getLogger("scheduler.task")
@@ -129,8 +129,10 @@ class Context:
     stable across every attempt of this slot, distinct for every other slot. `now_ms` stamps
     ctx.logger's lines (the worker passes its clock's)."""
 
+    # _progress and _sent are set only by a run that reports progress (ctx.progress and the
+    # heartbeat): a run that does not pays nothing for them.
     __slots__ = ("slot_id", "job_id", "attempt", "fire_ms", "task", "delivery", "_logger",
-                 "_once", "_now_ms")
+                 "_once", "_now_ms", "_progress", "_sent")
 
     def __init__(self, slot_id: str, job_id: str, attempt: int, fire_ms: int, task: str,
                  delivery: str, once: Callable[[str], Awaitable[bool]] | None = None,
@@ -156,6 +158,24 @@ class Context:
         if self._once is None:
             raise RuntimeError("ctx.once needs a running worker")
         return await self._once(name)
+
+    def progress(self, fraction: float, message: str | None = None) -> None:
+        """Report how far the run is: `fraction` done (0..1) and an optional one-line
+        message, as `client.progress(job_id)`, `sched runs` and the console show them. A
+        plain call in every handler, async or not; it writes nothing: the worker's next
+        heartbeat carries the latest report (at most one write per run per heartbeat
+        interval, however often it is called). ValueError on a fraction outside 0..1 or a
+        message that is not a string."""
+        fraction, message = check_progress(fraction, message)
+        self._progress = (fraction, message, self._now_ms())
+
+    def reported(self) -> tuple[float, str | None, int] | None:
+        """The latest progress not yet sent by a heartbeat (None: nothing new)."""
+        latest = getattr(self, "_progress", None)
+        return None if latest is None or latest is getattr(self, "_sent", None) else latest
+
+    def sent(self, report: tuple[float, str | None, int]) -> None:
+        self._sent = report
 
     @property
     def idempotency_key(self) -> str:

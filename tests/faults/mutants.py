@@ -89,6 +89,11 @@ DEBOUNCED_RUN = (DEDUPE + "test_fifty_debounced_submits_run_once_with_the_last_p
                  "window_outlives_retention[single]")
 WINDOW_ENDS = (DEDUPE + "test_whatever_became_of_the_job_the_window_holds_then_a_new_job_gets_"
                "through[single]")
+PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
+                  "test_a_stale_attempts_progress_is_not_written")
+PROGRESS_SHOWN = ("tests/e2e/test_progress.py::"
+                  "test_each_step_of_a_long_run_shows_in_the_sdk_and_the_console_within_a_"
+                  "heartbeat")
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,23 @@ class Mutant:
 
 
 MUTANTS = [
+    Mutant("progress-without-the-fence", "heartbeat.lua writes a run's progress under a stale "
+           "token too: an attempt that lost its slot overwrites the progress of the one "
+           "that holds it", "scheduler/scripts/lua/heartbeat.lua",
+           "  else\n    reply[#reply + 1] = R.STALE",
+           "  else\n    local at = reports[i + 1]\n    if at then redis.call('HSET', slot_key, "
+           "'progress', ARGV[at + 2]) end\n    reply[#reply + 1] = R.STALE",
+           (PROGRESS_FENCE,), fast=True),
+    Mutant("progress-never-sent", "the heartbeat leaves out the runs' progress reports: "
+           "ctx.progress reaches neither the SDK nor the console",
+           "scheduler/worker/heartbeat.py",
+           "[(i, *report) for i, report, _ in reports.get(s, ())]", "[]",
+           (PROGRESS_SHOWN,)),
+    Mutant("slot-page-not-live", "a running slot's page never refreshes its fields: its "
+           "progress stays as it was when the page was opened",
+           "scheduler/web/pages.py",
+           '"live": f"/slots/{slot_id}" if s.status is SlotStatus.RUNNING else None,',
+           '"live": None,', (PROGRESS_SHOWN,)),
     Mutant("reclaim-ends-lost", "an expired at-least-once lease ends `lost` instead of "
            "re-running (terminal rule)",
            "scheduler/scripts/lua/_lib.lua", "  elseif job[1] == 'at_most_once' then",
@@ -358,8 +380,8 @@ MUTANTS = [
     Mutant("running-never-announced", "no heartbeat tells history that a run outlived its "
            "first interval (the claim writes no event: a long run stays `queued` in history)",
            "scheduler/worker/heartbeat.py",
-           "by_shard[run.shard].append((run.slot_id, run.token, not run.announced))",
-           "by_shard[run.shard].append((run.slot_id, run.token, False))", (ANNOUNCED,),
+           "items.append((run.slot_id, run.token, not run.announced))",
+           "items.append((run.slot_id, run.token, False))", (ANNOUNCED,),
            fast=True),
     Mutant("submitted-record-without-its-job", "a cron job's `submitted` record is taken for a "
            "slot id (it has none: the snapshotter never hears of the job)",

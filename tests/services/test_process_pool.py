@@ -319,3 +319,21 @@ def test_ctx_once_in_a_child_raises_lease_lost_once_the_slot_was_reclaimed(
 
         asyncio.run(go())
     assert Path(files["out"]).read_text().startswith("LeaseLost: ")
+
+
+@pytest.mark.slow
+def test_progress_from_a_child_reaches_the_slot(redis_url: str, ns: str) -> None:
+    """ctx.progress in a child crosses the pipe to the worker, whose heartbeat writes it; a
+    bad value raises in the handler, in the child."""
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.progress", 1.6)
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
+                              lambda: _ended(client, job_id) is not None, process_pool=1,
+                              lease_s=3.0))
+        slot = _ended(client, job_id)
+        assert client.progress(job_id) == (slot.progress if slot else None)
+    assert slot is not None and slot.status is SlotStatus.SUCCEEDED, slot
+    assert "fraction must be a number from 0 to 1" in slot.result
+    assert slot.progress is not None
+    assert (slot.progress.fraction, slot.progress.message, slot.progress.attempt) == (
+        0.5, "half way", 1)

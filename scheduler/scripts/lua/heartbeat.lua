@@ -9,6 +9,12 @@
   ARGV[4]  events_maxlen
   ARGV[5]  n               number of slots; then 3 fields per slot: slot_id, token (attempt),
                            new ("1": the run's first heartbeat since its claim, else "")
+  then, only when some run reported progress since the last beat (ctx.progress):
+  ARGV[6+3n]  m            number of progress reports; then 4 fields each: i (the slot's
+                           place above, 1-based), fraction, message ("" for none), at_ms;
+                           written to the slot's progress, progress_msg, progress_ms and
+                           progress_attempt fields only when its lease is extended (the
+                           token fence: a stale attempt's progress is dropped)
 
   The stream entry's idle time is reset with XCLAIM ... JUSTID so that a reclaimer reading
   idle entries (XPENDING ... IDLE, min-idle = lease) sees only expired leases.
@@ -30,6 +36,13 @@ local n = tonumber(ARGV[5])
 
 --- @include "_lib.lua"
 
+local reports = {}  -- slot place -> ARGV offset of its progress
+local pb = 6 + n * 3
+for j = 0, (tonumber(ARGV[pb]) or 0) - 1 do
+  local at = pb + j * 4
+  reports[tonumber(ARGV[at + 1])] = at
+end
+
 local reply = {}
 local records = {}
 for i = 0, n - 1 do
@@ -46,6 +59,11 @@ for i = 0, n - 1 do
       redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)
     end
     if st[5] and st[5] ~= '' then reply[#reply + 1] = R.CANCEL_REQUESTED else reply[#reply + 1] = R.OK end
+    local at = reports[i + 1]
+    if at then
+      redis.call('HSET', slot_key, 'progress', ARGV[at + 2], 'progress_msg', ARGV[at + 3],
+        'progress_ms', ARGV[at + 4], 'progress_attempt', token)
+    end
     if ARGV[b + 3] == '1' then records[#records + 1] = {slot = slot_id, attempt = tonumber(token)} end
   else
     reply[#reply + 1] = R.STALE
