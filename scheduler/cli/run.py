@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("scheduler.cli")
 
+PROCESS_POOL_ENV = "SCHED_PROCESS_POOL"
+
 metrics_port_option = click.option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
     envvar="SCHED_METRICS_PORT",
@@ -173,9 +175,10 @@ class Processes(click.ParamType[int]):
                    "that started it (one that never awaits is never scheduled: less CPU); "
                    "no effect on 3.11 (env SCHED_EAGER_START=0 for --no-eager-start).")
 @click.option("--process-pool", type=click.IntRange(min=1), default=None,
-              envvar="SCHED_PROCESS_POOL",
+              envvar=PROCESS_POOL_ENV,
               help="Child processes for the pool=\"process\" handlers (default: one per "
-                   "core); started only when the app has such a task (env SCHED_PROCESS_POOL).")
+                   "core, or cores / N for each of --processes N); started only when the app "
+                   "has such a task (env SCHED_PROCESS_POOL).")
 @click.option("--max-tasks-per-child", type=click.IntRange(min=0), default=0,
               help="Replace a process-pool child after this many runs (leaky libraries); "
                    "0: never.")
@@ -212,7 +215,7 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
     if link is not None:
         link.die_with_parent()
     elif processes > 1:  # the children import the app, not their supervisor
-        supervise(processes, grace_s, metrics_port, log_level, log_format)
+        supervise(processes, grace_s, metrics_port, log_level, log_format, process_pool)
         return
     registry = load_app(app_spec)
     setup_logging(log_level, log_format)
@@ -240,17 +243,23 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
 
 
 def supervise(processes: int, grace_s: float, metrics_port: int | None, log_level: str,
-              log_format: str) -> None:
+              log_format: str, process_pool: int | None = None) -> None:
     """`sched worker --processes N` (N > 1): this process supervises N workers; it serves
-    --metrics-port itself, their metrics merged with its own."""
+    --metrics-port itself, their metrics merged with its own. Without --process-pool each
+    child's process pool (if its app has pool="process" tasks) gets its share of the cores,
+    not every core: N children times one child per core would outnumber them N times."""
     from prometheus_client import CollectorRegistry
 
     from scheduler.observe import metrics
     from scheduler.observe.children import ChildrenCollector
+    from scheduler.worker.pool import cores
     from scheduler.worker.supervisor import Supervisor, child_argv, serve_supervisor
 
     setup_logging(log_level, log_format)
-    sup = Supervisor(child_argv(sys.argv[1:]), processes, grace_s,
+    env = dict(os.environ)
+    if process_pool is None:
+        env[PROCESS_POOL_ENV] = str(max(1, cores() // processes))
+    sup = Supervisor(child_argv(sys.argv[1:]), processes, grace_s, env=env,
                      metrics=metrics_port is not None)
     server = None
     if metrics_port is not None:

@@ -141,3 +141,26 @@ def test_the_children_stop_when_their_supervisor_is_killed(
         for k in kids:  # the orphans of a failure
             if pid_alive(k):
                 os.kill(k, signal.SIGKILL)
+
+
+def test_each_child_gets_its_share_of_the_cores_for_its_process_pool(
+        redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    """Without --process-pool, N children with one pool child per core each would outnumber
+    the cores N times: each gets cores / N (at least one)."""
+    from scheduler.worker.pool import cores
+
+    client = Client(redis_url, ns)
+    client.create_namespace()
+    sup = supervisor(redis_url, ns, app_env, "--app", "pool_tasks:registry", "--grace", "1")
+    try:
+        wait_for(lambda: len(children_of(sup.pid)) == 2, 30, "two children")
+        kids = children_of(sup.pid)
+        share = max(1, cores() // 2)
+        wait_for(lambda: all(len(children_of(k)) == share for k in kids), 30,
+                 f"{share} pool child(ren) under each worker child")
+        time.sleep(0.5)  # and no more come
+        assert [len(children_of(k)) for k in kids] == [share, share]
+    finally:
+        sup.send_signal(signal.SIGTERM)
+        sup.communicate(timeout=30)
+        client.close()
