@@ -31,12 +31,21 @@ def echo_json(value: Any) -> None:
 
 def table(rows: list[list[str]] | list[list[str] | str], header: list[str]) -> None:
     """Columns aligned over every row; a row that is a str is a line of its own (the
-    heading of the rows after it)."""
+    heading of the rows after it). Cells come from Redis, where anyone who can write may
+    have put a terminal escape (a worker id, a queue name): a character that does not print
+    is shown as U+FFFD."""
+    rows = [_printable(r) if isinstance(r, str) else [_printable(str(c)) for c in r]
+            for r in rows]
     cells = [r for r in rows if not isinstance(r, str)]
     widths = [max(len(str(r[i])) for r in [header, *cells]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo(row if isinstance(row, str) else
                    "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _printable(text: str) -> str:
+    return text if text.isprintable() else "".join(
+        c if c.isprintable() else "\ufffd" for c in text)
 
 
 @click.group()

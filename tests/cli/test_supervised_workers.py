@@ -19,6 +19,7 @@ import redis
 
 from helpers import garble, running, sched, sched_process, until, workers_of
 from scheduler import AsyncClient, Client
+from scheduler.core.keys import Keys
 from scheduler.worker.worker import SupervisorRef
 
 HOST = socket.gethostname()
@@ -106,6 +107,24 @@ def test_garbled_registry_entries_break_no_reader(capsys: pytest.CaptureFixture[
         assert client.supervisors() == []
     code, out, err = sched(capsys, redis_url, ns, "workers")
     assert code == 0 and "2 alive (3 known)" in out and "odd" in out, err
+
+
+def test_terminal_escapes_in_registry_entries_do_not_reach_the_terminal(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str) -> None:
+    """Anyone who can write to Redis can write a worker entry: its id, host and supervisor
+    are printed with every character that does not print shown as U+FFFD."""
+    keys = Keys(ns)
+    now = int(r.time()[0]) * 1000
+    wid = "w\x1b[2J\x1b[31mred"
+    r.zadd(keys.workers, {wid: now})
+    r.hset(keys.worker(wid), mapping={
+        "host": "h\x07", "pid": 1, "lease_ms": 30_000, "seen_ms": now, "queues": "q\x1b[0m",
+        "supervisor": "s\x1b]0;owned\x07", "supervisor_pid": 2, "child": 0, "processes": 1,
+        "restarts": 0})
+    code, out, err = sched(capsys, redis_url, ns, "workers")
+    assert code == 0, err
+    assert "w\ufffd[2J\ufffd[31mred" in out and "s\ufffd]0;owned\ufffd" in out, out
+    assert not any(c in out for c in "\x1b\x07"), out
 
 
 def test_a_supervisor_description_is_checked() -> None:

@@ -142,6 +142,13 @@ MUTANTS = [
            "supervisor's children are not grouped under it",
            "scheduler/cli/run.py", "    ref = os.environ.get(SUPERVISOR_ENV)\n",
            "    ref = None\n", (SUPERVISED_CHILD,)),
+    Mutant("table-prints-escapes", "`sched workers` (every CLI table) prints the text of "
+           "registry entries as written: a terminal escape in a worker id reaches the terminal",
+           "scheduler/cli/inspect.py",
+           "    rows = [_printable(r) if isinstance(r, str) else [_printable(str(c)) for c in r]\n",
+           "    rows = [r if isinstance(r, str) else [str(c) for c in r]\n",
+           ("tests/cli/test_supervised_workers.py::"
+            "test_terminal_escapes_in_registry_entries_do_not_reach_the_terminal",), fast=True),
     Mutant("supervisor-heading-unescaped", "the console's supervisor heading (anyone's text, "
            "from the worker registry) goes into the page unescaped",
            "scheduler/web/templates/lists.html", "{{ row.heading }}", "{{ row.heading|safe }}",
