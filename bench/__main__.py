@@ -1,4 +1,5 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
+`python -m bench ab --a TREE [--b TREE] [--pairs N] -- COMMAND [ARGS]`,
 `python -m bench cpu [--mode threads|pool[:N]|processes[:N],...] [--runs R]`,
 `python -m bench delayed [--burst N]`,
 `python -m bench metrics_cost`,
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from . import (
+    ab,
     burndown,
     burst,
     cluster,
@@ -39,7 +41,7 @@ from . import (
 )
 from .common import private_redis
 
-COMMANDS = {"burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
+COMMANDS = {"ab": ab, "burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
             "delayed": delayed, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
             "processes": processes,
             "queue_names": queue_names,

@@ -155,3 +155,23 @@ def test_processes_smoke(tmp_path: Path) -> None:
     assert stdout.startswith("processes: 30000 no-op jobs x1: plain worker ")
     assert set(result["median"]) == {"plain", "processes_1", "processes_2"}
     assert all(rate > 0 for rate in result["median"].values())
+
+
+def test_ab_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "ab", "--a", str(ROOT), "--pairs", "2", "--",
+                           "burndown", "--jobs", "300", "--runs", "1")
+    assert stdout.startswith("ab (2 pairs of `burndown --jobs 300 --runs 1`), B/A median")
+    assert "median_per_s " in stdout and len(result["pairs"]) == 2
+    assert result["medians"]["jobs"] == 1.0 and len(result["ratios"]["median_per_s"]) == 2
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ((), "give the bench command to compare after --"),
+    (("--", "ab"), "give the bench command to compare after --"),
+    (("--b", "/", "--", "burndown"), "is not a source tree of this project"),
+])
+def test_ab_refuses_bad_input_in_one_line(args: tuple[str, ...], says: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "bench", "ab", "--a", str(ROOT), *args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and out.stderr.strip().splitlines() == [
+        line for line in out.stderr.strip().splitlines() if says in line], out.stderr
