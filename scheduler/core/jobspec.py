@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.errors import ValidationError
-from scheduler.core.keys import shard_of
+from scheduler.core.keys import key_shard, shard_of
 from scheduler.core.models import RetryPolicy
 from scheduler.core.states import JobKind
 from scheduler.core.timing import Schedule, delayed, resolve
@@ -135,6 +135,28 @@ class WindowId(str):
     base: str
     ttl_ms: int
     debounce_ms: int
+
+
+def placed_id(stem: str, shard: int, shards: int) -> str:
+    """`stem`, then "." and the first counter (hex) that puts the id in `shard` (a shard is
+    the crc32 of the whole id: about `shards` tries). The same stem and shard always give
+    the same id."""
+    n = 0
+    while True:
+        job_id = f"{stem}.{n:x}"
+        if shard_of(job_id, shards) == shard:
+            return job_id
+        n += 1
+
+
+def keyed_job_id(concurrency_key: str, shards: int, stem: str | None = None,
+                 now_ms: int | None = None) -> str:
+    """The id of a job with a concurrency key: it lives in the key's home shard
+    (keys.key_shard), where its key's count and turn are. `stem` is the id it would have
+    had (a dedupe key's id: the same key and concurrency key give the same id again), or a
+    fresh UUIDv7."""
+    return placed_id(stem if stem is not None else job_ids.next(now_ms),
+                     key_shard(concurrency_key, shards), shards)
 
 
 def window_job_id(base: str, start_ms: int, shards: int) -> str:

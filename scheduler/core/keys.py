@@ -43,6 +43,23 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           expiring with the window; key_id is the key's
                                           dedupe_job_id, and the job it names is in the
                                           same shard (jobspec.window_job_id)
+    <ns>:{sNN}:kq:<queue>:<ckey>  zset    a concurrency key's queued slots (jobs submitted with
+                                          concurrency_key): slot ids scored by priority, then
+                                          dispatch time (keys.key_score). A keyed slot has no
+                                          dispatch-stream entry: lua/take.lua claims it
+    <ns>:{sNN}:kring:<queue>      list    the queue's concurrency keys with queued slots in
+                                          this shard, in turn order (a key at most once)
+    <ns>:{sNN}:krun:<queue>:<ckey> zset   a concurrency key's running slots (its permits: one
+                                          per run, given back when the attempt ends: _lib.lua
+                                          end_lease), scored by when the run was claimed (ms)
+    <ns>:{sNN}:kweight:<queue>    hash    concurrency key -> its weight in the turns (turns per
+                                          round; 1 when absent); written to the key's own shard
+    <ns>:{sNN}:kqueues            zset    queues with keyed slots in this shard, scored by the
+                                          last keyed dispatch (ms): status reads only these
+                                          All of a concurrency key's jobs live in one shard, its
+                                          home (key_shard): the job ids the client draws for
+                                          them land there (jobspec.keyed_job_id), so the key's
+                                          count and turns are one script's, also on a Cluster
     <ns>:{sNN}:submitted:<job_id> string  "this submit call ran" marker, named by the call's
                                           first job, expiring after 10 min (lua/submit.lua)
 
@@ -76,6 +93,10 @@ SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
 SUFFIX_SUBMITTED = "submitted:"
 SUFFIX_DEDUPE = "dedupe:"
+SUFFIX_KEY_QUEUE = "kq:"
+SUFFIX_KEY_RING = "kring:"
+SUFFIX_KEY_RUNNING = "krun:"
+SUFFIX_KEY_WEIGHT = "kweight:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -85,11 +106,16 @@ DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/lua/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
-                            SUFFIX_SUBMITTED, SUFFIX_DEDUPE, "due", "cron",
+                            SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
+                            SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT,
+                            "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "lanes"})
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+# A concurrency key: a tenant, customer, account, domain... It ends a key name and reaches
+# terminals: printable ASCII without spaces or braces (a brace could look like a hash tag).
+_CONCURRENCY_KEY = re.compile(r"[A-Za-z0-9_.@+=/:\-]{1,128}")
 _ID = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 # C0, DEL and C1: refused in every name a caller gives (task and queue names reach terminals
 # and log lines; ESC starts a terminal escape sequence). submit.lua refuses the same bytes.
@@ -169,6 +195,29 @@ def cron_in(prefix: str) -> str:
     return f"{prefix}cron"
 
 
+def check_concurrency_key(value: str) -> str:
+    if not isinstance(value, str) or not _CONCURRENCY_KEY.fullmatch(value):
+        control = isinstance(value, str) and control_character(value)
+        raise ValidationError(
+            "concurrency_key", f"{value!r} is not allowed" + (
+                f": it holds the control character {control}" if control else "")
+            + "; use 1-128 characters from A-Z a-z 0-9 _ . @ + = / : -")
+    return value
+
+
+def key_shard(concurrency_key: str, shards: int) -> int:
+    """The home shard of a concurrency key: every job with that key lives there, whatever
+    its queue (jobspec.keyed_job_id draws their ids so), so the key's running count, its
+    queued slots and its turn are in one script's reach, on one Redis Cluster slot."""
+    return zlib.crc32(concurrency_key.encode()) % shards
+
+
+def key_score(priority: int, dispatched_ms: int) -> int:
+    """A keyed slot's score in its key's queue (`kq:`): better priority first, then the
+    oldest dispatch. _lib.lua's keyed_dispatch is the same rule."""
+    return priority * 10**13 + dispatched_ms
+
+
 def job_in(prefix: str, job_id: str) -> str:
     """A job's hash, from its shard's prefix."""
     return f"{prefix}{SUFFIX_JOB}{job_id}"
@@ -229,6 +278,21 @@ class Keys:
 
     def due(self, shard: int) -> str:
         return f"{self.prefix(shard)}due"  # zset
+
+    def key_queue(self, shard: int, queue: str, concurrency_key: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_QUEUE}{queue}:{concurrency_key}"  # zset
+
+    def key_ring(self, shard: int, queue: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_RING}{queue}"  # list
+
+    def key_running(self, shard: int, queue: str, concurrency_key: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_RUNNING}{queue}:{concurrency_key}"  # zset
+
+    def key_weights(self, shard: int, queue: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_WEIGHT}{queue}"  # hash
+
+    def keyed_queues(self, shard: int) -> str:
+        return f"{self.prefix(shard)}kqueues"  # zset
 
     def cron(self, shard: int) -> str:
         return f"{self.prefix(shard)}cron"  # zset

@@ -1,11 +1,14 @@
-"""Queue-wide limits: at most `concurrency` runs of a queue at once across every worker, and at
-most `rate` starts per second. The one definition of a limit and of how it is stored.
+"""Queue limits: at most `concurrency` runs of a queue at once across every worker, at most
+`rate` starts per second, and at most `per_key_concurrency` runs at once of any one
+concurrency key of the queue. The one definition of a limit and of how it is stored.
 
 Stored in the namespace's `<ns>:limits` hash, field = queue, value = the limit as JSON. Workers
 read the hash about once a second (limiter.py), so a limit set, changed or removed takes
 effect within a second or two; runs already going when a limit is set are not counted
-against it. Enforcement is acquire.lua's: permits in `<ns>:{lim:<queue>}:permits`, one per
-run in flight, expiring with the workers' lease unless renewed.
+against it. Enforcement of the queue-wide parts is acquire.lua's: permits in
+`<ns>:{lim:<queue>}:permits`, one per run in flight, expiring with the workers' lease unless
+renewed. The per-key part is take.lua's: a key's running slots in its home shard
+(`krun:<queue>:<key>`, keys.py), each one given back when its attempt ends, whatever ends it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     concurrency: int | None = None  # runs at once, across all workers
     rate: float | None = None  # starts per second, across all workers
+    per_key_concurrency: int | None = None  # runs at once of one concurrency key
+
+    @property
+    def queue_wide(self) -> bool:
+        """Whether the queue as a whole is limited (workers then take permits: limiter.py)."""
+        return self.concurrency is not None or self.rate is not None
 
     def text(self) -> str:
         parts = []
@@ -34,10 +43,12 @@ class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             parts.append(f"{self.concurrency} at once")
         if self.rate is not None:
             parts.append(f"{self.rate:g}/s")
+        if self.per_key_concurrency is not None:
+            parts.append(f"{self.per_key_concurrency} at once per key")
         return ", ".join(parts) or "none"
 
 
-def check_limit(concurrency: Any, rate: Any) -> QueueLimit:
+def check_limit(concurrency: Any, rate: Any, per_key_concurrency: Any = None) -> QueueLimit:
     if concurrency is not None and (type(concurrency) is not int
                                     or not 1 <= concurrency <= MAX_CONCURRENCY):
         raise ValidationError("concurrency", f"{concurrency!r} is not allowed; use a whole "
@@ -48,7 +59,14 @@ def check_limit(concurrency: Any, rate: Any) -> QueueLimit:
         raise ValidationError("rate", f"{rate!r} is not allowed; use starts per second, a "
                                       f"number > 0 and at most {MAX_RATE:,.0f} (or None for "
                                       f"no rate limit)")
-    return QueueLimit(concurrency=concurrency, rate=None if rate is None else float(rate))
+    if per_key_concurrency is not None and (type(per_key_concurrency) is not int or not
+                                            1 <= per_key_concurrency <= MAX_CONCURRENCY):
+        raise ValidationError("per_key_concurrency", f"{per_key_concurrency!r} is not allowed; "
+                                                     f"use a whole number from 1 to "
+                                                     f"{MAX_CONCURRENCY:,} (or None for no "
+                                                     f"per-key limit)")
+    return QueueLimit(concurrency=concurrency, rate=None if rate is None else float(rate),
+                      per_key_concurrency=per_key_concurrency)
 
 
 _decoder = msgspec.json.Decoder(QueueLimit)

@@ -385,6 +385,8 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "debounce_ms": 0,
     "kind": JobKind.IMMEDIATE.value,
     "priority": DEFAULT_PRIORITY,
+    # a tenant's key (keys.check_concurrency_key): per-key limits and turns, lua/take.lua
+    "concurrency_key": "",
     # schedules (scheduler/core/timing.py); immediate jobs store none of them
     "delay_ms": 0,
     "cron": "",

@@ -61,7 +61,8 @@ class LimitedClaims(Service):
         self.claims = claims
         self.keys = claims.keys
         self.shards = 0
-        self.limits: dict[str, limits.QueueLimit] = {}  # of this worker's queues
+        self.limits: dict[str, limits.QueueLimit] = {}  # this worker's queues limited as a whole
+        self.per_key: dict[str, int] = {}  # queue -> its per-key limit (keyed.py reads it)
         self.reader: Reader | None = None
         self.held: dict[str, set[str]] = {}  # queue -> permits of runs in flight
         self.returning: dict[str, list[str]] = {}  # queue -> permits to give back
@@ -84,8 +85,11 @@ class LimitedClaims(Service):
         reads them here, and no longer in its main loops)."""
         # The worker's clients decode nothing: keys and values are bytes.
         raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
-        mine = {q: lim for q, lim in limits.parse(raw).items()
-                if q in self.claims.config.queues}
+        parsed = limits.parse(raw)
+        self.per_key = {q: lim.per_key_concurrency for q, lim in parsed.items()
+                        if lim.per_key_concurrency is not None}
+        mine = {q: lim for q, lim in parsed.items()
+                if q in self.claims.config.queues and lim.queue_wide}
         changed = set(mine) != set(self.limits)
         self.limits = mine
         self._refreshed = self.claims.clock.monotonic()
