@@ -144,7 +144,7 @@ class KeyedClaims(Service):
             w.slots.capacity.set()
         granted = []
         for (s, q, _), reply in zip(asks, answers, strict=True):
-            entries, flat = replies.taken(reply, q)
+            entries, flat, _ = replies.taken(reply, q)
             grants = replies.claimed(flat, entries) if tracer is None \
                 else tracer.claimed(flat, entries)
             granted.append((s, entries, grants))

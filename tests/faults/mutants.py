@@ -291,7 +291,7 @@ MUTANTS = [
            "            if False:\n                run.on_end = self.on_end",
            (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
     Mutant("rate-bucket-two-seconds", "the rate's bucket holds two seconds' worth: a burst "
-           "breaks the rate over 10 s", "scheduler/scripts/lua/acquire.lua",
+           "breaks the rate over 10 s", "scheduler/scripts/lua/_bucket.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
