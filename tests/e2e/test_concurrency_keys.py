@@ -150,7 +150,7 @@ def test_a_flood_of_one_key_leaves_the_others_their_turns(redis_url: str, ns: st
     async def main() -> None:
         async with running_workers(redis_url, ns, registry, 1):
             async with AsyncClient(redis_url, ns) as client:
-                for i in range(0, 20_000, 5_000):
+                for _ in range(4):
                     await client.submit_many([
                         JobSpec(task="tenant.noop", payload="A", concurrency_key="A")
                         for _ in range(5_000)])
