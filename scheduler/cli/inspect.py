@@ -124,7 +124,7 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
         ("payload", msgspec.json.encode(job.payload).decode()[:200]),
         *([("deleted", f"{when(job.deleted_ms)} ({job.deleted})")] if job.deleted_ms else []),
     ]:
-        click.echo(f"{label + ':':<12}{value}")
+        click.echo(f"{label + ':':<11} {value}")  # a long label keeps a space too
     click.echo("")
     if len(slots) < len(every):
         click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")
