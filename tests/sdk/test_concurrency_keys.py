@@ -140,6 +140,28 @@ def test_given_ids_are_taken_only_in_the_home_shard(client: Client, r: redis.Red
     assert not [k for k in ns_keys(r, ns) if elsewhere.encode() in k]
 
 
+def test_a_named_schedule_keeps_the_key_it_was_declared_with(client: Client) -> None:
+    """The key decides a schedule's id: declaring the name with another key (or none) while
+    its series lives is refused, not made a second series; once deleted, it may."""
+    b = KEYS[0]
+    first = next(k for k in KEYS if key_shard(k, SHARDS) != key_shard(b, SHARDS))
+    plain = client.schedule("hourly", "t", cron="0 * * * *")
+    with pytest.raises(ValidationError, match="declared without a concurrency_key") as err:
+        client.schedule("hourly", "t", cron="0 * * * *", concurrency_key=b)
+    assert "\n" not in str(err.value) and "delete_job('hourly')" in str(err.value)
+    client.delete_job(plain)
+    keyed = client.schedule("hourly", "t", cron="0 * * * *", concurrency_key=b)
+    for other in (first, None):
+        with pytest.raises(ValidationError, match=f"declared with concurrency_key '{b}'"):
+            client.schedule("hourly", "t", cron="0 * * * *", concurrency_key=other)
+    # Nor does a schedule whose name is the placed id take the series over.
+    with pytest.raises(ValidationError, match=f"job '{keyed}' is a live series"):
+        client.schedule(keyed, "t", cron="0 * * * *")
+    assert client.get_job(keyed).concurrency_key == b
+    # The same declaration again is still the same schedule.
+    assert client.schedule("hourly", "t", cron="0 * * * *", concurrency_key=b) == keyed
+
+
 def test_a_named_schedule_with_a_long_name_and_a_key_is_refused(client: Client) -> None:
     with pytest.raises(ValidationError, match="too long for a schedule with a concurrency_key"):
         client.schedule("n" * 128, "t", cron="* * * * *", concurrency_key="tenant-1")
