@@ -86,7 +86,8 @@ def test_a_per_key_limit_holds_across_workers_and_every_key_reaches_it(
     spans: list[Span] = []
 
     async def main() -> None:
-        async with running_workers(redis_url, ns, sleeping(spans, seconds), 3, concurrency=50):
+        async with running_workers(redis_url, ns, sleeping(spans, seconds), 3, concurrency=50,
+                                   queues=("tenants",)):
             async with AsyncClient(redis_url, ns) as client:
                 await client.set_queue_limit("tenants", per_key_concurrency=limit)
                 await asyncio.sleep(1.2)  # the workers read the limits once a second
@@ -118,7 +119,8 @@ def test_a_key_at_its_limit_does_not_hold_up_other_keys(redis_url: str, ns: str)
         spans.append((payload["key"], start, time.monotonic()))
 
     async def main() -> None:
-        async with running_workers(redis_url, ns, registry, 1, concurrency=10):
+        async with running_workers(redis_url, ns, registry, 1, concurrency=10,
+                                   queues=("tenants",)):
             async with AsyncClient(redis_url, ns) as client:
                 await client.set_queue_limit("tenants", per_key_concurrency=1)
                 await asyncio.sleep(1.2)
@@ -172,7 +174,8 @@ def test_a_queue_wide_limit_and_a_per_key_limit_hold_together(redis_url: str, ns
     spans: list[Span] = []
 
     async def main() -> None:
-        async with running_workers(redis_url, ns, sleeping(spans, 0.1), 2, concurrency=20):
+        async with running_workers(redis_url, ns, sleeping(spans, 0.1), 2, concurrency=20,
+                                   queues=("tenants",)):
             async with AsyncClient(redis_url, ns) as client:
                 await client.set_queue_limit("tenants", concurrency=3, per_key_concurrency=2)
                 await asyncio.sleep(1.2)
