@@ -232,14 +232,17 @@ async def slot_list(client: Any, what: str, queue: str | None, params: Params) -
 
 
 async def _key_tables(client: Any, queue: str
-                      ) -> list[tuple[str, list[str], list[dict[str, Any]]]]:
-    """A queue page's concurrency keys: its per-key limit and its busiest keys."""
+                      ) -> list[tuple[str, str, list[str], list[dict[str, Any]]]]:
+    """A queue page's concurrency keys, when it has a per-key limit or keys: the limit and
+    its busiest keys."""
     found = await client.queue_keys(queue)
     limit = found.per_key_concurrency
+    if limit is None and not found.keys:
+        return []
     title = (f"Concurrency keys: per-key limit {'none' if limit is None else f'{limit:,} at once'}"
              f", {found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
              f"{found.waiting:,} slot(s) waiting; the busiest")
-    return [(title, ["key", "waiting", "running", "weight"],
+    return [(title, "keys", ["key", "waiting", "running", "weight"],
              [_row(k.key, k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:g}")
               for k in found.busiest])]
 

@@ -1,0 +1,256 @@
+"""Concurrency keys in status: a queue's depth counts its keys' queued slots wherever it is
+shown, and its busiest keys are read, bounded, by `Client.queue_keys`, `sched queues keys`,
+the console's queue page and the exporter's sched_key_* gauges (scheduler/observe/keyed.py,
+lua/key_stats.lua)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import msgspec
+import pytest
+import redis
+
+import scheduler.core.limits as limits
+import scheduler.observe.keyed as keyed
+import scheduler.scripts.calls as scripts
+from helpers import sched
+from scheduler import AsyncClient, Client, QueueLimit
+from scheduler.core.errors import ValidationError
+from scheduler.core.keys import Keys, key_score, key_shard
+from scheduler.observe.metrics import NamespaceCollector
+from scheduler.observe.records import KeyStatus
+from scheduler.web.app import create_app
+
+
+def plant(r: redis.Redis, client: Client, queue: str, key: str, waiting: int,
+          running: int = 0, weight: int | None = None) -> None:
+    """A key's queued and running slots as the contract keeps them (keys.py): its queue
+    `kq:`, its place in the ring, its running set `krun:`, the shard's `kqueues`, in the
+    key's home shard."""
+    keys, shard = client.keys, key_shard(key, client.shards)
+    if waiting:
+        r.zadd(keys.key_queue(shard, queue, key),
+               {f"{key}.{i}:1": key_score(3, 1000 + i) for i in range(waiting)})
+        r.rpush(keys.key_ring(shard, queue), key)
+        r.zadd(keys.keyed_queues(shard), {queue: 1000})
+    if running:
+        r.zadd(keys.key_running(shard, queue, key),
+               {f"{key}.r{i}:1": 1000 + i for i in range(running)})
+    if weight is not None:
+        r.hset(keys.key_weights(shard, queue), key, weight)
+
+
+def per_key_limit(r: redis.Redis, keys: Keys, queue: str, n: int) -> None:
+    r.hset(keys.limits, queue, limits.encode(QueueLimit(per_key_concurrency=n)))
+
+
+@pytest.fixture
+def keyed_queue(r: redis.Redis, client: Client) -> dict[str, tuple[int, int]]:
+    """Queue "tenants": 15 keys over the shards (key -> (waiting, running)) beside 2 plain
+    jobs, and a plain queue "other"."""
+    client.submit_many([{"task": "t", "queue": "tenants"} for _ in range(2)]
+                       + [{"task": "t", "queue": "other"}])
+    found = {f"k{i:02d}": (i % 7, i % 3) for i in range(15)}
+    for key, (waiting, running) in found.items():
+        plant(r, client, "tenants", key, waiting, running)
+    return found
+
+
+def _busiest(found: dict[str, tuple[int, int]], n: int) -> list[KeyStatus]:
+    return [KeyStatus(key=k, waiting=w, running=r) for k, (w, r) in sorted(
+        found.items(), key=lambda kv: (-sum(kv[1]), kv[0])) if w][:n]
+
+
+def test_a_queues_depth_counts_its_keys_queued_slots(
+        client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
+    waiting = sum(w for w, _ in keyed_queue.values())
+    with_slots = sum(1 for w, _ in keyed_queue.values() if w)
+    status = {q.queue: q for q in client.status().queues}
+    assert (status["tenants"].depth, status["tenants"].keyed_waiting,
+            status["tenants"].keys_waiting) == (2 + waiting, waiting, with_slots)
+    assert (status["other"].depth, status["other"].keys_waiting) == (1, 0)
+    assert sum(q.keyed_waiting for d in client.status().shard_details for q in d.queues
+               if q.queue == "tenants") == waiting
+    info = {q.queue: q for q in client.queues()}
+    assert (info["tenants"].depth, info["tenants"].keys_waiting) == (2 + waiting, with_slots)
+
+
+def test_a_queue_with_only_keyed_slots_is_listed(r: redis.Redis, client: Client) -> None:
+    client.create_namespace()
+    plant(r, client, "only-keys", "acme", 4, 1)
+    [q] = client.status().queues
+    assert (q.queue, q.depth, q.top_keys) == ("only-keys", 4, [
+        KeyStatus(key="acme", waiting=4, running=1)])
+
+
+def test_the_busiest_keys_come_first_up_to_top(
+        r: redis.Redis, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
+    per_key_limit(r, client.keys, "tenants", 3)
+    plant(r, client, "tenants", "k01", 0, 0, weight=4)
+    got = client.queue_keys("tenants", top=5)
+    assert got.busiest == [KeyStatus(key=k.key, waiting=k.waiting, running=k.running,
+                                      weight=4.0 if k.key == "k01" else 1.0)
+                           for k in _busiest(keyed_queue, 5)]
+    assert got.per_key_concurrency == 3 and not got.truncated
+    assert got.keys == sum(1 for w, _ in keyed_queue.values() if w)
+    assert got.waiting == sum(w for w, _ in keyed_queue.values())
+    # status names the busiest TOP_KEYS of each queue, no more
+    [tenants] = [q for q in client.status().queues if q.queue == "tenants"]
+    assert tenants.top_keys == [k for k in _busiest(keyed_queue, keyed.TOP_KEYS)]
+    assert client.queue_keys("other").busiest == []
+    assert client.queue_keys("other").per_key_concurrency is None
+
+
+def test_the_async_client_reads_the_same(
+        redis_url: str, ns: str, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
+    async def read() -> Any:
+        async with AsyncClient(redis_url, ns) as c:
+            return await c.queue_keys("tenants", top=3)
+    assert asyncio.run(read()) == client.queue_keys("tenants", top=3)
+
+
+def test_a_read_takes_at_most_its_budget_of_keys(
+        r: redis.Redis, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    client.create_namespace()
+    for i in range(6):
+        plant(r, client, "q", f"same{i}", 2)
+    shard = key_shard("same0", client.shards)
+    ring = [k for k in r.lrange(client.keys.key_ring(shard, "q"), 0, -1)]
+    [[[queue, waiting, keys, read, truncated, top]]] = scripts.run_sync(
+        r, [scripts.key_stats(client.keys.prefix(shard), 2, 3)])
+    in_shard = len(ring)
+    assert (queue, keys, read, truncated) == (b"q", in_shard, min(3, in_shard),
+                                             int(in_shard > 3))
+    assert waiting == 2 * min(3, in_shard) and len(top) == min(2, in_shard)
+    monkeypatch.setattr(keyed, "KEY_BUDGET", 1)
+    got = client.queue_keys("q")
+    shards_with = len({key_shard(f"same{i}", client.shards) for i in range(6)})
+    assert got.truncated == (shards_with < 6) and got.keys == 6
+    assert got.waiting == 2 * shards_with
+
+
+@pytest.mark.parametrize("queue, top", [("bad queue", 10), ("q", 0), ("q", 1001),
+                                        ("q", True), ("\x1b[31m", 1)])
+def test_bad_input_is_refused(client: Client, queue: str, top: Any) -> None:
+    with pytest.raises(ValidationError):
+        client.queue_keys(queue, top=top)
+
+
+def test_sched_queues_shows_the_per_key_limit_and_the_keys(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, client: Client, redis_url: str,
+        ns: str, keyed_queue: dict[str, tuple[int, int]]) -> None:
+    per_key_limit(r, client.keys, "tenants", 3)
+    plant(r, client, "tenants", "\x1b]0;owned\x07", 1)  # a terminal escape written into Redis
+    code, out, _ = sched(capsys, redis_url, ns, "queues")
+    assert code == 0, out
+    [line] = [ln for ln in out.splitlines() if ln.startswith("tenants")]
+    with_slots = sum(1 for w, _ in keyed_queue.values() if w) + 1
+    assert "3 at once per key" in line and line.split()[-1] == str(with_slots)
+    code, out, _ = sched(capsys, redis_url, ns, "queues", "keys", "tenants", "--top", "3")
+    assert code == 0, out
+    lines = out.splitlines()
+    waiting = sum(w for w, _ in keyed_queue.values()) + 1
+    assert lines[0] == (f"queue tenants: per-key limit 3 at once; {with_slots} key(s) with "
+                        f"{waiting} slot(s) waiting")
+    assert lines[1].split() == ["KEY", "WAITING", "RUNNING", "WEIGHT"]
+    assert [ln.split() for ln in lines[2:]] == [[k.key, str(k.waiting), str(k.running), "1"]
+                                                for k in _busiest(keyed_queue, 3)]
+    code, out, _ = sched(capsys, redis_url, ns, "queues", "keys", "tenants", "--json")
+    got = msgspec.json.decode(out)
+    assert got["per_key_concurrency"] == 3 and len(got["busiest"]) == 10
+    first = _busiest(keyed_queue, 1)[0]
+    assert got["busiest"][0] == {"key": first.key, "waiting": first.waiting,
+                                 "running": first.running, "weight": 1.0}
+    code, out, err = sched(capsys, redis_url, ns, "queues", "keys", "no such")
+    assert code != 0 and "queue" in err and "Traceback" not in err and len(
+        err.strip().splitlines()) == 1, err
+    code, _, err = sched(capsys, redis_url, ns, "queues", "keys", "q", "--top", "0")
+    assert code != 0 and "Traceback" not in err
+
+
+async def _get(app: Any, path: str) -> tuple[int, str]:
+    """One GET through the console's ASGI app, as a browser on loopback sends it."""
+    sent: list[dict[str, Any]] = []
+    raw, _, query = path.partition("?")
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    from urllib.parse import unquote
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "GET", "scheme": "http", "path": unquote(raw),
+             "raw_path": raw.encode(), "query_string": query.encode(), "root_path": "",
+             "headers": [(b"host", b"127.0.0.1")], "server": ("127.0.0.1", 8080),
+             "client": ("127.0.0.1", 5000)}
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body.decode()
+
+
+HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', "{{7*7}}", "a&b"]
+
+
+def test_the_console_shows_the_limit_and_the_busiest_keys_escaped(
+        r: redis.Redis, client: Client, redis_url: str, ns: str,
+        keyed_queue: dict[str, tuple[int, int]]) -> None:
+    per_key_limit(r, client.keys, "tenants", 3)
+    for i, key in enumerate(HOSTILE):
+        plant(r, client, "tenants", key, 10 + i)
+    shard = key_shard("k01", client.shards)  # a key that is not UTF-8
+    r.rpush(client.keys.key_ring(shard, "tenants"), b"\xff\xfe")
+    r.zadd(client.keys.key_queue(shard, "tenants", "").encode() + b"\xff\xfe", {"x.0:1": 1})
+
+    async def pages() -> list[tuple[int, str]]:
+        async with AsyncClient(redis_url, ns) as c:
+            app = create_app(c)
+            return [await _get(app, p) for p in (
+                "/queues/tenants", "/queues", "/queues/other", "/queues/%3Cscript%3E",
+                "/queues/tenants/queued")]
+
+    (code, body), (listed, queues), (plain, other), (bad, _), (tab, tabbed) = asyncio.run(
+        pages())
+    assert (code, listed, plain, bad, tab) == (200, 200, 200, 400, 200)
+    assert "<script>alert" not in body and "<img src=x" not in body and "{{7*7}}" in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "a&amp;b" in body
+    assert "per-key limit 3 at once" in body and 'id="keys"' in tabbed
+    rows = body.split('id="keys"', 1)[1].split("</table>", 1)[0].count("<tr>")
+    assert rows == 1 + keyed.TOP_KEYS  # the header, then the busiest 10
+    assert 'id="keys"' not in other  # no per-key limit and no key: no table
+    assert "3 at once per key" in queues
+
+
+def _key_samples(collector: NamespaceCollector) -> dict[tuple[str, str, str], float]:
+    return {(m.name, sm.labels["queue"], sm.labels["key"]): sm.value
+            for m in collector.collect() if m.name.startswith("sched_key_")
+            for sm in m.samples}
+
+
+def test_the_exporter_names_the_busiest_keys_only(
+        r: redis.Redis, client: Client, ns: str) -> None:
+    client.create_namespace()
+    found = {f"k{i:02d}": (i + 1, i % 2) for i in range(25)}
+    for key, (waiting, running) in found.items():
+        plant(r, client, "tenants", key, waiting, running)
+    collector = NamespaceCollector(r, ns)
+    samples = _key_samples(collector)
+    top = _busiest(found, keyed.TOP_KEYS)
+    assert samples == {**{("sched_key_waiting", "tenants", k.key): k.waiting for k in top},
+                       **{("sched_key_running", "tenants", k.key): k.running for k in top}}
+    gauges = {(m.name, tuple(sm.labels.values())): sm.value for m in collector.collect()
+              for sm in m.samples}
+    assert gauges[("sched_queue_keys", ("tenants",))] == 25
+    # the busiest key drains: it leaves the top, and its series leaves the scrape
+    shard = key_shard("k24", client.shards)
+    r.delete(client.keys.key_queue(shard, "tenants", "k24"))
+    r.lrem(client.keys.key_ring(shard, "tenants"), 0, "k24")
+    del found["k24"]
+    samples = _key_samples(collector)
+    assert ("sched_key_waiting", "tenants", "k24") not in samples
+    assert {k for _, _, k in samples} == {k.key for k in _busiest(found, keyed.TOP_KEYS)}
+    assert len(samples) == 2 * keyed.TOP_KEYS
