@@ -103,6 +103,21 @@ def test_the_busiest_keys_come_first_up_to_top(
     assert client.queue_keys("other").per_key_concurrency is None
 
 
+def test_a_shard_names_its_busiest_keys_in_order(r: redis.Redis, client: Client) -> None:
+    """More keys in one shard than it is asked to name: the busiest, in order."""
+    client.create_namespace()
+    names = [k for k in (f"t{i}" for i in range(200)) if key_shard(k, client.shards) == 0][:8]
+    busy = [(3, 0), (1, 5), (7, 0), (2, 2), (4, 0), (1, 0), (2, 2), (6, 1)]
+    for key, (waiting, running) in zip(names, busy, strict=True):
+        plant(r, client, "q", key, waiting, running)
+    [[[_, _, _, _, _, top]]] = scripts.run_sync(
+        r, [scripts.key_stats(client.keys.prefix(0), 3, 100)])
+    expected = _busiest(dict(zip(names, busy, strict=True)), 3)
+    assert [(k.decode(), int(w), int(run)) for k, w, run, _ in top] == [
+        (k.key, k.waiting, k.running) for k in expected]
+    assert client.queue_keys("q", top=3).busiest == expected
+
+
 def test_the_async_client_reads_the_same(
         redis_url: str, ns: str, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
     async def read() -> Any:
