@@ -82,6 +82,17 @@ def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
     return Call("claim", (prefix,), args)
 
 
+def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
+         per_key: int | None, trace: object = None) -> Call:
+    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key:
+    the queue's per-key limit (None: none)."""
+    args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n,
+                             -1 if per_key is None else per_key)
+    if trace:
+        args += ("1",)
+    return Call("take", (prefix,), args)
+
+
 def requeue(prefix: str, now_ms: int, maxlen: int,
             entries: Iterable[tuple[str, bytes, str]]) -> Call:
     """entries: (queue, msg_id, slot_id) read but never claimed."""

@@ -48,6 +48,7 @@ class Code(IntEnum):
 
 ANSWERS: dict[str, frozenset[Code]] = {
     "claim": frozenset({Code.OK, Code.GRANT, Code.STALE, Code.HELD, Code.EARLY}),
+    "take": frozenset({Code.OK}),
     "complete": frozenset({Code.OK, Code.REPEAT, Code.STALE}),
     "fail": frozenset({Code.RETRY, Code.DEAD, Code.CANCELLED, Code.REPEAT, Code.STALE}),
     "release": frozenset({Code.OK, Code.LOST, Code.STALE}),
@@ -117,6 +118,18 @@ def carried(fields: Sequence[bytes]) -> Carried:
     task, payload, timeout, delivery = fields
     return (task.decode(), payload or None, int(timeout or 0),
             delivery.decode() if delivery else "at_least_once")
+
+
+def taken(reply: Sequence[Any], lane: str) -> tuple[list[tuple[str, bytes, str]], Any]:
+    """take.lua's reply for one shard: the entries it stands for ((lane, "", slot id): a
+    keyed slot has no stream entry; `lane` names the queue for the run's metrics), and the
+    grants for them in claim.lua's form (claimed() or a tracer decodes them)."""
+    try:
+        ids, grants = reply
+        entries = [(lane, b"", slot_id.decode()) for slot_id in ids]
+    except (TypeError, ValueError, AttributeError):
+        raise ScriptError(f"unexpected reply from take.lua: {list(reply)[:4]!r}") from None
+    return entries, grants
 
 
 def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],

@@ -157,16 +157,25 @@ class Claims:
                                entries[s], tracer, self._trim(s, len(entries[s])),
                                carry[s][0] if carry else "") for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
-        answers, unconfirmed = await self._send(calls, prefetch)
+        answers, unconfirmed = await self.send(calls, prefetch)
+        granted = []
+        for shard, reply in zip(shards, answers, strict=True):
+            batch = entries[shard]
+            granted.append((shard, batch, replies.claimed(reply, batch, carry=carry[shard][1])
+                            if tracer is None else tracer.claimed(reply, batch)))
+        return self.start(granted, now, deadline, unconfirmed, source, on_start)
+
+    def start(self, granted: list[tuple[int, list[tuple[str, bytes, str]], list[Any]]],
+              now: int, deadline: float, unconfirmed: Any, source: Reader,
+              on_start: Callable[[Run], None] | None = None) -> int:
+        """Start the run of every grant of a claim round trip: (shard, its entries, their
+        grants) each; EARLY ones go back to `source`, held. Returns how many started."""
         started, begun = 0, set()  # begun: slots started here, which may have ended already
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
         start, running, cache = self.execution.start, self.running, self._by_lane
         held = source.carried
-        for shard, reply in zip(shards, answers, strict=True):
-            batch = entries[shard]
-            grants = replies.claimed(reply, batch, carry=carry[shard][1]) if tracer is None \
-                else tracer.claimed(reply, batch)  # scheduler/observe/tracing.py
+        for shard, batch, grants in granted:
             for (lane, msg, slot_id), grant in zip(batch, grants, strict=True):
                 if isinstance(grant, int):  # EARLY: not before this time
                     source.hold((shard, lane, msg, slot_id), grant)
@@ -195,7 +204,7 @@ class Claims:
                 started += 1
         return started
 
-    async def _send(self, calls: list[scripts.Call], prefetch: bool) -> tuple[list[Any], Any]:
+    async def send(self, calls: list[scripts.Call], prefetch: bool) -> tuple[list[Any], Any]:
         """The claim round trip: the claims' replies, and the fewest replicas that confirmed
         them when short of claim_replicas (_take_tails). The outcomes waiting to be committed
         ride along, ahead of the claims: one round trip instead of two (committer.py)."""

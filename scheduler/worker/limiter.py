@@ -114,18 +114,18 @@ class LimitedClaims(Service):
 
     # --- permits ---------------------------------------------------------------------------
 
-    def _give_back(self, queue: str, member: str) -> None:
+    def give_back(self, queue: str, member: str) -> None:
         held = self.held.get(queue)
         if held is not None and member in held:
             held.discard(member)
             self.returning.setdefault(queue, []).append(member)
         self.ended.set()
 
-    def _on_end(self, run: Run) -> None:
+    def on_end(self, run: Run) -> None:
         queue, member = run.permit
-        self._give_back(queue, member)
+        self.give_back(queue, member)
 
-    async def _acquire(self, wants: dict[str, int]) -> dict[str, Acquired]:
+    async def acquire(self, wants: dict[str, int]) -> dict[str, Acquired]:
         w = self.claims
         now = w.clock.now_ms()
         queues = list(wants) + [q for q in self.returning if q not in wants]
@@ -179,7 +179,7 @@ class LimitedClaims(Service):
         reader = self.reader
         if reader is None:
             if self.returning:
-                await self._acquire({})
+                await self.acquire({})
             self._sleep_s = REFRESH_S
             return 0
         if (reader.backlog and self._waiting_since is not None
@@ -198,7 +198,7 @@ class LimitedClaims(Service):
         for q, mine in by_queue.items():
             wants[q] = min(len(mine), max(0, free))
             free -= wants[q]
-        got = await self._acquire(wants) if wants or self.returning else {}
+        got = await self.acquire(wants) if wants or self.returning else {}
         start, keep = [], []
         permits: dict[str, tuple[str, str]] = {}  # slot id -> (queue, permit)
         for q, mine in by_queue.items():
@@ -218,7 +218,7 @@ class LimitedClaims(Service):
         def on_start(run: Run) -> None:
             run.permit = permits.pop(run.slot_id)
             if run.permit[1]:
-                run.on_end = self._on_end
+                run.on_end = self.on_end
 
         by_shard: dict[int, list[tuple[str, bytes, str]]] = {}
         for shard, lane, msg_id, slot_id in entries:
@@ -236,7 +236,7 @@ class LimitedClaims(Service):
             slots.claiming -= len(entries)
             # Permits of entries not started (gone, cancelled, claimed elsewhere) go back.
             for queue, member in permits.values():
-                self._give_back(queue, member)
+                self.give_back(queue, member)
         return started
 
     def _pace(self, got: dict[str, Acquired], keep: list[Any], mono: float) -> None:
@@ -272,4 +272,4 @@ class LimitedClaims(Service):
             if reader.in_hand():
                 await reader.requeue_backlog(self.claims.clock.now_ms())
         if self.returning:
-            await self._acquire({})
+            await self.acquire({})

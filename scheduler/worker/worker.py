@@ -3,7 +3,8 @@
 A `Worker` is its run slots (slots.py), its reader (reader.py), its claims (claims.py: the
 claim pipelines read, claim in batches and start runs), its execution of handlers
 (execution.py), its committer (committer.py: outcomes in batches), its heartbeat
-(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py), when
+(heartbeat.py: leases and presence), the claims of its limited queues (limiter.py), the
+claims of keyed slots (keyed.py: jobs with a concurrency key, in their keys' turns), when
 asked, its autoscaler (autoscale.py), and, when the registry has a `pool="process"` task,
 its process pool (pool.py), started before anything else and stopped last. Each part holds its own state; the worker builds
 them, hands each the parts it talks to, and runs their loops.
@@ -46,6 +47,7 @@ from scheduler.worker.config import SupervisorRef, WorkerConfig
 from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
+from scheduler.worker.keyed import KeyedClaims
 from scheduler.worker.limiter import LimitedClaims
 from scheduler.worker.pool import ProcessPool, cores
 from scheduler.worker.reader import Reader
@@ -104,6 +106,7 @@ class Worker:
         if supervisor is not None:  # `sched workers` groups the children under it
             self.heartbeat.info.update(supervisor.registry_fields())
         self.limited = LimitedClaims(self.claims, self.errors)
+        self.keyed = KeyedClaims(self.claims, self.limited, self.errors)
         self.pool: ProcessPool | None = None  # start_pool()
 
     @property
@@ -138,6 +141,7 @@ class Worker:
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
+        self.keyed.open(self.shards)
 
     async def run_once(self, block_ms: int | None = None) -> int:
         """One claim pass (Claims.run_once): claim what the free run slots can take (reading
@@ -224,6 +228,7 @@ class Worker:
                                        name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
         readers.append(asyncio.create_task(self.limited.run(), name="claim-limited"))
+        readers.append(asyncio.create_task(self.keyed.run(), name="claim-keyed"))
         stopped = asyncio.create_task(self.stopping.wait())
         try:
             await asyncio.wait({*readers, stopped, committer},

@@ -286,8 +286,8 @@ MUTANTS = [
            (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
     Mutant("permits-never-given-back", "a limited run's permit is not given back when it "
            "ends: the queue stalls until the permits expire", "scheduler/worker/limiter.py",
-           "            if run.permit[1]:\n                run.on_end = self._on_end",
-           "            if False:\n                run.on_end = self._on_end",
+           "            if run.permit[1]:\n                run.on_end = self.on_end",
+           "            if False:\n                run.on_end = self.on_end",
            (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
     Mutant("rate-bucket-two-seconds", "the rate's bucket holds two seconds' worth: a burst "
            "breaks the rate over 10 s", "scheduler/scripts/lua/acquire.lua",

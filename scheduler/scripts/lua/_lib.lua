@@ -61,19 +61,30 @@ end
 -- The fenced view of a running slot: nil unless it is running under `token` (its attempt).
 local function leased(slot_key, token)
   local st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'worker',
-    'claimed_ms', 'lease_until', 'job_id', 'priority')
+    'claimed_ms', 'lease_until', 'job_id', 'priority', 'concurrency_key')
   if st[1] ~= 'running' or st[2] ~= token then return nil, st end
   return {msg = st[3], lane = lane(st[4], st[9]), attempt = tonumber(st[2]), worker = st[5],
-    claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8]}, st
+    claimed_ms = tonumber(st[6]), lease_until = tonumber(st[7]), job_id = st[8],
+    queue = st[4], key = st[10]}, st
 end
 
--- The attempt is over: its stream entry is acked, or it leaves the shard's lease set.
+-- A concurrency key's running set (its permits in use: take.lua), from the slot's queue and
+-- key; keys.py names it.
+local function key_running(prefix, queue, key)
+  return prefix .. 'krun:' .. queue .. ':' .. key
+end
+
+-- The attempt is over: its stream entry is acked, or it leaves the shard's lease set (an
+-- at_most_once slot, acked at claim, and a keyed one, which has no entry); a keyed run gives
+-- its key's permit back. Every end of a running attempt passes here or through complete.lua,
+-- which does the same.
 local function end_lease(prefix, slot_id, s)
   if s.msg and s.msg ~= '' then
     ack(prefix, s.lane, s.msg)
-  else  -- at_most_once: acked at claim, tracked in `leases` instead
+  else
     redis.call('ZREM', prefix .. 'leases', slot_id)
   end
+  if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end
 end
 
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
@@ -114,8 +125,29 @@ local function index_lane(prefix, lane_name, now)
   redis.call('ZADD', prefix .. 'lanes', now, lane_name)
 end
 
--- Put a slot (back) into its lane's dispatch stream under a new entry.
+-- Queue a slot with a concurrency key in its key's queue (`kq:<queue>:<key>`, scored by
+-- priority then dispatch time: keys.key_score), instead of a dispatch stream: take.lua claims
+-- it in the key's turn. A key is in the queue's ring exactly while its queue holds slots
+-- (take.lua removes it as it empties the queue), so it enters the ring when its first slot
+-- arrives. The slot's status and msg ('' : no entry) are the caller's to set.
+local function key_enqueue(prefix, queue, key, priority, slot_id, now)
+  local kq = prefix .. 'kq:' .. queue .. ':' .. key
+  local score = string.format('%d', (tonumber(priority) or DEFAULT.priority) * 1e13 + tonumber(now))
+  if redis.call('ZADD', kq, score, slot_id) == 1 and redis.call('ZCARD', kq) == 1 then
+    redis.call('RPUSH', prefix .. 'kring:' .. queue, key)
+  end
+  redis.call('ZADD', prefix .. 'kqueues', now, queue)
+end
+
+-- Put a slot (back) into its lane's dispatch stream under a new entry, or, for a slot with a
+-- concurrency key, into its key's queue (then the reply is '': no entry).
 local function dispatch(prefix, slot_key, slot_id, lane_name, now)
+  local keyed = redis.call('HMGET', slot_key, 'concurrency_key', 'queue', 'priority')
+  if keyed[1] then
+    key_enqueue(prefix, keyed[2], keyed[1], keyed[3], slot_id, now)
+    redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'available_ms', now)
+    return ''
+  end
   index_lane(prefix, lane_name, now)
   local msg = redis.call('XADD', prefix .. 'q:' .. lane_name, '*', 's', slot_id)
   redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'available_ms', now)

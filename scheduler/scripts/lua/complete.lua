@@ -89,7 +89,8 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st  -- read only off the fenced path: the worker is read only for a repeat
   if items[b + 6] == '' or not fenced[items[b + 5]] then
-    st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority')
+    st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority',
+      'concurrency_key')
   end
   if not st or (st[1] == 'running' and st[2] == token) then
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
@@ -100,8 +101,9 @@ for i = 0, n - 1 do
     if st then  -- its own entry (or lease) ends here; a repeat XACK of an acked one is a no-op
       if st[3] and st[3] ~= '' then
         ack(prefix, lane(st[4], st[5]), st[3])
-      else  -- at_most_once: acked at claim, leaves the leases set
+      else  -- at_most_once or keyed: no entry; leaves the leases set (end_lease, _lib.lua)
         redis.call('ZREM', prefix .. 'leases', slot_id)
+        if st[6] then redis.call('ZREM', key_running(prefix, st[4], st[6]), slot_id) end
       end
     end
     reply[i + 1] = R.OK

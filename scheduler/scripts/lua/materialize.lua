@@ -51,7 +51,8 @@ local score = redis.call('ZSCORE', cron, job_id)
 if not score or tonumber(score) ~= expected then return {R.MOVED, 0} end
 
 local job_key = prefix .. 'job:' .. job_id
-local job = redis.call('HMGET', job_key, 'queue', 'task', 'overlap', 'priority', 'spec')
+local job = redis.call('HMGET', job_key, 'queue', 'task', 'overlap', 'priority', 'spec',
+  'concurrency_key')
 if (job[5] or '') ~= digest then return {R.MOVED, 0} end
 local runs = prefix .. 'runs:' .. job_id
 local created = {}
@@ -69,6 +70,7 @@ for i = 1, n do
       'queue', job[1], 'task', job[2], 'msg', '')
     if job[3] == 'skip' then redis.call('HSET', slot_key, 'overlap', 'skip') end
     if job[4] then redis.call('HSET', slot_key, 'priority', job[4]) end
+    if job[6] then redis.call('HSET', slot_key, 'concurrency_key', job[6]) end
     redis.call('ZADD', prefix .. 'due', fire, slot_id)
     redis.call('ZADD', runs, fire, slot_id)
     created[#created + 1] = slot_id

@@ -14,7 +14,8 @@
   Slots in `due` whose score is <= due_before + ahead are taken in score order. A slot that is
   no longer `scheduled` (cancelled, or gone) is only removed from `due`. A slot goes to the
   lane of its priority (slot field `priority`, absent for the default: _lib.lua's lane()),
-  named in the shard's `lanes` index (_lib.lua's index_lane).
+  named in the shard's `lanes` index (_lib.lua's index_lane); a slot with a concurrency key
+  goes to its key's queue instead (_lib.lua's key_enqueue; take.lua claims it), never early.
 
   Early: a slot whose score (its fire time, or a retry's backoff time) is still ahead of now
   is dispatched now, so the work of the fire instant is done before it (a minute-boundary
@@ -75,9 +76,11 @@ end
 for i = 1, #ids, 2 do
   local slot_id, score = ids[i], ids[i + 1]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority', 'job_id')
+  local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority', 'job_id',
+    'concurrency_key')
   local early = tonumber(score) > now
-  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce') then
+  -- A keyed slot is never taken early either: its key's queue has no not-before guard.
+  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce' or st[6]) then
     if not left then left = tonumber(score) end
   else
     taken[#taken + 1] = slot_id
@@ -88,21 +91,26 @@ for i = 1, #ids, 2 do
         redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
         skipped[#skipped + 1] = {slot = slot_id, active = active}
       else
-        -- The job's fields travel in the entry (carry_entry): read here, ahead of the fire
-        -- time for an early slot, instead of by the claim at it.
-        local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
-        local lane_name = lane(st[2], st[4])
-        if not indexed[lane_name] then
-          indexed[lane_name] = true
-          index_lane(prefix, lane_name, now)
-        end
-        local stream = prefix .. 'q:' .. lane_name
-        if early then
-          local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], score)
-          redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
+        if st[6] then
+          key_enqueue(prefix, st[2], st[6], st[4], slot_id, now)
+          redis.call('HSET', slot_key, 'status', 'queued', 'msg', '')
         else
-          local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], nil)
-          redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
+          -- The job's fields travel in the entry (carry_entry): read here, ahead of the
+          -- fire time for an early slot, instead of by the claim at it.
+          local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
+          local lane_name = lane(st[2], st[4])
+          if not indexed[lane_name] then
+            indexed[lane_name] = true
+            index_lane(prefix, lane_name, now)
+          end
+          local stream = prefix .. 'q:' .. lane_name
+          if early then
+            local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], score)
+            redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg, 'nb', score)
+          else
+            local msg = carry_entry(stream, slot_id, job[1], job[2], job[3], job[4], nil)
+            redis.call('HSET', slot_key, 'status', 'queued', 'msg', msg)
+          end
         end
         if st[3] == 'skip' then  -- never early (above)
           redis.call('HSET', job_key, 'active', slot_id)

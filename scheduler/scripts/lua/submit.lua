@@ -59,6 +59,8 @@
 
   Reply: one code per job, in order (R, replies.py)
      R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now;
+               a job with a concurrency_key field enters its key's queue instead, and its
+               slot copies the key: _lib.lua's key_enqueue, take.lua;
                it carries the job fields a claim needs: _lib.lua's carry_entry)
                or a `due` entry (fire_ms > now); the entry goes to the lane of the job's
                priority (_lib.lua's lane(), named in the shard's `lanes` index: index_lane),
@@ -256,6 +258,7 @@ for i = 1, n do
     redis.call('HSET', job_key, 'task', task, 'queue', queue, 'fire_ms', fire_ms,
       'created_ms', now_s, unpack(items, first, last))
     local kind, priority, payload, timeout, delivery = 'immediate', nil, nil, nil, nil
+    local key = nil
     for k = first, last, 2 do
       local name = items[k]
       if name == 'payload' then payload = items[k + 1]
@@ -263,6 +266,7 @@ for i = 1, n do
       elseif name == 'priority' then priority = tostring(items[k + 1])
       elseif name == 'timeout_ms' then timeout = items[k + 1]
       elseif name == 'delivery' then delivery = items[k + 1]
+      elseif name == 'concurrency_key' then key = items[k + 1]
       end
     end
     if kind ~= 'immediate' then redis.call('ZADD', prefix .. 'jobs', now_s, job_id) end
@@ -270,6 +274,8 @@ for i = 1, n do
     local status, msg = 'queued', ''
     if kind == 'cron' then
       redis.call('ZADD', prefix .. 'cron', fire_ms, job_id)
+    elseif fire <= now and key then
+      key_enqueue(prefix, queue, key, priority, slot_id, now)
     elseif fire <= now then
       local lane_name = lane(queue, priority)
       local stream = streams[lane_name]
@@ -285,6 +291,10 @@ for i = 1, n do
     end
     if kind == 'cron' then
       slot_id = nil
+    elseif key then
+      redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
+        'status', status, 'queue', queue, 'task', task, 'msg', msg, 'concurrency_key', key)
+      if priority then redis.call('HSET', prefix .. 'slot:' .. slot_id, 'priority', priority) end
     elseif priority then
       redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
         'status', status, 'queue', queue, 'task', task, 'msg', msg, 'priority', priority)

@@ -15,6 +15,7 @@
   - `queued` whose dispatch entry is gone (deleted, trimmed, never written), or was delivered
     and acked without a claim (its id is at or before the group's last-delivered id and it is
     not pending): dispatched again under a new entry, the old one acked ("redispatched");
+    one with a concurrency key: missing from its key's queue, put back ("redispatched");
   - `running`, at_least_once or exactly_once, whose pending entry is gone (acked, group
     recreated): once its lease is over, its attempt ends as an expired lease does in reclaim
     (_lib.lua, expire_lease: "reclaimed" | "dead" | "cancelled"); while the lease is live it
@@ -94,13 +95,20 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
   -- not six: the sweep's cost is per key of the whole retention window).
   local status = redis.call('HGET', slot_key, 'status')
   local st = LIVE[status] and redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt',
-    'available_ms', 'fire_ms', 'priority')
+    'available_ms', 'fire_ms', 'priority', 'concurrency_key')
   if not st then
     -- finished, or gone since SCAN saw it: nothing to repair
   elseif status == 'scheduled' then
     if not redis.call('ZSCORE', prefix .. 'due', slot_id) then
       redis.call('ZADD', prefix .. 'due', st[5] or st[6], slot_id)
       found(slot_id, status, 'rescheduled')
+    end
+  elseif status == 'queued' and st[3] and st[8] then
+    -- keyed: stranded when out of its key's queue (key_enqueue puts it back, and its key
+    -- in the ring)
+    if not redis.call('ZSCORE', prefix .. 'kq:' .. st[3] .. ':' .. st[8], slot_id) then
+      dispatch(prefix, slot_key, slot_id, st[3], now)
+      found(slot_id, status, 'redispatched')
     end
   elseif status == 'queued' and st[3] then
     local its_lane = lane(st[3], st[7])
@@ -112,6 +120,9 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
   elseif status == 'running' and st[4] then
     local s = leased(slot_key, st[4])
     local amo = not s.msg or s.msg == ''
+    if s.key and (s.lease_until or 0) > now then  -- a live keyed run holds its key's permit
+      redis.call('ZADD', key_running(prefix, s.queue, s.key), 'NX', s.claimed_ms or now, slot_id)
+    end
     local lost_index
     if amo then
       lost_index = not redis.call('ZSCORE', prefix .. 'leases', slot_id)

@@ -21,7 +21,7 @@ local job_id = ARGV[3]
 --- @include "_lib.lua"
 
 local job = redis.call('HMGET', prefix .. 'job:' .. job_id, 'task', 'queue', 'overlap',
-  'deleted_ms', 'priority')
+  'deleted_ms', 'priority', 'concurrency_key')
 if not job[1] then return {R.MISSING, ''} end
 if job[4] then return {R.TERMINAL, ''} end
 local queue = job[2] or 'default'
@@ -39,6 +39,7 @@ redis.call('HSET', slot_key, 'job_id', job_id, 'fire_ms', string.format('%d', fi
   'status', 'scheduled', 'queue', queue, 'task', job[1], 'msg', '', 'triggered', now)
 if job[3] == 'skip' then redis.call('HSET', slot_key, 'overlap', 'skip') end
 if job[5] then redis.call('HSET', slot_key, 'priority', job[5]) end
+if job[6] then redis.call('HSET', slot_key, 'concurrency_key', job[6]) end
 redis.call('ZADD', prefix .. 'runs:' .. job_id, fire, slot_id)
 emit(prefix, maxlen, now, 'triggered', {{job = job_id, slot = slot_id}}, nil)
 dispatch(prefix, slot_key, slot_id, lane(queue, job[5]), now)

@@ -1,0 +1,125 @@
+--[[ take: claim a queue's keyed slots (jobs with a concurrency key) for one worker, the keys
+  taking turns, each under the queue's per-key limit (queued -> running).
+
+  A keyed slot has no dispatch-stream entry: it waits in its key's queue (`kq:<queue>:<key>`,
+  by priority then dispatch time: _lib.lua's key_enqueue), and its key is in the queue's ring
+  (`kring:<queue>`) while that queue holds anything. Every job of a key lives in the key's
+  home shard (keys.key_shard), so this one script sees all of the key's runs.
+
+  KEYS[1]  shard prefix, e.g. "sched:{s03}:"
+
+  ARGV[1]  now_ms          Redis time in ms
+  ARGV[2]  worker_id
+  ARGV[3]  lease_ms        the lease granted: lease_until = now + lease_ms
+  ARGV[4]  queue
+  ARGV[5]  n               most slots to claim (the worker's free run slots)
+  ARGV[6]  per_key         most runs of one key at once (the queue's per_key_concurrency), or
+                           -1 for none
+  ARGV[7]  trace           optional: "1" makes each grant carry the job's traceparent, kind
+                           and slot id, as claim.lua's do
+
+  The turns (the one place the rule is written): the key at the head of the ring takes its
+  turn and goes to the tail (LMOVE), so keys with queued slots are served round-robin,
+  whatever order their slots came in and however many one key has. In its turn a key starts
+  up to its weight (`kweight:<queue>`, 1 when absent) of its best queued slots, fewer when its
+  running set (`krun:<queue>:<key>`: its permits in use) would pass per_key, or the call's n
+  would. A key whose queue empties leaves the ring. Turns go on until n are claimed, or every
+  key of the ring had a turn in a row that started nothing (all at their limit), or the ring
+  was walked once more than n: a call's work is bounded by the ring's length plus n.
+
+  The limit is exact: a key's running set holds one member per running attempt, added here
+  and removed when the attempt ends (_lib.lua's end_lease, complete.lua), whatever ends it.
+  A key at its limit has its set checked against its slots first: a member whose slot is not
+  running (a set left behind by a bug or a hand edit) is dropped, so a lost give-back costs
+  at most one such check.
+
+  A claim is the same as claim.lua's for an entry-less slot (at_most_once's path): the slot
+  becomes running under a new attempt, its lease is in the shard's `leases` zset (renewed by
+  heartbeat.lua, expired by reclaim.lua), and its `msg` stays "" (commits and releases fence
+  on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
+  cancelled, or deleted) is dropped.
+
+  Reply: {ids, grants}: ids the claimed slot ids in order; grants claim.lua's reply for them,
+  one R.OK, attempt, task, payload, timeout_ms, delivery (with trace "1": then traceparent,
+  kind, slot id) per slot (decoded by replies.claimed).
+
+  Event: none (as claim.lua).
+]]
+local prefix = KEYS[1]
+local now = tonumber(ARGV[1])
+local worker = ARGV[2]
+local lease_until = now + tonumber(ARGV[3])
+local queue = ARGV[4]
+local n = tonumber(ARGV[5])
+local per_key = tonumber(ARGV[6])
+local trace = ARGV[7] == '1'
+local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
+
+--- @include "_lib.lua"
+
+local ring = prefix .. 'kring:' .. queue
+local weights = prefix .. 'kweight:' .. queue
+local leases = prefix .. 'leases'
+local job_fields = {'task', 'payload', 'timeout_ms', 'delivery'}
+if trace then job_fields[5], job_fields[6] = 'traceparent', 'kind' end
+
+-- A key at its limit: drop members of its running set whose slot is not running under them.
+local function recount(running)
+  local count = 0
+  for _, slot_id in ipairs(redis.call('ZRANGE', running, 0, -1)) do
+    if redis.call('HGET', prefix .. 'slot:' .. slot_id, 'status') == 'running' then
+      count = count + 1
+    else
+      redis.call('ZREM', running, slot_id)
+    end
+  end
+  return count
+end
+
+local ids, grants = {}, {}
+local length = redis.call('LLEN', ring)
+local granted, turns, idle = 0, 0, 0
+while granted < n and idle < length and turns < length + n do
+  local key = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
+  if not key then break end
+  turns = turns + 1
+  local kq = prefix .. 'kq:' .. queue .. ':' .. key
+  local running = key_running(prefix, queue, key)
+  local room = math.min(n - granted, tonumber(redis.call('HGET', weights, key)) or 1)
+  if per_key >= 0 then
+    local held = redis.call('ZCARD', running)
+    if held + room > per_key then
+      if held >= per_key then held = recount(running) end
+      room = math.min(room, per_key - held)
+    end
+  end
+  local started = 0
+  while started < room do
+    local popped = redis.call('ZPOPMIN', kq)
+    if #popped == 0 then break end
+    local slot_id = popped[1]
+    local slot_key = prefix .. 'slot:' .. slot_id
+    local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id')
+    if st[1] == 'queued' and (not st[2] or st[2] == '') then
+      local attempt = string.format('%d', (tonumber(st[3]) or 0) + 1)
+      redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker', worker,
+        'claimed_ms', now_s, 'lease_until', lease_s)
+      redis.call('ZADD', leases, lease_s, slot_id)
+      redis.call('ZADD', running, now_s, slot_id)
+      local job = redis.call('HMGET', prefix .. 'job:' .. st[4], unpack(job_fields))
+      ids[#ids + 1] = slot_id
+      local g = #grants
+      grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5], grants[g + 6] =
+        R.OK, tonumber(attempt), job[1], job[2], job[3], job[4]
+      if trace then grants[g + 7], grants[g + 8], grants[g + 9] = job[5], job[6], slot_id end
+      started = started + 1
+    end
+  end
+  granted = granted + started
+  if started > 0 then idle = 0 else idle = idle + 1 end
+  if redis.call('EXISTS', kq) == 0 then
+    redis.call('RPOP', ring)  -- the key, which its turn just moved to the tail
+    length = length - 1
+  end
+end
+return {ids, grants}

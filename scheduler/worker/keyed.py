@@ -1,0 +1,159 @@
+"""A worker's claims of keyed slots: jobs submitted with a concurrency key, which wait in
+their key's queue rather than in a dispatch stream, and start in the keys' turns under the
+queue's per-key limit (lua/take.lua holds the rule and the count; keys.py the layout).
+
+Each pass asks every shard, in one round trip, for what the free run slots can take of each
+of the worker's queues: take.lua walks the queue's ring of keys there and claims in turn. A
+key at its limit is passed over (its slots stay queued, never failed), so a worker never
+sits on a blocked key's work while other keys have some: nothing of a key is in a worker's
+hands before it may start. Outcomes waiting to be committed ride the same round trip ahead
+of the takes (Claims.send), so a run that ends frees its key's permit for the take that
+follows it at once.
+
+A queue that also has a queue-wide limit takes its permits first (limiter.py's acquire), and
+asks take.lua for no more than were granted; permits it did not use go back at once.
+
+A queue without keyed jobs costs a pass an LLEN per shard: passes that find nothing come
+every POLL_S, or IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import scheduler.scripts.calls as scripts
+import scheduler.scripts.replies as replies
+from scheduler.redis.clock import resync
+from scheduler.redis.service import ErrorLog, Service
+from scheduler.worker.claims import Claims
+from scheduler.worker.inflight import Run
+from scheduler.worker.limiter import LimitedClaims
+
+log = logging.getLogger("scheduler.worker.worker")
+
+POLL_S = 0.05  # a pass that started nothing waits this long (or until a run of ours ends)
+IDLE_POLL_S = 0.25  # ... or this long, once no keyed slot was found for IDLE_AFTER_S
+IDLE_AFTER_S = 5.0
+
+
+class KeyedClaims(Service):
+    """Claims of a worker's keyed slots, every queue and shard in one round trip a pass."""
+
+    what = "claiming keyed slots"
+    log = log
+
+    def __init__(self, claims: Claims, limited: LimitedClaims, errors: ErrorLog) -> None:
+        super().__init__(stop=claims.stopping, errors=errors)
+        self.claims = claims
+        self.limited = limited  # the limits (refreshed there) and the queue-wide permits
+        self.shards = 0
+        self.ended = asyncio.Event()  # a run of ours ended: its key may take another turn
+        self._turn = 0  # which (shard, queue) asks first when the free slots are fewer
+        self._found = -IDLE_AFTER_S  # when a pass last started something (monotonic)
+        self._sleep_s = 0.0
+
+    def open(self, shards: int) -> None:
+        self.shards = shards
+
+    async def ready(self) -> None:
+        await self.claims.slots.wait(self.finished)
+
+    def _asks(self, free: int, queues: list[str]) -> list[tuple[int, str, int]]:
+        """(shard, queue, n): the free run slots shared among every shard and queue, the
+        odd ones to a first place that moves on every pass."""
+        places = [(s, q) for q in queues for s in range(self.shards)]
+        if not places or free <= 0:
+            return []
+        k = self._turn % len(places)
+        self._turn += 1
+        places = places[k:] + places[:k]
+        each, extra = divmod(free, len(places))
+        return [(s, q, each + (i < extra)) for i, (s, q) in enumerate(places)
+                if each + (i < extra) > 0]
+
+    async def run_once(self) -> int:
+        w = self.claims
+        self.ended.clear()
+        free = w.slots.free()
+        if free <= 0 or not self.shards:
+            self._sleep_s = POLL_S
+            return 0
+        await resync(w.clock, w.redis)
+        queues = w.config.queues
+        wide = [q for q in queues if q in self.limited.limits]
+        permits: dict[str, list[str]] = {}
+        if wide:  # queue-wide permits first: take no more than were granted
+            got = await self.limited.acquire({q: free for q in wide})
+            permits = {q: list(g.members) for q, g in got.items() if g.granted}
+        asks: list[tuple[int, str, int]] = []
+        for s, q, n in self._asks(free, [q for q in queues if q not in wide or q in permits]):
+            if q in permits:
+                n = min(n, len(permits[q]) - sum(a[2] for a in asks if a[1] == q))
+            if n > 0:
+                asks.append((s, q, n))
+        started = await self._take(asks, permits) if asks else 0
+        for q, members in permits.items():  # not used: back at once
+            for member in members:
+                self.limited.give_back(q, member)
+        mono = w.clock.monotonic()
+        if started:
+            self._found, self._sleep_s = mono, 0.0
+        else:
+            self._sleep_s = POLL_S if mono - self._found < IDLE_AFTER_S else IDLE_POLL_S
+        return started
+
+    async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]]) -> int:
+        w = self.claims
+        tracer = w.execution.tracer
+        now = w.clock.now_ms()
+        per_key = self.limited.per_key
+        calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n,
+                              per_key.get(q), tracer) for s, q, n in asks]
+        deadline = w.clock.monotonic() + w.config.lease_s
+        w.slots.claiming += sum(n for _, _, n in asks)
+        try:
+            answers, unconfirmed = await w.send(calls, False)
+        finally:
+            # Slots held for the take and not used are free again: wake a loop that waited
+            # on them.
+            w.slots.claiming -= sum(n for _, _, n in asks)
+            w.slots.capacity.set()
+        granted = []
+        for (s, q, _), reply in zip(asks, answers, strict=True):
+            entries, flat = replies.taken(reply, q)
+            grants = replies.claimed(flat, entries) if tracer is None \
+                else tracer.claimed(flat, entries)
+            granted.append((s, entries, grants))
+        return w.start(granted, now, deadline, unconfirmed, w.reader,
+                       on_start=lambda run: self._on_start(run, permits))
+
+    def _on_start(self, run: Run, permits: dict[str, list[str]]) -> None:
+        queue = run.lane
+        held = permits.get(queue)
+        if held:  # a queue-wide permit goes with it, given back when it ends
+            run.permit = (queue, held.pop())
+            run.on_end = self._on_end_limited
+        else:
+            run.on_end = self._on_end
+
+    def _on_end(self, run: Run) -> None:
+        self.ended.set()
+
+    def _on_end_limited(self, run: Run) -> None:
+        self.limited.on_end(run)
+        self.ended.set()
+
+    def delay(self, result: Any) -> float:
+        return self._sleep_s
+
+    async def sleep(self, seconds: float) -> None:
+        """Cut short when a run of ours ends: its key may have room again."""
+        waits = [asyncio.ensure_future(self.ended.wait()),
+                 asyncio.ensure_future(self._stop.wait())]
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for t in waits:
+                t.cancel()

@@ -1,0 +1,201 @@
+"""take.lua on one shard: the keys' turns (the rule, alone), the per-key limit and its
+permits given back by every end of an attempt, and keyed slots through the other
+transitions (promote, release, reclaim, cancel, sweep)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import redis
+
+from helpers import LEASE, W
+from scheduler import Client
+from scheduler.core.jobspec import placed_id
+from scheduler.core.keys import Keys
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+from scheduler.scripts import replies
+
+SHARD = 0
+
+
+class Keyed:
+    """Keyed jobs written by submit.lua into shard 0 of a client's namespace."""
+
+    def __init__(self, r: redis.Redis, client: Client, clock: ManualClock, queue: str) -> None:
+        self.r, self.client, self.clock, self.queue = r, client, clock, queue
+        self.keys = Keys(client.namespace)
+        self.prefix = self.keys.prefix(SHARD)
+        self._n = 0
+
+    def run(self, call: scripts.Call) -> Any:
+        return scripts.run_sync(self.r, [call])[0]
+
+    def submit(self, key: str, n: int = 1, priority: int | None = None,
+               fire_ms: int | None = None, **fields: Any) -> list[str]:
+        rows = []
+        for _ in range(n):
+            self._n += 1
+            job_id = placed_id(f"j{self._n:05d}", SHARD, self.client.shards)
+            extra: list[Any] = ["concurrency_key", key, "payload", json.dumps(self._n)]
+            if priority is not None:
+                extra += ["priority", priority]
+            for name, value in fields.items():
+                extra += [name, value]
+            rows.append((job_id, "t", self.queue, fire_ms or self.clock.now_ms(), extra))
+        assert self.run(scripts.submit(self.prefix, self.clock.now_ms(), 1000, rows)) == \
+            [replies.Code.OK] * n
+        return [f"{row[0]}:{row[3]}" for row in rows]
+
+    def take(self, n: int, per_key: int | None = None, worker: str = W) -> list[str]:
+        reply = self.run(scripts.take(self.prefix, self.clock.now_ms(), worker, LEASE,
+                                      self.queue, n, per_key))
+        entries, flat = replies.taken(reply, self.queue)
+        grants = replies.claimed(flat, entries)
+        assert all(g is not None for g in grants)
+        return [slot for _, _, slot in entries]
+
+    def key_of(self, slot_id: str) -> str:
+        return self.r.hget(self.keys.slot(SHARD, slot_id), "concurrency_key").decode()
+
+    def complete(self, slot_id: str) -> Any:
+        attempt = int(self.r.hget(self.keys.slot(SHARD, slot_id), "attempt"))
+        now = self.clock.now_ms()
+        return self.run(scripts.complete(self.prefix, now, 1000, W,
+                                         [(slot_id, attempt, now, now, self.queue, "")]))
+
+    def ring(self) -> list[str]:
+        return [k.decode() for k in self.r.lrange(self.keys.key_ring(SHARD, self.queue), 0, -1)]
+
+    def running(self, key: str) -> int:
+        return self.r.zcard(self.keys.key_running(SHARD, self.queue, key))
+
+
+def make_keyed(r: redis.Redis, client: Client, clock: ManualClock, queue: str) -> Keyed:
+    return Keyed(r, client, clock, queue)
+
+
+def test_keys_take_turns_whatever_order_their_slots_came_in(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "turns")
+    k.submit("a", 6)
+    k.submit("b", 2)
+    k.submit("c", 1)
+    assert k.ring() == ["a", "b", "c"]
+    taken = [k.key_of(s) for s in k.take(7)]
+    assert taken == ["a", "b", "c", "a", "b", "a", "a"]
+    assert k.ring() == ["a"]  # b and c emptied: they left the ring
+    # The next call goes on where this one stopped: a's last two.
+    assert [k.key_of(s) for s in k.take(5)] == ["a", "a"]
+    assert k.ring() == [] and not r.exists(k.keys.key_queue(SHARD, "turns", "a"))
+
+
+def test_a_key_s_turn_goes_on_across_calls(r: redis.Redis, client: Client,
+                                           clock: ManualClock) -> None:
+    """One slot a call: the keys still alternate (the turn is the ring's, not the call's)."""
+    k = make_keyed(r, client, clock, "across")
+    k.submit("a", 3)
+    k.submit("b", 3)
+    assert [k.key_of(k.take(1)[0]) for _ in range(6)] == ["a", "b", "a", "b", "a", "b"]
+
+
+def test_a_weight_is_turns_per_round(r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "weights")
+    k.submit("a", 6)
+    k.submit("b", 6)
+    r.hset(k.keys.key_weights(SHARD, "weights"), "b", 2)
+    assert [k.key_of(s) for s in k.take(9)] == ["a", "b", "b", "a", "b", "b", "a", "b", "b"]
+
+
+def test_priorities_order_within_a_key(r: redis.Redis, client: Client,
+                                       clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "prio")
+    low = k.submit("a", 1, priority=5)
+    plain = k.submit("a", 1)
+    high = k.submit("a", 1, priority=1)
+    assert k.take(3) == [*high, *plain, *low]
+
+
+def test_the_per_key_limit_holds_and_passes_over_a_full_key(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "limit")
+    k.submit("a", 5)
+    k.submit("b", 1)
+    first = k.take(10, per_key=2)
+    assert sorted(k.key_of(s) for s in first) == ["a", "a", "b"]
+    assert k.running("a") == 2
+    assert k.take(10, per_key=2) == []  # a is full, b empty: nothing, and no error
+    assert k.ring() == ["a"]
+    # An attempt's end gives the permit back: the next take starts one more of a.
+    a_runs = [s for s in first if k.key_of(s) == "a"]
+    assert k.complete(a_runs[0]) == [replies.Code.OK]
+    assert k.running("a") == 1
+    assert [k.key_of(s) for s in k.take(10, per_key=2)] == ["a"]
+    assert k.running("a") == 2
+
+
+def test_every_end_of_an_attempt_gives_the_permit_back(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """fail (retry), release, and an expired lease (reclaim) each end the attempt and give
+    the key's permit back; the slot comes back to its key's queue, not to a stream."""
+    k = make_keyed(r, client, clock, "ends")
+    k.submit("a", 3, max_attempts=5)
+    slots = k.take(3, per_key=3)
+    assert k.running("a") == 3
+    now = clock.now_ms()
+    assert k.run(scripts.fail(k.prefix, now, 1000, W, [(slots[0], 1, "failed", "boom", -1,
+                                                        0.5, now, now)])) is not None
+    assert k.run(scripts.release(k.prefix, now, 1000, W, [(slots[1], 1, now)])) == \
+        [replies.Code.OK]
+    assert k.running("a") == 1
+    assert r.zscore(k.keys.key_queue(SHARD, "ends", "a"), slots[1]) is not None  # queued again
+    assert k.ring() == ["a"]
+    clock.advance(LEASE + 1)
+    k.run(scripts.reclaim(k.prefix, clock.now_ms(), 1000, 100, LEASE, []))
+    assert k.running("a") == 0
+    assert r.hget(k.keys.slot(SHARD, slots[2]), "status") == b"queued"
+
+
+def test_a_cancelled_slot_is_dropped_from_its_key_s_queue(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "drops")
+    gone, kept = k.submit("a", 2)
+    client.cancel(gone)
+    assert k.take(5) == [kept]
+    assert k.ring() == []
+
+
+def test_a_set_left_behind_is_recounted_at_the_limit(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A member whose slot is not running (a lost give-back) blocks its key only until the
+    key reaches its limit: then the set is checked against the slots."""
+    k = make_keyed(r, client, clock, "recount")
+    k.submit("a", 2)
+    r.zadd(k.keys.key_running(SHARD, "recount", "a"), {"ghost:1": 1, "ghost:2": 2})
+    assert len(k.take(5, per_key=2)) == 2
+    assert k.running("a") == 2
+
+
+def test_a_keyed_slot_due_later_is_promoted_into_its_key_s_queue_never_early(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "later")
+    [slot] = k.submit("a", 1, fire_ms=clock.now_ms() + 1000)
+    assert k.ring() == []
+    # within promote's lookahead, but a keyed slot is not taken early
+    k.run(scripts.promote(k.prefix, clock.now_ms(), 1000, 100, ahead_ms=2000))
+    assert k.ring() == []
+    clock.advance(1000)
+    k.run(scripts.promote(k.prefix, clock.now_ms(), 1000, 100, ahead_ms=2000))
+    assert k.ring() == ["a"]
+    assert k.take(1) == [slot]
+
+
+def test_the_sweep_puts_a_stranded_keyed_slot_back(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "stranded")
+    [slot] = k.submit("a", 1)
+    r.delete(k.keys.key_queue(SHARD, "stranded", "a"), k.keys.key_ring(SHARD, "stranded"))
+    k.run(scripts.sweep(k.prefix, clock.now_ms(), 1000, [slot.encode()]))
+    assert k.ring() == ["a"]
+    assert k.take(1) == [slot]
