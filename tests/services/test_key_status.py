@@ -15,31 +15,54 @@ import redis
 import scheduler.core.limits as limits
 import scheduler.observe.keyed as keyed
 import scheduler.scripts.calls as scripts
+import scheduler.scripts.replies as replies
 from helpers import sched
 from scheduler import AsyncClient, Client, QueueLimit
 from scheduler.core.errors import ValidationError
+from scheduler.core.jobspec import keyed_job_id
 from scheduler.core.keys import Keys, key_score, key_shard
 from scheduler.observe.metrics import NamespaceCollector
 from scheduler.observe.records import KeyStatus
 from scheduler.web.app import create_app
 
 
-def plant(r: redis.Redis, client: Client, queue: str, key: str, waiting: int,
-          running: int = 0, weight: int | None = None) -> None:
-    """A key's queued and running slots as the contract keeps them (keys.py): its queue
-    `kq:`, its place in the ring, its running set `krun:`, the shard's `kqueues`, in the
-    key's home shard."""
-    keys, shard = client.keys, key_shard(key, client.shards)
-    if waiting:
-        r.zadd(keys.key_queue(shard, queue, key),
-               {f"{key}.{i}:1": key_score(3, 1000 + i) for i in range(waiting)})
-        r.rpush(keys.key_ring(shard, queue), key)
-        r.zadd(keys.keyed_queues(shard), {queue: 1000})
-    if running:
-        r.zadd(keys.key_running(shard, queue, key),
-               {f"{key}.r{i}:1": 1000 + i for i in range(running)})
-    if weight is not None:
-        r.hset(keys.key_weights(shard, queue), key, weight)
+def submit_keyed(r: redis.Redis, client: Client, queue: str, key: str, n: int) -> None:
+    """n jobs of concurrency key `key` in `queue`, through submit.lua, in the key's home
+    shard as the SDK places them (jobspec.keyed_job_id)."""
+    shards, now = client.shards, client.now_ms()
+    rows = [(keyed_job_id(key, shards), "t", queue, now, ["concurrency_key", key])
+            for _ in range(n)]
+    prefix = client.keys.prefix(key_shard(key, shards))
+    assert scripts.run_sync(r, [scripts.submit(prefix, now, 1000, rows)])[0] == \
+        [replies.Code.OK] * n
+
+
+def plant(r: redis.Redis, client: Client, queue: str, found: dict[str, tuple[int, int]]
+          ) -> None:
+    """Each key's (waiting, running) slots, through the real transitions: a key's runs are
+    submitted and claimed by take.lua first, while no other key of its shard waits (a key
+    whose queue empties leaves the ring), then the waiting ones are submitted."""
+    for key, (_, running) in found.items():
+        if running:
+            submit_keyed(r, client, queue, key, running)
+            prefix = client.keys.prefix(key_shard(key, client.shards))
+            reply = scripts.run_sync(r, [scripts.take(prefix, client.now_ms(), "w", 30_000,
+                                                      queue, running, None)])[0]
+            assert len(replies.taken(reply, queue)[0]) == running
+    for key, (waiting, _) in found.items():
+        if waiting:
+            submit_keyed(r, client, queue, key, waiting)
+
+
+def plant_raw(r: redis.Redis, keys: Keys, shard: int, queue: str, key: str | bytes,
+              waiting: int) -> None:
+    """Queued slots of a key written straight into Redis by someone who can (a key the SDK
+    would refuse: markup, bytes that are not UTF-8), as the contract keeps them (keys.py)."""
+    raw = key.encode() if isinstance(key, str) else key
+    r.zadd(keys.key_queue(shard, queue, "").encode() + raw,
+           {f"x{i}.0:1": key_score(3, i) for i in range(waiting)})
+    r.rpush(keys.key_ring(shard, queue), raw)
+    r.zadd(keys.keyed_queues(shard), {queue: 1})
 
 
 def per_key_limit(r: redis.Redis, keys: Keys, queue: str, n: int) -> None:
@@ -53,8 +76,7 @@ def keyed_queue(r: redis.Redis, client: Client) -> dict[str, tuple[int, int]]:
     client.submit_many([{"task": "t", "queue": "tenants"} for _ in range(2)]
                        + [{"task": "t", "queue": "other"}])
     found = {f"k{i:02d}": (i % 7, i % 3) for i in range(15)}
-    for key, (waiting, running) in found.items():
-        plant(r, client, "tenants", key, waiting, running)
+    plant(r, client, "tenants", found)
     return found
 
 
@@ -79,7 +101,7 @@ def test_a_queues_depth_counts_its_keys_queued_slots(
 
 def test_a_queue_with_only_keyed_slots_is_listed(r: redis.Redis, client: Client) -> None:
     client.create_namespace()
-    plant(r, client, "only-keys", "acme", 4, 1)
+    plant(r, client, "only-keys", {"acme": (4, 1)})
     [q] = client.status().queues
     assert (q.queue, q.depth, q.top_keys) == ("only-keys", 4, [
         KeyStatus(key="acme", waiting=4, running=1)])
@@ -88,7 +110,8 @@ def test_a_queue_with_only_keyed_slots_is_listed(r: redis.Redis, client: Client)
 def test_the_busiest_keys_come_first_up_to_top(
         r: redis.Redis, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
     per_key_limit(r, client.keys, "tenants", 3)
-    plant(r, client, "tenants", "k01", 0, 0, weight=4)
+    # set_key_weight's storage (keys.py: kweight), written as it keeps it
+    r.hset(client.keys.key_weights(key_shard("k01", client.shards), "tenants"), "k01", 4)
     got = client.queue_keys("tenants", top=5)
     assert got.busiest == [KeyStatus(key=k.key, waiting=k.waiting, running=k.running,
                                       weight=4.0 if k.key == "k01" else 1.0)
@@ -108,8 +131,7 @@ def test_a_shard_names_its_busiest_keys_in_order(r: redis.Redis, client: Client)
     client.create_namespace()
     names = [k for k in (f"t{i}" for i in range(200)) if key_shard(k, client.shards) == 0][:8]
     busy = [(3, 0), (1, 5), (7, 0), (2, 2), (4, 0), (1, 0), (2, 2), (6, 1)]
-    for key, (waiting, running) in zip(names, busy, strict=True):
-        plant(r, client, "q", key, waiting, running)
+    plant(r, client, "q", dict(zip(names, busy, strict=True)))
     [[[_, _, _, _, _, top]]] = scripts.run_sync(
         r, [scripts.key_stats(client.keys.prefix(0), 3, 100)])
     expected = _busiest(dict(zip(names, busy, strict=True)), 3)
@@ -129,8 +151,7 @@ def test_the_async_client_reads_the_same(
 def test_a_read_takes_at_most_its_budget_of_keys(
         r: redis.Redis, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     client.create_namespace()
-    for i in range(6):
-        plant(r, client, "q", f"same{i}", 2)
+    plant(r, client, "q", {f"same{i}": (2, 0) for i in range(6)})
     shard = key_shard("same0", client.shards)
     ring = [k for k in r.lrange(client.keys.key_ring(shard, "q"), 0, -1)]
     [[[queue, waiting, keys, read, truncated, top]]] = scripts.run_sync(
@@ -157,7 +178,7 @@ def test_sched_queues_shows_the_per_key_limit_and_the_keys(
         capsys: pytest.CaptureFixture[str], r: redis.Redis, client: Client, redis_url: str,
         ns: str, keyed_queue: dict[str, tuple[int, int]]) -> None:
     per_key_limit(r, client.keys, "tenants", 3)
-    plant(r, client, "tenants", "\x1b]0;owned\x07", 1)  # a terminal escape written into Redis
+    plant_raw(r, client.keys, 0, "tenants", "\x1b]0;owned\x07", 1)  # a terminal escape
     code, out, _ = sched(capsys, redis_url, ns, "queues")
     assert code == 0, out
     [line] = [ln for ln in out.splitlines() if ln.startswith("tenants")]
@@ -215,11 +236,8 @@ def test_the_console_shows_the_limit_and_the_busiest_keys_escaped(
         r: redis.Redis, client: Client, redis_url: str, ns: str,
         keyed_queue: dict[str, tuple[int, int]]) -> None:
     per_key_limit(r, client.keys, "tenants", 3)
-    for i, key in enumerate(HOSTILE):
-        plant(r, client, "tenants", key, 10 + i)
-    shard = key_shard("k01", client.shards)  # a key that is not UTF-8
-    r.rpush(client.keys.key_ring(shard, "tenants"), b"\xff\xfe")
-    r.zadd(client.keys.key_queue(shard, "tenants", "").encode() + b"\xff\xfe", {"x.0:1": 1})
+    for i, key in enumerate([*HOSTILE, b"\xff\xfe"]):
+        plant_raw(r, client.keys, i % client.shards, "tenants", key, 10 + i)
 
     async def pages() -> list[tuple[int, str]]:
         async with AsyncClient(redis_url, ns) as c:
@@ -250,8 +268,7 @@ def test_the_exporter_names_the_busiest_keys_only(
         r: redis.Redis, client: Client, ns: str) -> None:
     client.create_namespace()
     found = {f"k{i:02d}": (i + 1, i % 2) for i in range(25)}
-    for key, (waiting, running) in found.items():
-        plant(r, client, "tenants", key, waiting, running)
+    plant(r, client, "tenants", found)
     collector = NamespaceCollector(r, ns)
     samples = _key_samples(collector)
     top = _busiest(found, keyed.TOP_KEYS)
