@@ -72,6 +72,7 @@ class QueueStatus(msgspec.Struct, kw_only=True):
     keys_waiting: int = 0  # concurrency keys with a queued slot
     keys_truncated: bool = False  # a shard held more keys than a read takes: lower bounds
     top_keys: list[KeyStatus] = []  # the busiest keys (keyed.TOP_KEYS), busiest first
+    per_key_concurrency: int | None = None  # the queue's per-key limit (limits.py)
 
 
 class Rate(msgspec.Struct, kw_only=True):

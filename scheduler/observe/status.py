@@ -30,6 +30,7 @@ import msgspec
 import redis
 import redis.asyncio
 
+import scheduler.core.limits as limits
 import scheduler.observe.capacity as capacity
 import scheduler.observe.keyed as keyed
 import scheduler.redis.cluster as cluster
@@ -194,7 +195,8 @@ class _Reader:
         self.replicas: int | None = None
         self.nodes: list[NodeStatus] = []
         self.where = ""
-        self.limited: list[str] = []  # queues with a queue-wide limit: listed, even idle
+        self.limited: list[str] = []  # queues with a limit: listed, even idle
+        self.per_key: dict[str, int] = {}  # queue -> its per-key limit
         self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
         self.outbox: OutboxStatus | None = None
 
@@ -202,7 +204,7 @@ class _Reader:
         pipe.hget(self.keys.meta, "shards")
         pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
         pipe.zcard(self.keys.workers)
-        pipe.hkeys(self.keys.limits)
+        pipe.hgetall(self.keys.limits)
         pipe.zrangebyscore(self.keys.schedulers, self.now - NODE_WAITING_MS, "+inf",
                            withscores=True)
         pipe.info("persistence")  # an ACL without INFO: unknown, not an error
@@ -220,6 +222,9 @@ class _Reader:
                 reported_age_s=_age_s(self.now, int(box.get(b"at_ms", self.now))))
         self.workers_known = int(known)
         self.limited = sorted(_s(q) for q in limited)
+        self.per_key = {q: lim.per_key_concurrency for q, lim in limits.parse(
+            {_s(q).encode(): v for q, v in limited.items()}).items()
+            if lim.per_key_concurrency is not None}
         self.node_seen = [score for _, score in nodes]
         self.aof = (bool(int(persistence.get("aof_enabled", 0)))
                     if isinstance(persistence, dict) else None)
@@ -259,7 +264,7 @@ class _Reader:
                    for (w, score), raw in zip(self.seen, replies[scripted:], strict=True)]
         queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
         status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
-                            self.workers_known)
+                            self.workers_known, self.per_key)
         status.workers_waiting = sum(1 for w in workers if w.alive and w.waiting)
         if not topo.shards:  # no node can run before its namespace exists: all of them wait
             status.nodes_waiting = len(self.node_seen)
@@ -337,8 +342,8 @@ async def read_workers_async(client: redis.asyncio.Redis, keys: Keys, clock: Clo
 
 
 def _summarize(namespace: str, now: int, shards: int, queues: list[str],
-               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
-               ) -> Status:
+               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int,
+               per_key: dict[str, int]) -> Status:
     alive = [w for w in workers if w.alive]
     # Per queue: ok/s, failed/s, ended/s of the workers that timed runs, the seconds of run
     # those ended runs took per second (mean run = that / ended/s), in flight.
@@ -367,7 +372,8 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         keyed_waiting=sum(qs.keyed_waiting for qs in shards_of[q]),
         keys_waiting=sum(qs.keys_waiting for qs in shards_of[q]),
         keys_truncated=any(qs.keys_truncated for qs in shards_of[q]),
-        top_keys=keyed.busiest((k for qs in shards_of[q] for k in qs.top_keys), keyed.TOP_KEYS))
+        top_keys=keyed.busiest((k for qs in shards_of[q] for k in qs.top_keys), keyed.TOP_KEYS),
+        per_key_concurrency=per_key.get(q))
         for q in queues]
     snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
     last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),

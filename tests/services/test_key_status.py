@@ -21,8 +21,9 @@ from scheduler import AsyncClient, Client, QueueLimit
 from scheduler.core.errors import ValidationError
 from scheduler.core.jobspec import keyed_job_id
 from scheduler.core.keys import Keys, key_score, key_shard
+from scheduler.observe.capacity import plan
 from scheduler.observe.metrics import NamespaceCollector
-from scheduler.observe.records import KeyStatus
+from scheduler.observe.records import KeyStatus, QueueStatus, WorkerStatus
 from scheduler.web.app import create_app
 
 
@@ -122,6 +123,7 @@ def test_the_busiest_keys_come_first_up_to_top(
     # status names the busiest TOP_KEYS of each queue, no more
     [tenants] = [q for q in client.status().queues if q.queue == "tenants"]
     assert tenants.top_keys == [k for k in _busiest(keyed_queue, keyed.TOP_KEYS)]
+    assert tenants.per_key_concurrency == 3
     assert client.queue_keys("other").busiest == []
     assert client.queue_keys("other").per_key_concurrency is None
 
@@ -138,6 +140,23 @@ def test_a_shard_names_its_busiest_keys_in_order(r: redis.Redis, client: Client)
     assert [(k.decode(), int(w), int(run)) for k, w, run, _ in top] == [
         (k.key, k.waiting, k.running) for k in expected]
     assert client.queue_keys("q", top=3).busiest == expected
+
+
+@pytest.mark.parametrize("plain, per_key, slots", [
+    (0, None, 105.0),  # 4 / 0.8 + 3,000 x 1 s / 30 s: no per-key limit, every slot can start
+    (0, 2, 9.0),  # 2 keys x 2 at once: 4 slots start them as fast as they may go
+    (300, 2, 19.0),  # the plain backlog still drains at its own pace: + 300 x 1 s / 30 s
+    (0, 5000, 105.0),  # a limit the keys cannot reach changes nothing
+])
+def test_workers_wanted_leave_out_what_per_key_limits_hold_back(
+        plain: int, per_key: int | None, slots: float) -> None:
+    q = QueueStatus(queue="q", depth=plain + 3000, pending=4, oldest_ready_age_s=0.0,
+                    succeeded_per_s=4.0, failed_per_s=0.0, inflight=4, mean_run_s=1.0,
+                    keyed_waiting=3000, keys_waiting=2, per_key_concurrency=per_key)
+    w = WorkerStatus(worker_id="w", alive=True, heartbeat_age_s=0, host="h", pid=1,
+                     queues=["q"], concurrency=10, inflight=4, succeeded=0, failed=0,
+                     succeeded_per_s=4.0, failed_per_s=0, by_queue={})
+    assert plan([q], [w]).slots_wanted == slots
 
 
 def test_the_async_client_reads_the_same(
