@@ -16,8 +16,8 @@ import scheduler.core.limits as limits
 import scheduler.observe.keyed as keyed
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
-from helpers import sched
-from scheduler import AsyncClient, Client, QueueLimit
+from helpers import run_until, sched
+from scheduler import AsyncClient, Client, QueueLimit, Registry
 from scheduler.core.errors import ValidationError
 from scheduler.core.jobspec import keyed_job_id
 from scheduler.core.keys import Keys, key_score, key_shard
@@ -30,6 +30,7 @@ from scheduler.web.app import create_app
 def submit_keyed(r: redis.Redis, client: Client, queue: str, key: str, n: int) -> None:
     """n jobs of concurrency key `key` in `queue`, through submit.lua, in the key's home
     shard as the SDK places them (jobspec.keyed_job_id)."""
+    client.create_namespace()  # a client's first submit would
     shards, now = client.shards, client.now_ms()
     rows = [(keyed_job_id(key, shards), "t", queue, now, ["concurrency_key", key])
             for _ in range(n)]
@@ -140,6 +141,35 @@ def test_a_shard_names_its_busiest_keys_in_order(r: redis.Redis, client: Client)
     assert [(k.decode(), int(w), int(run)) for k, w, run, _ in top] == [
         (k.key, k.waiting, k.running) for k in expected]
     assert client.queue_keys("q", top=3).busiest == expected
+
+
+def test_a_workers_keys_at_their_limit_show_running_and_waiting(
+        r: redis.Redis, client: Client, redis_url: str, ns: str) -> None:
+    """A real worker under a per-key limit of 2: while its runs hold, each of 3 keys of 5
+    jobs shows 2 running and 3 waiting, and the queue's depth is their 9 waiting."""
+    per_key_limit(r, client.keys, "tenants", 2)
+    for key in ("a", "b", "c"):
+        submit_keyed(r, client, "tenants", key, 5)
+    registry, go, ended, seen = Registry(), asyncio.Event(), [], []
+
+    @registry.task("t")
+    async def hold(ctx: Any, payload: Any) -> None:
+        await go.wait()
+        ended.append(1)
+
+    def done() -> bool:
+        if not go.is_set():
+            keys = client.queue_keys("tenants").busiest
+            if [(k.key, k.waiting, k.running) for k in keys] == [
+                    ("a", 3, 2), ("b", 3, 2), ("c", 3, 2)]:
+                seen.append({q.queue: q for q in client.status().queues}["tenants"])
+                go.set()
+        return len(ended) == 15
+
+    asyncio.run(run_until(redis_url, ns, registry, done, queues=["tenants"], concurrency=50))
+    [tenants] = seen
+    assert (tenants.depth, tenants.keyed_waiting, tenants.keys_waiting) == (9, 9, 3)
+    assert client.queue_keys("tenants").busiest == []
 
 
 @pytest.mark.parametrize("plain, per_key, slots", [
