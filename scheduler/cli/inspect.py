@@ -120,10 +120,11 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
         ("retry", f"max {policy.max_attempts} attempts, backoff {policy.base_s:g}s.."
                   f"{policy.max_s:g}s, jitter {policy.jitter:g}"),
         *job.dedupe_text(when),
+        *([("concurrency key", job.concurrency_key)] if job.concurrency_key else []),
         ("payload", msgspec.json.encode(job.payload).decode()[:200]),
         *([("deleted", f"{when(job.deleted_ms)} ({job.deleted})")] if job.deleted_ms else []),
     ]:
-        click.echo(f"{label + ':':<12}{value}")
+        click.echo(f"{label + ':':<11} {value}")  # a long label keeps a space too
     click.echo("")
     if len(slots) < len(every):
         click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")

@@ -122,6 +122,9 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.option("--debounce", default=None,
               help="With --dedupe-key: run this long after the latest submit, with its "
                    "payload: 1 (seconds), 0.5, 10s.")
+@click.option("--concurrency-key", default=None,
+              help="The tenant the job runs for (a customer, an account): a queue's "
+                   "--per-key-concurrency counts runs of one key, and keys take turns.")
 @click.option("--delay", default=None, help="Run after this long: 90 (seconds), 30s, 5m, 1h.")
 @click.option("--at", "at_", default=None, help="Run at this instant: 2027-01-01T08:00:00Z.")
 @click.option("--cron", default=None,
@@ -153,7 +156,8 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: int,
            timeout: str | None,
            max_attempts: int, delivery: str, dedupe_key: str | None,
-           dedupe_ttl: str | None, debounce: str | None, delay: str | None,
+           dedupe_ttl: str | None, debounce: str | None, concurrency_key: str | None,
+           delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
            end_at: str | None, durability: str, replicas: int, replica_timeout: float,
@@ -173,7 +177,8 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: i
                                timeout=_duration_s("timeout", timeout), retry=retry,
                                delivery=delivery, dedupe_key=dedupe_key,
                                dedupe_ttl=_duration_s("dedupe_ttl", dedupe_ttl),
-                               debounce=_duration_s("debounce", debounce), **schedule)
+                               debounce=_duration_s("debounce", debounce),
+                               concurrency_key=concurrency_key, **schedule)
         if as_json:
             job = client.get_job(job_id)
             out: dict[str, Any] = {"job_id": job_id, "kind": job.kind,

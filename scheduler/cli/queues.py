@@ -1,6 +1,8 @@
 """`sched queues`: every queue with its depth, lag, rates and limits, `sched queues limit
-QUEUE` to set or clear one (`Client.queues`, `Client.set_queue_limit`), and `sched queues
-keys QUEUE`: its busiest concurrency keys (`Client.queue_keys`)."""
+QUEUE` to set or clear one (`Client.queues`, `Client.set_queue_limit`), `sched queues weight
+QUEUE KEY [W]` to show or set a concurrency key's weight in the queue's turns
+(`Client.key_weight`, `Client.set_key_weight`), and `sched queues keys QUEUE`: its busiest
+concurrency keys (`Client.queue_keys`)."""
 
 from __future__ import annotations
 
@@ -41,21 +43,45 @@ def queues(ctx: click.Context, as_json: bool) -> None:
               help="Most runs of the queue at once, across all workers.")
 @click.option("--rate", default=None,
               help="Most starts per second across all workers: 20, 20/s, 300/m, 1000/h.")
+@click.option("--per-key-concurrency", type=click.IntRange(min=1), default=None,
+              help="Most runs at once of any one concurrency key of the queue (jobs "
+                   "submitted with --concurrency-key), across all workers.")
 @click.option("--clear", is_flag=True, help="Remove the queue's limit.")
 @click.pass_obj
 def queues_limit(obj: dict[str, str], queue: str, concurrency: int | None, rate: str | None,
-                 clear: bool) -> None:
-    """Set (or --clear) a queue-wide limit; workers apply it within about two seconds, and
-    slots over it stay queued. Setting one option leaves the other unlimited."""
+                 per_key_concurrency: int | None, clear: bool) -> None:
+    """Set (or --clear) a queue's limit; workers apply it within about two seconds, and
+    slots over it stay queued. Each option left out is unlimited."""
     from scheduler import Client
     from scheduler.core.limits import parse_rate
 
-    if clear == (concurrency is not None or rate is not None):
-        raise click.UsageError("give --concurrency and/or --rate, or --clear")
+    if clear == (concurrency is not None or rate is not None
+                 or per_key_concurrency is not None):
+        raise click.UsageError("give --concurrency, --rate and/or --per-key-concurrency, or "
+                               "--clear")
     per_s = parse_rate(rate) if rate is not None else None
     with Client(obj["redis_url"], obj["namespace"]) as client:
-        limit = client.set_queue_limit(queue, concurrency=concurrency, rate=per_s)
+        limit = client.set_queue_limit(queue, concurrency=concurrency, rate=per_s,
+                                       per_key_concurrency=per_key_concurrency)
     click.echo(f"queue {queue}: limit {limit.text() if limit else 'cleared'}")
+
+
+@queues.command("weight")
+@click.argument("queue")
+@click.argument("key")
+@click.argument("weight", type=click.IntRange(1, 1000), required=False)
+@click.pass_obj
+def queues_weight(obj: dict[str, str], queue: str, key: str, weight: int | None) -> None:
+    """Show, or set to WEIGHT (1-1000), how many turns concurrency key KEY gets in each round
+    of QUEUE's turns between keys; 1, the default, resets it."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        if weight is None:
+            now = client.key_weight(queue, key)
+        else:
+            now = client.set_key_weight(queue, key, weight)
+    click.echo(f"queue {queue}, key {key}: weight {now}" + (" (the default)" if now == 1 else ""))
 
 
 @queues.command("keys")
@@ -81,5 +107,5 @@ def queues_keys(obj: dict[str, str], queue: str, top: int, as_json: bool) -> Non
                f"{found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
                f"{found.waiting:,} slot(s) waiting")
     if found.busiest:
-        table([[k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:g}"]
+        table([[k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:,}"]
                for k in found.busiest], ["KEY", "WAITING", "RUNNING", "WEIGHT"])

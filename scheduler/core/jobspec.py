@@ -3,7 +3,9 @@
 A job's id is a UUIDv7 in 32 hex digits (the submit's time in ms, then 74 random bits) or,
 with a `dedupe_key`, derived from the key so a repeated submit finds the first job. With a
 `dedupe_ttl` or `debounce` too, the key holds for a window (window_job_id): its job's id is the
-key's id plus the window's start, placed in the key's shard.
+key's id plus the window's start, placed in the key's shard. With a `concurrency_key`, every
+id is placed in the key's home shard (keyed_job_id): a fresh one, a dedupe key's (whose id, and
+window record, are then the concurrency key's own: the dedupe key is scoped by it) alike.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class JobSpec(msgspec.Struct, kw_only=True):
     that long from its first submit, whatever became of the job, then a submit makes a new
     job; `debounce` (seconds, with `dedupe_key`, without delay/at/cron): the job runs that
     long after its latest submit, with the latest payload (docs/guide/dedupe.md).
+    `concurrency_key`: the tenant (customer, account, domain...) the job runs for: a queue's
+    per-key limit counts runs of one key, and keys take turns (docs/guide/tenants.md). The
+    job lives in its key's home shard; a dedupe key is then scoped by the concurrency key.
     """
 
     task: str
@@ -47,6 +52,7 @@ class JobSpec(msgspec.Struct, kw_only=True):
     dedupe_key: str | None = None
     dedupe_ttl: float | None = None
     debounce: float | None = None
+    concurrency_key: str | None = None
     delay: Any = None
     at: Any = None
     cron: str | None = None
@@ -188,11 +194,13 @@ def spec_of(raw: Mapping[str, Any]) -> JobSpec:
 def one_spec(task: str, payload: Any, queue: str, timeout: float | None,
              retry: RetryPolicy | None, delivery: str, dedupe_key: str | None,
              schedule: dict[str, Any], priority: int | None = None,
-             dedupe_ttl: float | None = None, debounce: float | None = None) -> list[JobSpec]:
+             dedupe_ttl: float | None = None, debounce: float | None = None,
+             concurrency_key: str | None = None) -> list[JobSpec]:
     """`submit`'s arguments as the one-job batch it submits."""
     return [JobSpec(task=task, payload=payload, queue=queue, timeout=timeout, retry=retry,
                     delivery=delivery, priority=priority, dedupe_key=dedupe_key,
-                    dedupe_ttl=dedupe_ttl, debounce=debounce, **schedule)]
+                    dedupe_ttl=dedupe_ttl, debounce=debounce,
+                    concurrency_key=concurrency_key, **schedule)]
 
 
 def schedule_arguments(arguments: dict[str, Any]) -> dict[str, Any]:

@@ -52,6 +52,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:krun:<queue>:<ckey> zset   a concurrency key's running slots (its permits: one
                                           per run, given back when the attempt ends: _lib.lua
                                           end_lease), scored by when the run was claimed (ms)
+    <ns>:{sNN}:kbucket:<queue>:<ckey> hash the token bucket of a key's rate (per_key_rate), as
+                                          acquire.lua's of a queue: tokens, at_ms
     <ns>:{sNN}:kweight:<queue>    hash    concurrency key -> its weight in the turns (turns per
                                           round; 1 when absent); written to the key's own shard
     <ns>:{sNN}:kqueues            zset    queues with keyed slots in this shard, scored by the
@@ -97,6 +99,7 @@ SUFFIX_KEY_QUEUE = "kq:"
 SUFFIX_KEY_RING = "kring:"
 SUFFIX_KEY_RUNNING = "krun:"
 SUFFIX_KEY_WEIGHT = "kweight:"
+SUFFIX_KEY_BUCKET = "kbucket:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -107,7 +110,7 @@ DEFAULT_PRIORITY = 3
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
-                            SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT,
+                            SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "lanes"})
@@ -287,6 +290,9 @@ class Keys:
 
     def key_running(self, shard: int, queue: str, concurrency_key: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_KEY_RUNNING}{queue}:{concurrency_key}"  # zset
+
+    def key_bucket(self, shard: int, queue: str, concurrency_key: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_BUCKET}{queue}:{concurrency_key}"  # hash
 
     def key_weights(self, shard: int, queue: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_KEY_WEIGHT}{queue}"  # hash

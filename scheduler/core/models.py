@@ -71,6 +71,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     dedupe_key: str | None = None
     dedupe_ttl_s: float | None = None  # the key's window, from the first submit
     debounce_s: float | None = None  # a repeat moves the pending run this far ahead
+    concurrency_key: str | None = None  # its tenant: per-key limit and turns (guide/tenants)
     kind: JobKind = JobKind.IMMEDIATE
     created_ms: int = 0
     fire_ms: int = 0  # the fire time of the first slot (cron: the first occurrence)
@@ -193,6 +194,7 @@ class Slot(msgspec.Struct, frozen=True, kw_only=True):
     failures: int = 0
     queue: str = "default"
     priority: int = DEFAULT_PRIORITY
+    concurrency_key: str | None = None  # its job's, copied onto the slot
     task: str = ""
     token: int = 0
     worker: str | None = None
@@ -413,7 +415,8 @@ ENUM_FIELDS: dict[str, type[StrEnum]] = {"kind": JobKind, "delivery": Delivery,
 def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, delivery: Delivery,
                dedupe_key: str | None, kind: str,
                schedule: dict[str, str | int] | None = None,
-               priority: int = DEFAULT_PRIORITY) -> list[str | bytes | int | float]:
+               priority: int = DEFAULT_PRIORITY,
+               concurrency_key: str | None = None) -> list[str | bytes | int | float]:
     """The job hash beyond task/queue/fire_ms/created_ms, as flat field/value pairs, leaving
     out every field equal to its default (less for Redis to store and the script to write)."""
     values: dict[str, str | int | float] = {
@@ -426,6 +429,7 @@ def job_fields(payload: bytes, timeout_s: float | None, retry: RetryPolicy, deli
         "dedupe_key": dedupe_key or "",
         "kind": kind,
         "priority": priority,
+        "concurrency_key": concurrency_key or "",
         **(schedule or {}),
     }
     out: list[str | bytes | int | float] = []
@@ -479,6 +483,7 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         dedupe_key=_s(raw, "dedupe_key") or None,
         dedupe_ttl_s=_i(raw, "dedupe_ttl_ms") / 1000 or None,
         debounce_s=_i(raw, "debounce_ms") / 1000 or None,
+        concurrency_key=_s(raw, "concurrency_key") or None,
         kind=JobKind(_s(raw, "kind", JobKind.IMMEDIATE)),
         created_ms=_i(raw, "created_ms"),
         fire_ms=_i(raw, "fire_ms"),
@@ -522,6 +527,7 @@ def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
         failures=_i(raw, "failures"),
         queue=_s(raw, "queue", "default"),
         priority=_i(raw, "priority", DEFAULT_PRIORITY),
+        concurrency_key=_s(raw, "concurrency_key") or None,
         task=_s(raw, "task"),
         token=current,
         worker=_s(raw, "worker") or None,

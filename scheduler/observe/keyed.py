@@ -47,11 +47,11 @@ def _s(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _weight(value: Any) -> float:
+def _weight(value: Any) -> int:
     try:
-        return float(_s(value))
-    except ValueError:
-        return 1.0
+        return int(float(_s(value)))
+    except ValueError:  # written past the SDK: fails no read
+        return 1
 
 
 def decode(reply: list[Any]) -> list[ShardKeys]:

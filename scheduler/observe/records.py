@@ -14,7 +14,7 @@ class KeyStatus(msgspec.Struct, kw_only=True, frozen=True):
     key: str
     waiting: int  # its queued slots: waiting for its turn, or for a permit of its own
     running: int  # its runs now: the permits of its per-key limit in use
-    weight: float = 1.0  # its turns per round (`set_key_weight`)
+    weight: int = 1  # its turns per round (`set_key_weight`)
 
 
 class QueueKeys(msgspec.Struct, kw_only=True):

@@ -25,22 +25,25 @@ from scheduler.sdk.state import ClientState
 
 DEFAULT_SCHEMA = "scheduler"
 
-# validate()'s caches live on a ClientState; one per payload limit, never connected to Redis.
-_states: dict[int, ClientState] = {}
+# validate()'s caches live on a ClientState; one per payload limit and shard count, never
+# connected to Redis.
+_states: dict[tuple[int, int], ClientState] = {}
 
 
-def _state(max_payload_bytes: int) -> ClientState:
-    state = _states.get(max_payload_bytes)
+def _state(max_payload_bytes: int, shards: int | None) -> ClientState:
+    state = _states.get((max_payload_bytes, shards or 0))
     if state is None:
-        state = _states[max_payload_bytes] = ClientState(
-            "outbox", None, None, max_payload_bytes, EVENTS_MAXLEN)
+        state = _states[max_payload_bytes, shards or 0] = ClientState(
+            "outbox", shards, None, max_payload_bytes, EVENTS_MAXLEN)
+        state.shards = shards or 0
     return state
 
 
 def rows_of(jobs: Iterable[JobSpec | Mapping[str, Any]],
-            max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> tuple[list[str], list[str]]:
+            max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+            shards: int | None = None) -> tuple[list[str], list[str]]:
     """(job ids, row specs) of the jobs, every one validated before any is returned."""
-    state = _state(max_payload_bytes)
+    state = _state(max_payload_bytes, shards)
     now = time.time_ns() // 1_000_000
     specs = [raw if isinstance(raw, JobSpec) else spec_of(raw) for raw in jobs]
     for spec in specs:
@@ -49,9 +52,14 @@ def rows_of(jobs: Iterable[JobSpec | Mapping[str, Any]],
             raise ValidationError("dedupe_ttl", "dedupe_ttl and debounce are not taken by the "
                                                 "outbox (a windowed job's id is decided in "
                                                 "Redis): submit such jobs with Client.submit")
+        if spec.concurrency_key is not None and not shards:
+            # The id must land in the key's home shard, which depends on the shard count.
+            raise ValidationError("shards", "a job with a concurrency_key needs the "
+                                            "namespace's shard count (Client.shards): pass "
+                                            "shards= to outbox.submit / submit_many")
     checked = [validate(state, spec, now) for spec in specs]
     drawn = iter(job_ids.take(sum(c[0] is None for c in checked), now))
-    ids = [c[0] or next(drawn) for c in checked]
+    ids = [str(c[0]) if c[0] is not None else next(drawn) for c in checked]
     return ids, [encode_spec(spec, c[4]) for spec, c in zip(specs, checked, strict=True)]
 
 
@@ -77,27 +85,35 @@ def submit(conn: Any, task: str, payload: Any = None, *, queue: str = "default",
            catchup: str | None = None, catchup_limit: int | None = None,
            overlap: str | None = None, start_at: datetime | None = None,
            end_at: datetime | None = None, dedupe_ttl: float | None = None,
-           debounce: float | None = None, schema: str = DEFAULT_SCHEMA,
-           max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> str:
+           debounce: float | None = None, concurrency_key: str | None = None,
+           schema: str = DEFAULT_SCHEMA,
+           max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+           shards: int | None = None) -> str:
     """Submit one job in `conn`'s transaction: it reaches Redis once the transaction commits
     (never if it rolls back). Returns the id the job will have. The options are
     `Client.submit`'s, validated the same way (ValidationError before anything is written);
     `delay` counts from when the relay hands the job to Redis. `schema`: where
     `sched db upgrade --outbox` made the outbox; `max_payload_bytes`: the namespace's limit
-    (a larger payload is refused here; the relay checks the namespace's own)."""
+    (a larger payload is refused here; the relay checks the namespace's own); `shards`: the
+    namespace's shard count (`Client.shards`), needed with a `concurrency_key` only: the
+    job's id is drawn in the key's home shard (the relay refuses an id that is not there,
+    so the count must be the namespace's)."""
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
-                    schedule_arguments(locals()), priority, dedupe_ttl, debounce)
-    ids, specs = rows_of(jobs, max_payload_bytes)
+                    schedule_arguments(locals()), priority, dedupe_ttl, debounce,
+                    concurrency_key)
+    ids, specs = rows_of(jobs, max_payload_bytes, shards)
     _execute(conn, queries(schema)["insert_one"], {"job_id": ids[0], "spec": specs[0]})
     return ids[0]
 
 
 def submit_many(conn: Any, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
                 schema: str = DEFAULT_SCHEMA,
-                max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES) -> list[str]:
+                max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+                shards: int | None = None) -> list[str]:
     """Submit a batch in `conn`'s transaction, in one INSERT: every job validated first (as
-    `Client.submit_many` does); returns the ids the jobs will have, in input order."""
-    ids, specs = rows_of(jobs, max_payload_bytes)
+    `Client.submit_many` does); returns the ids the jobs will have, in input order.
+    `shards`: as for `submit`, needed when a job has a concurrency_key."""
+    ids, specs = rows_of(jobs, max_payload_bytes, shards)
     if ids:
         _execute(conn, queries(schema)["insert_many"], {"job_ids": ids, "specs": specs})
     return ids

@@ -83,12 +83,14 @@ def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
 
 
 def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
-         per_key: int | None, trace: object = None) -> Call:
-    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key:
-    the queue's per-key limit (None: none)."""
+         per_key: int | None, trace: object = None, per_key_rate: float | None = None) -> Call:
+    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key and
+    per_key_rate: the queue's per-key limits (None: none)."""
     args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n,
                              -1 if per_key is None else per_key)
-    if trace:
+    if per_key_rate is not None:
+        args += ("1" if trace else "", repr(float(per_key_rate)))
+    elif trace:
         args += ("1",)
     return Call("take", (prefix,), args)
 

@@ -24,10 +24,11 @@ from scheduler.core.jobspec import (
     WindowId,
     dedupe_job_id,
     job_ids,
+    keyed_job_id,
     spec_of,
     window_job_id,
 )
-from scheduler.core.keys import check_job_id, shards_of
+from scheduler.core.keys import check_concurrency_key, check_job_id, shard_of, shards_of
 from scheduler.core.models import (
     RetryPolicy,
     check_dedupe_key,
@@ -53,9 +54,15 @@ SUBMIT_CHUNK = 500  # jobs per script call: bounds how long one call holds Redis
 # EXISTS are cheap and a marker per small call (a single submit) would cost more memory.
 FRESH_MIN_JOBS = 32
 
-# A validated job: (job id of its dedupe key, or None for a generated one; task; queue;
-# fire_ms; the payload's JSON text, or None for null; the other job-hash field/value pairs,
-# a list shared by every job with the same options: never mutate it).
+
+class FreshId(str):
+    """A job id drawn afresh for this submit and placed in its concurrency key's home shard
+    (jobspec.keyed_job_id): new as a generated id is, so a call of them stays `fresh`."""
+
+
+# A validated job: (job id of its dedupe key, a keyed job's FreshId, or None for a generated
+# one; task; queue; fire_ms; the payload's JSON text, or None for null; the other job-hash
+# field/value pairs, a list shared by every job with the same options: never mutate it).
 Validated = tuple[str | None, str, str, int, str | None, list[Any]]
 
 
@@ -77,6 +84,8 @@ def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
     timeout = None if spec.timeout is None else check_timeout(spec.timeout)
     priority = check_priority(spec.priority)
     dedupe = None if spec.dedupe_key is None else check_dedupe_key(spec.dedupe_key)
+    ckey = (None if spec.concurrency_key is None
+            else check_concurrency_key(spec.concurrency_key))
     retry = spec.retry or DEFAULT_RETRY
     if not isinstance(retry, RetryPolicy):
         raise ValidationError("retry", "must be a RetryPolicy")
@@ -94,27 +103,48 @@ def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
         if rest is None:
             rest = core.option_fields[key] = job_fields(b"null", timeout, retry, delivery,
                                                         None, schedule.kind, None, priority)
+        if ckey is not None:  # after the cached fields, as job_fields() lays them out
+            rest = [*rest, "concurrency_key", ckey]
         if schedule.fields:
             rest = [*rest, *schedule_fields(schedule.fields)]
-    elif spec.dedupe_ttl is None and spec.debounce is None:
+        fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
+        if ckey is not None:
+            return (FreshId(keyed_job_id(ckey, core.shards, now_ms=now_ms)), task, queue,
+                    fire_ms, payload, rest)
+        return None, task, queue, fire_ms, payload, rest
+    if spec.dedupe_ttl is None and spec.debounce is None:
         rest = job_fields(b"null", timeout, retry, delivery, dedupe, schedule.kind,
-                          schedule.fields, priority)
+                          schedule.fields, priority, ckey)
     else:
-        schedule, window = windowed(spec, schedule, dedupe, now_ms, core.shards)
+        schedule, window = windowed(spec, schedule, dedupe, now_ms, core.shards, ckey)
         rest = job_fields(b"null", timeout, retry, delivery, dedupe, schedule.kind,
                           {**schedule.fields, "dedupe_ttl_ms": window.ttl_ms,
-                           "debounce_ms": window.debounce_ms}, priority)
+                           "debounce_ms": window.debounce_ms}, priority, ckey)
         return (window, task, queue, now_ms if schedule is IMMEDIATE else schedule.fire_ms,
                 payload, rest)
     fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
-    return (dedupe_job_id(dedupe) if dedupe else None, task, queue, fire_ms, payload, rest)
+    return dedupe_id(dedupe, ckey, core.shards), task, queue, fire_ms, payload, rest
 
 
-def windowed(spec: JobSpec, schedule: Schedule, key: str, now_ms: int,
-             shards: int) -> tuple[Schedule, WindowId]:
+def dedupe_id(dedupe_key: str, concurrency_key: str | None, shards: int) -> str:
+    """A dedupe key's job id: the key's own, or with a concurrency key the id of the pair,
+    placed in the concurrency key's home shard. The same pair gives the same id again; the
+    same dedupe key with another concurrency key (of the same home shard or not) another id:
+    the dedupe key is scoped by its concurrency key. (A space, which no concurrency key
+    holds, ends the concurrency key: no two pairs hash the same text.)"""
+    if concurrency_key is None:
+        return dedupe_job_id(dedupe_key)
+    return keyed_job_id(concurrency_key, shards,
+                        stem=dedupe_job_id(f"{concurrency_key} {dedupe_key}"))
+
+
+def windowed(spec: JobSpec, schedule: Schedule, key: str, now_ms: int, shards: int,
+             concurrency_key: str | None = None) -> tuple[Schedule, WindowId]:
     """A job with dedupe_ttl or debounce: its schedule (a debounced job is one delayed by
     the debounce) and its drawn id. A debounce sets the fire time itself, so it is refused
-    with delay, at or cron."""
+    with delay, at or cron. With a concurrency key the window's record is named by the
+    key's dedupe_id, which is in the concurrency key's home shard: window_job_id places the
+    job in the record's shard, so there too."""
     ttl = check_window_seconds("dedupe_ttl", spec.dedupe_ttl)
     debounce = check_window_seconds("debounce", spec.debounce)
     if debounce:
@@ -123,8 +153,9 @@ def windowed(spec: JobSpec, schedule: Schedule, key: str, now_ms: int,
                                               "after the latest submit): drop delay, at and "
                                               "cron, or drop debounce")
         schedule = delayed(now_ms, spec.debounce)
-    window = WindowId(window_job_id(dedupe_job_id(key), now_ms, shards))
-    window.base, window.ttl_ms, window.debounce_ms = dedupe_job_id(key), ttl, debounce
+    base = dedupe_id(key, concurrency_key, shards)
+    window = WindowId(window_job_id(base, now_ms, shards))
+    window.base, window.ttl_ms, window.debounce_ms = base, ttl, debounce
     return schedule, window
 
 
@@ -149,7 +180,7 @@ class Batch:
             drawn = job_ids.take(len(jobs), now)  # one slice of the pool, not a call per job
             self.ids = [job[0] or fresh for job, fresh in zip(jobs, drawn, strict=True)]
         else:
-            self.ids = named_ids(jobs, ids)
+            self.ids = named_ids(jobs, ids, core.shards)
         by_shard: list[list[int]] = [[] for _ in range(core.shards)]
         for i, shard in enumerate(shards_of(self.ids, core.shards)):
             by_shard[shard].append(i)
@@ -174,7 +205,10 @@ class Batch:
                 if extra:
                     fields = [*fields, *extra]
                 if job[0] is not None:
-                    fresh = False
+                    if type(job[0]) is FreshId:
+                        ids[i] = str(ids[i])  # a plain str for msgpack and the caller
+                    else:
+                        fresh = False
                     if type(job[0]) is WindowId:
                         window = job[0]
                         ids[i] = str(window)  # a plain str for msgpack and the caller
@@ -230,9 +264,10 @@ class Batch:
             not_written, unknown) from cause
 
 
-def named_ids(jobs: list[Validated], ids: Sequence[str]) -> list[str]:
-    """submit_many's `ids`, checked: one valid job id per job, and a dedupe key's own id for
-    a job with one (else a repeat of the key could make a second job)."""
+def named_ids(jobs: list[Validated], ids: Sequence[str], shards: int) -> list[str]:
+    """submit_many's `ids`, checked: one valid job id per job, a dedupe key's own id for
+    a job with one (else a repeat of the key could make a second job), and for a job with a
+    concurrency key an id in the key's home shard (where its count and turns are)."""
     if isinstance(ids, str) or len(ids) != len(jobs):
         raise ValidationError("ids", f"must be a list of one job id per job ({len(jobs)}), "
                                      f"or None")
@@ -243,7 +278,14 @@ def named_ids(jobs: list[Validated], ids: Sequence[str]) -> list[str]:
             raise ValidationError("ids", f"job {i} has a dedupe_ttl or debounce: its id is "
                                          f"decided in Redis (the first job's, while the window "
                                          f"is open): give none")
-        if job[0] is not None and given != job[0]:
+        if type(job[0]) is FreshId:
+            if shard_of(given, shards) != shard_of(job[0], shards):
+                raise ValidationError("ids", f"job {i} has a concurrency_key, whose jobs live "
+                                             f"in shard {shard_of(job[0], shards)} of "
+                                             f"{shards}: {given!r} is in shard "
+                                             f"{shard_of(given, shards)}; give an id placed "
+                                             f"there (jobspec.keyed_job_id) or none")
+        elif job[0] is not None and given != job[0]:
             raise ValidationError("ids", f"job {i} has a dedupe key, whose job id is "
                                          f"{job[0]}: give that id or none")
         out.append(given)

@@ -230,11 +230,12 @@ class Client(_Driver):
                catchup: str | None = None, catchup_limit: int | None = None,
                overlap: str | None = None, start_at: datetime | None = None,
                end_at: datetime | None = None, durability: str | None = None,
-               dedupe_ttl: float | None = None, debounce: float | None = None) -> str:
+               dedupe_ttl: float | None = None, debounce: float | None = None,
+               concurrency_key: str | None = None) -> str:
         return self._drive(job_ops.submit(self._core, task, payload, queue, timeout, retry,
                                           delivery, priority, dedupe_key, delay, at, cron, tz,
                                           catchup, catchup_limit, overlap, start_at, end_at,
-                                          durability, dedupe_ttl, debounce))
+                                          durability, dedupe_ttl, debounce, concurrency_key))
 
     @_drives(job_ops.submit_many)
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -339,8 +340,18 @@ class Client(_Driver):
 
     @_drives(queue_ops.set_queue_limit)
     def set_queue_limit(self, queue: str, concurrency: int | None = None,
-                        rate: float | None = None) -> QueueLimit | None:
-        return self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate))
+                        rate: float | None = None,
+                        per_key_concurrency: int | None = None) -> QueueLimit | None:
+        return self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate,
+                                                     per_key_concurrency))
+
+    @_drives(queue_ops.set_key_weight)
+    def set_key_weight(self, queue: str, key: str, weight: int | None) -> int:
+        return self._drive(queue_ops.set_key_weight(self._core, queue, key, weight))
+
+    @_drives(queue_ops.key_weight)
+    def key_weight(self, queue: str, key: str) -> int:
+        return self._drive(queue_ops.key_weight(self._core, queue, key))
 
     @_drives(queue_ops.queue_limits)
     def queue_limits(self) -> dict[str, QueueLimit]:
@@ -458,12 +469,13 @@ class AsyncClient(_Driver):
                      catchup: str | None = None, catchup_limit: int | None = None,
                      overlap: str | None = None, start_at: datetime | None = None,
                      end_at: datetime | None = None, durability: str | None = None,
-                     dedupe_ttl: float | None = None, debounce: float | None = None) -> str:
+                     dedupe_ttl: float | None = None, debounce: float | None = None,
+                     concurrency_key: str | None = None) -> str:
         return await self._drive(job_ops.submit(self._core, task, payload, queue,
                                                 timeout, retry, delivery, priority, dedupe_key,
                                                 delay, at, cron, tz, catchup, catchup_limit,
                                                 overlap, start_at, end_at, durability,
-                                                dedupe_ttl, debounce))
+                                                dedupe_ttl, debounce, concurrency_key))
 
     @_drives(job_ops.submit_many)
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -568,8 +580,18 @@ class AsyncClient(_Driver):
 
     @_drives(queue_ops.set_queue_limit)
     async def set_queue_limit(self, queue: str, concurrency: int | None = None,
-                              rate: float | None = None) -> QueueLimit | None:
-        return await self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate))
+                              rate: float | None = None,
+                              per_key_concurrency: int | None = None) -> QueueLimit | None:
+        return await self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate,
+                                                           per_key_concurrency))
+
+    @_drives(queue_ops.set_key_weight)
+    async def set_key_weight(self, queue: str, key: str, weight: int | None) -> int:
+        return await self._drive(queue_ops.set_key_weight(self._core, queue, key, weight))
+
+    @_drives(queue_ops.key_weight)
+    async def key_weight(self, queue: str, key: str) -> int:
+        return await self._drive(queue_ops.key_weight(self._core, queue, key))
 
     @_drives(queue_ops.queue_limits)
     async def queue_limits(self) -> dict[str, QueueLimit]:

@@ -72,18 +72,22 @@ def submit(core: ClientState, task: str, payload: Any = None, queue: str = "defa
            catchup_limit: int | None = None, overlap: str | None = None,
            start_at: datetime | None = None, end_at: datetime | None = None,
            durability: str | None = None, dedupe_ttl: float | None = None,
-           debounce: float | None = None) -> Op[str]:
+           debounce: float | None = None, concurrency_key: str | None = None) -> Op[str]:
     """Submit one job; returns its id (the first job's id for a repeated dedupe key).
 
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
     catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `priority` 1 (first) to 5
     (last), default 3. `durability` as for submit_many. `dedupe_ttl`, `debounce`: a dedupe
-    key's window and debounce (JobSpec; docs/guide/dedupe.md)."""
+    key's window and debounce (JobSpec; docs/guide/dedupe.md). `concurrency_key`: the tenant
+    the job runs for, 1-128 characters from A-Z a-z 0-9 _ . @ + = / : - (a queue's per-key
+    limit and fair turns between keys: docs/guide/tenants.md); the job's id is then drawn in
+    the key's home shard."""
     # No `*`: the clients' submit (keyword-only there) passes its arguments in order, as
     # binding this many keywords costs more than the rest of the call's wrapping (bench
     # submit, single submits).
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
-                    schedule_arguments(locals()), priority, dedupe_ttl, debounce)
+                    schedule_arguments(locals()), priority, dedupe_ttl, debounce,
+                    concurrency_key)
     return (yield from submit_many(core, jobs, durability=durability))[0]
 
 
@@ -102,7 +106,8 @@ def submit_many(core: ClientState, jobs: Iterable[JobSpec | Mapping[str, Any]], 
     `replica_timeout_s`, else DurabilityError.
 
     `ids`: the ids the jobs are to have, in input order, instead of fresh ones (a job with a
-    dedupe key has its key's; scheduler/outbox/ names its jobs before they reach Redis). A
+    dedupe key has its key's, one with a concurrency key an id in the key's home shard:
+    jobspec.keyed_job_id; scheduler/outbox/ names its jobs before they reach Redis). A
     job whose id is already in Redis is not written again, so the same batch sent twice
     writes each job once."""
     jobs = list(jobs)

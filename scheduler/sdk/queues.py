@@ -1,7 +1,7 @@
-"""Queues as an operator sees them: depth, lag, rates and queue-wide limits
-(scheduler/core/limits.py), setting or clearing a limit (`Client.set_queue_limit`,
-`sched queues limit`), and a queue's busiest concurrency keys (`Client.queue_keys`,
-`sched queues keys`)."""
+"""Queues as an operator sees them: depth, lag, rates and limits (scheduler/core/limits.py),
+setting or clearing a limit (`Client.set_queue_limit`, `sched queues limit`), the weight of a
+concurrency key in its queue's turns (`Client.set_key_weight`, `sched queues weight`), and a
+queue's busiest concurrency keys (`Client.queue_keys`, `sched queues keys`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import msgspec
 import scheduler.core.limits as limits
 import scheduler.observe.keyed as keyed
 from scheduler.core.errors import ValidationError
-from scheduler.core.keys import check_name
+from scheduler.core.keys import check_concurrency_key, check_name, key_shard
 from scheduler.core.limits import QueueLimit
 from scheduler.observe.records import QueueKeys
 from scheduler.observe.status import Status
@@ -34,21 +34,76 @@ class QueueInfo(msgspec.Struct, kw_only=True):
 
 
 def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = None,
-                    rate: float | None = None) -> Op[QueueLimit | None]:
-    """At most `concurrency` runs of `queue` at once across all workers, and at most `rate`
-    starts per second; both None clears the limit. Workers apply a change within about two
-    seconds; slots over the limit stay queued. Returns the limit now in force (None: none)."""
+                    rate: float | None = None,
+                    per_key_concurrency: int | None = None) -> Op[QueueLimit | None]:
+    """At most `concurrency` runs of `queue` at once across all workers, at most `rate`
+    starts per second, and at most `per_key_concurrency` runs at once of any one concurrency
+    key (docs/guide/tenants.md); all None clears the limit, and each one left None is not
+    limited. Workers apply a change within about two seconds; slots over the limit stay
+    queued (over a key's limit, they never hold up other keys). Returns the limit now in
+    force (None: none)."""
     check_name("queue", queue)
-    limit = limits.check_limit(concurrency, rate)
+    limit = limits.check_limit(concurrency, rate, per_key_concurrency)
     yield from ready(core)
     pipe = Pipe()
-    if limit.concurrency is None and limit.rate is None:
+    if not limit.queue_wide and limit.per_key_concurrency is None:
         pipe.hdel(core.keys.limits, queue)
         yield pipe
         return None
     pipe.hset(core.keys.limits, queue, limits.encode(limit))  # listed from now on
     yield pipe
     return limit
+
+
+MAX_KEY_WEIGHT = 1000
+DEFAULT_KEY_WEIGHT = 1  # a key with no weight set: one turn a round
+
+
+def check_key_weight(weight: Any) -> int:
+    if weight is None:
+        return DEFAULT_KEY_WEIGHT
+    if type(weight) is not int or not 1 <= weight <= MAX_KEY_WEIGHT:
+        raise ValidationError("weight", f"{weight!r} is not allowed; use a whole number from 1 "
+                                        f"to {MAX_KEY_WEIGHT} (turns per round; 1, the "
+                                        f"default, or None resets it)")
+    return weight
+
+
+def _weights_key(core: ClientState, queue: str, key: str) -> str:
+    return core.keys.key_weights(key_shard(key, core.shards), queue)
+
+
+def set_key_weight(core: ClientState, queue: str, key: str, weight: int | None) -> Op[int]:
+    """How many turns concurrency key `key` gets in each round of `queue`'s turns (keys with
+    ready work take turns; a turn starts one run): a whole number from 1 to 1000, 1 (or None)
+    being the default. Stored where the key's jobs live (its home shard, keys.key_shard), for
+    the script that hands out the turns. Returns the weight now in force."""
+    check_name("queue", queue)
+    check_concurrency_key(key)
+    weight = check_key_weight(weight)
+    yield from ready(core)
+    pipe = Pipe()
+    if weight == DEFAULT_KEY_WEIGHT:
+        pipe.hdel(_weights_key(core, queue, key), key)
+    else:
+        pipe.hset(_weights_key(core, queue, key), key, weight)
+    yield pipe
+    return weight
+
+
+def key_weight(core: ClientState, queue: str, key: str) -> Op[int]:
+    """Concurrency key `key`'s weight in `queue`'s turns (set_key_weight): 1 when none is
+    set."""
+    check_name("queue", queue)
+    check_concurrency_key(key)
+    yield from ready(core)
+    pipe = Pipe()
+    pipe.hget(_weights_key(core, queue, key), key)
+    raw: Any = (yield pipe)[0]
+    try:
+        return int(raw) if raw is not None else DEFAULT_KEY_WEIGHT
+    except ValueError:  # written past the SDK: fails no read
+        return DEFAULT_KEY_WEIGHT
 
 
 def queue_limits(core: ClientState) -> Op[dict[str, QueueLimit]]:

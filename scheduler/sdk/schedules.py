@@ -13,8 +13,8 @@ import msgspec
 import scheduler.scripts.calls as scripts
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, ValidationError
-from scheduler.core.jobspec import JobSpec
-from scheduler.core.keys import check_job_id, shard_of
+from scheduler.core.jobspec import JobSpec, placed_id
+from scheduler.core.keys import check_job_id, key_shard, shard_of
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate
@@ -96,8 +96,12 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None,
     one makes its own; running scheduler nodes take it in their next pass), and any number
     of processes declaring it at once make one series. `options` are
     submit's (cron= required; queue, priority, timeout, retry, delivery, tz, catchup,
-    catchup_limit, overlap, start_at, end_at). A deleted schedule declared again with the same spec stays
-    deleted; with another spec it is a series again. Returns the job id (= name)."""
+    catchup_limit, overlap, start_at, end_at, concurrency_key). A deleted schedule declared
+    again with the same spec stays deleted; with another spec it is a series again. Returns
+    the job id: the name, or with a concurrency_key the name placed in the key's home shard
+    (`name.<n>`, the same every time: jobspec.placed_id). The concurrency key is then part of
+    the schedule's identity: declaring the name with another key (or none) while its series
+    lives is refused (ValidationError naming the live job: delete_job it first)."""
     spec, digest = _named_spec(name, task, payload, options)
     try:
         yield from ready(core)
@@ -107,13 +111,67 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None,
         fields = hash_fields(job)
     except REDIS_ERRORS as exc:
         raise nothing_written(1, exc, core.at) from exc
+    job_id = named_id(name, spec.concurrency_key, core.shards)
+    yield from _same_key(core, name, job_id, spec.concurrency_key)
     fields = ["task", task, "queue", queue, *fields, "spec", digest]
-    prefix = core.keys.prefix(shard_of(name, core.shards))
+    prefix = core.keys.prefix(shard_of(job_id, core.shards))
     call = scripts.submit(prefix, core.clock.now_ms(), core.events_maxlen,
-                          [(name, task, queue, fire_ms, fields[4:])])
+                          [(job_id, task, queue, fire_ms, fields[4:])])
     if codes((yield Scripts([call]))[0], "submit")[0] is not Code.OK:  # taken
-        yield from _redefine(core, prefix, name, spec, digest, fire_ms, fields)
-    return name
+        yield from _redefine(core, prefix, job_id, spec, digest, fire_ms, fields)
+    return job_id
+
+
+def named_id(name: str, concurrency_key: str | None, shards: int) -> str:
+    """A named schedule's job id: its name, or with a concurrency key the name placed in the
+    key's home shard, where every job of the key lives."""
+    if concurrency_key is None:
+        return name
+    job_id = placed_id(name, key_shard(concurrency_key, shards), shards)
+    try:
+        return check_job_id(job_id)
+    except ValidationError:
+        raise ValidationError("name", f"{name!r} is too long for a schedule with a "
+                                      f"concurrency_key (its id adds a suffix: {job_id!r}); "
+                                      f"use a shorter name") from None
+
+
+def _placements(name: str, shards: int) -> list[str]:
+    """Every id a schedule named `name` can have: the name, and the name placed in each
+    shard (one pass over the counters, not a search per shard)."""
+    found: dict[int, str] = {}
+    n = 0
+    while len(found) < shards:
+        job_id = f"{name}.{n:x}"
+        found.setdefault(shard_of(job_id, shards), job_id)
+        n += 1
+    return [name, *found.values()]
+
+
+def _same_key(core: ClientState, name: str, job_id: str, concurrency_key: str | None
+              ) -> Op[None]:
+    """Refuse a declaration whose concurrency key differs from the one the name's live series
+    was declared with: the key decides the id, so it would start a second series beside the
+    first (or, at the same id, take over another schedule whose name it is)."""
+    ids = [job_id, *(i for i in _placements(name, core.shards) if i != job_id and len(i) <= 128)]
+    pipe = Pipe()
+    for other in ids:
+        pipe.hmget(core.job_key(other), "cron", "deleted_ms", "concurrency_key")
+    for other, (cron, deleted, key) in zip(ids, (yield pipe), strict=True):
+        key = (key.decode() if isinstance(key, bytes) else key) or None
+        if not cron or deleted:
+            continue  # none, or its series ended
+        if other == job_id:
+            if key == concurrency_key:
+                continue  # this schedule: the same spec, or one to redefine
+        elif other != (placed_id(name, key_shard(key, core.shards), core.shards) if key
+                       else name):
+            continue  # a job of its own name, not a form of this schedule
+        raise ValidationError("concurrency_key", (
+            f"schedule {name!r}: job {other!r} is a live series declared "
+            + (f"with concurrency_key {key!r}" if key else "without a concurrency_key")
+            + f", and a schedule's key decides its id; declare it as it was, or "
+              f"delete_job({other!r}) first"))
 
 
 def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
@@ -134,7 +192,7 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
     except TypeError as exc:
         raise ValidationError("options", str(exc)) from None
     fields = msgspec.structs.asdict(spec)
-    for option in ("priority", "dedupe_ttl", "debounce"):
+    for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key"):
         if fields[option] is None:  # specs declared before these options keep their digest
             del fields[option]
     return spec, hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),

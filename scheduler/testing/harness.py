@@ -219,6 +219,7 @@ class TestScheduler:
         pipe = transport.pipeline(self.redis)
         for shard in range(self.worker.shards):
             pipe.zrange(keys.lane_index(shard), 0, -1)
+            pipe.zrange(keys.keyed_queues(shard), 0, -1)  # queues of jobs with a concurrency key
         queues = {queue_of(lane.decode()) for found in await transport.send(pipe) for lane in found}
         if not queues <= self._queues:
             self._queues |= queues
@@ -230,6 +231,7 @@ class TestScheduler:
             await self.node.leases.run_once()
             self._renew_at = self.clock.now_ms() + int(LEASE_TTL_S * 1000 / 3)
         runs: list[Run] = []
+        await self.worker.limited.read_limits()  # per-key limits set since the last drain
         for _ in range(MAX_ROUNDS):
             await self.node.materializer.run_once()
             await self.node.promoter.run_once()

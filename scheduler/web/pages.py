@@ -243,7 +243,7 @@ async def _key_tables(client: Any, queue: str
              f", {found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
              f"{found.waiting:,} slot(s) waiting; the busiest")
     return [(title, "keys", ["key", "waiting", "running", "weight"],
-             [_row(k.key, k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:g}")
+             [_row(k.key, k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:,}")
               for k in found.busiest])]
 
 
@@ -343,6 +343,7 @@ async def job(client: Any, job_id: str) -> Page:
         ("retry", f"max {j.retry.max_attempts} attempts, backoff {j.retry.base_s:g}s.."
                   f"{j.retry.max_s:g}s"),
         *(j.dedupe_text(when) if j.dedupe_key else []),
+        *([("concurrency key", j.concurrency_key)] if j.concurrency_key else []),
         ("payload", msgspec.json.encode(j.payload).decode()[:4000])]
     if j.deleted_ms:
         fields.append(("deleted", f"{when(j.deleted_ms)} ({j.deleted})"))
@@ -372,8 +373,9 @@ async def slot(client: Any, slot_id: str) -> Page:
         payload = "(the job's definition is no longer in Redis)"
     fields = [("job", link(f"/jobs/{s.job_id}", s.job_id)), ("status", s.status.value),
               ("task", s.task), ("queue", link(f"/queues/{s.queue}", s.queue)),
-              ("priority", s.priority), ("fire time", when(s.fire_ms)),
-              ("attempts", s.attempt), ("payload", payload[:4000]),
+              ("priority", s.priority),
+              *([("concurrency key", s.concurrency_key)] if s.concurrency_key else []),
+              ("fire time", when(s.fire_ms)), ("attempts", s.attempt), ("payload", payload[:4000]),
               ("result", "-" if s.result is None else msgspec.json.encode(s.result).decode()[:4000])]
     if s.status is SlotStatus.RUNNING:
         fields += [("worker", s.worker or "-"), ("lease until", when(s.lease_until_ms))]

@@ -13,16 +13,19 @@ follows it at once.
 A queue that also has a queue-wide limit takes its permits first (limiter.py's acquire), and
 asks take.lua for no more than were granted; permits it did not use go back at once.
 
-A queue without keyed jobs costs a pass an LLEN per shard: passes that find nothing come
-every POLL_S, or IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
+A queue without keyed jobs costs a pass an LLEN per shard, sent without holding any run slot
+(so the worker's other claims never wait on it); passes that find nothing come every POLL_S,
+or IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from typing import Any
 
+import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
 from scheduler.redis.clock import resync
@@ -82,6 +85,9 @@ class KeyedClaims(Service):
             return 0
         await resync(w.clock, w.redis)
         queues = w.config.queues
+        if not self._found_lately() and not await self._any_queued(queues):
+            self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
+            return 0
         wide = [q for q in queues if q in self.limited.limits]
         permits: dict[str, list[str]] = {}
         if wide:  # queue-wide permits first: take no more than were granted
@@ -97,12 +103,28 @@ class KeyedClaims(Service):
         for q, members in permits.items():  # not used: back at once
             for member in members:
                 self.limited.give_back(q, member)
-        mono = w.clock.monotonic()
         if started:
-            self._found, self._sleep_s = mono, 0.0
+            self._found, self._sleep_s = w.clock.monotonic(), 0.0
         else:
-            self._sleep_s = POLL_S if mono - self._found < IDLE_AFTER_S else IDLE_POLL_S
+            self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
         return started
+
+    def _found_lately(self) -> bool:
+        return self.claims.clock.monotonic() - self._found < POLL_S * 4
+
+    def _idle(self) -> bool:
+        return self.claims.clock.monotonic() - self._found >= IDLE_AFTER_S
+
+    async def _any_queued(self, queues: Sequence[str]) -> bool:
+        """Whether any ring of the worker's queues holds a key: asked without holding run
+        slots, so that while no keyed slot is queued the worker's other claims never wait
+        on this loop's round trip."""
+        w = self.claims
+        pipe = transport.pipeline(w.redis)
+        for q in queues:
+            for s in range(self.shards):
+                pipe.llen(w.keys.key_ring(s, q))
+        return any(await transport.send(pipe))
 
     async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]]) -> int:
         w = self.claims
@@ -122,7 +144,7 @@ class KeyedClaims(Service):
             w.slots.capacity.set()
         granted = []
         for (s, q, _), reply in zip(asks, answers, strict=True):
-            entries, flat = replies.taken(reply, q)
+            entries, flat, _ = replies.taken(reply, q)
             grants = replies.claimed(flat, entries) if tracer is None \
                 else tracer.claimed(flat, entries)
             granted.append((s, entries, grants))

@@ -84,10 +84,7 @@ class LimitedClaims(Service):
         """Read the limits; True when the set of limited queues changed (the worker then
         reads them here, and no longer in its main loops)."""
         # The worker's clients decode nothing: keys and values are bytes.
-        raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
-        parsed = limits.parse(raw)
-        self.per_key = {q: lim.per_key_concurrency for q, lim in parsed.items()
-                        if lim.per_key_concurrency is not None}
+        parsed = await self.read_limits()
         mine = {q: lim for q, lim in parsed.items()
                 if q in self.claims.config.queues and lim.queue_wide}
         changed = set(mine) != set(self.limits)
@@ -96,6 +93,14 @@ class LimitedClaims(Service):
         if changed:
             await self._reopen()
         return changed
+
+    async def read_limits(self) -> dict[str, limits.QueueLimit]:
+        """The limits hash; the per-key limits are kept as they are (keyed.py reads them)."""
+        raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
+        parsed = limits.parse(raw)
+        self.per_key = {q: lim.per_key_concurrency for q, lim in parsed.items()
+                        if lim.per_key_concurrency is not None}
+        return parsed
 
     async def _reopen(self) -> None:
         w = self.claims

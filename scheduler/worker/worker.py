@@ -145,9 +145,10 @@ class Worker:
 
     async def run_once(self, block_ms: int | None = None) -> int:
         """One claim pass (Claims.run_once): claim what the free run slots can take (reading
-        one batch when the local backlog is empty) and start their handlers; returns how
-        many started."""
-        return await self.claims.run_once(block_ms)
+        one batch when the local backlog is empty) and start their handlers, then one pass of
+        the keyed claims (keyed.py) for what is still free; returns how many started."""
+        started = await self.claims.run_once(block_ms)
+        return started + await self.keyed.run_once()
 
     def set_concurrency(self, concurrency: int) -> None:
         """Change the run slots while running (the autoscaler does). Fewer take effect as

@@ -318,7 +318,11 @@ def test_immediate_jobs_are_listed_with_the_recent_submissions(redis_url: str, n
     immediate = _table(_get(f"{web}/jobs?kind=immediate")[1], "rows")
     assert [r[0][0] for r in immediate] == [now]
     code, body = _get(f"{web}/jobs/{now}")
-    assert code == 200 and "immediate" in body
+    assert code == 200 and "immediate" in body and "concurrency key" not in body
+    with Client(redis_url, ns) as client:
+        keyed = client.submit("demo.noop", queue="mail", concurrency_key="tenant-42")
+    code, body = _get(f"{web}/jobs/{keyed}")
+    assert code == 200 and re.search(r"concurrency key.*?tenant-42", body, re.S)
 
 
 def test_empty_pages_say_what_would_fill_them(web: str) -> None:

@@ -84,6 +84,7 @@ OUTBOX_WAITS = OUTBOX + "test_rows_wait_while_redis_is_unreachable"
 OUTBOX_RESEND = OUTBOX + "test_a_resend_after_redis_acknowledged_writes_nothing_twice"
 OUTBOX_FAULTS = "tests/faults/test_outbox.py::"
 DEDUPE = "tests/sdk/test_dedupe_windows.py::"
+TAKE = "tests/lua/test_take.py::"
 DEBOUNCED = DEDUPE + "test_a_debounce_moves_the_pending_run_and_takes_the_latest_payload[single]"
 DEBOUNCED_RUN = (DEDUPE + "test_fifty_debounced_submits_run_once_with_the_last_payload_and_a_"
                  "window_outlives_retention[single]")
@@ -290,7 +291,7 @@ MUTANTS = [
            "            if False:\n                run.on_end = self.on_end",
            (f"{LIMITS}::test_a_concurrency_limit_holds_across_workers",)),
     Mutant("rate-bucket-two-seconds", "the rate's bucket holds two seconds' worth: a burst "
-           "breaks the rate over 10 s", "scheduler/scripts/lua/acquire.lua",
+           "breaks the rate over 10 s", "scheduler/scripts/lua/_bucket.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
@@ -332,7 +333,7 @@ MUTANTS = [
     Mutant("skip-overlap-promoted-early", "an overlap=\"skip\" occurrence is dispatched early, "
            "so its overlap check sees the job as it was up to the horizon before its time",
            "scheduler/scripts/lua/promote.lua",
-           "  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce') then",
+           "  if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce' or st[6]) then",
            "  if false then",
            (f"{AHEAD}::test_an_overlap_skip_occurrence_waits_in_due_for_its_time",)),
     Mutant("claim-takes-every-free-slot", "a claim takes every free run slot, not a "
@@ -628,6 +629,27 @@ MUTANTS = [
            (WINDOW_ENDS,), fast=True),
     Mutant("debounced-slot-dispatched-early", "a debounced slot is taken early by promote: "
            "repeats after that stop moving it, and a second job starts",
-           "scheduler/scripts/lua/promote.lua", "(st[3] == 'skip' or st[3] == 'debounce')",
-           "st[3] == 'skip'", (DEBOUNCED_RUN,)),
+           "scheduler/scripts/lua/promote.lua", "or st[3] == 'debounce' or st[6])",
+           "or st[6])", (DEBOUNCED_RUN,)),
+    Mutant("key-permit-never-given-back", "a keyed run's end (fail, release, reclaim) does "
+           "not give its key's permit back: the key stalls at its limit for good",
+           "scheduler/scripts/lua/_lib.lua",
+           "  if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end",
+           "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",), fast=True),
+    Mutant("key-permit-kept-on-success", "a keyed run's success does not give its key's permit "
+           "back", "scheduler/scripts/lua/complete.lua",
+           "        if st[6] then redis.call('ZREM', key_running(prefix, st[4], st[6]), slot_id) end",
+           "", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",), fast=True),
+    Mutant("key-turn-skipped", "a key that started something loses its next turn (the ring "
+           "moves on twice): keys no longer alternate and weights are off",
+           "scheduler/scripts/lua/take.lua",
+           "  if started > 0 then idle = 0 else idle = idle + 1 end",
+           "  if started > 0 then idle = 0 else idle = idle + 1 end\n"
+           "  if started > 0 and granted < n then redis.call('LMOVE', ring, ring, 'LEFT', "
+           "'RIGHT') end", (TAKE + "test_keys_take_turns_whatever_order_their_slots_came_in",
+                           TAKE + "test_a_weight_is_turns_per_round"), fast=True),
+    Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
+           "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
+           "      room = room", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",),
+           fast=True),
 ]

@@ -28,6 +28,7 @@ class Keyed:
         self.keys = Keys(client.namespace)
         self.prefix = self.keys.prefix(SHARD)
         self._n = 0
+        self.wait_ms = -1
 
     def run(self, call: scripts.Call) -> Any:
         return scripts.run_sync(self.r, [call])[0]
@@ -48,10 +49,11 @@ class Keyed:
             [replies.Code.OK] * n
         return [f"{row[0]}:{row[3]}" for row in rows]
 
-    def take(self, n: int, per_key: int | None = None, worker: str = W) -> list[str]:
+    def take(self, n: int, per_key: int | None = None, worker: str = W,
+             rate: float | None = None) -> list[str]:
         reply = self.run(scripts.take(self.prefix, self.clock.now_ms(), worker, LEASE,
-                                      self.queue, n, per_key))
-        entries, flat = replies.taken(reply, self.queue)
+                                      self.queue, n, per_key, per_key_rate=rate))
+        entries, flat, self.wait_ms = replies.taken(reply, self.queue)
         grants = replies.claimed(flat, entries)
         assert all(g is not None for g in grants)
         return [slot for _, _, slot in entries]
@@ -151,7 +153,7 @@ def test_every_end_of_an_attempt_gives_the_permit_back(
     assert k.running("a") == 1
     assert r.zscore(k.keys.key_queue(SHARD, "ends", "a"), slots[1]) is not None  # queued again
     assert k.ring() == ["a"]
-    clock.advance(LEASE + 1)
+    clock.advance((LEASE + 1) / 1000)
     k.run(scripts.reclaim(k.prefix, clock.now_ms(), 1000, 100, LEASE, []))
     assert k.running("a") == 0
     assert r.hget(k.keys.slot(SHARD, slots[2]), "status") == b"queued"
@@ -185,7 +187,7 @@ def test_a_keyed_slot_due_later_is_promoted_into_its_key_s_queue_never_early(
     # within promote's lookahead, but a keyed slot is not taken early
     k.run(scripts.promote(k.prefix, clock.now_ms(), 1000, 100, ahead_ms=2000))
     assert k.ring() == []
-    clock.advance(1000)
+    clock.advance(1)
     k.run(scripts.promote(k.prefix, clock.now_ms(), 1000, 100, ahead_ms=2000))
     assert k.ring() == ["a"]
     assert k.take(1) == [slot]
@@ -199,3 +201,20 @@ def test_the_sweep_puts_a_stranded_keyed_slot_back(
     k.run(scripts.sweep(k.prefix, clock.now_ms(), 1000, [slot.encode()]))
     assert k.ring() == ["a"]
     assert k.take(1) == [slot]
+
+
+def test_a_per_key_rate_holds_each_key_to_its_own_bucket(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """10/s per key: a bucket of one token each, refilled every 100 ms; a key out of tokens
+    is passed over, the others go on, and the reply says when the next token comes."""
+    k = make_keyed(r, client, clock, "rate")
+    k.submit("a", 5)
+    k.submit("b", 5)
+    assert sorted(k.key_of(s) for s in k.take(10, rate=10)) == ["a", "b"]
+    assert k.take(10, rate=10) == [] and k.wait_ms == 100
+    clock.advance(0.05)
+    assert k.take(10, rate=10) == [] and k.wait_ms == 50
+    clock.advance(0.05)
+    assert sorted(k.key_of(s) for s in k.take(10, rate=10)) == ["a", "b"]
+    clock.advance(1)  # the bucket holds a tenth of a second's worth, however long idle
+    assert len(k.take(10, rate=10)) == 2

@@ -191,6 +191,33 @@ def test_a_job_redis_refuses_is_kept_aside_and_the_rest_go(
     assert job_id == big and "over the limit" in error
 
 
+def test_a_keyed_job_is_named_in_its_home_shard_and_a_misplaced_one_kept_aside(
+        conn: psycopg.Connection[Any], schema: str, relay: OutboxRelay, client: Client) -> None:
+    """The outbox names a keyed job in its key's home shard, so it needs the namespace's
+    shard count; a row named for another count is refused by the relay, not misplaced."""
+    from scheduler.core.keys import key_shard, shard_of
+
+    shards = client.shards
+    with pytest.raises(ValidationError, match="shards=") as err:
+        outbox.submit(conn, "t", concurrency_key="tenant-1", schema=schema)
+    assert "\n" not in str(err.value)
+    good = outbox.submit(conn, "t", concurrency_key="tenant-1", schema=schema, shards=shards)
+    [many] = outbox.submit_many(conn, [JobSpec(task="t", concurrency_key="tenant-1")],
+                                schema=schema, shards=shards)
+    wrong = next(j for j in (outbox.submit(conn, "t", concurrency_key="tenant-1",
+                                           schema=schema, shards=7) for _ in range(50))
+                 if shard_of(j, shards) != key_shard("tenant-1", shards))
+    conn.commit()
+    assert relay.run_once() >= 3
+    for job_id in (good, many):
+        assert shard_of(job_id, shards) == key_shard("tenant-1", shards)
+        assert client.get_job(job_id).concurrency_key == "tenant-1"
+    with psycopg.connect(POSTGRES_DSN) as other:
+        refused = dict(other.execute(
+            f'SELECT job_id, error FROM "{schema}".outbox_rejected').fetchall())
+    assert wrong in refused and "concurrency_key" in refused[wrong]
+
+
 def test_lag_is_the_oldest_rows_age(conn: psycopg.Connection[Any], schema: str,
                                     relay: OutboxRelay) -> None:
     assert relay.lag() == (0, 0.0)
@@ -379,7 +406,8 @@ def test_outbox_submit_takes_client_submits_options() -> None:
     ours = inspect.signature(outbox.submit).parameters
     theirs = inspect.signature(Client.submit).parameters
     shared = [n for n in theirs if n not in ("self", "durability")]
-    assert [n for n in ours if n not in ("conn", "schema", "max_payload_bytes")] == shared
+    assert [n for n in ours if n not in ("conn", "schema", "max_payload_bytes", "shards")
+            ] == shared
     for name in shared:
         assert (ours[name].default, ours[name].annotation, ours[name].kind) == (
             theirs[name].default, theirs[name].annotation, theirs[name].kind), name

@@ -116,7 +116,7 @@ def test_the_busiest_keys_come_first_up_to_top(
     r.hset(client.keys.key_weights(key_shard("k01", client.shards), "tenants"), "k01", 4)
     got = client.queue_keys("tenants", top=5)
     assert got.busiest == [KeyStatus(key=k.key, waiting=k.waiting, running=k.running,
-                                      weight=4.0 if k.key == "k01" else 1.0)
+                                      weight=4 if k.key == "k01" else 1)
                            for k in _busiest(keyed_queue, 5)]
     assert got.per_key_concurrency == 3 and not got.truncated
     assert got.keys == sum(1 for w, _ in keyed_queue.values() if w)
@@ -247,7 +247,7 @@ def test_sched_queues_shows_the_per_key_limit_and_the_keys(
     assert got["per_key_concurrency"] == 3 and len(got["busiest"]) == 10
     first = _busiest(keyed_queue, 1)[0]
     assert got["busiest"][0] == {"key": first.key, "waiting": first.waiting,
-                                 "running": first.running, "weight": 1.0}
+                                 "running": first.running, "weight": 1}
     code, out, err = sched(capsys, redis_url, ns, "queues", "keys", "no such")
     assert code != 0 and "queue" in err and "Traceback" not in err and len(
         err.strip().splitlines()) == 1, err

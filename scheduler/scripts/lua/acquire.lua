@@ -19,10 +19,8 @@
   ARGV[7]  n               number of members to give back; then one member each
 
   Concurrency: expired members are dropped first; then at most concurrency - held are
-  granted. Rate: a token bucket refilled at `rate` per second holding at most max(1,
-  rate / 10) tokens (a tenth of a second's worth: a burst after an idle spell is that small,
-  so a count over any 10 s stays within a few percent of 10 x rate); each permit granted
-  takes a token. Without a concurrency limit, granted permits are not recorded (nothing
+  granted. Rate: a token bucket refilled at `rate` per second (_bucket.lua); each permit
+  granted takes a token. Without a concurrency limit, granted permits are not recorded (nothing
   would count them) and the reply's members are "".
 
   Reply: {granted, wait_ms, member...}: how many were granted, how long until the next token
@@ -38,6 +36,8 @@ local ttl = tonumber(ARGV[5])
 local holder = ARGV[6]
 local n = tonumber(ARGV[7])
 
+--- @include "_bucket.lua"
+
 if n > 0 then redis.call('ZREM', permits, unpack(ARGV, 8, 7 + n)) end
 if want <= 0 then return {0, -1} end
 
@@ -48,23 +48,7 @@ if concurrency >= 0 then
 end
 
 local wait = -1
-if rate > 0 and grant > 0 then
-  local b = redis.call('HMGET', bucket, 'tokens', 'at_ms')
-  local cap = math.max(1, rate / 10)
-  local tokens = tonumber(b[1]) or cap
-  local at = tonumber(b[2]) or now
-  tokens = math.min(cap, tokens + math.max(0, now - at) * rate / 1000)
-  local whole = math.floor(tokens)
-  if whole < grant then
-    grant = whole
-    wait = math.ceil((grant + 1 - tokens) * 1000 / rate)
-  end
-  tokens = tokens - grant
-  redis.call('HSET', bucket, 'tokens', string.format('%.6f', tokens), 'at_ms',
-    string.format('%d', now))
-  -- An idle bucket refills to its cap within 1 / 10 s; it need not outlive a minute idle.
-  redis.call('PEXPIRE', bucket, 60000)
-end
+if rate > 0 and grant > 0 then grant, wait = bucket_take(bucket, now, rate, grant) end
 
 local reply = {math.max(grant, 0), wait}
 if grant <= 0 then return reply end

@@ -15,15 +15,18 @@
   ARGV[5]  n               most slots to claim (the worker's free run slots)
   ARGV[6]  per_key         most runs of one key at once (the queue's per_key_concurrency), or
                            -1 for none
-  ARGV[7]  trace           optional: "1" makes each grant carry the job's traceparent, kind
-                           and slot id, as claim.lua's do
+  ARGV[7]  trace           "1" makes each grant carry the job's traceparent, kind and slot
+                           id, as claim.lua's do; "" not
+  ARGV[8]  per_key_rate    optional: most starts per second of one key (a number, may be
+                           fractional), or absent / -1 for none: a token bucket per key
+                           (`kbucket:<queue>:<key>`, _bucket.lua, as acquire.lua's for a queue)
 
   The turns (the one place the rule is written): the key at the head of the ring takes its
   turn and goes to the tail (LMOVE), so keys with queued slots are served round-robin,
   whatever order their slots came in and however many one key has. In its turn a key starts
   up to its weight (`kweight:<queue>`, 1 when absent) of its best queued slots, fewer when its
   running set (`krun:<queue>:<key>`: its permits in use) would pass per_key, or the call's n
-  would. A key whose queue empties leaves the ring. Turns go on until n are claimed, or every
+  would, or its rate's bucket holds fewer tokens. A key whose queue empties leaves the ring. Turns go on until n are claimed, or every
   key of the ring had a turn in a row that started nothing (all at their limit), or the ring
   was walked once more than n: a call's work is bounded by the ring's length plus n.
 
@@ -39,9 +42,10 @@
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
 
-  Reply: {ids, grants}: ids the claimed slot ids in order; grants claim.lua's reply for them,
-  one R.OK, attempt, task, payload, timeout_ms, delivery (with trace "1": then traceparent,
-  kind, slot id) per slot (decoded by replies.claimed).
+  Reply: {ids, grants, wait_ms}: ids the claimed slot ids in order; grants claim.lua's reply
+  for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with trace "1": then
+  traceparent, kind, slot id) per slot (decoded by replies.claimed); wait_ms how long until
+  a key held back by its rate has a token again (the least of them), or -1.
 
   Event: none (as claim.lua).
 ]]
@@ -53,9 +57,11 @@ local queue = ARGV[4]
 local n = tonumber(ARGV[5])
 local per_key = tonumber(ARGV[6])
 local trace = ARGV[7] == '1'
+local rate = tonumber(ARGV[8]) or -1
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 
 --- @include "_lib.lua"
+--- @include "_bucket.lua"
 
 local ring = prefix .. 'kring:' .. queue
 local weights = prefix .. 'kweight:' .. queue
@@ -77,6 +83,7 @@ local function recount(running)
 end
 
 local ids, grants = {}, {}
+local rate_wait = -1
 local length = redis.call('LLEN', ring)
 local granted, turns, idle = 0, 0, 0
 while granted < n and idle < length and turns < length + n do
@@ -92,6 +99,13 @@ while granted < n and idle < length and turns < length + n do
       if held >= per_key then held = recount(running) end
       room = math.min(room, per_key - held)
     end
+  end
+  if rate > 0 and room > 0 and redis.call('EXISTS', kq) == 1 then
+    -- Tokens only for slots there are: a key's bucket fills while it has nothing queued.
+    local got, wait = bucket_take(prefix .. 'kbucket:' .. queue .. ':' .. key, now, rate,
+      math.min(room, redis.call('ZCARD', kq)))
+    if wait >= 0 and (rate_wait < 0 or wait < rate_wait) then rate_wait = wait end
+    room = got
   end
   local started = 0
   while started < room do
@@ -122,4 +136,4 @@ while granted < n and idle < length and turns < length + n do
     length = length - 1
   end
 end
-return {ids, grants}
+return {ids, grants, rate_wait}

@@ -1,0 +1,187 @@
+"""Many tenants on one queue, end to end: workers started first, then keyed jobs submitted
+with the SDK; what the handlers did (their own start and end times, kept in this process, not
+in the Redis under test) is the ground truth. Per-key limits exact across workers, keys in
+turns so a flood of one key leaves the others their share, no head-of-line blocking."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from scheduler import AsyncClient, Context, JobSpec, Registry
+from scheduler.redis.clients import async_redis
+from scheduler.worker.worker import Worker, WorkerConfig
+
+pytestmark = pytest.mark.slow
+
+Span = tuple[str, float, float]  # key, start, end (time.monotonic of this process)
+
+
+@asynccontextmanager
+async def running_workers(redis_url: str, ns: str, registry: Registry, n: int,
+                          **config: Any) -> AsyncIterator[list[Worker]]:
+    """n workers, each on a connection of its own, running before anything is submitted;
+    stopped (drained) when the block ends."""
+    conns = [async_redis(redis_url) for _ in range(n)]
+    config.setdefault("block_ms", 50)
+    workers = [Worker(c, registry, namespace=ns, config=WorkerConfig(**config)) for c in conns]
+    tasks = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield workers
+    finally:
+        for w in workers:
+            w.stop()
+        await asyncio.gather(*tasks)
+        for c in conns:
+            await c.aclose()
+
+
+async def wait_for(done: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, "timed out waiting for the runs"
+        await asyncio.sleep(0.02)
+
+
+def most_at_once(spans: list[Span]) -> dict[str, int]:
+    """Per key, the most runs that overlapped, from the handlers' own times (an end at the
+    same instant as a start counts first)."""
+    edges: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for key, start, end in spans:
+        edges[key] += [(start, 1), (end, -1)]
+    out = {}
+    for key, points in edges.items():
+        now = peak = 0
+        for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+            now += step
+            peak = max(peak, now)
+        out[key] = peak
+    return out
+
+
+def sleeping(spans: list[Span], seconds: float) -> Registry:
+    registry = Registry()
+
+    @registry.task("tenant.work")
+    async def work(ctx: Context, payload: Any) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(seconds)
+        spans.append((payload["key"], start, time.monotonic()))
+
+    return registry
+
+
+def test_a_per_key_limit_holds_across_workers_and_every_key_reaches_it(
+        redis_url: str, ns: str) -> None:
+    """Per-key limit 2; 3 workers at concurrency 50; 20 keys x 30 jobs of 0.2 s. No key ever
+    runs more than 2 at once, every key reaches 2, and the whole run takes at most 1.3x the
+    floor the limit allows (30 / 2 x 0.2 s = 3 s per key, the keys side by side)."""
+    keys, per_key, limit, seconds = 20, 30, 2, 0.2
+    spans: list[Span] = []
+
+    async def main() -> None:
+        async with running_workers(redis_url, ns, sleeping(spans, seconds), 3, concurrency=50):
+            async with AsyncClient(redis_url, ns) as client:
+                await client.set_queue_limit("tenants", per_key_concurrency=limit)
+                await asyncio.sleep(1.2)  # the workers read the limits once a second
+                await client.submit_many([
+                    JobSpec(task="tenant.work", payload={"key": f"tenant-{k}"},
+                            queue="tenants", concurrency_key=f"tenant-{k}")
+                    for _ in range(per_key) for k in range(keys)])
+            await wait_for(lambda: len(spans) == keys * per_key, timeout=60)
+
+    asyncio.run(main())
+    peaks = most_at_once(spans)
+    assert max(peaks.values()) <= limit, peaks
+    assert set(peaks.values()) == {limit}, peaks
+    floor = per_key / limit * seconds
+    took = max(e for _, _, e in spans) - min(s for _, s, _ in spans)
+    assert took <= 1.3 * floor, f"{took:.2f} s for a floor of {floor:.2f} s"
+
+
+def test_a_key_at_its_limit_does_not_hold_up_other_keys(redis_url: str, ns: str) -> None:
+    """Key `slow` at its limit of 1 with long runs queued ahead: the other keys' jobs,
+    submitted after all of them, run to the end while `slow`'s first run is still going."""
+    spans: list[Span] = []
+    registry = Registry()
+
+    @registry.task("tenant.work")
+    async def work(ctx: Context, payload: Any) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(1.5 if payload["key"] == "slow" else 0.01)
+        spans.append((payload["key"], start, time.monotonic()))
+
+    async def main() -> None:
+        async with running_workers(redis_url, ns, registry, 1, concurrency=10):
+            async with AsyncClient(redis_url, ns) as client:
+                await client.set_queue_limit("tenants", per_key_concurrency=1)
+                await asyncio.sleep(1.2)
+                await client.submit_many([
+                    JobSpec(task="tenant.work", payload={"key": "slow"}, queue="tenants",
+                            concurrency_key="slow") for _ in range(5)])
+                await client.submit_many([
+                    JobSpec(task="tenant.work", payload={"key": f"k{i % 4}"},
+                            queue="tenants", concurrency_key=f"k{i % 4}") for i in range(40)])
+            await wait_for(lambda: sum(1 for s in spans if s[0] != "slow") == 40, timeout=20)
+            assert not [s for s in spans if s[0] == "slow"], "the slow key's first run ended"
+
+    asyncio.run(main())
+
+
+def test_a_flood_of_one_key_leaves_the_others_their_turns(redis_url: str, ns: str) -> None:
+    """Key A submits 20,000 no-op jobs, then key B 100: B's 100 all start before A's first
+    2,000 have (one worker, default concurrency), and B's p99 start lag is under 1 s."""
+    order: list[str] = []
+    lags: list[float] = []
+    registry = Registry()
+
+    @registry.task("tenant.noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        order.append(payload)
+        if payload == "B":
+            lags.append(time.time() * 1000 - ctx.fire_ms)
+
+    async def main() -> None:
+        async with running_workers(redis_url, ns, registry, 1):
+            async with AsyncClient(redis_url, ns) as client:
+                for _ in range(4):
+                    await client.submit_many([
+                        JobSpec(task="tenant.noop", payload="A", concurrency_key="A")
+                        for _ in range(5_000)])
+                await client.submit_many([
+                    JobSpec(task="tenant.noop", payload="B", concurrency_key="B")
+                    for _ in range(100)])
+            await wait_for(lambda: len(lags) == 100, timeout=120)
+
+    asyncio.run(main())
+    last_b = max(i for i, key in enumerate(order) if key == "B")
+    a_before = order[:last_b].count("A")
+    assert a_before < 2_000, f"{a_before} of A's runs started before B's last"
+    lags.sort()
+    p99 = lags[98]
+    assert p99 < 1000, f"B's p99 start lag {p99:.0f} ms"
+
+
+def test_a_queue_wide_limit_and_a_per_key_limit_hold_together(redis_url: str, ns: str) -> None:
+    spans: list[Span] = []
+
+    async def main() -> None:
+        async with running_workers(redis_url, ns, sleeping(spans, 0.1), 2, concurrency=20):
+            async with AsyncClient(redis_url, ns) as client:
+                await client.set_queue_limit("tenants", concurrency=3, per_key_concurrency=2)
+                await asyncio.sleep(1.2)
+                await client.submit_many([
+                    JobSpec(task="tenant.work", payload={"key": f"k{i % 3}"}, queue="tenants",
+                            concurrency_key=f"k{i % 3}") for i in range(30)])
+            await wait_for(lambda: len(spans) == 30, timeout=30)
+
+    asyncio.run(main())
+    assert max(most_at_once(spans).values()) <= 2
+    everything = most_at_once([("all", s, e) for _, s, e in spans])["all"]
+    assert everything == 3
