@@ -12,14 +12,12 @@ import msgspec
 import pytest
 import redis
 
-import scheduler.core.limits as limits
 import scheduler.observe.keyed as keyed
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
 from helpers import run_until, sched
-from scheduler import AsyncClient, Client, QueueLimit, Registry
+from scheduler import AsyncClient, Client, JobSpec, Registry
 from scheduler.core.errors import ValidationError
-from scheduler.core.jobspec import keyed_job_id
 from scheduler.core.keys import Keys, key_score, key_shard
 from scheduler.observe.capacity import plan
 from scheduler.observe.metrics import NamespaceCollector
@@ -27,16 +25,10 @@ from scheduler.observe.records import KeyStatus, QueueStatus, WorkerStatus
 from scheduler.web.app import create_app
 
 
-def submit_keyed(r: redis.Redis, client: Client, queue: str, key: str, n: int) -> None:
-    """n jobs of concurrency key `key` in `queue`, through submit.lua, in the key's home
-    shard as the SDK places them (jobspec.keyed_job_id)."""
-    client.create_namespace()  # a client's first submit would
-    shards, now = client.shards, client.now_ms()
-    rows = [(keyed_job_id(key, shards), "t", queue, now, ["concurrency_key", key])
-            for _ in range(n)]
-    prefix = client.keys.prefix(key_shard(key, shards))
-    assert scripts.run_sync(r, [scripts.submit(prefix, now, 1000, rows)])[0] == \
-        [replies.Code.OK] * n
+def submit_keyed(client: Client, queue: str, key: str, n: int) -> None:
+    """n jobs of concurrency key `key` in `queue`."""
+    client.submit_many([JobSpec(task="t", queue=queue, concurrency_key=key)
+                        for _ in range(n)])
 
 
 def plant(r: redis.Redis, client: Client, queue: str, found: dict[str, tuple[int, int]]
@@ -46,14 +38,14 @@ def plant(r: redis.Redis, client: Client, queue: str, found: dict[str, tuple[int
     whose queue empties leaves the ring), then the waiting ones are submitted."""
     for key, (_, running) in found.items():
         if running:
-            submit_keyed(r, client, queue, key, running)
+            submit_keyed(client, queue, key, running)
             prefix = client.keys.prefix(key_shard(key, client.shards))
             reply = scripts.run_sync(r, [scripts.take(prefix, client.now_ms(), "w", 30_000,
                                                       queue, running, None)])[0]
             assert len(replies.taken(reply, queue)[0]) == running
     for key, (waiting, _) in found.items():
         if waiting:
-            submit_keyed(r, client, queue, key, waiting)
+            submit_keyed(client, queue, key, waiting)
 
 
 def plant_raw(r: redis.Redis, keys: Keys, shard: int, queue: str, key: str | bytes,
@@ -65,10 +57,6 @@ def plant_raw(r: redis.Redis, keys: Keys, shard: int, queue: str, key: str | byt
            {f"x{i}.0:1": key_score(3, i) for i in range(waiting)})
     r.rpush(keys.key_ring(shard, queue), raw)
     r.zadd(keys.keyed_queues(shard), {queue: 1})
-
-
-def per_key_limit(r: redis.Redis, keys: Keys, queue: str, n: int) -> None:
-    r.hset(keys.limits, queue, limits.encode(QueueLimit(per_key_concurrency=n)))
 
 
 @pytest.fixture
@@ -111,9 +99,8 @@ def test_a_queue_with_only_keyed_slots_is_listed(r: redis.Redis, client: Client)
 
 def test_the_busiest_keys_come_first_up_to_top(
         r: redis.Redis, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
-    per_key_limit(r, client.keys, "tenants", 3)
-    # set_key_weight's storage (keys.py: kweight), written as it keeps it
-    r.hset(client.keys.key_weights(key_shard("k01", client.shards), "tenants"), "k01", 4)
+    client.set_queue_limit("tenants", per_key_concurrency=3)
+    client.set_key_weight("tenants", "k01", 4)
     got = client.queue_keys("tenants", top=5)
     assert got.busiest == [KeyStatus(key=k.key, waiting=k.waiting, running=k.running,
                                       weight=4 if k.key == "k01" else 1)
@@ -147,9 +134,9 @@ def test_a_workers_keys_at_their_limit_show_running_and_waiting(
         r: redis.Redis, client: Client, redis_url: str, ns: str) -> None:
     """A real worker under a per-key limit of 2: while its runs hold, each of 3 keys of 5
     jobs shows 2 running and 3 waiting, and the queue's depth is their 9 waiting."""
-    per_key_limit(r, client.keys, "tenants", 2)
+    client.set_queue_limit("tenants", per_key_concurrency=2)
     for key in ("a", "b", "c"):
-        submit_keyed(r, client, "tenants", key, 5)
+        submit_keyed(client, "tenants", key, 5)
     registry, go, ended, seen = Registry(), asyncio.Event(), [], []
 
     @registry.task("t")
@@ -226,7 +213,7 @@ def test_bad_input_is_refused(client: Client, queue: str, top: Any) -> None:
 def test_sched_queues_shows_the_per_key_limit_and_the_keys(
         capsys: pytest.CaptureFixture[str], r: redis.Redis, client: Client, redis_url: str,
         ns: str, keyed_queue: dict[str, tuple[int, int]]) -> None:
-    per_key_limit(r, client.keys, "tenants", 3)
+    client.set_queue_limit("tenants", per_key_concurrency=3)
     plant_raw(r, client.keys, 0, "tenants", "\x1b]0;owned\x07", 1)  # a terminal escape
     code, out, _ = sched(capsys, redis_url, ns, "queues")
     assert code == 0, out
@@ -284,7 +271,7 @@ HOSTILE = ['<script>alert(1)</script>', '"><img src=x onerror=alert(1)>', "{{7*7
 def test_the_console_shows_the_limit_and_the_busiest_keys_escaped(
         r: redis.Redis, client: Client, redis_url: str, ns: str,
         keyed_queue: dict[str, tuple[int, int]]) -> None:
-    per_key_limit(r, client.keys, "tenants", 3)
+    client.set_queue_limit("tenants", per_key_concurrency=3)
     for i, key in enumerate([*HOSTILE, b"\xff\xfe"]):
         plant_raw(r, client.keys, i % client.shards, "tenants", key, 10 + i)
 
