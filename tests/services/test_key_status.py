@@ -100,17 +100,20 @@ def test_a_queue_with_only_keyed_slots_is_listed(r: redis.Redis, client: Client)
 def test_the_busiest_keys_come_first_up_to_top(
         r: redis.Redis, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
     client.set_queue_limit("tenants", per_key_concurrency=3)
-    client.set_key_weight("tenants", "k01", 4)
+    heavy = _busiest(keyed_queue, 2)[1].key
+    client.set_key_weight("tenants", heavy, 4)
+    def expected(n: int) -> list[KeyStatus]:
+        return [KeyStatus(key=k.key, waiting=k.waiting, running=k.running,
+                          weight=4 if k.key == heavy else 1) for k in _busiest(keyed_queue, n)]
+
     got = client.queue_keys("tenants", top=5)
-    assert got.busiest == [KeyStatus(key=k.key, waiting=k.waiting, running=k.running,
-                                      weight=4 if k.key == "k01" else 1)
-                           for k in _busiest(keyed_queue, 5)]
+    assert got.busiest == expected(5)
     assert got.per_key_concurrency == 3 and not got.truncated
     assert got.keys == sum(1 for w, _ in keyed_queue.values() if w)
     assert got.waiting == sum(w for w, _ in keyed_queue.values())
     # status names the busiest TOP_KEYS of each queue, no more
     [tenants] = [q for q in client.status().queues if q.queue == "tenants"]
-    assert tenants.top_keys == [k for k in _busiest(keyed_queue, keyed.TOP_KEYS)]
+    assert tenants.top_keys == expected(keyed.TOP_KEYS)
     assert tenants.per_key_concurrency == 3
     assert client.queue_keys("other").busiest == []
     assert client.queue_keys("other").per_key_concurrency is None
