@@ -10,8 +10,8 @@ The work is bounded whatever the number of keys: a read takes at most `KEY_BUDGE
 a shard's rings (past that its counts are lower bounds, `truncated`), and names the `top`
 busiest keys of each queue; status and the exporter name `TOP_KEYS` per queue, so the
 exporter's per-key series stay few (a key that leaves the top stops being exported).
-A key whose slots all run, none queued, is in no ring: it is not read until it has a
-queued slot again.
+A key whose slots all run, none queued, is in no ring: its running slots name it (the
+shard's `leases`, with what the budget leaves).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.observe.records import KeyStatus, QueueKeys
 
-KEY_BUDGET = 10_000  # ring entries (keys) a shard's read takes, over all its queues
+KEY_BUDGET = 10_000  # ring and lease entries a shard's read takes, over all its queues
 TOP_KEYS = 10  # busiest keys per queue named by status and exported as metrics
 MAX_TOP = 1000  # the most a caller may ask for (`Client.queue_keys(top=)`)
 

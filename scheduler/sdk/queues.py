@@ -147,7 +147,8 @@ def queue_keys(core: ClientState, queue: str, top: int = keyed.TOP_KEYS) -> Op[Q
     """The queue's `top` busiest concurrency keys (by running + waiting: KeyStatus with
     its queued slots, its runs now and its weight), its per-key limit, and how many keys
     have a queued slot. Read-only: one script call per shard, each reading at most
-    10,000 keys (observe/keyed.py: past that the counts are lower bounds, `truncated`)."""
+    10,000 keys and running slots (observe/keyed.py: past that the counts are lower
+    bounds, `truncated`)."""
     check_name("queue", queue)
     if type(top) is not int or not 1 <= top <= keyed.MAX_TOP:
         raise ValidationError("top", f"{top!r} is not allowed; use a whole number from 1 to "

@@ -72,7 +72,7 @@ def keyed_queue(r: redis.Redis, client: Client) -> dict[str, tuple[int, int]]:
 
 def _busiest(found: dict[str, tuple[int, int]], n: int) -> list[KeyStatus]:
     return [KeyStatus(key=k, waiting=w, running=r) for k, (w, r) in sorted(
-        found.items(), key=lambda kv: (-sum(kv[1]), kv[0])) if w][:n]
+        found.items(), key=lambda kv: (-sum(kv[1]), kv[0])) if w or r][:n]
 
 
 def test_a_queues_depth_counts_its_keys_queued_slots(
@@ -95,6 +95,21 @@ def test_a_queue_with_only_keyed_slots_is_listed(r: redis.Redis, client: Client)
     [q] = client.status().queues
     assert (q.queue, q.depth, q.top_keys) == ("only-keys", 4, [
         KeyStatus(key="acme", waiting=4, running=1)])
+
+
+def test_a_key_whose_slots_all_run_is_listed(r: redis.Redis, client: Client) -> None:
+    """In no ring (nothing queued): its running slots name it."""
+    client.create_namespace()
+    plant(r, client, "mixed", {"busy": (2, 1), "at-limit": (0, 3), "done": (0, 1)})
+    plant(r, client, "runs-only", {"solo": (0, 2)})
+    got = client.queue_keys("mixed")
+    assert got.busiest == [KeyStatus(key="at-limit", waiting=0, running=3),
+                           KeyStatus(key="busy", waiting=2, running=1),
+                           KeyStatus(key="done", waiting=0, running=1)]
+    assert (got.keys, got.waiting) == (1, 2)  # keys with a queued slot, and those slots
+    status = {q.queue: q for q in client.status().queues}
+    assert status["runs-only"].top_keys == [KeyStatus(key="solo", waiting=0, running=2)]
+    assert (status["runs-only"].depth, status["runs-only"].keys_waiting) == (0, 0)
 
 
 def test_the_busiest_keys_come_first_up_to_top(
