@@ -221,30 +221,33 @@ async def slot_list(client: Any, what: str, queue: str | None, params: Params) -
     else:
         tabs = [(f"/{w}", w, w == what) for w in SLOT_LISTS if w != "queued"]
     title = f"{what.capitalize()}: queue {queue}" if queue else what.capitalize()
-    tables = await _key_tables(client, queue) if queue and what == "queued" else []
+    tables, keyed = await _key_tables(client, queue) if queue and what == "queued" else ([], 0)
+    empty = SLOT_LIST_EMPTY[what] if after is None else "no more"
+    if keyed and not page.slots:
+        empty = (f"no slot waits in this queue's streams: its {keyed:,} slot(s) of concurrency "
+                 f"keys wait in their keys' queues (below)")
     return "table.html", {"tables": tables,
         "title": title, "tabs": tabs, "header": _slot_header(what),
         "rows": [_row(s.slot_id, *_slot_cells(s, what, now)) for s in page.slots],
         "select": "ids", "actions": [("/actions/cancel", "cancel")],
-        "empty": SLOT_LIST_EMPTY[what] if after is None else "no more",
-        "pager": _pager(path, params, page.next),
+        "empty": empty, "pager": _pager(path, params, page.next),
         "note": _LIST_NOTES[what]}
 
 
 async def _key_tables(client: Any, queue: str
-                      ) -> list[tuple[str, str, list[str], list[dict[str, Any]]]]:
+                      ) -> tuple[list[tuple[str, str, list[str], list[dict[str, Any]]]], int]:
     """A queue page's concurrency keys, when it has a per-key limit or keys: the limit and
-    its busiest keys."""
+    its busiest keys; and how many of its slots wait in their keys' queues."""
     found = await client.queue_keys(queue)
     limit = found.per_key_concurrency
-    if limit is None and not found.keys:
-        return []
+    if limit is None and not found.keys and not found.busiest:
+        return [], 0
     title = (f"Concurrency keys: per-key limit {'none' if limit is None else f'{limit:,} at once'}"
              f", {found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
              f"{found.waiting:,} slot(s) waiting; the busiest")
     return [(title, "keys", ["key", "waiting", "running", "weight"],
              [_row(k.key, k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:,}")
-              for k in found.busiest])]
+              for k in found.busiest])], found.waiting
 
 
 _LIST_NOTES = {

@@ -292,20 +292,23 @@ def test_the_console_shows_the_limit_and_the_busiest_keys_escaped(
     client.set_queue_limit("tenants", per_key_concurrency=3)
     for i, key in enumerate([*HOSTILE, b"\xff\xfe"]):
         plant_raw(r, client.keys, i % client.shards, "tenants", key, 10 + i)
+    plant(r, client, "keys-only", {"acme": (3, 0)})
 
     async def pages() -> list[tuple[int, str]]:
         async with AsyncClient(redis_url, ns) as c:
             app = create_app(c)
             return [await _get(app, p) for p in (
                 "/queues/tenants", "/queues", "/queues/other", "/queues/%3Cscript%3E",
-                "/queues/tenants/queued")]
+                "/queues/tenants/queued", "/queues/keys-only")]
 
-    (code, body), (listed, queues), (plain, other), (bad, _), (tab, tabbed) = asyncio.run(
-        pages())
+    (code, body), (listed, queues), (plain, other), (bad, _), (tab, tabbed), (_, only) = \
+        asyncio.run(pages())
     assert (code, listed, plain, bad, tab) == (200, 200, 200, 400, 200)
+    assert "its 3 slot(s) of concurrency keys wait in their keys" in only
     assert "<script>alert" not in body and "<img src=x" not in body and "{{7*7}}" in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "a&amp;b" in body
     assert "per-key limit 3 at once" in body and 'id="keys"' in tabbed
+    assert "slot(s) of concurrency keys wait in their keys" not in body  # 2 plain ones listed
     rows = body.split('id="keys"', 1)[1].split("</table>", 1)[0].count("<tr>")
     assert rows == 1 + keyed.TOP_KEYS  # the header, then the busiest 10
     assert 'id="keys"' not in other  # no per-key limit and no key: no table
