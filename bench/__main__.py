@@ -2,6 +2,7 @@
 `python -m bench ab --a TREE [--b TREE] [--pairs N] -- COMMAND [ARGS]`,
 `python -m bench cpu [--mode threads|pool[:N]|processes[:N],...] [--runs R]`,
 `python -m bench delayed [--burst N]`,
+`python -m bench fairness [--flood N] [--few M] [--runs R]`,
 `python -m bench metrics_cost`,
 `python -m bench outbox [--rows N] [--batch B] [--commits C]`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
@@ -28,6 +29,7 @@ from . import (
     cluster,
     cpu,
     delayed,
+    fairness,
     metrics_cost,
     outbox,
     peers,
@@ -42,7 +44,7 @@ from . import (
 from .common import private_redis
 
 COMMANDS = {"ab": ab, "burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
-            "delayed": delayed, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
+            "delayed": delayed, "fairness": fairness, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
             "processes": processes,
             "queue_names": queue_names,
             "retention": retention,

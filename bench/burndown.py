@@ -47,6 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=None,
                    help="set a queue-wide concurrency limit of N on the queue first (the cost "
                         "of limits: N >= --concurrency never binds)")
+    p.add_argument("--keys", type=int, default=0,
+                   help="submit each job with one of N concurrency keys, in turn (0: none): "
+                        "the keyed path, lua/take.lua")
+    p.add_argument("--per-key", type=int, default=None,
+                   help="set a per-key concurrency limit of N on the queue first (with --keys; "
+                        "binding when keys x N < --concurrency)")
     p.add_argument("--sleep-ms", type=float, default=0,
                    help="each handler awaits this long (0: returns at once)")
     p.add_argument("--no-eager", dest="eager", action="store_false",
@@ -116,12 +122,14 @@ async def _burn(url: str, ns: str, n: int, concurrency: int, batch: int,
             "committed": worker.committer.committed, **window}
 
 
-def submit(url: str, ns: str, n: int, provider: Any = None) -> float:
-    """Pre-submit `n` no-op jobs with `submit_many`; returns the seconds it took."""
+def submit(url: str, ns: str, n: int, provider: Any = None, keys: int = 0) -> float:
+    """Pre-submit `n` no-op jobs with `submit_many` (with `keys`, each with one of that many
+    concurrency keys, in turn); returns the seconds it took."""
     with Client(url, ns, tracing=provider or False) as client:
         t = time.perf_counter()
         for i in range(0, n, 10_000):
-            client.submit_many([{"task": "bench.noop", "payload": j}
+            client.submit_many([{"task": "bench.noop", "payload": j,
+                                 **({"concurrency_key": f"k{j % keys}"} if keys else {})}
                                 for j in range(i, min(n, i + 10_000))])
         return time.perf_counter() - t
 
@@ -135,10 +143,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for _ in range(args.runs):
         ns = fresh_namespace("burn")
         try:
-            submit_s = submit(args.redis_url, ns, args.jobs, spans)
-            if args.limit:
+            submit_s = submit(args.redis_url, ns, args.jobs, spans, args.keys)
+            if args.limit or args.per_key:
                 with Client(args.redis_url, ns) as client:
-                    client.set_queue_limit("default", concurrency=args.limit)
+                    client.set_queue_limit("default", concurrency=args.limit,
+                                           per_key_concurrency=args.per_key)
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
                                       args.batch, args.pipelines, provider=spans,
                                       sleep_ms=args.sleep_ms, eager=args.eager))
@@ -151,7 +160,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         return statistics.median(x[key] for x in runs)
 
     ok = all(x["duplicates"] == 0 and x["committed"] == args.jobs for x in runs)
-    flags = (" --trace" if args.trace else "") + ("" if args.eager else " --no-eager")
+    flags = ((" --trace" if args.trace else "") + ("" if args.eager else " --no-eager")
+             + (f" --keys {args.keys}" if args.keys else "")
+             + (f" --per-key {args.per_key}" if args.per_key else "")
+             + (f" --limit {args.limit}" if args.limit else ""))
     summary = (f"burndown{flags} (concurrency {args.concurrency}, "
                f"batch {args.batch}, {args.pipelines} pipelines): {args.jobs} jobs "
                f"x{args.runs}: {med('per_s'):,.0f} executions/s "

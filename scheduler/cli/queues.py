@@ -46,23 +46,28 @@ def queues(ctx: click.Context, as_json: bool) -> None:
 @click.option("--per-key-concurrency", type=click.IntRange(min=1), default=None,
               help="Most runs at once of any one concurrency key of the queue (jobs "
                    "submitted with --concurrency-key), across all workers.")
+@click.option("--per-key-rate", default=None,
+              help="Most starts per second of any one concurrency key: 5, 5/s, 60/m, 1000/h.")
 @click.option("--clear", is_flag=True, help="Remove the queue's limit.")
 @click.pass_obj
 def queues_limit(obj: dict[str, str], queue: str, concurrency: int | None, rate: str | None,
-                 per_key_concurrency: int | None, clear: bool) -> None:
+                 per_key_concurrency: int | None, per_key_rate: str | None,
+                 clear: bool) -> None:
     """Set (or --clear) a queue's limit; workers apply it within about two seconds, and
     slots over it stay queued. Each option left out is unlimited."""
     from scheduler import Client
     from scheduler.core.limits import parse_rate
 
     if clear == (concurrency is not None or rate is not None
-                 or per_key_concurrency is not None):
-        raise click.UsageError("give --concurrency, --rate and/or --per-key-concurrency, or "
-                               "--clear")
+                 or per_key_concurrency is not None or per_key_rate is not None):
+        raise click.UsageError("give --concurrency, --rate, --per-key-concurrency and/or "
+                               "--per-key-rate, or --clear")
     per_s = parse_rate(rate) if rate is not None else None
+    key_per_s = parse_rate(per_key_rate) if per_key_rate is not None else None
     with Client(obj["redis_url"], obj["namespace"]) as client:
         limit = client.set_queue_limit(queue, concurrency=concurrency, rate=per_s,
-                                       per_key_concurrency=per_key_concurrency)
+                                       per_key_concurrency=per_key_concurrency,
+                                       per_key_rate=key_per_s)
     click.echo(f"queue {queue}: limit {limit.text() if limit else 'cleared'}")
 
 

@@ -1,6 +1,6 @@
 """Queue limits: at most `concurrency` runs of a queue at once across every worker, at most
-`rate` starts per second, and at most `per_key_concurrency` runs at once of any one
-concurrency key of the queue. The one definition of a limit and of how it is stored.
+`rate` starts per second, at most `per_key_concurrency` runs at once of any one concurrency
+key of the queue, and at most `per_key_rate` starts per second of any one key. The one definition of a limit and of how it is stored.
 
 Stored in the namespace's `<ns>:limits` hash, field = queue, value = the limit as JSON. Workers
 read the hash about once a second (limiter.py), so a limit set, changed or removed takes
@@ -31,6 +31,12 @@ class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     concurrency: int | None = None  # runs at once, across all workers
     rate: float | None = None  # starts per second, across all workers
     per_key_concurrency: int | None = None  # runs at once of one concurrency key
+    per_key_rate: float | None = None  # starts per second of one concurrency key
+
+    @property
+    def per_key(self) -> bool:
+        """Whether any concurrency key of the queue is limited (take.lua applies it)."""
+        return self.per_key_concurrency is not None or self.per_key_rate is not None
 
     @property
     def queue_wide(self) -> bool:
@@ -45,28 +51,36 @@ class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             parts.append(f"{self.rate:g}/s")
         if self.per_key_concurrency is not None:
             parts.append(f"{self.per_key_concurrency} at once per key")
+        if self.per_key_rate is not None:
+            parts.append(f"{self.per_key_rate:g}/s per key")
         return ", ".join(parts) or "none"
 
 
-def check_limit(concurrency: Any, rate: Any, per_key_concurrency: Any = None) -> QueueLimit:
+def _check_rate(field: str, rate: Any) -> float | None:
+    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
+                             or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
+        raise ValidationError(field, f"{rate!r} is not allowed; use starts per second, a "
+                                     f"number > 0 and at most {MAX_RATE:,.0f} (or None for "
+                                     f"no rate limit)")
+    return None if rate is None else float(rate)
+
+
+def check_limit(concurrency: Any, rate: Any, per_key_concurrency: Any = None,
+                per_key_rate: Any = None) -> QueueLimit:
     if concurrency is not None and (type(concurrency) is not int
                                     or not 1 <= concurrency <= MAX_CONCURRENCY):
         raise ValidationError("concurrency", f"{concurrency!r} is not allowed; use a whole "
                                              f"number from 1 to {MAX_CONCURRENCY:,} (or None "
                                              f"for no concurrency limit)")
-    if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
-                             or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
-        raise ValidationError("rate", f"{rate!r} is not allowed; use starts per second, a "
-                                      f"number > 0 and at most {MAX_RATE:,.0f} (or None for "
-                                      f"no rate limit)")
     if per_key_concurrency is not None and (type(per_key_concurrency) is not int or not
                                             1 <= per_key_concurrency <= MAX_CONCURRENCY):
         raise ValidationError("per_key_concurrency", f"{per_key_concurrency!r} is not allowed; "
                                                      f"use a whole number from 1 to "
                                                      f"{MAX_CONCURRENCY:,} (or None for no "
                                                      f"per-key limit)")
-    return QueueLimit(concurrency=concurrency, rate=None if rate is None else float(rate),
-                      per_key_concurrency=per_key_concurrency)
+    return QueueLimit(concurrency=concurrency, rate=_check_rate("rate", rate),
+                      per_key_concurrency=per_key_concurrency,
+                      per_key_rate=_check_rate("per_key_rate", per_key_rate))
 
 
 _decoder = msgspec.json.Decoder(QueueLimit)

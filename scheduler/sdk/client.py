@@ -341,9 +341,10 @@ class Client(_Driver):
     @_drives(queue_ops.set_queue_limit)
     def set_queue_limit(self, queue: str, concurrency: int | None = None,
                         rate: float | None = None,
-                        per_key_concurrency: int | None = None) -> QueueLimit | None:
+                        per_key_concurrency: int | None = None,
+                        per_key_rate: float | None = None) -> QueueLimit | None:
         return self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate,
-                                                     per_key_concurrency))
+                                                     per_key_concurrency, per_key_rate))
 
     @_drives(queue_ops.set_key_weight)
     def set_key_weight(self, queue: str, key: str, weight: int | None) -> int:
@@ -581,9 +582,10 @@ class AsyncClient(_Driver):
     @_drives(queue_ops.set_queue_limit)
     async def set_queue_limit(self, queue: str, concurrency: int | None = None,
                               rate: float | None = None,
-                              per_key_concurrency: int | None = None) -> QueueLimit | None:
+                              per_key_concurrency: int | None = None,
+                              per_key_rate: float | None = None) -> QueueLimit | None:
         return await self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate,
-                                                           per_key_concurrency))
+                                                           per_key_concurrency, per_key_rate))
 
     @_drives(queue_ops.set_key_weight)
     async def set_key_weight(self, queue: str, key: str, weight: int | None) -> int:

@@ -35,18 +35,19 @@ class QueueInfo(msgspec.Struct, kw_only=True):
 
 def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = None,
                     rate: float | None = None,
-                    per_key_concurrency: int | None = None) -> Op[QueueLimit | None]:
+                    per_key_concurrency: int | None = None,
+                    per_key_rate: float | None = None) -> Op[QueueLimit | None]:
     """At most `concurrency` runs of `queue` at once across all workers, at most `rate`
-    starts per second, and at most `per_key_concurrency` runs at once of any one concurrency
-    key (docs/guide/tenants.md); all None clears the limit, and each one left None is not
+    starts per second, at most `per_key_concurrency` runs at once and `per_key_rate` starts
+    per second of any one concurrency key (docs/guide/tenants.md); all None clears the limit, and each one left None is not
     limited. Workers apply a change within about two seconds; slots over the limit stay
     queued (over a key's limit, they never hold up other keys). Returns the limit now in
     force (None: none)."""
     check_name("queue", queue)
-    limit = limits.check_limit(concurrency, rate, per_key_concurrency)
+    limit = limits.check_limit(concurrency, rate, per_key_concurrency, per_key_rate)
     yield from ready(core)
     pipe = Pipe()
-    if not limit.queue_wide and limit.per_key_concurrency is None:
+    if not limit.queue_wide and not limit.per_key:
         pipe.hdel(core.keys.limits, queue)
         yield pipe
         return None

@@ -13,9 +13,10 @@ follows it at once.
 A queue that also has a queue-wide limit takes its permits first (limiter.py's acquire), and
 asks take.lua for no more than were granted; permits it did not use go back at once.
 
-A queue without keyed jobs costs a pass an LLEN per shard, sent without holding any run slot
-(so the worker's other claims never wait on it); passes that find nothing come every POLL_S,
-or IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
+A queue that started nothing keyed lately is first probed (an LLEN of its ring per shard,
+sent without holding a run slot or a permit, so the worker's other claims never wait on this
+loop and a rate loses no token to it); passes that find nothing come every POLL_S, or
+IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+import scheduler.core.limits as limits
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
@@ -39,6 +41,7 @@ log = logging.getLogger("scheduler.worker.worker")
 POLL_S = 0.05  # a pass that started nothing waits this long (or until a run of ours ends)
 IDLE_POLL_S = 0.25  # ... or this long, once no keyed slot was found for IDLE_AFTER_S
 IDLE_AFTER_S = 5.0
+HOT_S = 0.2  # a queue whose take started something this recently is taken without a probe
 
 
 class KeyedClaims(Service):
@@ -54,8 +57,9 @@ class KeyedClaims(Service):
         self.shards = 0
         self.ended = asyncio.Event()  # a run of ours ended: its key may take another turn
         self._turn = 0  # which (shard, queue) asks first when the free slots are fewer
-        self._found = -IDLE_AFTER_S  # when a pass last started something (monotonic)
+        self._found: dict[str, float] = {}  # queue -> when a take last started one (monotonic)
         self._sleep_s = 0.0
+        self._rate_wait_ms = -1  # the last take's: until a key its rate held back has a token
 
     def open(self, shards: int) -> None:
         self.shards = shards
@@ -84,8 +88,11 @@ class KeyedClaims(Service):
             self._sleep_s = POLL_S
             return 0
         await resync(w.clock, w.redis)
-        queues = w.config.queues
-        if not self._found_lately() and not await self._any_queued(queues):
+        mono = w.clock.monotonic()
+        hot = [q for q in w.config.queues if mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
+        cold = [q for q in w.config.queues if q not in hot]
+        queues = hot + (await self._queued(cold) if cold else [])
+        if not queues:
             self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
             return 0
         wide = [q for q in queues if q in self.limited.limits]
@@ -104,35 +111,38 @@ class KeyedClaims(Service):
             for member in members:
                 self.limited.give_back(q, member)
         if started:
-            self._found, self._sleep_s = w.clock.monotonic(), 0.0
+            self._sleep_s = 0.0
         else:
             self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
+        if self._rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
+            self._sleep_s = min(self._sleep_s, max(0.001, self._rate_wait_ms / 1000))
         return started
 
-    def _found_lately(self) -> bool:
-        return self.claims.clock.monotonic() - self._found < POLL_S * 4
-
     def _idle(self) -> bool:
-        return self.claims.clock.monotonic() - self._found >= IDLE_AFTER_S
+        latest = max(self._found.values(), default=-IDLE_AFTER_S)
+        return self.claims.clock.monotonic() - latest >= IDLE_AFTER_S
 
-    async def _any_queued(self, queues: Sequence[str]) -> bool:
-        """Whether any ring of the worker's queues holds a key: asked without holding run
-        slots, so that while no keyed slot is queued the worker's other claims never wait
-        on this loop's round trip."""
+    async def _queued(self, queues: Sequence[str]) -> list[str]:
+        """The queues whose ring holds a key on some shard: asked without holding run slots
+        or permits, so that while a queue has no keyed slot the worker's other claims never
+        wait on this loop, nor does a rate lose tokens to it."""
         w = self.claims
         pipe = transport.pipeline(w.redis)
         for q in queues:
             for s in range(self.shards):
                 pipe.llen(w.keys.key_ring(s, q))
-        return any(await transport.send(pipe))
+        lengths = await transport.send(pipe)
+        return [q for i, q in enumerate(queues)
+                if any(lengths[i * self.shards:(i + 1) * self.shards])]
 
     async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]]) -> int:
         w = self.claims
         tracer = w.execution.tracer
         now = w.clock.now_ms()
-        per_key = self.limited.per_key
+        per_key, none = self.limited.per_key, limits.QueueLimit()
         calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n,
-                              per_key.get(q), tracer) for s, q, n in asks]
+                              per_key.get(q, none).per_key_concurrency, tracer,
+                              per_key.get(q, none).per_key_rate) for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
         try:
@@ -142,9 +152,15 @@ class KeyedClaims(Service):
             # on them.
             w.slots.claiming -= sum(n for _, _, n in asks)
             w.slots.capacity.set()
-        granted = []
+        granted, self._rate_wait_ms = [], -1
+        mono = w.clock.monotonic()
         for (s, q, _), reply in zip(asks, answers, strict=True):
-            entries, flat, _ = replies.taken(reply, q)
+            entries, flat, wait_ms = replies.taken(reply, q)
+            if entries:
+                self._found[q] = mono
+            if wait_ms >= 0:
+                self._rate_wait_ms = min(wait_ms, self._rate_wait_ms) \
+                    if self._rate_wait_ms >= 0 else wait_ms
             grants = replies.claimed(flat, entries) if tracer is None \
                 else tracer.claimed(flat, entries)
             granted.append((s, entries, grants))

@@ -62,7 +62,8 @@ class LimitedClaims(Service):
         self.keys = claims.keys
         self.shards = 0
         self.limits: dict[str, limits.QueueLimit] = {}  # this worker's queues limited as a whole
-        self.per_key: dict[str, int] = {}  # queue -> its per-key limit (keyed.py reads it)
+        # queue -> its limit, of the queues with a per-key part (keyed.py reads them)
+        self.per_key: dict[str, limits.QueueLimit] = {}
         self.reader: Reader | None = None
         self.held: dict[str, set[str]] = {}  # queue -> permits of runs in flight
         self.returning: dict[str, list[str]] = {}  # queue -> permits to give back
@@ -98,8 +99,7 @@ class LimitedClaims(Service):
         """The limits hash; the per-key limits are kept as they are (keyed.py reads them)."""
         raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
         parsed = limits.parse(raw)
-        self.per_key = {q: lim.per_key_concurrency for q, lim in parsed.items()
-                        if lim.per_key_concurrency is not None}
+        self.per_key = {q: lim for q, lim in parsed.items() if lim.per_key}
         return parsed
 
     async def _reopen(self) -> None:

@@ -175,3 +175,19 @@ def test_ab_refuses_bad_input_in_one_line(args: tuple[str, ...], says: str) -> N
                          cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0 and out.stderr.strip().splitlines() == [
         line for line in out.stderr.strip().splitlines() if says in line], out.stderr
+
+
+def test_fairness_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "fairness", "--flood", "2000", "--few", "20", "--runs", "1")
+    assert stdout.startswith("fairness: A 2,000 jobs, then B 20 (one worker, x1, medians): ")
+    keyed, plain = result["figures"]["keyed"], result["figures"]["plain"]
+    assert plain["a_before_last_b"] == 2000  # FIFO: B waits behind every one of A's
+    assert keyed["a_while_b_waited"] <= 40  # turns: about one of A's for each of B's
+
+
+def test_burndown_keyed_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "burndown", "--jobs", "300", "--runs", "1", "--keys", "5",
+                           "--per-key", "2")
+    assert stdout.startswith("burndown --keys 5 --per-key 2 (concurrency 100, batch 500, 2 "
+                             "pipelines): 300 jobs x1:")
+    assert "exactly once: yes" in stdout and result["runs"][0]["committed"] == 300

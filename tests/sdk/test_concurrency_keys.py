@@ -180,6 +180,11 @@ def test_the_per_key_limit_round_trips_alone_and_with_the_others(client: Client)
     assert client.queue_limits() == {}
     with pytest.raises(ValidationError, match="per_key_concurrency"):
         client.set_queue_limit("mail", per_key_concurrency=0)
+    rated = client.set_queue_limit("mail", per_key_concurrency=2, per_key_rate=5)
+    assert client.queue_limits()["mail"] == rated
+    assert rated.text() == "2 at once per key, 5/s per key"
+    with pytest.raises(ValidationError, match="per_key_rate"):
+        client.set_queue_limit("mail", per_key_rate=0)
 
 
 def test_key_weights_are_set_read_and_reset_in_the_home_shard(client: Client, r: redis.Redis,
@@ -227,6 +232,12 @@ def test_the_cli_takes_keys_limits_and_weights(capsys: pytest.CaptureFixture[str
     assert (code, out) == (0, "queue mail: limit 3 at once per key\n")
     code, out, _ = sched(capsys, redis_url, ns, "queues")
     assert "3 at once per key" in out
+    code, out, _ = sched(capsys, redis_url, ns, "queues", "limit", "mail", "--per-key-rate",
+                         "120/m")
+    assert (code, out) == (0, "queue mail: limit 2/s per key\n")
+    code, out, err = sched(capsys, redis_url, ns, "queues", "limit", "mail", "--per-key-rate",
+                           "fast")
+    assert code != 0 and "is not a rate" in err and "Traceback" not in err
     code, out, _ = sched(capsys, redis_url, ns, "queues", "weight", "mail", "tenant-1", "4")
     assert (code, out) == (0, "queue mail, key tenant-1: weight 4\n")
     code, out, _ = sched(capsys, redis_url, ns, "queues", "weight", "mail", "tenant-1")

@@ -86,7 +86,8 @@ def test_a_per_key_limit_holds_across_workers_and_every_key_reaches_it(
     spans: list[Span] = []
 
     async def main() -> None:
-        async with running_workers(redis_url, ns, sleeping(spans, seconds), 3, concurrency=50):
+        async with running_workers(redis_url, ns, sleeping(spans, seconds), 3, concurrency=50,
+                                   queues=("tenants",)):
             async with AsyncClient(redis_url, ns) as client:
                 await client.set_queue_limit("tenants", per_key_concurrency=limit)
                 await asyncio.sleep(1.2)  # the workers read the limits once a second
@@ -118,7 +119,8 @@ def test_a_key_at_its_limit_does_not_hold_up_other_keys(redis_url: str, ns: str)
         spans.append((payload["key"], start, time.monotonic()))
 
     async def main() -> None:
-        async with running_workers(redis_url, ns, registry, 1, concurrency=10):
+        async with running_workers(redis_url, ns, registry, 1, concurrency=10,
+                                   queues=("tenants",)):
             async with AsyncClient(redis_url, ns) as client:
                 await client.set_queue_limit("tenants", per_key_concurrency=1)
                 await asyncio.sleep(1.2)
@@ -172,7 +174,8 @@ def test_a_queue_wide_limit_and_a_per_key_limit_hold_together(redis_url: str, ns
     spans: list[Span] = []
 
     async def main() -> None:
-        async with running_workers(redis_url, ns, sleeping(spans, 0.1), 2, concurrency=20):
+        async with running_workers(redis_url, ns, sleeping(spans, 0.1), 2, concurrency=20,
+                                   queues=("tenants",)):
             async with AsyncClient(redis_url, ns) as client:
                 await client.set_queue_limit("tenants", concurrency=3, per_key_concurrency=2)
                 await asyncio.sleep(1.2)
@@ -185,3 +188,29 @@ def test_a_queue_wide_limit_and_a_per_key_limit_hold_together(redis_url: str, ns
     assert max(most_at_once(spans).values()) <= 2
     everything = most_at_once([("all", s, e) for _, s, e in spans])["all"]
     assert everything == 3
+
+
+def test_a_per_key_rate_spaces_one_key_s_starts_and_leaves_the_others_alone(
+        redis_url: str, ns: str) -> None:
+    """10 starts per second per key: key `busy`'s 15 jobs take 1.4 s or more to start (a
+    token each 100 ms after the first), while key `calm`'s 3 all start in its first 0.5 s."""
+    spans: list[Span] = []
+
+    async def main() -> None:
+        async with running_workers(redis_url, ns, sleeping(spans, 0), 1, concurrency=20,
+                                   queues=("tenants",)):
+            async with AsyncClient(redis_url, ns) as client:
+                await client.set_queue_limit("tenants", per_key_rate=10)
+                await asyncio.sleep(1.2)
+                await client.submit_many(
+                    [JobSpec(task="tenant.work", payload={"key": "busy"}, queue="tenants",
+                             concurrency_key="busy") for _ in range(15)]
+                    + [JobSpec(task="tenant.work", payload={"key": "calm"}, queue="tenants",
+                               concurrency_key="calm") for _ in range(3)])
+            await wait_for(lambda: len(spans) == 18, timeout=30)
+
+    asyncio.run(main())
+    busy = sorted(s for key, s, _ in spans if key == "busy")
+    calm = sorted(s for key, s, _ in spans if key == "calm")
+    assert busy[-1] - busy[0] >= 1.3, busy[-1] - busy[0]
+    assert calm[-1] - busy[0] < 0.5
