@@ -17,8 +17,9 @@ P; the stream gives the ready backlog B (entries no worker has read yet).
                                    heartbeat interval): one more worker's worth, to measure
     slots  = flow + drain          never below P: in-flight work keeps its slots
                                    (a queue's keys' queued slots are in B; under a per-key
-                                   limit L, K keys with queued slots start at most K * L at
-                                   once, so their part of drain is at most K * L)
+                                   limit L, K keys with queued slots run at most K * L at
+                                   once, K * R * W under a per-key rate R, so their part of
+                                   drain is at most that)
 
     wanted = ceil(sum of slots over the queues / C)
 
@@ -80,10 +81,16 @@ def queue_slots(q: QueueStatus, target: ScalingTarget, per_worker: int) -> float
     rate = q.succeeded_per_s + q.failed_per_s
     load = max(float(q.inflight), rate * q.mean_run_s)
     drain = _drain(q.depth, q.mean_run_s, target, per_worker)
-    if q.per_key_concurrency is not None and q.keyed_waiting:
-        # More slots than the keys may fill start none of their slots sooner.
+    # More slots than the keys may fill start none of their slots sooner: K keys run at
+    # most K * L at once, and K * R * W under a rate R (Little's law).
+    caps: list[float] = []
+    if q.per_key_concurrency is not None:
+        caps.append(q.keys_waiting * q.per_key_concurrency)
+    if q.per_key_rate is not None and q.mean_run_s > 0:
+        caps.append(q.keys_waiting * q.per_key_rate * q.mean_run_s)
+    if caps and q.keyed_waiting:
         keyed = _drain(q.keyed_waiting, q.mean_run_s, target, per_worker)
-        drain -= max(0.0, keyed - q.keys_waiting * q.per_key_concurrency)
+        drain -= max(0.0, keyed - min(caps))
     return max(float(q.inflight), load / target.utilisation + drain)
 
 

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
+from scheduler.core.limits import QueueLimit
 from scheduler.observe.records import KeyStatus, QueueKeys
 
 KEY_BUDGET = 10_000  # ring and lease entries a shard's read takes, over all its queues
@@ -68,10 +69,13 @@ def busiest(found: Iterable[KeyStatus], top: int) -> list[KeyStatus]:
     return sorted(found, key=lambda k: (-(k.waiting + k.running), k.key))[:top]
 
 
-def queue_keys(queue: str, per_key: int | None, replies: list[Any], top: int) -> QueueKeys:
+def queue_keys(queue: str, limit: QueueLimit | None, replies: list[Any], top: int
+               ) -> QueueKeys:
     """A queue's keys from each shard's key_stats reply (called with that queue only)."""
     shards = [s for reply in replies for s in decode(reply) if s.queue == queue]
-    return QueueKeys(queue=queue, per_key_concurrency=per_key,
+    limit = limit or QueueLimit()
+    return QueueKeys(queue=queue, per_key_concurrency=limit.per_key_concurrency,
+                     per_key_rate=limit.per_key_rate,
                      waiting=sum(s.waiting for s in shards), keys=sum(s.keys for s in shards),
                      truncated=any(s.truncated for s in shards),
                      busiest=busiest((k for s in shards for k in s.top), top))

@@ -23,11 +23,21 @@ class QueueKeys(msgspec.Struct, kw_only=True):
     past that, `truncated` is true and the counts are lower bounds."""
 
     queue: str
-    per_key_concurrency: int | None  # the queue's per-key limit (None: none)
+    per_key_concurrency: int | None  # the queue's per-key limits (None: none)
+    per_key_rate: float | None
     waiting: int  # queued slots of every key read
     keys: int  # keys with a queued slot (read or not)
     truncated: bool
     busiest: list[KeyStatus]
+
+    def limit_text(self) -> str:
+        """The per-key limits for people: "3 at once, 10/s", or "none"."""
+        parts = []
+        if self.per_key_concurrency is not None:
+            parts.append(f"{self.per_key_concurrency:,} at once")
+        if self.per_key_rate is not None:
+            parts.append(f"{self.per_key_rate:g}/s")
+        return ", ".join(parts) or "none"
 
 
 class QueueShardStatus(msgspec.Struct, kw_only=True):
@@ -72,7 +82,8 @@ class QueueStatus(msgspec.Struct, kw_only=True):
     keys_waiting: int = 0  # concurrency keys with a queued slot
     keys_truncated: bool = False  # a shard held more keys than a read takes: lower bounds
     top_keys: list[KeyStatus] = []  # the busiest keys (keyed.TOP_KEYS), busiest first
-    per_key_concurrency: int | None = None  # the queue's per-key limit (limits.py)
+    per_key_concurrency: int | None = None  # the queue's per-key limits (limits.py)
+    per_key_rate: float | None = None
 
 
 class Rate(msgspec.Struct, kw_only=True):

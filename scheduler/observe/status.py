@@ -38,6 +38,7 @@ import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.source as sources
 from scheduler.core.keys import Keys
+from scheduler.core.limits import QueueLimit
 from scheduler.observe.records import (
     KeyStatus,
     NodeStatus,
@@ -196,7 +197,7 @@ class _Reader:
         self.nodes: list[NodeStatus] = []
         self.where = ""
         self.limited: list[str] = []  # queues with a limit: listed, even idle
-        self.per_key: dict[str, int] = {}  # queue -> its per-key limit
+        self.per_key: dict[str, QueueLimit] = {}  # queues with a per-key limit: theirs
         self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
         self.outbox: OutboxStatus | None = None
 
@@ -222,9 +223,8 @@ class _Reader:
                 reported_age_s=_age_s(self.now, int(box.get(b"at_ms", self.now))))
         self.workers_known = int(known)
         self.limited = sorted(_s(q) for q in limited)
-        self.per_key = {q: lim.per_key_concurrency for q, lim in limits.parse(
-            {_s(q).encode(): v for q, v in limited.items()}).items()
-            if lim.per_key_concurrency is not None}
+        self.per_key = {q: lim for q, lim in limits.parse(
+            {_s(q).encode(): v for q, v in limited.items()}).items() if lim.per_key}
         self.node_seen = [score for _, score in nodes]
         self.aof = (bool(int(persistence.get("aof_enabled", 0)))
                     if isinstance(persistence, dict) else None)
@@ -343,7 +343,7 @@ async def read_workers_async(client: redis.asyncio.Redis, keys: Keys, clock: Clo
 
 def _summarize(namespace: str, now: int, shards: int, queues: list[str],
                details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int,
-               per_key: dict[str, int]) -> Status:
+               per_key: dict[str, QueueLimit]) -> Status:
     alive = [w for w in workers if w.alive]
     # Per queue: ok/s, failed/s, ended/s of the workers that timed runs, the seconds of run
     # those ended runs took per second (mean run = that / ended/s), in flight.
@@ -373,7 +373,8 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         keys_waiting=sum(qs.keys_waiting for qs in shards_of[q]),
         keys_truncated=any(qs.keys_truncated for qs in shards_of[q]),
         top_keys=keyed.busiest((k for qs in shards_of[q] for k in qs.top_keys), keyed.TOP_KEYS),
-        per_key_concurrency=per_key.get(q))
+        per_key_concurrency=per_key[q].per_key_concurrency if q in per_key else None,
+        per_key_rate=per_key[q].per_key_rate if q in per_key else None)
         for q in queues]
     snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
     last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),

@@ -160,4 +160,4 @@ def queue_keys(core: ClientState, queue: str, top: int = keyed.TOP_KEYS) -> Op[Q
     raw: Any = (yield pipe)[0]
     limit = limits.parse({queue.encode(): raw}).get(queue) if raw else None
     replies = yield Scripts(keyed.calls(core.keys, core.shards, top, queue))
-    return keyed.queue_keys(queue, limit.per_key_concurrency if limit else None, replies, top)
+    return keyed.queue_keys(queue, limit, replies, top)

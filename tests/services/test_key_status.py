@@ -114,7 +114,7 @@ def test_a_key_whose_slots_all_run_is_listed(r: redis.Redis, client: Client) -> 
 
 def test_the_busiest_keys_come_first_up_to_top(
         r: redis.Redis, client: Client, keyed_queue: dict[str, tuple[int, int]]) -> None:
-    client.set_queue_limit("tenants", per_key_concurrency=3)
+    client.set_queue_limit("tenants", per_key_concurrency=3, per_key_rate=10)
     heavy = _busiest(keyed_queue, 2)[1].key
     client.set_key_weight("tenants", heavy, 4)
     def expected(n: int) -> list[KeyStatus]:
@@ -123,13 +123,13 @@ def test_the_busiest_keys_come_first_up_to_top(
 
     got = client.queue_keys("tenants", top=5)
     assert got.busiest == expected(5)
-    assert got.per_key_concurrency == 3 and not got.truncated
+    assert (got.per_key_concurrency, got.per_key_rate, got.truncated) == (3, 10.0, False)
     assert got.keys == sum(1 for w, _ in keyed_queue.values() if w)
     assert got.waiting == sum(w for w, _ in keyed_queue.values())
     # status names the busiest TOP_KEYS of each queue, no more
     [tenants] = [q for q in client.status().queues if q.queue == "tenants"]
     assert tenants.top_keys == expected(keyed.TOP_KEYS)
-    assert tenants.per_key_concurrency == 3
+    assert (tenants.per_key_concurrency, tenants.per_key_rate) == (3, 10.0)
     assert client.queue_keys("other").busiest == []
     assert client.queue_keys("other").per_key_concurrency is None
 
@@ -177,17 +177,20 @@ def test_a_workers_keys_at_their_limit_show_running_and_waiting(
     assert client.queue_keys("tenants").busiest == []
 
 
-@pytest.mark.parametrize("plain, per_key, slots", [
-    (0, None, 105.0),  # 4 / 0.8 + 3,000 x 1 s / 30 s: no per-key limit, every slot can start
-    (0, 2, 9.0),  # 2 keys x 2 at once: 4 slots start them as fast as they may go
-    (300, 2, 19.0),  # the plain backlog still drains at its own pace: + 300 x 1 s / 30 s
-    (0, 5000, 105.0),  # a limit the keys cannot reach changes nothing
+@pytest.mark.parametrize("plain, per_key, rate, slots", [
+    (0, None, None, 105.0),  # 4 / 0.8 + 3,000 x 1 s / 30 s: no per-key limit
+    (0, 2, None, 9.0),  # 2 keys x 2 at once: 4 slots start them as fast as they may go
+    (300, 2, None, 19.0),  # the plain backlog still drains at its own pace: + 300 x 1 s / 30 s
+    (0, 5000, None, 105.0),  # a limit the keys cannot reach changes nothing
+    (0, None, 1.5, 8.0),  # 2 keys x 1.5 starts/s x 1 s runs: 3 slots busy at most
+    (0, 2, 0.5, 6.0),  # the tighter of the two
 ])
 def test_workers_wanted_leave_out_what_per_key_limits_hold_back(
-        plain: int, per_key: int | None, slots: float) -> None:
+        plain: int, per_key: int | None, rate: float | None, slots: float) -> None:
     q = QueueStatus(queue="q", depth=plain + 3000, pending=4, oldest_ready_age_s=0.0,
                     succeeded_per_s=4.0, failed_per_s=0.0, inflight=4, mean_run_s=1.0,
-                    keyed_waiting=3000, keys_waiting=2, per_key_concurrency=per_key)
+                    keyed_waiting=3000, keys_waiting=2, per_key_concurrency=per_key,
+                    per_key_rate=rate)
     w = WorkerStatus(worker_id="w", alive=True, heartbeat_age_s=0, host="h", pid=1,
                      queues=["q"], concurrency=10, inflight=4, succeeded=0, failed=0,
                      succeeded_per_s=4.0, failed_per_s=0, by_queue={})
