@@ -106,7 +106,7 @@ def queues_keys(obj: dict[str, str], queue: str, top: int, as_json: bool) -> Non
     if as_json:
         echo_json(found)
         return
-    click.echo(f"queue {queue}: per-key limit {found.limit_text()}; "
+    click.echo(f"queue {queue}: {found.limit_text()}; "
                f"{found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
                f"{found.waiting:,} slot(s) waiting")
     if found.busiest:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import msgspec
 
+from scheduler.core.limits import QueueLimit
+
 
 class KeyStatus(msgspec.Struct, kw_only=True, frozen=True):
     """One concurrency key of a queue (a tenant, customer, account...) now."""
@@ -31,13 +33,11 @@ class QueueKeys(msgspec.Struct, kw_only=True):
     busiest: list[KeyStatus]
 
     def limit_text(self) -> str:
-        """The per-key limits for people: "3 at once, 10/s", or "none"."""
-        parts = []
-        if self.per_key_concurrency is not None:
-            parts.append(f"{self.per_key_concurrency:,} at once")
-        if self.per_key_rate is not None:
-            parts.append(f"{self.per_key_rate:g}/s")
-        return ", ".join(parts) or "none"
+        """The per-key limits for people: "3 at once per key, 10/s per key", or "no per-key
+        limit"."""
+        text = QueueLimit(per_key_concurrency=self.per_key_concurrency,
+                          per_key_rate=self.per_key_rate).text()
+        return "no per-key limit" if text == "none" else text
 
 
 class QueueShardStatus(msgspec.Struct, kw_only=True):

@@ -239,9 +239,10 @@ async def _key_tables(client: Any, queue: str
     """A queue page's concurrency keys, when it has a per-key limit or keys: the limit and
     its busiest keys; and how many of its slots wait in their keys' queues."""
     found = await client.queue_keys(queue)
-    if found.limit_text() == "none" and not found.keys and not found.busiest:
+    limited = found.per_key_concurrency is not None or found.per_key_rate is not None
+    if not limited and not found.keys and not found.busiest:
         return [], 0
-    title = (f"Concurrency keys: per-key limit {found.limit_text()}, {found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
+    title = (f"Concurrency keys: {found.limit_text()}; {found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
              f"{found.waiting:,} slot(s) waiting; the busiest")
     return [(title, "keys", ["key", "waiting", "running", "weight"],
              [_row(k.key, k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:,}")

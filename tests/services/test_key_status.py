@@ -245,7 +245,7 @@ def test_sched_queues_shows_the_per_key_limit_and_the_keys(
     assert code == 0, out
     lines = out.splitlines()
     waiting = sum(w for w, _ in keyed_queue.values()) + 1
-    assert lines[0] == (f"queue tenants: per-key limit 3 at once; {with_slots} key(s) with "
+    assert lines[0] == (f"queue tenants: 3 at once per key; {with_slots} key(s) with "
                         f"{waiting} slot(s) waiting")
     assert lines[1].split() == ["KEY", "WAITING", "RUNNING", "WEIGHT"]
     assert [ln.split() for ln in lines[2:]] == [[k.key, str(k.waiting), str(k.running), "1"]
@@ -310,7 +310,7 @@ def test_the_console_shows_the_limit_and_the_busiest_keys_escaped(
     assert "its 3 slot(s) of concurrency keys wait in their keys" in only
     assert "<script>alert" not in body and "<img src=x" not in body and "{{7*7}}" in body
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body and "a&amp;b" in body
-    assert "per-key limit 3 at once" in body and 'id="keys"' in tabbed
+    assert "Concurrency keys: 3 at once per key;" in body and 'id="keys"' in tabbed
     assert "slot(s) of concurrency keys wait in their keys" not in body  # 2 plain ones listed
     rows = body.split('id="keys"', 1)[1].split("</table>", 1)[0].count("<tr>")
     assert rows == 1 + keyed.TOP_KEYS  # the header, then the busiest 10
