@@ -1,7 +1,8 @@
-"""`sched queues`: every queue with its depth, lag, rates and limit, `sched queues limit QUEUE`
-to set or clear one (`Client.queues`, `Client.set_queue_limit`), and `sched queues weight
+"""`sched queues`: every queue with its depth, lag, rates and limits, `sched queues limit
+QUEUE` to set or clear one (`Client.queues`, `Client.set_queue_limit`), `sched queues weight
 QUEUE KEY [W]` to show or set a concurrency key's weight in the queue's turns
-(`Client.key_weight`, `Client.set_key_weight`)."""
+(`Client.key_weight`, `Client.set_key_weight`), and `sched queues keys QUEUE`: its busiest
+concurrency keys (`Client.queue_keys`)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from scheduler.cli.observe import _age, _rate
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_context
 def queues(ctx: click.Context, as_json: bool) -> None:
-    """List queues: DEPTH (not read by any worker yet), PENDING (read, not finished), LAG (how
-    long the oldest ready entry has waited), rates, and the limit with the permits held."""
+    """List queues: DEPTH (not read by any worker yet, keyed slots included), PENDING (read,
+    not finished), LAG (how long the oldest ready entry has waited), rates, the limit (the
+    per-key one too) with the permits held, and KEYS (concurrency keys with a queued slot:
+    `sched queues keys QUEUE` lists the busiest)."""
     if ctx.invoked_subcommand is not None:
         return
     from scheduler import Client
@@ -29,8 +32,9 @@ def queues(ctx: click.Context, as_json: bool) -> None:
     table([[q.queue, f"{q.depth:,}", f"{q.pending:,}", _age(q.oldest_ready_age_s),
             _rate(q.succeeded_per_s), _rate(q.failed_per_s),
             q.limit.text() if q.limit else "-",
-            "-" if q.permits_held is None else f"{q.permits_held:,}"] for q in rows],
-          ["QUEUE", "DEPTH", "PENDING", "LAG", "OK/S", "FAILED/S", "LIMIT", "RUNNING"])
+            "-" if q.permits_held is None else f"{q.permits_held:,}",
+            f"{q.keys_waiting:,}" if q.keys_waiting else "-"] for q in rows],
+          ["QUEUE", "DEPTH", "PENDING", "LAG", "OK/S", "FAILED/S", "LIMIT", "RUNNING", "KEYS"])
 
 
 @queues.command("limit")
@@ -83,3 +87,28 @@ def queues_weight(obj: dict[str, str], queue: str, key: str, weight: int | None)
         else:
             now = client.set_key_weight(queue, key, weight)
     click.echo(f"queue {queue}, key {key}: weight {now}" + (" (the default)" if now == 1 else ""))
+
+
+@queues.command("keys")
+@click.argument("queue")
+@click.option("--top", type=click.IntRange(min=1, max=1000), default=10, show_default=True,
+              help="How many of the busiest keys to list.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def queues_keys(obj: dict[str, str], queue: str, top: int, as_json: bool) -> None:
+    """The queue's busiest concurrency keys (by RUNNING + WAITING): WAITING (queued slots,
+    waiting for the key's turn or a permit), RUNNING (its runs now), WEIGHT (its turns per
+    round), and the queue's per-key limit."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        found = client.queue_keys(queue, top=top)
+    if as_json:
+        echo_json(found)
+        return
+    click.echo(f"queue {queue}: {found.limit_text()}; "
+               f"{found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
+               f"{found.waiting:,} slot(s) waiting")
+    if found.busiest:
+        table([[k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:,}"]
+               for k in found.busiest], ["KEY", "WAITING", "RUNNING", "WEIGHT"])

@@ -16,6 +16,10 @@ P; the stream gives the ready backlog B (entries no worker has read yet).
            = min(B, C) when W is unknown (no run ended yet: no worker, or runs longer than a
                                    heartbeat interval): one more worker's worth, to measure
     slots  = flow + drain          never below P: in-flight work keeps its slots
+                                   (a queue's keys' queued slots are in B; under a per-key
+                                   limit L, K keys with queued slots run at most K * L at
+                                   once, K * R * W under a per-key rate R, so their part of
+                                   drain is at most that)
 
     wanted = ceil(sum of slots over the queues / C)
 
@@ -76,13 +80,26 @@ def queue_slots(q: QueueStatus, target: ScalingTarget, per_worker: int) -> float
     """The run slots one queue calls for (the module docstring's rule)."""
     rate = q.succeeded_per_s + q.failed_per_s
     load = max(float(q.inflight), rate * q.mean_run_s)
-    if not q.depth:
-        drain = 0.0
-    elif q.mean_run_s > 0:
-        drain = q.depth * q.mean_run_s / target.target_lag_s
-    else:
-        drain = float(min(q.depth, per_worker))
+    drain = _drain(q.depth, q.mean_run_s, target, per_worker)
+    # More slots than the keys may fill start none of their slots sooner: K keys run at
+    # most K * L at once, and K * R * W under a rate R (Little's law).
+    caps: list[float] = []
+    if q.per_key_concurrency is not None:
+        caps.append(q.keys_waiting * q.per_key_concurrency)
+    if q.per_key_rate is not None and q.mean_run_s > 0:
+        caps.append(q.keys_waiting * q.per_key_rate * q.mean_run_s)
+    if caps and q.keyed_waiting:
+        keyed = _drain(q.keyed_waiting, q.mean_run_s, target, per_worker)
+        drain -= max(0.0, keyed - min(caps))
     return max(float(q.inflight), load / target.utilisation + drain)
+
+
+def _drain(backlog: int, mean_run_s: float, target: ScalingTarget, per_worker: int) -> float:
+    if not backlog:
+        return 0.0
+    if mean_run_s > 0:
+        return backlog * mean_run_s / target.target_lag_s
+    return float(min(backlog, per_worker))
 
 
 def plan(queues: list[QueueStatus], workers: list[WorkerStatus],

@@ -164,8 +164,16 @@ class RunMetrics:
 # --- namespace gauges, read from Redis at scrape time --------------------------------------
 
 GAUGES = {
-    "sched_queue_depth": ("Entries not yet delivered to the consumer group (stream lag).",
+    "sched_queue_depth": ("Entries not yet delivered to the consumer group (stream lag), and "
+                          "the queued slots of the queue's concurrency keys.",
                           ("queue", "shard")),
+    "sched_queue_keys": ("Concurrency keys of the queue with a queued slot.", ("queue",)),
+    "sched_key_waiting": ("Queued slots of a concurrency key, for the queue's busiest keys "
+                          "only (by running + waiting, the top 10: observe/keyed.py "
+                          "TOP_KEYS); a key outside them is not exported.", ("queue", "key")),
+    "sched_key_running": ("Runs of a concurrency key now (its per-key permits in use), for "
+                          "the queue's busiest keys only, as sched_key_waiting.",
+                          ("queue", "key")),
     "sched_queue_pending": ("Entries delivered and not acked yet.", ("queue", "shard")),
     "sched_queue_oldest_ready_age_seconds": ("How long the oldest undelivered entry has waited.",
                                              ("queue", "shard")),
@@ -290,6 +298,11 @@ class NamespaceCollector(Collector):
                 g["sched_snapshotter_lag_seconds"].add_metric([s], d.snapshot_lag_s)
                 g["sched_snapshotter_backlog_events"].add_metric(
                     [s], d.snapshot_backlog_events or 0)
+        for queue in status.queues:
+            g["sched_queue_keys"].add_metric([queue.queue], queue.keys_waiting)
+            for k in queue.top_keys:  # at most keyed.TOP_KEYS: a bounded set of series
+                g["sched_key_waiting"].add_metric([queue.queue, k.key], k.waiting)
+                g["sched_key_running"].add_metric([queue.queue, k.key], k.running)
         if status.redis_aof is not None and status.redis_replicas is not None:
             g["sched_redis_durable"].add_metric(
                 [], 1 if status.redis_aof or status.redis_replicas else 0)

@@ -7,13 +7,49 @@ from __future__ import annotations
 
 import msgspec
 
+from scheduler.core.limits import QueueLimit
+
+
+class KeyStatus(msgspec.Struct, kw_only=True, frozen=True):
+    """One concurrency key of a queue (a tenant, customer, account...) now."""
+
+    key: str
+    waiting: int  # its queued slots: waiting for its turn, or for a permit of its own
+    running: int  # its runs now: the permits of its per-key limit in use
+    weight: int = 1  # its turns per round (`set_key_weight`)
+
+
+class QueueKeys(msgspec.Struct, kw_only=True):
+    """A queue's concurrency keys (`Client.queue_keys`): its per-key limit and its busiest
+    keys, by running + waiting. Each shard reads at most observe/keyed.py's KEY_BUDGET keys:
+    past that, `truncated` is true and the counts are lower bounds."""
+
+    queue: str
+    per_key_concurrency: int | None  # the queue's per-key limits (None: none)
+    per_key_rate: float | None
+    waiting: int  # queued slots of every key read
+    keys: int  # keys with a queued slot (read or not)
+    truncated: bool
+    busiest: list[KeyStatus]
+
+    def limit_text(self) -> str:
+        """The per-key limits for people: "3 at once per key, 10/s per key", or "no per-key
+        limit"."""
+        text = QueueLimit(per_key_concurrency=self.per_key_concurrency,
+                          per_key_rate=self.per_key_rate).text()
+        return "no per-key limit" if text == "none" else text
+
 
 class QueueShardStatus(msgspec.Struct, kw_only=True):
     queue: str
     shard: int
-    depth: int  # entries not yet delivered to the consumer group
+    depth: int  # entries not yet delivered to the consumer group, and keyed slots queued
     pending: int  # delivered, not yet acked (running or about to be committed)
     oldest_ready_age_s: float  # how long the oldest undelivered entry has waited; 0 if none
+    keyed_waiting: int = 0  # of depth: the queued slots of concurrency keys (keyed.py)
+    keys_waiting: int = 0  # concurrency keys with a queued slot
+    keys_truncated: bool = False  # more keys than a read takes: the keyed counts are lower bounds
+    top_keys: list[KeyStatus] = []  # the busiest keys of the shard, busiest first
 
 
 class ShardStatus(msgspec.Struct, kw_only=True):
@@ -42,6 +78,12 @@ class QueueStatus(msgspec.Struct, kw_only=True):
     failed_per_s: float
     inflight: int = 0  # runs in flight on live workers (their heartbeats)
     mean_run_s: float = 0.0  # over the runs that ended in the workers' last heartbeat interval
+    keyed_waiting: int = 0  # of depth: the queued slots of concurrency keys
+    keys_waiting: int = 0  # concurrency keys with a queued slot
+    keys_truncated: bool = False  # a shard held more keys than a read takes: lower bounds
+    top_keys: list[KeyStatus] = []  # the busiest keys (keyed.TOP_KEYS), busiest first
+    per_key_concurrency: int | None = None  # the queue's per-key limits (limits.py)
+    per_key_rate: float | None = None
 
 
 class Rate(msgspec.Struct, kw_only=True):

@@ -4,7 +4,8 @@
 Reading is bounded and batched whatever the load: the topology (shard count, the most recent
 `MAX_WORKERS` workers, the names of limited queues) and the details (every shard's `stats`
 script, lua/stats.lua, O(lanes its index names) commands each: the lanes in use, not every
-queue name ever seen, queue_cleaner.py; and the worker hashes) in one pipelined round trip
+queue name ever seen, queue_cleaner.py; its `key_stats` script, lua/key_stats.lua, at most
+keyed.KEY_BUDGET concurrency keys each; and the worker hashes) in one pipelined round trip
 when the caller passes the topology it saw last time and nothing changed (the exporter does),
 in two otherwise. "Now" is the caller's Redis-anchored clock, as everywhere else.
 
@@ -29,13 +30,17 @@ import msgspec
 import redis
 import redis.asyncio
 
+import scheduler.core.limits as limits
 import scheduler.observe.capacity as capacity
+import scheduler.observe.keyed as keyed
 import scheduler.redis.cluster as cluster
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.source as sources
 from scheduler.core.keys import Keys
+from scheduler.core.limits import QueueLimit
 from scheduler.observe.records import (
+    KeyStatus,
     NodeStatus,
     OutboxStatus,
     QueueShardStatus,
@@ -50,7 +55,7 @@ from scheduler.observe.records import (
 from scheduler.redis.clients import where
 from scheduler.redis.clock import Clock, resync, resync_sync
 
-__all__ = ["NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
+__all__ = ["KeyStatus", "NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
            "Supervisor", "Topology", "WorkerStatus", "group_supervisors", "read_status",
            "read_status_async", "read_workers", "read_workers_async"]
 
@@ -67,11 +72,11 @@ def _age_s(now_ms: int, then_ms: int) -> float:
     return max(0.0, (now_ms - then_ms) / 1000) if then_ms >= 0 else 0.0
 
 
-def _shard(shard: int, now: int, reply: list[Any]) -> ShardStatus:
+def _shard(shard: int, now: int, reply: list[Any], keys_reply: list[Any]) -> ShardStatus:
     due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue, orphans = reply
     lag, pending, oldest_unread = (int(x) for x in history)
     recovered, last_ms, waiting = (int(x) for x in orphans)
-    return ShardStatus(
+    status = ShardStatus(
         shard=shard, due_slots=int(due_slots), due_backlog=int(backlog),
         oldest_overdue_s=_age_s(now, int(oldest_due)) if int(backlog) else 0.0,
         dead_letter_size=int(dlq), owner=_owner(_s(owner))[1], owner_epoch=_owner(_s(owner))[0],
@@ -83,6 +88,22 @@ def _shard(shard: int, now: int, reply: list[Any]) -> ShardStatus:
                 for q, d, p, o in per_queue],
         orphans_recovered=recovered, orphans_last_ms=last_ms if last_ms >= 0 else None,
         orphans_waiting=waiting)
+    _add_keys(status, keyed.decode(keys_reply))
+    return status
+
+
+def _add_keys(status: ShardStatus, found: list[keyed.ShardKeys]) -> None:
+    """A queue's keyed slots wait outside its streams: they count in its depth."""
+    of = {q.queue: q for q in status.queues}
+    for k in found:
+        q = of.get(k.queue)
+        if q is None:
+            q = of[k.queue] = QueueShardStatus(queue=k.queue, shard=status.shard, depth=0,
+                                               pending=0, oldest_ready_age_s=0.0)
+            status.queues.append(q)
+        q.depth += k.waiting
+        q.keyed_waiting, q.keys_waiting = k.waiting, k.keys
+        q.keys_truncated, q.top_keys = k.truncated, k.top
 
 
 def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> WorkerStatus:
@@ -175,7 +196,8 @@ class _Reader:
         self.replicas: int | None = None
         self.nodes: list[NodeStatus] = []
         self.where = ""
-        self.limited: list[str] = []  # queues with a queue-wide limit: listed, even idle
+        self.limited: list[str] = []  # queues with a limit: listed, even idle
+        self.per_key: dict[str, QueueLimit] = {}  # queues with a per-key limit: theirs
         self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
         self.outbox: OutboxStatus | None = None
 
@@ -183,7 +205,7 @@ class _Reader:
         pipe.hget(self.keys.meta, "shards")
         pipe.zrevrange(self.keys.workers, 0, MAX_WORKERS - 1, withscores=True)
         pipe.zcard(self.keys.workers)
-        pipe.hkeys(self.keys.limits)
+        pipe.hgetall(self.keys.limits)
         pipe.zrangebyscore(self.keys.schedulers, self.now - NODE_WAITING_MS, "+inf",
                            withscores=True)
         pipe.info("persistence")  # an ACL without INFO: unknown, not an error
@@ -201,6 +223,8 @@ class _Reader:
                 reported_age_s=_age_s(self.now, int(box.get(b"at_ms", self.now))))
         self.workers_known = int(known)
         self.limited = sorted(_s(q) for q in limited)
+        self.per_key = {q: lim for q, lim in limits.parse(
+            {_s(q).encode(): v for q, v in limited.items()}).items() if lim.per_key}
         self.node_seen = [score for _, score in nodes]
         self.aof = (bool(int(persistence.get("aof_enabled", 0)))
                     if isinstance(persistence, dict) else None)
@@ -209,7 +233,9 @@ class _Reader:
         return Topology(int(shards or 0), tuple(_s(w) for w, _ in self.seen))
 
     def stats_calls(self, topo: Topology) -> list[scripts.Call]:
-        return [scripts.stats(self.keys.prefix(s), self.now) for s in range(topo.shards)]
+        """Each shard's stats, then each shard's key_stats."""
+        return [*(scripts.stats(self.keys.prefix(s), self.now) for s in range(topo.shards)),
+                *keyed.calls(self.keys, topo.shards, keyed.TOP_KEYS)]
 
     def details(self, pipe: Any, topo: Topology) -> None:
         for call in self.stats_calls(topo):
@@ -223,20 +249,22 @@ class _Reader:
         """True when Redis lost its script cache: the stats then go through calls.py's
         run_sync/run_async, which load them."""
         return any(isinstance(r, redis.exceptions.NoScriptError)
-                   for r in replies[:topo.shards])
+                   for r in replies[:2 * topo.shards])
 
     def status(self, topo: Topology, replies: list[Any], stats: list[Any] | None = None
                ) -> Status:
-        stats = replies[:topo.shards] if stats is None else stats
-        for r in [*stats, *replies[topo.shards:]]:
+        scripted = 2 * topo.shards  # stats, then key_stats, per shard (stats_calls)
+        stats = replies[:scripted] if stats is None else stats
+        for r in [*stats, *replies[scripted:]]:
             if isinstance(r, Exception):
                 raise r
-        details = [_shard(s, self.now, r) for s, r in enumerate(stats)]
+        details = [_shard(s, self.now, r, k) for s, (r, k) in enumerate(
+            zip(stats[:topo.shards], stats[topo.shards:], strict=True))]
         workers = [_worker(_s(w), int(score), self.now, raw)
-                   for (w, score), raw in zip(self.seen, replies[topo.shards:], strict=True)]
+                   for (w, score), raw in zip(self.seen, replies[scripted:], strict=True)]
         queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
         status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
-                            self.workers_known)
+                            self.workers_known, self.per_key)
         status.workers_waiting = sum(1 for w in workers if w.alive and w.waiting)
         if not topo.shards:  # no node can run before its namespace exists: all of them wait
             status.nodes_waiting = len(self.node_seen)
@@ -314,8 +342,8 @@ async def read_workers_async(client: redis.asyncio.Redis, keys: Keys, clock: Clo
 
 
 def _summarize(namespace: str, now: int, shards: int, queues: list[str],
-               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int
-               ) -> Status:
+               details: list[ShardStatus], workers: list[WorkerStatus], workers_known: int,
+               per_key: dict[str, QueueLimit]) -> Status:
     alive = [w for w in workers if w.alive]
     # Per queue: ok/s, failed/s, ended/s of the workers that timed runs, the seconds of run
     # those ended runs took per second (mean run = that / ended/s), in flight.
@@ -340,7 +368,13 @@ def _summarize(namespace: str, now: int, shards: int, queues: list[str],
         pending=sum(qs.pending for qs in shards_of[q]),
         oldest_ready_age_s=max([qs.oldest_ready_age_s for qs in shards_of[q]], default=0.0),
         succeeded_per_s=rates[q][0], failed_per_s=rates[q][1], inflight=int(rates[q][4]),
-        mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0)
+        mean_run_s=round(rates[q][3] / rates[q][2], 4) if rates[q][2] else 0.0,
+        keyed_waiting=sum(qs.keyed_waiting for qs in shards_of[q]),
+        keys_waiting=sum(qs.keys_waiting for qs in shards_of[q]),
+        keys_truncated=any(qs.keys_truncated for qs in shards_of[q]),
+        top_keys=keyed.busiest((k for qs in shards_of[q] for k in qs.top_keys), keyed.TOP_KEYS),
+        per_key_concurrency=per_key[q].per_key_concurrency if q in per_key else None,
+        per_key_rate=per_key[q].per_key_rate if q in per_key else None)
         for q in queues]
     snapshot = [d.snapshot_lag_s for d in details if d.snapshot_lag_s is not None]
     last_orphan = max((d.orphans_last_ms for d in details if d.orphans_last_ms is not None),

@@ -243,6 +243,13 @@ def stats(prefix: str, now_ms: int) -> Call:
     return Call("stats", (prefix,), (now_ms,))
 
 
+def key_stats(prefix: str, top: int, budget: int, queue: str = "") -> Call:
+    """Read-only: one shard's concurrency keys, each queue's `top` busiest named, at most
+    `budget` ring entries read; `queue`: that queue only (lua/key_stats.lua documents the
+    reply)."""
+    return Call("key_stats", (prefix,), (top, budget, queue))
+
+
 def clean_lanes(prefix: str, now_ms: int, idle_before_ms: int, limit: int) -> Call:
     """Drop the shard's idle lanes that hold nothing from its `lanes` index (replies.Cleaned)."""
     return Call("clean_lanes", (prefix,), (now_ms, idle_before_ms, limit))

@@ -266,7 +266,8 @@ def _lanes(core: ClientState, queues: Iterable[str]) -> list[tuple[str, int, str
 
 def queued(core: ClientState, queue: str, *, after: str | None = None, limit: int = PAGE
            ) -> Op[SlotPage]:
-    """A queue's slots waiting for a worker (dispatched, not read by one yet: its depth),
+    """A queue's slots waiting for a worker (dispatched, not read by one yet: its depth but
+    for its concurrency keys' slots, which wait in their keys' queues: `queue_keys`),
     oldest first over its priorities and shards, `limit` at a time; `after` is the `next`
     of the page before. An entry whose slot was cancelled since stays until a worker reads
     it and drops it: it shows with its status. Three round trips."""

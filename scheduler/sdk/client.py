@@ -41,6 +41,8 @@ from scheduler.core.jobspec import JobSpec
 from scheduler.core.limits import QueueLimit
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, Job, Progress, RetryPolicy, Slot
 from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.observe.keyed import TOP_KEYS
+from scheduler.observe.records import QueueKeys
 from scheduler.observe.status import Status, Supervisor, WorkerStatus
 from scheduler.redis.clients import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from scheduler.redis.clock import Clock
@@ -360,6 +362,10 @@ class Client(_Driver):
     def queues(self, now: Status | None = None) -> list[QueueInfo]:
         return self._drive(queue_ops.queues(self._core, now))
 
+    @_drives(queue_ops.queue_keys)
+    def queue_keys(self, queue: str, top: int = TOP_KEYS) -> QueueKeys:
+        return self._drive(queue_ops.queue_keys(self._core, queue, top))
+
     # Paged lists: scheduler/sdk/browse.py
 
     @_drives(browse.queued)
@@ -596,6 +602,10 @@ class AsyncClient(_Driver):
     @_drives(queue_ops.queues)
     async def queues(self, now: Status | None = None) -> list[QueueInfo]:
         return await self._drive(queue_ops.queues(self._core, now))
+
+    @_drives(queue_ops.queue_keys)
+    async def queue_keys(self, queue: str, top: int = TOP_KEYS) -> QueueKeys:
+        return await self._drive(queue_ops.queue_keys(self._core, queue, top))
 
     # Paged lists: scheduler/sdk/browse.py
 

@@ -1,6 +1,7 @@
 """Queues as an operator sees them: depth, lag, rates and limits (scheduler/core/limits.py),
-setting or clearing a limit (`Client.set_queue_limit`, `sched queues limit`), and the weight
-of a concurrency key in its queue's turns (`Client.set_key_weight`, `sched queues weight`)."""
+setting or clearing a limit (`Client.set_queue_limit`, `sched queues limit`), the weight of a
+concurrency key in its queue's turns (`Client.set_key_weight`, `sched queues weight`), and a
+queue's busiest concurrency keys (`Client.queue_keys`, `sched queues keys`)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,27 @@ from typing import Any
 import msgspec
 
 import scheduler.core.limits as limits
+import scheduler.observe.keyed as keyed
 from scheduler.core.errors import ValidationError
 from scheduler.core.keys import check_concurrency_key, check_name, key_shard
 from scheduler.core.limits import QueueLimit
+from scheduler.observe.records import QueueKeys
 from scheduler.observe.status import Status
-from scheduler.sdk.requests import Op, Pipe
+from scheduler.sdk.requests import Op, Pipe, Scripts
 from scheduler.sdk.state import ClientState, ready
 from scheduler.sdk.status import status
 
 
 class QueueInfo(msgspec.Struct, kw_only=True):
     queue: str
-    depth: int  # entries ready, not yet read by any worker
+    depth: int  # entries ready, not yet read by any worker, and keyed slots queued
     pending: int  # read by a worker, not finished
     oldest_ready_age_s: float  # how long the oldest ready entry has waited (the lag)
     succeeded_per_s: float
     failed_per_s: float
     limit: QueueLimit | None = None
     permits_held: int | None = None  # runs holding a permit now (a concurrency limit only)
+    keys_waiting: int = 0  # concurrency keys with a queued slot (`queue_keys` names them)
 
 
 def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = None,
@@ -135,5 +139,25 @@ def queues(core: ClientState, now: Status | None = None) -> Op[list[QueueInfo]]:
             oldest_ready_age_s=q.oldest_ready_age_s if q else 0.0,
             succeeded_per_s=q.succeeded_per_s if q else 0.0,
             failed_per_s=q.failed_per_s if q else 0.0,
-            limit=set_limits.get(name), permits_held=held.get(name)))
+            limit=set_limits.get(name), permits_held=held.get(name),
+            keys_waiting=q.keys_waiting if q else 0))
     return out
+
+
+def queue_keys(core: ClientState, queue: str, top: int = keyed.TOP_KEYS) -> Op[QueueKeys]:
+    """The queue's `top` busiest concurrency keys (by running + waiting: KeyStatus with
+    its queued slots, its runs now and its weight), its per-key limit, and how many keys
+    have a queued slot. Read-only: one script call per shard, each reading at most
+    10,000 keys and running slots (observe/keyed.py: past that the counts are lower
+    bounds, `truncated`)."""
+    check_name("queue", queue)
+    if type(top) is not int or not 1 <= top <= keyed.MAX_TOP:
+        raise ValidationError("top", f"{top!r} is not allowed; use a whole number from 1 to "
+                                     f"{keyed.MAX_TOP}")
+    yield from ready(core)
+    pipe = Pipe()
+    pipe.hget(core.keys.limits, queue)
+    raw: Any = (yield pipe)[0]
+    limit = limits.parse({queue.encode(): raw}).get(queue) if raw else None
+    replies = yield Scripts(keyed.calls(core.keys, core.shards, top, queue))
+    return keyed.queue_keys(queue, limit, replies, top)

@@ -106,11 +106,13 @@ def queue_rows(status: Any, infos: list[Any]) -> list[dict[str, Any]]:
         rows.append(_row(q.queue, link(base, q.queue), link(base, f"{q.depth:,}"),
                          link(runs, f"{q.pending:,}"), link(runs, f"{running.get(q.queue, 0):,}"),
                          f"{q.oldest_ready_age_s:.1f}s", _rate(q.succeeded_per_s),
-                         _rate(q.failed_per_s), limit))
+                         _rate(q.failed_per_s), limit,
+                         link(base, f"{q.keys_waiting:,}") if q.keys_waiting else "-"))
     return rows
 
 
-QUEUE_HEADER = ["queue", "depth", "pending", "running", "lag", "ok/s", "failed/s", "limit"]
+QUEUE_HEADER = ["queue", "depth", "pending", "running", "lag", "ok/s", "failed/s", "limit",
+                "keys"]
 NO_QUEUE = ("no queue yet: a queue appears with its first job (`client.submit(task, "
             "queue=...)`) or its first limit (`sched queues limit`)")
 
@@ -131,8 +133,9 @@ def queues(status: Any, infos: list[Any]) -> Page:
         "note": "depth: ready, not read by a worker yet; pending: read and not finished; "
                 "running: in flight on live workers (their heartbeats); lag: how long the "
                 "oldest ready job has waited; rates over each worker's last heartbeat "
-                "interval; limit: the queue-wide limit (`sched queues limit`) and the "
-                "permits its runs hold."}
+                "interval; limit: the queue's limits (`sched queues limit`) and the "
+                "permits its runs hold; keys: concurrency keys with a queued slot (their "
+                "slots count in depth; the queue's page lists the busiest)."}
 
 
 def _worker(w: Any) -> dict[str, Any]:
@@ -218,17 +221,38 @@ async def slot_list(client: Any, what: str, queue: str | None, params: Params) -
     else:
         tabs = [(f"/{w}", w, w == what) for w in SLOT_LISTS if w != "queued"]
     title = f"{what.capitalize()}: queue {queue}" if queue else what.capitalize()
-    return "table.html", {
+    tables, keyed = await _key_tables(client, queue) if queue and what == "queued" else ([], 0)
+    empty = SLOT_LIST_EMPTY[what] if after is None else "no more"
+    if keyed and not page.slots:
+        empty = (f"no slot waits in this queue's streams: its {keyed:,} slot(s) of concurrency "
+                 f"keys wait in their keys' queues (below)")
+    return "table.html", {"tables": tables,
         "title": title, "tabs": tabs, "header": _slot_header(what),
         "rows": [_row(s.slot_id, *_slot_cells(s, what, now)) for s in page.slots],
         "select": "ids", "actions": [("/actions/cancel", "cancel")],
-        "empty": SLOT_LIST_EMPTY[what] if after is None else "no more",
-        "pager": _pager(path, params, page.next),
+        "empty": empty, "pager": _pager(path, params, page.next),
         "note": _LIST_NOTES[what]}
 
 
+async def _key_tables(client: Any, queue: str
+                      ) -> tuple[list[tuple[str, str, list[str], list[dict[str, Any]]]], int]:
+    """A queue page's concurrency keys, when it has a per-key limit or keys: the limit and
+    its busiest keys; and how many of its slots wait in their keys' queues."""
+    found = await client.queue_keys(queue)
+    limited = found.per_key_concurrency is not None or found.per_key_rate is not None
+    if not limited and not found.keys and not found.busiest:
+        return [], 0
+    title = (f"Concurrency keys: {found.limit_text()}; {found.keys:,} key(s) with {'at least ' if found.truncated else ''}"
+             f"{found.waiting:,} slot(s) waiting; the busiest")
+    return [(title, "keys", ["key", "waiting", "running", "weight"],
+             [_row(k.key, k.key, f"{k.waiting:,}", f"{k.running:,}", f"{k.weight:,}")
+              for k in found.busiest])], found.waiting
+
+
 _LIST_NOTES = {
-    "queued": "Oldest first, over the queue's priorities and shards; 50 a page.",
+    "queued": "Oldest first, over the queue's priorities and shards; 50 a page. A slot of a "
+              "concurrency key waits in its key's queue and is not listed: the keys' table "
+              "counts them.",
     "scheduled": "Soonest first; 50 a page (with a queue, a page looks at 200 entries per "
                  "shard and may show fewer).",
     "retrying": "Slots that ran before and wait for their next attempt, soonest first; a page "

@@ -193,7 +193,7 @@ def test_the_overview_and_queues_list_each_queue_with_its_limit_and_links(
             table = "queues" if page == "/" else "rows"
             header = _Tables(body).tables[table][0]
             assert [h for h, _ in header] == ["queue", "depth", "pending", "running", "lag",
-                                              "ok/s", "failed/s", "limit"]
+                                              "ok/s", "failed/s", "limit", "keys"]
             mail = next(r for r in _table(body, table) if r[0][0] == "mail")
             assert mail[0] == ("mail", "/queues/mail")
             assert mail[1] == ("3", "/queues/mail")

@@ -67,6 +67,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "materialize": lambda p: scripts.materialize(p, 1, 10, "j", 1, "", 2, 0, []),
         "lease": lambda p: scripts.lease(p, 1, 10, "n", 1000, "acquire"),
         "stats": lambda p: scripts.stats(p, 1),
+        "key_stats": lambda p: scripts.key_stats(p, 10, 100),
         "clean_lanes": lambda p: scripts.clean_lanes(p, 1, 0, 10),
         "trim_history": lambda p: scripts.trim_history(p),
         "retire": lambda p: scripts.retire(p, 1, 1000, 10),
