@@ -57,7 +57,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:kweight:<queue>    hash    concurrency key -> its weight in the turns (turns per
                                           round; 1 when absent); written to the key's own shard
     <ns>:{sNN}:kqueues            zset    queues with keyed slots in this shard, scored by the
-                                          last keyed dispatch (ms): status reads only these
+                                          last keyed dispatch (ms): status reads only these;
+                                          clean_lanes.lua drops idle ones with an empty ring
                                           All of a concurrency key's jobs live in one shard, its
                                           home (key_shard): the job ids the client draws for
                                           them land there (jobspec.keyed_job_id), so the key's

@@ -284,15 +284,17 @@ class Reclaimed(msgspec.Struct, frozen=True):
 
 class Cleaned(msgspec.Struct, frozen=True):
     """clean_lanes.lua: lanes dropped from the shard's index, lanes kept (they hold
-    something), and idle lanes still to look at (call again)."""
+    something), idle lanes still to look at (call again), and idle queues whose keys hold
+    nothing queued dropped from the shard's `kqueues`."""
 
     removed: int
     kept: int
     left: int
+    keyed_removed: int
 
     @classmethod
     def decode(cls, reply: Sequence[Any]) -> Cleaned:
-        return cls(*_ints(reply, 3))
+        return cls(*_ints(reply, 4))
 
 
 class MaterializeReply(msgspec.Struct, frozen=True):

@@ -218,3 +218,21 @@ def test_a_per_key_rate_holds_each_key_to_its_own_bucket(
     assert sorted(k.key_of(s) for s in k.take(10, rate=10)) == ["a", "b"]
     clock.advance(1)  # the bucket holds a tenth of a second's worth, however long idle
     assert len(k.take(10, rate=10)) == 2
+
+
+def test_the_lane_cleaner_drops_an_idle_keyed_queue_only_once_its_keys_hold_nothing(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "idle")
+    k.submit("a", 2)
+    kqueues = k.keys.keyed_queues(SHARD)
+    clock.advance(60)
+    later = clock.now_ms()
+    cleaned = replies.Cleaned.decode(k.run(scripts.clean_lanes(k.prefix, later, later - 1, 10)))
+    assert cleaned.keyed_removed == 0 and r.zscore(kqueues, "idle") == later  # kept: queued
+    k.take(2)
+    clock.advance(60)
+    later = clock.now_ms()
+    cleaned = replies.Cleaned.decode(k.run(scripts.clean_lanes(k.prefix, later, later - 1, 10)))
+    assert cleaned.keyed_removed == 1 and r.zscore(kqueues, "idle") is None
+    k.submit("a", 1)  # its next keyed slot lists it again
+    assert r.zscore(kqueues, "idle") is not None

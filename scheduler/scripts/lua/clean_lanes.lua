@@ -18,8 +18,13 @@
   (_lib.lua's index_lane), and this script runs atomically on the shard: an entry added after
   a removal indexes its lane again, so a lane that holds anything is never left out.
 
-  Reply: {removed, kept, left}: lanes removed, lanes kept (in use), and lanes still at or
-  before idle_before_ms after this call (more than `limit`: call again).
+  The shard's `kqueues` (queues with keyed slots, scored by their last keyed dispatch) is kept
+  the same way: a queue idle that long whose ring of keys is empty leaves it (its next keyed
+  slot puts it back: _lib.lua's key_enqueue); one whose ring holds a key is scored now.
+
+  Reply: {removed, kept, left, keyed_removed}: lanes removed, lanes kept (in use), lanes still
+  at or before idle_before_ms after this call (more than `limit`: call again), and queues
+  removed from `kqueues`.
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -55,4 +60,14 @@ for _, lane_name in ipairs(lanes) do
     removed = removed + 1
   end
 end
-return {removed, kept, redis.call('ZCOUNT', index, '-inf', idle_before)}
+local keyed, keyed_removed = prefix .. 'kqueues', 0
+for _, queue in ipairs(redis.call('ZRANGE', keyed, '-inf', idle_before, 'BYSCORE', 'LIMIT', 0,
+    limit)) do
+  if redis.call('LLEN', prefix .. 'kring:' .. queue) > 0 then
+    redis.call('ZADD', keyed, now, queue)
+  else
+    redis.call('ZREM', keyed, queue)
+    keyed_removed = keyed_removed + 1
+  end
+end
+return {removed, kept, redis.call('ZCOUNT', index, '-inf', idle_before), keyed_removed}
