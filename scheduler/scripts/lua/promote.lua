@@ -62,6 +62,7 @@ local records, skipped, activated = {}, {}, {}
 local left = nil  -- the earliest score of a slot left for its fire time (overlap skip, debounce)
 local taken = {}  -- ids leaving `due`, only kept once one stays behind (see the end)
 local indexed = {}  -- lanes named in `lanes` by this call
+local keyed = {}  -- key queues and queues already holding slots in this call (key_enqueue)
 
 -- The other slot an overlap="skip" job still has in flight, or nil. (A retry of the active
 -- slot itself comes back through `due` and must not skip itself.)
@@ -92,7 +93,7 @@ for i = 1, #ids, 2 do
         skipped[#skipped + 1] = {slot = slot_id, active = active}
       else
         if st[6] then
-          key_enqueue(prefix, st[2], st[6], st[4], slot_id, now)
+          key_enqueue(prefix, st[2], st[6], st[4], slot_id, now, keyed)
           redis.call('HSET', slot_key, 'status', 'queued', 'msg', '')
         else
           -- The job's fields travel in the entry (carry_entry): read here, ahead of the

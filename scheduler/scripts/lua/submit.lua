@@ -241,6 +241,7 @@ end
 -- nothing else.
 local records, plain = {}, true  -- plain: every record is a slot id
 local streams = {}  -- dispatch stream key per lane, built once per call
+local keyed = {}  -- key queues and queues already holding slots in this call (key_enqueue)
 b = 0
 for i = 1, n do
   local job_id, task, queue, fire_ms = items[b + 1], items[b + 2], items[b + 3], items[b + 4]
@@ -275,7 +276,7 @@ for i = 1, n do
     if kind == 'cron' then
       redis.call('ZADD', prefix .. 'cron', fire_ms, job_id)
     elseif fire <= now and key then
-      key_enqueue(prefix, queue, key, priority, slot_id, now)
+      key_enqueue(prefix, queue, key, priority, slot_id, now, keyed)
     elseif fire <= now then
       local lane_name = lane(queue, priority)
       local stream = streams[lane_name]

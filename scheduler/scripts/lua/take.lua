@@ -82,6 +82,7 @@ local function recount(running)
   return count
 end
 
+local weighted = redis.call('EXISTS', weights) == 1  -- else every key weighs 1
 local ids, grants = {}, {}
 local rate_wait = -1
 local length = redis.call('LLEN', ring)
@@ -92,7 +93,8 @@ while granted < n and idle < length and turns < length + n do
   turns = turns + 1
   local kq = prefix .. 'kq:' .. queue .. ':' .. key
   local running = key_running(prefix, queue, key)
-  local room = math.min(n - granted, tonumber(redis.call('HGET', weights, key)) or 1)
+  local room = math.min(n - granted,
+    weighted and tonumber(redis.call('HGET', weights, key)) or 1)
   if per_key >= 0 then
     local held = redis.call('ZCARD', running)
     if held + room > per_key then
@@ -107,10 +109,10 @@ while granted < n and idle < length and turns < length + n do
     if wait >= 0 and (rate_wait < 0 or wait < rate_wait) then rate_wait = wait end
     room = got
   end
-  local started = 0
+  local started, emptied = 0, false
   while started < room do
     local popped = redis.call('ZPOPMIN', kq)
-    if #popped == 0 then break end
+    if #popped == 0 then emptied = true; break end
     local slot_id = popped[1]
     local slot_key = prefix .. 'slot:' .. slot_id
     local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id')
@@ -131,7 +133,9 @@ while granted < n and idle < length and turns < length + n do
   end
   granted = granted + started
   if started > 0 then idle = 0 else idle = idle + 1 end
-  if redis.call('EXISTS', kq) == 0 then
+  -- A key that started nothing here had its queue untouched (it holds slots: it is in the
+  -- ring); one that started its whole room may have emptied it.
+  if emptied or (started > 0 and redis.call('EXISTS', kq) == 0) then
     redis.call('RPOP', ring)  -- the key, which its turn just moved to the tail
     length = length - 1
   end
