@@ -128,9 +128,22 @@ async def workers_of(redis_url: str, ns: str, supervisors: list[SupervisorRef | 
     """Workers without handlers, each on a connection of its own, one per entry: a child of
     that supervisor (as `sched worker --processes N` starts them), or on its own for None.
     Stopped when the block ends."""
-    conns = [redis.asyncio.Redis.from_url(redis_url) for _ in supervisors]
-    workers = [Worker(c, Registry(), namespace=ns, config=WorkerConfig(block_ms=50),
-                      supervisor=s) for c, s in zip(conns, supervisors, strict=True)]
+    async with running_workers(redis_url, ns, Registry(), len(supervisors),
+                               supervisors) as workers:
+        yield workers
+
+
+@asynccontextmanager
+async def running_workers(redis_url: str, ns: str, registry: Registry, n: int,
+                          supervisors: list[SupervisorRef | None] | None = None,
+                          **config: Any) -> AsyncIterator[list[Worker]]:
+    """n workers of `registry`, each on a connection of its own (a cluster client on a
+    Cluster), running before anything is submitted, as users start them; stopped (drained)
+    when the block ends. `supervisors`: the one each worker is a child of (None: none)."""
+    conns = [async_redis(redis_url) for _ in range(n)]
+    config.setdefault("block_ms", 50)
+    workers = [Worker(c, registry, namespace=ns, config=WorkerConfig(**config), supervisor=s)
+               for c, s in zip(conns, supervisors or [None] * n, strict=True)]
     tasks = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield workers

@@ -172,14 +172,7 @@ def window_job_id(base: str, start_ms: int, shards: int) -> str:
     is the crc32 of the whole id, so a counter follows, the first that puts the id in the
     key's own shard: the dedupe record (`dedupe:<base>`) and the job it names are then
     written by one script on one Redis Cluster slot. It takes about `shards` tries."""
-    want = shard_of(base, shards)
-    stem = f"{base}.{job_ids.next(start_ms)}"
-    n = 0
-    while True:
-        job_id = f"{stem}.{n:x}"
-        if shard_of(job_id, shards) == want:
-            return job_id
-        n += 1
+    return placed_id(f"{base}.{job_ids.next(start_ms)}", shard_of(base, shards), shards)
 
 
 def spec_of(raw: Mapping[str, Any]) -> JobSpec:

@@ -48,6 +48,16 @@ async def pause(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
+async def pause_until(event: asyncio.Event, stop: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, or less if `event` or `stop` is set meanwhile."""
+    waits = [asyncio.ensure_future(event.wait()), asyncio.ensure_future(stop.wait())]
+    try:
+        await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for t in waits:
+            t.cancel()
+
+
 class Backoff:
     """Exponential backoff with full jitter between half and all of the step."""
 

@@ -31,7 +31,7 @@ import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
 from scheduler.redis.clock import resync
-from scheduler.redis.service import ErrorLog, Service
+from scheduler.redis.service import ErrorLog, Service, pause_until
 from scheduler.worker.claims import Claims
 from scheduler.worker.inflight import Run
 from scheduler.worker.limiter import LimitedClaims
@@ -188,10 +188,4 @@ class KeyedClaims(Service):
 
     async def sleep(self, seconds: float) -> None:
         """Cut short when a run of ours ends: its key may have room again."""
-        waits = [asyncio.ensure_future(self.ended.wait()),
-                 asyncio.ensure_future(self._stop.wait())]
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in waits:
-                t.cancel()
+        await pause_until(self.ended, self._stop, seconds)

@@ -34,7 +34,7 @@ import scheduler.core.limits as limits
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import queue_of
-from scheduler.redis.service import ErrorLog, Service
+from scheduler.redis.service import ErrorLog, Service, pause_until
 from scheduler.scripts.replies import Acquired
 from scheduler.worker.claims import Claims
 from scheduler.worker.inflight import Run
@@ -260,13 +260,7 @@ class LimitedClaims(Service):
 
     async def sleep(self, seconds: float) -> None:
         """Cut short when a limited run of ours ends (its permit is free at once)."""
-        waits = [asyncio.ensure_future(self.ended.wait()),
-                 asyncio.ensure_future(self._stop.wait())]
-        try:
-            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for t in waits:
-                t.cancel()
+        await pause_until(self.ended, self._stop, seconds)
 
     async def hand_back(self) -> None:
         """At shutdown: entries in hand go back to their streams; permits of runs that end

@@ -8,38 +8,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from helpers import running_workers
 from scheduler import AsyncClient, Context, JobSpec, Registry
-from scheduler.redis.clients import async_redis
-from scheduler.worker.worker import Worker, WorkerConfig
 
 pytestmark = pytest.mark.slow
 
 Span = tuple[str, float, float]  # key, start, end (time.monotonic of this process)
-
-
-@asynccontextmanager
-async def running_workers(redis_url: str, ns: str, registry: Registry, n: int,
-                          **config: Any) -> AsyncIterator[list[Worker]]:
-    """n workers, each on a connection of its own, running before anything is submitted;
-    stopped (drained) when the block ends."""
-    conns = [async_redis(redis_url) for _ in range(n)]
-    config.setdefault("block_ms", 50)
-    workers = [Worker(c, registry, namespace=ns, config=WorkerConfig(**config)) for c in conns]
-    tasks = [asyncio.create_task(w.run()) for w in workers]
-    try:
-        yield workers
-    finally:
-        for w in workers:
-            w.stop()
-        await asyncio.gather(*tasks)
-        for c in conns:
-            await c.aclose()
 
 
 async def wait_for(done: Callable[[], bool], timeout: float) -> None:
