@@ -36,7 +36,7 @@ def test_history_and_runs_read_the_store(redis_url: str, ns: str, r: redis.Redis
     code, out, _ = sched(capsys, redis_url, ns, "history", "--history-file", file,
                          "--status", "succeeded", "--job", ids[0])
     assert code == 0 and ids[0] in out and ids[1] not in out and "succeeded" in out
-    for key in r.scan_iter(match=f"{ns}:*:{ids[0]}*"):  # as retention would
+    for key in r.scan_iter(match=f"{ns}:*:{ids[0]}*", count=10_000):  # as retention would
         r.delete(key)
     code, out, _ = sched(capsys, redis_url, ns, "runs", ids[0], "--history-file", file, "--json")
     assert code == 0 and json.loads(out)[0]["status"] == "succeeded"
@@ -58,7 +58,7 @@ def test_the_async_client_reads_history_and_runs_too(redis_url: str, ns: str, r:
         ids = client.submit_many([{"task": "t"} for _ in range(3)])
     asyncio.run(run_until(redis_url, ns, registry, lambda: len(ran) == 3))
     asyncio.run(drain(redis_url, ns, file, config=SnapshotterConfig(retention_s=None)))
-    for key in r.scan_iter(match=f"{ns}:*:{ids[0]}*"):  # as retention would
+    for key in r.scan_iter(match=f"{ns}:*:{ids[0]}*", count=10_000):  # as retention would
         r.delete(key)
 
     async def read() -> tuple[list[Slot], list[Slot], list[Slot]]:

@@ -101,7 +101,7 @@ def test_recover_restores_every_job_acknowledged_a_second_before_the_loss(
         # Restored jobs have a slot that will run: every restored job's slot is in Redis.
         for job_id in [j for j in early if j not in ran][:50]:
             shard = shard_of(job_id, shards)
-            slots = [k for k in r.scan_iter(match=f"{keys.prefix(shard)}slot:{job_id}:*")]
+            slots = [k for k in r.scan_iter(match=f"{keys.prefix(shard)}slot:{job_id}:*", count=10_000)]
             assert slots, f"job {job_id} restored without a slot"
     finally:
         stop.set()

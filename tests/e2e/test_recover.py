@@ -91,7 +91,7 @@ def test_recover_after_redis_loses_everything(redis_url: str, ns: str, r: redis.
     asyncio.run(drain(redis_url, ns, pg_dsn, config=SnapshotterConfig(retention_s=None)))
 
     drop_ns(r, ns)  # Redis lost everything this namespace had
-    assert not list(r.scan_iter(match=f"{ns}:*"))
+    assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))
     code, out, err = sched(capsys, redis_url, ns, "recover", "--postgres-dsn", pg_dsn)
     assert code == 0, err
     assert "19 jobs" in out and "3 slots scheduled, 13 dispatched, 3 ended" in out

@@ -110,7 +110,7 @@ def test_the_keys_the_scripts_create_are_the_keys_keys_py_names(
     expected = {k.meta, k.lane_index(shard), k.job(shard, job_id),
                 k.slot(shard, slot_id(job_id, job.fire_ms)), k.queue(shard, "mail"),
                 k.events(shard), *(k.config(s) for s in range(4))}
-    actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
+    actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*", count=10_000)}
     assert actual == expected
 
 
@@ -143,5 +143,5 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
                 k.slot(0, slot_id(delayed, clock.now_ms() + 60_000)), k.due(0), k.cron(0),
                 k.jobs(0), k.runs(0, cron), k.stats(0), k.owner(0), k.events(0), k.config(0),
                 *(k.slot(0, slot_id(cron, f)) for f in fires)}
-    actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*")}
+    actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*", count=10_000)}
     assert actual == expected

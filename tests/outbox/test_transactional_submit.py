@@ -165,7 +165,7 @@ def test_rows_wait_while_redis_is_unreachable(conn: psycopg.Connection[Any], sch
     assert rows(conn, schema) == 10 and jobs_in_redis(r, ns) == 0
     assert relay.run_once() == 10
     assert jobs_in_redis(r, ns) == 10 and sorted(ids) == sorted(
-        k.decode().rsplit(":", 1)[1] for k in r.scan_iter(match=f"{ns}:*job:*")
+        k.decode().rsplit(":", 1)[1] for k in r.scan_iter(match=f"{ns}:*job:*", count=10_000)
         if b"submitted" not in k)
 
 

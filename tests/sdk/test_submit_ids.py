@@ -20,7 +20,7 @@ def client(redis_url: str, ns: str) -> Iterator[Client]:
 
 
 def job_keys(r: redis.Redis, ns: str) -> set[str]:
-    return {k.decode().rsplit(":", 1)[1] for k in r.scan_iter(match=f"{ns}:*job:*")
+    return {k.decode().rsplit(":", 1)[1] for k in r.scan_iter(match=f"{ns}:*job:*", count=10_000)
             if b"submitted" not in k}
 
 

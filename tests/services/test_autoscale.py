@@ -135,7 +135,7 @@ def test_the_cli_refuses_bad_autoscale_input_in_one_line_with_exit_2(
                            *args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and problem in err, err
-    assert not list(r.scan_iter(match=f"{ns}:*"))  # nothing started, nothing written
+    assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))  # nothing started, nothing written
 
 
 SLOW_S, JOBS = 0.1, 40

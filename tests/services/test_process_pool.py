@@ -193,7 +193,7 @@ def test_the_cli_refuses_bad_pool_values_in_one_line(
                            *args)
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and problem in err, err
-    assert not list(r.scan_iter(match=f"{ns}:*"))
+    assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))
 
 
 def test_the_testing_mode_runs_process_handlers_in_process() -> None:
@@ -268,7 +268,7 @@ def test_a_handler_module_a_child_cannot_import_stops_the_worker_in_one_line(
     assert code == 1 and out == ""
     assert err.strip() == ("error: a process-pool child cannot load the handlers: "
                            "RuntimeError: no GPU in this process"), err
-    assert not list(r.scan_iter(match=f"{ns}:*"))
+    assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))
 
 
 def test_a_registry_without_process_tasks_starts_no_pool(redis_url: str, ns: str) -> None:

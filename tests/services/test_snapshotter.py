@@ -153,7 +153,7 @@ def test_finished_slots_leave_redis_after_retention_and_stay_in_history(
         client.purge(None)
     asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(retention_s=1)))
     assert asyncio.run(expire(now + 60_000)).deleted_slots == 2
-    left = {k.decode() for k in r.scan_iter(match=f"{ns}:*:slot:*")}
+    left = {k.decode() for k in r.scan_iter(match=f"{ns}:*:slot:*", count=10_000)}
     assert left == set()
 
 
