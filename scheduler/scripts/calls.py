@@ -83,12 +83,17 @@ def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
 
 
 def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
-         per_key: int | None, trace: object = None, per_key_rate: float | None = None) -> Call:
+         per_key: int | None, trace: object = None, per_key_rate: float | None = None,
+         again: bool = False) -> Call:
     """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key and
-    per_key_rate: the queue's per-key limits (None: none)."""
+    per_key_rate: the queue's per-key limits (None: none); again: the last take of this
+    queue on this shard failed, so its grants are asked for again first."""
     args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n,
                              -1 if per_key is None else per_key)
-    if per_key_rate is not None:
+    if again:
+        args += ("1" if trace else "", "" if per_key_rate is None else repr(float(per_key_rate)),
+                 "1")
+    elif per_key_rate is not None:
         args += ("1" if trace else "", repr(float(per_key_rate)))
     elif trace:
         args += ("1",)

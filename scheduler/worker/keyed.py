@@ -10,6 +10,10 @@ hands before it may start. Outcomes waiting to be committed ride the same round 
 of the takes (Claims.send), so a run that ends frees its key's permit for the take that
 follows it at once.
 
+A take whose reply is lost may have granted slots this worker does not know it holds: the
+next take of that shard and queue asks for them again (take.lua's `again`, as a claim sent
+again is granted again by claim.lua), so they run now rather than wait out their lease.
+
 A queue that also has a queue-wide limit takes its permits first (limiter.py's acquire), and
 asks take.lua for no more than were granted; permits it did not use go back at once.
 
@@ -58,6 +62,7 @@ class KeyedClaims(Service):
         self.ended = asyncio.Event()  # a run of ours ended: its key may take another turn
         self._turn = 0  # which (shard, queue) asks first when the free slots are fewer
         self._found: dict[str, float] = {}  # queue -> when a take last started one (monotonic)
+        self._again: set[tuple[int, str]] = set()  # (shard, queue) whose last take failed
         self._sleep_s = 0.0
         self._rate_wait_ms = -1  # the last take's: until a key its rate held back has a token
 
@@ -67,18 +72,27 @@ class KeyedClaims(Service):
     async def ready(self) -> None:
         await self.claims.slots.wait(self.finished)
 
-    def _asks(self, free: int, queues: list[str]) -> list[tuple[int, str, int]]:
-        """(shard, queue, n): the free run slots shared among every shard and queue, the
-        odd ones to a first place that moves on every pass."""
-        places = [(s, q) for q in queues for s in range(self.shards)]
-        if not places or free <= 0:
+    def _asks(self, free: int, queues: list[str], caps: dict[str, int]
+              ) -> list[tuple[int, str, int]]:
+        """(shard, queue, n): the free run slots shared among the queues, each queue's share
+        no more than its cap (the queue-wide permits it got) and shared among the shards;
+        the odd ones to a first queue and shard that move on every pass."""
+        if not queues or free <= 0:
             return []
-        k = self._turn % len(places)
+        k = self._turn
         self._turn += 1
-        places = places[k:] + places[:k]
-        each, extra = divmod(free, len(places))
-        return [(s, q, each + (i < extra)) for i, (s, q) in enumerate(places)
-                if each + (i < extra) > 0]
+        first = k % len(queues)
+        queues = queues[first:] + queues[:first]
+        each, extra = divmod(free, len(queues))
+        out = []
+        for i, q in enumerate(queues):
+            budget = min(each + (i < extra), caps.get(q, free))
+            per, more = divmod(budget, self.shards)
+            for j in range(self.shards):
+                n = per + (j < more)
+                if n > 0:
+                    out.append(((k + j) % self.shards, q, n))
+        return out
 
     async def run_once(self) -> int:
         w = self.claims
@@ -89,7 +103,9 @@ class KeyedClaims(Service):
             return 0
         await resync(w.clock, w.redis)
         mono = w.clock.monotonic()
-        hot = [q for q in w.config.queues if mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
+        again = {q for _, q in self._again}  # asked again whatever their rings hold
+        hot = [q for q in w.config.queues
+               if q in again or mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
         cold = [q for q in w.config.queues if q not in hot]
         queues = hot + (await self._queued(cold) if cold else [])
         if not queues:
@@ -100,16 +116,14 @@ class KeyedClaims(Service):
         if wide:  # queue-wide permits first: take no more than were granted
             got = await self.limited.acquire({q: free for q in wide})
             permits = {q: list(g.members) for q, g in got.items() if g.granted}
-        asks: list[tuple[int, str, int]] = []
-        for s, q, n in self._asks(free, [q for q in queues if q not in wide or q in permits]):
-            if q in permits:
-                n = min(n, len(permits[q]) - sum(a[2] for a in asks if a[1] == q))
-            if n > 0:
-                asks.append((s, q, n))
-        started = await self._take(asks, permits) if asks else 0
-        for q, members in permits.items():  # not used: back at once
-            for member in members:
-                self.limited.give_back(q, member)
+        asks = self._asks(free, [q for q in queues if q not in wide or q in permits],
+                          {q: len(members) for q, members in permits.items()})
+        try:
+            started = await self._take(asks, permits) if asks else 0
+        finally:
+            for q, members in permits.items():  # not used (or the take failed): back at once
+                for member in members:
+                    self.limited.give_back(q, member)
         if started:
             self._sleep_s = 0.0
         else:
@@ -142,11 +156,17 @@ class KeyedClaims(Service):
         per_key, none = self.limited.per_key, limits.QueueLimit()
         calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n,
                               per_key.get(q, none).per_key_concurrency, tracer,
-                              per_key.get(q, none).per_key_rate) for s, q, n in asks]
+                              per_key.get(q, none).per_key_rate, (s, q) in self._again)
+                 for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
         try:
             answers, unconfirmed = await w.send(calls, False)
+        except BaseException:
+            # The takes may have run and their reply been lost: the slots they granted are
+            # running under this worker. The next take of each asks for them again.
+            self._again.update((s, q) for s, q, _ in asks)
+            raise
         finally:
             # Slots held for the take and not used are free again: wake a loop that waited
             # on them.
@@ -155,6 +175,7 @@ class KeyedClaims(Service):
         granted, self._rate_wait_ms = [], -1
         mono = w.clock.monotonic()
         for (s, q, _), reply in zip(asks, answers, strict=True):
+            self._again.discard((s, q))
             entries, flat, wait_ms = replies.taken(reply, q)
             if entries:
                 self._found[q] = mono

@@ -648,6 +648,12 @@ MUTANTS = [
            "  if started > 0 and granted < n then redis.call('LMOVE', ring, ring, 'LEFT', "
            "'RIGHT') end", (TAKE + "test_keys_take_turns_whatever_order_their_slots_came_in",
                            TAKE + "test_a_weight_is_turns_per_round"), fast=True),
+    Mutant("take-not-asked-again", "a worker whose take's reply was lost does not ask for "
+           "its grants again: they wait out their lease and count a failed attempt",
+           "scheduler/worker/keyed.py",
+           "per_key.get(q, none).per_key_rate, (s, q) in self._again)",
+           "per_key.get(q, none).per_key_rate, False)",
+           ("tests/services/test_keyed_claims.py",), fast=True),
     Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
            "      room = room", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",),

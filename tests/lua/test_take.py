@@ -236,3 +236,27 @@ def test_the_lane_cleaner_drops_an_idle_keyed_queue_only_once_its_keys_hold_noth
     assert cleaned.keyed_removed == 1 and r.zscore(kqueues, "idle") is None
     k.submit("a", 1)  # its next keyed slot lists it again
     assert r.zscore(kqueues, "idle") is not None
+
+
+def test_a_take_sent_again_is_granted_its_slots_again(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A worker whose take's reply was lost asks again (`again`): the keyed slots running
+    under it whose lease lives come back with the same attempt and a fresh lease; another
+    worker's do not, nor one whose lease ran out (the reclaimer's)."""
+    k = make_keyed(r, client, clock, "again")
+    k.submit("a", 3)
+    first = k.take(2)
+    other = k.take(1, worker="worker-2")
+    clock.advance(1)
+    reply = k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5, None,
+                               again=True))
+    entries, flat, _ = replies.taken(reply, "again")
+    assert [slot for _, _, slot in entries] == first
+    assert [g[0] for g in replies.claimed(flat, entries)] == [1, 1]  # the same attempt
+    assert int(r.hget(k.keys.slot(SHARD, first[0]), "lease_until")) == clock.now_ms() + LEASE
+    assert int(r.zscore(k.keys.leases(SHARD), first[0])) == clock.now_ms() + LEASE
+    assert other[0] not in [slot for _, _, slot in entries]
+    clock.advance(LEASE / 1000 + 1)
+    late = replies.taken(k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5,
+                                            None, again=True)), "again")
+    assert late[0] == []

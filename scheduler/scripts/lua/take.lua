@@ -18,8 +18,16 @@
   ARGV[7]  trace           "1" makes each grant carry the job's traceparent, kind and slot
                            id, as claim.lua's do; "" not
   ARGV[8]  per_key_rate    optional: most starts per second of one key (a number, may be
-                           fractional), or absent / -1 for none: a token bucket per key
+                           fractional), or "" / -1 for none: a token bucket per key
                            (`kbucket:<queue>:<key>`, _bucket.lua, as acquire.lua's for a queue)
+  ARGV[9]  again           optional: "1" when the worker's last take of this queue on this shard
+                           failed (its reply may have been lost after the script ran): the
+                           queue's keyed slots running under this worker whose lease still
+                           lives are granted again first, with the same attempt and a fresh
+                           lease, as claim.lua grants a claim sent again. The worker starts
+                           only those it does not run (its running table); past its lease such
+                           a slot is the reclaimer's, as in claim.lua's repeat_of. Read from the
+                           shard's `leases`, so it costs one pass over them, only then.
 
   The turns (the one place the rule is written): the key at the head of the ring takes its
   turn and goes to the tail (LMOVE), so keys with queued slots are served round-robin,
@@ -58,6 +66,7 @@ local n = tonumber(ARGV[5])
 local per_key = tonumber(ARGV[6])
 local trace = ARGV[7] == '1'
 local rate = tonumber(ARGV[8]) or -1
+local again = ARGV[9] == '1'
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 
 --- @include "_lib.lua"
@@ -85,8 +94,34 @@ end
 local weighted = redis.call('EXISTS', weights) == 1  -- else every key weighs 1
 local ids, grants = {}, {}
 local rate_wait = -1
+
+-- Add slot_id's grant to the reply (claim.lua's R.OK form).
+local function grant(slot_id, attempt, job_id)
+  local job = redis.call('HMGET', prefix .. 'job:' .. job_id, unpack(job_fields))
+  ids[#ids + 1] = slot_id
+  local g = #grants
+  grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5], grants[g + 6] =
+    R.OK, tonumber(attempt), job[1], job[2], job[3], job[4]
+  if trace then grants[g + 7], grants[g + 8], grants[g + 9] = job[5], job[6], slot_id end
+end
+
+local granted = 0
+if again then
+  for _, slot_id in ipairs(redis.call('ZRANGE', leases, now, '+inf', 'BYSCORE')) do
+    local slot_key = prefix .. 'slot:' .. slot_id
+    local st = redis.call('HMGET', slot_key, 'status', 'worker', 'attempt', 'job_id', 'queue',
+      'concurrency_key', 'lease_until')
+    if st[1] == 'running' and st[2] == worker and st[5] == queue and st[6]
+        and (tonumber(st[7]) or 0) >= now then
+      redis.call('HSET', slot_key, 'lease_until', lease_s)
+      redis.call('ZADD', leases, lease_s, slot_id)
+      grant(slot_id, st[3], st[4])
+      granted = granted + 1
+    end
+  end
+end
 local length = redis.call('LLEN', ring)
-local granted, turns, idle = 0, 0, 0
+local turns, idle = 0, 0
 while granted < n and idle < length and turns < length + n do
   local key = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
   if not key then break end
@@ -122,12 +157,7 @@ while granted < n and idle < length and turns < length + n do
         'claimed_ms', now_s, 'lease_until', lease_s)
       redis.call('ZADD', leases, lease_s, slot_id)
       redis.call('ZADD', running, now_s, slot_id)
-      local job = redis.call('HMGET', prefix .. 'job:' .. st[4], unpack(job_fields))
-      ids[#ids + 1] = slot_id
-      local g = #grants
-      grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5], grants[g + 6] =
-        R.OK, tonumber(attempt), job[1], job[2], job[3], job[4]
-      if trace then grants[g + 7], grants[g + 8], grants[g + 9] = job[5], job[6], slot_id end
+      grant(slot_id, attempt, st[4])
       started = started + 1
     end
   end

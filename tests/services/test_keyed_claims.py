@@ -1,0 +1,71 @@
+"""A worker's keyed claims (scheduler/worker/keyed.py) when a take's reply is lost after the
+script ran: the slots it granted are running under this worker, and the next pass asks for
+them again and runs them now, under the same attempt, instead of leaving them to run out
+their lease (and count a failed attempt)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+
+from scheduler import Client, Context, JobSpec, Registry, SlotStatus
+from scheduler.redis.clients import async_redis
+from scheduler.worker.worker import Worker, WorkerConfig
+
+
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+@pytest.mark.parametrize("queue_wide", [False, True])
+def test_a_take_whose_reply_was_lost_is_granted_again_at_the_next_pass(
+        redis_url: str, ns: str, queue_wide: bool) -> None:
+    """With a queue-wide limit too, the failed pass gives its permits back (none stays held,
+    renewed for ever), and the pass that asks again takes new ones for the runs."""
+    registry = Registry()
+    ran: Counter[tuple[str, int]] = Counter()
+
+    @registry.task("noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        ran[(ctx.slot_id, ctx.attempt)] += 1
+
+    async def main(ids: list[str]) -> tuple[int, int]:
+        client = async_redis(redis_url)
+        worker = Worker(client, registry, namespace=ns, config=WorkerConfig(concurrency=10))
+        await worker.setup()
+        real, lost = worker.claims.send, []
+
+        async def send(calls: Any, prefetch: bool) -> Any:
+            answers = await real(calls, prefetch)  # the scripts ran...
+            if not lost:
+                lost.append(answers)
+                raise redis.ConnectionError("the reply was lost")  # ...and the reply is gone
+            return answers
+
+        worker.claims.send = send  # type: ignore[method-assign]
+        with pytest.raises(redis.ConnectionError):
+            await worker.keyed.run_once()
+        assert not worker.running
+        assert not any(worker.limited.held.values())
+        with Client(redis_url, ns) as sync:
+            assert {sync.slots(j)[0].status for j in ids} == {SlotStatus.RUNNING}
+        again = await worker.keyed.run_once()
+        for _ in range(200):
+            if not worker.running:
+                break
+            await asyncio.sleep(0.01)
+        committed = await worker.committer.run_once()
+        worker.execution.close()
+        await client.aclose()
+        return again, committed
+
+    with Client(redis_url, ns) as client:
+        if queue_wide:
+            client.set_queue_limit("default", concurrency=10)
+        ids = client.submit_many([JobSpec(task="noop", concurrency_key=f"k{i}")
+                                  for i in range(3)])
+        again, committed = asyncio.run(main(ids))
+        assert again == 3 and committed == 3
+        assert sorted(ran) == sorted((client.slots(j)[0].slot_id, 1) for j in ids)
+        assert {client.slots(j)[0].status for j in ids} == {SlotStatus.SUCCEEDED}
