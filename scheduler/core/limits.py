@@ -57,6 +57,9 @@ class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 def _check_rate(field: str, rate: Any) -> float | None:
+    """A rate as starts per second: a number, or text as the CLI takes it ("10/s", "300/m")."""
+    if isinstance(rate, str):
+        rate = parse_rate(rate, field)
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
                              or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
         raise ValidationError(field, f"{rate!r} is not allowed; use starts per second, a "
@@ -101,7 +104,7 @@ def parse(raw: dict[bytes, bytes]) -> dict[str, QueueLimit]:
     return out
 
 
-def parse_rate(text: str) -> float:
+def parse_rate(text: str, field: str = "rate") -> float:
     """`--rate` as the CLI takes it: "20", "20/s", "300/m", "1000/h"."""
     value, _, unit = text.strip().partition("/")
     per = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}.get(unit.strip().lower())
@@ -110,6 +113,6 @@ def parse_rate(text: str) -> float:
     except ValueError:
         number = math.nan
     if per is None or not math.isfinite(number):
-        raise ValidationError("rate", f"{text!r} is not a rate; write starts per second or "
-                                      f"per minute or hour: 20, 20/s, 300/m, 1000/h")
+        raise ValidationError(field, f"{text!r} is not a rate; write starts per second or "
+                                     f"per minute or hour: 20, 20/s, 300/m, 1000/h")
     return number / per

@@ -340,9 +340,9 @@ class Client(_Driver):
 
     @_drives(queue_ops.set_queue_limit)
     def set_queue_limit(self, queue: str, concurrency: int | None = None,
-                        rate: float | None = None,
+                        rate: float | str | None = None,
                         per_key_concurrency: int | None = None,
-                        per_key_rate: float | None = None) -> QueueLimit | None:
+                        per_key_rate: float | str | None = None) -> QueueLimit | None:
         return self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate,
                                                      per_key_concurrency, per_key_rate))
 
@@ -581,9 +581,9 @@ class AsyncClient(_Driver):
 
     @_drives(queue_ops.set_queue_limit)
     async def set_queue_limit(self, queue: str, concurrency: int | None = None,
-                              rate: float | None = None,
+                              rate: float | str | None = None,
                               per_key_concurrency: int | None = None,
-                              per_key_rate: float | None = None) -> QueueLimit | None:
+                              per_key_rate: float | str | None = None) -> QueueLimit | None:
         return await self._drive(queue_ops.set_queue_limit(self._core, queue, concurrency, rate,
                                                            per_key_concurrency, per_key_rate))
 

@@ -185,6 +185,10 @@ def test_the_per_key_limit_round_trips_alone_and_with_the_others(client: Client)
     assert rated.text() == "2 at once per key, 5/s per key"
     with pytest.raises(ValidationError, match="per_key_rate"):
         client.set_queue_limit("mail", per_key_rate=0)
+    assert client.set_queue_limit("mail", rate="300/m", per_key_rate="10/s") == QueueLimit(
+        rate=5.0, per_key_rate=10.0)
+    with pytest.raises(ValidationError, match="per_key_rate: 'fast' is not a rate"):
+        client.set_queue_limit("mail", per_key_rate="fast")
 
 
 def test_key_weights_are_set_read_and_reset_in_the_home_shard(client: Client, r: redis.Redis,
