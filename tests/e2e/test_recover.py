@@ -36,7 +36,7 @@ def drop_ns(r: redis.Redis, ns: str) -> None:
 
 def _registry(effects: Counter[str], payloads: dict[str, Any] | None = None) -> Registry:
     registry = Registry()
-    for name in ("a", "b", "c", "d", "e"):
+    for name in ("a", "b", "c", "d", "e", "k"):
         @registry.task(name)
         async def handler(ctx: Context, payload: Any) -> None:
             effects[ctx.slot_id] += 1
@@ -82,11 +82,15 @@ def test_recover_after_redis_loses_everything(redis_url: str, ns: str, r: redis.
                                             "delivery": "at_most_once"} for _ in range(3)])
         retrying = client.submit_many([{"task": "e", "queue": "qe", "retry": RetryPolicy(
             max_attempts=3)} for _ in range(3)])
+        # queued in their keys' queues (no stream entry): restored into them, and their keys
+        # into the ring
+        keyed = client.submit_many([{"task": "k", "queue": "qk", "concurrency_key": f"t{i % 2}"}
+                                    for i in range(4)])
         _claim(r, client, running, "qc")
         _claim(r, client, at_most_once, "qd")
         _claim(r, client, retrying, "qe", outcome="failed")
         assert {client.slots(j)[0].status for j in retrying} == {SlotStatus.SCHEDULED}
-        must_run = {client.slots(j)[0].slot_id for j in queued + running + retrying}
+        must_run = {client.slots(j)[0].slot_id for j in queued + running + retrying + keyed}
     ran_before = Counter(effects)
     asyncio.run(drain(redis_url, ns, pg_dsn, config=SnapshotterConfig(retention_s=None)))
 
@@ -94,11 +98,14 @@ def test_recover_after_redis_loses_everything(redis_url: str, ns: str, r: redis.
     assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))
     code, out, err = sched(capsys, redis_url, ns, "recover", "--postgres-dsn", pg_dsn)
     assert code == 0, err
-    assert "19 jobs" in out and "3 slots scheduled, 13 dispatched, 3 ended" in out
+    assert "23 jobs" in out and "3 slots scheduled, 17 dispatched, 3 ended" in out
+    keys = Keys(ns)
+    home = {f"t{i}": keys.key_queue(shard_of(keyed[i], 4), "qk", f"t{i}") for i in range(2)}
+    assert sum(r.zcard(q) for q in home.values()) == 4  # in their keys' queues again
     code, out, _ = sched(capsys, redis_url, ns, "recover", "--postgres-dsn", pg_dsn, "--json")
     assert code == 0 and json.loads(out)["slots_dispatched"] == 0  # safe to run twice
 
-    unfinished = queued + running + at_most_once + retrying
+    unfinished = queued + running + at_most_once + retrying + keyed
     with Client(redis_url, ns, history=pg_dsn) as client:
         def all_terminal() -> bool:
             return all(client.slots(j)[0].status.value in ("succeeded", "lost")
@@ -106,7 +113,8 @@ def test_recover_after_redis_loses_everything(redis_url: str, ns: str, r: redis.
 
         payloads: dict[str, Any] = {}
         asyncio.run(run_until(redis_url, ns, _registry(effects, payloads), all_terminal,
-                              node=True, queues=("qa", "qb", "qc", "qd", "qe"), timeout=60))
+                              node=True, queues=("qa", "qb", "qc", "qd", "qe", "qk"),
+                              timeout=60))
         # A restored slot has no copy of its job's definition: claim read the job hash.
         assert sorted(payloads[client.slots(j)[0].slot_id]["i"] for j in queued) == list(
             range(10))
