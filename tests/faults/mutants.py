@@ -631,15 +631,12 @@ MUTANTS = [
            "repeats after that stop moving it, and a second job starts",
            "scheduler/scripts/lua/promote.lua", "or st[3] == 'debounce' or st[6])",
            "or st[6])", (DEBOUNCED_RUN,)),
-    Mutant("key-permit-never-given-back", "a keyed run's end (fail, release, reclaim) does "
-           "not give its key's permit back: the key stalls at its limit for good",
+    Mutant("key-permit-never-given-back", "a keyed run's end (success, fail, release, "
+           "reclaim) does not give its key's permit back: the key stalls at its limit for good",
            "scheduler/scripts/lua/_lib.lua",
            "  if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end",
-           "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",), fast=True),
-    Mutant("key-permit-kept-on-success", "a keyed run's success does not give its key's permit "
-           "back", "scheduler/scripts/lua/complete.lua",
-           "        if st[6] then redis.call('ZREM', key_running(prefix, st[4], st[6]), slot_id) end",
-           "", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",), fast=True),
+           "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",
+                TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key"), fast=True),
     Mutant("key-turn-skipped", "a key that started something loses its next turn (the ring "
            "moves on twice): keys no longer alternate and weights are off",
            "scheduler/scripts/lua/take.lua",

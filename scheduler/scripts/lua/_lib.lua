@@ -76,8 +76,8 @@ end
 
 -- The attempt is over: its stream entry is acked, or it leaves the shard's lease set (an
 -- at_most_once slot, acked at claim, and a keyed one, which has no entry); a keyed run gives
--- its key's permit back. Every end of a running attempt passes here or through complete.lua,
--- which does the same.
+-- its key's permit back. Every end of a running attempt passes here (complete.lua's too, off
+-- its fenced path, where the entry's ack proved the attempt and it has no key).
 local function end_lease(prefix, slot_id, s)
   if s.msg and s.msg ~= '' then
     ack(prefix, s.lane, s.msg)

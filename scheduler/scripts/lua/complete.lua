@@ -98,13 +98,9 @@ for i = 0, n - 1 do
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
-    if st then  -- its own entry (or lease) ends here; a repeat XACK of an acked one is a no-op
-      if st[3] and st[3] ~= '' then
-        ack(prefix, lane(st[4], st[5]), st[3])
-      else  -- at_most_once or keyed: no entry; leaves the leases set (end_lease, _lib.lua)
-        redis.call('ZREM', prefix .. 'leases', slot_id)
-        if st[6] then redis.call('ZREM', key_running(prefix, st[4], st[6]), slot_id) end
-      end
+    if st then  -- its attempt ends here (a repeat XACK of an acked entry is a no-op)
+      end_lease(prefix, slot_id, {msg = st[3], lane = lane(st[4], st[5]), queue = st[4],
+        key = st[6]})
     end
     reply[i + 1] = R.OK
     done[#done + 1], tokens[#done + 1] = slot_id, token
