@@ -56,6 +56,8 @@ DOORS = "tests/e2e/test_console_doors.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
 HOSTILE_CLI = "tests/cli/test_hostile_cli.py::"
 HOSTILE_SDK = "tests/sdk/test_hostile_input.py::"
+UNKNOWN_NAMES = ("tests/services/test_worker.py::"
+                 "test_distinct_unknown_task_names_cost_a_worker_no_memory_each")
 GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
 GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
 SUPERVISED_CHILD = SUPERVISED + "test_sched_worker_reads_its_supervisor_from_the_environment"
@@ -167,6 +169,19 @@ MUTANTS = [
            "scheduler/core/models.py", "    if control := control_character(key):\n",
            "    if False:\n",
            (HOSTILE_SDK + "test_dedupe_keys_and_reasons_refuse_control_characters",), fast=True),
+    Mutant("unknown-task-metrics-per-name", "a worker keeps run metrics per unknown task "
+           "name: each distinct name Redis hands it costs memory for good",
+           "scheduler/worker/claims.py", "        m = self.run_metrics.get((queue, label))\n"
+           "        if m is None:\n"
+           "            m = self.run_metrics[(queue, label)]",
+           "        m = self.run_metrics.get((queue, task))\n"
+           "        if m is None:\n"
+           "            m = self.run_metrics[(queue, task)]",
+           (UNKNOWN_NAMES,), fast=True),
+    Mutant("unknown-task-cached-by-lane", "a worker caches each unknown task name's metrics by "
+           "lane: each distinct name Redis hands it costs memory for good",
+           "scheduler/worker/claims.py", "        if known:\n            self._by_lane",
+           "        if True:\n            self._by_lane", (UNKNOWN_NAMES,), fast=True),
     Mutant("supervisor-heading-unescaped", "the console's supervisor heading (anyone's text, "
            "from the worker registry) goes into the page unescaped",
            "scheduler/web/templates/lists.html", "{{ row.heading }}", "{{ row.heading|safe }}",
