@@ -182,6 +182,12 @@ MUTANTS = [
            "lane: each distinct name Redis hands it costs memory for good",
            "scheduler/worker/claims.py", "        if known:\n            self._by_lane",
            "        if True:\n            self._by_lane", (UNKNOWN_NAMES,), fast=True),
+    Mutant("web-start-line-shows-the-token", "`sched web`'s start line prints the console's "
+           "token as given: anyone who reads the log can sign in",
+           "scheduler/cli/web.py", 'f"token {MASK}" if token else "no token"',
+           'f"token {token}" if token else "no token"',
+           ("tests/cli/test_serving.py::"
+            "test_sched_web_logs_where_it_serves_once_bound_and_that_it_stopped",), fast=True),
     Mutant("supervisor-heading-unescaped", "the console's supervisor heading (anyone's text, "
            "from the worker registry) goes into the page unescaped",
            "scheduler/web/templates/lists.html", "{{ row.heading }}", "{{ row.heading|safe }}",
