@@ -229,6 +229,20 @@ def test_sched_jobs_show_prints_no_control_character_it_read(
     assert "task:       t\ufffd31m\ufffdforged: line" in out
 
 
+def test_sched_status_prints_no_control_character_it_read(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str) -> None:
+    """A shard owner's node id is whatever its lease key holds: `sched status` printed it
+    to the terminal as read."""
+    with Client(redis_url, ns) as client:
+        client.submit("t", None)
+        owner = client.keys.owner(0)
+    r.set(owner, "1:node\x1b]0;owned\x07\x1b[2J", px=60_000)
+    code, out, err = sched(capsys, redis_url, ns, "status")
+    assert code == 3 and "Traceback" not in err, err  # unhealthy: no worker
+    assert not any(c in out for c in "\x1b\x07"), out
+    assert "(node\ufffd]0;owned\ufffd\ufffd[2J)" in out, out
+
+
 # --- what got past the SDK ----------------------------------------------------------------
 
 
