@@ -266,7 +266,9 @@ def _by_shard(core: ClientState, slot_ids: Iterable[str]) -> dict[int, list[str]
 
 def cancel(core: ClientState, ids: str | Iterable[str], reason: str = "cancelled by operator"
            ) -> Op[dict[str, str]]:
-    """Cancel slots (or every slot of a job id); returns what happened to each slot."""
+    """Cancel slots (or every slot of a job id); returns what happened to each slot.
+    `reason`, recorded on each slot, is one line of printable text of at most
+    MAX_REASON_CHARS characters (ValidationError otherwise, nothing cancelled)."""
     check_reason(reason)
     slot_ids: list[str] = []
     for item in [ids] if isinstance(ids, str) else ids:

@@ -39,7 +39,9 @@ class JobDeleted(msgspec.Struct, frozen=True):
 def delete_job(core: ClientState, job_id: str, reason: str = "deleted by operator") -> Op[JobDeleted]:
     """End a job's series: a recurring job creates no occurrence after this, every slot of
     it that has not started is cancelled, and a running one finishes. The definition stays
-    (`get_job` shows `deleted_ms`). Deleting twice changes nothing the second time."""
+    (`get_job` shows `deleted_ms`). Deleting twice changes nothing the second time.
+    `reason`, recorded on the job, is one line of printable text of at most MAX_REASON_CHARS
+    characters (ValidationError otherwise, nothing changed)."""
     check_reason(reason)
     yield from ready(core)
     call = scripts.delete_job(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
