@@ -164,6 +164,18 @@ MUTANTS = [
            "    check_reason(reason)\n", "",
            (HOSTILE_SDK + "test_dedupe_keys_and_reasons_refuse_control_characters",
             HOSTILE_SDK + "test_a_reason_is_bounded"), fast=True),
+    Mutant("delete-reason-unchecked", "a delete reason is not checked: a terminal escape or "
+           "any length of text is stored on the job", "scheduler/sdk/schedules.py",
+           "    check_reason(reason)\n", "",
+           (HOSTILE_SDK + "test_dedupe_keys_and_reasons_refuse_control_characters",
+            HOSTILE_SDK + "test_a_reason_is_bounded"), fast=True),
+    Mutant("status-prints-escapes", "`sched status` prints shard owners as read: a terminal "
+           "escape in a shard's lease reaches the terminal", "scheduler/cli/observe.py",
+           '    click.echo(printable(f"shard owners: {s.shards_owned}/{s.shards}"\n'
+           '                         + (f" ({\', \'.join(owners)[:100]})" if owners else "")))',
+           '    click.echo(f"shard owners: {s.shards_owned}/{s.shards}"\n'
+           '               + (f" ({\', \'.join(owners)[:100]})" if owners else ""))',
+           (HOSTILE_CLI + "test_sched_status_prints_no_control_character_it_read",), fast=True),
     Mutant("dedupe-key-control-characters", "a dedupe key may hold control characters: "
            "`sched jobs show` and the console print it as given",
            "scheduler/core/models.py", "    if control := control_character(key):\n",
