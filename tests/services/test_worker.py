@@ -119,6 +119,8 @@ def test_distinct_unknown_task_names_cost_a_worker_no_memory_each(redis_url: str
     assert all(e.startswith("LookupError: unknown task 'missing.") for e in errors), errors
     # One entry for the known task and one shared by every unknown name, per queue.
     assert sorted(worker.run_metrics) == [("default", "(unknown)"), ("default", "known")]
+    assert worker.run_metrics[("default", "(unknown)")].failed == n  # each run still counted
+    assert worker.run_metrics[("default", "known")].ok == 1
     assert len(worker.claims._by_lane) <= 2
 
 
