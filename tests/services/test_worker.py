@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 
 from conftest import is_cluster_url
 from helpers import run_until, statuses
@@ -121,6 +122,8 @@ def test_distinct_unknown_task_names_cost_a_worker_no_memory_each(redis_url: str
     assert sorted(worker.run_metrics) == [("default", "(unknown)"), ("default", "known")]
     assert worker.run_metrics[("default", "(unknown)")].failed == n  # each run still counted
     assert worker.run_metrics[("default", "known")].ok == 1
+    exported = generate_latest(REGISTRY).decode()
+    assert 'task="(unknown)"' in exported and 'task="missing.' not in exported
     assert len(worker.claims._by_lane) <= 2
 
 
