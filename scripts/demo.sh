@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The demo: installs into .venv, starts `sched dev` (a scheduler node, a worker and the exporter
 # in one process; it starts a private redis-server if none answers on 127.0.0.1:6379), submits
-# jobs, shows `sched status`, some metrics and `sched runs`, then stops it.
+# jobs, shows `sched status`, some metrics and `sched runs`, then stops it and removes every
+# key of its namespace (demo-<pid>) from the Redis it ran on, and no other key.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/services.sh
@@ -12,24 +13,39 @@ workdir=$(mktemp -d)
 ready="$workdir/ready.json"
 dev_pid=""
 cleanup() {
+  local rc=$?
   if [ -n "$dev_pid" ]; then kill -TERM "$dev_pid" 2>/dev/null || true; wait "$dev_pid" || true; fi
-  # The demo's keys leave the user's Redis with it (a private one from `sched dev` is gone).
-  [ -n "${SCHED_REDIS_URL:-}" ] && python - <<'PY' || true
+  # The demo's keys leave the user's Redis with it, and only they: its namespace's (a
+  # private redis-server that `sched dev` started is gone already).
+  if [ -n "${SCHED_REDIS_URL:-}" ] && [ "${embedded:-True}" = False ]; then
+    python - <<'PY' || rc=1
 import os
-import redis
-from scheduler.redis.connection import sync_redis
+import sys
+
+from scheduler.core.keys import Keys
+from scheduler.core.masking import masked
+from scheduler.redis.clients import sync_redis
+from scheduler.redis.failures import REDIS_ERRORS
+
+url, ns = os.environ["SCHED_REDIS_URL"], os.environ["SCHED_NAMESPACE"]
+pattern, n = Keys(ns).pattern(), 0
 try:
-    r = sync_redis(os.environ["SCHED_REDIS_URL"], timeout_s=2)
-    pipe, n = r.pipeline(transaction=False), 0
-    for key in r.scan_iter(match=os.environ["SCHED_NAMESPACE"] + ":*", count=5000):
-        pipe.unlink(key)
-        n += 1
-    pipe.execute()
-    print(f"\n== removed the demo's {n:,} keys (namespace {os.environ['SCHED_NAMESPACE']})")
-except (redis.exceptions.RedisError, OSError):
-    pass
+    r = sync_redis(url)
+    keys = list(r.scan_iter(match=pattern, count=5000))
+    for start in range(0, len(keys), 5000):
+        pipe = r.pipeline(transaction=False)
+        for key in keys[start:start + 5000]:
+            pipe.unlink(key)
+        n += sum(pipe.execute())
+    r.close()
+except (*REDIS_ERRORS, OSError) as exc:
+    sys.exit(f"error: could not remove the demo's keys ({pattern}) from {masked(url)}: {exc}; "
+             f"remove them with: redis-cli --scan --pattern '{pattern}' | xargs redis-cli unlink")
+print(f"\n== removed the demo's {n:,} keys (namespace {ns})")
 PY
+  fi
   rm -rf "$workdir"
+  exit "$rc"
 }
 trap cleanup EXIT
 
@@ -45,6 +61,7 @@ done
 if [ ! -f "$ready" ]; then echo "sched dev did not start:" >&2; cat "$workdir/dev.log" >&2; exit 1; fi
 field() { python -c 'import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$ready" "$1"; }
 export SCHED_REDIS_URL="$(field redis_url)"
+embedded="$(field embedded_redis)"
 metrics_url="$(field metrics_url)"
 sed -n '/^sched dev:/,/Ctrl-C/p' "$workdir/dev.log"
 

@@ -100,12 +100,22 @@ link_checkout() {
 }
 
 # The browser tests drive Debian's chromium (Playwright's own browser download does not work
-# everywhere); installed when missing and apt-get is there.
+# everywhere); installed when missing and apt-get is there. apt's lock is often held for a
+# while (another install, unattended-upgrades on a fresh machine): apt-get waits up to five
+# minutes for it rather than fail at once. When the install fails all the same, apt's own
+# error output is shown: it says why (a lock still held, no network, no such package).
 ensure_chromium() {
-  if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 \
-      || (apt-get update -qq >/dev/null 2>&1 && \
-          DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) \
-      || echo "could not install chromium: the browser tests (tests/e2e/test_console.py) will fail" >&2
+  local out
+  if command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
+    return 0
   fi
+  out="$(_apt install -y -qq chromium 2>&1)" \
+    || out="$( (_apt update -qq && _apt install -y -qq chromium) 2>&1)" \
+    || { echo "could not install chromium: the browser tests (tests/e2e/test_console.py) will" \
+              "fail; apt-get said:" >&2
+         printf '%s\n' "$out" >&2; }
+}
+
+_apt() {
+  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 "$@"
 }

@@ -34,7 +34,7 @@ def table(rows: list[list[str]] | list[list[str] | str], header: list[str]) -> N
     heading of the rows after it). Cells come from Redis, where anyone who can write may
     have put a terminal escape (a worker id, a queue name): a character that does not print
     is shown as U+FFFD."""
-    rows = [_printable(r) if isinstance(r, str) else [_printable(str(c)) for c in r]
+    rows = [printable(r) if isinstance(r, str) else [printable(str(c)) for c in r]
             for r in rows]
     cells = [r for r in rows if not isinstance(r, str)]
     widths = [max(len(str(r[i])) for r in [header, *cells]) for i in range(len(header))]
@@ -43,7 +43,10 @@ def table(rows: list[list[str]] | list[list[str] | str], header: list[str]) -> N
                    "  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
+    """`text` with each character that does not print (an escape, a newline) shown as
+    U+FFFD: what any human output does with text read from Redis or the history store, which
+    may hold what was written before the SDK refused it, or by another writer."""
     return text if text.isprintable() else "".join(
         c if c.isprintable() else "\ufffd" for c in text)
 
@@ -124,7 +127,7 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
         ("payload", msgspec.json.encode(job.payload).decode()[:200]),
         *([("deleted", f"{when(job.deleted_ms)} ({job.deleted})")] if job.deleted_ms else []),
     ]:
-        click.echo(f"{label + ':':<11} {value}")  # a long label keeps a space too
+        click.echo(f"{label + ':':<11} {printable(value)}")  # a long label keeps a space too
     click.echo("")
     if len(slots) < len(every):
         click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")

@@ -9,7 +9,7 @@ from typing import Any
 import click
 import msgspec
 
-from scheduler.cli.inspect import echo_json, table, when
+from scheduler.cli.inspect import echo_json, printable, table, when
 from scheduler.cli.options import Finite, scaling_options
 from scheduler.observe.records import group_supervisors
 
@@ -45,8 +45,8 @@ def render(s: Any, problems: list[str]) -> None:
     click.echo(f"due:          {s.due_slots:,} scheduled, {s.due_backlog:,} due now{late}")
     click.echo(f"dead letters: {s.dead_letter_size:,}")
     owners = sorted({d.owner for d in s.shard_details if d.owner})
-    click.echo(f"shard owners: {s.shards_owned}/{s.shards}"
-               + (f" ({', '.join(owners)[:100]})" if owners else ""))
+    click.echo(printable(f"shard owners: {s.shards_owned}/{s.shards}"
+                         + (f" ({', '.join(owners)[:100]})" if owners else "")))
     snap = ("not running" if s.snapshot_lag_s is None else f"{_age(s.snapshot_lag_s)} behind, "
             f"{sum(d.snapshot_backlog_events or 0 for d in s.shard_details):,} events")
     click.echo(f"snapshotter:  {snap}")
@@ -71,10 +71,10 @@ def render(s: Any, problems: list[str]) -> None:
                    None if s.scaling is None else in_words(s.scaling, s.queues))
     click.echo("")
     for w in s.warnings():
-        click.echo(f"WARNING: {w}")
+        click.echo(printable(f"WARNING: {w}"))
     if problems:
         for p in problems:
-            click.echo(f"UNHEALTHY: {p}")
+            click.echo(printable(f"UNHEALTHY: {p}"))
     else:
         click.echo("healthy")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from scheduler.cli.inspect import echo_json, jobs, table, when
+from scheduler.cli.inspect import echo_json, jobs, printable, table, when
 
 
 @click.command()
@@ -125,7 +125,8 @@ def dlq_show(obj: dict[str, str], slot_id: str, as_json: bool) -> None:
     if as_json:
         echo_json({"slot": slot, "job": job})
         return
-    click.echo(f"slot {slot.slot_id}: {slot.status.value}, task {job.task}, queue {job.queue}")
+    click.echo(printable(f"slot {slot.slot_id}: {slot.status.value}, task {job.task}, "
+                         f"queue {job.queue}"))
     table([[f"#{a.number}", a.outcome.value if a.outcome else "-", a.worker or "-",
             when(a.finished_ms), a.error or ""] for a in slot.attempts],
           ["attempt", "outcome", "worker", "finished", "error"])

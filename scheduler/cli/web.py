@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -10,6 +11,7 @@ import click
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.core.errors import ConfigError
+from scheduler.core.masking import MASK, masked
 
 log = logging.getLogger("scheduler.web")
 
@@ -60,20 +62,41 @@ def web(obj: dict[str, str], host: str, port: int, token: str | None, read_only:
     app = create_app(client, token=token, read_only=read_only, sample_s=sample_interval,
                      behind_proxy=behind_proxy, allow_hosts=allow_hosts,
                      session_s=None if session_hours is None else session_hours * 3600)
-    log.info("console for namespace %r on http://%s:%d/%s", obj["namespace"], host, port,
-             " (read-only)" if read_only else "")
-    server = console_server(app, host, port)
+
+    def started(bound: int) -> None:
+        # Once bound (the port --port 0 got); the token is never shown, only that one is asked.
+        where = f"[{host}]" if ":" in host else host
+        log.info("sched web: the console of namespace %r at http://%s:%d/ (Redis %s; %s%s)",
+                 obj["namespace"], where, bound, masked(obj["redis_url"]),
+                 f"token {MASK}" if token else "no token", ", read-only" if read_only else "")
+
+    server = console_server(app, host, port, started, lambda: log.info("sched web stopped"))
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits 1 when it cannot bind
         raise ConfigError(f"cannot serve on {host}:{port}; choose another --port") from exc
 
 
-def console_server(app: Any, host: str, port: int) -> Any:
+def console_server(app: Any, host: str, port: int,
+                   on_started: Callable[[int], None] | None = None,
+                   on_stopped: Callable[[], None] | None = None) -> Any:
     """The uvicorn server of a console (`sched web`, `sched dev`). The app reads a proxy's
     headers itself (--behind-proxy), never uvicorn's way: uvicorn trusts them from any local
-    process by default."""
+    process by default. `on_started` is called with the port once it is bound, `on_stopped`
+    once it has shut down (before uvicorn raises again the signal that stopped it: a SIGTERM
+    then ends the process as SIGTERM does)."""
     import uvicorn
 
-    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                         access_log=False, lifespan="on", proxy_headers=False))
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started and on_started is not None:
+                on_started(self.servers[0].sockets[0].getsockname()[1])
+
+        async def shutdown(self, sockets: Any = None) -> None:
+            await super().shutdown(sockets)
+            if on_stopped is not None:
+                on_stopped()
+
+    return Server(uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                 access_log=False, lifespan="on", proxy_headers=False))

@@ -262,6 +262,11 @@ class Keys:
     def slot(self, shard: int, slot: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_SLOT}{slot}"  # hash
 
+    def pattern(self) -> str:
+        """SCAN MATCH pattern of every key of the namespace (a name has no glob character,
+        and the colon keeps out a namespace whose name merely starts with this one)."""
+        return f"{self.ns}:*"
+
     def slot_pattern(self) -> str:
         """SCAN MATCH pattern of every slot hash of every shard."""
         return f"{self.ns}:{{s*}}:{SUFFIX_SLOT}*"

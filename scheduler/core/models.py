@@ -23,6 +23,7 @@ _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
 
 MAX_ATTEMPTS = 1000
 MAX_SECONDS = 365 * 86400  # the longest backoff or timeout: a year
+MAX_REASON_CHARS = 1000  # a cancel or delete reason, stored on every slot it ends
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -265,7 +266,29 @@ def check_dedupe_key(key: object) -> str | None:
         return None
     if not isinstance(key, str) or not key or len(key) > 512:
         raise ValidationError("dedupe_key", "must be a non-empty string of at most 512 characters")
+    # `sched jobs show` and the console print the key: no terminal escape may ride in it.
+    if control := control_character(key):
+        raise ValidationError("dedupe_key", f"{key[:60]!r} holds the control character "
+                                            f"{control}; use printable characters only")
     return key
+
+
+def check_reason(reason: object) -> str:
+    """A cancel or delete reason: one line of printable text, at most MAX_REASON_CHARS
+    (it is stored on each slot or job and printed to operators as given)."""
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError("reason", f"{reason!r} is not a reason; give a line of text "
+                                        f"(at most {MAX_REASON_CHARS:,} characters)")
+    if len(reason) > MAX_REASON_CHARS:
+        raise ValidationError("reason", f"is {len(reason):,} characters long; give at most "
+                                        f"{MAX_REASON_CHARS:,}")
+    if control := control_character(reason):
+        raise ValidationError("reason", f"{reason[:60]!r} holds the control character "
+                                        f"{control}; give one line of printable text")
+    if not _is_unicode(reason):
+        raise ValidationError("reason", f"{reason[:60]!r} is not valid text (bytes that are "
+                                        f"not UTF-8, or a lone surrogate)")
+    return reason
 
 
 def check_window_seconds(name: str, seconds: Any) -> int:

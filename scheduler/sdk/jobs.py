@@ -18,7 +18,7 @@ import scheduler.scripts.calls as scripts
 from scheduler.core.errors import ConfigError, DurabilityError, SlotNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec, one_spec, schedule_arguments
 from scheduler.core.keys import check_job_id, shard_of, slot_id, split_slot_id
-from scheduler.core.models import Job, Progress, RetryPolicy, Slot, slot_from_hash
+from scheduler.core.models import Job, Progress, RetryPolicy, Slot, check_reason, slot_from_hash
 from scheduler.core.states import Durability
 from scheduler.redis.failures import REDIS_ERRORS, RedisErrors
 from scheduler.scripts.replies import Code, codes
@@ -266,7 +266,10 @@ def _by_shard(core: ClientState, slot_ids: Iterable[str]) -> dict[int, list[str]
 
 def cancel(core: ClientState, ids: str | Iterable[str], reason: str = "cancelled by operator"
            ) -> Op[dict[str, str]]:
-    """Cancel slots (or every slot of a job id); returns what happened to each slot."""
+    """Cancel slots (or every slot of a job id); returns what happened to each slot.
+    `reason`, recorded on each slot, is one line of printable text of at most
+    MAX_REASON_CHARS characters (ValidationError otherwise, nothing cancelled)."""
+    check_reason(reason)
     slot_ids: list[str] = []
     for item in [ids] if isinstance(ids, str) else ids:
         if ":" in item:

@@ -15,6 +15,7 @@ from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec, placed_id
 from scheduler.core.keys import check_job_id, key_shard, shard_of
+from scheduler.core.models import check_reason
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate
@@ -38,9 +39,10 @@ class JobDeleted(msgspec.Struct, frozen=True):
 def delete_job(core: ClientState, job_id: str, reason: str = "deleted by operator") -> Op[JobDeleted]:
     """End a job's series: a recurring job creates no occurrence after this, every slot of
     it that has not started is cancelled, and a running one finishes. The definition stays
-    (`get_job` shows `deleted_ms`). Deleting twice changes nothing the second time."""
-    if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
-        raise ValidationError("reason", "must be a line of text of at most 200 characters")
+    (`get_job` shows `deleted_ms`). Deleting twice changes nothing the second time.
+    `reason`, recorded on the job, is one line of printable text of at most MAX_REASON_CHARS
+    characters (ValidationError otherwise, nothing changed)."""
+    check_reason(reason)
     yield from ready(core)
     call = scripts.delete_job(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
                               job_id, " ".join(reason.split()))

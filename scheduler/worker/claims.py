@@ -41,6 +41,7 @@ from scheduler.worker.slots import Slots
 log = logging.getLogger("scheduler.worker.worker")
 
 TRIM_EVERY = 256  # entries claimed on a shard between two trims of its streams (claim.lua)
+UNKNOWN_TASK = "(unknown)"  # the task label of runs of a task this worker has no handler for
 _msg_id = operator.itemgetter(1)
 
 
@@ -297,13 +298,16 @@ class Claims:
         from (the heartbeat's tallies sum them by queue), found by (lane, task) on the hot
         path."""
         queue = queue_of(lane)
-        m = self.run_metrics.get((queue, task))
+        # Task names come from Redis: only the ones this worker knows get metrics and a
+        # place in the caches of their own; every unknown name shares one, found again
+        # each time, so a flood of distinct names costs the worker nothing that stays.
+        known = self.registry.get(task) is not None
+        label = task if known else UNKNOWN_TASK
+        m = self.run_metrics.get((queue, label))
         if m is None:
-            # Task names come from Redis: label only the ones this worker knows, so a flood
-            # of unknown names cannot grow the metrics without bound.
-            label = task if self.registry.get(task) is not None else "(unknown)"
-            m = self.run_metrics[(queue, task)] = metrics.RunMetrics(queue, label)
-        self._by_lane[(lane, task)] = m
+            m = self.run_metrics[(queue, label)] = metrics.RunMetrics(queue, label)
+        if known:
+            self._by_lane[(lane, task)] = m
         return m
 
 

@@ -86,6 +86,7 @@ def test_the_readme_demo_works_on_a_machine_without_a_running_redis() -> None:
     proc = subprocess.run(["bash", str(root / "scripts" / "demo.sh")], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "rror" not in proc.stderr, proc.stderr
     out = proc.stdout
     assert "(private redis-server)" in out
     assert "... and the worker ran them in about" in out

@@ -181,6 +181,68 @@ def test_names_with_control_characters_are_one_line(
     assert ns_keys(r, ns) == []
 
 
+# --- dedupe keys and reasons ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, text", [
+    (["submit", "t", "--dedupe-key", "k\x1b[2J"],
+     "dedupe_key: 'k\\x1b[2J' holds the control character U+001B (ESC)"),
+    (["cancel", "JOB", "--reason", "stop\x1b]0;owned\x07"], "reason: 'stop\\x1b]0;owned\\x07' "
+                                                         "holds the control character U+001B"),
+    (["jobs", "delete", "SERIES", "--reason", "gone\nforged: line"], "U+000A (newline)"),
+    (["cancel", "JOB", "--reason", "x" * 5000], "reason: is 5,000 characters long; give at "
+                                                "most 1,000"),
+    (["jobs", "delete", "SERIES", "--reason", "x" * 1001], "give at most 1,000"),
+], ids=["dedupe key with ESC", "cancel reason with OSC", "delete reason with a newline",
+        "cancel reason too long", "delete reason too long"])
+def test_a_dedupe_key_or_reason_with_control_characters_or_too_long_is_one_line(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        args: list[str], text: str) -> None:
+    """Terminal escapes in a dedupe key or a cancel/delete reason were stored, and printed
+    raw by `sched jobs show`; a reason of any length was stored on every slot it ended."""
+    with Client(redis_url, ns) as client:
+        ids = {"JOB": client.submit("t", None, delay=600),
+               "SERIES": client.submit("t", None, cron="0 3 * * *")}
+    before = {k: r.dump(k) for k in ns_keys(r, ns)}
+    code, _, err = sched(capsys, redis_url, ns, *[ids.get(a, a) for a in args])
+    line = one_line(code, err)
+    assert text in line and "\x1b" not in err and "\x07" not in err and "\n" not in line
+    assert {k: r.dump(k) for k in ns_keys(r, ns)} == before
+
+
+def test_sched_jobs_show_prints_no_control_character_it_read(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str) -> None:
+    """What was stored before the SDK refused it, or by another writer, reaches no terminal
+    through `sched jobs show`: the dedupe key, the delete reason and the task name were
+    printed as they were read."""
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("t", None, cron="0 3 * * *", dedupe_key="k")
+        client.delete_job(job_id, reason="r")
+        key = client.keys.job(shard_of(job_id, client.shards), job_id)
+    r.hset(key, mapping={"dedupe_key": "k\x1b[2J\x1b[H", "deleted": "r\x1b]0;owned\x07",
+                         "task": "t\x9b31m\nforged: line"})
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "show", job_id)
+    assert code == 0, err
+    assert not any(c in out for c in "\x1b\x07\x9b"), out
+    assert "dedupe key: k\ufffd[2J\ufffd[H" in out
+    assert "(r\ufffd]0;owned\ufffd)" in out
+    assert "task:       t\ufffd31m\ufffdforged: line" in out
+
+
+def test_sched_status_prints_no_control_character_it_read(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str) -> None:
+    """A shard owner's node id is whatever its lease key holds: `sched status` printed it
+    to the terminal as read."""
+    with Client(redis_url, ns) as client:
+        client.submit("t", None)
+        owner = client.keys.owner(0)
+    r.set(owner, "1:node\x1b]0;owned\x07\x1b[2J", px=60_000)
+    code, out, err = sched(capsys, redis_url, ns, "status")
+    assert code == 3 and "Traceback" not in err, err  # unhealthy: no worker
+    assert not any(c in out for c in "\x1b\x07"), out
+    assert "(node\ufffd]0;owned\ufffd\ufffd[2J)" in out, out
+
+
 # --- what got past the SDK ----------------------------------------------------------------
 
 

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
+import queue
 import signal
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
+from typing import Any
 
 import pytest
 
@@ -168,3 +171,56 @@ def test_a_service_runs_with_the_collector_thresholds_of_cli_run() -> None:
     finally:
         gc.set_threshold(*before)
     assert seen == [GC_THRESHOLD] and GC_THRESHOLD[0] >= 20_000
+
+
+def _read_lines(stream: Any, into: queue.Queue[str]) -> None:
+    for line in stream:
+        into.put(line)
+
+
+@pytest.mark.parametrize("password", [False, True])
+def test_sched_web_logs_where_it_serves_once_bound_and_that_it_stopped(
+        redis_url: str, ns: str, password: bool) -> None:
+    """`sched web` said nothing a person could use: no line with the port --port 0 got, and
+    none when it stopped. The token is never shown, only that one is asked for, nor the
+    Redis URL's password (a Redis that wants none: the console is not asked a page)."""
+    token = "s3cret-console-token"
+    url = redis_url.replace("redis://", "redis://app:pw-s3cret@") if password else redis_url
+    shown = redis_url.replace("redis://", "redis://app:***@") if password else redis_url
+    proc = subprocess.Popen([*SCHED, "--redis-url", url, "--namespace", ns, "web",
+                             "--port", "0", "--token", token, "--read-only"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=_read_lines, args=(proc.stderr, lines), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 30  # as long as wait_until_served gives a process
+        while not seen or "sched web: the console" not in seen[-1]:
+            try:
+                seen.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        start = seen[-1] if seen else ""
+        assert f"the console of namespace {ns!r} at http://127.0.0.1:" in start, seen
+        assert f"(Redis {shown}; token ***, read-only)" in start, start
+        base = start.split(" at ", 1)[1].split("/ ", 1)[0]
+        if not password:
+            assert wait_until_served(f"{base}/healthz", proc) == "ok"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        finally:
+            proc.kill()
+    reader.join(timeout=30)  # it ends with the process's stderr
+    if proc.stderr is not None:
+        proc.stderr.close()
+    rest = ""
+    while not lines.empty():
+        rest += lines.get()
+    # Stopped as SIGTERM stops a process (uvicorn raises it again once it has shut down).
+    assert proc.returncode in (0, -signal.SIGTERM), rest
+    assert "sched web stopped" in rest, rest
+    assert password or "Traceback" not in rest, rest  # (a refused password is logged)
+    assert token not in "".join(seen) + rest and "pw-s3cret" not in "".join(seen) + rest

@@ -54,6 +54,10 @@ CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
+HOSTILE_CLI = "tests/cli/test_hostile_cli.py::"
+HOSTILE_SDK = "tests/sdk/test_hostile_input.py::"
+UNKNOWN_NAMES = ("tests/services/test_worker.py::"
+                 "test_distinct_unknown_task_names_cost_a_worker_no_memory_each")
 GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
 GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
 SUPERVISED_CHILD = SUPERVISED + "test_sched_worker_reads_its_supervisor_from_the_environment"
@@ -146,10 +150,56 @@ MUTANTS = [
     Mutant("table-prints-escapes", "`sched workers` (every CLI table) prints the text of "
            "registry entries as written: a terminal escape in a worker id reaches the terminal",
            "scheduler/cli/inspect.py",
-           "    rows = [_printable(r) if isinstance(r, str) else [_printable(str(c)) for c in r]\n",
+           "    rows = [printable(r) if isinstance(r, str) else [printable(str(c)) for c in r]\n",
            "    rows = [r if isinstance(r, str) else [str(c) for c in r]\n",
            ("tests/cli/test_supervised_workers.py::"
             "test_terminal_escapes_in_registry_entries_do_not_reach_the_terminal",), fast=True),
+    Mutant("jobs-show-prints-escapes", "`sched jobs show` prints a job's fields as read: a "
+           "terminal escape in a dedupe key or delete reason written past the SDK reaches the "
+           "terminal", "scheduler/cli/inspect.py", "{printable(value)}", "{value}",
+           (HOSTILE_CLI + "test_sched_jobs_show_prints_no_control_character_it_read",),
+           fast=True),
+    Mutant("reason-unchecked", "a cancel reason is not checked: a terminal escape or 5 MB of "
+           "text is stored on every slot it ends", "scheduler/sdk/jobs.py",
+           "    check_reason(reason)\n", "",
+           (HOSTILE_SDK + "test_dedupe_keys_and_reasons_refuse_control_characters",
+            HOSTILE_SDK + "test_a_reason_is_bounded"), fast=True),
+    Mutant("delete-reason-unchecked", "a delete reason is not checked: a terminal escape or "
+           "any length of text is stored on the job", "scheduler/sdk/schedules.py",
+           "    check_reason(reason)\n", "",
+           (HOSTILE_SDK + "test_dedupe_keys_and_reasons_refuse_control_characters",
+            HOSTILE_SDK + "test_a_reason_is_bounded"), fast=True),
+    Mutant("status-prints-escapes", "`sched status` prints shard owners as read: a terminal "
+           "escape in a shard's lease reaches the terminal", "scheduler/cli/observe.py",
+           '    click.echo(printable(f"shard owners: {s.shards_owned}/{s.shards}"\n'
+           '                         + (f" ({\', \'.join(owners)[:100]})" if owners else "")))',
+           '    click.echo(f"shard owners: {s.shards_owned}/{s.shards}"\n'
+           '               + (f" ({\', \'.join(owners)[:100]})" if owners else ""))',
+           (HOSTILE_CLI + "test_sched_status_prints_no_control_character_it_read",), fast=True),
+    Mutant("dedupe-key-control-characters", "a dedupe key may hold control characters: "
+           "`sched jobs show` and the console print it as given",
+           "scheduler/core/models.py", "    if control := control_character(key):\n",
+           "    if False:\n",
+           (HOSTILE_SDK + "test_dedupe_keys_and_reasons_refuse_control_characters",), fast=True),
+    Mutant("unknown-task-metrics-per-name", "a worker keeps run metrics per unknown task "
+           "name: each distinct name Redis hands it costs memory for good",
+           "scheduler/worker/claims.py", "        m = self.run_metrics.get((queue, label))\n"
+           "        if m is None:\n"
+           "            m = self.run_metrics[(queue, label)]",
+           "        m = self.run_metrics.get((queue, task))\n"
+           "        if m is None:\n"
+           "            m = self.run_metrics[(queue, task)]",
+           (UNKNOWN_NAMES,), fast=True),
+    Mutant("unknown-task-cached-by-lane", "a worker caches each unknown task name's metrics by "
+           "lane: each distinct name Redis hands it costs memory for good",
+           "scheduler/worker/claims.py", "        if known:\n            self._by_lane",
+           "        if True:\n            self._by_lane", (UNKNOWN_NAMES,), fast=True),
+    Mutant("web-start-line-shows-the-token", "`sched web`'s start line prints the console's "
+           "token as given: anyone who reads the log can sign in",
+           "scheduler/cli/web.py", 'f"token {MASK}" if token else "no token"',
+           'f"token {token}" if token else "no token"',
+           ("tests/cli/test_serving.py::"
+            "test_sched_web_logs_where_it_serves_once_bound_and_that_it_stopped",), fast=True),
     Mutant("supervisor-heading-unescaped", "the console's supervisor heading (anyone's text, "
            "from the worker registry) goes into the page unescaped",
            "scheduler/web/templates/lists.html", "{{ row.heading }}", "{{ row.heading|safe }}",

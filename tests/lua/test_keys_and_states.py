@@ -145,3 +145,22 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
                 *(k.slot(0, slot_id(cron, f)) for f in fires)}
     actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*", count=10_000)}
     assert actual == expected
+
+
+def test_the_namespace_pattern_matches_its_keys_and_no_other(r: redis.Redis, redis_url: str,
+                                                             ns: str) -> None:
+    """What scripts/demo.sh removes when it ends: every key of its namespace, not one of a
+    namespace whose name starts with the same letters."""
+    with Client(redis_url, ns) as client:
+        client.submit("t", None, delay=600)
+        client.set_queue_limit("mail", concurrency=1)
+    others = [f"{ns}x:meta", f"{ns}-2:meta", f"{ns}.b:{{s00}}:due"]
+    r.mset(dict.fromkeys(others, "theirs"))
+    try:
+        found = {k.decode() for k in r.scan_iter(match=Keys(ns).pattern(), count=10_000)}
+        assert found and all(k.startswith(f"{ns}:") for k in found)
+        assert Keys(ns).meta in found and Keys(ns).limits in found
+        assert found == {k.decode() for k in r.scan_iter(match=f"{ns}*", count=10_000)
+                         if k.decode().startswith(f"{ns}:")}
+    finally:
+        r.delete(*others)

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import redis
 
-from scheduler import Client, RetryPolicy
+from scheduler import Client, RetryPolicy, SlotStatus
 from scheduler.core.errors import ConfigError, Retry, ValidationError
 from scheduler.core.keys import shard_of
-from scheduler.core.models import MAX_DEPTH, SUBMIT_FIELDS
+from scheduler.core.models import MAX_DEPTH, MAX_REASON_CHARS, SUBMIT_FIELDS
 from scheduler.history.intake import SnapshotterConfig
 from scheduler.history.retention import RetentionConfig
 from scheduler.node.node import NodeConfig
@@ -243,6 +243,59 @@ def test_redefine_lua_refuses_control_characters_in_a_task_name(
             with pytest.raises(redis.exceptions.ResponseError, match=problem):
                 scripts.run_sync(r, [bad])
         assert r.hgetall(f"{prefix}job:nightly") == before
+
+
+# --- dedupe keys and reasons ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("bad\x1b[2Jkey", "U+001B (ESC)"), ("two\nlines", "U+000A (newline)"),
+    ("nul\x00", "U+0000 (NUL)"), ("c1\x9b", "U+009B"),
+])
+def test_dedupe_keys_and_reasons_refuse_control_characters(
+        r: redis.Redis, redis_url: str, ns: str, text: str, shown: str) -> None:
+    """A dedupe key or a cancel/delete reason holding a terminal escape was stored, and
+    `sched jobs show` printed it to the operator's terminal as given."""
+    with Client(redis_url, ns) as client:
+        job = client.submit("t", None, delay=600)
+        series = client.submit("t", None, cron="0 3 * * *")
+        before = {k: r.dump(k) for k in r.scan_iter(match=f"{ns}:*")}
+        problem = ".* holds the control character " + re.escape(shown)
+        with pytest.raises(ValidationError, match="dedupe_key: " + problem):
+            client.submit("t", None, dedupe_key=text)
+        with pytest.raises(ValidationError, match="dedupe_key: " + problem):
+            client.submit_many([{"task": "t", "dedupe_key": "fine"},
+                                {"task": "t", "dedupe_key": text}])
+        with pytest.raises(ValidationError, match="reason: " + problem):
+            client.cancel(job, reason=f"stop {text}")
+        with pytest.raises(ValidationError, match="reason: " + problem):
+            client.delete_job(series, reason=f"gone {text}")
+        assert {k: r.dump(k) for k in r.scan_iter(match=f"{ns}:*")} == before
+        assert client.slots(job)[0].status is SlotStatus.SCHEDULED
+
+
+def test_a_reason_is_bounded(r: redis.Redis, redis_url: str, ns: str) -> None:
+    """A 5 MB cancel reason was stored on each slot it ended."""
+    with Client(redis_url, ns) as client:
+        job = client.submit("t", None, delay=600)
+        series = client.submit("t", None, cron="0 3 * * *")
+        for bad, problem in (("x" * 5_000_000, "is 5,000,000 characters long; give at most "
+                                               f"{MAX_REASON_CHARS:,}"),
+                             ("x" * (MAX_REASON_CHARS + 1), "give at most"),
+                             ("", "is not a reason"), ("   ", "is not a reason"),
+                             (None, "is not a reason"), ("\ud800", "not valid text")):
+            with pytest.raises(ValidationError, match="reason: .*" + problem):
+                client.cancel(job, reason=bad)  # type: ignore[arg-type]
+            with pytest.raises(ValidationError, match="reason: .*" + problem):
+                client.delete_job(series, reason=bad)  # type: ignore[arg-type]
+        assert client.slots(job)[0].status is SlotStatus.SCHEDULED
+        longest = "é" * MAX_REASON_CHARS  # characters, not bytes
+        [slot] = client.slots(job)
+        assert client.cancel(job, reason=longest) == {slot.slot_id: "cancelled"}
+        assert r.hget(client.keys.slot(shard_of(job, client.shards), slot.slot_id),
+                      "cancel") == longest.encode()
+        assert client.delete_job(series, reason=longest).job_id == series
+        assert client.get_job(series).deleted == longest
 
 
 # --- numbers ------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 
 from conftest import is_cluster_url
 from helpers import run_until, statuses
@@ -92,6 +93,38 @@ def test_unknown_task_fails_the_slot_with_a_clear_error(redis_url: str, ns: str)
         [slot] = client.slots(job_id)
     assert "unknown task 'missing.task'" in (slot.attempts[0].error or "")
     assert "known" in (slot.attempts[0].error or "")
+
+
+def test_distinct_unknown_task_names_cost_a_worker_no_memory_each(redis_url: str,
+                                                                   ns: str) -> None:
+    """Task names come from Redis: every distinct unknown name a running worker sees ends
+    its slot as one unknown name does, and leaves nothing behind in the worker (its run
+    metrics were kept per name, for good)."""
+    registry = Registry()
+
+    @registry.task("known")
+    async def known(ctx: Context, payload: Any) -> None:
+        pass
+
+    n = 300
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([{"task": f"missing.{i}", "retry": RetryPolicy(max_attempts=1)}
+                                  for i in range(n)])
+        ok = client.submit("known")
+        worker = asyncio.run(run_until(redis_url, ns, registry, lambda: (
+            client.slots(ok)[0].status is SlotStatus.SUCCEEDED
+            and client.status().dead_letter_size == n)))
+        assert statuses(client, ids) == {"dead": n}
+        errors = [s.attempts[0].error or "" for job in ids[:: n // 10]
+                  for s in client.slots(job)]
+    assert all(e.startswith("LookupError: unknown task 'missing.") for e in errors), errors
+    # One entry for the known task and one shared by every unknown name, per queue.
+    assert sorted(worker.run_metrics) == [("default", "(unknown)"), ("default", "known")]
+    assert worker.run_metrics[("default", "(unknown)")].failed == n  # each run still counted
+    assert worker.run_metrics[("default", "known")].ok == 1
+    exported = generate_latest(REGISTRY).decode()
+    assert 'task="(unknown)"' in exported and 'task="missing.' not in exported
+    assert len(worker.claims._by_lane) <= 2
 
 
 def test_failures_retry_through_the_due_set_then_dead_letter(redis_url: str, ns: str) -> None:
