@@ -53,6 +53,7 @@ LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
+LIMITS_PAGE = "tests/e2e/test_console_limits.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
 GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
 GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
@@ -455,6 +456,26 @@ MUTANTS = [
            "the browser keeps it)", "scheduler/web/guard.py",
            "max_age=int(self.session_s), ", "",
            (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
+    Mutant("any-body-read", "a POST's body is read whatever its Content-Type and "
+           "Content-Length (an unauthenticated multipart sign-in is spooled whole before the "
+           "token is compared)", "scheduler/web/middleware.py",
+           "            return form_refusal(headers)", "            return None",
+           (LIMITS_PAGE + "test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read",),
+           fast=True),
+    Mutant("chunked-body-read-whole", "a chunked form (no Content-Length) is read to its end, "
+           "however long", "scheduler/web/app.py", "            if len(body) > FORM_BYTES:",
+           "            if False:",
+           (LIMITS_PAGE + "test_a_chunked_form_is_read_to_the_limit_and_no_further",),
+           fast=True),
+    Mutant("done-text-from-the-link", "a page shows the `done` text of its link (anyone's "
+           "sentence under the console's address)", "scheduler/web/app.py",
+           '"done": results.message(request.query_params)',
+           '"done": request.query_params.get("done")',
+           (LIMITS_PAGE + "test_a_link_puts_no_sentence_of_its_own_on_any_page",), fast=True),
+    Mutant("slot-fire-unbounded", "a slot id's fire time may have any number of digits (int() "
+           "refuses past 4300: /slots/a:<5000 digits> is a 500)", "scheduler/core/keys.py",
+           " or len(fire) > MAX_FIRE_DIGITS", "",
+           (LIMITS_PAGE + "test_no_route_answers_500_to_hostile_values",), fast=True),
     # The lane index (queue_cleaner.py): a lane that holds anything must stay indexed, or the
     # reclaimer never finds its expired leases and status never shows its depth.
     Mutant("cleaner-drops-a-running-lane", "clean_lanes.lua ignores pending entries: a lane "
