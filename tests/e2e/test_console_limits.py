@@ -280,3 +280,52 @@ def test_no_route_answers_500_to_hostile_values(stack: Stack, redis_url: str) ->
                               "next": "/"}, Cookie=cookie)
                 check(reply, f"{name} {value}")
     assert seen.get(400, 0) > 100 and seen.get(200, 0) > 100, seen
+
+
+# --- the token a public console needs -------------------------------------------------------
+
+WEAK = ["", "   ", "x", "change-me", "CHANGE_ME", "changeme", "Change-Me-2", "password",
+        "secret", "token", "admin", "sched-web-token", "s3cr3t-short", "a" * 40,
+        "abababababababababab", "0123456789abcde", "please-change-me",
+        "Insert-Random-String-Here", "change-me-2024"]
+STRONG = ["kX9v2Qm7Lr4Tz8Wb", "correct horse battery staple", "Zk3p_5mT9qWv-2Lr8Yx4Nc"]
+
+
+@pytest.mark.parametrize("token", WEAK)
+def test_a_public_console_refuses_a_weak_token_in_one_line(token: str) -> None:
+    from scheduler.core.errors import ConfigError
+    from scheduler.web import check_bind
+
+    for host in ("0.0.0.0", "::", "192.0.2.10", "console.example.com"):
+        with pytest.raises(ConfigError) as refused:
+            check_bind(host, token)
+        said = str(refused.value)
+        assert "\n" not in said and "127.0.0.1" in said, said
+        assert len(token) < 8 or token not in said, said  # (shorter ones are words of it)
+    for host in ("127.0.0.1", "::1", "localhost"):
+        check_bind(host, token)  # loopback: a token is the operator's own choice
+
+
+@pytest.mark.parametrize("token", STRONG)
+def test_a_public_console_takes_a_strong_token(token: str) -> None:
+    from scheduler.web import check_bind
+
+    check_bind("0.0.0.0", token)
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_sched_web_refuses_a_placeholder_token_on_every_interface(redis_url: str,
+                                                                  how: str) -> None:
+    import os
+    import subprocess
+
+    from conftest import SCHED
+
+    args = ["--token", "change-me"] if how == "option" else []
+    env = {**os.environ, "SCHED_WEB_TOKEN": "change-me"} if how == "environment" \
+        else dict(os.environ)
+    done = subprocess.run([*SCHED, "--redis-url", redis_url, "web", "--host", "0.0.0.0",
+                           "--port", "0", *args], capture_output=True, text=True, timeout=60,
+                          env=env)
+    assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
+    assert "weak token (a placeholder" in done.stderr and "change-me" not in done.stderr

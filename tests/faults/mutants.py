@@ -456,6 +456,15 @@ MUTANTS = [
            "the browser keeps it)", "scheduler/web/guard.py",
            "max_age=int(self.session_s), ", "",
            (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
+    Mutant("short-token-public", "a console serves every interface with a token of any "
+           "length (one character, guessed at once)", "scheduler/web/guard.py",
+           "    if len(token.strip()) < MIN_TOKEN_CHARS:", "    if False:",
+           (LIMITS_PAGE + "test_a_public_console_refuses_a_weak_token_in_one_line",), fast=True),
+    Mutant("placeholder-token-public", "a console serves every interface with `change-me`, "
+           "the token of the examples", "scheduler/web/guard.py",
+           '        return "a placeholder from an example"', "        pass",
+           (LIMITS_PAGE + "test_a_public_console_refuses_a_weak_token_in_one_line",),
+           fast=True),
     Mutant("any-body-read", "a POST's body is read whatever its Content-Type and "
            "Content-Length (an unauthenticated multipart sign-in is spooled whole before the "
            "token is compared)", "scheduler/web/middleware.py",
