@@ -169,6 +169,7 @@ def test_sched_devs_banner_shows_no_password(capsys: pytest.CaptureFixture[str],
     holding a space was printed whole."""
     from scheduler.cli.dev import _banner
 
-    _banner("ns", url, False, "everything", dsn, 9464, "http://127.0.0.1:8080/")
+    _banner("ns", url, False, "everything", dsn, "http://127.0.0.1:9464/metrics",
+            "http://127.0.0.1:8080/")
     out = capsys.readouterr().out
     assert "***" in out and not leaked(out), out

@@ -54,6 +54,7 @@ CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
 LIMITS_PAGE = "tests/e2e/test_console_limits.py::"
+METRICS_ENDPOINTS = "tests/e2e/test_metrics_endpoints.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
 GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
 GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
@@ -465,6 +466,22 @@ MUTANTS = [
            '        return "a placeholder from an example"', "        pass",
            (LIMITS_PAGE + "test_a_public_console_refuses_a_weak_token_in_one_line",),
            fast=True),
+    Mutant("metrics-on-every-interface", "a service's --metrics-port listens on every "
+           "interface unless told otherwise", "scheduler/cli/run.py",
+           'METRICS_HOST = "127.0.0.1"', 'METRICS_HOST = "0.0.0.0"',
+           (METRICS_ENDPOINTS + "test_every_command_that_opens_a_metrics_port_takes_a_host_"
+            "loopback_by_default", METRICS_ENDPOINTS + "test_each_service_serves_metrics_on_"
+            "loopback_unless_told[scheduler]"), fast=True),
+    Mutant("every-queue-exported", "the exporter names every queue (5,000 queues: 25,000 "
+           "series a scrape)", "scheduler/observe/metrics.py",
+           "        if len(queues) <= self.top_queues:", "        if True:",
+           (METRICS_ENDPOINTS + "test_the_exporter_exports_the_busiest_queues_and_sums_the_"
+            "rest",), fast=True),
+    Mutant("key-names-exported", "the exporter names the busiest concurrency keys (tenants' "
+           "names, e-mail addresses) whatever --key-labels says", "scheduler/observe/metrics.py",
+           '            if self.key_labels == "off":\n                continue\n', "",
+           (METRICS_ENDPOINTS + "test_the_exporter_exports_the_busiest_queues_and_sums_the_"
+            "rest",), fast=True),
     Mutant("any-body-read", "a POST's body is read whatever its Content-Type and "
            "Content-Length (an unauthenticated multipart sign-in is spooled whole before the "
            "token is compared)", "scheduler/web/middleware.py",
