@@ -137,8 +137,11 @@ def test_the_exporter_exports_the_busiest_queues_and_sums_the_rest(redis_url: st
     assert {q: depth[q] for q in top} == {q: depths[q] for q in top}
     assert depth[OTHER_QUEUES] == sum(n for q, n in depths.items() if q not in top)
     assert _series(text, "sched_queues") == {(): len(depths)}
-    assert {dict(k)["queue"] for k in _series(text, "sched_queue_pending")} == \
-        {*top, OTHER_QUEUES}
+    for name in ("sched_queue_pending", "sched_queue_oldest_ready_age_seconds"):
+        assert {dict(k)["queue"] for k in _series(text, name)} == {*top, OTHER_QUEUES}, name
+    assert _series(text, "sched_queue_keys") == {
+        **{(("queue", q),): 1 if q == "tenants" else 0 for q in top},
+        (("queue", OTHER_QUEUES),): 0}
     assert TENANT not in text and key_label(TENANT) not in text
     assert _series(text, "sched_key_waiting") == {}  # off unless asked for
     with serving(redis_url, ns, "exporter", "--port", "{port}", "--top-queues", "20",
