@@ -168,3 +168,16 @@ def test_five_thousand_queues_make_a_scrape_of_the_same_size(redis_url: str, ns:
     assert len(queues) == TOP_QUEUES + 1 and OTHER_QUEUES in queues
     assert _series(text, "sched_queues") == {(): 5000}
     assert len(series) < 5 * (TOP_QUEUES + 1) + 200, len(series)
+
+
+@pytest.mark.parametrize("options", [{"top_queues": 0}, {"top_queues": True},
+                                     {"key_labels": "names"}])
+def test_the_collector_refuses_a_bad_option_in_one_line(options: dict[str, object]) -> None:
+    import redis
+
+    from scheduler.core.errors import ConfigError
+    from scheduler.observe.metrics import NamespaceCollector
+
+    with pytest.raises(ConfigError) as refused:
+        NamespaceCollector(redis.Redis(), "ns", **options)  # type: ignore[arg-type]
+    assert "\n" not in str(refused.value)

@@ -482,6 +482,10 @@ MUTANTS = [
            '            if self.key_labels == "off":\n                continue\n', "",
            (METRICS_ENDPOINTS + "test_the_exporter_exports_the_busiest_queues_and_sums_the_"
             "rest",), fast=True),
+    Mutant("password-cut-at-a-space", "a URL's user information ends at white space: "
+           "redis://:pa ss@h shows `ss` (dev's banner, URL errors, the History page)",
+           "scheduler/core/masking.py", r'r"(?P<userinfo>\S*|[^\s/@]*:[^\n/]*)@"',
+           r'r"(?P<userinfo>\S*)@"', ("tests/sdk/test_masking.py",), fast=True),
     Mutant("any-body-read", "a POST's body is read whatever its Content-Type and "
            "Content-Length (an unauthenticated multipart sign-in is spooled whole before the "
            "token is compared)", "scheduler/web/middleware.py",

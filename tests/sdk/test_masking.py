@@ -113,6 +113,7 @@ def test_a_password_its_parser_would_cut_is_refused(url: str, refused: bool) -> 
     "redis://:hunter2@h:notaport/0", "redis://:hun/ter2@127.0.0.1:1/0",
     "redis://u:hun?ter2@127.0.0.1:1/0", "redis://:hunter2@h/notadb",
     "redis+cluster://u:hunter2@h:1/3", "redis+cluster://u:hunter2@h:x",
+    "redis://:hun ter2@h:notaport/0", "redis://u:hun ter2@h/notadb",
 ])
 def test_the_sdk_says_what_is_wrong_with_a_url_without_its_password(url: str) -> None:
     with pytest.raises(ConfigError) as caught:
