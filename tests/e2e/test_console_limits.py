@@ -189,7 +189,7 @@ def _answer(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def _unsent_body(base: str, path: str, length: int, content_type: str) -> Reply:
+def _unsent_body(base: str, path: str, length: int | str, content_type: str) -> Reply:
     """A POST that announces `length` bytes and sends none: the answer (a server that waits
     for the body times out instead)."""
     port = urlsplit(base).port
@@ -215,6 +215,9 @@ def test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read(stack: Sta
         assert reply.status == status, (content_type, reply.body[:300])
     reply = call(stack.token, "POST", path, b"token=x")  # no Content-Type at all
     assert reply.status == 415, reply
+    for length in ("-1", "abc", "9" * 30, str(FORM_BYTES + 1)):
+        reply = _unsent_body(stack.token, path, length, "application/x-www-form-urlencoded")
+        assert reply.status in (400, 413), (length, reply.body[:300])  # 400: the HTTP parser's
 
 
 def test_a_chunked_form_is_read_to_the_limit_and_no_further(stack: Stack) -> None:
