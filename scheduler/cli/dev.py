@@ -12,7 +12,7 @@ import click
 
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
-from scheduler.cli.run import load_app, serve
+from scheduler.cli.run import load_app, metrics_host_option, serve
 from scheduler.core.masking import masked
 from scheduler.redis.clients import process_redis, sync_redis
 
@@ -37,6 +37,7 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464,
               help="Port for /metrics (this process's and the namespace's) and /healthz; "
                    "a free one is used when it is taken; 0 always picks a free one.")
+@metrics_host_option
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help="Once running, write {redis_url, metrics_url, embedded_redis} here as JSON "
                    "(for scripts).")
@@ -51,7 +52,8 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
 @log_options
 @click.pass_obj
 def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease_s: float,
-        metrics_port: int, ready_file: str | None, web_port: int, no_web: bool,
+        metrics_port: int, metrics_host: str, ready_file: str | None, web_port: int,
+        no_web: bool,
         no_history: bool, postgres_dsn: str | None, history_file: str, log_level: str,
         log_format: str) -> None:
     """Run everything in one process: a scheduler node, a worker, the snapshotter (history in
@@ -87,8 +89,8 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     REGISTRY.register(collector)
     server = None
     try:
-        server = _metrics_server(REGISTRY, metrics_port)
-        metrics_url = f"http://127.0.0.1:{server.port}/metrics"
+        server = _metrics_server(REGISTRY, metrics_host, metrics_port)
+        metrics_url = _metrics_url(metrics_host, server.port)
         web = None if no_web else _web(web_port, history_source(
             postgres_dsn, history_file, read_only=True) if store is not None else None)
         running = (f"a scheduler node, a worker ({app_spec}, concurrency {concurrency}, "
@@ -96,7 +98,7 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
                    + ("" if store is None else ", the snapshotter")
                    + ("" if web is None else ", the web console"))
         _banner(namespace, url, embedded is not None, running,
-                None if store is None else postgres_dsn or history_file, server.port,
+                None if store is None else postgres_dsn or history_file, metrics_url,
                 web[0] if web else None)
         holder: list[Any] = []
 
@@ -130,14 +132,26 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
         log.info("sched dev stopped")
 
 
-def _metrics_server(registry: Any, port: int) -> Any:
+def _metrics_server(registry: Any, host: str, port: int) -> Any:
     """On `port`, or on any free port when it is taken (a second `sched dev`)."""
+    from scheduler.core.errors import ConfigError
     from scheduler.observe.exporter import MetricsServer
 
     try:
-        return MetricsServer(registry, host="127.0.0.1", port=port).start()
-    except OSError:
-        return MetricsServer(registry, host="127.0.0.1", port=0).start()
+        try:
+            return MetricsServer(registry, host=host, port=port).start()
+        except OSError:
+            return MetricsServer(registry, host=host, port=0).start()
+    except OSError as exc:
+        raise ConfigError(f"cannot serve metrics on {host} ({exc.strerror}); choose another "
+                          f"--metrics-host") from None
+
+
+def _metrics_url(host: str, port: int) -> str:
+    """Where to read the metrics from this host: loopback when they listen everywhere."""
+    if host in ("0.0.0.0", "::"):  # nosec B104 # every interface: loopback is one
+        host = "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
 
 
 def _web(port: int, history: str | None) -> tuple[str, int, str | None] | None:
@@ -223,7 +237,7 @@ async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
 
 
 def _banner(namespace: str, url: str, embedded: bool, running: str, history: str | None,
-            port: int, web: str | None = None) -> None:
+            metrics_url: str, web: str | None = None) -> None:
     """What runs where, and commands to try; no password is printed (the commands name the
     URL with *** where it has one: put it back, or set SCHED_REDIS_URL)."""
     url, history = masked(url, url), history and masked(history, history)
@@ -235,8 +249,8 @@ def _banner(namespace: str, url: str, embedded: bool, running: str, history: str
         click.echo(f"  history:  {history}  ({cli} history)")
     if web:
         click.echo(f"  console:  {web}")
-    click.echo(f"  metrics:  http://127.0.0.1:{port}/metrics  (health: "
-               f"http://127.0.0.1:{port}/healthz)")
+    click.echo(f"  metrics:  {metrics_url}  (health: "
+               f"{metrics_url.removesuffix('/metrics')}/healthz)")
     click.echo(f"  status:   {cli} status [--watch]")
     click.echo(f"  submit:   {cli} submit demo.hello --payload '{{\"name\": \"you\"}}'")
     click.echo("  Ctrl-C stops everything.", nl=True)

@@ -15,7 +15,7 @@ from scheduler.cli.inspect import echo_json, table, when
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.cli.outbox import outbox_dsn, schema_option
-from scheduler.cli.run import metrics_port_option
+from scheduler.cli.run import metrics_host_option, metrics_port_option
 from scheduler.core.errors import ValidationError
 from scheduler.core.states import SlotStatus
 
@@ -87,12 +87,13 @@ def db_upgrade(postgres_dsn: str | None, history_file: str, outbox: bool, schema
 @click.option("--history-days", type=click.IntRange(min=1), default=30,
               help="Days of history kept in the store.")
 @metrics_port_option
+@metrics_host_option
 @log_options
 @click.pass_obj
 def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
                 read_count: int, settle_s: float, defer_s: float, claim_idle_s: float,
                 retention_s: float, keep_redis: bool,
-                history_days: int, metrics_port: int | None, log_level: str,
+                history_days: int, metrics_port: int | None, metrics_host: str, log_level: str,
                 log_format: str) -> None:
     """Copy slot and job state into the history store, and apply retention."""
     from scheduler.cli.run import serve, start_metrics
@@ -117,7 +118,7 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
     async def make() -> None:
         import asyncio
 
-        start_metrics(metrics_port)
+        start_metrics(metrics_port, host=metrics_host)
         client = process_redis(obj["redis_url"], lease_s=30.0)
         # Shutdown: both loops finish their current pass (the snapshotter acks only what it
         # committed), then the connections close (also when a bad namespace stops the start).

@@ -11,7 +11,7 @@ import click
 
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source
-from scheduler.cli.run import metrics_port_option
+from scheduler.cli.run import metrics_host_option, metrics_port_option
 
 DSN_HELP = ("The application's database, where the outbox is, e.g. postgresql://user@host/db "
             "(env SCHED_POSTGRES_DSN).")
@@ -49,11 +49,12 @@ def outbox() -> None:
               default=None, help="When Redis counts a batch as written (the SDK's "
                                  "durability=); default primary.")
 @metrics_port_option
+@metrics_host_option
 @log_options
 @click.pass_obj
 def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int,
-          poll_s: float, durability: str | None, metrics_port: int | None, log_level: str,
-          log_format: str) -> None:
+          poll_s: float, durability: str | None, metrics_port: int | None, metrics_host: str,
+          log_level: str, log_format: str) -> None:
     """Move committed outbox rows into Redis until SIGTERM/SIGINT (several may run)."""
     from scheduler import Client
     from scheduler.cli.run import start_metrics
@@ -70,7 +71,7 @@ def relay(obj: dict[str, str], postgres_dsn: str | None, schema: str, batch: int
     service = OutboxRelay(client, dsn, schema=schema, config=config)
     try:
         service.lag_or_refuse()  # a missing outbox or database: one line, at once
-        start_metrics(metrics_port)
+        start_metrics(metrics_port, host=metrics_host)
         # kill -USR1 shows where it waits, as the other services' (sched worker's) does.
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         for sig in (signal.SIGTERM, signal.SIGINT):

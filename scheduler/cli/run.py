@@ -29,29 +29,37 @@ log = logging.getLogger("scheduler.cli")
 
 PROCESS_POOL_ENV = "SCHED_PROCESS_POOL"
 
+METRICS_HOST = "127.0.0.1"  # observe/exporter.py's, without importing prometheus_client
+
 metrics_port_option = click.option(
     "--metrics-port", type=click.IntRange(min=0, max=65535), default=None,
     envvar="SCHED_METRICS_PORT",
-    help="Serve this process's metrics on http://0.0.0.0:PORT/metrics (and /healthz); "
+    help="Serve this process's metrics on http://METRICS_HOST:PORT/metrics (and /healthz); "
          "0 picks a free port (env SCHED_METRICS_PORT).")
+metrics_host_option = click.option(
+    "--metrics-host", default=METRICS_HOST, envvar="SCHED_METRICS_HOST", show_default=True,
+    help="Address --metrics-port listens on: loopback unless given; 0.0.0.0 (every "
+         "interface) or one address for a Prometheus on another host or container (env "
+         "SCHED_METRICS_HOST).")
 
 
 def start_metrics(port: int | None, registry: CollectorRegistry | None = None, *,
-                  host: str | None = None) -> MetricsServer | None:
+                  host: str = METRICS_HOST) -> MetricsServer | None:
     """Serve a registry (the process's by default) from a daemon thread, for the life of the
-    process, when --metrics-port is given; a busy port is a one-line error."""
+    process, when --metrics-port is given; a busy port or an address this host does not
+    have is a one-line error."""
     if port is None:
         return None
     from prometheus_client import REGISTRY
 
-    from scheduler.observe.exporter import SCRAPE_HOST, MetricsServer
+    from scheduler.observe.exporter import MetricsServer
 
     try:
-        server = MetricsServer(registry or REGISTRY, host=host or SCRAPE_HOST, port=port).start()
+        server = MetricsServer(registry or REGISTRY, host=host, port=port).start()
     except OSError as exc:
-        raise ConfigError(f"cannot serve metrics on port {port} ({exc.strerror}); "
-                          f"choose another --metrics-port") from None
-    log.info("metrics on http://%s:%d/metrics", host or SCRAPE_HOST, server.port)
+        raise ConfigError(f"cannot serve metrics on {host}:{port} ({exc.strerror}); "
+                          f"choose another --metrics-port or --metrics-host") from None
+    log.info("metrics on http://%s:%d/metrics", host, server.port)
     return server
 
 
@@ -188,13 +196,14 @@ class Processes(click.ParamType[int]):
                    "in the --app module or run under opentelemetry-instrument (env "
                    "SCHED_OTEL=1; needs the otel extra).")
 @metrics_port_option
+@metrics_host_option
 @log_options
 @click.pass_obj
 def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int, queues: str,
            lease_s: float, grace_s: float, batch: int, pipelines: int, claim_replicas: int,
            replica_timeout: float, eager_start: bool, process_pool: int | None,
            max_tasks_per_child: int, autoscale: Any, trace: bool, metrics_port: int | None,
-           log_level: str, log_format: str) -> None:
+           metrics_host: str, log_level: str, log_format: str) -> None:
     """Run handlers for jobs in QUEUES."""
     from scheduler.worker.supervisor import SUPERVISOR_ENV, ChildLink
     from scheduler.worker.worker import SupervisorRef, Worker, WorkerConfig
@@ -215,14 +224,16 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
     if link is not None:
         link.die_with_parent()
     elif processes > 1:  # the children import the app, not their supervisor
-        supervise(processes, grace_s, metrics_port, log_level, log_format, process_pool)
+        supervise(processes, grace_s, metrics_port, log_level, log_format, process_pool,
+                  metrics_host)
         return
     registry = load_app(app_spec)
     setup_logging(log_level, log_format)
     holder: list[Worker] = []
 
     async def make() -> None:
-        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
+        # once SIGTERM is handled: a scrape may mean "it is up"
+        start_metrics(metrics_port, host=metrics_host)
         client = process_redis(obj["redis_url"], lease_s)
         w = Worker(client, registry, namespace=obj["namespace"], config=config,  # type: ignore[arg-type]
                    supervisor=supervisor)
@@ -243,7 +254,8 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
 
 
 def supervise(processes: int, grace_s: float, metrics_port: int | None, log_level: str,
-              log_format: str, process_pool: int | None = None) -> None:
+              log_format: str, process_pool: int | None = None,
+              metrics_host: str = METRICS_HOST) -> None:
     """`sched worker --processes N` (N > 1): this process supervises N workers; it serves
     --metrics-port itself, their metrics merged with its own. Without --process-pool each
     child's process pool (if its app has pool="process" tasks) gets its share of the cores,
@@ -267,7 +279,7 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
         registry.register(metrics.SUPERVISOR_RESTARTS)
         registry.register(metrics.SUPERVISOR_CHILDREN)
         registry.register(ChildrenCollector(sup.metrics_targets))
-        server = start_metrics(metrics_port, registry)
+        server = start_metrics(metrics_port, registry, host=metrics_host)
     try:
         code = serve_supervisor(sup)
     finally:
@@ -310,12 +322,13 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 @click.option("--outbox-schema", default="scheduler", envvar="SCHED_OUTBOX_SCHEMA",
               show_default=True, help="The outbox's schema, with --outbox-dsn.")
 @metrics_port_option
+@metrics_host_option
 @log_options
 @click.pass_obj
 def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
               sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
               promote_ahead_s: float, queue_idle_s: float, outbox_dsn: str | None,
-              outbox_schema: str, metrics_port: int | None, log_level: str,
+              outbox_schema: str, metrics_port: int | None, metrics_host: str, log_level: str,
               log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
@@ -331,7 +344,8 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
     holder: list[Any] = [] if relay is None else [relay]
 
     async def make() -> None:
-        start_metrics(metrics_port)  # once SIGTERM is handled: a scrape may mean "it is up"
+        # once SIGTERM is handled: a scrape may mean "it is up"
+        start_metrics(metrics_port, host=metrics_host)
         client = process_redis(obj["redis_url"], lease_s)
         node = SchedulerNode(client, namespace=obj["namespace"], config=config)
         holder.append(node)
@@ -375,14 +389,25 @@ def _outbox_relay(obj: dict[str, str], dsn: str | None, schema: str) -> Any:
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=9464,
               envvar="SCHED_EXPORTER_PORT", help="Port for /metrics and /healthz (env "
                                                  "SCHED_EXPORTER_PORT); 0 picks a free one.")
-@click.option("--host", default=None,
-              help="Address to listen on (default: every interface, 0.0.0.0, for Prometheus "
-                   "on other hosts).")
+@click.option("--host", default=METRICS_HOST, envvar="SCHED_METRICS_HOST", show_default=True,
+              help="Address to listen on: loopback unless given; 0.0.0.0 (every interface) "
+                   "or one address for a Prometheus on another host or container (env "
+                   "SCHED_METRICS_HOST).")
+@click.option("--top-queues", type=click.IntRange(min=1), default=None,
+              help="Queues with series of their own, those with the most work (depth, then "
+                   "pending); the rest are summed into queue=\"(other)\" (default 100).")
+@click.option("--key-labels", type=click.Choice(["off", "hashed", "plain"]), default="off",
+              show_default=True,
+              help="The busiest concurrency keys' series (sched_key_waiting, "
+                   "sched_key_running): off (none: a key, maybe a tenant's name or e-mail "
+                   "address, never leaves Redis), hashed (a stable pseudonym per key) or "
+                   "plain (the key's name).")
 @scaling_options
 @log_options
 @click.pass_obj
-def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: float,
-             target_utilisation: float, log_level: str, log_format: str) -> None:
+def exporter(obj: dict[str, str], port: int, host: str, top_queues: int | None,
+             key_labels: str, target_lag_s: float, target_utilisation: float, log_level: str,
+             log_format: str) -> None:
     """Serve the namespace's metrics (depth, lag, backlog, dead letters, workers, workers
     wanted) read from Redis at each scrape. /healthz answers 503 while Redis does not."""
     import threading
@@ -390,15 +415,15 @@ def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: flo
     from prometheus_client import CollectorRegistry
 
     from scheduler.observe.capacity import ScalingTarget
-    from scheduler.observe.exporter import SCRAPE_HOST, MetricsServer
-    from scheduler.observe.metrics import NamespaceCollector
+    from scheduler.observe.exporter import MetricsServer
+    from scheduler.observe.metrics import TOP_QUEUES, NamespaceCollector
 
-    host = host or SCRAPE_HOST
     setup_logging(log_level, log_format)
     client = sync_redis(obj["redis_url"])
     registry = CollectorRegistry()
     registry.register(NamespaceCollector(client, obj["namespace"], ScalingTarget(
-        target_lag_s=target_lag_s, utilisation=target_utilisation)))
+        target_lag_s=target_lag_s, utilisation=target_utilisation),
+        top_queues=top_queues or TOP_QUEUES, key_labels=key_labels))
 
     def healthy() -> bool:
         try:
@@ -413,7 +438,7 @@ def exporter(obj: dict[str, str], port: int, host: str | None, target_lag_s: flo
         server = MetricsServer(registry, host=host, port=port, healthy=healthy).start()
     except OSError as exc:
         raise ConfigError(f"cannot listen on {host}:{port} ({exc.strerror}); choose another "
-                          f"--port") from None
+                          f"--port or --host") from None
     log.info("exporter for namespace %r on http://%s:%d/metrics", obj["namespace"], host,
              server.port)
     done.wait()

@@ -171,9 +171,15 @@ def slot_id(job_id: str, fire_ms: int) -> str:
     return f"{job_id}:{fire_ms}"
 
 
+MAX_FIRE_DIGITS = 19  # an int64 of ms
+
+
 def split_slot_id(slot: str) -> tuple[str, int]:
     job_id, sep, fire = slot.rpartition(":")
-    if not sep or not fire.isdigit() or not _ID.fullmatch(job_id):
+    # ASCII digits, as many as a time in ms can have: int() refuses other digits ("²") and
+    # more than 4300 of them, which no caller should have to catch.
+    if (not sep or not (fire.isascii() and fire.isdigit()) or len(fire) > MAX_FIRE_DIGITS
+            or not _ID.fullmatch(job_id)):
         raise ValidationError("slot_id", f"{slot!r} is not a slot id (expected JOB_ID:FIRE_MS)")
     return job_id, int(fire)
 

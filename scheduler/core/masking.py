@@ -4,10 +4,10 @@ whose password its parser would split (and then print a piece of in its own erro
 
 Two layers. Patterns catch a secret in any text (a log line, a library's error): a URL's
 user:password@ (everything between `://` and the last `@` of the URL is taken for it, so a
-password holding an unencoded `@`, `/` or `:` is masked whole) and any `...password=` option
-or DSN field, quoted or not. And when the caller knows the URL or DSN the text came from, its
-passwords are masked wherever they appear, and so are their pieces (a parser that split a
-password at an `@` prints the rest as a host name).
+password holding an unencoded `@`, `/` or `:`, or white space, is masked whole) and any
+`...password=` option or DSN field, quoted or not. And when the caller knows the URL or DSN
+the text came from, its passwords are masked wherever they appear, and so are their pieces
+(a parser that split a password at an `@` prints the rest as a host name).
 """
 
 from __future__ import annotations
@@ -19,8 +19,13 @@ import urllib.parse
 MASK = "***"
 
 # scheme:// (any scheme, a misspelt one too; `:/` as a path library writes it), then the
-# rest of the URL up to its last `@`: the user information. A URL ends at white space.
-_URL = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*:/+)(?P<userinfo>\S*)@", re.I)
+# rest of the URL up to its last `@`: the user information. A URL ends at white space, but
+# a password may hold some (`redis://:pa ss@h`): when no `@` ends the first word, a `user:`
+# and what follows it on the line up to its last `@` before a `/` is taken for the user
+# information too (at worst a URL with a port and no path, then an e-mail address on its
+# line, loses the port: more is masked, never less).
+_URL = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.\-]*:/+)"
+                  r"(?P<userinfo>\S*|[^\s/@]*:[^\n/]*)@", re.I)
 # A password option or DSN field (password=, ssl_password=, sentinel_password=, sslpassword=,
 # passwd=): its value up to white space, or quoted (to the last quote of the line: a quote
 # inside the value may be escaped).

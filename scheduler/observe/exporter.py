@@ -3,6 +3,7 @@ daemon thread so scrapes never wait on the event loop (and a busy loop never del
 
 `sched exporter` serves a registry holding only the namespace gauges; `--metrics-port` on
 `sched worker` / `sched scheduler` serves the process registry; `sched dev` serves both.
+Each listens on loopback unless told otherwise (`--metrics-host`, the exporter's `--host`).
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ class _Quiet(WSGIRequestHandler):
         pass  # one line per scrape is noise; failures show in sched_exporter_up
 
 
-# Every interface: Prometheus scrapes a worker's or the exporter's /metrics from another host
-# (its container's address); /metrics and /healthz are read-only and hold no secret.
-SCRAPE_HOST = "0.0.0.0"  # nosec B104 # see above
+# Loopback unless the operator says otherwise: what a scrape shows (queue names, workers'
+# hosts, concurrency keys when asked for) is the operator's, and a Prometheus on another host
+# or container is reached by passing its interface (or 0.0.0.0) on purpose.
+METRICS_HOST = "127.0.0.1"
 
 
 class MetricsServer:
-    def __init__(self, registry: CollectorRegistry, *, host: str = SCRAPE_HOST, port: int = 0,
+    def __init__(self, registry: CollectorRegistry, *, host: str = METRICS_HOST, port: int = 0,
                  healthy: Callable[[], bool] = lambda: True) -> None:
         metrics = make_wsgi_app(registry)
 

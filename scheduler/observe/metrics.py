@@ -11,6 +11,13 @@ Two kinds:
   reading, in a few pipelined round trips whatever the namespace's size). `sched exporter`
   serves them.
 
+A scrape's size is bounded whatever the namespace holds: the `top_queues` queues with the
+most work (depth, then pending) have series of their own and the rest are summed into one
+`queue="(other)"` (OTHER_QUEUES; queue names cannot hold parentheses); concurrency keys,
+which may be tenants' names or e-mail addresses, are exported under `key_labels`: "off" (no
+per-key series, the default: a key's name never leaves Redis), "hashed" (`key_label`: a
+stable pseudonym, which whoever can guess a key can compute too) or "plain".
+
 The worker's hot path runs tens of thousands of jobs a second, so the per-run metrics
 (`sched_runs_total`, `sched_start_lag_seconds`, `sched_run_duration_seconds`) are not
 prometheus_client's locked Counter and Histogram but the single-writer `FastCounter` and
@@ -22,6 +29,7 @@ Everything counted per batch or per rare event uses prometheus_client's Counter.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from bisect import bisect_left
@@ -32,10 +40,18 @@ from prometheus_client import REGISTRY, Counter, Gauge
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from scheduler.core.errors import ConfigError
 from scheduler.core.keys import Keys
 from scheduler.observe.capacity import ScalingTarget, plan
 from scheduler.observe.counters import FastCounter, FastHistogram
-from scheduler.observe.status import Status, Topology, WorkerStatus, read_status
+from scheduler.observe.status import (
+    QueueShardStatus,
+    QueueStatus,
+    Status,
+    Topology,
+    WorkerStatus,
+    read_status,
+)
 from scheduler.redis.clock import RedisClock
 from scheduler.redis.failures import REDIS_ERRORS
 
@@ -163,6 +179,18 @@ class RunMetrics:
 
 # --- namespace gauges, read from Redis at scrape time --------------------------------------
 
+TOP_QUEUES = 100  # queues exported one by one (--top-queues); the rest are summed
+OTHER_QUEUES = "(other)"  # the queue label of that sum: no queue name holds a parenthesis
+KEY_LABELS = ("off", "hashed", "plain")
+DEFAULT_KEY_LABELS = "off"
+
+
+def key_label(key: str) -> str:
+    """A concurrency key as `key_labels="hashed"` exports it: the first 16 hex digits of its
+    SHA-256 (to find a key's series, compute its label)."""
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 GAUGES = {
     "sched_queue_depth": ("Entries not yet delivered to the consumer group (stream lag), and "
                           "the queued slots of the queue's concurrency keys.",
@@ -170,7 +198,9 @@ GAUGES = {
     "sched_queue_keys": ("Concurrency keys of the queue with a queued slot.", ("queue",)),
     "sched_key_waiting": ("Queued slots of a concurrency key, for the queue's busiest keys "
                           "only (by running + waiting, the top 10: observe/keyed.py "
-                          "TOP_KEYS); a key outside them is not exported.", ("queue", "key")),
+                          "TOP_KEYS); a key outside them is not exported. Only with "
+                          "key_labels hashed (the key's key_label) or plain.",
+                          ("queue", "key")),
     "sched_key_running": ("Runs of a concurrency key now (its per-key permits in use), for "
                           "the queue's busiest keys only, as sched_key_waiting.",
                           ("queue", "key")),
@@ -208,6 +238,8 @@ GAUGES = {
     "sched_snapshotter_lag_seconds": ("Age of the oldest event the snapshotter has not read; "
                                       "absent while no snapshotter group exists.", ("shard",)),
     "sched_snapshotter_backlog_events": ("Events the snapshotter has not acked.", ("shard",)),
+    "sched_queues": ("Queues the namespace lists; past the exporter's top_queues, the rest "
+                     "are summed into queue=\"(other)\".", ()),
     "sched_exporter_up": ("1 when the last scrape could read Redis.", ()),
     "sched_redis_durable": ("1 when Redis has an AOF or a replica; 0 when a restart loses "
                             "what history does not have yet; absent when INFO is not "
@@ -249,7 +281,15 @@ class NamespaceCollector(Collector):
     that stopped heartbeating without leaving (a crash or a partition), one that left."""
 
     def __init__(self, client: redis.Redis, namespace: str,
-                 target: ScalingTarget | None = None) -> None:
+                 target: ScalingTarget | None = None, *, top_queues: int = TOP_QUEUES,
+                 key_labels: str = DEFAULT_KEY_LABELS) -> None:
+        if isinstance(top_queues, bool) or not isinstance(top_queues, int) or top_queues < 1:
+            raise ConfigError(f"top_queues {top_queues!r}: give a whole number of queues, 1 "
+                              f"or more")
+        if key_labels not in KEY_LABELS:
+            raise ConfigError(f"key_labels {key_labels!r}: use one of {', '.join(KEY_LABELS)}")
+        self.top_queues = top_queues
+        self.key_labels = key_labels
         self.redis = client
         self.target = target  # None: the status's own plan (capacity.ScalingTarget defaults)
         self.keys = Keys(namespace)
@@ -279,13 +319,10 @@ class NamespaceCollector(Collector):
         if self._failing:
             log.info("exporter reads Redis again")
         self._failing = False
+        named = self._named_queues(status.queues)
         for d in status.shard_details:
             s = str(d.shard)
-            for q in d.queues:
-                g["sched_queue_depth"].add_metric([q.queue, s], q.depth)
-                g["sched_queue_pending"].add_metric([q.queue, s], q.pending)
-                g["sched_queue_oldest_ready_age_seconds"].add_metric([q.queue, s],
-                                                                     q.oldest_ready_age_s)
+            self._shard_queues(g, d.queues, s, named, len(named) < len(status.queues))
             g["sched_due_backlog"].add_metric([s], d.due_backlog)
             g["sched_due_backlog_oldest_age_seconds"].add_metric([s], d.oldest_overdue_s)
             g["sched_due_slots"].add_metric([s], d.due_slots)
@@ -298,15 +335,12 @@ class NamespaceCollector(Collector):
                 g["sched_snapshotter_lag_seconds"].add_metric([s], d.snapshot_lag_s)
                 g["sched_snapshotter_backlog_events"].add_metric(
                     [s], d.snapshot_backlog_events or 0)
-        for queue in status.queues:
-            g["sched_queue_keys"].add_metric([queue.queue], queue.keys_waiting)
-            for k in queue.top_keys:  # at most keyed.TOP_KEYS: a bounded set of series
-                g["sched_key_waiting"].add_metric([queue.queue, k.key], k.waiting)
-                g["sched_key_running"].add_metric([queue.queue, k.key], k.running)
+        self._keys(g, status.queues, named)
+        g["sched_queues"].add_metric([], len(status.queues))
         if status.redis_aof is not None and status.redis_replicas is not None:
             g["sched_redis_durable"].add_metric(
                 [], 1 if status.redis_aof or status.redis_replicas else 0)
-        self._workers(g, status)
+        self._workers(g, status, named)
         self._log_worker_changes(status.workers)
         g["sched_shards_owned"].add_metric([], status.shards_owned)
         g["sched_shards"].add_metric([], status.shards)
@@ -314,7 +348,56 @@ class NamespaceCollector(Collector):
         g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)
         return list(g.values())
 
-    def _workers(self, g: dict[str, GaugeMetricFamily], status: Status) -> None:
+    @staticmethod
+    def _shard_queues(g: dict[str, GaugeMetricFamily], queues: list[QueueShardStatus],
+                      shard: str, named: set[str], others: bool) -> None:
+        """A shard's queues: the named ones each, the rest (`others`: there are some) as
+        one sum (their oldest age, the oldest of theirs)."""
+        depth = pending = 0
+        oldest = 0.0
+        for q in queues:
+            if q.queue in named:
+                g["sched_queue_depth"].add_metric([q.queue, shard], q.depth)
+                g["sched_queue_pending"].add_metric([q.queue, shard], q.pending)
+                g["sched_queue_oldest_ready_age_seconds"].add_metric([q.queue, shard],
+                                                                     q.oldest_ready_age_s)
+            else:
+                depth, pending = depth + q.depth, pending + q.pending
+                oldest = max(oldest, q.oldest_ready_age_s)
+        if others:
+            g["sched_queue_depth"].add_metric([OTHER_QUEUES, shard], depth)
+            g["sched_queue_pending"].add_metric([OTHER_QUEUES, shard], pending)
+            g["sched_queue_oldest_ready_age_seconds"].add_metric([OTHER_QUEUES, shard], oldest)
+
+    def _keys(self, g: dict[str, GaugeMetricFamily], queues: list[QueueStatus],
+              named: set[str]) -> None:
+        """Concurrency keys per named queue (the others' summed), and the busiest keys' own
+        series as key_labels says."""
+        other = 0
+        for queue in queues:
+            if queue.queue not in named:
+                other += queue.keys_waiting
+                continue
+            g["sched_queue_keys"].add_metric([queue.queue], queue.keys_waiting)
+            if self.key_labels == "off":
+                continue
+            for k in queue.top_keys:  # at most keyed.TOP_KEYS: a bounded set of series
+                key = k.key if self.key_labels == "plain" else key_label(k.key)
+                g["sched_key_waiting"].add_metric([queue.queue, key], k.waiting)
+                g["sched_key_running"].add_metric([queue.queue, key], k.running)
+        if len(named) < len(queues):
+            g["sched_queue_keys"].add_metric([OTHER_QUEUES], other)
+
+    def _named_queues(self, queues: list[QueueStatus]) -> set[str]:
+        """The queues with series of their own: the top_queues with the most work (depth,
+        then pending; ties by name)."""
+        if len(queues) <= self.top_queues:
+            return {q.queue for q in queues}
+        ranked = sorted(queues, key=lambda q: (-q.depth, -q.pending, q.queue))
+        return {q.queue for q in ranked[:self.top_queues]}
+
+    def _workers(self, g: dict[str, GaugeMetricFamily], status: Status,
+                 named: set[str]) -> None:
         for w in status.workers:
             if w.alive:
                 g["sched_worker_inflight"].add_metric([w.worker_id], w.inflight)
@@ -329,8 +412,14 @@ class NamespaceCollector(Collector):
                    else status.scaling)
         if scaling is not None:
             g["sched_workers_wanted"].add_metric([], scaling.wanted)
+            other: float | None = None
             for queue, slots in scaling.by_queue.items():
-                g["sched_queue_slots_wanted"].add_metric([queue], slots)
+                if queue in named:
+                    g["sched_queue_slots_wanted"].add_metric([queue], slots)
+                else:
+                    other = (other or 0) + slots
+            if other is not None:
+                g["sched_queue_slots_wanted"].add_metric([OTHER_QUEUES], other)
 
     def _log_worker_changes(self, workers: list[WorkerStatus]) -> None:
         alive = {w.worker_id for w in workers if w.alive}

@@ -4,8 +4,11 @@ Redis says when they are viewed; htmx refreshes the overview's health panel, and
 uPlot draws its charts (no CDN) from the samples series.py takes.
 
 Actions are POST forms (cancel, replay, purge, delete a schedule, trigger now), on one item
-or on a selection of checkboxes; each answers with a redirect back to the page it came from
-saying what it did. guard.py says who may do what.
+or on a selection of checkboxes; each answers with a redirect back to the page it came from,
+which says what it did (a result code and its counts: results.py), or with a page saying why
+it could not. A form is a small URL-encoded body: `read_form` reads at most `FORM_BYTES` of
+it (middleware.py refuses a larger Content-Length, or another Content-Type, before any of it
+is read). guard.py says who may do what.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from importlib import resources
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup, escape
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.datastructures import FormData, UploadFile
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import (
     HTMLResponse,
     JSONResponse,
@@ -35,6 +39,7 @@ from starlette.types import ASGIApp
 
 import scheduler.web.guard as guard
 import scheduler.web.pages as pages
+import scheduler.web.results as results
 from scheduler.core.errors import (
     JobNotFound,
     RedisFailure,
@@ -44,7 +49,7 @@ from scheduler.core.errors import (
     ValidationError,
 )
 from scheduler.web.guard import Admission
-from scheduler.web.middleware import SecurityMiddleware
+from scheduler.web.middleware import FORM_BYTES, FORM_FIELDS, SecurityMiddleware
 from scheduler.web.series import Sampler
 
 log = logging.getLogger("scheduler.web")
@@ -120,8 +125,8 @@ class Console:
         ctx = {"namespace": self.client.namespace, "nav": NAV, "active": request.url.path,
                "read_only": self.read_only, "csrf": self.gate.csrf(session),
                "sign_out": self.gate.needs_token and template != "login.html",
-               "next": _here(request), "done": request.query_params.get("done"),
-               "failed": request.query_params.get("failed"), **context}
+               "next": _here(request), "done": results.message(request.query_params),
+               "failed": None, **context}
         response = HTMLResponse(self.env.get_template(template).render(**ctx), status_code)
         if new_session is not None:
             self.gate.set_session(request, response, new_session)
@@ -161,20 +166,23 @@ class Console:
             return self.render(request, template, context)
         return endpoint
 
-    def refusal(self, request: Request, exc: SchedulerError) -> Response:
-        """A page for what a view refused: 400 for a value it does not allow (the message
-        names the allowed ones), 404 for an id Redis does not know, 503 when Redis or the
-        history store cannot answer."""
+    def refusal(self, request: Request, exc: SchedulerError,
+                back: str | None = None) -> Response:
+        """A page for what a view or an action refused: 400 for a value it does not allow
+        (the message names the allowed ones), 404 for an id Redis does not know, 503 when
+        Redis or the history store cannot answer, 409 for any other refusal; `back`: the
+        page an action came from."""
         if isinstance(exc, ValidationError):
             title, status_code = "Bad request", 400
         elif isinstance(exc, JobNotFound | SlotNotFound):
             title, status_code = "Not found", 404
         elif isinstance(exc, RedisFailure | StoreUnavailable):
             title, status_code = "Unavailable", 503
-        else:
-            raise exc
-        return self.render(request, "table.html", {"title": title, "rows": [], "header": [],
-                                                   "note": str(exc)}, status_code)
+        else:  # the state of what it names refuses it (a deleted job, a full queue)
+            title, status_code = "Refused", 409
+        return self.render(request, "table.html", {
+            "title": title, "rows": [], "header": [], "note": str(exc),
+            "links": [(back, "Back")] if back else []}, status_code)
 
     async def status(self) -> tuple[Any, list[Any]]:
         """What Redis says now: the status (one `status()`, as `sched status` reads it) and
@@ -223,27 +231,34 @@ class Console:
     async def act(self, request: Request) -> Response:
         if self.read_only:
             return PlainTextResponse("this console is read-only", 403)
-        form = await request.form()
+        form = await read_form(request)
+        if isinstance(form, Response):
+            return form
         if not self.gate.csrf_ok(request, form):
             return _csrf_failed()
         back = guard.safe_next(_text(form.get("next")))
-        action = ACTIONS.get(request.path_params["name"])
+        name = request.path_params["name"]
+        action = ACTIONS.get(name)
         if action is None:
             return PlainTextResponse("no such action", 404)
         targets = [str(v) for k, v in form.multi_items() if k in ("ids", "slots", "jobs")]
         try:
-            said = await action(self.client, targets)
+            code, counts = await action(self.client, targets)
         except SchedulerError as exc:
-            log.warning("console action %s failed: %s", request.path_params["name"], exc)
-            return RedirectResponse(_with(back, "failed", str(exc)), 303)
-        log.info("console action %s: %s", request.path_params["name"], said)
-        return RedirectResponse(_with(back, "done", said), 303)
+            # Bounded: the ids in a refusal's message are the request's own, of any length.
+            log.warning("console action %s failed: %.300s", name, exc)
+            return self.refusal(request, exc, back)
+        log.info("console action %s: %s", name, counts)
+        return RedirectResponse(f"{back.split('?', 1)[0]}?{results.query(code, **counts)}",
+                                303)
 
     async def login(self, request: Request) -> Response:
         if request.method == "GET":
             return self.render(request, "login.html", {
                 "title": "Sign in", "next": guard.safe_next(request.query_params.get("next"))})
-        form = await request.form()
+        form = await read_form(request)
+        if isinstance(form, Response):
+            return form
         back = guard.safe_next(_text(form.get("next")))
         admission = self.gate.sign_in(request, form.get("token"))
         if admission is Admission.LIMITED:
@@ -257,7 +272,10 @@ class Console:
         return response
 
     async def logout(self, request: Request) -> Response:
-        if not self.gate.csrf_ok(request, await request.form()):
+        form = await read_form(request)
+        if isinstance(form, Response):
+            return form
+        if not self.gate.csrf_ok(request, form):
             return _csrf_failed()
         response = RedirectResponse("/login", 303)
         self.gate.sign_out(request, response)
@@ -296,34 +314,57 @@ def _csrf_failed() -> Response:
                              "reload the page and try again", 403)
 
 
-def _with(target: str, key: str, text: str) -> str:
-    base = target.split("?", 1)[0]
-    return f"{base}?{key}={quote(text[:300])}"
+async def read_form(request: Request) -> FormData | Response:
+    """A POST's URL-encoded form, read to at most FORM_BYTES and FORM_FIELDS (413 past
+    them: a chunked body names no length beforehand); the middleware has refused any other
+    Content-Type and a larger Content-Length already."""
+    body = bytearray()
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > FORM_BYTES:
+                return _too_large()
+    except ClientDisconnect:
+        return PlainTextResponse("the request's body did not arrive whole", 400)
+    fields: list[tuple[str, str | UploadFile]]
+    try:
+        fields = list(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True,
+                                encoding="utf-8", errors="replace", max_num_fields=FORM_FIELDS))
+    except ValueError:
+        return _too_large()
+    return FormData(fields)
 
 
-async def _cancel(client: Any, ids: list[str]) -> str:
-    result = await client.cancel(ids, "cancelled from the console")
-    return "cancel: " + ", ".join(f"{sum(1 for v in result.values() if v == what)} {what}"
-                                   for what in sorted(set(result.values())))
+def _too_large() -> Response:
+    return PlainTextResponse(f"refused: a console form is at most {FORM_BYTES:,} bytes and "
+                             f"{FORM_FIELDS:,} fields; select fewer items", 413)
 
 
-async def _replay(client: Any, slots: list[str]) -> str:
-    return f"replayed {await client.replay(slots)} of {len(slots)} slot(s)"
+Counts = tuple[str, dict[str, int]]
 
 
-async def _purge(client: Any, slots: list[str]) -> str:
-    return f"purged {await client.purge(slots)} of {len(slots)} slot(s)"
+async def _cancel(client: Any, ids: list[str]) -> Counts:
+    said = list((await client.cancel(ids, "cancelled from the console")).values())
+    return "cancel", {name: said.count(text) for name, text in results.CANCEL_COUNTS.items()}
 
 
-async def _delete(client: Any, jobs: list[str]) -> str:
+async def _replay(client: Any, slots: list[str]) -> Counts:
+    return "replay", {"replayed": await client.replay(slots), "of": len(slots)}
+
+
+async def _purge(client: Any, slots: list[str]) -> Counts:
+    return "purge", {"purged": await client.purge(slots), "of": len(slots)}
+
+
+async def _delete(client: Any, jobs: list[str]) -> Counts:
     done = [await client.delete_job(j, "deleted from the console") for j in jobs]
-    return (f"deleted {sum(not d.before for d in done)} schedule(s); "
-            f"{sum(d.cancelled for d in done)} waiting slot(s) cancelled")
+    return "delete", {"deleted": sum(not d.before for d in done),
+                      "cancelled": sum(d.cancelled for d in done)}
 
 
-async def _trigger(client: Any, jobs: list[str]) -> str:
+async def _trigger(client: Any, jobs: list[str]) -> Counts:
     slots = [await client.trigger(j) for j in jobs]
-    return f"triggered {len(slots)} run(s): {', '.join(slots)[:200]}"
+    return "trigger", {"triggered": len(slots)}
 
 
 ACTIONS = {"cancel": _cancel, "replay": _replay, "purge": _purge, "delete": _delete,

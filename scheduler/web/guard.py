@@ -47,18 +47,50 @@ _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{32}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+MIN_TOKEN_CHARS = 16
+# Tokens found in examples and defaults: the first ones anyone tries. Compared in lower case
+# with everything but letters and digits left out ("Change_Me" is "changeme").
+PLACEHOLDER_TOKENS = frozenset({
+    "changeme", "changemenow", "changethis", "changeit", "pleasechangeme", "password",
+    "passw0rd", "secret", "token", "admin", "administrator", "letmein", "default", "example",
+    "test", "testing", "sched", "scheduler", "console", "webtoken", "schedwebtoken",
+    "secrettoken", "mytoken", "yourtoken", "insertrandomstringhere", "replaceme", "xxxx",
+    "123456", "1234567890", "qwerty"})
+NEW_TOKEN = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
 def check_bind(host: str, token: str | None) -> None:
-    """Refuse to serve beyond loopback without a token (ConfigError, one line)."""
-    if token:
-        return
+    """Refuse to serve beyond loopback without a token, or with a weak one: shorter than
+    MIN_TOKEN_CHARS, one of PLACEHOLDER_TOKENS, or one character repeated (ConfigError, one
+    line, which never shows the token)."""
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = host == "localhost"
-    if not loopback:
+    if loopback:
+        return
+    if not token or not token.strip():
         raise ConfigError(f"refusing to serve the console on {host} without a token: anyone "
                           f"who can reach it could cancel and purge jobs; pass --token (or "
                           f"SCHED_WEB_TOKEN), or bind 127.0.0.1")
+    weak = weak_token(token)
+    if weak is not None:
+        raise ConfigError(f"refusing to serve the console on {host} with a weak token ({weak}): "
+                          f"anyone who guesses it could cancel and purge jobs; make one with "
+                          f"{NEW_TOKEN}, or bind 127.0.0.1")
+
+
+def weak_token(token: str) -> str | None:
+    """Why a token is too easy to guess (a few words, never the token), or None."""
+    folded = re.sub(r"[^a-z0-9]", "", token.lower())
+    if folded in PLACEHOLDER_TOKENS or any(folded.startswith(p) and len(folded) - len(p) < 4
+                                           for p in PLACEHOLDER_TOKENS):
+        return "a placeholder from an example"
+    if len(token.strip()) < MIN_TOKEN_CHARS:
+        return f"{len(token.strip())} characters; at least {MIN_TOKEN_CHARS}"
+    if len(set(token)) < 4:
+        return "it repeats one or two characters"
+    return None
 
 
 def host_allowed(host: str | None, allowed: Iterable[str] = ()) -> bool:

@@ -9,6 +9,10 @@ partials, the API, static files, a 404):
   `allow_hosts` is answered 421: a page of another site that rebinds its own name to
   127.0.0.1 reaches the console with that name as its Host;
 - a POST from another site is answered 403 (guard.cross_site);
+- a POST whose body is not a small URL-encoded form is refused before any of it is read:
+  415 for another Content-Type (a multipart upload to `/login` would be spooled whole before
+  the token is compared), 413 for a Content-Length over `FORM_BYTES` (app.read_form stops a
+  chunked body there too);
 - every response carries `SECURITY_HEADERS`: only the console's own scripts and styles run
   (no inline code), it is never framed, nothing is sniffed, no Referer leaves it.
 """
@@ -34,6 +38,11 @@ SECURITY_HEADERS = [(b"content-security-policy", CONTENT_SECURITY_POLICY.encode(
                     (b"referrer-policy", b"same-origin")]
 _NAMES = {name for name, _ in SECURITY_HEADERS}
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+FORM_TYPE = "application/x-www-form-urlencoded"
+# The largest action is a selection of a page's items (the jobs page's 500 job ids); the
+# sign-in form is a token.
+FORM_BYTES = 64 * 1024
+FORM_FIELDS = 1000
 
 
 class SecurityMiddleware:
@@ -74,7 +83,21 @@ class SecurityMiddleware:
             reason = guard.cross_site(headers, scope.get("scheme", "http"))
             if reason is not None:
                 return reason, 403
+            return form_refusal(headers)
         return None
+
+
+def form_refusal(headers: Headers) -> tuple[str, int] | None:
+    """Why a POST's body is not read (one line and 415 or 413), or None: it says it is a
+    URL-encoded form and no longer than FORM_BYTES (or sends no length: chunked)."""
+    kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind != FORM_TYPE:
+        return (f"refused: the console takes only its own forms ({FORM_TYPE} bodies)", 415)
+    length = headers.get("content-length")
+    if length is not None and not (length.isascii() and length.isdigit()
+                                   and len(length) <= 12 and int(length) <= FORM_BYTES):
+        return f"refused: a console form is at most {FORM_BYTES:,} bytes", 413
+    return None
 
 
 def allowed_host(name: str) -> str:

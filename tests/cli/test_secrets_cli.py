@@ -30,6 +30,7 @@ DSNS = {
     "keywords quoted": "host=127.0.0.1 port=1 password='Hunter 2pw' dbname=x",
     "keywords bad option": f"host=127.0.0.1 password={SECRET} bogus=1",
     "no such role": f"postgresql://bob:{SECRET}@127.0.0.1:5432/test",
+    "space": "postgresql://bob:Hunter 2pw@127.0.0.1:1/db",
 }
 # Redis URLs that cannot be used (nothing listens on port 1), each holding SECRET.
 URLS = {
@@ -46,6 +47,7 @@ URLS = {
     "socket": f"unix://:{SECRET}@/nonexistent/redis.sock?db=0",
     "sentinel": f"redis+sentinel://:{SECRET}@127.0.0.1:1/mymaster?sentinel_password={SECRET}",
     "cluster": f"redis+cluster://app:{SECRET}@127.0.0.1:1",
+    "space": "redis://:Hunter 2pw@127.0.0.1:1/0",
 }
 
 
@@ -136,8 +138,9 @@ def test_a_long_running_process_logs_no_redis_password(ns: str, url: str,
 
 
 @pytest.mark.parametrize("dsn", [DSNS["malformed"], DSNS["unencoded @"], DSNS["no such role"],
-                                 DSNS["keywords quoted"]],
-                         ids=["malformed", "unencoded @", "no such role", "keywords quoted"])
+                                 DSNS["keywords quoted"], DSNS["space"]],
+                         ids=["malformed", "unencoded @", "no such role", "keywords quoted",
+                              "space"])
 def test_the_history_page_shows_no_postgres_password(redis_url: str, ns: str,
                                                      dsn: str) -> None:
     """The console's History page showed psycopg's error, DSN and password in it, to every
@@ -155,3 +158,18 @@ def test_sched_dev_logs_no_postgres_password(tmp_path: Path, ns: str) -> None:
                DSNS["malformed"])
     assert done.returncode == 1 and time.monotonic() - start < 60
     assert not leaked(done.stdout + done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("url, dsn", [(URLS["space"], DSNS["space"]),
+                                      (URLS["unencoded @"], DSNS["keywords quoted"])],
+                         ids=["space", "unencoded"])
+def test_sched_devs_banner_shows_no_password(capsys: pytest.CaptureFixture[str], url: str,
+                                             dsn: str) -> None:
+    """The banner names the Redis URL and the history store in commands to copy: a password
+    holding a space was printed whole."""
+    from scheduler.cli.dev import _banner
+
+    _banner("ns", url, False, "everything", dsn, "http://127.0.0.1:9464/metrics",
+            "http://127.0.0.1:8080/")
+    out = capsys.readouterr().out
+    assert "***" in out and not leaked(out), out

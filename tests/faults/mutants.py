@@ -53,6 +53,8 @@ LANE_ACK = ("tests/lua/test_recovery_transitions.py::"
 CARRIED_OVER = ("tests/lua/test_carried.py::"
                 "test_an_entry_carrying_nothing_drops_what_an_older_entry_of_its_slot_carried")
 DOORS = "tests/e2e/test_console_doors.py::"
+LIMITS_PAGE = "tests/e2e/test_console_limits.py::"
+METRICS_ENDPOINTS = "tests/e2e/test_metrics_endpoints.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
 HOSTILE_CLI = "tests/cli/test_hostile_cli.py::"
 HOSTILE_SDK = "tests/sdk/test_hostile_input.py::"
@@ -505,6 +507,55 @@ MUTANTS = [
            "the browser keeps it)", "scheduler/web/guard.py",
            "max_age=int(self.session_s), ", "",
            (DOORS + "test_the_sign_in_cookie_and_sign_out",), fast=True),
+    Mutant("short-token-public", "a console serves every interface with a token of any "
+           "length (one character, guessed at once)", "scheduler/web/guard.py",
+           "    if len(token.strip()) < MIN_TOKEN_CHARS:", "    if False:",
+           (LIMITS_PAGE + "test_a_public_console_refuses_a_weak_token_in_one_line",), fast=True),
+    Mutant("placeholder-token-public", "a console serves every interface with `change-me`, "
+           "the token of the examples", "scheduler/web/guard.py",
+           '        return "a placeholder from an example"', "        pass",
+           (LIMITS_PAGE + "test_a_public_console_refuses_a_weak_token_in_one_line",),
+           fast=True),
+    Mutant("metrics-on-every-interface", "a service's --metrics-port listens on every "
+           "interface unless told otherwise", "scheduler/cli/run.py",
+           'METRICS_HOST = "127.0.0.1"', 'METRICS_HOST = "0.0.0.0"',
+           (METRICS_ENDPOINTS + "test_every_command_that_opens_a_metrics_port_takes_a_host_"
+            "loopback_by_default", METRICS_ENDPOINTS + "test_each_service_serves_metrics_on_"
+            "loopback_unless_told[scheduler]"), fast=True),
+    Mutant("every-queue-exported", "the exporter names every queue (5,000 queues: 25,000 "
+           "series a scrape)", "scheduler/observe/metrics.py",
+           "        if len(queues) <= self.top_queues:", "        if True:",
+           (METRICS_ENDPOINTS + "test_the_exporter_exports_the_busiest_queues_and_sums_the_"
+            "rest",), fast=True),
+    Mutant("key-names-exported", "the exporter names the busiest concurrency keys (tenants' "
+           "names, e-mail addresses) whatever --key-labels says", "scheduler/observe/metrics.py",
+           '            if self.key_labels == "off":\n                continue\n', "",
+           (METRICS_ENDPOINTS + "test_the_exporter_exports_the_busiest_queues_and_sums_the_"
+            "rest",), fast=True),
+    Mutant("password-cut-at-a-space", "a URL's user information ends at white space: "
+           "redis://:pa ss@h shows `ss` (dev's banner, URL errors, the History page)",
+           "scheduler/core/masking.py", r'r"(?P<userinfo>\S*|[^\s/@]*:[^\n/]*)@"',
+           r'r"(?P<userinfo>\S*)@"', ("tests/sdk/test_masking.py",), fast=True),
+    Mutant("any-body-read", "a POST's body is read whatever its Content-Type and "
+           "Content-Length (an unauthenticated multipart sign-in is spooled whole before the "
+           "token is compared)", "scheduler/web/middleware.py",
+           "            return form_refusal(headers)", "            return None",
+           (LIMITS_PAGE + "test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read",),
+           fast=True),
+    Mutant("chunked-body-read-whole", "a chunked form (no Content-Length) is read to its end, "
+           "however long", "scheduler/web/app.py", "            if len(body) > FORM_BYTES:",
+           "            if False:",
+           (LIMITS_PAGE + "test_a_chunked_form_is_read_to_the_limit_and_no_further",),
+           fast=True),
+    Mutant("done-text-from-the-link", "a page shows the `done` text of its link (anyone's "
+           "sentence under the console's address)", "scheduler/web/app.py",
+           '"done": results.message(request.query_params)',
+           '"done": request.query_params.get("done")',
+           (LIMITS_PAGE + "test_a_link_puts_no_sentence_of_its_own_on_any_page",), fast=True),
+    Mutant("slot-fire-unbounded", "a slot id's fire time may have any number of digits (int() "
+           "refuses past 4300: /slots/a:<5000 digits> is a 500)", "scheduler/core/keys.py",
+           " or len(fire) > MAX_FIRE_DIGITS", "",
+           (LIMITS_PAGE + "test_no_route_answers_500_to_hostile_values",), fast=True),
     # The lane index (queue_cleaner.py): a lane that holds anything must stay indexed, or the
     # reclaimer never finds its expired leases and status never shows its depth.
     Mutant("cleaner-drops-a-running-lane", "clean_lanes.lua ignores pending entries: a lane "

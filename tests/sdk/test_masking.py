@@ -47,6 +47,13 @@ FORMS = [
     ("'host=db password=\\'hunter 2\\' dbname=x'", ["hunter"]),  # a repr of one
     ("ERROR redis url 'redis://:hunter2@h:x/0': Port could not be cast", ["hunter2"]),
     ('{"message": "cannot reach redis://:hunter2@h:1/0"}', ["hunter2"]),
+    # A password holding white space (the URL goes on past it to its @).
+    ("redis://:hun ter2@h:6379/0", ["hun ter2", "ter2"]),
+    ("redis://app:hunter2 two@h/0", ["hunter2 two", "hunter2"]),
+    ("redis://:hun\tter2@h/0", ["hun\tter2", "ter2"]),
+    ("ERROR redis url 'redis://:hun ter2@h:x/0': Port could not be cast", ["ter2"]),
+    ("postgresql://bob:hun ter2@db:5432/sched", ["hun ter2", "ter2"]),
+    ('connection to "postgresql://bob:my hunter2 pw@db/x" failed', ["hunter2"]),
 ]
 
 
@@ -70,6 +77,11 @@ def test_no_form_of_a_url_or_dsn_shows_its_password(text: str, secrets: list[str
                                                       "dbname=sched"),
     ("redis://h:6379/0", "redis://h:6379/0"),
     ("redis://app@h:6379/0", "redis://app@h:6379/0"),
+    ("redis://:pa ss@h:6379/0", "redis://:***@h:6379/0"),
+    ("redis://app:pa ss word@h/0", "redis://app:***@h/0"),
+    ("see redis://h:6379/0 and mail ops@example.com", "see redis://h:6379/0 and mail "
+                                                       "ops@example.com"),
+    ("redis://h:6379/0 user@x", "redis://h:6379/0 user@x"),
     ("no secret here: see https://example.com/docs", "no secret here: see "
                                                      "https://example.com/docs"),
 ])
@@ -101,6 +113,7 @@ def test_a_password_its_parser_would_cut_is_refused(url: str, refused: bool) -> 
     "redis://:hunter2@h:notaport/0", "redis://:hun/ter2@127.0.0.1:1/0",
     "redis://u:hun?ter2@127.0.0.1:1/0", "redis://:hunter2@h/notadb",
     "redis+cluster://u:hunter2@h:1/3", "redis+cluster://u:hunter2@h:x",
+    "redis://:hun ter2@h:notaport/0", "redis://u:hun ter2@h/notadb",
 ])
 def test_the_sdk_says_what_is_wrong_with_a_url_without_its_password(url: str) -> None:
     with pytest.raises(ConfigError) as caught:

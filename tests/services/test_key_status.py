@@ -329,7 +329,7 @@ def test_the_exporter_names_the_busiest_keys_only(
     client.create_namespace()
     found = {f"k{i:02d}": (i + 1, i % 2) for i in range(25)}
     plant(r, client, "tenants", found)
-    collector = NamespaceCollector(r, ns)
+    collector = NamespaceCollector(r, ns, key_labels="plain")
     samples = _key_samples(collector)
     top = _busiest(found, keyed.TOP_KEYS)
     assert samples == {**{("sched_key_waiting", "tenants", k.key): k.waiting for k in top},
