@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from scheduler.cli.inspect import echo_json, table, when
+from scheduler.cli.inspect import echo_json, status_text, table, when
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.cli.outbox import outbox_dsn, schema_option
@@ -165,7 +165,7 @@ def history(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
     if as_json:
         echo_json(slots)
         return
-    table([[s.slot_id, s.task, s.status.value, str(s.attempt), when(s.fire_ms),
+    table([[s.slot_id, s.task, status_text(s), str(s.attempt), when(s.fire_ms),
             (s.attempts[-1].error or "")[:60] if s.attempts else ""] for s in slots],
           ["slot", "task", "status", "attempts", "fire time", "last error"])
 

@@ -11,6 +11,12 @@ import msgspec
 from scheduler.cli.options import history_source, store_options
 
 
+def status_text(slot: Any) -> str:
+    """A slot's status, marked when numbers in its hash could not be read (JSON: the slot's
+    `unreadable` names them)."""
+    return f"{slot.status.value} (unreadable)" if slot.unreadable else str(slot.status.value)
+
+
 def when(ms: int | None) -> str:
     if not ms:
         return "-"
@@ -128,7 +134,7 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
     click.echo("")
     if len(slots) < len(every):
         click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")
-    table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms),
+    table([[s.slot_id, status_text(s), str(s.attempt), when(s.fire_ms),
             progress_text(s.progress) if s.progress else ""] for s in slots],
           ["slot", "status", "attempts", "fire time", "progress"])
 
@@ -156,7 +162,7 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
     for s in slots:
         result = ("result " + msgspec.json.encode(s.result).decode()[:80]
                   if s.result is not None else "")
-        rows.append([s.slot_id, s.status.value, str(s.priority), "", "", "", "", "", result])
+        rows.append([s.slot_id, status_text(s), str(s.priority), "", "", "", "", "", result])
         for a in s.attempts:
             ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
             rows.append(["", "", "", f"#{a.number}", a.outcome.value if a.outcome else "-",

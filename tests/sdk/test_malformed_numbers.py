@@ -1,0 +1,134 @@
+"""A number in a slot or job hash that is not a whole number in range (a script once stored a
+retry 1e14 ms or more ahead as "1e+17"; a hand edit may store anything) marks that record
+unreadable, naming the field: the listings, pages and reads that meet it go on, and the
+snapshotter copies it. And the scripts store every number they compute as whole-number text,
+even past 1e14."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+import redis
+
+from helpers import Shard, W, drain, make, sched
+from scheduler import Client
+from scheduler.core.models import MAX_SECONDS
+from scheduler.core.timing import LATEST_MS
+from scheduler.history.snapshotter import SnapshotterConfig
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+
+# What fail.lua stored before it formatted its numbers for Retry(after=1e15), text int() refuses, a number past
+# every datetime, a field no script writes.
+MALFORMED = ["1.0000017e+18", str(LATEST_MS + 1), "9" * 30, "soon"]
+FIELDS = ["available_ms", "fire_ms", "failures", "a:1"]
+
+
+def _retrying(r: redis.Redis, client: Client, clock: ManualClock) -> Shard:
+    """A slot whose first attempt failed: scheduled again, its attempt archived in `a:1`."""
+    s = make(r, client, clock)
+    s.claim(s.read())
+    now = clock.now_ms()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", 1000, 0, now,
+                                                 now)]))
+    return s
+
+
+def _spoil(r: redis.Redis, s: Shard, field: str, value: str) -> None:
+    if field == "a:1":  # the archived attempt's JSON with the number in it
+        value = '{"number":1,"claimed_ms":' + value + ',"outcome":"failed"}'
+    r.hset(s.prefix + "slot:" + s.slot_id, field, value)
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    (f, v) for f in FIELDS for v in MALFORMED if f != "failures" or not v.isdigit()])
+def test_a_malformed_number_marks_the_slot_and_fails_no_read(
+        r: redis.Redis, client: Client, clock: ManualClock, capsys: pytest.CaptureFixture[str],
+        redis_url: str, ns: str, field: str, value: str) -> None:
+    bad, good = _retrying(r, client, clock), _retrying(r, client, clock)
+    _spoil(r, bad, field, value)
+
+    [slot] = client.slots(bad.job_id)
+    assert slot.unreadable and field in slot.unreadable
+    assert client.get_slot(bad.slot_id).unreadable == slot.unreadable
+    assert client.runs(bad.job_id)[0].unreadable == slot.unreadable
+    assert client.get_slot(good.slot_id).unreadable is None
+    for retrying in (False, True):
+        listed = {s.slot_id: s for s in client.scheduled(retrying=retrying).slots}
+        assert listed[good.slot_id].unreadable is None
+        if field not in ("failures", "a:1") or not retrying:  # those may leave it unlisted
+            assert listed[bad.slot_id].unreadable
+        listed = {s.slot_id for s in client.scheduled(bad.queue, retrying=retrying).slots}
+        assert good.slot_id not in listed  # another queue's: the read got through
+    code, out, err = sched(capsys, redis_url, ns, "runs", bad.job_id)
+    assert (code, err) == (0, "")
+    assert "scheduled (unreadable)" in out
+
+
+@pytest.mark.parametrize("value", MALFORMED)
+def test_a_malformed_number_marks_the_job_and_fails_no_read(
+        r: redis.Redis, client: Client, clock: ManualClock, capsys: pytest.CaptureFixture[str],
+        redis_url: str, ns: str, value: str) -> None:
+    job_id = client.submit("t", {}, delay=60)
+    other = client.submit("t", {}, delay=60)
+    s = Shard(r, client, clock, job_id)
+    r.hset(s.prefix + "job:" + job_id, mapping={"created_ms": value, "max_attempts": value})
+    job = client.get_job(job_id)
+    assert job.unreadable and "created_ms" in job.unreadable
+    listed = {j.job_id: j for j in client.list_jobs()}
+    assert listed[job_id].unreadable and listed[other].unreadable is None
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "show", job_id)
+    assert (code, err) == (0, "")
+
+
+@pytest.mark.parametrize("value", MALFORMED[:2])
+def test_the_snapshotter_copies_a_slot_with_a_malformed_number(
+        r: redis.Redis, client: Client, clock: ManualClock, redis_url: str, ns: str,
+        store_dsn: str, value: str) -> None:
+    bad, good = _retrying(r, client, clock), _retrying(r, client, clock)
+    _spoil(r, bad, "available_ms", value)
+    asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(retention_s=None)))
+    with Client(redis_url, ns, history=store_dsn) as history:
+        kept = {s.slot_id: s for j in (bad.job_id, good.job_id)
+                for s in history.history(job_id=j)}
+    assert set(kept) == {bad.slot_id, good.slot_id}
+    assert kept[bad.slot_id].unreadable and "available_ms" in kept[bad.slot_id].unreadable
+    assert kept[good.slot_id].unreadable is None
+
+
+WHOLE = re.compile(rb"-?[0-9]+")
+
+
+def _numbers(r: redis.Redis, key: str) -> dict[bytes, bytes]:
+    """The hash's fields that hold a time or a count, and every number in its attempts."""
+    out = {}
+    for field, value in r.hgetall(key).items():
+        if field.endswith((b"_ms", b"_until")) or field in (b"attempt", b"failures"):
+            out[field] = value
+        elif field.startswith(b"a:"):
+            for name, number in re.findall(rb'"(\w+)":(-?[0-9][^,}]*)', value):
+                out[field + b"." + name] = number
+    return out
+
+
+def test_the_scripts_store_whole_numbers_past_1e14(r: redis.Redis, redis_url: str,
+                                                   ns: str) -> None:
+    """With now past 1e14 ms (the year 5138) every time a script computes is past the point
+    where Lua's "%.14g" turns to exponent text: a retry, a heartbeat's lease, the retention
+    a retired slot waits for."""
+    clock = ManualClock(LATEST_MS - 2 * MAX_SECONDS * 1000 + 123)
+    with Client(redis_url, ns, shards=4, clock=clock) as client:
+        s = make(r, client, clock)
+        s.claim(s.read())
+        now = clock.now_ms()
+        s.run(scripts.heartbeat(s.prefix, now, 987_654_321, W, [(s.slot_id, 1, True)]))
+        s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom",
+                                                     MAX_SECONDS * 1000 - 7, 0, now, now)]))
+        numbers = _numbers(r, s.prefix + "slot:" + s.slot_id)
+        assert numbers[b"available_ms"] == str(now + MAX_SECONDS * 1000 - 7).encode()
+        assert all(WHOLE.fullmatch(v) for v in numbers.values()), numbers
+        [(_, due)] = r.zrange(s.prefix + "due", 0, -1, withscores=True)
+        assert int(due) == now + MAX_SECONDS * 1000 - 7
+        assert client.slots(s.job_id)[0].unreadable is None
