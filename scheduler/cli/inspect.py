@@ -9,6 +9,7 @@ import click
 import msgspec
 
 from scheduler.cli.options import history_source, store_options
+from scheduler.core.models import MAX_COUNT
 
 
 def status_text(slot: Any) -> str:
@@ -79,7 +80,7 @@ def schedule_text(job: Any) -> str:
 
 
 @jobs.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=100, help="Most jobs shown.")
+@click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=100, help="Most jobs shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
@@ -99,7 +100,7 @@ def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
 
 @jobs.command("show")
 @click.argument("job_id")
-@click.option("--slots", "last", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--slots", "last", type=click.IntRange(0, MAX_COUNT), default=20, show_default=True,
               help="Show the most recent this many slots (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj

@@ -7,6 +7,7 @@ what is allowed.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -16,14 +17,22 @@ from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.keys import DEFAULT_PRIORITY, PRIORITIES, check_name, control_character
 from scheduler.core.states import Catchup, Delivery, JobKind, Outcome, Overlap, SlotStatus
-from scheduler.core.timing import LATEST_MS
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
 
 
 MAX_ATTEMPTS = 1000
+# The last instant a datetime (and so the history store and every listing) can show: a fire
+# time past it would be accepted and then break every reader of the namespace.
+LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
 MAX_SECONDS = 365 * 86400  # the longest duration anything takes: a year
+# The longest lease: a worker's heartbeat renews it well before it ends, so a longer one only
+# makes a dead worker's runs wait longer to be taken over.
+MAX_LEASE_S = 86400
+MAX_COUNT = 1_000_000  # the most any count option takes (entries per read, rows, keys/s)
+# The furthest ahead cron slots are made: each occurrence in it is a slot in Redis.
+MAX_LOOKAHEAD_S = 86400
 
 
 def retry_after_ms(after: float) -> tuple[int, bool]:

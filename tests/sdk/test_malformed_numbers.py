@@ -14,8 +14,7 @@ import redis
 
 from helpers import Shard, W, drain, make, sched
 from scheduler import Client
-from scheduler.core.models import MAX_SECONDS
-from scheduler.core.timing import LATEST_MS
+from scheduler.core.models import LATEST_MS, MAX_SECONDS
 from scheduler.history.snapshotter import SnapshotterConfig
 from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
