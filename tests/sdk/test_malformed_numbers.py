@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import re
+from typing import Any
 
 import pytest
 import redis
 
-from helpers import Shard, W, drain, make, sched
-from scheduler import Client
+from helpers import Shard, W, drain, make, run_until, sched
+from scheduler import Client, Registry, Retry, SlotStatus
 from scheduler.core.models import LATEST_MS, MAX_SECONDS
 from scheduler.history.snapshotter import SnapshotterConfig
 from scheduler.redis.clock import ManualClock
@@ -114,9 +115,8 @@ def _numbers(r: redis.Redis, key: str) -> dict[bytes, bytes]:
 
 def test_the_scripts_store_whole_numbers_past_1e14(r: redis.Redis, redis_url: str,
                                                    ns: str) -> None:
-    """With now past 1e14 ms (the year 5138) every time a script computes is past the point
-    where Lua's "%.14g" turns to exponent text: a retry, a heartbeat's lease, the retention
-    a retired slot waits for."""
+    """With now past 1e14 ms (the year 5138), where cjson's "%.14g" turns to exponent text:
+    the times of an archived attempt, a retry, a heartbeat's lease are whole numbers."""
     clock = ManualClock(LATEST_MS - 2 * MAX_SECONDS * 1000 + 123)
     with Client(redis_url, ns, shards=4, clock=clock) as client:
         s = make(r, client, clock)
@@ -131,3 +131,46 @@ def test_the_scripts_store_whole_numbers_past_1e14(r: redis.Redis, redis_url: st
         [(_, due)] = r.zrange(s.prefix + "due", 0, -1, withscores=True)
         assert int(due) == now + MAX_SECONDS * 1000 - 7
         assert client.slots(s.job_id)[0].unreadable is None
+
+
+def test_the_scripts_store_whole_numbers_past_1e17(r: redis.Redis, client: Client,
+                                                   clock: ManualClock) -> None:
+    """Redis prints a Lua number given to a command with 17 digits: 1e17 and up (a retry
+    1e14 s ahead, as a worker sent one before Retry(after=) was cut to a year, or a lease
+    as long) turn to exponent text there. The scripts write whole-number text whatever
+    they are given; a reader marks such a time, past the year 9999, unreadable."""
+    s = make(r, client, clock)
+    s.claim(s.read())
+    now = clock.now_ms()
+    s.run(scripts.heartbeat(s.prefix, now, 10**17, W, [(s.slot_id, 1)]))
+    assert r.hget(s.prefix + "slot:" + s.slot_id, "lease_until") == str(now + 10**17).encode()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", 10**18, 0,
+                                                 now, now)]))
+    numbers = _numbers(r, s.prefix + "slot:" + s.slot_id)
+    assert numbers[b"available_ms"] == str(now + 10**18).encode()
+    assert all(WHOLE.fullmatch(v) for v in numbers.values()), numbers
+    assert "available_ms" in (client.slots(s.job_id)[0].unreadable or "")
+
+
+def test_a_retry_after_past_a_year_waits_a_year(redis_url: str, ns: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """A handler passing on an upstream's Retry-After of 1e15 s: the attempt fails as asked
+    and the retry waits the longest delay, with a log line; the slot reads as any other."""
+    registry = Registry()
+
+    @registry.task("t.upstream")
+    async def upstream(ctx: Any, payload: Any) -> None:
+        raise Retry(after=1e15, reason="upstream said wait")
+
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("t.upstream")
+        before = client.now_ms()
+        asyncio.run(run_until(redis_url, ns, registry,
+                              lambda: client.slots(job_id)[0].failures == 1))
+        after = client.now_ms()
+        [slot] = client.slots(job_id)
+    assert slot.status is SlotStatus.SCHEDULED and slot.unreadable is None
+    assert slot.available_ms is not None
+    assert before + MAX_SECONDS * 1000 <= slot.available_ms <= after + MAX_SECONDS * 1000
+    assert slot.attempts[-1].error == "upstream said wait"
+    assert "Retry(after=1e+15) is past the longest delay, a year" in caplog.text

@@ -87,8 +87,8 @@ for i = 0, n - 1 do
           local jitter = tonumber(job[4]) or DEFAULT.jitter
           retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)
         end
-        -- As text: a Lua number is stored as "%.14g", which turns 1e14 and up into
-        -- "1e+14", text no reader takes for a whole number.
+        -- As text: Redis prints a Lua number given to a command with 17 digits, which
+        -- turns 1e17 and up into "1e+17", text no reader takes for a whole number.
         local at = string.format('%d', now + math.floor(retry_ms))
         redis.call('ZADD', prefix .. 'due', at, slot_id)
         redis.call('HSET', slot_key, 'status', 'scheduled', 'available_ms', at, 'a:' .. token, record)
