@@ -7,7 +7,9 @@ URL no client could be built from is one line, its password masked."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -21,6 +23,7 @@ from scheduler import Client, Registry, SlotStatus
 from scheduler.cli.main import cli as root
 from scheduler.core import bounds
 from scheduler.core.errors import ConfigError
+from scheduler.core.finite import shown
 from scheduler.core.models import MAX_LEASE_S
 from scheduler.history.intake import SnapshotterConfig
 from scheduler.history.retention import RetentionConfig
@@ -180,3 +183,16 @@ def test_a_bad_redis_url_is_one_line_without_its_password(
     with pytest.raises(ConfigError) as caught:
         Client(url, ns)
     assert "hunter2" not in str(caught.value)
+
+
+def test_the_cli_page_lists_every_range() -> None:
+    """docs/operating/cli.md's table: every number option, with the range it has."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "operating" / "cli.md").read_text()
+    rows = set(re.findall(r"^\| `(sched[^`]*)` \| `([^`]+)` \| ([^|]+) \|$", page, re.M))
+    wanted = set()
+    for path, p in NUMERIC:
+        kind: Any = p.type
+        low = ("above " if kind.min_open else "") + shown(kind.min)
+        wanted.add((" ".join(("sched", *path)), p.opts[0] if isinstance(p, click.Option)
+                    else "WEIGHT", f"{low} to {shown(kind.max)}"))
+    assert rows == wanted
