@@ -489,9 +489,10 @@ def whole_number(value: bytes | str) -> int | None:
 
 class _Numbers:
     """A hash's number fields as a reader takes them. One that is not a whole number (a
-    script once stored 1e14 and up as "1e+14"; a hand edit may store anything), or a time
-    past the last one a datetime shows, reads as its default and is named in `problems`:
-    the record then shows as unreadable, and its listing, page or snapshot goes on."""
+    script once stored a time of 1e17 ms and up as "1e+17"; a hand edit may store anything),
+    or a time past the last one a datetime shows, reads as its default and is named in
+    `problems`: the record then shows as unreadable, and its listing, page or snapshot goes
+    on."""
 
     def __init__(self, raw: dict[bytes, bytes]) -> None:
         self.raw = raw

@@ -1,8 +1,8 @@
 """A number in a slot or job hash that is not a whole number in range (a script once stored a
-retry 1e14 ms or more ahead as "1e+17"; a hand edit may store anything) marks that record
-unreadable, naming the field: the listings, pages and reads that meet it go on, and the
-snapshotter copies it. And the scripts store every number they compute as whole-number text,
-even past 1e14."""
+retry 1e14 s ahead as "1e+17"; a hand edit may store anything) marks that record unreadable,
+naming the field: the listings, pages and reads that meet it go on, and the snapshotter
+copies it. And the scripts store every number they compute as whole-number text, past 1e14
+(where cjson turns to exponent text) and past 1e17 (where Redis does)."""
 
 from __future__ import annotations
 
