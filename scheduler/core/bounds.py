@@ -1,7 +1,7 @@
 """The range of every number a component's config takes, one table per config: the Struct
 checks it (finite.check_bounds) and the CLI gives the option of each field the same range
 (cli/options.py, bounded), so a value out of range is refused the same way, before anything
-starts. docs/reference/limits.md lists them."""
+starts. docs/operating/cli.md lists them (Ranges)."""
 
 from __future__ import annotations
 
