@@ -7,7 +7,13 @@ from __future__ import annotations
 
 from scheduler.core.finite import Bounds
 from scheduler.core.limits import MAX_CONCURRENCY
-from scheduler.core.models import MAX_COUNT, MAX_LEASE_S, MAX_LOOKAHEAD_S, MAX_SECONDS
+from scheduler.core.models import (
+    MAX_COUNT,
+    MAX_EVENTS_MAXLEN,
+    MAX_LEASE_S,
+    MAX_LOOKAHEAD_S,
+    MAX_SECONDS,
+)
 
 # WorkerConfig (scheduler/worker/config.py): `sched worker` and `sched dev`.
 WORKER_BOUNDS: Bounds = {
@@ -15,6 +21,7 @@ WORKER_BOUNDS: Bounds = {
     "block_ms": (1, 60_000), "lease_s": (1, MAX_LEASE_S), "grace_s": (0, MAX_SECONDS),
     "claim_replicas": (0, 1000), "replica_timeout_s": (0.001, MAX_SECONDS),
     "process_pool": (1, 1024), "max_tasks_per_child": (0, MAX_COUNT * 1000),
+    "events_maxlen": (1, MAX_EVENTS_MAXLEN),
 }
 
 # NodeConfig (scheduler/node/node.py): `sched scheduler`.
@@ -23,7 +30,7 @@ NODE_BOUNDS: Bounds = {
     "reclaim_interval_s": (0, MAX_SECONDS), "lookahead_s": (0, MAX_LOOKAHEAD_S),
     "promote_ahead_s": (0, MAX_SECONDS), "misfire_grace_s": (0, MAX_SECONDS),
     "sweep_interval_s": (0, MAX_SECONDS), "sweep_keys_per_s": (1, MAX_COUNT),
-    "queue_idle_s": (0, MAX_SECONDS),
+    "queue_idle_s": (0, MAX_SECONDS), "events_maxlen": (1, MAX_EVENTS_MAXLEN),
 }
 
 # SnapshotterConfig (scheduler/history/intake.py): `sched snapshotter`.

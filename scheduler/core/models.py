@@ -31,6 +31,7 @@ MAX_SECONDS = 365 * 86400  # the longest duration anything takes: a year
 # makes a dead worker's runs wait longer to be taken over.
 MAX_LEASE_S = 86400
 MAX_COUNT = 1_000_000  # the most any count option takes (entries per read, rows, keys/s)
+MAX_EVENTS_MAXLEN = 100 * MAX_COUNT  # the longest events stream a shard may keep
 # The furthest ahead cron slots are made: each occurrence in it is a slot in Redis.
 MAX_LOOKAHEAD_S = 86400
 

@@ -22,7 +22,7 @@ from helpers import W, make, run_until, sched
 from scheduler import Client, Registry, SlotStatus
 from scheduler.cli.main import cli as root
 from scheduler.core import bounds
-from scheduler.core.errors import ConfigError
+from scheduler.core.errors import ConfigError, ValidationError
 from scheduler.core.finite import shown
 from scheduler.core.models import MAX_LEASE_S
 from scheduler.history.intake import SnapshotterConfig
@@ -129,9 +129,17 @@ def test_every_config_refuses_a_number_past_its_range(
     cls(**at_max)  # the maximum itself is allowed
 
 
-def test_the_sdk_refuses_a_replica_timeout_past_a_year(redis_url: str, ns: str) -> None:
-    with pytest.raises(ValueError, match="replica_timeout_s"):
-        Client(redis_url, ns, replica_timeout_s=1e308)
+@pytest.mark.parametrize(("option", "value"), [
+    ("replica_timeout_s", 1e308), ("timeout_s", 1e308), ("timeout_s", 366 * 86400),
+    ("events_maxlen", 10**30), ("events_maxlen", 0),
+])
+def test_the_client_refuses_a_number_past_its_range(redis_url: str, ns: str, option: str,
+                                                     value: float) -> None:
+    """`Client(timeout_s=1e308)` was made, and failed its first call with an OverflowError;
+    an events_maxlen past what XADD takes failed every submit."""
+    with pytest.raises(ValidationError) as caught:
+        Client(redis_url, ns, **{option: value})
+    assert str(caught.value).startswith(f"{option}: ") and "\n" not in str(caught.value)
 
 
 # --- leases ---------------------------------------------------------------------------------
