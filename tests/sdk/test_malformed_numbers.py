@@ -23,7 +23,7 @@ from scheduler.scripts import calls as scripts
 # What fail.lua stored before it formatted its numbers for Retry(after=1e15), text int() refuses, a number past
 # every datetime, a field no script writes.
 MALFORMED = ["1.0000017e+18", str(LATEST_MS + 1), "9" * 30, "soon"]
-FIELDS = ["available_ms", "fire_ms", "failures", "a:1"]
+FIELDS = ["available_ms", "fire_ms", "failures", "attempt", "a:1"]
 
 
 def _retrying(r: redis.Redis, client: Client, clock: ManualClock) -> Shard:
@@ -43,7 +43,7 @@ def _spoil(r: redis.Redis, s: Shard, field: str, value: str) -> None:
 
 
 @pytest.mark.parametrize(("field", "value"), [
-    (f, v) for f in FIELDS for v in MALFORMED if f != "failures" or not v.isdigit()])
+    (f, v) for f in FIELDS for v in MALFORMED if f not in ("failures", "attempt") or not v.isdigit()])
 def test_a_malformed_number_marks_the_slot_and_fails_no_read(
         r: redis.Redis, client: Client, clock: ManualClock, capsys: pytest.CaptureFixture[str],
         redis_url: str, ns: str, field: str, value: str) -> None:
@@ -174,3 +174,21 @@ def test_a_retry_after_past_a_year_waits_a_year(redis_url: str, ns: str,
     assert before + MAX_SECONDS * 1000 <= slot.available_ms <= after + MAX_SECONDS * 1000
     assert slot.attempts[-1].error == "upstream said wait"
     assert "Retry(after=1e+15) is past the longest delay, a year" in caplog.text
+
+
+@pytest.mark.parametrize("field", ["lease_until", "claimed_ms", "attempt"])
+def test_a_running_or_queued_slot_with_a_malformed_number_is_listed_unreadable(
+        r: redis.Redis, client: Client, clock: ManualClock, capsys: pytest.CaptureFixture[str],
+        redis_url: str, ns: str, field: str) -> None:
+    running, queued = make(r, client, clock), make(r, client, clock)
+    running.claim(running.read())
+    for s in (running, queued):
+        r.hset(s.prefix + "slot:" + s.slot_id, field, "1.0000017e+18")
+    [listed] = [s for s in client.running(running.queue).slots]
+    assert listed.slot_id == running.slot_id and field in (listed.unreadable or "")
+    [waiting] = client.queued(queued.queue).slots  # a lease of no attempt is not read
+    assert waiting.slot_id == queued.slot_id
+    assert (field in (waiting.unreadable or "")) is (field == "attempt")
+    assert client.status().shards == client.shards
+    code, out, err = sched(capsys, redis_url, ns, "jobs", "show", running.job_id)
+    assert (code, err) == (0, "") and "running (unreadable)" in out
