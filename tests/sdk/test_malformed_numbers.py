@@ -14,7 +14,7 @@ import pytest
 import redis
 
 from helpers import Shard, W, drain, make, run_until, sched
-from scheduler import Client, Registry, Retry, SlotStatus
+from scheduler import Client, Registry, Retry, RetryPolicy, SlotStatus
 from scheduler.core.models import LATEST_MS, MAX_SECONDS
 from scheduler.history.snapshotter import SnapshotterConfig
 from scheduler.redis.clock import ManualClock
@@ -192,3 +192,18 @@ def test_a_running_or_queued_slot_with_a_malformed_number_is_listed_unreadable(
     assert client.status().shards == client.shards
     code, out, err = sched(capsys, redis_url, ns, "jobs", "show", running.job_id)
     assert (code, err) == (0, "") and "running (unreadable)" in out
+
+
+def test_a_dead_letter_with_a_malformed_number_is_listed_unreadable(
+        r: redis.Redis, client: Client, clock: ManualClock, capsys: pytest.CaptureFixture[str],
+        redis_url: str, ns: str) -> None:
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
+    s.claim(s.read())
+    now = clock.now_ms()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", -1, 0, now,
+                                                 now)]))
+    r.hset(s.prefix + "slot:" + s.slot_id, "finished_ms", "1.0000017e+18")
+    [dead] = client.dead_letters()
+    assert dead.slot.slot_id == s.slot_id and dead.slot.status is SlotStatus.DEAD
+    code, out, err = sched(capsys, redis_url, ns, "dlq", "list")
+    assert (code, err) == (0, "") and s.slot_id in out
