@@ -11,7 +11,7 @@ from typing import Any
 
 import redis.asyncio
 
-from scheduler import Context, Registry
+from scheduler import Context, Registry, Retry
 
 registry = Registry()
 _client: redis.asyncio.Redis | None = None
@@ -148,3 +148,9 @@ def record_fire(ctx: Context, payload: Any) -> None:
                        "started_ms": int(time.time() * 1000)})
     with open(payload["file"], "a") as f:
         f.write(line + "\n")
+
+
+@registry.task("test.retry_after")
+async def retry_after(ctx: Context, payload: Any) -> None:
+    """Passes on an upstream's Retry-After, whatever it says."""
+    raise Retry(after=float(payload["after"]), reason="upstream said wait")

@@ -11,8 +11,9 @@ from typing import Any
 import click
 
 from scheduler.cli.logs import log_options, setup_logging
-from scheduler.cli.options import Finite, history_source, store_options
+from scheduler.cli.options import bounded, history_source, store_options
 from scheduler.cli.run import load_app, metrics_host_option, serve
+from scheduler.core.bounds import WORKER_BOUNDS
 from scheduler.core.masking import masked
 from scheduler.redis.clients import process_redis, sync_redis
 
@@ -29,9 +30,10 @@ def _write_atomically(path: str, data: dict[str, Any]) -> None:
 @click.command()
 @click.option("--app", "app_spec", default="scheduler.dev.examples.tasks:registry",
               help="MODULE:ATTRIBUTE of your Registry.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=100)
+@click.option("--concurrency", type=bounded(WORKER_BOUNDS, "concurrency", integer=True),
+              default=100)
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
-@click.option("--lease", "lease_s", type=Finite(), default=6.0,
+@click.option("--lease", "lease_s", type=bounded(WORKER_BOUNDS, "lease_s"), default=6.0,
               help="Lease per claim in seconds; heartbeats (and the rates `sched status` "
                    "shows) refresh every lease/3.")
 @click.option("--metrics-port", type=click.IntRange(min=0, max=65535), default=9464,

@@ -11,12 +11,14 @@ from typing import Any
 
 import click
 
-from scheduler.cli.inspect import echo_json, table, when
+from scheduler.cli.inspect import echo_json, status_text, table, when
 from scheduler.cli.logs import log_options, setup_logging
-from scheduler.cli.options import Finite, history_source, store_options
+from scheduler.cli.options import bounded, history_source, store_options
 from scheduler.cli.outbox import outbox_dsn, schema_option
 from scheduler.cli.run import metrics_host_option, metrics_port_option
+from scheduler.core.bounds import RETENTION_BOUNDS, SNAPSHOTTER_BOUNDS
 from scheduler.core.errors import ValidationError
+from scheduler.core.models import MAX_COUNT
 from scheduler.core.states import SlotStatus
 
 
@@ -69,22 +71,26 @@ def db_upgrade(postgres_dsn: str | None, history_file: str, outbox: bool, schema
 
 @click.command()
 @store_options
-@click.option("--read-count", type=click.IntRange(min=1), default=100,
+@click.option("--read-count", type=bounded(SNAPSHOTTER_BOUNDS, "read_count", integer=True),
+              default=100,
               help="Most events entries per shard per batch (fewer when entries are big: a "
                    "batch holds about 20,000 slots and jobs).")
-@click.option("--settle", "settle_s", type=Finite(min=0), default=0.5,
+@click.option("--settle", "settle_s", type=bounded(SNAPSHOTTER_BOUNDS, "settle_s"), default=0.5,
               help="Seconds to wait after a batch that caught up with the events: slots "
                    "that finish meanwhile are written once, not once per step.")
-@click.option("--defer", "defer_s", type=Finite(min=0), default=2.0,
+@click.option("--defer", "defer_s", type=bounded(SNAPSHOTTER_BOUNDS, "defer_s"), default=2.0,
               help="Seconds a slot just submitted and due within that long may wait for its "
                    "next event before its row is written (then it is written once, not "
                    "twice); 0 writes every slot at once.")
-@click.option("--claim-idle", "claim_idle_s", type=Finite(), default=30.0,
+@click.option("--claim-idle", "claim_idle_s", type=bounded(SNAPSHOTTER_BOUNDS, "claim_idle_s"),
+              default=30.0,
               help="Seconds after which a dead snapshotter's pending events are taken over.")
-@click.option("--retention", "retention_s", type=Finite(), default=3600.0,
+@click.option("--retention", "retention_s", type=bounded(RETENTION_BOUNDS, "retention_s"),
+              default=3600.0,
               help="Seconds a finished slot stays in Redis once it is in the history store.")
 @click.option("--keep-redis", is_flag=True, help="Never remove finished slots from Redis.")
-@click.option("--history-days", type=click.IntRange(min=1), default=30,
+@click.option("--history-days", type=bounded(RETENTION_BOUNDS, "history_days", integer=True),
+              default=30,
               help="Days of history kept in the store.")
 @metrics_port_option
 @metrics_host_option
@@ -150,7 +156,7 @@ def snapshotter(obj: dict[str, str], postgres_dsn: str | None, history_file: str
               help="Only slots in this status.")
 @click.option("--since", default=None, help="Fire time from (ISO 8601 UTC, or ms).")
 @click.option("--until", default=None, help="Fire time before (ISO 8601 UTC, or ms).")
-@click.option("--limit", type=click.IntRange(min=1), default=50)
+@click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=50)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def history(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
@@ -166,7 +172,7 @@ def history(obj: dict[str, str], postgres_dsn: str | None, history_file: str,
     if as_json:
         echo_json(slots)
         return
-    table([[s.slot_id, s.task, s.status.value, str(s.attempt), when(s.fire_ms),
+    table([[s.slot_id, s.task, status_text(s), str(s.attempt), when(s.fire_ms),
             (s.attempts[-1].error or "")[:60] if s.attempts else ""] for s in slots],
           ["slot", "task", "status", "attempts", "fire time", "last error"])
 

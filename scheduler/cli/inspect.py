@@ -9,6 +9,13 @@ import click
 import msgspec
 
 from scheduler.cli.options import history_source, store_options
+from scheduler.core.models import MAX_COUNT
+
+
+def status_text(slot: Any) -> str:
+    """A slot's status, marked when numbers in its hash could not be read (JSON: the slot's
+    `unreadable` names them)."""
+    return f"{slot.status.value} (unreadable)" if slot.unreadable else str(slot.status.value)
 
 
 def when(ms: int | None) -> str:
@@ -76,7 +83,7 @@ def schedule_text(job: Any) -> str:
 
 
 @jobs.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=100, help="Most jobs shown.")
+@click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=100, help="Most jobs shown.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
@@ -96,7 +103,7 @@ def jobs_list(obj: dict[str, str], limit: int, as_json: bool) -> None:
 
 @jobs.command("show")
 @click.argument("job_id")
-@click.option("--slots", "last", type=click.IntRange(min=0), default=20, show_default=True,
+@click.option("--slots", "last", type=click.IntRange(0, MAX_COUNT), default=20, show_default=True,
               help="Show the most recent this many slots (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
@@ -131,7 +138,7 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
     click.echo("")
     if len(slots) < len(every):
         click.echo(f"the last {len(slots)} of {len(every):,} slots (--slots 0 for all):")
-    table([[s.slot_id, s.status.value, str(s.attempt), when(s.fire_ms),
+    table([[s.slot_id, status_text(s), str(s.attempt), when(s.fire_ms),
             progress_text(s.progress) if s.progress else ""] for s in slots],
           ["slot", "status", "attempts", "fire time", "progress"])
 
@@ -159,7 +166,7 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
     for s in slots:
         result = ("result " + msgspec.json.encode(s.result).decode()[:80]
                   if s.result is not None else "")
-        rows.append([s.slot_id, s.status.value, str(s.priority), "", "", "", "", "", result])
+        rows.append([s.slot_id, status_text(s), str(s.priority), "", "", "", "", "", result])
         for a in s.attempts:
             ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
             rows.append(["", "", "", f"#{a.number}", a.outcome.value if a.outcome else "-",

@@ -32,8 +32,9 @@ from scheduler import __version__
 from scheduler.cli.options import Finite, Root, global_options
 from scheduler.core.errors import RedisUnavailable, SchedulerError, ValidationError
 from scheduler.core.masking import masked
-from scheduler.core.models import MAX_DEPTH
+from scheduler.core.models import MAX_ATTEMPTS, MAX_DEPTH, MAX_SECONDS
 from scheduler.core.states import Catchup, Delivery, Overlap
+from scheduler.core.timing import MAX_CATCHUP_LIMIT
 from scheduler.redis.failures import REDIS_ERRORS
 
 
@@ -112,7 +113,8 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="1 runs first, 5 last; worse ones still get a tenth of the starts.")
 @click.option("--timeout", default=None,
               help="How long a run may take before it is cancelled: 90 (seconds), 30s, 5m, 1h.")
-@click.option("--max-attempts", type=int, default=3, help="Attempts before the dead-letter queue.")
+@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=3,
+              help="Attempts before the dead-letter queue.")
 @click.option("--delivery", type=click.Choice([d.value for d in Delivery]),
               default=Delivery.AT_LEAST_ONCE.value, help="How often a run may happen.")
 @click.option("--dedupe-key", default=None, help="A repeat with the same key returns the first job.")
@@ -132,7 +134,7 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @click.option("--tz", default=None, help="IANA time zone of --cron (default UTC).")
 @click.option("--catchup", type=click.Choice([c.value for c in Catchup]), default=None,
               help="Missed occurrences after downtime (default all).")
-@click.option("--catchup-limit", type=int, default=None,
+@click.option("--catchup-limit", type=click.IntRange(1, MAX_CATCHUP_LIMIT), default=None,
               help="Most missed occurrences `all` backfills (default 1000).")
 @click.option("--overlap", type=click.Choice([o.value for o in Overlap]), default=None,
               help="skip: skip an occurrence while the last still runs (default allow).")
@@ -143,9 +145,9 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="Return once the primary has the job; or once --replicas replicas "
                    "confirmed it (WAIT); or once the primary's AOF fsynced it (WAITAOF, "
                    "Redis 7.2+).")
-@click.option("--replicas", type=click.IntRange(min=1), default=1,
+@click.option("--replicas", type=click.IntRange(1, 1000), default=1,
               help="Replicas that must confirm (--durability replicated).")
-@click.option("--replica-timeout", type=Finite(min=0.001), default=1.0,
+@click.option("--replica-timeout", type=Finite(min=0.001, max=MAX_SECONDS), default=1.0,
               help="Seconds to wait for them before failing (exit 1; the job may survive).")
 @click.option("--trace", is_flag=True, envvar="SCHED_OTEL",
               help="An OpenTelemetry span for the submit, the parent of the job's run spans "

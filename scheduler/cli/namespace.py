@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from scheduler.cli.inspect import echo_json
+from scheduler.core.namespace import MAX_PAYLOAD_LIMIT, MAX_SHARDS
 
 
 @click.group()
@@ -15,9 +16,9 @@ def namespace() -> None:
 
 
 @namespace.command("create")
-@click.option("--shards", type=int, default=None,
+@click.option("--shards", type=click.IntRange(1, MAX_SHARDS), default=None,
               help="Shard count (fixed for good): 2 by default on one Redis, 8 on a Cluster.")
-@click.option("--max-payload-bytes", type=int, default=None,
+@click.option("--max-payload-bytes", type=click.IntRange(1, MAX_PAYLOAD_LIMIT), default=None,
               help="Largest payload or result the namespace takes (1 MiB by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj

@@ -11,6 +11,7 @@ import msgspec
 
 from scheduler.cli.inspect import echo_json, printable, table, when
 from scheduler.cli.options import Finite, scaling_options
+from scheduler.core.models import MAX_COUNT, MAX_SECONDS
 from scheduler.observe.records import group_supervisors
 
 UNHEALTHY = 3  # exit code when the namespace is unhealthy (1 is an error, 2 a usage error)
@@ -111,12 +112,12 @@ def _state(w: Any) -> str:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (for programs).")
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option("--interval", type=Finite(min=0.2), default=2.0,
+@click.option("--interval", type=Finite(min=0.2, max=MAX_SECONDS), default=2.0,
               help="Seconds between refreshes with --watch.")
-@click.option("--max-lag", "max_lag_s", type=Finite(), default=60.0,
+@click.option("--max-lag", "max_lag_s", type=Finite(min=0, max=MAX_SECONDS), default=60.0,
               help="Unhealthy when a ready job, a due slot or the snapshotter waits longer "
                    "(seconds).")
-@click.option("--max-dead-letter", type=int, default=None,
+@click.option("--max-dead-letter", type=click.IntRange(0, MAX_COUNT * 1000), default=None,
               help="Unhealthy when the dead-letter sets hold more slots.")
 @scaling_options
 @click.pass_obj

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from scheduler.cli.inspect import echo_json, jobs, printable, table, when
+from scheduler.core.models import MAX_COUNT
 
 
 @click.command()
@@ -95,7 +96,7 @@ def dlq() -> None:
 
 
 @dlq.command("list")
-@click.option("--limit", type=click.IntRange(min=1), default=50)
+@click.option("--limit", type=click.IntRange(1, MAX_COUNT), default=50)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def dlq_list(obj: dict[str, str], limit: int, as_json: bool) -> None:

@@ -31,6 +31,18 @@ class Finite(click.FloatRange):
         return "" if self.min is None and self.max is None else super()._describe_range()
 
 
+def bounded(bounds: dict[str, tuple[float, float]], field: str, *, low: float | None = None,
+            integer: bool = False) -> click.ParamType[Any]:
+    """The option type of a config field: the range its Struct checks (`low` when the option
+    asks more than the Struct, e.g. an interval that must not spin). Out of it, click's usage
+    error names the option and the range, exit 2."""
+    lo, hi = bounds[field]
+    lo = lo if low is None else low
+    if integer:
+        return click.IntRange(int(lo), int(hi))
+    return Finite(min=lo, max=hi)
+
+
 def store_options(fn: F) -> F:
     fn = click.option("--history-file", envvar="SCHED_HISTORY_FILE",
                       default=str(DEFAULT_SQLITE_PATH),
@@ -79,6 +91,7 @@ autoscale_option = click.option(
 
 def scaling_options(fn: F) -> F:
     """The targets of the workers-wanted rule (scheduler/observe/capacity.py); defaults there."""
+    from scheduler.core.bounds import SCALING_BOUNDS
     from scheduler.observe.capacity import ScalingTarget
 
     default = ScalingTarget()
@@ -87,7 +100,8 @@ def scaling_options(fn: F) -> F:
                       default=default.utilisation,
                       help="Workers wanted: size the fleet so this share of its run slots "
                            "is busy.")(fn)
-    fn = click.option("--target-lag", "target_lag_s", type=Finite(min=0, min_open=True),
+    fn = click.option("--target-lag", "target_lag_s",
+                      type=Finite(min=0, max=SCALING_BOUNDS["target_lag_s"][1], min_open=True),
                       default=default.target_lag_s,
                       help="Workers wanted: enough to start the ready backlog within this "
                            "many seconds.")(fn)

@@ -10,8 +10,9 @@ from typing import Any
 import click
 
 from scheduler.cli.logs import log_options, setup_logging
-from scheduler.cli.options import Finite, history_source
+from scheduler.cli.options import bounded, history_source
 from scheduler.cli.run import metrics_host_option, metrics_port_option
+from scheduler.core.bounds import RELAY_BOUNDS
 
 DSN_HELP = ("The application's database, where the outbox is, e.g. postgresql://user@host/db "
             "(env SCHED_POSTGRES_DSN).")
@@ -41,9 +42,11 @@ def outbox() -> None:
 @outbox.command()
 @click.option("--postgres-dsn", envvar="SCHED_POSTGRES_DSN", default=None, help=DSN_HELP)
 @schema_option
-@click.option("--batch", type=click.IntRange(min=1), default=1000, show_default=True,
+@click.option("--batch", type=bounded(RELAY_BOUNDS, "batch", integer=True), default=1000,
+              show_default=True,
               help="Most rows per transaction.")
-@click.option("--poll", "poll_s", type=Finite(min=0.01), default=1.0, show_default=True,
+@click.option("--poll", "poll_s", type=bounded(RELAY_BOUNDS, "poll_s", low=0.01), default=1.0,
+              show_default=True,
               help="Seconds between looks at the outbox when no NOTIFY wakes the relay.")
 @click.option("--durability", type=click.Choice(["primary", "replicated", "fsynced"]),
               default=None, help="When Redis counts a batch as written (the SDK's "

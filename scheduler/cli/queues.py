@@ -10,6 +10,7 @@ import click
 
 from scheduler.cli.inspect import echo_json, table
 from scheduler.cli.observe import _age, _rate
+from scheduler.core.limits import MAX_CONCURRENCY
 
 
 @click.group(invoke_without_command=True)
@@ -39,11 +40,11 @@ def queues(ctx: click.Context, as_json: bool) -> None:
 
 @queues.command("limit")
 @click.argument("queue")
-@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+@click.option("--concurrency", type=click.IntRange(1, MAX_CONCURRENCY), default=None,
               help="Most runs of the queue at once, across all workers.")
 @click.option("--rate", default=None,
               help="Most starts per second across all workers: 20, 20/s, 300/m, 1000/h.")
-@click.option("--per-key-concurrency", type=click.IntRange(min=1), default=None,
+@click.option("--per-key-concurrency", type=click.IntRange(1, MAX_CONCURRENCY), default=None,
               help="Most runs at once of any one concurrency key of the queue (jobs "
                    "submitted with --concurrency-key), across all workers.")
 @click.option("--per-key-rate", default=None,

@@ -15,8 +15,10 @@ import click
 
 import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
-from scheduler.cli.options import Finite, autoscale_option, scaling_options
+from scheduler.cli.options import autoscale_option, bounded, scaling_options
+from scheduler.core.bounds import NODE_BOUNDS, WORKER_BOUNDS
 from scheduler.core.errors import ConfigError
+from scheduler.core.models import MAX_COUNT
 from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
 
@@ -160,21 +162,24 @@ class Processes(click.ParamType[int]):
               help="Worker processes: more than 1 makes this process their supervisor (it "
                    "restarts one that dies; SIGHUP replaces them one by one; --metrics-port "
                    "serves them all); `auto`: one per core.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=100,
-              help="Most runs in flight at once.")
+@click.option("--concurrency", type=bounded(WORKER_BOUNDS, "concurrency", integer=True),
+              default=100, help="Most runs in flight at once.")
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
-@click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
+@click.option("--lease", "lease_s", type=bounded(WORKER_BOUNDS, "lease_s"),
+              envvar="SCHED_LEASE_SECONDS", default=30.0,
               help="Lease per claim in seconds, renewed every lease/3 (env SCHED_LEASE_SECONDS).")
-@click.option("--grace", "grace_s", type=Finite(), default=10.0,
+@click.option("--grace", "grace_s", type=bounded(WORKER_BOUNDS, "grace_s"), default=10.0,
               help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
-@click.option("--batch", type=click.IntRange(min=1), default=500, help="Most entries per read.")
-@click.option("--pipelines", type=click.IntRange(min=1), default=2,
+@click.option("--batch", type=bounded(WORKER_BOUNDS, "batch", integer=True), default=500,
+              help="Most entries per read.")
+@click.option("--pipelines", type=bounded(WORKER_BOUNDS, "pipelines", integer=True), default=2,
               help="Claim round trips in flight at once (Redis claims one batch while the "
                    "worker starts another's runs).")
-@click.option("--claim-replicas", type=click.IntRange(min=0), default=0,
+@click.option("--claim-replicas", type=bounded(WORKER_BOUNDS, "claim_replicas", integer=True),
+              default=0,
               help="Start an at_most_once run only once this many replicas have its claim "
                    "(WAIT); 0: do not wait.")
-@click.option("--replica-timeout", type=Finite(min=0.001), default=1.0,
+@click.option("--replica-timeout", type=bounded(WORKER_BOUNDS, "replica_timeout_s"), default=1.0,
               help="Seconds a claim waits for them; an at_most_once run they did not "
                    "confirm is not started (it ends lost).")
 @click.option("--eager-start/--no-eager-start", default=True, show_default=True,
@@ -182,12 +187,14 @@ class Processes(click.ParamType[int]):
               help="Python 3.12+: run each handler up to its first await within the claim "
                    "that started it (one that never awaits is never scheduled: less CPU); "
                    "no effect on 3.11 (env SCHED_EAGER_START=0 for --no-eager-start).")
-@click.option("--process-pool", type=click.IntRange(min=1), default=None,
+@click.option("--process-pool", type=bounded(WORKER_BOUNDS, "process_pool", integer=True),
+              default=None,
               envvar=PROCESS_POOL_ENV,
               help="Child processes for the pool=\"process\" handlers (default: one per "
                    "core, or cores / N for each of --processes N); started only when the app "
                    "has such a task (env SCHED_PROCESS_POOL).")
-@click.option("--max-tasks-per-child", type=click.IntRange(min=0), default=0,
+@click.option("--max-tasks-per-child",
+              type=bounded(WORKER_BOUNDS, "max_tasks_per_child", integer=True), default=0,
               help="Replace a process-pool child after this many runs (leaky libraries); "
                    "0: never.")
 @autoscale_option
@@ -290,30 +297,38 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 
 
 @click.command()
-@click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
+@click.option("--lease", "lease_s", type=bounded(NODE_BOUNDS, "lease_s"),
+              envvar="SCHED_LEASE_SECONDS", default=30.0,
               help="The workers' slot lease in seconds: pending entries idle this long are "
                    "reclaimed (env SCHED_LEASE_SECONDS; give workers the same).")
-@click.option("--shard-lease", "shard_lease_s", type=Finite(), default=5.0,
+@click.option("--shard-lease", "shard_lease_s", type=bounded(NODE_BOUNDS, "shard_lease_s"),
+              default=5.0,
               help="Shard lease ttl in seconds: how soon others take a dead node's shards.")
-@click.option("--reclaim-interval", "reclaim_s", type=Finite(), default=1.0,
+@click.option("--reclaim-interval", "reclaim_s", type=bounded(NODE_BOUNDS, "reclaim_interval_s"),
+              default=1.0,
               help="Seconds between reclaim passes.")
-@click.option("--sweep-interval", "sweep_s", type=Finite(min=0.1), default=10.0,
+@click.option("--sweep-interval", "sweep_s",
+              type=bounded(NODE_BOUNDS, "sweep_interval_s", low=0.1), default=10.0,
               help="Seconds between the starts of two sweeps for orphaned slots (slots that "
                    "fell out of every index, e.g. a deleted stream entry).")
-@click.option("--sweep-rate", "sweep_rate", type=click.IntRange(min=1), default=5_000,
+@click.option("--sweep-rate", "sweep_rate",
+              type=bounded(NODE_BOUNDS, "sweep_keys_per_s", integer=True), default=5_000,
               show_default=True,
               help="Keys per second the orphan sweep's SCAN walks: each costs Redis ~4 us, so "
                    "the default holds it to ~2% of a core; a walk takes keys / rate seconds.")
-@click.option("--lookahead", "lookahead_s", type=Finite(), default=3.0,
+@click.option("--lookahead", "lookahead_s", type=bounded(NODE_BOUNDS, "lookahead_s"), default=3.0,
               help="Seconds ahead of their fire time that cron slots are created.")
-@click.option("--misfire-grace", "misfire_grace_s", type=Finite(), default=5.0,
+@click.option("--misfire-grace", "misfire_grace_s", type=bounded(NODE_BOUNDS, "misfire_grace_s"),
+              default=5.0,
               help="Seconds late after which a cron occurrence counts as missed (catch-up).")
-@click.option("--promote-ahead", "promote_ahead_s", type=Finite(min=0), default=3.0,
+@click.option("--promote-ahead", "promote_ahead_s", type=bounded(NODE_BOUNDS, "promote_ahead_s"),
+              default=3.0,
               show_default=True,
               help="Seconds ahead of their time that due slots are dispatched; the worker that "
                    "reads one holds it until its time (at most a quarter of --lease; 0: at "
                    "their time).")
-@click.option("--queue-idle", "queue_idle_s", type=Finite(), default=3600.0, show_default=True,
+@click.option("--queue-idle", "queue_idle_s", type=bounded(NODE_BOUNDS, "queue_idle_s"),
+              default=3600.0, show_default=True,
               help="Seconds a queue stays listed (by `sched status`, and walked by the "
                    "reclaimer) after its last job, once it holds nothing.")
 @click.option("--outbox-dsn", default=None, envvar="SCHED_OUTBOX_DSN",
@@ -393,7 +408,7 @@ def _outbox_relay(obj: dict[str, str], dsn: str | None, schema: str) -> Any:
               help="Address to listen on: loopback unless given; 0.0.0.0 (every interface) "
                    "or one address for a Prometheus on another host or container (env "
                    "SCHED_METRICS_HOST).")
-@click.option("--top-queues", type=click.IntRange(min=1), default=None,
+@click.option("--top-queues", type=click.IntRange(min=1, max=MAX_COUNT), default=None,
               help="Queues with series of their own, those with the most work (depth, then "
                    "pending); the rest are summed into queue=\"(other)\" (default 100).")
 @click.option("--key-labels", type=click.Choice(["off", "hashed", "plain"]), default="off",

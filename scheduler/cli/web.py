@@ -12,6 +12,7 @@ from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.core.errors import ConfigError
 from scheduler.core.masking import MASK, masked
+from scheduler.core.models import MAX_SECONDS
 
 log = logging.getLogger("scheduler.web")
 
@@ -33,7 +34,7 @@ log = logging.getLogger("scheduler.web")
                    "(a proxy of yours that checks who comes in); repeatable.")
 @click.option("--session-hours", type=click.IntRange(min=1, max=24 * 366), default=None,
               help="How long a sign-in lasts, the cookie's Max-Age (12 unless given).")
-@click.option("--sample-interval", type=Finite(min=0.1), default=5.0,
+@click.option("--sample-interval", type=Finite(min=0.1, max=MAX_SECONDS), default=5.0,
               show_default=True, help="Seconds between the overview charts' samples.")
 @store_options
 @log_options

@@ -23,3 +23,22 @@ def check_finite(config: msgspec.Struct) -> None:
         value = getattr(config, name)
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{name} must be a finite number, not {value}")
+
+
+Bounds = dict[str, tuple[float, float]]
+"""A config's fields and the range each may take, low and high included: the Struct checks
+them (check_bounds) and the CLI gives its options the same ranges (cli/options.py, bounded)."""
+
+
+def shown(number: float) -> str:
+    """A bound for people: 31,536,000 rather than 3.1536e+07."""
+    return f"{int(number):,}" if float(number).is_integer() else f"{number:g}"
+
+
+def check_bounds(config: msgspec.Struct, bounds: Bounds) -> None:
+    """ConfigError for the first field of `bounds` outside its range (None is not set)."""
+    for name, (low, high) in bounds.items():
+        value = getattr(config, name)
+        if value is not None and not low <= value <= high:
+            raise ConfigError(f"{name} must be from {shown(low)} to {shown(high)}, not "
+                              f"{value!r}")

@@ -7,6 +7,7 @@ what is allowed.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -22,8 +23,25 @@ _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
 
 
 MAX_ATTEMPTS = 1000
-MAX_SECONDS = 365 * 86400  # the longest backoff or timeout: a year
+# The last instant a datetime (and so the history store and every listing) can show: a fire
+# time past it would be accepted and then break every reader of the namespace.
+LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
+MAX_SECONDS = 365 * 86400  # the longest duration anything takes: a year
 MAX_REASON_CHARS = 1000  # a cancel or delete reason, stored on every slot it ends
+# The longest lease: a worker's heartbeat renews it well before it ends, so a longer one only
+# makes a dead worker's runs wait longer to be taken over.
+MAX_LEASE_S = 86400
+MAX_COUNT = 1_000_000  # the most any count option takes (entries per read, rows, keys/s)
+MAX_EVENTS_MAXLEN = 100 * MAX_COUNT  # the longest events stream a shard may keep
+# The furthest ahead cron slots are made: each occurrence in it is a slot in Redis.
+MAX_LOOKAHEAD_S = 86400
+
+
+def retry_after_ms(after: float) -> tuple[int, bool]:
+    """A handler's `Retry(after=...)` as the ms fail.lua adds to now, and whether it was cut
+    to MAX_SECONDS: an upstream Retry-After may say anything, and the handler must not fail
+    for passing it on (the retry then waits a year; the worker logs the cut)."""
+    return int(min(after, MAX_SECONDS) * 1000), after > MAX_SECONDS
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,6 +106,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     next_fire_ms: int | None = None  # the next fire time still ahead, None when there is none
     deleted_ms: int | None = None  # when its series was ended (Client.delete_job)
     deleted: str | None = None  # why (the reason given)
+    unreadable: str | None = None  # numbers in its hash that could not be read (see Slot)
 
     @property
     def dedupe_until_ms(self) -> int | None:
@@ -204,6 +223,9 @@ class Slot(msgspec.Struct, frozen=True, kw_only=True):
     attempts: list[Attempt] = []
     result: Any = None  # a succeeded handler's return value (None when it returned none)
     progress: Progress | None = None  # the latest attempt's last ctx.progress, if it gave one
+    unreadable: str | None = None
+    """Set when a number in its hash could not be read (it says which): those read as 0 or
+    None, and listings mark the slot unreadable instead of failing."""
 
 
 _attempt_decoder = msgspec.json.Decoder(Attempt)
@@ -481,87 +503,154 @@ def _s(raw: dict[bytes, bytes], name: str, default: str = "") -> str:
     return value.decode("utf-8", "replace") if value is not None else default
 
 
+def whole_number(value: bytes | str) -> int | None:
+    """A hash field's whole number, None when it holds anything else."""
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+class _Numbers:
+    """A hash's number fields as a reader takes them. One that is not a whole number (a
+    script once stored a time of 1e17 ms and up as "1e+17"; a hand edit may store anything),
+    or a time past the last one a datetime shows, reads as its default and is named in
+    `problems`: the record then shows as unreadable, and its listing, page or snapshot goes
+    on."""
+
+    def __init__(self, raw: dict[bytes, bytes]) -> None:
+        self.raw = raw
+        self.problems: list[str] = []
+
+    def get(self, name: str, default: int | None = 0) -> int | None:
+        value = self.raw.get(name.encode())
+        if value in (None, b""):
+            return default
+        number = whole_number(value)
+        if number is None or (name.endswith(("_ms", "_until")) and not 0 <= number <= LATEST_MS):
+            self.problems.append(f"{name}={value.decode('utf-8', 'replace')[:40]}")
+            return default
+        return number
+
+    def i(self, name: str, default: int = 0) -> int:
+        value = self.get(name, default)
+        return default if value is None else value
+
+    def unreadable(self) -> str | None:
+        if not self.problems:
+            return None
+        return "fields that are not whole numbers in range: " + ", ".join(self.problems)
+
+
 def _i(raw: dict[bytes, bytes], name: str, default: int = 0) -> int:
-    value = raw.get(name.encode())
-    return int(value) if value not in (None, b"") else default
+    return _Numbers(raw).i(name, default)
 
 
 def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
     raw = {**{k.encode(): str(v).encode() for k, v in JOB_FIELD_DEFAULTS.items()}, **raw}
-    timeout_ms = _i(raw, "timeout_ms")
+    n = _Numbers(raw)
+
+    def i(name: str) -> int:
+        default = JOB_FIELD_DEFAULTS.get(name, 0)
+        return n.i(name, default if isinstance(default, int) else 0)
+
+    timeout_ms = i("timeout_ms")
+    try:
+        retry = RetryPolicy(max_attempts=i("max_attempts"), base_s=i("backoff_base_ms") / 1000,
+                            max_s=i("backoff_max_ms") / 1000,
+                            jitter=float(_s(raw, "jitter", "0")))
+    except ValueError:  # ValidationError too: numbers no submit writes
+        n.problems.append("retry policy")
+        retry = RetryPolicy()
     return Job(
         job_id=job_id,
         task=_s(raw, "task"),
         queue=_s(raw, "queue", "default"),
-        priority=_i(raw, "priority"),
+        priority=i("priority"),
         payload=shown_payload(raw.get(b"payload")),
         timeout_s=timeout_ms / 1000 if timeout_ms else None,
-        retry=RetryPolicy(
-            max_attempts=_i(raw, "max_attempts"),
-            base_s=_i(raw, "backoff_base_ms") / 1000,
-            max_s=_i(raw, "backoff_max_ms") / 1000,
-            jitter=float(_s(raw, "jitter", "0")),
-        ),
+        retry=retry,
         delivery=Delivery(_s(raw, "delivery", Delivery.AT_LEAST_ONCE.value)),
         dedupe_key=_s(raw, "dedupe_key") or None,
-        dedupe_ttl_s=_i(raw, "dedupe_ttl_ms") / 1000 or None,
-        debounce_s=_i(raw, "debounce_ms") / 1000 or None,
+        dedupe_ttl_s=i("dedupe_ttl_ms") / 1000 or None,
+        debounce_s=i("debounce_ms") / 1000 or None,
         concurrency_key=_s(raw, "concurrency_key") or None,
         kind=JobKind(_s(raw, "kind", JobKind.IMMEDIATE)),
-        created_ms=_i(raw, "created_ms"),
-        fire_ms=_i(raw, "fire_ms"),
-        delay_s=_i(raw, "delay_ms") / 1000 if _s(raw, "kind") == JobKind.DELAYED else None,
+        created_ms=i("created_ms"),
+        fire_ms=i("fire_ms"),
+        delay_s=i("delay_ms") / 1000 if _s(raw, "kind") == JobKind.DELAYED else None,
         cron=_s(raw, "cron") or None,
         tz=(_s(raw, "tz") or "UTC") if raw.get(b"cron") not in (None, b"") else None,
         catchup=Catchup(_s(raw, "catchup")) if _s(raw, "catchup") else None,
-        catchup_limit=_i(raw, "catchup_limit") or None,
+        catchup_limit=i("catchup_limit") or None,
         overlap=Overlap(_s(raw, "overlap")) if _s(raw, "overlap") else None,
-        start_ms=_i(raw, "start_ms") or None,
-        end_ms=_i(raw, "end_ms") or None,
-        missed=_i(raw, "missed"),
-        deleted_ms=_i(raw, "deleted_ms") or None,
+        start_ms=i("start_ms") or None,
+        end_ms=i("end_ms") or None,
+        missed=i("missed"),
+        deleted_ms=i("deleted_ms") or None,
         deleted=_s(raw, "deleted") or None,
+        unreadable=n.unreadable(),
     )
+
+
+def _attempts(raw: dict[bytes, bytes], n: _Numbers) -> dict[int, Attempt]:
+    """The archived attempts (`a:<n>`); one whose JSON does not decode (a number stored as
+    1e+14) is left out and named in n.problems."""
+    out = {}
+    for key, value in raw.items():
+        if key.startswith(b"a:"):
+            try:
+                a = _attempt_decoder.decode(value)
+            except (msgspec.ValidationError, msgspec.DecodeError):
+                n.problems.append(key.decode("utf-8", "replace"))
+                continue
+            late = {t: None for t in _ATTEMPT_TIMES if not 0 <= (getattr(a, t) or 0) <= LATEST_MS}
+            if late:
+                n.problems.append(key.decode("utf-8", "replace"))
+                a = msgspec.structs.replace(a, **late)
+            out[a.number] = a
+    return out
+
+
+_ATTEMPT_TIMES = ("claimed_ms", "lease_until_ms", "started_ms", "finished_ms")
 
 
 def slot_from_hash(slot: str, raw: dict[bytes, bytes]) -> Slot:
     """Archived attempts are JSON in fields `a:<n>`; the latest attempt, when not archived,
-    is read from the slot's own fields (complete.lua keeps the hot path free of JSON)."""
-    attempts = {a.number: a for a in (_attempt_decoder.decode(v)
-                                      for k, v in raw.items() if k.startswith(b"a:"))}
-    current = _i(raw, "attempt")
+    is read from the slot's own fields (complete.lua keeps the hot path free of JSON). A
+    number that cannot be read leaves the slot `unreadable` (it says which), never fails."""
+    n = _Numbers(raw)
+    attempts = _attempts(raw, n)
+    current = n.i("attempt")
     if current and current not in attempts:
         attempts[current] = Attempt(
             number=current, worker=_s(raw, "worker") or None,
-            claimed_ms=_opt(raw, "claimed_ms"), lease_until_ms=_opt(raw, "lease_until"),
-            started_ms=_opt(raw, "started_ms"), finished_ms=_opt(raw, "finished_ms"),
+            claimed_ms=n.get("claimed_ms", None), lease_until_ms=n.get("lease_until", None),
+            started_ms=n.get("started_ms", None), finished_ms=n.get("finished_ms", None),
             outcome=Outcome(_s(raw, "outcome")) if raw.get(b"outcome") else None)
     for key, value in raw.items():
         if key.startswith(b"log:") and key[4:].isdigit() and int(key[4:]) in attempts:
-            n = int(key[4:])
-            attempts[n] = msgspec.structs.replace(attempts[n], log=decode_payload(value))
+            number = int(key[4:])
+            attempts[number] = msgspec.structs.replace(attempts[number], log=decode_payload(value))
     status = SlotStatus(_s(raw, "status"))
+    fire_ms = n.i("fire_ms")
     return Slot(
         slot_id=slot,
         job_id=_s(raw, "job_id"),
-        fire_ms=_i(raw, "fire_ms"),
+        fire_ms=fire_ms,
         status=status,
         attempt=current,
-        failures=_i(raw, "failures"),
+        failures=n.i("failures"),
         queue=_s(raw, "queue", "default"),
-        priority=_i(raw, "priority", DEFAULT_PRIORITY),
+        priority=n.i("priority", DEFAULT_PRIORITY),
         concurrency_key=_s(raw, "concurrency_key") or None,
         task=_s(raw, "task"),
         token=current,
         worker=_s(raw, "worker") or None,
-        lease_until_ms=_opt(raw, "lease_until") if status is SlotStatus.RUNNING else None,
-        available_ms=_opt(raw, "available_ms") or _i(raw, "fire_ms"),
-        attempts=[attempts[n] for n in sorted(attempts)],
+        lease_until_ms=n.get("lease_until", None) if status is SlotStatus.RUNNING else None,
+        available_ms=n.get("available_ms", None) or fire_ms,
+        attempts=[attempts[k] for k in sorted(attempts)],
         result=shown_payload(raw.get(b"result")),
         progress=progress_from_hash(raw) if b"progress" in raw else None,
+        unreadable=n.unreadable(),
     )
-
-
-def _opt(raw: dict[bytes, bytes], name: str) -> int | None:
-    value = raw.get(name.encode())
-    return int(value) if value not in (None, b"") else None

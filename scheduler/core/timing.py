@@ -7,20 +7,18 @@ first fire time and the job-hash fields that record the schedule. Nothing here t
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import ValidationError
+from scheduler.core.models import LATEST_MS, MAX_SECONDS
 from scheduler.core.states import Catchup, JobKind, Overlap
 
 DEFAULT_CATCHUP_LIMIT = 1000
 MAX_CATCHUP_LIMIT = 100_000
-# The last instant a datetime (and so the history store and every listing) can show: a fire
-# time past it would be accepted and then break every reader of the namespace.
-LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
 
 
 def _bounded(field: str, ms: int) -> int:
@@ -52,9 +50,10 @@ def _delay_ms(delay: object) -> int:
     if (not isinstance(seconds, int | float) or isinstance(seconds, bool)
             or not math.isfinite(seconds)):
         raise ValidationError("delay", f"{delay!r} is not a number of seconds or a timedelta")
-    if not 0 <= seconds <= LATEST_MS / 1000:
-        raise ValidationError("delay", f"{seconds:g} is not allowed; must be >= 0 seconds and "
-                                       f"end before the year 10000")
+    if not 0 <= seconds <= MAX_SECONDS:
+        raise ValidationError("delay", f"{seconds:g} is not allowed; must be a number of "
+                                       f"seconds from 0 to {MAX_SECONDS:,} (a year; `at` "
+                                       f"takes a later instant)")
     return int(seconds * 1000)
 
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.bounds import SNAPSHOTTER_BOUNDS
 from scheduler.core.errors import ConfigError
 from scheduler.core.events import SLOT_ONLY
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.redis.clock import Clock
 
 log = logging.getLogger("scheduler.history.snapshotter")
@@ -61,6 +62,7 @@ class SnapshotterConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"seen_capacity must be >= 0, not {self.seen_capacity}")
         if self.retention_s is not None and self.retention_s < 0:
             raise ConfigError(f"retention_s must be >= 0 or None, not {self.retention_s}")
+        check_bounds(self, SNAPSHOTTER_BOUNDS)
 
 
 class _Record(msgspec.Struct):

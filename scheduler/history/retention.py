@@ -19,8 +19,9 @@ import redis.asyncio
 import scheduler.core.namespace as namespace
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
+from scheduler.core.bounds import RETENTION_BOUNDS
 from scheduler.core.errors import ConfigError
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.keys import Keys
 from scheduler.history.store import DAY_MS, HistoryStore
 from scheduler.redis.clock import Clock, RedisClock, resync
@@ -47,6 +48,7 @@ class RetentionConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"history_days must be >= 1 or None, not {self.history_days}")
         if self.batch < 1 or self.interval_s <= 0:
             raise ConfigError("batch must be >= 1 and interval_s > 0")
+        check_bounds(self, RETENTION_BOUNDS)
 
 
 class Retention(Service):

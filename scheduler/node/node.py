@@ -35,8 +35,9 @@ import redis.asyncio
 
 import scheduler.core.namespace as namespace
 import scheduler.redis.transport as transport
+from scheduler.core.bounds import NODE_BOUNDS
 from scheduler.core.errors import ConfigError, NamespaceMissing
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.node.leases import ShardLeases
@@ -80,6 +81,7 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
         if not 0 < self.queue_idle_s < math.inf:
             raise ConfigError(f"the queue idle time must be a number of seconds > 0, not "
                               f"{self.queue_idle_s}")
+        check_bounds(self, NODE_BOUNDS)
 
 
 class SchedulerNode:

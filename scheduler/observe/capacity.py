@@ -50,8 +50,9 @@ import math
 
 import msgspec
 
+from scheduler.core.bounds import SCALING_BOUNDS
 from scheduler.core.errors import ConfigError
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.observe.records import QueueStatus, Scaling, WorkerStatus
 
 DEFAULT_CONCURRENCY = 100  # a worker's run slots unless told otherwise (WorkerConfig's default)
@@ -74,6 +75,7 @@ class ScalingTarget(msgspec.Struct, kw_only=True, frozen=True):
                               f"{self.utilisation}")
         if self.slots_per_worker is not None and self.slots_per_worker < 1:
             raise ConfigError(f"slots per worker must be >= 1, not {self.slots_per_worker}")
+        check_bounds(self, SCALING_BOUNDS)
 
 
 def queue_slots(q: QueueStatus, target: ScalingTarget, per_worker: int) -> float:

@@ -25,8 +25,9 @@ import msgspec
 import psycopg
 
 import scheduler.redis.transport as transport
+from scheduler.core.bounds import RELAY_BOUNDS
 from scheduler.core.errors import ConfigError, RedisFailure, SchedulerError, ValidationError
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.jobspec import JobSpec
 from scheduler.observe import metrics
 from scheduler.outbox.rows import channel, decode_spec, queries, status
@@ -55,6 +56,7 @@ class RelayConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.batch < 1 or self.poll_s <= 0 or self.max_backoff_s <= 0 \
                 or self.lag_every_s <= 0:
             raise ConfigError("batch must be >= 1, poll_s, max_backoff_s and lag_every_s > 0")
+        check_bounds(self, RELAY_BOUNDS)
 
 
 class OutboxRelay:

@@ -5,6 +5,7 @@ client is built (clients.py), so a bad URL fails with what to fix.
 
 from __future__ import annotations
 
+import inspect
 import urllib.parse
 from dataclasses import dataclass
 from typing import Any
@@ -143,9 +144,22 @@ def find_cluster(url: str, timeout_s: float) -> ClusterUrl | None:
     return ClusterUrl(((kw["host"], int(kw.get("port", 6379))),), _cluster_options(url))
 
 def check(url: str) -> None:
+    """ConfigError, one line with the password masked, for a URL no client could be built
+    from: urllib's and redis-py's ValueErrors (an address in brackets that is no IPv6
+    address, a port that is no number) and a query option no connection takes, which
+    redis-py would pass on to fail as a TypeError at the first command."""
     problem = unencoded(url)
     if problem:
         raise ConfigError(f"redis url {masked(url, url)!r}: {problem}")
+    try:
+        _check(url)
+    except ValueError as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(masked(f"redis url {url!r}: {exc}", url)) from None
+
+
+def _check(url: str) -> None:
     if parse_sentinel(url) is not None or parse_cluster(url) is not None:
         return
     scheme, _, rest = url.partition("://")
@@ -154,8 +168,20 @@ def check(url: str) -> None:
         if db and not db.isdigit():  # redis-py would quietly use database 0
             raise ConfigError(f"redis url {masked(url)!r}: database {db[:20]!r} is not a "
                               f"number; use redis://host:port/0 (a database index)")
-    try:
-        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
-    except ValueError as exc:
-        raise ConfigError(masked(f"redis url {url!r}: {exc}", url)) from None
+    kw = redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    unknown = sorted(set(kw) - _taken(kw.get("connection_class", redis.connection.Connection)))
+    if unknown:
+        raise ConfigError(f"redis url {masked(url, url)!r}: unknown option(s) "
+                          f"{', '.join(unknown)[:200]}; the query string takes a "
+                          f"connection's options, e.g. ?socket_timeout=5")
+
+
+def _taken(connection_class: type) -> set[str]:
+    """What a connection of this class (and its pool) takes as keyword arguments."""
+    names = {"connection_class", "max_connections", "timeout"}
+    for cls in connection_class.__mro__:
+        init = vars(cls).get("__init__")
+        if init is not None:
+            names |= set(inspect.signature(init).parameters) - {"self", "args", "kwargs"}
+    return names
 

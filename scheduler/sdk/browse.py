@@ -33,7 +33,7 @@ from scheduler.core.keys import (
     shard_of,
     split_slot_id,
 )
-from scheduler.core.models import Slot, slot_from_hash
+from scheduler.core.models import Slot, slot_from_hash, whole_number
 from scheduler.core.states import TERMINAL, JobKind, SlotStatus
 from scheduler.sdk.requests import Op, Pipe
 from scheduler.sdk.state import ClientState, ready
@@ -329,8 +329,10 @@ def scheduled(core: ClientState, queue: str | None = None, *, retrying: bool = F
         if not filtered:
             return True
         q, attempt = fields[slot]
+        # An attempt that is no number keeps the slot listed, where it shows as unreadable.
+        tried = whole_number(attempt) if attempt else 0
         return ((queue is None or (q or b"default").decode() == queue)
-                and (not retrying or int(attempt or 0) > 0))
+                and (not retrying or tried is None or tried > 0))
     slot_ids, nxt = _cut(items, horizon, limit, keep)
     return SlotPage((yield from _slots(core, slot_ids)), nxt)
 

@@ -39,7 +39,15 @@ from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.limits import QueueLimit
-from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, Job, Progress, RetryPolicy, Slot
+from scheduler.core.models import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_EVENTS_MAXLEN,
+    MAX_SECONDS,
+    Job,
+    Progress,
+    RetryPolicy,
+    Slot,
+)
 from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.observe.keyed import TOP_KEYS
 from scheduler.observe.records import QueueKeys
@@ -110,9 +118,14 @@ class _Driver:
         them: Redis 7.2+). `tracing`: an OpenTelemetry span per submit call, its traceparent
         stored with the jobs (the `otel` extra; scheduler/observe/tracing.py): True for the global
         TracerProvider, or the provider to use."""
-        if not finite_number(timeout_s) or not timeout_s > 0:
+        if not finite_number(timeout_s) or not 0 < timeout_s <= MAX_SECONDS:
             raise ValidationError("timeout_s", f"{timeout_s!r} is not allowed; must be a "
-                                               f"finite number of seconds > 0")
+                                               f"finite number of seconds > 0 and at most "
+                                               f"{MAX_SECONDS:,} (a year)")
+        if type(events_maxlen) is not int or not 1 <= events_maxlen <= MAX_EVENTS_MAXLEN:
+            raise ValidationError("events_maxlen", f"{events_maxlen!r} is not allowed; must be "
+                                                   f"an integer from 1 to "
+                                                   f"{MAX_EVENTS_MAXLEN:,}")
         self._core = ClientState(namespace, shards, clock, max_payload_bytes, events_maxlen,
                                  durability, replicas, replica_timeout_s)
         if tracing:

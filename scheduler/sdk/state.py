@@ -21,7 +21,7 @@ from scheduler.core.keys import (
     shard_of,
     split_slot_id,
 )
-from scheduler.core.models import Job, job_from_hash
+from scheduler.core.models import MAX_SECONDS, Job, job_from_hash
 from scheduler.core.namespace import (
     META_FIELDS,
     Meta,
@@ -53,9 +53,11 @@ class ClientState:
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 1:
             raise ValidationError("replicas", f"{replicas!r} is not allowed; must be an "
                                               "integer >= 1")
-        if not finite_number(replica_timeout_s) or not replica_timeout_s > 0:
+        if not finite_number(replica_timeout_s) or not 0 < replica_timeout_s <= MAX_SECONDS:
             raise ValidationError("replica_timeout_s", f"{replica_timeout_s!r} is not "
-                                                       "allowed; must be a finite number > 0")
+                                                       f"allowed; must be a finite number of "
+                                                       f"seconds > 0 and at most "
+                                                       f"{MAX_SECONDS:,} (a year)")
         self.replicas = replicas
         self.replica_timeout_ms = max(1, int(replica_timeout_s * 1000))
         self.fsync_checked = False  # durability="fsynced": the server can (jobs.py)

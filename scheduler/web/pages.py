@@ -177,6 +177,12 @@ SLOT_LIST_EMPTY = {
 }
 
 
+def _status(s: Slot) -> str:
+    """A slot's status, marked when numbers in its hash could not be read (its times then
+    show as "-": the slot page names the fields)."""
+    return f"{s.status.value} (unreadable)" if s.unreadable else s.status.value
+
+
 def _slot_cells(s: Slot, what: str, now_ms: int) -> list[Any]:
     cells: list[Any] = [link(f"/slots/{s.slot_id}", s.slot_id), s.task,
                         link(f"/queues/{s.queue}", s.queue), s.priority]
@@ -186,11 +192,11 @@ def _slot_cells(s: Slot, what: str, now_ms: int) -> list[Any]:
         if s.lease_until_ms:
             left = (s.lease_until_ms - now_ms) / 1000
             lease = f"{left:.1f}s left" if left >= 0 else f"expired {-left:.1f}s ago"
-        return [*cells, s.status.value, s.worker or "-",
+        return [*cells, _status(s), s.worker or "-",
                 when(current.claimed_ms if current else None), lease]
     if what == "queued":
-        return [*cells, s.status.value, when(s.available_ms), s.attempt]
-    return [*cells, when(s.available_ms), s.attempt,
+        return [*cells, _status(s), when(s.available_ms), s.attempt]
+    return [*cells, "(unreadable)" if s.unreadable else when(s.available_ms), s.attempt,
             (s.attempts[-1].error or "")[:120] if s.attempts else ""]
 
 
@@ -346,7 +352,8 @@ async def job(client: Any, job_id: str) -> Page:
                   f"{j.retry.max_s:g}s"),
         *(j.dedupe_text(when) if j.dedupe_key else []),
         *([("concurrency key", j.concurrency_key)] if j.concurrency_key else []),
-        ("payload", msgspec.json.encode(j.payload).decode()[:4000])]
+        ("payload", msgspec.json.encode(j.payload).decode()[:4000]),
+        *([("unreadable", j.unreadable)] if j.unreadable else [])]
     if j.deleted_ms:
         fields.append(("deleted", f"{when(j.deleted_ms)} ({j.deleted})"))
     actions: list[tuple[str, str, str, list[str], str | None]] = [
@@ -358,7 +365,7 @@ async def job(client: Any, job_id: str) -> Page:
     if waiting:
         actions.append(("/actions/cancel", "cancel waiting slots", "ids", waiting, None))
     tables = [("Slots (the last 50)", ["slot", "status", "attempts", "fire time"],
-               [[link(f"/slots/{s.slot_id}", s.slot_id), s.status.value, s.attempt,
+               [[link(f"/slots/{s.slot_id}", s.slot_id), _status(s), s.attempt,
                  when(s.fire_ms)] for s in reversed(slots)])]
     if j.cron:
         tables.insert(0, ("Next fire times (no slot yet)", ["fire time"],
@@ -373,7 +380,8 @@ async def slot(client: Any, slot_id: str) -> Page:
         payload = msgspec.json.encode((await client.get_job(s.job_id)).payload).decode()
     except (JobNotFound, ValidationError):  # the job hash left with retention: the slot shows
         payload = "(the job's definition is no longer in Redis)"
-    fields = [("job", link(f"/jobs/{s.job_id}", s.job_id)), ("status", s.status.value),
+    fields = [("job", link(f"/jobs/{s.job_id}", s.job_id)), ("status", _status(s)),
+              *([("unreadable", s.unreadable)] if s.unreadable else []),
               ("task", s.task), ("queue", link(f"/queues/{s.queue}", s.queue)),
               ("priority", s.priority),
               *([("concurrency key", s.concurrency_key)] if s.concurrency_key else []),
@@ -463,7 +471,7 @@ async def history(client: Any, params: Params) -> Page:
     except StoreUnavailable as exc:
         return "table.html", {**page, "rows": [], "note": str(exc)}
     page["rows"] = [_row(s.slot_id, link(f"/slots/{s.slot_id}", s.slot_id), s.task,
-                         s.status.value, s.attempt, when(s.fire_ms),
+                         _status(s), s.attempt, when(s.fire_ms),
                          (s.attempts[-1].error or "")[:100] if s.attempts else "")
                     for s in found]
     return "table.html", page

@@ -38,8 +38,9 @@ from typing import Any, Protocol
 
 import msgspec
 
+from scheduler.core.bounds import AUTOSCALE_BOUNDS
 from scheduler.core.errors import ConfigError
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.observe.metrics import RunMetrics
 from scheduler.redis.service import Service
 
@@ -64,6 +65,7 @@ class AutoscaleConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("the autoscale target lag must be >= 0 and its interval > 0 s")
         if self.raise_after < 1 or self.lower_after < 1:
             raise ConfigError("autoscale raise_after and lower_after must be >= 1")
+        check_bounds(self, AUTOSCALE_BOUNDS)
 
     @classmethod
     def parse(cls, text: str, **options: Any) -> AutoscaleConfig:

@@ -7,8 +7,9 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.bounds import WORKER_BOUNDS
 from scheduler.core.errors import ConfigError
-from scheduler.core.finite import check_finite
+from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.keys import check_name
 from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.observe.capacity import DEFAULT_CONCURRENCY
@@ -71,6 +72,7 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(f"grace period must be >= 0 s, not {self.grace_s}")
         if self.claim_replicas < 0 or self.replica_timeout_s <= 0:
             raise ConfigError("claim replicas must be >= 0 and the replica timeout > 0 s")
+        check_bounds(self, WORKER_BOUNDS)
 
 
 class SupervisorRef(msgspec.Struct, kw_only=True, frozen=True):

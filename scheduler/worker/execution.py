@@ -34,7 +34,13 @@ import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
 from scheduler.core.errors import Cancel, LeaseLost, Retry, ValidationError
 from scheduler.core.keys import Keys
-from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, decode_payload, encode_payload
+from scheduler.core.models import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
+    MAX_SECONDS,
+    decode_payload,
+    encode_payload,
+    retry_after_ms,
+)
 from scheduler.core.states import Outcome
 from scheduler.redis.clients import where
 from scheduler.redis.clock import Clock
@@ -166,8 +172,7 @@ class Execution:
         except LeaseLost:
             self.end(run, "lost")  # the slot was reclaimed (ctx.once found out)
         except Retry as exc:
-            self.end(run, Outcome.FAILED, clean(exc.reason),
-                      -1 if exc.after is None else int(exc.after * 1000))
+            self.end(run, Outcome.FAILED, clean(exc.reason), self._retry_ms(run, exc))
         except Cancel as exc:
             self.end(run, Outcome.CANCELLED, clean(exc.reason))
         except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only
@@ -234,6 +239,16 @@ class Execution:
             return encode_payload([clean(line) for line in lines])
         except ValidationError:
             return None
+
+    @staticmethod
+    def _retry_ms(run: Run, exc: Retry) -> int:
+        if exc.after is None:
+            return -1
+        ms, cut = retry_after_ms(exc.after)
+        if cut:
+            log.warning("slot %s: Retry(after=%g) is past the longest delay, a year: it "
+                        "retries in %d s", run.slot_id, exc.after, MAX_SECONDS)
+        return ms
 
     def end(self, run: Run, kind: str, error: str = "", retry_ms: int = -1,
             result: Any = None) -> None:

@@ -22,11 +22,15 @@ from helpers import sched
     (["--timeout", "-5"], "error: timeout: -5.0 is not allowed; must be a number of seconds > 0 "
                           "and at most 31,536,000 (a year)"),
     (["--timeout", "soon"], "error: timeout: 'soon' is not a duration"),
-    (["--max-attempts", "0"], "error: max_attempts: 0 is not allowed; must be from 1 to 1000"),
-    (["--max-attempts", "100000000000000000000"], "error: max_attempts: 100000000000000000000 "
-                                                  "is not allowed; must be from 1 to 1000"),
-    (["--delay", "1000000000000"], "error: delay: 1e+12 is not allowed; must be >= 0 seconds "
-                                   "and end before the year 10000"),
+    (["--max-attempts", "0"], "error: Invalid value for '--max-attempts': 0 is not in the "
+                              "range 1<=x<=1000."),
+    (["--max-attempts", "100000000000000000000"], "error: Invalid value for '--max-attempts': "
+                                                  "100000000000000000000 is not in the range "
+                                                  "1<=x<=1000."),
+    (["--delay", "1000000000000"], "error: delay: 1e+12 is not allowed; must be a number of "
+                                   "seconds from 0 to 31,536,000 (a year"),
+    (["--delay", "366d"], "error: delay: 3.16224e+07 is not allowed; must be a number of "
+                          "seconds from 0 to 31,536,000 (a year"),
     (["--timeout", "400d"], "error: timeout: 34560000.0 is not allowed; must be a number of "
                             "seconds > 0 and at most 31,536,000 (a year)"),
     (["--queue", "a:b"], "error: queue: 'a:b' is not allowed"),

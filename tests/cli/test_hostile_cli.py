@@ -134,10 +134,14 @@ def test_every_number_option_refuses_nan_and_infinity(
     ["worker", "--app", "scheduler.dev.examples.tasks:registry", "--grace", "nan"],
     ["scheduler", "--lease", "inf"],
     ["snapshotter", "--retention", "nan"],
+    ["worker", "--app", "scheduler.dev.examples.tasks:registry", "--lease", "1e20"],
+    ["scheduler", "--lookahead", "1e308"],
+    ["scheduler", "--queue-idle", "1e308"],
 ], ids=" ".join)
 def test_a_service_given_nan_never_starts(r: redis.Redis, redis_url: str, ns: str,
                                           args: list[str], tmp_path: Path) -> None:
-    """The real processes: they exit at once with one line, and register nothing."""
+    """The real processes: they exit at once with one line, and register nothing (a lease
+    of 1e20 s started a worker whose every heartbeat failed)."""
     start = time.monotonic()
     store = ["--history-file", str(tmp_path / "h.sqlite3")] if args[0] == "snapshotter" else []
     done = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args, *store],

@@ -102,6 +102,11 @@ PROGRESS_SHOWN = ("tests/e2e/test_progress.py::"
                   "test_each_step_of_a_long_run_shows_in_the_sdk_and_the_console_within_a_"
                   "heartbeat")
 
+MALFORMED = "tests/sdk/test_malformed_numbers.py::"
+WHOLE_TEXT = MALFORMED + "test_the_scripts_store_whole_numbers_past_1e14"
+WHOLE_TEXT_1E17 = MALFORMED + "test_the_scripts_store_whole_numbers_past_1e17"
+UNREADABLE_SLOT = MALFORMED + "test_a_malformed_number_marks_the_slot_and_fails_no_read"
+BOUNDS_CLI = "tests/cli/test_bounds_cli.py::"
 
 @dataclass(frozen=True)
 class Mutant:
@@ -755,5 +760,47 @@ MUTANTS = [
     Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
            "      room = room", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",),
+           fast=True),
+    Mutant("retry-time-as-float-text", "fail.lua stores a retry's time as Lua prints a "
+           "number: from 1e17 ms on it is \"1e+17\" text, which no reader takes",
+           "scheduler/scripts/lua/fail.lua",
+           "local at = string.format('%d', now + math.floor(retry_ms))",
+           "local at = now + math.floor(retry_ms)", (WHOLE_TEXT_1E17,), fast=True),
+    Mutant("lease-as-float-text", "heartbeat.lua stores the renewed lease as Lua prints a "
+           "number (exponent text from 1e17 ms on)", "scheduler/scripts/lua/heartbeat.lua",
+           "local lease_until = string.format('%d', now + tonumber(ARGV[2]))",
+           "local lease_until = now + tonumber(ARGV[2])", (WHOLE_TEXT_1E17,), fast=True),
+    Mutant("attempt-times-as-float-text", "an archived attempt's times are written as cjson "
+           "prints a number (exponent text from 1e14 ms on): the attempt reads as unreadable",
+           "scheduler/scripts/lua/_lib.lua",
+           "'\":' .. string.format('%d', t[2])", "'\":' .. t[2]", (WHOLE_TEXT,), fast=True),
+    Mutant("reader-takes-any-number", "slot_from_hash reads a number with int(): one slot "
+           "holding \"1e+17\" fails every listing, page and read that meets it",
+           "scheduler/core/models.py", "        number = whole_number(value)\n",
+           "        number = int(value)\n", (UNREADABLE_SLOT,), fast=True),
+    Mutant("reader-takes-any-time", "a time past the year 9999 reads as it is: every page "
+           "that shows it as a date fails", "scheduler/core/models.py",
+           "if number is None or (name.endswith((\"_ms\", \"_until\")) and not 0 <= number <= "
+           "LATEST_MS):", "if number is None:", (UNREADABLE_SLOT,), fast=True),
+    Mutant("snapshot-row-intolerant", "the snapshotter's row takes a slot's numbers with "
+           "int(): one malformed slot fails every batch, and nothing more is copied",
+           "scheduler/history/store/rows.py",
+           "    number = whole_number(value) if value else None\n",
+           "    number = int(value) if value else None\n",
+           (MALFORMED + "test_the_snapshotter_copies_a_slot_with_a_malformed_number",),
+           fast=True),
+    Mutant("retry-after-not-cut", "a handler's Retry(after=1e15) goes to fail.lua as it is: "
+           "the retry lands past every date a reader can show",
+           "scheduler/core/models.py", "return int(min(after, MAX_SECONDS) * 1000), after > "
+           "MAX_SECONDS", "return int(after * 1000), after > MAX_SECONDS",
+           (MALFORMED + "test_a_retry_after_past_a_year_waits_a_year",), fast=True),
+    Mutant("worker-config-unbounded", "WorkerConfig checks no maximum: lease_s=1e20 starts "
+           "a worker whose every heartbeat fails", "scheduler/worker/config.py",
+           "        check_bounds(self, WORKER_BOUNDS)\n", "",
+           (BOUNDS_CLI + "test_every_config_refuses_a_number_past_its_range",), fast=True),
+    Mutant("lease-option-unbounded", "`sched worker --lease` takes any finite number again",
+           "scheduler/cli/options.py", "    return Finite(min=lo, max=hi)",
+           "    return Finite(min=lo)",
+           (BOUNDS_CLI + "test_every_number_option_has_a_range_and_refuses_past_it",),
            fast=True),
 ]

@@ -24,8 +24,10 @@ SOON = datetime(2030, 1, 1, tzinfo=UTC)
     ({"cron": "0 0 30 2 *"}, "cron", "matches no date"),
     ({"cron": "0 8 * * *", "tz": "Mars/Olympus"}, "tz", "is not a known IANA time zone"),
     ({"at": datetime(2030, 1, 1)}, "at", "is a naive datetime"),
-    ({"delay": -5}, "delay", "-5 is not allowed; must be >= 0"),
-    ({"delay": timedelta(seconds=-1)}, "delay", "must be >= 0"),
+    ({"delay": -5}, "delay", "-5 is not allowed; must be a number of seconds from 0 to "
+                             "31,536,000 (a year"),
+    ({"delay": timedelta(seconds=-1)}, "delay", "from 0 to 31,536,000"),
+    ({"delay": timedelta(days=366)}, "delay", "from 0 to 31,536,000"),
     ({"delay": "soon"}, "delay", "is not a number of seconds"),
     ({"cron": "* * * * *", "start_at": SOON, "end_at": SOON - timedelta(days=1)}, "end_at",
      "is not after start_at"),

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from scheduler.core.events import FINAL_STATUS
-from scheduler.core.models import Slot, slot_from_hash
+from scheduler.core.models import Slot, slot_from_hash, whole_number
 from scheduler.core.states import TERMINAL, JobKind
 
 DAY_MS = 86_400_000
@@ -124,18 +124,28 @@ def text_hash(reply: list[Any] | dict[Any, Any]) -> dict[str, str]:
             for k, v in zip(it, it, strict=True)}
 
 
+def _whole(h: dict[str, str], name: str, default: int = 0) -> int:
+    """A number of the hash for its column; one that is not a whole number (written past the
+    scripts) takes the default, so the row is still written: its state keeps the text, and
+    reads of it show the slot unreadable (models.slot_from_hash)."""
+    value = h.get(name)
+    number = whole_number(value) if value else None
+    # A column is a 64-bit integer: past it, the store would refuse the whole batch.
+    return default if number is None or not -2**63 <= number < 2**63 else number
+
+
 def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:
     return JobRow(namespace, job_id, h.get("task", ""), h.get("queue", "default"),
-                  h.get("kind", JobKind.IMMEDIATE), int(h.get("created_ms") or 0),
-                  int(h.get("fire_ms") or 0), _json.encode(h).decode())
+                  h.get("kind", JobKind.IMMEDIATE), _whole(h, "created_ms"),
+                  _whole(h, "fire_ms"), _json.encode(h).decode())
 
 
 def slot_rows(namespace: str, slot_id: str, h: dict[str, str], version: int
               ) -> tuple[SlotRow, list[AttemptRow]]:
     status = h.get("status", "")
-    attempt = int(h.get("attempt") or 0)
+    attempt = _whole(h, "attempt")
     job_id = h.get("job_id", "")
-    fire_ms = int(h.get("fire_ms") or 0)
+    fire_ms = _whole(h, "fire_ms")
     if not attempt or (attempt == 1 and "a:1" not in h):
         # Never claimed, or the common case: one attempt, still in the slot's own fields
         # (complete.lua archives an attempt as JSON only when another one starts). The slot
@@ -147,11 +157,10 @@ def slot_rows(namespace: str, slot_id: str, h: dict[str, str], version: int
                                a.claimed_ms, a.lease_until_ms, a.started_ms, a.finished_ms,
                                a.outcome.value if a.outcome else None, a.error, version)
                     for a in slot.attempts]
-    finished = int(h["finished_ms"]) if status in _TERMINAL and h.get("finished_ms") else None
-    available = h.get("available_ms")
+    finished = (_whole(h, "finished_ms") or None) if status in _TERMINAL else None
     row = SlotRow(namespace, job_id, fire_ms, status, h.get("task", ""),
-                  h.get("queue", "default"), attempt, int(h.get("failures") or 0),
-                  int(available) if available else fire_ms, finished, version,
+                  h.get("queue", "default"), attempt, _whole(h, "failures"),
+                  _whole(h, "available_ms") or fire_ms, finished, version,
                   _json.encode(h).decode())
     return row, attempts
 

@@ -90,12 +90,19 @@ end
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
 -- slot's life on the hot path (complete) are not archived this way: the slot's own fields
 -- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.
+-- The times are written as whole-number text: cjson writes a number as "%.14g", which turns
+-- a time from 1e14 ms on into "1e+14" text that no reader takes for an integer.
 local function attempt_record(s, outcome, started, finished, err)
-  local rec = {number = s.attempt, worker = s.worker, claimed_ms = s.claimed_ms,
-    lease_until_ms = s.lease_until, outcome = outcome,
-    started_ms = started and tonumber(started), finished_ms = finished and tonumber(finished)}
+  local rec = {number = s.attempt, worker = s.worker, outcome = outcome}
   if err and err ~= '' then rec.error = err end
-  return cjson.encode(rec)
+  local json = cjson.encode(rec)
+  local times = {}
+  for _, t in ipairs({{'claimed_ms', s.claimed_ms}, {'lease_until_ms', s.lease_until},
+      {'started_ms', tonumber(started)}, {'finished_ms', tonumber(finished)}}) do
+    if t[2] then times[#times + 1] = '"' .. t[1] .. '":' .. string.format('%d', t[2]) end
+  end
+  if #times == 0 then return json end
+  return string.sub(json, 1, -2) .. ',' .. table.concat(times, ',') .. '}'
 end
 
 -- A slot's dispatch-stream entry carrying the job fields its claim needs, so that the claim

@@ -87,12 +87,14 @@ for i = 0, n - 1 do
           local jitter = tonumber(job[4]) or DEFAULT.jitter
           retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)
         end
-        local at = now + math.floor(retry_ms)
+        -- As text: Redis prints a Lua number given to a command with 17 digits, which
+        -- turns 1e17 and up into "1e+17", text no reader takes for a whole number.
+        local at = string.format('%d', now + math.floor(retry_ms))
         redis.call('ZADD', prefix .. 'due', at, slot_id)
         redis.call('HSET', slot_key, 'status', 'scheduled', 'available_ms', at, 'a:' .. token, record)
         reply[i + 1] = R.RETRY
         retried[#retried + 1] = {slot = slot_id, attempt = s.attempt, outcome = outcome,
-          available_ms = at, error = err}
+          available_ms = tonumber(at), error = err}
       else
         bury(prefix, slot_key, slot_id, now, token, record)
         reply[i + 1] = R.DEAD

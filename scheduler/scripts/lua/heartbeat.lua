@@ -29,7 +29,7 @@
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
-local lease_until = now + tonumber(ARGV[2])
+local lease_until = string.format('%d', now + tonumber(ARGV[2]))  -- whole-number text
 local worker = ARGV[3]
 local maxlen = ARGV[4]
 local n = tonumber(ARGV[5])

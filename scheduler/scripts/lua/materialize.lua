@@ -80,7 +80,7 @@ end
 if next_ms < 0 then
   redis.call('ZREM', cron, job_id)
 else
-  redis.call('ZADD', cron, next_ms, job_id)
+  redis.call('ZADD', cron, ARGV[6], job_id)  -- the caller's whole-number text
 end
 if missed > 0 then
   redis.call('HINCRBY', job_key, 'missed', missed)

@@ -40,7 +40,7 @@ for _, slot_id in ipairs(due) do
   elseif st[1] == 'dead' and redis.call('ZSCORE', prefix .. 'dlq', slot_id) then
     -- kept for the operator; a purge brings it back here
   elseif finished and finished + retention > now then
-    redis.call('ZADD', retain, finished + retention, slot_id)
+    redis.call('ZADD', retain, string.format('%d', finished + retention), slot_id)
   else
     local job_id = st[3]
     local job_key = prefix .. 'job:' .. job_id
