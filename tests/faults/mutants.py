@@ -90,6 +90,12 @@ DEBOUNCED_RUN = (DEDUPE + "test_fifty_debounced_submits_run_once_with_the_last_p
                  "window_outlives_retention[single]")
 WINDOW_ENDS = (DEDUPE + "test_whatever_became_of_the_job_the_window_holds_then_a_new_job_gets_"
                "through[single]")
+WINDOW_MOVED_ENDS = (DEDUPE + "test_a_window_a_debounce_moved_ends_and_then_a_new_job_gets_"
+                     "through_and_runs[single-debounce]",
+                     DEDUPE + "test_a_window_a_debounce_moved_ends_and_then_a_new_job_gets_"
+                     "through_and_runs[single-dedupe_ttl-and-debounce]")
+RETRY_NOT_MOVED = DEDUPE + "test_a_debounce_never_moves_a_retry_waiting_for_its_backoff[single]"
+WEIGHT_LIMIT = TAKE + "test_the_per_key_limit_holds_at_every_weight"
 PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
                   "test_a_stale_attempts_progress_is_not_written")
 PROGRESS_SHOWN = ("tests/e2e/test_progress.py::"
@@ -655,4 +661,18 @@ MUTANTS = [
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
            "      room = room", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",),
            fast=True),
+    Mutant("debounce-stretches-to-an-epoch", "a debounced repeat stretches the window's "
+           "record by the moved run's fire time (an epoch in ms) instead of by the debounce: the "
+           "key holds for decades and every later submit returns the old job",
+           "scheduler/scripts/lua/submit.lua", "    redis.call('PEXPIRE', record, window[3])",
+           "    redis.call('PEXPIRE', record, fire)", WINDOW_MOVED_ENDS, fast=True),
+    Mutant("debounce-moves-a-retry", "a debounced repeat moves a failed attempt's retry (the "
+           "slot is `scheduled` again) and swaps its payload: only a run never started moves",
+           "scheduler/scripts/lua/submit.lua",
+           "  if st[1] ~= 'scheduled' or st[2] and st[2] ~= '0' then return held end",
+           "  if st[1] ~= 'scheduled' then return held end", (RETRY_NOT_MOVED,), fast=True),
+    Mutant("weighted-key-past-its-limit", "take.lua checks what a key already holds, not what "
+           "its turn would add: a key of weight 5 under a per-key limit of 2 starts 5 at once",
+           "scheduler/scripts/lua/take.lua", "    if held + room > per_key then",
+           "    if held >= per_key then", (WEIGHT_LIMIT,), fast=True),
 ]

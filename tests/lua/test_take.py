@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import redis
 
 from helpers import LEASE, W
@@ -135,6 +136,30 @@ def test_the_per_key_limit_holds_and_passes_over_a_full_key(
     assert k.running("a") == 1
     assert [k.key_of(s) for s in k.take(10, per_key=2)] == ["a"]
     assert k.running("a") == 2
+
+
+@pytest.mark.parametrize("per_key", [1, 2, 3])
+@pytest.mark.parametrize("weight", [1, 2, 5])
+def test_the_per_key_limit_holds_at_every_weight(
+        r: redis.Redis, client: Client, clock: ManualClock, weight: int, per_key: int) -> None:
+    """A turn starts up to the key's weight, never what would take the key past its limit:
+    however many times the workers ask, and as its runs end one by one."""
+    queue = f"w{weight}l{per_key}"
+    k = make_keyed(r, client, clock, queue)
+    k.submit("a", 12)
+    k.submit("b", 12)
+    r.hset(k.keys.key_weights(SHARD, queue), "a", weight)
+    started = k.take(20, per_key=per_key) + k.take(20, per_key=per_key)
+    assert k.running("a") == per_key and k.running("b") == per_key
+    assert len(started) == 2 * per_key
+    for _ in range(4):
+        ended = next(s for s in started if k.key_of(s) == "a")
+        started.remove(ended)
+        assert k.complete(ended) == [replies.Code.OK]
+        more = k.take(20, per_key=per_key)
+        assert [k.key_of(s) for s in more] == ["a"]
+        started += more
+        assert k.running("a") == per_key
 
 
 def test_every_end_of_an_attempt_gives_the_permit_back(
