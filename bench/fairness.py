@@ -33,12 +33,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flood", type=int, default=20_000, help="key A's jobs, submitted first")
     p.add_argument("--few", type=int, default=100, help="key B's jobs, submitted after")
     p.add_argument("--runs", type=int, default=3, help="runs of each mode, alternated")
+    p.add_argument("--shards", type=int, default=None,
+                   help="the namespace's shards (default: the SDK's); plain mode is one FIFO "
+                        "queue only on one shard: with more, each shard's stream is its own")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
     p.add_argument("--out", default=None)
 
 
-async def _one(url: str, ns: str, flood: int, few: int, keyed: bool) -> dict[str, float]:
+async def _one(url: str, ns: str, flood: int, few: int, keyed: bool,
+               shards: int | None) -> dict[str, float]:
     registry = Registry()
     order: list[str] = []
     lags: list[float] = []
@@ -56,7 +60,7 @@ async def _one(url: str, ns: str, flood: int, few: int, keyed: bool) -> dict[str
     worker = Worker(conn, registry, namespace=ns, config=WorkerConfig())
     task = asyncio.create_task(worker.run())  # the worker first, as users start them
     mark = 0  # runs started when B's submit began
-    async with AsyncClient(url, ns) as client:
+    async with AsyncClient(url, ns, shards=shards) as client:
         for key, n in (("A", flood), ("B", few)):
             if key == "B":
                 mark = len(order)
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ns = fresh_namespace("fair")
             try:
                 runs[mode].append(uvloop.run(_one(args.redis_url, ns, args.flood, args.few,
-                                                  mode == "keyed")))
+                                                  mode == "keyed", args.shards)))
             finally:
                 drop_namespace(r, ns)
 
