@@ -96,6 +96,12 @@ WINDOW_MOVED_ENDS = (DEDUPE + "test_a_window_a_debounce_moved_ends_and_then_a_ne
                      "through_and_runs[single-dedupe_ttl-and-debounce]")
 RETRY_NOT_MOVED = DEDUPE + "test_a_debounce_never_moves_a_retry_waiting_for_its_backoff[single]"
 WEIGHT_LIMIT = TAKE + "test_the_per_key_limit_holds_at_every_weight"
+NOT_EXTENDED = DEDUPE + "test_a_repeat_never_extends_a_window[single-window]"
+WINDOW_REPEAT = (DEDUPE + "test_a_repeat_within_the_window_returns_the_first_id_and_writes_"
+                 "nothing[single]")
+BAD_WINDOW = DEDUPE + "test_bad_window_options_are_refused_with_one_line[single]"
+HEAD_OF_LINE = TAKE + "test_a_key_at_its_limit_holds_up_only_itself"
+TENANTS = "tests/sdk/test_concurrency_keys.py::"
 PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
                   "test_a_stale_attempts_progress_is_not_written")
 PROGRESS_SHOWN = ("tests/e2e/test_progress.py::"
@@ -675,4 +681,68 @@ MUTANTS = [
            "its turn would add: a key of weight 5 under a per-key limit of 2 starts 5 at once",
            "scheduler/scripts/lua/take.lua", "    if held + room > per_key then",
            "    if held >= per_key then", (WEIGHT_LIMIT,), fast=True),
+    Mutant("window-repeat-writes-a-job", "submit.lua does not read a window's record: a "
+           "repeat within dedupe_ttl makes a second job", "scheduler/scripts/lua/submit.lua",
+           "  local held = redis.call('GET', record)", "  local held = false",
+           (WINDOW_REPEAT,), fast=True),
+    Mutant("repeat-extends-the-window", "a repeat within a dedupe_ttl window starts its "
+           "time again: a key submitted often enough never lets a new job through",
+           "scheduler/scripts/lua/submit.lua",
+           "  if not held or window[3] == 0 then return held end",
+           "  if held then redis.call('PEXPIRE', record, window[2]) end\n"
+           "  if not held or window[3] == 0 then return held end", (NOT_EXTENDED,), fast=True),
+    Mutant("debounce-keeps-the-time", "a debounced repeat swaps the payload but leaves the run "
+           "in `due` at its first time: it is not moved", "scheduler/scripts/lua/submit.lua",
+           "  redis.call('ZADD', prefix .. 'due', 'XX', fire, slot_id)", "  local _ = fire",
+           (DEBOUNCED,), fast=True),
+    Mutant("debounce-keeps-a-payload-for-none", "a debounced repeat without a payload keeps "
+           "the previous one (the run must have the latest: none)",
+           "scheduler/scripts/lua/submit.lua", "    redis.call('HDEL', job_key, 'payload')",
+           "    local _ = job_key", (DEBOUNCED,), fast=True),
+    Mutant("debounce-moves-a-dispatched-run", "a debounced repeat swaps the payload of a run "
+           "already dispatched (queued): a repeat after the fire time must write nothing",
+           "scheduler/scripts/lua/submit.lua",
+           "  if st[1] ~= 'scheduled' or st[2] and st[2] ~= '0' then return held end",
+           "  if st[1] == 'running' or st[2] and st[2] ~= '0' then return held end",
+           (DEBOUNCED,), fast=True),
+    Mutant("debounce-takes-a-delay", "the SDK takes debounce with delay, at or cron (the "
+           "debounce then silently overrides the schedule)", "scheduler/sdk/batching.py",
+           "        if schedule is not IMMEDIATE:\n            raise ValidationError(\"debounce\"",
+           "        if False:\n            raise ValidationError(\"debounce\"", (BAD_WINDOW,),
+           fast=True),
+    Mutant("full-key-blocks-the-ring", "take.lua stops at the first key that can start "
+           "nothing: a key at its limit holds up every key behind it in the ring",
+           "scheduler/scripts/lua/take.lua",
+           "  if started > 0 then idle = 0 else idle = idle + 1 end",
+           "  if started == 0 then break end", (HEAD_OF_LINE,), fast=True),
+    Mutant("key-rate-ignored", "take.lua takes tokens from a key's bucket but starts its whole "
+           "room anyway: per_key_rate limits nothing", "scheduler/scripts/lua/take.lua",
+           "    room = got\n", "    room = math.max(got, room)\n",
+           (TAKE + "test_a_per_key_rate_holds_each_key_to_its_own_bucket",), fast=True),
+    Mutant("key-priority-ignored", "a key's queue orders its slots by arrival alone: a key's "
+           "priority 1 job waits behind its priority 5 ones", "scheduler/scripts/lua/_lib.lua",
+           "(tonumber(priority) or DEFAULT.priority) * 1e13", "DEFAULT.priority * 1e13",
+           (TAKE + "test_priorities_order_within_a_key",), fast=True),
+    Mutant("key-weight-ignored", "take.lua gives every key one start a turn, whatever its "
+           "weight", "scheduler/scripts/lua/take.lua",
+           "    weighted and tonumber(redis.call('HGET', weights, key)) or 1)", "    1)",
+           (TAKE + "test_a_weight_is_turns_per_round",), fast=True),
+    Mutant("dedupe-not-scoped-by-tenant", "a dedupe key with a concurrency key is named by the "
+           "dedupe key alone: two tenants of one home shard share one job",
+           "scheduler/sdk/batching.py",
+           'stem=dedupe_job_id(f"{concurrency_key} {dedupe_key}"))',
+           "stem=dedupe_job_id(dedupe_key))",
+           (TENANTS + "test_a_dedupe_key_is_scoped_by_its_concurrency_key",), fast=True),
+    Mutant("keyed-jobs-outside-their-home", "keyed job ids are all placed in shard 0, not in "
+           "their key's home shard: a key's runs and its count are on different shards",
+           "scheduler/core/jobspec.py", "                     key_shard(concurrency_key, "
+           "shards), shards)", "                     0, shards)",
+           (TENANTS + "test_the_job_hash_holds_the_key_and_the_job_lives_in_its_home_shard",),
+           fast=True),
+    Mutant("concurrency-key-any-text", "a concurrency key of any characters is taken (spaces, "
+           "braces, control characters reach key names and terminals)",
+           "scheduler/core/keys.py", r'_CONCURRENCY_KEY = re.compile(r"[A-Za-z0-9_.@+=/:\-]{1,128}")',
+           r'_CONCURRENCY_KEY = re.compile(r"(?s:.){1,128}")',
+           (TENANTS + "test_a_bad_key_is_refused_in_one_line_and_nothing_is_written",),
+           fast=True),
 ]

@@ -162,6 +162,19 @@ def test_the_per_key_limit_holds_at_every_weight(
         assert k.running("a") == per_key
 
 
+def test_a_key_at_its_limit_holds_up_only_itself(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A full key at the head of the ring is passed over: the next key's slot starts in the
+    same call (no head-of-line blocking), and the full key keeps its place in the ring."""
+    k = make_keyed(r, client, clock, "hol")
+    k.submit("a", 3)
+    assert [k.key_of(s) for s in k.take(10, per_key=1)] == ["a"]
+    k.submit("b", 2)
+    assert k.ring() == ["a", "b"]
+    assert [k.key_of(s) for s in k.take(10, per_key=1)] == ["b"]
+    assert k.ring() == ["a", "b"] and k.running("a") == k.running("b") == 1
+
+
 def test_every_end_of_an_attempt_gives_the_permit_back(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     """fail (retry), release, and an expired lease (reclaim) each end the attempt and give

@@ -80,6 +80,20 @@ def test_whatever_became_of_the_job_the_window_holds_then_a_new_job_gets_through
     assert client.submit("t", {"v": 4}, dedupe_key="k", dedupe_ttl=0.5) == second
 
 
+@pytest.mark.parametrize("window", [{"dedupe_ttl": 60}, {"dedupe_ttl": 60, "debounce": 1}],
+                         ids=["window", "window-and-debounce"])
+def test_a_repeat_never_extends_a_window(r: redis.Redis, client: Client,
+                                         window: dict[str, float]) -> None:
+    """A window counts from the first submit: a repeat leaves its record's expiry as it was
+    (a debounce stretches it only to a moved run's fire time, here well within it)."""
+    first = client.submit("t", dedupe_key="x", **window)
+    record = record_key(client, "x")
+    wait_for("the window to run down", lambda: 0 < r.pttl(record) < 60_000, 5)
+    left = r.pttl(record)
+    assert client.submit("t", dedupe_key="x", **window) == first
+    assert 0 < r.pttl(record) <= left
+
+
 def test_a_dedupe_key_without_a_window_keeps_its_old_behaviour(client: Client) -> None:
     first = client.submit("t", dedupe_key="plain")
     assert first == dedupe_job_id("plain")
