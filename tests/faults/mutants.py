@@ -102,6 +102,7 @@ WINDOW_REPEAT = (DEDUPE + "test_a_repeat_within_the_window_returns_the_first_id_
 BAD_WINDOW = DEDUPE + "test_bad_window_options_are_refused_with_one_line[single]"
 HEAD_OF_LINE = TAKE + "test_a_key_at_its_limit_holds_up_only_itself"
 TENANTS = "tests/sdk/test_concurrency_keys.py::"
+OUTBOX_WINDOW = (OUTBOX + "test_the_outbox_refuses_a_dedupe_window_and_a_debounce_in_one_line")
 PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
                   "test_a_stale_attempts_progress_is_not_written")
 PROGRESS_SHOWN = ("tests/e2e/test_progress.py::"
@@ -745,4 +746,41 @@ MUTANTS = [
            r'_CONCURRENCY_KEY = re.compile(r"(?s:.){1,128}")',
            (TENANTS + "test_a_bad_key_is_refused_in_one_line_and_nothing_is_written",),
            fast=True),
+    Mutant("debounced-key-outlives-its-run", "a debounced job's record is set to last a "
+           "debounce past its run's fire time: a submit after the run started returns the old "
+           "job instead of making a new one", "scheduler/scripts/lua/submit.lua",
+           "        math.max(window[2], fire - now, 1))",
+           "        math.max(window[2], fire - now + window[3], 1))",
+           (WINDOW_MOVED_ENDS[0],), fast=True),
+    Mutant("window-seconds-unbounded", "dedupe_ttl and debounce take any positive seconds: "
+           "less than a ms, or past a year", "scheduler/core/models.py",
+           "not 0.001 <= float(seconds) <= MAX_SECONDS", "not 0 < float(seconds)",
+           (BAD_WINDOW,), fast=True),
+    Mutant("window-id-given", "submit_many(ids=...) takes an id for a windowed job: a repeat "
+           "within the window then writes a second job under the given id",
+           "scheduler/sdk/batching.py",
+           "        if type(job[0]) is WindowId:\n            raise ValidationError(\"ids\"",
+           "        if False:\n            raise ValidationError(\"ids\"", (BAD_WINDOW,),
+           fast=True),
+    Mutant("outbox-takes-a-window", "outbox.submit takes dedupe_ttl and debounce: the row is "
+           "written and its job refused only later, by the relay",
+           "scheduler/outbox/writer.py",
+           "        if spec.dedupe_ttl is not None or spec.debounce is not None:",
+           "        if False:", (OUTBOX_WINDOW,), fast=True),
+    Mutant("key-weight-unbounded", "set_key_weight takes any weight from 1 up: one key's turn "
+           "can hold a shard's take for as long as it likes", "scheduler/sdk/queues.py",
+           "not 1 <= weight <= MAX_KEY_WEIGHT", "not 1 <= weight",
+           (TENANTS + "test_key_weights_are_set_read_and_reset_in_the_home_shard",), fast=True),
+    Mutant("given-id-outside-home", "submit_many(ids=...) takes a keyed job's id outside its "
+           "key's home shard: the key's runs are then counted on two shards",
+           "scheduler/sdk/batching.py",
+           "            if shard_of(given, shards) != shard_of(job[0], shards):",
+           "            if False:", (TENANTS + "test_given_ids_are_taken_only_in_the_home_shard",),
+           fast=True),
+    Mutant("schedule-key-changes-quietly", "declaring a named schedule with another key (or "
+           "none) while its series lives makes a second series instead of being refused",
+           "scheduler/sdk/schedules.py",
+           "    yield from _same_key(core, name, job_id, spec.concurrency_key)",
+           "    yield from ()",
+           (TENANTS + "test_a_named_schedule_keeps_the_key_it_was_declared_with",), fast=True),
 ]

@@ -134,6 +134,8 @@ def test_bad_window_options_are_refused_with_one_line(client: Client) -> None:
         ({"dedupe_key": "x", "dedupe_ttl": -1}, "dedupe_ttl: -1 is not allowed"),
         ({"dedupe_key": "x", "debounce": float("nan")}, "debounce: nan is not allowed"),
         ({"dedupe_key": "x", "dedupe_ttl": "5"}, "dedupe_ttl: '5' is not allowed"),
+        ({"dedupe_key": "x", "dedupe_ttl": 0.0009}, "from 0.001 to 31,536,000"),
+        ({"dedupe_key": "x", "debounce": 365 * 86400 + 1}, "from 0.001 to 31,536,000"),
     ]
     for options, message in cases:
         with pytest.raises(ValidationError, match=message) as caught:
@@ -295,6 +297,9 @@ def test_a_window_a_debounce_moved_ends_and_then_a_new_job_gets_through_and_runs
     with Client(redis_url, ns, shards=4) as client:
         first = client.submit("t", {"v": 1}, dedupe_key="k", **window)
         record = record_key(client, "k")
+        # the key holds until the run's fire time, or the window's end when later
+        ttl_ms = int(window.get("dedupe_ttl", 0) * 1000)
+        assert 0 < r.pttl(record) <= max(ttl_ms, debounce_ms)
         # A repeat stretches the record only when it would end before the moved run.
         wait_for("the record to end sooner than a debounce",
                  lambda: r.pttl(record) < debounce_ms, window.get("dedupe_ttl", 0) + 10)
