@@ -783,4 +783,14 @@ MUTANTS = [
            "    yield from _same_key(core, name, job_id, spec.concurrency_key)",
            "    yield from ()",
            (TENANTS + "test_a_named_schedule_keeps_the_key_it_was_declared_with",), fast=True),
+    Mutant("key-tokens-for-slots-it-lacks", "a key's turn takes its whole room's worth of "
+           "tokens however few slots it has: its next slots wait for tokens it never used",
+           "scheduler/scripts/lua/take.lua", "      math.min(room, redis.call('ZCARD', kq)))",
+           "      room)", (TAKE + "test_a_key_s_turn_takes_tokens_only_for_the_slots_it_has",),
+           fast=True),
+    Mutant("key-rate-bucket-two-seconds", "the rate's bucket (shared with the queue's rate) "
+           "holds two seconds' worth: a key idle for a while starts a burst",
+           "scheduler/scripts/lua/_bucket.lua",
+           "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
+           (TAKE + "test_a_per_key_rate_holds_each_key_to_its_own_bucket",), fast=True),
 ]

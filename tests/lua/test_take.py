@@ -258,6 +258,18 @@ def test_a_per_key_rate_holds_each_key_to_its_own_bucket(
     assert len(k.take(10, rate=10)) == 2
 
 
+def test_a_key_s_turn_takes_tokens_only_for_the_slots_it_has(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """50/s per key: a bucket of five tokens. A key of weight 5 with one slot queued takes
+    one token for it, not its whole room: its next four start at once."""
+    k = make_keyed(r, client, clock, "tokens")
+    r.hset(k.keys.key_weights(SHARD, "tokens"), "a", 5)
+    k.submit("a", 1)
+    assert len(k.take(10, rate=50)) == 1
+    k.submit("a", 5)
+    assert len(k.take(10, rate=50)) == 4 and k.wait_ms == 20
+
+
 def test_the_lane_cleaner_drops_an_idle_keyed_queue_only_once_its_keys_hold_nothing(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     k = make_keyed(r, client, clock, "idle")
