@@ -102,6 +102,7 @@ WINDOW_REPEAT = (DEDUPE + "test_a_repeat_within_the_window_returns_the_first_id_
 BAD_WINDOW = DEDUPE + "test_bad_window_options_are_refused_with_one_line[single]"
 HEAD_OF_LINE = TAKE + "test_a_key_at_its_limit_holds_up_only_itself"
 TENANTS = "tests/sdk/test_concurrency_keys.py::"
+KEY_STATUS = "tests/services/test_key_status.py::"
 OUTBOX_WINDOW = (OUTBOX + "test_the_outbox_refuses_a_dedupe_window_and_a_debounce_in_one_line")
 PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
                   "test_a_stale_attempts_progress_is_not_written")
@@ -793,4 +794,18 @@ MUTANTS = [
            "scheduler/scripts/lua/_bucket.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (TAKE + "test_a_per_key_rate_holds_each_key_to_its_own_bucket",), fast=True),
+    Mutant("depth-leaves-out-keyed-slots", "a queue's depth counts its streams only: keyed "
+           "slots waiting for their turn vanish from status, `sched queues` and the gauge",
+           "scheduler/observe/status.py", "        q.depth += k.waiting", "        q.depth += 0",
+           (KEY_STATUS + "test_a_queues_depth_counts_its_keys_queued_slots[single]",),
+           fast=True),
+    Mutant("busiest-keys-least-first", "queue_keys names the least busy keys first (and keeps "
+           "those for its top)", "scheduler/observe/keyed.py",
+           "key=lambda k: (-(k.waiting + k.running), k.key))[:top]",
+           "key=lambda k: ((k.waiting + k.running), k.key))[:top]",
+           (KEY_STATUS + "test_the_busiest_keys_come_first_up_to_top[single]",), fast=True),
+    Mutant("exporter-names-every-key", "the exporter and status name a queue's keys by the "
+           "thousand: 100,000 tenants become as many series", "scheduler/observe/keyed.py",
+           "TOP_KEYS = 10 ", "TOP_KEYS = 1000 ",
+           (KEY_STATUS + "test_the_exporter_names_the_busiest_keys_only[single]",), fast=True),
 ]
