@@ -808,4 +808,16 @@ MUTANTS = [
            "thousand: 100,000 tenants become as many series", "scheduler/observe/keyed.py",
            "TOP_KEYS = 10 ", "TOP_KEYS = 1000 ",
            (KEY_STATUS + "test_the_exporter_names_the_busiest_keys_only[single]",), fast=True),
+    Mutant("window-end-shown-at-the-start", "get_job's dedupe_until_ms (shown by `sched jobs "
+           "show` and the console) is the window's start, not its end",
+           "scheduler/core/models.py",
+           "return self.created_ms + round(self.dedupe_ttl_s * 1000) if self.dedupe_ttl_s",
+           "return self.created_ms if self.dedupe_ttl_s", (WINDOW_REPEAT,), fast=True),
+    Mutant("debounce-not-shown", "`sched jobs show` and the console's job page leave out a "
+           "job's debounce", "scheduler/core/models.py",
+           "        if self.debounce_s:\n            lines.append((\"debounce\"",
+           "        if False:\n            lines.append((\"debounce\"",
+           (DEDUPE + "test_sched_submit_takes_the_window_and_jobs_show_shows_it[single]",
+            DEDUPE + "test_the_consoles_job_page_shows_the_key_its_window_and_the_debounce"
+            "[single]"), fast=True),
 ]
