@@ -8,6 +8,10 @@ start of B's submit and B's last start is the turns' own figure. Mode `keyed`
 gives the jobs concurrency keys (the keys take turns, lua/take.lua); mode `plain` submits
 the same jobs without keys (one FIFO queue: B waits behind A's flood), for contrast. Runs
 alternate the modes; each figure is the median of its mode's runs.
+
+Plain mode is FIFO per shard's stream (`--shards 1` makes it one), and even there a few A's
+may start after B's last: those of a claim round trip (its share of the run slots and the
+batch it prefetches) that a loaded machine answered after the next one.
 """
 
 from __future__ import annotations
