@@ -240,3 +240,32 @@ def test_jobs_without_a_key_in_a_keyed_queue_run_beside_the_keyed_ones(
     asyncio.run(main())
     assert most_at_once(spans)["slow"] == 1
     assert most_at_once(spans)["none"] > 1  # no per-key limit on jobs without a key
+
+
+def test_a_limit_set_changed_or_removed_reaches_running_workers_within_seconds(
+        redis_url: str, ns: str) -> None:
+    """Workers already running read the limits again about once a second: a per-key limit
+    set, changed, then removed is what each of them holds a second or two later."""
+    promised_s = 2.0  # the guide's "within a second or two"
+    slack_s = 3.0  # room for a loaded machine
+
+    async def main() -> None:
+        async with AsyncClient(redis_url, ns) as client:
+            await client.create_namespace()
+            async with running_workers(redis_url, ns, Registry(), 2,
+                                       queues=("tenants",)) as workers:
+                await wait_for(lambda: all(w.shards for w in workers), timeout=10)
+
+                def held(value: int | None) -> bool:
+                    return all((lim := w.limited.per_key.get("tenants")) is not None
+                               and lim.per_key_concurrency == value if value is not None
+                               else "tenants" not in w.limited.per_key for w in workers)
+
+                for value in (3, 1, None):
+                    if value is None:
+                        await client.set_queue_limit("tenants")
+                    else:
+                        await client.set_queue_limit("tenants", per_key_concurrency=value)
+                    await wait_for(lambda v=value: held(v), timeout=promised_s + slack_s)
+
+    asyncio.run(main())

@@ -820,4 +820,9 @@ MUTANTS = [
            (DEDUPE + "test_sched_submit_takes_the_window_and_jobs_show_shows_it[single]",
             DEDUPE + "test_the_consoles_job_page_shows_the_key_its_window_and_the_debounce"
             "[single]"), fast=True),
+    Mutant("limits-read-once-a-minute", "workers read the limits again once a minute: a "
+           "per-key limit set, changed or removed takes a minute to apply, not a second or two",
+           "scheduler/worker/limiter.py", "REFRESH_S = 1.0 ", "REFRESH_S = 60.0 ",
+           ("tests/e2e/test_tenants.py::test_a_limit_set_changed_or_removed_reaches_running_"
+            "workers_within_seconds[single]",)),
 ]
