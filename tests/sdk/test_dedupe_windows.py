@@ -94,6 +94,31 @@ def test_a_repeat_never_extends_a_window(r: redis.Redis, client: Client,
     assert 0 < r.pttl(record) <= left
 
 
+@pytest.mark.parametrize("window", [{"dedupe_ttl": 60}, {"debounce": 30}],
+                         ids=["window", "debounce"])
+def test_concurrent_submits_of_one_key_make_one_job(
+        r: redis.Redis, redis_url: str, ns: str, window: dict[str, float]) -> None:
+    """Eight clients submit one key at once, each drawing its own window id: submit.lua
+    reads and writes the record with the job in one call, so one job is made and every
+    submit returns its id."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    start = Barrier(8)
+
+    def submit(n: int) -> str:
+        with Client(redis_url, ns, shards=4) as c:
+            start.wait(timeout=30)
+            return c.submit("t", {"n": n}, dedupe_key="race", **window)
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(submit, range(8)))
+    assert len(ids) == 1
+    with Client(redis_url, ns, shards=4) as c:
+        assert list(r.scan_iter(match=f"{ns}:*:job:*", count=10_000)) == [
+            job_key(c, ids.pop()).encode()]
+
+
 def test_a_dedupe_key_without_a_window_keeps_its_old_behaviour(client: Client) -> None:
     first = client.submit("t", dedupe_key="plain")
     assert first == dedupe_job_id("plain")
