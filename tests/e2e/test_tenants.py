@@ -23,10 +23,10 @@ pytestmark = pytest.mark.slow
 Span = tuple[str, float, float]  # key, start, end (time.monotonic of this process)
 
 
-async def wait_for(done: Callable[[], bool], timeout: float) -> None:
+async def wait_for(done: Callable[[], bool], timeout: float, what: str = "the runs") -> None:
     deadline = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < deadline, "timed out waiting for the runs"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         await asyncio.sleep(0.02)
 
 
@@ -40,7 +40,7 @@ async def set_limit(client: AsyncClient, workers: list[Worker], queue: str,
     queue_wide = limit.get("concurrency") is not None or limit.get("rate") is not None
     await wait_for(lambda: all(queue in w.limited.per_key
                                and (not queue_wide or not w.reader.streams) for w in workers),
-                   timeout=10 * REFRESH_S)
+                   timeout=10 * REFRESH_S, what="every worker to hold the limit")
 
 
 def most_at_once(spans: list[Span]) -> dict[str, int]:
@@ -266,6 +266,7 @@ def test_a_limit_set_changed_or_removed_reaches_running_workers_within_seconds(
                         await client.set_queue_limit("tenants")
                     else:
                         await client.set_queue_limit("tenants", per_key_concurrency=value)
-                    await wait_for(lambda v=value: held(v), timeout=promised_s + slack_s)
+                    await wait_for(lambda v=value: held(v), timeout=promised_s + slack_s,
+                                   what=f"every worker to hold per_key_concurrency={value}")
 
     asyncio.run(main())
