@@ -825,4 +825,16 @@ MUTANTS = [
            "scheduler/worker/limiter.py", "REFRESH_S = 1.0 ", "REFRESH_S = 60.0 ",
            ("tests/e2e/test_tenants.py::test_a_limit_set_changed_or_removed_reaches_running_"
             "workers_within_seconds[single]",)),
+    Mutant("window-id-outside-its-shard", "a window's job id is placed in shard 0, not in its "
+           "key's: the record and its job are written to two shards (two slots on a Cluster)",
+           "scheduler/core/jobspec.py",
+           'placed_id(f"{base}.{job_ids.next(start_ms)}", shard_of(base, shards), shards)',
+           'placed_id(f"{base}.{job_ids.next(start_ms)}", 0, shards)',
+           (DEDUPE + "test_a_windowed_id_lands_in_its_keys_shard",), fast=True),
+    Mutant("plain-dedupe-id-changed", "a plain dedupe_key's job id is no longer the key's id "
+           "alone: jobs submitted before the change are not found by a repeat",
+           "scheduler/sdk/batching.py", "        return dedupe_job_id(dedupe_key)",
+           '        return dedupe_job_id(dedupe_key) + ".0"',
+           (DEDUPE + "test_a_dedupe_key_without_a_window_keeps_its_old_behaviour[single]",),
+           fast=True),
 ]
