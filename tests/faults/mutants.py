@@ -96,6 +96,20 @@ DEBOUNCED_RUN = (DEDUPE + "test_fifty_debounced_submits_run_once_with_the_last_p
                  "window_outlives_retention[single]")
 WINDOW_ENDS = (DEDUPE + "test_whatever_became_of_the_job_the_window_holds_then_a_new_job_gets_"
                "through[single]")
+WINDOW_MOVED_ENDS = (DEDUPE + "test_a_window_a_debounce_moved_ends_and_then_a_new_job_gets_"
+                     "through_and_runs[single-debounce]",
+                     DEDUPE + "test_a_window_a_debounce_moved_ends_and_then_a_new_job_gets_"
+                     "through_and_runs[single-dedupe_ttl-and-debounce]")
+RETRY_NOT_MOVED = DEDUPE + "test_a_debounce_never_moves_a_retry_waiting_for_its_backoff[single]"
+WEIGHT_LIMIT = TAKE + "test_the_per_key_limit_holds_at_every_weight"
+NOT_EXTENDED = DEDUPE + "test_a_repeat_never_extends_a_window[single-window]"
+WINDOW_REPEAT = (DEDUPE + "test_a_repeat_within_the_window_returns_the_first_id_and_writes_"
+                 "nothing[single]")
+BAD_WINDOW = DEDUPE + "test_bad_window_options_are_refused_with_one_line[single]"
+HEAD_OF_LINE = TAKE + "test_a_key_at_its_limit_holds_up_only_itself"
+TENANTS = "tests/sdk/test_concurrency_keys.py::"
+KEY_STATUS = "tests/services/test_key_status.py::"
+OUTBOX_WINDOW = (OUTBOX + "test_the_outbox_refuses_a_dedupe_window_and_a_debounce_in_one_line")
 PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
                   "test_a_stale_attempts_progress_is_not_written")
 PROGRESS_SHOWN = ("tests/e2e/test_progress.py::"
@@ -802,5 +816,173 @@ MUTANTS = [
            "scheduler/cli/options.py", "    return Finite(min=lo, max=hi)",
            "    return Finite(min=lo)",
            (BOUNDS_CLI + "test_every_number_option_has_a_range_and_refuses_past_it",),
+           fast=True),
+    Mutant("debounce-stretches-to-an-epoch", "a debounced repeat stretches the window's "
+           "record by the moved run's fire time (an epoch in ms) instead of by the debounce: the "
+           "key holds for decades and every later submit returns the old job",
+           "scheduler/scripts/lua/submit.lua", "    redis.call('PEXPIRE', record, window[3])",
+           "    redis.call('PEXPIRE', record, fire)", WINDOW_MOVED_ENDS, fast=True),
+    Mutant("debounce-moves-a-retry", "a debounced repeat moves a failed attempt's retry (the "
+           "slot is `scheduled` again) and swaps its payload: only a run never started moves",
+           "scheduler/scripts/lua/submit.lua",
+           "  if st[1] ~= 'scheduled' or st[2] and st[2] ~= '0' then return held end",
+           "  if st[1] ~= 'scheduled' then return held end", (RETRY_NOT_MOVED,), fast=True),
+    Mutant("weighted-key-past-its-limit", "take.lua checks what a key already holds, not what "
+           "its turn would add: a key of weight 5 under a per-key limit of 2 starts 5 at once",
+           "scheduler/scripts/lua/take.lua", "    if held + room > per_key then",
+           "    if held >= per_key then", (WEIGHT_LIMIT,), fast=True),
+    Mutant("window-repeat-writes-a-job", "submit.lua does not read a window's record: a "
+           "repeat within dedupe_ttl makes a second job", "scheduler/scripts/lua/submit.lua",
+           "  local held = redis.call('GET', record)", "  local held = false",
+           (WINDOW_REPEAT,), fast=True),
+    Mutant("repeat-extends-the-window", "a repeat within a dedupe_ttl window starts its "
+           "time again: a key submitted often enough never lets a new job through",
+           "scheduler/scripts/lua/submit.lua",
+           "  if not held or window[3] == 0 then return held end",
+           "  if held then redis.call('PEXPIRE', record, window[2]) end\n"
+           "  if not held or window[3] == 0 then return held end", (NOT_EXTENDED,), fast=True),
+    Mutant("debounce-keeps-the-time", "a debounced repeat swaps the payload but leaves the run "
+           "in `due` at its first time: it is not moved", "scheduler/scripts/lua/submit.lua",
+           "  redis.call('ZADD', prefix .. 'due', 'XX', fire, slot_id)", "  local _ = fire",
+           (DEBOUNCED,), fast=True),
+    Mutant("debounce-keeps-a-payload-for-none", "a debounced repeat without a payload keeps "
+           "the previous one (the run must have the latest: none)",
+           "scheduler/scripts/lua/submit.lua", "    redis.call('HDEL', job_key, 'payload')",
+           "    local _ = job_key", (DEBOUNCED,), fast=True),
+    Mutant("debounce-moves-a-dispatched-run", "a debounced repeat swaps the payload of a run "
+           "already dispatched (queued): a repeat after the fire time must write nothing",
+           "scheduler/scripts/lua/submit.lua",
+           "  if st[1] ~= 'scheduled' or st[2] and st[2] ~= '0' then return held end",
+           "  if st[1] == 'running' or st[2] and st[2] ~= '0' then return held end",
+           (DEBOUNCED,), fast=True),
+    Mutant("debounce-takes-a-delay", "the SDK takes debounce with delay, at or cron (the "
+           "debounce then silently overrides the schedule)", "scheduler/sdk/batching.py",
+           "        if schedule is not IMMEDIATE:\n            raise ValidationError(\"debounce\"",
+           "        if False:\n            raise ValidationError(\"debounce\"", (BAD_WINDOW,),
+           fast=True),
+    Mutant("full-key-blocks-the-ring", "take.lua stops at the first key that can start "
+           "nothing: a key at its limit holds up every key behind it in the ring",
+           "scheduler/scripts/lua/take.lua",
+           "  if started > 0 then idle = 0 else idle = idle + 1 end",
+           "  if started == 0 then break end", (HEAD_OF_LINE,), fast=True),
+    Mutant("key-rate-ignored", "take.lua takes tokens from a key's bucket but starts its whole "
+           "room anyway: per_key_rate limits nothing", "scheduler/scripts/lua/take.lua",
+           "    room = got\n", "    room = math.max(got, room)\n",
+           (TAKE + "test_a_per_key_rate_holds_each_key_to_its_own_bucket",), fast=True),
+    Mutant("key-priority-ignored", "a key's queue orders its slots by arrival alone: a key's "
+           "priority 1 job waits behind its priority 5 ones", "scheduler/scripts/lua/_lib.lua",
+           "(tonumber(priority) or DEFAULT.priority) * 1e13", "DEFAULT.priority * 1e13",
+           (TAKE + "test_priorities_order_within_a_key",), fast=True),
+    Mutant("key-weight-ignored", "take.lua gives every key one start a turn, whatever its "
+           "weight", "scheduler/scripts/lua/take.lua",
+           "    weighted and tonumber(redis.call('HGET', weights, key)) or 1)", "    1)",
+           (TAKE + "test_a_weight_is_turns_per_round",), fast=True),
+    Mutant("dedupe-not-scoped-by-tenant", "a dedupe key with a concurrency key is named by the "
+           "dedupe key alone: two tenants of one home shard share one job",
+           "scheduler/sdk/batching.py",
+           'stem=dedupe_job_id(f"{concurrency_key} {dedupe_key}"))',
+           "stem=dedupe_job_id(dedupe_key))",
+           (TENANTS + "test_a_dedupe_key_is_scoped_by_its_concurrency_key",), fast=True),
+    Mutant("keyed-jobs-outside-their-home", "keyed job ids are all placed in shard 0, not in "
+           "their key's home shard: a key's runs and its count are on different shards",
+           "scheduler/core/jobspec.py", "                     key_shard(concurrency_key, "
+           "shards), shards)", "                     0, shards)",
+           (TENANTS + "test_the_job_hash_holds_the_key_and_the_job_lives_in_its_home_shard",),
+           fast=True),
+    Mutant("concurrency-key-any-text", "a concurrency key of any characters is taken (spaces, "
+           "braces, control characters reach key names and terminals)",
+           "scheduler/core/keys.py", r'_CONCURRENCY_KEY = re.compile(r"[A-Za-z0-9_.@+=/:\-]{1,128}")',
+           r'_CONCURRENCY_KEY = re.compile(r"(?s:.){1,128}")',
+           (TENANTS + "test_a_bad_key_is_refused_in_one_line_and_nothing_is_written",),
+           fast=True),
+    Mutant("debounced-key-outlives-its-run", "a debounced job's record is set to last a "
+           "debounce past its run's fire time: a submit after the run started returns the old "
+           "job instead of making a new one", "scheduler/scripts/lua/submit.lua",
+           "        math.max(window[2], fire - now, 1))",
+           "        math.max(window[2], fire - now + window[3], 1))",
+           (WINDOW_MOVED_ENDS[0],), fast=True),
+    Mutant("window-seconds-unbounded", "dedupe_ttl and debounce take any positive seconds: "
+           "less than a ms, or past a year", "scheduler/core/models.py",
+           "not 0.001 <= float(seconds) <= MAX_SECONDS", "not 0 < float(seconds)",
+           (BAD_WINDOW,), fast=True),
+    Mutant("window-id-given", "submit_many(ids=...) takes an id for a windowed job: a repeat "
+           "within the window then writes a second job under the given id",
+           "scheduler/sdk/batching.py",
+           "        if type(job[0]) is WindowId:\n            raise ValidationError(\"ids\"",
+           "        if False:\n            raise ValidationError(\"ids\"", (BAD_WINDOW,),
+           fast=True),
+    Mutant("outbox-takes-a-window", "outbox.submit takes dedupe_ttl and debounce: the row is "
+           "written and its job refused only later, by the relay",
+           "scheduler/outbox/writer.py",
+           "        if spec.dedupe_ttl is not None or spec.debounce is not None:",
+           "        if False:", (OUTBOX_WINDOW,), fast=True),
+    Mutant("key-weight-unbounded", "set_key_weight takes any weight from 1 up: one key's turn "
+           "can hold a shard's take for as long as it likes", "scheduler/sdk/queues.py",
+           "not 1 <= weight <= MAX_KEY_WEIGHT", "not 1 <= weight",
+           (TENANTS + "test_key_weights_are_set_read_and_reset_in_the_home_shard",), fast=True),
+    Mutant("given-id-outside-home", "submit_many(ids=...) takes a keyed job's id outside its "
+           "key's home shard: the key's runs are then counted on two shards",
+           "scheduler/sdk/batching.py",
+           "            if shard_of(given, shards) != shard_of(job[0], shards):",
+           "            if False:", (TENANTS + "test_given_ids_are_taken_only_in_the_home_shard",),
+           fast=True),
+    Mutant("schedule-key-changes-quietly", "declaring a named schedule with another key (or "
+           "none) while its series lives makes a second series instead of being refused",
+           "scheduler/sdk/schedules.py",
+           "    yield from _same_key(core, name, job_id, spec.concurrency_key)",
+           "    yield from ()",
+           (TENANTS + "test_a_named_schedule_keeps_the_key_it_was_declared_with",), fast=True),
+    Mutant("key-tokens-for-slots-it-lacks", "a key's turn takes its whole room's worth of "
+           "tokens however few slots it has: its next slots wait for tokens it never used",
+           "scheduler/scripts/lua/take.lua", "      math.min(room, redis.call('ZCARD', kq)))",
+           "      room)", (TAKE + "test_a_key_s_turn_takes_tokens_only_for_the_slots_it_has",),
+           fast=True),
+    Mutant("key-rate-bucket-two-seconds", "the rate's bucket (shared with the queue's rate) "
+           "holds two seconds' worth: a key idle for a while starts a burst",
+           "scheduler/scripts/lua/_bucket.lua",
+           "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
+           (TAKE + "test_a_per_key_rate_holds_each_key_to_its_own_bucket",), fast=True),
+    Mutant("depth-leaves-out-keyed-slots", "a queue's depth counts its streams only: keyed "
+           "slots waiting for their turn vanish from status, `sched queues` and the gauge",
+           "scheduler/observe/status.py", "        q.depth += k.waiting", "        q.depth += 0",
+           (KEY_STATUS + "test_a_queues_depth_counts_its_keys_queued_slots[single]",),
+           fast=True),
+    Mutant("busiest-keys-least-first", "queue_keys names the least busy keys first (and keeps "
+           "those for its top)", "scheduler/observe/keyed.py",
+           "key=lambda k: (-(k.waiting + k.running), k.key))[:top]",
+           "key=lambda k: ((k.waiting + k.running), k.key))[:top]",
+           (KEY_STATUS + "test_the_busiest_keys_come_first_up_to_top[single]",), fast=True),
+    Mutant("exporter-names-every-key", "the exporter and status name a queue's keys by the "
+           "thousand: 100,000 tenants become as many series", "scheduler/observe/keyed.py",
+           "TOP_KEYS = 10 ", "TOP_KEYS = 1000 ",
+           (KEY_STATUS + "test_the_exporter_names_the_busiest_keys_only[single]",), fast=True),
+    Mutant("window-end-shown-at-the-start", "get_job's dedupe_until_ms (shown by `sched jobs "
+           "show` and the console) is the window's start, not its end",
+           "scheduler/core/models.py",
+           "return self.created_ms + round(self.dedupe_ttl_s * 1000) if self.dedupe_ttl_s",
+           "return self.created_ms if self.dedupe_ttl_s", (WINDOW_REPEAT,), fast=True),
+    Mutant("debounce-not-shown", "`sched jobs show` and the console's job page leave out a "
+           "job's debounce", "scheduler/core/models.py",
+           "        if self.debounce_s:\n            lines.append((\"debounce\"",
+           "        if False:\n            lines.append((\"debounce\"",
+           (DEDUPE + "test_sched_submit_takes_the_window_and_jobs_show_shows_it[single]",
+            DEDUPE + "test_the_consoles_job_page_shows_the_key_its_window_and_the_debounce"
+            "[single]"), fast=True),
+    Mutant("limits-read-once-a-minute", "workers read the limits again once a minute: a "
+           "per-key limit set, changed or removed takes a minute to apply, not a second or two",
+           "scheduler/worker/limiter.py", "REFRESH_S = 1.0 ", "REFRESH_S = 60.0 ",
+           ("tests/e2e/test_tenants.py::test_a_limit_set_changed_or_removed_reaches_running_"
+            "workers_within_seconds[single]",)),
+    Mutant("window-id-outside-its-shard", "a window's job id is placed in shard 0, not in its "
+           "key's: the record and its job are written to two shards (two slots on a Cluster)",
+           "scheduler/core/jobspec.py",
+           'placed_id(f"{base}.{job_ids.next(start_ms)}", shard_of(base, shards), shards)',
+           'placed_id(f"{base}.{job_ids.next(start_ms)}", 0, shards)',
+           (DEDUPE + "test_a_windowed_id_lands_in_its_keys_shard",), fast=True),
+    Mutant("plain-dedupe-id-changed", "a plain dedupe_key's job id is no longer the key's id "
+           "alone: jobs submitted before the change are not found by a repeat",
+           "scheduler/sdk/batching.py", "        return dedupe_job_id(dedupe_key)",
+           '        return dedupe_job_id(dedupe_key) + ".0"',
+           (DEDUPE + "test_a_dedupe_key_without_a_window_keeps_its_old_behaviour[single]",),
            fast=True),
 ]

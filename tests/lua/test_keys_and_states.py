@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -120,18 +121,22 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
 
     import redis.asyncio
 
-    from scheduler.node.node import SchedulerNode
+    from scheduler.node.node import NodeConfig, SchedulerNode
 
     clock = ManualClock()
     with Client(redis_url, ns, shards=1, clock=clock) as client:
         delayed = client.submit("t", delay=60)
         cron = client.submit("t", cron="* * * * * *")
 
+    leased = 0.0
+
     async def one_round() -> None:
+        nonlocal leased
         c = redis.asyncio.Redis.from_url(redis_url)
         node = SchedulerNode(c, namespace=ns, clock=clock, node_id="n1")
         await node.setup()
         assert node.leases is not None
+        leased = time.monotonic()
         await node.leases.run_once()
         await node.materializer.run_once()
         await c.aclose()
@@ -144,6 +149,11 @@ def test_the_keys_of_delayed_and_cron_jobs_are_the_keys_keys_py_names(
                 k.jobs(0), k.runs(0, cron), k.stats(0), k.owner(0), k.events(0), k.config(0),
                 *(k.slot(0, slot_id(cron, f)) for f in fires)}
     actual = {key.decode() for key in r.scan_iter(match=f"{ns}:*", count=10_000)}
+    # The shard's owner key expires on Redis's own clock, a shard lease after the round (the
+    # test's clock stands still): on a loaded machine the scan may come later than that.
+    if time.monotonic() - leased >= NodeConfig().shard_lease_s:
+        actual.discard(k.owner(0))
+        expected.discard(k.owner(0))
     assert actual == expected
 
 

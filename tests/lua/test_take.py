@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import redis
 
 from helpers import LEASE, W
@@ -137,6 +138,43 @@ def test_the_per_key_limit_holds_and_passes_over_a_full_key(
     assert k.running("a") == 2
 
 
+@pytest.mark.parametrize("per_key", [1, 2, 3])
+@pytest.mark.parametrize("weight", [1, 2, 5])
+def test_the_per_key_limit_holds_at_every_weight(
+        r: redis.Redis, client: Client, clock: ManualClock, weight: int, per_key: int) -> None:
+    """A turn starts up to the key's weight, never what would take the key past its limit:
+    however many times the workers ask, and as its runs end one by one."""
+    queue = f"w{weight}l{per_key}"
+    k = make_keyed(r, client, clock, queue)
+    k.submit("a", 12)
+    k.submit("b", 12)
+    r.hset(k.keys.key_weights(SHARD, queue), "a", weight)
+    started = k.take(20, per_key=per_key) + k.take(20, per_key=per_key)
+    assert k.running("a") == per_key and k.running("b") == per_key
+    assert len(started) == 2 * per_key
+    for _ in range(4):
+        ended = next(s for s in started if k.key_of(s) == "a")
+        started.remove(ended)
+        assert k.complete(ended) == [replies.Code.OK]
+        more = k.take(20, per_key=per_key)
+        assert [k.key_of(s) for s in more] == ["a"]
+        started += more
+        assert k.running("a") == per_key
+
+
+def test_a_key_at_its_limit_holds_up_only_itself(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A full key at the head of the ring is passed over: the next key's slot starts in the
+    same call (no head-of-line blocking), and the full key keeps its place in the ring."""
+    k = make_keyed(r, client, clock, "hol")
+    k.submit("a", 3)
+    assert [k.key_of(s) for s in k.take(10, per_key=1)] == ["a"]
+    k.submit("b", 2)
+    assert k.ring() == ["a", "b"]
+    assert [k.key_of(s) for s in k.take(10, per_key=1)] == ["b"]
+    assert k.ring() == ["a", "b"] and k.running("a") == k.running("b") == 1
+
+
 def test_every_end_of_an_attempt_gives_the_permit_back(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     """fail (retry), release, and an expired lease (reclaim) each end the attempt and give
@@ -218,6 +256,18 @@ def test_a_per_key_rate_holds_each_key_to_its_own_bucket(
     assert sorted(k.key_of(s) for s in k.take(10, rate=10)) == ["a", "b"]
     clock.advance(1)  # the bucket holds a tenth of a second's worth, however long idle
     assert len(k.take(10, rate=10)) == 2
+
+
+def test_a_key_s_turn_takes_tokens_only_for_the_slots_it_has(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """50/s per key: a bucket of five tokens. A key of weight 5 with one slot queued takes
+    one token for it, not its whole room: its next four start at once."""
+    k = make_keyed(r, client, clock, "tokens")
+    r.hset(k.keys.key_weights(SHARD, "tokens"), "a", 5)
+    k.submit("a", 1)
+    assert len(k.take(10, rate=50)) == 1
+    k.submit("a", 5)
+    assert len(k.take(10, rate=50)) == 4 and k.wait_ms == 20
 
 
 def test_the_lane_cleaner_drops_an_idle_keyed_queue_only_once_its_keys_hold_nothing(

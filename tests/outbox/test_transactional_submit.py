@@ -411,3 +411,19 @@ def test_outbox_submit_takes_client_submits_options() -> None:
     for name in shared:
         assert (ours[name].default, ours[name].annotation, ours[name].kind) == (
             theirs[name].default, theirs[name].annotation, theirs[name].kind), name
+
+
+@pytest.mark.parametrize("window", [{"dedupe_ttl": 60}, {"debounce": 1}],
+                         ids=["dedupe_ttl", "debounce"])
+def test_the_outbox_refuses_a_dedupe_window_and_a_debounce_in_one_line(
+        conn: psycopg.Connection[Any], schema: str, window: dict[str, float]) -> None:
+    """A windowed job's id is decided in Redis (the first job's while the window is open),
+    and the outbox names its jobs before they get there: it takes neither option."""
+    for write in (lambda: outbox.submit(conn, "t", dedupe_key="k", schema=schema, **window),
+                  lambda: outbox.submit_many(conn, [JobSpec(task="t"), JobSpec(
+                      task="t", dedupe_key="k", **window)], schema=schema)):
+        with pytest.raises(ValidationError, match="not taken by the outbox") as err:
+            write()
+        assert "\n" not in str(err.value)
+    conn.commit()
+    assert rows(conn, schema) == 0

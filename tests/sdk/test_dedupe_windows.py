@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import redis
 
-from helpers import running, sched, sched_process
-from scheduler import Client
+from helpers import LEASE, W, run_until, running, sched, sched_process
+from scheduler import Client, Context, Registry, RetryPolicy
 from scheduler.core.errors import ValidationError
 from scheduler.core.jobspec import dedupe_job_id, window_job_id
-from scheduler.core.keys import shard_of
+from scheduler.core.keys import DISPATCH_GROUP, shard_of
 from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
 
@@ -80,6 +80,45 @@ def test_whatever_became_of_the_job_the_window_holds_then_a_new_job_gets_through
     assert client.submit("t", {"v": 4}, dedupe_key="k", dedupe_ttl=0.5) == second
 
 
+@pytest.mark.parametrize("window", [{"dedupe_ttl": 60}, {"dedupe_ttl": 60, "debounce": 1}],
+                         ids=["window", "window-and-debounce"])
+def test_a_repeat_never_extends_a_window(r: redis.Redis, client: Client,
+                                         window: dict[str, float]) -> None:
+    """A window counts from the first submit: a repeat leaves its record's expiry as it was
+    (a debounce stretches it only to a moved run's fire time, here well within it)."""
+    first = client.submit("t", dedupe_key="x", **window)
+    record = record_key(client, "x")
+    wait_for("the window to run down", lambda: 0 < r.pttl(record) < 60_000, 5)
+    left = r.pttl(record)
+    assert client.submit("t", dedupe_key="x", **window) == first
+    assert 0 < r.pttl(record) <= left
+
+
+@pytest.mark.parametrize("window", [{"dedupe_ttl": 60}, {"debounce": 30}],
+                         ids=["window", "debounce"])
+def test_concurrent_submits_of_one_key_make_one_job(
+        r: redis.Redis, redis_url: str, ns: str, window: dict[str, float]) -> None:
+    """Eight clients submit one key at once, each drawing its own window id: submit.lua
+    reads and writes the record with the job in one call, so one job is made and every
+    submit returns its id."""
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    start = Barrier(8)
+
+    def submit(n: int) -> str:
+        with Client(redis_url, ns, shards=4) as c:
+            start.wait(timeout=30)
+            return c.submit("t", {"n": n}, dedupe_key="race", **window)
+
+    with ThreadPoolExecutor(8) as pool:
+        ids = set(pool.map(submit, range(8)))
+    assert len(ids) == 1
+    with Client(redis_url, ns, shards=4) as c:
+        assert list(r.scan_iter(match=f"{ns}:*:job:*", count=10_000)) == [
+            job_key(c, ids.pop()).encode()]
+
+
 def test_a_dedupe_key_without_a_window_keeps_its_old_behaviour(client: Client) -> None:
     first = client.submit("t", dedupe_key="plain")
     assert first == dedupe_job_id("plain")
@@ -120,6 +159,8 @@ def test_bad_window_options_are_refused_with_one_line(client: Client) -> None:
         ({"dedupe_key": "x", "dedupe_ttl": -1}, "dedupe_ttl: -1 is not allowed"),
         ({"dedupe_key": "x", "debounce": float("nan")}, "debounce: nan is not allowed"),
         ({"dedupe_key": "x", "dedupe_ttl": "5"}, "dedupe_ttl: '5' is not allowed"),
+        ({"dedupe_key": "x", "dedupe_ttl": 0.0009}, "from 0.001 to 31,536,000"),
+        ({"dedupe_key": "x", "debounce": 365 * 86400 + 1}, "from 0.001 to 31,536,000"),
     ]
     for options, message in cases:
         with pytest.raises(ValidationError, match=message) as caught:
@@ -257,3 +298,76 @@ def test_submit_luas_header_documents_the_windows_argument_its_wrapper_passes() 
     assert len(call.args) == 6 and call.args[4] == ""  # ARGV[5] empty: never `fresh`
     assert "ARGV[6]  windows" in header and "ARGV[7]" not in header
     assert len(scripts.submit("ns:{s00}:", 1, 10, [("a1", "t", "q", 1, [])]).args) == 4
+
+
+def redis_ms(r: Any) -> int:
+    seconds, micros = r.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+@pytest.mark.parametrize("window", [{"debounce": 0.3}, {"dedupe_ttl": 1, "debounce": 0.3}],
+                         ids=["debounce", "dedupe_ttl-and-debounce"])
+def test_a_window_a_debounce_moved_ends_and_then_a_new_job_gets_through_and_runs(
+        r: redis.Redis, redis_url: str, ns: str, window: dict[str, float]) -> None:
+    """A repeat that moves the run keeps the key only until the moved run's fire time (or the
+    window's end, when later): after both, a submit makes a new job, which runs."""
+    registry = Registry()
+    ran: list[int] = []
+
+    @registry.task("t")
+    async def record(ctx: Context, payload: Any) -> None:
+        ran.append(payload["v"])
+
+    debounce_ms = int(window["debounce"] * 1000)
+    with Client(redis_url, ns, shards=4) as client:
+        first = client.submit("t", {"v": 1}, dedupe_key="k", **window)
+        record = record_key(client, "k")
+        # the key holds until the run's fire time, or the window's end when later
+        ttl_ms = int(window.get("dedupe_ttl", 0) * 1000)
+        assert 0 < r.pttl(record) <= max(ttl_ms, debounce_ms)
+        # A repeat stretches the record only when it would end before the moved run.
+        wait_for("the record to end sooner than a debounce",
+                 lambda: r.pttl(record) < debounce_ms, window.get("dedupe_ttl", 0) + 10)
+        assert client.submit("t", {"v": 2}, dedupe_key="k", **window) == first
+        assert 0 < r.pttl(record) <= debounce_ms  # it ends with the moved run
+        [slot] = client.slots(first)
+        ends_ms = max(client.get_job(first).dedupe_until_ms or 0, slot.fire_ms)
+        asyncio.run(run_until(redis_url, ns, registry, lambda: ran == [2], node=True))
+        wait_for("the window's end", lambda: redis_ms(r) > ends_ms,
+                 (ends_ms - redis_ms(r)) / 1000 + 10)
+        second = client.submit("t", {"v": 3}, dedupe_key="k", **window)
+        assert second != first
+        asyncio.run(run_until(redis_url, ns, registry, lambda: ran == [2, 3], node=True))
+        assert [s.status.value for s in client.slots(second)] == ["succeeded"]
+
+
+def test_a_debounce_never_moves_a_retry_waiting_for_its_backoff(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The slot is `scheduled` again after a failed attempt, but it has started: a repeat
+    within the window returns the id and writes nothing (its retry time and payload stay)."""
+    window: dict[str, Any] = {"dedupe_key": "r", "dedupe_ttl": 600, "debounce": 1,
+                              "retry": RetryPolicy(max_attempts=3)}
+    job_id = client.submit("t", {"v": 1}, **window)
+    [slot] = client.slots(job_id)
+    shard = shard_of(job_id, client.shards)
+    prefix = client.keys.prefix(shard)
+    clock.advance(1)
+    scripts.run_sync(r, [scripts.promote(prefix, clock.now_ms(), 10, 10)])
+    stream = client.keys.queue(shard, "default")
+    r.xgroup_create(stream, DISPATCH_GROUP, id="0", mkstream=True)
+    entries = [("default", mid, f[b"s"].decode()) for _, msgs in
+               r.xreadgroup(DISPATCH_GROUP, W, {stream: ">"}, count=10) for mid, f in msgs]
+    assert [e[2] for e in entries] == [slot.slot_id]
+    now = clock.now_ms()
+    scripts.run_sync(r, [scripts.claim(prefix, now, W, LEASE, entries)])
+    scripts.run_sync(r, [scripts.fail(prefix, now, 10, W, [(slot.slot_id, 1, "failed", "boom",
+                                                            5000, 0.5, now, now)])])
+    retry = client.get_slot(slot.slot_id)
+    assert (retry.status.value, retry.attempt) == ("scheduled", 1)
+    retry_at = r.zscore(client.keys.due(shard), slot.slot_id)
+    assert retry_at is not None and retry_at >= now + 1000
+    before = state(r, client.namespace)
+    assert client.submit("t", {"v": 2}, **window) == job_id
+    assert state(r, client.namespace) == before
+    assert client.get_job(job_id).payload == {"v": 1}
+    assert r.zscore(client.keys.due(shard), slot.slot_id) == retry_at
