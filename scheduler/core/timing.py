@@ -7,20 +7,17 @@ first fire time and the job-hash fields that record the schedule. Nothing here t
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from scheduler.core.cron import CronSpec
+from scheduler.core.cron import LATEST_MS, CronSpec
 from scheduler.core.errors import ValidationError
 from scheduler.core.states import Catchup, JobKind, Overlap
 
 DEFAULT_CATCHUP_LIMIT = 1000
 MAX_CATCHUP_LIMIT = 100_000
-# The last instant a datetime (and so the history store and every listing) can show: a fire
-# time past it would be accepted and then break every reader of the namespace.
-LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
 
 
 def _bounded(field: str, ms: int) -> int:
@@ -106,7 +103,11 @@ def _cron(now_ms: int, cron: Any, tz: Any, catchup: Any, catchup_limit: Any, ove
     end_ms = _instant_ms("end_at", end_at) if end_at is not None else 0
     if end_ms and start_ms and end_ms <= start_ms:
         raise ValidationError("end_at", "is not after start_at; the job would never run")
-    first = spec.next_after(max(now_ms, start_ms) - 1)
+    first = next(spec.after(max(now_ms, start_ms) - 1), None)
+    if first is None:
+        raise ValidationError("start_at" if start_ms > now_ms else "cron",
+                              "leaves no occurrence before the end of year 9999; the job "
+                              "would never run")
     if end_ms and first > end_ms:
         raise ValidationError("end_at", "is before the first occurrence; the job would never "
                                         "run (move end_at later or drop it)")
