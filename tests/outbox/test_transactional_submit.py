@@ -581,3 +581,26 @@ def test_rows_from_before_namespaces_belong_to_the_namespace_the_outbox_serves(
     finally:
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def test_a_running_relay_says_when_it_starts_and_stops(
+        schema: str, conn: psycopg.Connection[Any], client: Client, ns: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema, config=RelayConfig(poll_s=0.1))
+    job_id = outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    with caplog.at_level("INFO", logger="scheduler.outbox.relay"):
+        running = threading.Thread(target=service.run)
+        running.start()
+        try:
+            for _ in iter(lambda: service.relayed, 1):
+                running.join(timeout=0.02)
+        finally:
+            service.stop()
+            running.join()
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == f"outbox relay started: namespace {ns!r}, schema {schema!r}", said
+    assert said[-1] == "outbox relay stopped: 1 row(s) relayed, 0 rejected", said
+    assert client.get_job(job_id).task == "t"
