@@ -37,6 +37,7 @@ POISON: list[tuple[str, str | None, str]] = [
     ("huge timeout", None, _spec(task="t", timeout=1e308)),
     ("huge integer", None, '{"task": "t", "cron": "* * * * *", "catchup_limit": '
      + "9" * 400 + "}"),
+    ("delay past the calendar", None, '{"task": "t", "delay": ' + "9" * 400 + "}"),
     ("payload over the namespace's limit", None, _spec(task="t", payload="x" * 1_100_000)),
     ("no task", None, _spec(payload=1)),
     ("naive instant", None, _spec(task="t", at="2030-01-01T00:00:00")),

@@ -46,11 +46,14 @@ def _instant_ms(field: str, value: object) -> int:
 
 def _delay_ms(delay: object) -> int:
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    # An int is compared as it is: one too large for a float is out of range, not an
+    # OverflowError.
     if (not isinstance(seconds, int | float) or isinstance(seconds, bool)
-            or not math.isfinite(seconds)):
+            or (isinstance(seconds, float) and not math.isfinite(seconds))):
         raise ValidationError("delay", f"{delay!r} is not a number of seconds or a timedelta")
     if not 0 <= seconds <= LATEST_MS / 1000:
-        raise ValidationError("delay", f"{seconds:g} is not allowed; must be >= 0 seconds and "
+        shown = f"{seconds:g}" if abs(seconds) < 1e300 else "a number this large"
+        raise ValidationError("delay", f"{shown} is not allowed; must be >= 0 seconds and "
                                        f"end before the year 10000")
     return int(seconds * 1000)
 

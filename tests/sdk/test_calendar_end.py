@@ -71,3 +71,13 @@ def test_the_cli_refuses_a_start_past_the_calendar_in_one_line(
                            "--start-at", "9999-12-31T00:00:00Z")
     assert code != 0 and "Traceback" not in out + err
     assert len(err.strip().splitlines()) == 1 and "year 9999" in err, err
+
+
+@pytest.mark.parametrize("delay", [10**400, -(10**400), 10**20])
+def test_a_delay_past_the_calendar_is_a_validation_error(redis_url: str, ns: str,
+                                                         delay: int) -> None:
+    """An integer too large for a float is out of range like any other (not an
+    OverflowError)."""
+    with Client(redis_url, ns) as client:
+        with pytest.raises(ValidationError, match="end before the year 10000"):
+            client.submit("t", delay=delay)
