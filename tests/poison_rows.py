@@ -33,6 +33,8 @@ POISON: list[tuple[str, str | None, str]] = [
     ("retry of the wrong shape", None, _spec(task="t", retry={"max_attempts": "x"})),
     ("queue name not allowed", None, _spec(task="t", queue="no spaces here")),
     ("NUL in the task", None, _spec(task="t\u0000x")),
+    ("NUL and ESC in a field's name (the decoder's message quotes it)", None,
+     '{"task": "t", "a\\u0000b\\u001b[31m": 1}'),
     ("NUL in the dedupe key", None, _spec(task="t", dedupe_key="k\u0000")),
     ("huge timeout", None, _spec(task="t", timeout=1e308)),
     ("huge integer", None, '{"task": "t", "cron": "* * * * *", "catchup_limit": '

@@ -608,6 +608,11 @@ MUTANTS = [
            "            except Exception as exc:  # noqa: BLE001 - whatever a row holds, it is "
            "the row's\n", "            except ValidationError as exc:\n",
            (OUTBOX_POISON_FAULT,)),
+    Mutant("outbox-reason-keeps-control-characters", "a refused row's reason is stored as "
+           "the error said it: a NUL quoted from the row fails the INSERT into outbox_rejected, "
+           "and with it every pass over the batch", "scheduler/outbox/relay.py",
+           '    text = _CONTROL.sub(lambda m: f"\\\\x{ord(m.group()):02x}", " ".join(text.split()))\n',
+           '    text = " ".join(text.split())\n', (OUTBOX_POISON,), fast=True),
     Mutant("outbox-serves-any-namespace", "a relay takes an outbox another namespace's relay "
            "serves: two apps (staging and production) sharing a schema swap jobs silently",
            "scheduler/outbox/relay.py", "        if serves != namespace:\n",

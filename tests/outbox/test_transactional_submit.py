@@ -604,3 +604,36 @@ def test_a_running_relay_says_when_it_starts_and_stops(
     assert said[0] == f"outbox relay started: namespace {ns!r}, schema {schema!r}", said
     assert said[-1] == "outbox relay stopped: 1 row(s) relayed, 0 rejected", said
     assert client.get_job(job_id).task == "t"
+
+
+def test_relays_of_two_namespaces_starting_at_once_leave_one_namespace(
+        schema: str, redis_url: str, ns: str) -> None:
+    """Relays of two namespaces start together on an outbox no relay has used: one
+    namespace is recorded, and every relay of the other refuses."""
+    import threading
+
+    names = [ns, f"{ns}-b"] * 4
+    outcomes: dict[int, str] = {}
+    ready = threading.Barrier(len(names))
+
+    def start(i: int, name: str) -> None:
+        with Client(redis_url, name) as c:
+            service = OutboxRelay(c, POSTGRES_DSN, schema=schema)
+            try:
+                ready.wait()
+                service.lag_or_refuse()
+                outcomes[i] = name
+            except ConfigError:
+                outcomes[i] = "refused"
+            finally:
+                service.close()
+
+    threads = [threading.Thread(target=start, args=(i, n)) for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    started = {outcomes[i] for i in range(len(names))} - {"refused"}
+    assert len(started) == 1, outcomes
+    [winner] = started
+    assert sorted(outcomes.values()) == sorted([winner] * 4 + ["refused"] * 4)
