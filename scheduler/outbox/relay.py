@@ -240,9 +240,9 @@ class OutboxRelay:
                     down, backoff = None, 0.0
                 if moved < self.config.batch:
                     self._wait()  # its LISTEN connection may break too
-            except ConfigError:
-                raise  # the outbox serves another namespace: waiting will not mend that
             except (SchedulerError, psycopg.Error) as exc:  # RedisFailure and its kin
+                if isinstance(exc, ConfigError) and not self._bound:
+                    raise  # the outbox serves another namespace: waiting will not mend that
                 what = "Postgres" if isinstance(exc, psycopg.Error) else "Redis"
                 if down != what:
                     log.warning("outbox: %s failing, rows wait in the outbox: %s", what,
