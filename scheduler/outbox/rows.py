@@ -120,3 +120,11 @@ def status(conn: Any, schema: str) -> tuple[int, float, int]:
         raise ConfigError(f"no outbox in schema {schema!r} of this database: run `sched db "
                           f"upgrade --outbox --outbox-schema {schema}` first") from None
     return int(count), float(age), int(rejected)
+
+
+def served(conn: Any, schema: str) -> str | None:
+    """The namespace the outbox serves (recorded by its first relay); None before that."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(queries(schema)["bound"])
+        found = cur.fetchone()
+    return str(found[0]) if found else None

@@ -259,7 +259,16 @@ def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[s
         assert code == 0 and out.strip() == f"outbox schema {name!r} at version 2"
         code, out, _ = sched(capsys, redis_url, ns, "outbox", "status", "--outbox-schema",
                              name, "--postgres-dsn", POSTGRES_DSN)
-        assert code == 0 and "0 row(s) waiting" in out
+        assert code == 0 and "0 row(s) waiting" in out and "no relay has run yet" in out
+        with Client(redis_url, ns) as client:
+            first = OutboxRelay(client, POSTGRES_DSN, schema=name)
+            try:
+                first.lag_or_refuse()
+            finally:
+                first.close()
+        code, out, _ = sched(capsys, redis_url, ns, "outbox", "status", "--outbox-schema",
+                             name, "--postgres-dsn", POSTGRES_DSN)
+        assert code == 0 and out.rstrip().endswith(f"serves namespace {ns!r}"), out
     finally:
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
