@@ -105,9 +105,11 @@ def outbox_status(obj: dict[str, str], postgres_dsn: str | None, schema: str) ->
         return
     import psycopg
 
-    from scheduler.outbox.rows import status
+    from scheduler.outbox.rows import served, status
 
     with psycopg.connect(outbox_dsn(postgres_dsn), connect_timeout=5) as conn:
         waiting, age, rejected = status(conn, schema)
+        namespace = served(conn, schema)
     click.echo(f"outbox {schema}: {waiting} row(s) waiting, oldest {age:.3f} s; "
-               f"{rejected} rejected")
+               f"{rejected} rejected; " + (f"serves namespace {namespace!r}" if namespace
+                                           else "no relay has run yet"))

@@ -10,6 +10,10 @@ turned into an instant.
 - A local time that occurs twice (the hour repeated when clocks go back) runs once, at its
   first occurrence (fold=0): `30 2 * * *` runs at 02:30 CEST, not again at 02:30 CET. The
   same holds for expressions that fire every few minutes: the repeated hour runs once.
+
+The calendar ends with year 9999 (what a datetime, and so every reader of a fire time, can
+show): a series has no occurrence after LATEST_MS, and `next_after` raises ValidationError
+when none is left before it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,12 @@ from croniter import croniter
 from croniter.croniter import CroniterError
 
 from scheduler.core.errors import ValidationError
+
+# The last instant a datetime (and so the history store and every listing) can show: a fire
+# time past it would be accepted and then break every reader of the namespace.
+LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
+# What datetime and croniter raise past year 9999 (or before year 1), inside the iteration.
+_CALENDAR_ENDS = (OverflowError, ValueError)
 
 _HINT = ("use 5 fields (minute hour day month weekday), 6 with seconds first, or @hourly, "
          "@daily, @weekly, @monthly, @yearly")
@@ -87,30 +97,50 @@ class CronSpec:
         return int(utc.timestamp() * 1000)
 
     def after(self, ms: int) -> Iterator[int]:
-        """Occurrences strictly after `ms`, ascending."""
+        """Occurrences strictly after `ms`, ascending, up to LATEST_MS (then it ends)."""
         # No local time before local(ms) maps to a later instant (a repeated hour maps to
         # its first pass), so starting there misses nothing; the filter drops the repeated
         # hour's times when `ms` lies in its second pass.
-        it = croniter(self.expr, self._local(ms), second_at_beginning=True)
-        while True:
-            local: datetime = it.get_next(datetime)
-            instant = self._instant(local)
-            if instant is not None and instant > ms:
-                yield instant
+        try:
+            it = croniter(self.expr, self._local(ms), second_at_beginning=True)
+            while True:
+                local: datetime = it.get_next(datetime)
+                instant = self._instant(local)
+                if instant is not None and instant > LATEST_MS:
+                    return
+                if instant is not None and instant > ms:
+                    yield instant
+        except _CALENDAR_ENDS:
+            return  # the next local time, or its instant, is past year 9999
 
     def before(self, ms: int) -> Iterator[int]:
-        """Occurrences strictly before `ms`, descending."""
-        start = self._local(ms)
-        if datetime.fromtimestamp(ms / 1000, self.zone).fold:
-            # In the second pass of a repeated hour, the rest of that hour's local times
-            # already ran (as first-pass instants before `ms`).
-            start += timedelta(hours=1)
-        it = croniter(self.expr, start, second_at_beginning=True)
-        while True:
-            local: datetime = it.get_prev(datetime)
-            instant = self._instant(local)
-            if instant is not None and instant < ms:
-                yield instant
+        """Occurrences strictly before `ms`, descending, down to year 1 (then it ends)."""
+        try:
+            start = self._local(ms)
+            if datetime.fromtimestamp(ms / 1000, self.zone).fold:
+                # In the second pass of a repeated hour, the rest of that hour's local times
+                # already ran (as first-pass instants before `ms`).
+                start += timedelta(hours=1)
+            it = croniter(self.expr, start, second_at_beginning=True)
+            while True:
+                local: datetime = it.get_prev(datetime)
+                instant = self._instant(local)
+                if instant is not None and instant < ms:
+                    yield instant
+        except _CALENDAR_ENDS:
+            return
 
     def next_after(self, ms: int) -> int:
-        return next(self.after(ms))
+        """The first occurrence after `ms`; ValidationError when none is left before the
+        end of year 9999."""
+        for instant in self.after(ms):
+            return instant
+        raise ValidationError("cron", f"{self.expr!r} has no occurrence after "
+                                      f"{_shown(ms)} before the end of year 9999")
+
+
+def _shown(ms: int) -> str:
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="seconds")
+    except _CALENDAR_ENDS:
+        return f"{ms} ms"

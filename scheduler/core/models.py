@@ -7,12 +7,12 @@ what is allowed.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
 import msgspec
 
+from scheduler.core.cron import LATEST_MS
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.keys import DEFAULT_PRIORITY, PRIORITIES, check_name, control_character
@@ -23,9 +23,6 @@ _DELIVERY_VALUES = ", ".join(d.value for d in Delivery)
 
 
 MAX_ATTEMPTS = 1000
-# The last instant a datetime (and so the history store and every listing) can show: a fire
-# time past it would be accepted and then break every reader of the namespace.
-LATEST_MS = int(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC).timestamp() * 1000)
 MAX_SECONDS = 365 * 86400  # the longest duration anything takes: a year
 MAX_REASON_CHARS = 1000  # a cancel or delete reason, stored on every slot it ends
 # The longest lease: a worker's heartbeat renews it well before it ends, so a longer one only

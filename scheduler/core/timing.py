@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.cron import CronSpec
+from scheduler.core.cron import LATEST_MS, CronSpec
 from scheduler.core.errors import ValidationError
-from scheduler.core.models import LATEST_MS, MAX_SECONDS
+from scheduler.core.models import MAX_SECONDS
 from scheduler.core.states import Catchup, JobKind, Overlap
 
 DEFAULT_CATCHUP_LIMIT = 1000
@@ -47,13 +47,16 @@ def _instant_ms(field: str, value: object) -> int:
 
 def _delay_ms(delay: object) -> int:
     seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+    # An int is compared as it is: one too large for a float is out of range, not an
+    # OverflowError.
     if (not isinstance(seconds, int | float) or isinstance(seconds, bool)
-            or not math.isfinite(seconds)):
+            or (isinstance(seconds, float) and not math.isfinite(seconds))):
         raise ValidationError("delay", f"{delay!r} is not a number of seconds or a timedelta")
     if not 0 <= seconds <= MAX_SECONDS:
-        raise ValidationError("delay", f"{seconds:g} is not allowed; must be a number of "
-                                       f"seconds from 0 to {MAX_SECONDS:,} (a year; `at` "
-                                       f"takes a later instant)")
+        shown = f"{seconds:g}" if abs(seconds) < 1e300 else "a number this large"
+        raise ValidationError("delay", f"{shown} is not allowed; must be a number of seconds "
+                                       f"from 0 to {MAX_SECONDS:,} (a year; `at` takes a "
+                                       f"later instant)")
     return int(seconds * 1000)
 
 
@@ -105,7 +108,11 @@ def _cron(now_ms: int, cron: Any, tz: Any, catchup: Any, catchup_limit: Any, ove
     end_ms = _instant_ms("end_at", end_at) if end_at is not None else 0
     if end_ms and start_ms and end_ms <= start_ms:
         raise ValidationError("end_at", "is not after start_at; the job would never run")
-    first = spec.next_after(max(now_ms, start_ms) - 1)
+    first = next(spec.after(max(now_ms, start_ms) - 1), None)
+    if first is None:
+        raise ValidationError("start_at" if start_ms > now_ms else "cron",
+                              "leaves no occurrence before the end of year 9999; the job "
+                              "would never run")
     if end_ms and first > end_ms:
         raise ValidationError("end_at", "is before the first occurrence; the job would never "
                                         "run (move end_at later or drop it)")

@@ -97,8 +97,8 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
     fires: list[int] = []
     next_ms = -1
     it = job.spec.after(watermark_ms - 1)
-    t = next(it)
-    while t <= end:
+    t = next(it, None)  # None: the calendar ends (year 9999), and so does the series
+    while t is not None and t <= end:
         if t > horizon:
             next_ms = t
             break
@@ -114,7 +114,7 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
                 it = job.spec.after(late_before - 1)
         else:
             fires.append(t)
-        t = next(it)
+        t = next(it, None)
     dropped = missed - len(kept)
     return Plan(fires=[*kept, *fires], missed=dropped, next_ms=next_ms)
 

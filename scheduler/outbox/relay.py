@@ -7,6 +7,15 @@ its transaction rolls back, the rows are back and unlocked, and the next pass se
 under the same ids: submit.lua finds each job written and writes nothing (the resend is idempotent while
 the job is in Redis, that is until the retention after it finished).
 
+A row is refused alone: one that does not decode or validate, whatever the exception (a
+payload nested past the decoder's depth, a cron whose first fire is past year 9999, a row
+another service wrote), or one written for another namespace, moves to outbox_rejected with
+the reason, and the rest of its batch goes on. Only a failure of Redis or Postgres keeps a
+batch where it is.
+
+Each outbox serves one namespace: the first relay records its own in the outbox, and a relay
+of another namespace refuses to start (`bind`).
+
 `run` repeats passes while a batch comes back full, then waits for a NOTIFY (the outbox's
 trigger sends one at each inserting commit) or `poll_s`. When Redis or Postgres fails, rows
 stay where they are: the relay logs one line per outage, backs off up to `max_backoff_s` and
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from typing import Any
@@ -74,6 +84,7 @@ class OutboxRelay:
         self._conn: psycopg.Connection[Any] | None = None
         self._listen: psycopg.Connection[Any] | None = None
         self._lag_at = 0.0
+        self._bound = False
         self.relayed = 0
         self.rejected = 0
 
@@ -102,7 +113,10 @@ class OutboxRelay:
 
     def run_once(self) -> int:
         """Move one batch; returns how many rows left the outbox (0: none waited). Raises
-        RedisFailure / psycopg.Error with the rows still in place."""
+        RedisFailure / psycopg.Error with the rows still in place, ConfigError when the
+        outbox serves another namespace."""
+        if not self._bound:
+            self.bind()
         conn = self._work()
         try:
             with conn.cursor() as cur:
@@ -114,7 +128,7 @@ class OutboxRelay:
                 for row, error in bad:
                     cur.execute(self.q["reject"], {"seq": row[0], "job_id": row[1],
                                                    "spec": row[2], "created_at": row[3],
-                                                   "error": error})
+                                                   "namespace": row[4], "error": error})
             conn.commit()
         except BaseException:
             if not conn.closed:
@@ -131,29 +145,54 @@ class OutboxRelay:
 
     def _send(self, rows: list[Any]) -> tuple[int, list[tuple[Any, str]]]:
         """Submit the rows' jobs under their ids; (jobs in Redis, [(row, why refused)])."""
+        namespace = self.client.keys.ns
         specs: list[JobSpec] = []
         kept: list[Any] = []
         bad: list[tuple[Any, str]] = []
         for row in rows:
+            if row[4] is not None and row[4] != namespace:
+                bad.append((row, f"written for namespace {row[4]!r}; this outbox serves "
+                                 f"{namespace!r} (write it to the outbox of its namespace)"))
+                continue
             try:
                 specs.append(decode_spec(row[2]))
                 kept.append(row)
-            except ValidationError as exc:
-                bad.append((row, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - whatever a row holds, it is the row's
+                bad.append((row, reason(exc)))
         ids = [row[1] for row in kept]
         try:
             self.client.submit_many(specs, ids=ids, durability=self.config.durability)
             return len(specs), bad
-        except ValidationError:
-            pass  # one job in the batch (a payload over the namespace's limit): find which
+        except Exception as exc:  # noqa: BLE001 - refused: find the row(s), one at a time
+            if is_outage(exc):
+                raise
         sent = 0
         for spec, row in zip(specs, kept, strict=True):
             try:
                 self.client.submit_many([spec], ids=[row[1]], durability=self.config.durability)
                 sent += 1
-            except ValidationError as exc:
-                bad.append((row, str(exc)))
+            except Exception as exc:  # noqa: BLE001 - the batch's others go on
+                if is_outage(exc):
+                    raise  # every row stays; the ones already sent are resent idempotently
+                bad.append((row, reason(exc)))
         return sent, bad
+
+    def bind(self) -> None:
+        """Record the client's namespace as the one the outbox serves, unless one is; a
+        ConfigError (one line naming both) when it serves another."""
+        namespace = self.client.keys.ns
+        conn = self._work()
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(self.q["bind"], {"namespace": namespace})
+            cur.execute(self.q["bound"])
+            found = cur.fetchone()
+        serves = found[0] if found else namespace
+        if serves != namespace:
+            raise ConfigError(f"outbox schema {self.schema!r} serves namespace {serves!r}, not "
+                              f"{namespace!r}: give namespace {namespace!r} an outbox of its own "
+                              f"(sched db upgrade --outbox --outbox-schema NAME, then "
+                              f"--outbox-schema NAME here and schema=NAME in outbox.submit)")
+        self._bound = True
 
     def lag(self) -> tuple[int, float]:
         """(rows waiting, the oldest one's age in seconds)."""
@@ -164,8 +203,10 @@ class OutboxRelay:
         return int(count), float(age)
 
     def lag_or_refuse(self) -> None:
-        """ConfigError (one line) when the database has no outbox in the schema."""
+        """ConfigError (one line) when the database has no outbox in the schema, or when it
+        serves another namespace."""
         status(self._work(), self.schema)
+        self.bind()
 
     def _publish_lag(self) -> None:
         now = time.monotonic()
@@ -184,7 +225,12 @@ class OutboxRelay:
     # --- the service ----------------------------------------------------------------------
 
     def run(self) -> None:
-        """Relay until stop(). Failures of Redis or Postgres are waited out, never raised."""
+        """Relay until stop(). Failures of Redis or Postgres are waited out, never raised;
+        so is any other failure of a pass (logged with its traceback): rows are refused one
+        by one, so none should reach here. ConfigError (another namespace's outbox) is
+        raised."""
+        log.info("outbox relay started: namespace %r, schema %r", self.client.keys.ns,
+                 self.schema)
         backoff = 0.0
         down: str | None = None  # what is failing, while it is: logged once per outage
         while not self._stop.is_set():
@@ -197,6 +243,8 @@ class OutboxRelay:
                 if moved < self.config.batch:
                     self._wait()  # its LISTEN connection may break too
             except (SchedulerError, psycopg.Error) as exc:  # RedisFailure and its kin
+                if isinstance(exc, ConfigError) and not self._bound:
+                    raise  # the outbox serves another namespace: waiting will not mend that
                 what = "Postgres" if isinstance(exc, psycopg.Error) else "Redis"
                 if down != what:
                     log.warning("outbox: %s failing, rows wait in the outbox: %s", what,
@@ -209,7 +257,17 @@ class OutboxRelay:
                         self._publish_lag()
                 backoff = min(self.config.max_backoff_s, max(0.05, backoff * 2))
                 self._stop.wait(backoff)
+            except Exception as exc:  # noqa: BLE001 - a relay outlives its own bugs
+                what = f"a pass ({type(exc).__name__})"
+                if down != what:
+                    log.exception("outbox: %s failed, rows wait in the outbox", what)
+                    down = what
+                self.close()
+                backoff = min(self.config.max_backoff_s, max(0.05, backoff * 2))
+                self._stop.wait(backoff)
         self.close()
+        log.info("outbox relay stopped: %d row(s) relayed, %d rejected", self.relayed,
+                 self.rejected)
 
     def _wait(self) -> None:
         """Until a NOTIFY, poll_s, or stop() (seen within half a second)."""
@@ -228,3 +286,21 @@ class OutboxRelay:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether a failure is Redis's or Postgres's (the rows wait) rather than a row's (it
+    is refused)."""
+    return (isinstance(exc, (SchedulerError, psycopg.Error, OSError, *REDIS_ERRORS))
+            and not isinstance(exc, ValidationError))
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # NUL breaks Postgres's text; ESC, terminals
+REASON_CHARS = 1000  # of a refusal's text kept in outbox_rejected: a huge value stays out
+
+
+def reason(exc: BaseException) -> str:
+    """Why a row was refused, as one line Postgres can store (text holds no NUL)."""
+    text = str(exc) if isinstance(exc, ValidationError) else f"{type(exc).__name__}: {exc}"
+    text = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(text.split()))
+    return text[:REASON_CHARS]

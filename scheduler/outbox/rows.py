@@ -19,8 +19,13 @@ PACKAGE = "scheduler.outbox"
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
+class _RowSpec(JobSpec, forbid_unknown_fields=True):
+    """A row's spec: a JobSpec that refuses a field it does not know, as `submit_many`'s
+    mappings do (a row another service wrote may misspell one)."""
+
+
 _encoder = msgspec.json.Encoder()
-_as_jobspec = msgspec.json.Decoder(JobSpec)
+_as_jobspec = msgspec.json.Decoder(_RowSpec)
 _FIELDS = JobSpec.__struct_fields__
 _INSTANTS = ("at", "start_at", "end_at")  # JobSpec leaves them untyped: they come back as text
 
@@ -115,3 +120,11 @@ def status(conn: Any, schema: str) -> tuple[int, float, int]:
         raise ConfigError(f"no outbox in schema {schema!r} of this database: run `sched db "
                           f"upgrade --outbox --outbox-schema {schema}` first") from None
     return int(count), float(age), int(rejected)
+
+
+def served(conn: Any, schema: str) -> str | None:
+    """The namespace the outbox serves (recorded by its first relay); None before that."""
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(queries(schema)["bound"])
+        found = cur.fetchone()
+    return str(found[0]) if found else None

@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.core.errors import ValidationError
 from scheduler.core.jobspec import JobSpec, job_ids, one_spec, schedule_arguments, spec_of
+from scheduler.core.keys import check_name
 from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES, RetryPolicy
 from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.outbox.rows import encode_spec, queries
@@ -63,6 +64,11 @@ def rows_of(jobs: Iterable[JobSpec | Mapping[str, Any]],
     return ids, [encode_spec(spec, c[4]) for spec, c in zip(specs, checked, strict=True)]
 
 
+def _check_namespace(namespace: str | None) -> None:
+    if namespace is not None:
+        check_name("namespace", namespace)
+
+
 def _execute(conn: Any, statement: str, params: dict[str, Any]) -> None:
     if hasattr(conn, "__aenter__") and not hasattr(conn, "__enter__"):
         raise ValidationError("conn", f"{type(conn).__name__} is an asyncio connection: "
@@ -88,7 +94,7 @@ def submit(conn: Any, task: str, payload: Any = None, *, queue: str = "default",
            debounce: float | None = None, concurrency_key: str | None = None,
            schema: str = DEFAULT_SCHEMA,
            max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-           shards: int | None = None) -> str:
+           shards: int | None = None, namespace: str | None = None) -> str:
     """Submit one job in `conn`'s transaction: it reaches Redis once the transaction commits
     (never if it rolls back). Returns the id the job will have. The options are
     `Client.submit`'s, validated the same way (ValidationError before anything is written);
@@ -97,23 +103,30 @@ def submit(conn: Any, task: str, payload: Any = None, *, queue: str = "default",
     (a larger payload is refused here; the relay checks the namespace's own); `shards`: the
     namespace's shard count (`Client.shards`), needed with a `concurrency_key` only: the
     job's id is drawn in the key's home shard (the relay refuses an id that is not there,
-    so the count must be the namespace's)."""
+    so the count must be the namespace's); `namespace`: the namespace the job is for (a
+    relay of another namespace moves the row to outbox_rejected instead of submitting it;
+    None: the namespace the outbox serves)."""
+    _check_namespace(namespace)
     jobs = one_spec(task, payload, queue, timeout, retry, delivery, dedupe_key,
                     schedule_arguments(locals()), priority, dedupe_ttl, debounce,
                     concurrency_key)
     ids, specs = rows_of(jobs, max_payload_bytes, shards)
-    _execute(conn, queries(schema)["insert_one"], {"job_id": ids[0], "spec": specs[0]})
+    _execute(conn, queries(schema)["insert_one"], {"job_id": ids[0], "spec": specs[0],
+                                                    "namespace": namespace})
     return ids[0]
 
 
 def submit_many(conn: Any, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
                 schema: str = DEFAULT_SCHEMA,
                 max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
-                shards: int | None = None) -> list[str]:
+                shards: int | None = None, namespace: str | None = None) -> list[str]:
     """Submit a batch in `conn`'s transaction, in one INSERT: every job validated first (as
     `Client.submit_many` does); returns the ids the jobs will have, in input order.
-    `shards`: as for `submit`, needed when a job has a concurrency_key."""
+    `shards`, `namespace`: as for `submit` (`shards` needed when a job has a
+    concurrency_key)."""
+    _check_namespace(namespace)
     ids, specs = rows_of(jobs, max_payload_bytes, shards)
     if ids:
-        _execute(conn, queries(schema)["insert_many"], {"job_ids": ids, "specs": specs})
+        _execute(conn, queries(schema)["insert_many"], {"job_ids": ids, "specs": specs,
+                                                         "namespace": namespace})
     return ids

@@ -10,7 +10,8 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from scheduler.core.models import ENUM_FIELDS, JOB_FIELD_DEFAULTS, LATEST_MS, SUBMIT_FIELDS
+from scheduler.core.cron import LATEST_MS
+from scheduler.core.models import ENUM_FIELDS, JOB_FIELD_DEFAULTS, SUBMIT_FIELDS
 from scheduler.scripts.replies import Code
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",

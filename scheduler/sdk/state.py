@@ -139,8 +139,10 @@ class ClientState:
                     # Written past the SDK: no next fire (the materializer ends its series),
                     # and the job still shows, in a listing too.
                     return job
-                ahead = spec.next_after(max(now, job.start_ms or 0) - 1)
-                next_ms = min(int(float(watermark)), ahead)
+                # None past the calendar's end (year 9999): the watermark is the last.
+                ahead = next(spec.after(max(now, job.start_ms or 0) - 1), None)
+                next_ms = int(float(watermark)) if ahead is None else min(
+                    int(float(watermark)), ahead)
                 if job.end_ms and next_ms > job.end_ms:
                     next_ms = None
         elif job.fire_ms > now:

@@ -340,8 +340,9 @@ async def job(client: Any, job_id: str) -> Page:
     slots = await client.slots(job_id, 50)
     made = {s.fire_ms for s in slots}
     # Occurrences already made into slots (a few seconds ahead) are listed with the slots.
-    fires = [f for f in (await client.next_fires(job_id, NEXT_FIRES + len(made))
-                         if j.cron and not j.deleted_ms else []) if f not in made][:NEXT_FIRES]
+    asked = NEXT_FIRES + len(made)
+    coming = await client.next_fires(job_id, asked) if j.cron and not j.deleted_ms else []
+    fires = [f for f in coming if f not in made][:NEXT_FIRES]
     fields: list[tuple[str, Any]] = [
         ("task", j.task), ("queue", link(f"/queues/{j.queue}", j.queue)),
         ("priority", j.priority), ("kind", j.kind.value),
@@ -356,6 +357,9 @@ async def job(client: Any, job_id: str) -> Page:
         *([("unreadable", j.unreadable)] if j.unreadable else [])]
     if j.deleted_ms:
         fields.append(("deleted", f"{when(j.deleted_ms)} ({j.deleted})"))
+    elif j.cron and len(coming) < asked:  # the series runs out within the listing
+        fields.append(("series ends", f"at its end_at, {when(j.end_ms)}" if j.end_ms else
+                       "no further fire before the end of year 9999"))
     actions: list[tuple[str, str, str, list[str], str | None]] = [
         ("/actions/trigger", "trigger now", "jobs", [job_id], None)]
     if j.cron and not j.deleted_ms:

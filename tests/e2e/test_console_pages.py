@@ -376,6 +376,20 @@ def test_a_cron_jobs_next_fire_times_leave_out_the_slots_already_made(
     assert min(fires) > max(made)
 
 
+def test_a_series_that_reaches_year_9999_shows_where_it_ends(redis_url: str, ns: str,
+                                                             web: str) -> None:
+    """The calendar ends with year 9999: the job page lists the last fire and says that no
+    other comes, instead of failing."""
+    from datetime import UTC, datetime
+
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("demo.noop", cron="0 0 31 12 *",
+                               start_at=datetime(9999, 12, 30, tzinfo=UTC))
+    code, body = _get(f"{web}/jobs/{job_id}")
+    assert code == 200, body
+    assert "9999-12-31" in body and "no further fire before the end of year 9999" in body
+
+
 # --- bad input ----------------------------------------------------------------------------
 
 def test_a_bad_filter_value_is_a_400_page_naming_the_allowed_values(web: str) -> None:

@@ -89,6 +89,11 @@ OUTBOX = "tests/outbox/test_transactional_submit.py::"
 OUTBOX_WAITS = OUTBOX + "test_rows_wait_while_redis_is_unreachable"
 OUTBOX_RESEND = OUTBOX + "test_a_resend_after_redis_acknowledged_writes_nothing_twice"
 OUTBOX_FAULTS = "tests/faults/test_outbox.py::"
+OUTBOX_POISON = OUTBOX + "test_a_row_that_is_not_a_job_is_kept_aside_whatever_fails_and_the_rest_go"
+OUTBOX_POISON_FAULT = (OUTBOX_FAULTS + "test_poison_rows_are_kept_aside_and_the_relay_process_"
+                       "runs_every_good_job_once")
+OUTBOX_OTHER_NS = (OUTBOX + "test_an_outbox_serves_one_namespace_and_a_relay_of_another_refuses_"
+                   "to_start")
 DEDUPE = "tests/sdk/test_dedupe_windows.py::"
 TAKE = "tests/lua/test_take.py::"
 DEBOUNCED = DEDUPE + "test_a_debounce_moves_the_pending_run_and_takes_the_latest_payload[single]"
@@ -709,6 +714,41 @@ MUTANTS = [
            "        ids = None  # type: ignore[assignment]\n",
            (OUTBOX_RESEND, OUTBOX_FAULTS
             + "test_relays_sigkilled_every_second_lose_and_duplicate_nothing"), fast=True),
+    Mutant("outbox-row-error-narrowed", "the relay refuses a row only for a ValidationError: "
+           "a row nested past the decoder (RecursionError) raises out of the pass, rolls back "
+           "its batch, and stops the relay on the same rows for good",
+           "scheduler/outbox/relay.py",
+           "            except Exception as exc:  # noqa: BLE001 - whatever a row holds, it is "
+           "the row's\n", "            except ValidationError as exc:\n",
+           (OUTBOX_POISON,), fast=True),
+    Mutant("outbox-relay-stuck-on-a-row", "the relay refuses a row only for a ValidationError: "
+           "one poison row among the good ones fails every pass of `sched outbox relay` and "
+           "holds its whole batch back (after every restart too)",
+           "scheduler/outbox/relay.py",
+           "            except Exception as exc:  # noqa: BLE001 - whatever a row holds, it is "
+           "the row's\n", "            except ValidationError as exc:\n",
+           (OUTBOX_POISON_FAULT,)),
+    Mutant("outbox-reason-keeps-control-characters", "a refused row's reason is stored as "
+           "the error said it: a NUL quoted from the row fails the INSERT into outbox_rejected, "
+           "and with it every pass over the batch", "scheduler/outbox/relay.py",
+           '    text = _CONTROL.sub(lambda m: f"\\\\x{ord(m.group()):02x}", " ".join(text.split()))\n',
+           '    text = " ".join(text.split())\n', (OUTBOX_POISON,), fast=True),
+    Mutant("outbox-serves-any-namespace", "a relay takes an outbox another namespace's relay "
+           "serves: two apps (staging and production) sharing a schema swap jobs silently",
+           "scheduler/outbox/relay.py", "        if serves != namespace:\n",
+           "        if False:\n", (OUTBOX_OTHER_NS,), fast=True),
+    Mutant("outbox-takes-other-namespaces-rows", "a relay submits a row written for another "
+           "namespace into its own", "scheduler/outbox/relay.py",
+           "            if row[4] is not None and row[4] != namespace:\n",
+           "            if False:\n",
+           (OUTBOX + "test_rows_are_written_for_a_namespace_and_a_relay_takes_only_its_own",),
+           fast=True),
+    Mutant("cron-runs-past-the-calendar", "a cron series is iterated past year 9999: a start "
+           "that leaves no fire is an OverflowError traceback, next_fires and the job page fail",
+           "scheduler/core/cron.py", "        except _CALENDAR_ENDS:\n            return  # the "
+           "next local time, or its instant, is past year 9999\n",
+           "        except ZeroDivisionError:\n            return\n",
+           ("tests/sdk/test_calendar_end.py",), fast=True),
     Mutant("outbox-no-notify", "the outbox's trigger sends no NOTIFY: relays see a commit "
            "only at their next poll", "scheduler/outbox/sql/postgres/0001_outbox.sql",
            "    PERFORM pg_notify(TG_TABLE_SCHEMA || '.outbox', '');", "    NULL;",

@@ -198,3 +198,52 @@ def test_a_scheduler_node_can_be_the_relay(scenario: Scenario, procs: Processes,
     assert len(report.observed.slots) == 100
     node.terminate()
     assert node.wait(timeout=15) == 0
+
+
+def test_poison_rows_are_kept_aside_and_the_relay_process_runs_every_good_job_once(
+        scenario: Scenario, procs: Processes, box: tuple[str, str]) -> None:
+    """1,000 good rows and a poison row of every kind (tests/poison_rows.py) interleaved,
+    written past outbox.submit as another service would, over 20 commits while a real
+    `sched outbox relay`, worker and scheduler node run: every good job runs exactly once
+    (the handlers' own record, outside the Redis under test), every poison row is in
+    outbox_rejected with its reason, and the relay never exits nor fails a pass."""
+    from poison_rows import POISON
+
+    from scheduler.core.jobspec import job_ids
+    from scheduler.outbox.writer import rows_of
+
+    dsn, schema = box
+    scenario.client.create_namespace()
+    procs.worker("--concurrency", "100")
+    procs.node()
+    relay = procs.relay(dsn, schema)
+    poison_ids = [given or fresh for (_, given, _), fresh in zip(
+        POISON, job_ids.take(len(POISON)), strict=True)]
+    poison = [(job_id, spec) for job_id, (_, _, spec) in zip(poison_ids, POISON, strict=True)]
+    commits = 20
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        for k in range(commits):
+            lo = wall_ms()
+            ids, specs = rows_of([{"task": "chaos.noop", "payload": {"effects": scenario.effects},
+                                   "retry": FAST}] * (1000 // commits))
+            rows = list(zip(ids, specs, strict=True))
+            for n, bad in enumerate(poison[k::commits]):  # spread through the commit's rows
+                rows.insert(5 + 13 * n, bad)
+            cur.executemany(f'INSERT INTO "{schema}".outbox (job_id, spec) VALUES (%s, %s)',
+                            rows)
+            conn.commit()
+            scenario.truth.accept(ids, [JobTruth(kind="noop", submitted_ms=(lo, wall_ms()))]
+                                  * len(ids))
+    wait_for(lambda: outbox_rows(dsn, schema) == 0, 60, "the outbox to drain")
+    scenario.settle(procs, 60)
+    report = scenario.check(procs)
+    assert len(report.observed.slots) == 1000
+    with psycopg.connect(dsn) as conn:
+        refused = dict(conn.execute(f'SELECT job_id, error FROM "{schema}".outbox_rejected')
+                       .fetchall())
+    assert sorted(refused) == sorted(poison_ids)
+    assert all(refused[j] and "\n" not in refused[j] for j in poison_ids), refused
+    assert relay.poll() is None, "the relay exited"
+    log = "".join(f.read_text() for f in procs.logs.glob("*-outbox.log"))
+    assert "Traceback" not in log and "failed" not in log, log
+    assert "refused as jobs, moved to outbox_rejected" in log

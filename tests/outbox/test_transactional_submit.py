@@ -256,10 +256,19 @@ def test_the_cli_makes_the_outbox_and_reports_it(capsys: pytest.CaptureFixture[s
     try:
         code, out, _ = sched(capsys, redis_url, ns, "db", "upgrade", "--outbox",
                              "--outbox-schema", name, "--postgres-dsn", POSTGRES_DSN)
-        assert code == 0 and out.strip() == f"outbox schema {name!r} at version 1"
+        assert code == 0 and out.strip() == f"outbox schema {name!r} at version 2"
         code, out, _ = sched(capsys, redis_url, ns, "outbox", "status", "--outbox-schema",
                              name, "--postgres-dsn", POSTGRES_DSN)
-        assert code == 0 and "0 row(s) waiting" in out
+        assert code == 0 and "0 row(s) waiting" in out and "no relay has run yet" in out
+        with Client(redis_url, ns) as client:
+            first = OutboxRelay(client, POSTGRES_DSN, schema=name)
+            try:
+                first.lag_or_refuse()
+            finally:
+                first.close()
+        code, out, _ = sched(capsys, redis_url, ns, "outbox", "status", "--outbox-schema",
+                             name, "--postgres-dsn", POSTGRES_DSN)
+        assert code == 0 and out.rstrip().endswith(f"serves namespace {ns!r}"), out
     finally:
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
@@ -406,7 +415,8 @@ def test_outbox_submit_takes_client_submits_options() -> None:
     ours = inspect.signature(outbox.submit).parameters
     theirs = inspect.signature(Client.submit).parameters
     shared = [n for n in theirs if n not in ("self", "durability")]
-    assert [n for n in ours if n not in ("conn", "schema", "max_payload_bytes", "shards")
+    assert [n for n in ours if n not in ("conn", "schema", "max_payload_bytes", "shards",
+                                         "namespace")
             ] == shared
     for name in shared:
         assert (ours[name].default, ours[name].annotation, ours[name].kind) == (
@@ -427,3 +437,228 @@ def test_the_outbox_refuses_a_dedupe_window_and_a_debounce_in_one_line(
         assert "\n" not in str(err.value)
     conn.commit()
     assert rows(conn, schema) == 0
+
+
+# --- rows that are not jobs -----------------------------------------------------------------
+
+def insert_rows(schema: str, rows: list[tuple[str, str]]) -> None:
+    """Rows written as another service would write them, past outbox.submit's checks."""
+    with psycopg.connect(POSTGRES_DSN) as other, other.cursor() as cur:
+        cur.executemany(f'INSERT INTO "{schema}".outbox (job_id, spec) VALUES (%s, %s)', rows)
+
+
+def rejected(schema: str) -> dict[str, str]:
+    with psycopg.connect(POSTGRES_DSN) as other:
+        return dict(other.execute(f'SELECT job_id, error FROM "{schema}".outbox_rejected')
+                    .fetchall())
+
+
+def test_a_row_that_is_not_a_job_is_kept_aside_whatever_fails_and_the_rest_go(
+        schema: str, conn: psycopg.Connection[Any], relay: OutboxRelay, client: Client
+) -> None:
+    """Every kind of row a relay can be handed past outbox.submit's checks, one good row
+    before and after each, in one batch: each bad row moves to outbox_rejected with its
+    reason (one line), every good one becomes its job, and the pass commits."""
+    from poison_rows import POISON
+
+    from scheduler.core.jobspec import job_ids
+    from scheduler.outbox.writer import rows_of
+
+    good_ids, good_specs = rows_of([{"task": "good", "payload": i}
+                                    for i in range(len(POISON) + 1)])
+    bad_ids = [given or fresh for (_, given, _), fresh in zip(
+        POISON, job_ids.take(len(POISON)), strict=True)]
+    batch = [(good_ids[0], good_specs[0])]
+    for (_, _, spec), bad_id, good_id, good_spec in zip(POISON, bad_ids, good_ids[1:],
+                                                         good_specs[1:], strict=True):
+        batch += [(bad_id, spec), (good_id, good_spec)]
+    insert_rows(schema, batch)
+    assert relay.run_once() == len(batch)
+    assert relay.relayed == len(good_ids) and relay.rejected == len(POISON)
+    assert [client.get_job(j).payload for j in good_ids] == list(range(len(good_ids)))
+    refused = rejected(schema)
+    assert sorted(refused) == sorted(bad_ids)
+    for (kind, _, _), bad_id in zip(POISON, bad_ids, strict=True):
+        error = refused[bad_id]
+        assert error and "\n" not in error and "\x00" not in error, (kind, error)
+        assert len(error) <= 1000, kind
+    assert "RecursionError" in refused[bad_ids[0]] and "year 9999" in refused[bad_ids[2]]
+    assert rows(conn, schema) == 0
+
+
+def test_a_huge_value_is_refused_with_a_short_reason(schema: str, relay: OutboxRelay) -> None:
+    from scheduler.core.jobspec import job_ids
+
+    [job_id] = job_ids.take(1)
+    insert_rows(schema, [(job_id, '{"task": "' + "x" * 1_000_000 + '\\u0000"}')])
+    assert relay.run_once() == 1
+    error = rejected(schema)[job_id]
+    assert "task" in error and len(error) <= 1000
+
+
+# --- one namespace per outbox ---------------------------------------------------------------
+
+def test_an_outbox_serves_one_namespace_and_a_relay_of_another_refuses_to_start(
+        capsys: pytest.CaptureFixture[str], schema: str, conn: psycopg.Connection[Any],
+        relay: OutboxRelay, client: Client, redis_url: str, ns: str) -> None:
+    """The first relay records its namespace in the outbox; a relay of another namespace
+    refuses in one line naming both (and takes no row), whether started as a command, in a
+    scheduler node, or in-process."""
+    first = outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    assert relay.run_once() == 1 and client.get_job(first).task == "t"
+    waiting = outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    other_ns = f"{ns}-other"
+    with Client(redis_url, other_ns) as other:
+        stranger = OutboxRelay(other, POSTGRES_DSN, schema=schema)
+        try:
+            for attempt in (stranger.lag_or_refuse, stranger.run_once):
+                with pytest.raises(ConfigError) as err:
+                    attempt()
+                said = str(err.value)
+                assert f"serves namespace {ns!r}, not {other_ns!r}" in said and "\n" not in said
+                assert "--outbox-schema" in said
+            assert_run_raises(stranger)
+        finally:
+            stranger.close()
+    for args in (["outbox", "relay", "--outbox-schema", schema, "--postgres-dsn",
+                  POSTGRES_DSN],
+                 ["scheduler", "--outbox-schema", schema, "--outbox-dsn", POSTGRES_DSN]):
+        code, out, err_text = sched(capsys, redis_url, other_ns, *args)
+        assert code != 0 and len(err_text.strip().splitlines()) == 1, err_text
+        assert f"serves namespace {ns!r}, not {other_ns!r}" in err_text
+        assert "Traceback" not in out + err_text
+    assert rows(conn, schema) == 1
+    assert relay.run_once() == 1 and client.get_job(waiting).task == "t"
+
+
+def assert_run_raises(service: OutboxRelay) -> None:
+    """`run` ends with the ConfigError at once rather than waiting it out as an outage (a
+    generous bound: a few passes of the relay's backoff)."""
+    import threading
+
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            service.run()
+        except BaseException as exc:  # noqa: BLE001 - what the test asserts
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=5 * service.config.max_backoff_s)
+    if thread.is_alive():
+        service.stop()
+        thread.join()
+    assert raised and isinstance(raised[0], ConfigError), raised
+
+
+def test_rows_are_written_for_a_namespace_and_a_relay_takes_only_its_own(
+        schema: str, conn: psycopg.Connection[Any], relay: OutboxRelay, client: Client,
+        ns: str) -> None:
+    """`namespace=` binds a row to its namespace (else the outbox's, once a relay recorded
+    it); a row of another namespace is moved to outbox_rejected, never submitted."""
+    unbound = outbox.submit(conn, "t", schema=schema)  # no relay yet: no namespace known
+    mine = outbox.submit(conn, "t", schema=schema, namespace=ns)
+    theirs, = outbox.submit_many(conn, [{"task": "t"}], schema=schema, namespace="staging")
+    conn.commit()
+    assert relay.run_once() == 3
+    assert [client.get_job(j).task for j in (unbound, mine)] == ["t", "t"]
+    assert not client.redis.exists(client._core.job_key(theirs))
+    error = rejected(schema)[theirs]
+    assert "written for namespace 'staging'" in error and repr(ns) in error
+    defaulted = outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    with psycopg.connect(POSTGRES_DSN) as other:
+        found = other.execute(f'SELECT namespace FROM "{schema}".outbox WHERE job_id = %s',
+                              (defaulted,)).fetchone()
+    assert found == (ns,)
+    with pytest.raises(ValidationError, match="namespace"):
+        outbox.submit(conn, "t", schema=schema, namespace="no spaces")
+
+
+def test_rows_from_before_namespaces_belong_to_the_namespace_the_outbox_serves(
+        redis_url: str, ns: str, client: Client) -> None:
+    """An outbox made before rows carried a namespace, with rows waiting: upgraded, its rows
+    go to the first relay that records its namespace."""
+    from scheduler.outbox.rows import migrations, queries
+    from scheduler.outbox.writer import rows_of
+
+    name = f"ob_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(queries(name)["create_versions"])
+            admin.execute(migrations(name)[0][1])
+            admin.execute(queries(name)["record"], {"version": migrations(name)[0][0]})
+            ids, specs = rows_of([{"task": "old", "payload": i} for i in range(3)])
+            with admin.cursor() as cur:
+                cur.executemany(f'INSERT INTO "{name}".outbox (job_id, spec) VALUES (%s, %s)',
+                                list(zip(ids, specs, strict=True)))
+            assert upgrade(admin, name) == 2
+        service = OutboxRelay(client, POSTGRES_DSN, schema=name)
+        try:
+            assert service.run_once() == 3
+        finally:
+            service.close()
+        assert [client.get_job(j).payload for j in ids] == [0, 1, 2]
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
+
+def test_a_running_relay_says_when_it_starts_and_stops(
+        schema: str, conn: psycopg.Connection[Any], client: Client, ns: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    service = OutboxRelay(client, POSTGRES_DSN, schema=schema, config=RelayConfig(poll_s=0.1))
+    job_id = outbox.submit(conn, "t", schema=schema)
+    conn.commit()
+    with caplog.at_level("INFO", logger="scheduler.outbox.relay"):
+        running = threading.Thread(target=service.run)
+        running.start()
+        try:
+            for _ in iter(lambda: service.relayed, 1):
+                running.join(timeout=0.02)
+        finally:
+            service.stop()
+            running.join()
+    said = [r.getMessage() for r in caplog.records]
+    assert said[0] == f"outbox relay started: namespace {ns!r}, schema {schema!r}", said
+    assert said[-1] == "outbox relay stopped: 1 row(s) relayed, 0 rejected", said
+    assert client.get_job(job_id).task == "t"
+
+
+def test_relays_of_two_namespaces_starting_at_once_leave_one_namespace(
+        schema: str, redis_url: str, ns: str) -> None:
+    """Relays of two namespaces start together on an outbox no relay has used: one
+    namespace is recorded, and every relay of the other refuses."""
+    import threading
+
+    names = [ns, f"{ns}-b"] * 4
+    outcomes: dict[int, str] = {}
+    ready = threading.Barrier(len(names))
+
+    def start(i: int, name: str) -> None:
+        with Client(redis_url, name) as c:
+            service = OutboxRelay(c, POSTGRES_DSN, schema=schema)
+            try:
+                ready.wait()
+                service.lag_or_refuse()
+                outcomes[i] = name
+            except ConfigError:
+                outcomes[i] = "refused"
+            finally:
+                service.close()
+
+    threads = [threading.Thread(target=start, args=(i, n)) for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    started = {outcomes[i] for i in range(len(names))} - {"refused"}
+    assert len(started) == 1, outcomes
+    [winner] = started
+    assert sorted(outcomes.values()) == sorted([winner] * 4 + ["refused"] * 4)
