@@ -35,6 +35,8 @@ MIGRATING = ("tests/faults/test_cluster.py::"
              "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
 PRIORITIES = "tests/sdk/test_priorities.py"
 LIMITS = "tests/sdk/test_queue_limits.py"
+HELD_BACK = (f"{LIMITS}::test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_"
+             "the_limit_cleared")
 EARLY = "tests/services/test_early_dispatch.py"
 AHEAD = "tests/lua/test_promote_ahead.py"
 FENCE = ("tests/lua/test_recovery_transitions.py::"
@@ -294,6 +296,20 @@ MUTANTS = [
            "breaks the rate over 10 s", "scheduler/scripts/lua/_bucket.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
+    Mutant("limiter-sleeps-out-the-rate", "a limited claim loop sleeps until the rate's next "
+           "token, however far: at one an hour a cleared limit, and the entries it holds, "
+           "wait an hour", "scheduler/worker/limiter.py",
+           "min([*waits, REFRESH_S, due_back])", "min(waits)", (HELD_BACK,)),
+    Mutant("rate-floor-unchecked", "a rate of 1e-300 a second is taken: a token a lifetime "
+           "away", "scheduler/core/limits.py", "not MIN_RATE <= rate <= MAX_RATE",
+           "not 0 < rate <= MAX_RATE",
+           (f"{LIMITS}::test_the_sdk_refuses_bad_limits",
+            f"{LIMITS}::test_the_cli_refuses_bad_limits"), fast=True),
+    Mutant("slow-bucket-expires-in-a-minute", "a rate's bucket expires a minute idle, "
+           "whatever the rate: one an hour restarts full and becomes one a minute",
+           "scheduler/scripts/lua/_bucket.lua",
+           "math.max(60000, math.ceil(cap * 1000 / rate))", "60000",
+           (f"{LIMITS}::test_a_slow_rates_bucket_lives_until_it_is_full_again",), fast=True),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
            "ctx.once, starts a second time under the same attempt", "scheduler/scripts/lua/claim.lua",

@@ -9,12 +9,14 @@ from typing import Any
 
 import pytest
 
-from helpers import run_until, sched
+from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus
+from scheduler.core import limits
 from scheduler.core.errors import ValidationError
-from scheduler.core.keys import Keys
+from scheduler.core.keys import DISPATCH_GROUP, Keys
 from scheduler.scripts import calls as scripts
 from scheduler.scripts.replies import Acquired
+from scheduler.worker import limiter
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:
@@ -102,6 +104,25 @@ def test_acquire_grants_up_to_the_limit_and_takes_back(redis_url: str, ns: str, 
     assert acquire(20_030, 50, concurrency=None, rate=100).granted == 3
 
 
+def test_a_slow_rates_bucket_lives_until_it_is_full_again(redis_url: str, ns: str,
+                                                           r: Any) -> None:
+    """At one an hour the bucket takes an hour to refill: a bucket that expired sooner would
+    start full again, and one an hour would be one a minute."""
+    keys = Keys(ns)
+    bucket = keys.bucket("q")
+
+    def acquire(now: int) -> Acquired:
+        call = scripts.acquire(keys.permits("q"), bucket, now, 1, None, limits.MIN_RATE, 1000,
+                               "w:1", [])
+        return Acquired.decode(scripts.run_sync(r, [call])[0])
+
+    assert acquire(10_000).granted == 1
+    held = acquire(10_000 + 3_599_000)  # a second short of the hour: no token yet
+    assert held.granted == 0 and 0 < held.wait_ms <= 1_001
+    assert r.pttl(bucket) > 3_000_000
+    assert acquire(10_000 + 3_600_000).granted == 1
+
+
 def test_limits_are_set_listed_and_cleared(redis_url: str, ns: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     with Client(redis_url, ns) as client:
@@ -125,7 +146,9 @@ def test_limits_are_set_listed_and_cleared(redis_url: str, ns: str,
 
 
 @pytest.mark.parametrize("args", [("--concurrency", "0"), ("--rate", "fast"),
-                                  ("--rate", "-1"), (), ("--clear", "--concurrency", "2")])
+                                  ("--rate", "-1"), (), ("--clear", "--concurrency", "2"),
+                                  ("--rate", "1e-300"), ("--rate", "0.5/h"),
+                                  ("--per-key-rate", "1e-300")])
 def test_the_cli_refuses_bad_limits(redis_url: str, ns: str, args: tuple[str, ...],
                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = sched(capsys, redis_url, ns, "queues", "limit", "mail", *args)
@@ -135,7 +158,9 @@ def test_the_cli_refuses_bad_limits(redis_url: str, ns: str, args: tuple[str, ..
 
 
 @pytest.mark.parametrize("kwargs", [{"concurrency": 0}, {"concurrency": 1.5}, {"rate": 0},
-                                    {"rate": float("nan")}, {"concurrency": True}])
+                                    {"rate": float("nan")}, {"concurrency": True},
+                                    {"rate": 1e-300}, {"rate": "0.9/h"},
+                                    {"rate": 1 / 3600 / 2}, {"per_key_rate": 1e-300}])
 def test_the_sdk_refuses_bad_limits(redis_url: str, ns: str, kwargs: dict[str, Any]) -> None:
     with Client(redis_url, ns) as client, pytest.raises(ValidationError):
         client.set_queue_limit("mail", **kwargs)
@@ -173,3 +198,62 @@ def test_slots_over_the_limit_stay_queued(redis_url: str, ns: str) -> None:
 
         asyncio.run(main())
     assert sorted(ran) == sorted(client.slots(j)[0].slot_id for j in ids)
+
+
+def test_the_slowest_rate_allowed_is_one_an_hour(redis_url: str, ns: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = sched(capsys, redis_url, ns, "queues", "limit", "mail", "--rate", "0.5/h")
+    assert code != 0 and len(err.strip().splitlines()) == 1
+    assert "at least one an hour" in err, err
+    with Client(redis_url, ns) as client:
+        assert client.set_queue_limit("mail", rate="1/h", per_key_rate="1/h") == QueueLimit(
+            rate=limits.MIN_RATE, per_key_rate=limits.MIN_RATE)
+
+
+def _longest_held_s(r: Any, ns: str, shards: int) -> float:
+    """How long the oldest entry of the default queue has been delivered and not handed
+    back (XPENDING's idle time), over every shard."""
+    idle = [0]
+    for s in range(shards):
+        stream = Keys(ns).queue(s, "default")
+        if r.exists(stream):
+            idle += [e["time_since_delivered"]
+                     for e in r.xpending_range(stream, DISPATCH_GROUP, "-", "+", 100)]
+    return max(idle) / 1000
+
+
+@pytest.mark.slow
+def test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_the_limit_cleared(
+        r: Any, redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    """A worker process whose next token is an hour away (rate 1/h, its one token spent):
+    its limited claim loop still wakes every REFRESH_S, so the entry it holds goes back to
+    its stream after HOLD_S, and once the limit is cleared the job runs within two refreshes."""
+    effects = f"{ns}:test:effects"
+    held_bound = limiter.HOLD_S + limiter.REFRESH_S + 1.0  # a pass late on a loaded machine
+    clear_bound = 2 * limiter.REFRESH_S + 1.0
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", rate="1/h")
+        worker = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry")
+        with running(worker):
+            client.submit("test.effect", {"effects": effects})  # takes the one token
+            deadline = time.monotonic() + 30
+            while r.hlen(effects) < 1:
+                assert time.monotonic() < deadline and worker.poll() is None
+                time.sleep(0.02)
+            shards = int(r.hget(Keys(ns).meta, "shards"))
+            second = client.submit("test.effect", {"effects": effects})
+            # Read and refused a permit (delivered to the worker), then held for no longer
+            # than HOLD_S and a pass, again and again.
+            until = time.monotonic() + 3 * held_bound
+            longest = 0.0
+            while time.monotonic() < until:
+                longest = max(longest, _longest_held_s(r, ns, shards))
+                time.sleep(0.05)
+            assert 0 < longest <= held_bound, longest
+            assert r.hlen(effects) == 1
+            client.set_queue_limit("default")
+            cleared = time.monotonic()
+            while r.hlen(effects) < 2:
+                assert time.monotonic() - cleared < clear_bound, "the cleared limit still held"
+                time.sleep(0.02)
+            assert client.slots(second)[0].status is SlotStatus.SUCCEEDED
