@@ -622,6 +622,21 @@ MUTANTS = [
            "scheduler/worker/pool.py", "        if self.closed:\n            return\n",
            "        if True:\n            return\n",
            (POOL_TIMEOUT, POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs")),
+    Mutant("pool-waited-run-has-no-timer", "a process-pool run that waited for a child arms "
+           "no timeout timer once one takes it (the wait's placeholder holds its slot): it "
+           "runs past its timeout to the end, holding the child",
+           "scheduler/worker/pool.py",
+           "        if run.timeout_ms:\n            run.timer = loop.call_later(",
+           "        if run.timeout_ms and run.timer is None:\n            run.timer = "
+           "loop.call_later(",
+           (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
+    Mutant("pool-dead-child-not-retired", "a process-pool child that died under a handler has "
+           "its pipe closed but is not retired: no child replaces it, and a pool of one serves "
+           "no process task again, the runs waiting for a child with their lease kept alive",
+           "scheduler/worker/pool.py",
+           "            ended = _ended(child.proc)\n            self._retire(child)\n",
+           "            ended = _ended(child.proc)\n            child.writer.close()\n",
+           (POOL + "test_a_pool_of_one_replaces_its_dead_child",)),
     Mutant("pool-child-outlives-its-worker", "a process-pool child does not die with its worker "
            "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
            "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",

@@ -117,6 +117,65 @@ def test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on(
 
 
 @pytest.mark.slow
+def test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """A busy pool: its one child runs a long job, a second run is claimed meanwhile and waits
+    for the child, then hangs past its timeout. Its timeout counts from when the child took
+    it, and holds: the child is killed within a second of it, the attempt is timed_out, and
+    the retry runs on the replacement."""
+    busy, hung = tmp_path / "busy.json", tmp_path / "hung.json"
+    seen: dict[str, Any] = {}
+    with Client(redis_url, ns) as client:
+        first = client.submit("pool.spin", {"file": str(busy), "seconds": 2})
+        second: list[str] = []
+
+        def done() -> bool:
+            if not second and busy.exists() and busy.read_text():
+                second.append(client.submit("pool.spin", {"file": str(hung), "seconds": 60},
+                                            timeout=1, retry=FAST_RETRY))
+            if "pid" not in seen and hung.exists() and hung.read_text():
+                seen.update(json.loads(hung.read_text()))
+            if "pid" in seen and "gone" not in seen and _gone(seen["pid"]):
+                seen["gone"] = time.time()
+            return "gone" in seen and all(_ended(client, j) for j in (first, *second))
+
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, node=True,
+                              process_pool=1, timeout=30))
+        waited, ran_first = _ended(client, second[0]), _ended(client, first)
+        busy_until = json.loads(busy.read_text())["at"] + 2
+    assert ran_first is not None and ran_first.status is SlotStatus.SUCCEEDED
+    assert seen["at"] >= busy_until - 0.5, seen  # it did wait for the busy child
+    assert seen["gone"] - seen["at"] < 1 + 1.0, seen  # its timeout, then within a second
+    assert waited is not None and [a.outcome for a in waited.attempts] == ["timed_out",
+                                                                            "succeeded"]
+
+
+@pytest.mark.slow
+def test_a_pool_of_one_replaces_its_dead_child(redis_url: str, ns: str) -> None:
+    """With --process-pool 1, the one child dies under a handler (os._exit, as the OOM
+    killer or a segfault would end it): the pool starts another, and the retry and a later
+    job both run."""
+    with Client(redis_url, ns) as client:
+        died = client.submit("pool.die", retry=FAST_RETRY)
+        later: list[str] = []
+
+        def done() -> bool:
+            slot = _ended(client, died)
+            if slot is not None and not later:
+                later.append(client.submit("pool.pid"))
+            return bool(later) and _ended(client, later[0]) is not None
+
+        worker = asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, node=True,
+                                       process_pool=1, timeout=30))
+        slot, after = _ended(client, died), _ended(client, later[0])
+    assert slot is not None and [(a.outcome, a.error) for a in slot.attempts] == [
+        ("failed", "the process-pool child running this handler died (exit status 3)"),
+        ("succeeded", None)]
+    assert after is not None and after.status is SlotStatus.SUCCEEDED
+    assert worker.pool is not None and worker.pool.replaced == 1
+
+
+@pytest.mark.slow
 def test_a_child_is_replaced_after_max_tasks_per_child_runs(redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
         ids = client.submit_many([{"task": "pool.pid"} for _ in range(5)])
