@@ -16,6 +16,7 @@ import click
 import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import Finite, autoscale_option, scaling_options
+from scheduler.core.bounds import MAX_PROCESS_POOL, MAX_PROCESSES, MAX_WORKER_CONCURRENCY
 from scheduler.core.errors import ConfigError
 from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
@@ -136,13 +137,16 @@ class Processes(click.ParamType[int]):
         if isinstance(value, int):
             return value
         if str(value).strip().lower() == "auto":
-            return cores()
+            return min(cores(), MAX_PROCESSES)
         try:
             n = int(value)
         except ValueError:
             n = 0
         if n < 1:
             self.fail(f"{value!r} is neither a count of at least 1 nor 'auto'", param, ctx)
+        if n > MAX_PROCESSES:
+            self.fail(f"{value} is more than {MAX_PROCESSES:,} worker processes; run several "
+                      f"supervisors (one per machine) for more", param, ctx)
         return n
 
 
@@ -152,7 +156,8 @@ class Processes(click.ParamType[int]):
               help="Worker processes: more than 1 makes this process their supervisor (it "
                    "restarts one that dies; SIGHUP replaces them one by one; --metrics-port "
                    "serves them all); `auto`: one per core.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=100,
+@click.option("--concurrency", type=click.IntRange(min=1, max=MAX_WORKER_CONCURRENCY),
+              default=100,
               help="Most runs in flight at once.")
 @click.option("--queues", default="default", help="Comma-separated queues to read.")
 @click.option("--lease", "lease_s", type=Finite(), envvar="SCHED_LEASE_SECONDS", default=30.0,
@@ -174,7 +179,7 @@ class Processes(click.ParamType[int]):
               help="Python 3.12+: run each handler up to its first await within the claim "
                    "that started it (one that never awaits is never scheduled: less CPU); "
                    "no effect on 3.11 (env SCHED_EAGER_START=0 for --no-eager-start).")
-@click.option("--process-pool", type=click.IntRange(min=1), default=None,
+@click.option("--process-pool", type=click.IntRange(min=1, max=MAX_PROCESS_POOL), default=None,
               envvar=PROCESS_POOL_ENV,
               help="Child processes for the pool=\"process\" handlers (default: one per "
                    "core, or cores / N for each of --processes N); started only when the app "

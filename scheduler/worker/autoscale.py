@@ -38,6 +38,7 @@ from typing import Any, Protocol
 
 import msgspec
 
+from scheduler.core.bounds import MAX_WORKER_CONCURRENCY
 from scheduler.core.errors import ConfigError
 from scheduler.core.finite import check_finite
 from scheduler.observe.metrics import RunMetrics
@@ -57,8 +58,9 @@ class AutoscaleConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     def __post_init__(self) -> None:
         check_finite(self)
-        if not 1 <= self.min_concurrency <= self.max_concurrency:
-            raise ConfigError(f"autoscale bounds must be 1 <= MIN <= MAX, not "
+        if not 1 <= self.min_concurrency <= self.max_concurrency <= MAX_WORKER_CONCURRENCY:
+            raise ConfigError(f"autoscale bounds must be 1 <= MIN <= MAX <= "
+                              f"{MAX_WORKER_CONCURRENCY:,}, not "
                               f"{self.min_concurrency}:{self.max_concurrency}")
         if self.target_lag_ms < 0 or self.interval_s <= 0:
             raise ConfigError("the autoscale target lag must be >= 0 and its interval > 0 s")

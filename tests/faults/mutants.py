@@ -75,6 +75,11 @@ RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
+START_STOPPED = ("tests/faults/test_supervisor.py::"
+                 "test_sigterm_during_the_start_of_many_children_stops_it_and_leaves_none")
+KEEPS_DYING = ("tests/faults/test_supervisor.py::"
+               "test_a_child_that_keeps_dying_after_it_is_up_backs_off_then_stops_the_supervisor")
+SIZES = "tests/services/test_supervisor_parts.py::"
 POOL = "tests/services/test_process_pool.py::"
 POOL_TIMEOUT = POOL + "test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on"
 SUPERVISED = ("tests/faults/test_supervisor.py::"
@@ -572,6 +577,29 @@ MUTANTS = [
            "children instead of letting them drain: their runs wait out their leases",
            "scheduler/worker/supervisor.py", "            _signal(c, signal.SIGTERM)\n",
            "            _signal(c, signal.SIGKILL)\n", (SUPERVISED,)),
+    Mutant("supervisor-start-ignores-stop", "SIGTERM during the start of the children does "
+           "not stop the start: `--processes` many are forked first, then stopped",
+           "scheduler/worker/supervisor.py",
+           "                if self.stopping:  # SIGTERM during the start: start no more\n",
+           "                if False:\n", (START_STOPPED,)),
+    Mutant("supervisor-restarts-at-once", "a child that died after it was up is started again "
+           "at once, each time: no backoff while it dies again and again",
+           "scheduler/worker/supervisor.py",
+           "        delay = min(BACKOFF_FIRST_S * 2 ** (tries - 1), BACKOFF_MAX_S)\n",
+           "        delay = 0.0\n", (KEEPS_DYING,)),
+    Mutant("supervisor-no-crash-window", "a child that dies every few seconds after it is up "
+           "is restarted for ever: the supervisor looks healthy and serves nothing",
+           "scheduler/worker/supervisor.py", "        if len(deaths) >= CRASH_LOOP:\n",
+           "        if False:\n", (KEEPS_DYING,)),
+    Mutant("processes-unbounded", "`--processes` takes any count (99999999999999999999999 "
+           "forks until the kernel kills the supervisor)", "scheduler/worker/supervisor.py",
+           "not 1 <= processes <= MAX_PROCESSES", "not 1 <= processes",
+           (SIZES + "test_the_config_structs_refuse_sizes_past_their_maximum",), fast=True),
+    Mutant("process-pool-unbounded", "WorkerConfig takes any process-pool size",
+           "scheduler/worker/config.py",
+           "        if self.process_pool is not None and self.process_pool > MAX_PROCESS_POOL:",
+           "        if False:", (SIZES + "test_the_config_structs_refuse_sizes_past_their_maximum",),
+           fast=True),
     Mutant("merged-metrics-forget-the-dead", "the supervisor's /metrics drops a dead child's "
            "counts: its sums go down, which Prometheus reads as a counter reset",
            "scheduler/observe/children.py",

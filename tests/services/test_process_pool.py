@@ -241,9 +241,10 @@ def test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_registrat
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["--process-pool", "0"], "'--process-pool': 0 is not in the range x>=1"),
+    (["--process-pool", "0"], "'--process-pool': 0 is not in the range 1<=x<=1024"),
     (["--max-tasks-per-child", "-1"], "'--max-tasks-per-child': -1 is not in the range x>=0"),
     (["--process-pool", "many"], "'many' is not a valid integer"),
+    (["--process-pool", "1025"], "'--process-pool': 1025 is not in the range 1<=x<=1024"),
 ])
 def test_the_cli_refuses_bad_pool_values_in_one_line(
         capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
