@@ -315,6 +315,25 @@ MUTANTS = [
            "scheduler/scripts/lua/_bucket.lua",
            "math.max(60000, math.ceil(cap * 1000 / rate))", "60000",
            (f"{LIMITS}::test_a_slow_rates_bucket_lives_until_it_is_full_again",), fast=True),
+    Mutant("limiter-holds-entries", "entries a limited worker read without a permit stay in "
+           "its hands for a minute, not HOLD_S: no other worker can start them",
+           "scheduler/worker/limiter.py", "mono - self._waiting_since >= HOLD_S):",
+           "mono - self._waiting_since >= 60 * HOLD_S):", (HELD_BACK,)),
+    Mutant("limits-read-once-a-minute", "workers read the limits once a minute: a limit "
+           "set, changed or cleared takes a minute, not a second or two",
+           "scheduler/worker/limiter.py", "        if mono - self._refreshed >= REFRESH_S:",
+           "        if mono - self._refreshed >= 60 * REFRESH_S:", (HELD_BACK,)),
+    Mutant("permits-never-expire", "acquire.lua never drops expired permits: a crashed "
+           "worker's permits hold the queue at its limit for good",
+           "scheduler/scripts/lua/acquire.lua",
+           "  redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)\n", "",
+           (f"{LIMITS}::test_acquire_grants_up_to_the_limit_and_takes_back",), fast=True),
+    Mutant("permits-never-renewed", "the permits of runs in flight are not renewed: a run "
+           "longer than the lease loses its permit and another starts beside it",
+           "scheduler/worker/limiter.py",
+           "pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)",
+           "pipe.exists(self.keys.permits(q))",
+           (f"{LIMITS}::test_a_run_longer_than_the_lease_keeps_its_permit",)),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
            "ctx.once, starts a second time under the same attempt", "scheduler/scripts/lua/claim.lua",
@@ -665,6 +684,42 @@ MUTANTS = [
            "            ended = _ended(child.proc)\n            self._retire(child)\n",
            "            ended = _ended(child.proc)\n            child.writer.close()\n",
            (POOL + "test_a_pool_of_one_replaces_its_dead_child",)),
+    Mutant("pool-timeout-counts-from-the-claim", "a process-pool run that waits for a child "
+           "has its timeout armed at its claim: it times out waiting, without ever running "
+           "(the timeout counts from when a child takes the run)", "scheduler/worker/pool.py",
+           "        run.timer = loop.call_later(0, _nothing)\n        run.timer.cancel()\n", "",
+           (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
+    Mutant("pool-max-tasks-ignored", "--max-tasks-per-child is ignored: a leaky library's "
+           "child is never replaced", "scheduler/worker/pool.py",
+           "        if self.max_tasks_per_child and child.runs >= self.max_tasks_per_child:",
+           "        if False:",
+           (POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs",)),
+    Mutant("pool-child-logs-dropped", "ctx.logger's lines in a process-pool child reach "
+           "neither the worker's log nor the attempt's run log", "scheduler/worker/pool.py",
+           "run.ctx.logger.log(message.level, message.text)", "pass",
+           (POOL + "test_a_handler_in_a_child_gets_its_context_logs_once_and_returns",)),
+    Mutant("pool-close-spares-the-children", "the pool's close at the worker's exit leaves "
+           "its children running: a busy one outlives its worker",
+           "scheduler/worker/pool.py",
+           "        for proc in list(self.procs):\n            with contextlib.suppress("
+           "ProcessLookupError):\n                proc.send_signal(signal.SIGKILL)\n"
+           "        for proc in list(self.procs):\n            proc.wait()\n",
+           "        pass\n",
+           (POOL + "test_a_run_still_going_after_the_grace_period_is_released_and_its_child_"
+            "killed",)),
+    Mutant("pool-share-of-cores-ignored", "under --processes N each child's process pool "
+           "takes every core, not its share: N times more pool children than cores",
+           "scheduler/cli/run.py", "env[PROCESS_POOL_ENV] = str(max(1, cores() // processes))",
+           "env[PROCESS_POOL_ENV] = str(cores())",
+           ("tests/e2e/test_processes.py::"
+            "test_each_child_gets_its_share_of_the_cores_for_its_process_pool",)),
+    Mutant("pool-accepts-an-async-def", "pool=\"process\" takes an async def, which would "
+           "hold a child while it waits (refused at registration)",
+           "scheduler/worker/registry.py",
+           "    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):",
+           "    if False:",
+           (POOL + "test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_"
+            "registration",), fast=True),
     Mutant("pool-child-outlives-its-worker", "a process-pool child does not die with its worker "
            "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
            "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",

@@ -79,6 +79,29 @@ def test_a_rate_limit_holds_over_ten_seconds(redis_url: str, ns: str) -> None:
     assert 180 <= in_ten <= 220, in_ten
 
 
+@pytest.mark.slow
+def test_a_run_longer_than_the_lease_keeps_its_permit(redis_url: str, ns: str) -> None:
+    """Limit 1, two workers with a 1 s lease, runs of three leases each: the heartbeat of the
+    worker running one renews its permit every lease/3, so the other worker never starts a
+    second run beside it (a permit left to expire would let it)."""
+    registry = Registry()
+    spans: list[tuple[float, float]] = []
+    lease_s = 1.0
+
+    @registry.task("long")
+    async def long(ctx: Context, payload: Any) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(3 * lease_s)
+        spans.append((start, time.monotonic()))
+
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", concurrency=1)
+        client.submit_many([JobSpec(task="long") for _ in range(2)])
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(spans) == 2, workers=2,
+                              lease_s=lease_s, timeout=30))
+    assert _most_at_once(spans) == 1, spans
+
+
 def test_acquire_grants_up_to_the_limit_and_takes_back(redis_url: str, ns: str, r: Any) -> None:
     keys = Keys(ns)
     permits, bucket = keys.permits("q"), keys.bucket("q")
