@@ -619,6 +619,10 @@ MUTANTS = [
            "        if self.process_pool is not None and self.process_pool > MAX_PROCESS_POOL:",
            "        if False:", (SIZES + "test_the_config_structs_refuse_sizes_past_their_maximum",),
            fast=True),
+    Mutant("supervisor-keeps-sigusr1", "SIGUSR1 to `sched worker --processes N` reaches no "
+           "child: nothing logs where its tasks wait", "scheduler/worker/supervisor.py",
+           "                _signal(c, signal.SIGUSR1)\n", "                pass\n",
+           ("tests/faults/test_supervisor.py::test_sigusr1_reaches_every_child",)),
     Mutant("merged-metrics-forget-the-dead", "the supervisor's /metrics drops a dead child's "
            "counts: its sums go down, which Prometheus reads as a counter reset",
            "scheduler/observe/children.py",

@@ -1,6 +1,9 @@
 """`sched worker --processes 2` under faults: its children SIGKILLed under load are started
 again within 2 s and lose nothing, its /metrics answers throughout, and SIGTERM drains every
-child. (Its crash loop and SIGHUP: tests/e2e/test_processes.py.)"""
+child; SIGTERM during the start of many children stops the start; a child that keeps dying
+after it is up is restarted after a doubling backoff, then stops the supervisor; SIGUSR1
+reaches every child. (Its crash loop before a child is up and SIGHUP:
+tests/e2e/test_processes.py.)"""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import SCHED
+from scheduler import Client
 from scheduler.core.bounds import MAX_PROCESSES
 from scheduler.worker import supervisor as supervision
 
@@ -195,3 +199,27 @@ def test_a_child_that_keeps_dying_after_it_is_up_backs_off_then_stops_the_superv
     first = supervision.BACKOFF_FIRST_S
     assert waits[:3] == [first, 2 * first, 4 * first], waits
     assert took < supervision.CRASH_LOOP * (life_s + 5), took
+
+
+def test_sigusr1_reaches_every_child(tmp_path: Path, app_env: dict[str, str], redis_url: str,
+                                     ns: str) -> None:
+    """The supervisor has no tasks of its own: SIGUSR1 goes on to each child, which logs
+    where its tasks wait."""
+    log = tmp_path / "supervisor.log"
+    with log.open("wb") as out, Client(redis_url, ns) as client:
+        client.create_namespace()
+        sup = subprocess.Popen(
+            [*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker", "--processes", "2",
+             "--app", "app_tasks:registry", "--log-level", "warning"],
+            env={**app_env, "SCHED_TEST_REDIS_URL_APP": redis_url}, stdout=out,
+            stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: len(client.workers()) == 2, 30, "both children registered")
+            kids = children_of(sup.pid)
+            sup.send_signal(signal.SIGUSR1)
+            wait_for(lambda: log.read_text().count(" task(s):") >= 2, 10,
+                     "both children's task dumps")
+            assert children_of(sup.pid) == kids and sup.poll() is None
+        finally:
+            sup.send_signal(signal.SIGTERM)
+            sup.wait(timeout=30)
