@@ -724,6 +724,12 @@ MUTANTS = [
            "    if False:",
            (POOL + "test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_"
             "registration",), fast=True),
+    Mutant("pool-start-ignores-stop", "a SIGTERM while the process pool's children import "
+           "a slow module waits until they are all ready (up to START_S) before the worker "
+           "stops", "scheduler/worker/pool.py",
+           "stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None",
+           "stopped = None",
+           (POOL + "test_sigterm_while_the_pool_starts_stops_the_worker_and_its_children",)),
     Mutant("pool-child-outlives-its-worker", "a process-pool child does not die with its worker "
            "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
            "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",

@@ -16,6 +16,7 @@ from typing import Any
 import pool_tasks
 import pytest
 import redis
+from faults.harness import children_of
 
 from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Registry, RetryPolicy, Slot, SlotStatus
@@ -254,6 +255,34 @@ def test_the_cli_refuses_bad_pool_values_in_one_line(
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and problem in err, err
     assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_pool_starts_stops_the_worker_and_its_children(
+        redis_url: str, ns: str, app_env: dict[str, str], tmp_path: Path) -> None:
+    """The handlers' module takes long to import in a child (a model to load): a SIGTERM
+    meanwhile stops the worker within moments, its children killed, rather than once they
+    are ready (up to START_S)."""
+    (tmp_path / "heavy_tasks.py").write_text(
+        "import sys, time\nfrom scheduler import Registry\nregistry = Registry()\n"
+        "if sys.argv[0].endswith('child.py'):\n    time.sleep(60)\n\n\n"
+        "@registry.task('t', pool='process')\ndef t(ctx, payload):\n    return 1\n")
+    env = {**app_env, "PYTHONPATH": os.pathsep.join([str(tmp_path), app_env["PYTHONPATH"]])}
+    worker = sched_process(redis_url, ns, env, "worker", "--app", "heavy_tasks:registry",
+                           "--process-pool", "2")
+    with running(worker):
+        deadline = time.monotonic() + 30
+        while len(kids := children_of(worker.pid)) < 2:
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert worker.wait(timeout=60) == 0
+        assert time.monotonic() - stopped < 5
+        deadline = time.monotonic() + 5
+        while not all(_gone(p) for p in kids):
+            assert time.monotonic() < deadline, "a child outlived its worker"
+            time.sleep(0.05)
 
 
 def test_the_testing_mode_runs_process_handlers_in_process() -> None:
