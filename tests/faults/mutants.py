@@ -623,6 +623,13 @@ MUTANTS = [
            "child: nothing logs where its tasks wait", "scheduler/worker/supervisor.py",
            "                _signal(c, signal.SIGUSR1)\n", "                pass\n",
            ("tests/faults/test_supervisor.py::test_sigusr1_reaches_every_child",)),
+    Mutant("supervisor-waits-on-stuck-children", "a child that ignores SIGTERM is killed a "
+           "minute after the grace, not STOP_MARGIN_S: the supervisor's stop hangs on it",
+           "scheduler/worker/supervisor.py",
+           "deadline = time.monotonic() + self.grace_s + STOP_MARGIN_S",
+           "deadline = time.monotonic() + self.grace_s + 60 * STOP_MARGIN_S",
+           ("tests/faults/test_supervisor.py::"
+            "test_a_child_that_ignores_sigterm_is_killed_after_the_grace_and_margin",)),
     Mutant("merged-metrics-forget-the-dead", "the supervisor's /metrics drops a dead child's "
            "counts: its sums go down, which Prometheus reads as a counter reset",
            "scheduler/observe/children.py",

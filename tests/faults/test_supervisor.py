@@ -7,6 +7,7 @@ tests/e2e/test_processes.py.)"""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -165,8 +166,11 @@ def test_sigterm_during_the_start_of_many_children_stops_it_and_leaves_none(
         took = time.monotonic() - stopped
     finally:
         if sup.poll() is None:
+            left = children_of(sup.pid)
             sup.kill()
             sup.wait()
+            for k in left:  # sleep has no PDEATHSIG: none left behind
+                os.kill(k, signal.SIGKILL)
     started = [int(pid) for pid in re.findall(r"started \(pid (\d+)\)", log.read_text())]
     assert 10 <= len(started) < MAX_PROCESSES // 2, len(started)
     assert took < grace_s + supervision.STOP_MARGIN_S, took
@@ -223,3 +227,44 @@ def test_sigusr1_reaches_every_child(tmp_path: Path, app_env: dict[str, str], re
         finally:
             sup.send_signal(signal.SIGTERM)
             sup.wait(timeout=30)
+
+
+def test_a_child_that_ignores_sigterm_is_killed_after_the_grace_and_margin(
+        tmp_path: Path) -> None:
+    """SIGTERM to the supervisor: a child that ignores it is SIGKILLed STOP_MARGIN_S after
+    the grace, and the supervisor exits 1 (not every child drained)."""
+    grace_s = 0.5
+    driver = ("import logging, sys\n"
+              "from scheduler.worker.supervisor import Supervisor, serve_supervisor\n"
+              "logging.basicConfig(level=logging.INFO)\n"
+              "sys.exit(serve_supervisor(Supervisor(['sh', '-c', 'trap \"\" TERM; exec sleep "
+              f"600'], 2, {grace_s})))\n")
+    log = tmp_path / "supervisor.log"
+    with log.open("w") as out:
+        sup = subprocess.Popen([sys.executable, "-c", driver], stderr=out)
+
+    def ignoring() -> bool:  # both exec'd sleep, SIGTERM ignored (kept across exec)
+        kids = children_of(sup.pid)
+        return len(kids) == 2 and all(
+            Path(f"/proc/{k}/comm").read_text().strip() == "sleep" for k in kids)
+
+    kids: set[int] = set()
+    try:
+        wait_for(ignoring, 30, "two children that ignore SIGTERM")
+        kids = children_of(sup.pid)
+        sup.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert sup.wait(timeout=30) == 1, log.read_text()[-3000:]
+        took = time.monotonic() - stopped
+    finally:
+        if sup.poll() is None:
+            kids |= children_of(sup.pid)
+            sup.kill()
+            sup.wait()
+            for k in kids:  # they ignore SIGTERM and have no PDEATHSIG: none left behind
+                if pid_alive(k):
+                    os.kill(k, signal.SIGKILL)
+    assert grace_s + supervision.STOP_MARGIN_S - 0.1 <= took, took
+    assert took < grace_s + supervision.STOP_MARGIN_S + 2.0, took
+    assert log.read_text().count("did not stop within the grace; killing it") == 2
+    assert not [k for k in kids if pid_alive(k)]
