@@ -16,6 +16,7 @@ from scheduler.core.errors import ValidationError
 from scheduler.core.keys import DISPATCH_GROUP, Keys
 from scheduler.scripts import calls as scripts
 from scheduler.scripts.replies import Acquired
+from scheduler.testing import TestScheduler
 from scheduler.worker import limiter
 
 
@@ -280,3 +281,20 @@ def test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_the_limit
                 assert time.monotonic() - cleared < clear_bound, "the cleared limit still held"
                 time.sleep(0.02)
             assert client.slots(second)[0].status is SlotStatus.SUCCEEDED
+
+
+def test_the_testing_mode_ignores_limits() -> None:
+    """A limited queue's jobs run in a drain as if it had none (a test of the handlers must
+    not wait on a rate)."""
+    registry = Registry()
+    ran: list[int] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(payload)
+
+    with TestScheduler(registry) as s:
+        s.client.set_queue_limit("default", concurrency=1, rate="1/h")
+        s.client.submit_many([JobSpec(task="t", payload=i) for i in range(3)])
+        s.drain()
+    assert sorted(ran) == [0, 1, 2]
