@@ -742,6 +742,16 @@ MUTANTS = [
            "stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None",
            "stopped = None",
            (POOL + "test_sigterm_while_the_pool_starts_stops_the_worker_and_its_children",)),
+    Mutant("pool-retry-is-a-failure", "Retry raised in a process-pool child fails the attempt "
+           "as an error instead of steering the slot (after, reason)",
+           "scheduler/worker/pool.py", '    if failed.kind == "retry":',
+           '    if failed.kind == "never":',
+           (POOL + "test_retry_after_in_a_child_sets_when_the_next_attempt_runs",)),
+    Mutant("pool-started-for-any-app", "the process pool starts for an app without a "
+           "pool=\"process\" task: children for nothing", "scheduler/worker/worker.py",
+           "        if self.pool is not None or not self.registry.has_process_tasks():",
+           "        if self.pool is not None:",
+           (POOL + "test_a_registry_without_process_tasks_starts_no_pool",), fast=True),
     Mutant("pool-child-outlives-its-worker", "a process-pool child does not die with its worker "
            "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
            "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",

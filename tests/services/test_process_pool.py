@@ -89,6 +89,24 @@ def test_retry_cancel_exceptions_and_death_in_a_child_steer_the_slot_as_in_a_thr
 
 
 @pytest.mark.slow
+def test_retry_after_in_a_child_sets_when_the_next_attempt_runs(redis_url: str,
+                                                                 ns: str) -> None:
+    """Retry(after=1.5) raised in a child: the next attempt waits those 1.5 s, not the
+    policy's 0.05 s backoff (a Retry is not an error)."""
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.later", 1.5, retry=FAST_RETRY)
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
+                              lambda: _ended(client, job_id) is not None, node=True,
+                              process_pool=1))
+        slot = _ended(client, job_id)
+    assert slot is not None and slot.status is SlotStatus.SUCCEEDED
+    first, second = slot.attempts
+    assert (first.outcome, first.error) == ("failed", "later")
+    assert first.finished_ms is not None and second.started_ms is not None
+    assert second.started_ms - first.finished_ms >= 1500 - 50, slot.attempts
+
+
+@pytest.mark.slow
 def test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on(
         redis_url: str, ns: str, tmp_path: Path) -> None:
     """The child is gone within 1 s of the timeout, the attempt is timed_out, the retry
