@@ -97,3 +97,11 @@ def progress(ctx: SyncContext, payload: Any) -> str:
     ctx.progress(0.5, "half\nway")
     time.sleep(payload)
     return refused
+
+
+@registry.task("pool.later", pool="process")
+def later(ctx: SyncContext, payload: Any) -> int:
+    """Asks, on its first attempt, to be tried again `payload` seconds later."""
+    if ctx.attempt == 1:
+        raise Retry(float(payload), "later")
+    return ctx.attempt

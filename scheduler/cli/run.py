@@ -16,7 +16,7 @@ import click
 import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import autoscale_option, bounded, scaling_options
-from scheduler.core.bounds import NODE_BOUNDS, WORKER_BOUNDS
+from scheduler.core.bounds import MAX_PROCESSES, NODE_BOUNDS, WORKER_BOUNDS
 from scheduler.core.errors import ConfigError
 from scheduler.core.models import MAX_COUNT
 from scheduler.redis.clients import process_redis, sync_redis
@@ -146,13 +146,16 @@ class Processes(click.ParamType[int]):
         if isinstance(value, int):
             return value
         if str(value).strip().lower() == "auto":
-            return cores()
+            return min(cores(), MAX_PROCESSES)
         try:
             n = int(value)
         except ValueError:
             n = 0
         if n < 1:
             self.fail(f"{value!r} is neither a count of at least 1 nor 'auto'", param, ctx)
+        if n > MAX_PROCESSES:
+            self.fail(f"{value} is more than {MAX_PROCESSES:,} worker processes; run several "
+                      f"supervisors (one per machine) for more", param, ctx)
         return n
 
 

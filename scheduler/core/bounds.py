@@ -1,7 +1,11 @@
 """The range of every number a component's config takes, one table per config: the Struct
 checks it (finite.check_bounds) and the CLI gives the option of each field the same range
 (cli/options.py, bounded), so a value out of range is refused the same way, before anything
-starts. docs/operating/cli.md lists them (Ranges)."""
+starts. docs/operating/cli.md lists them (Ranges).
+
+The sizes of one worker are bounded too: past them a value is a typo or an overflow, not a
+plan, and taking it would exhaust the machine (`--processes 99999999999999999999999` forks
+until the kernel kills the supervisor)."""
 
 from __future__ import annotations
 
@@ -15,12 +19,16 @@ from scheduler.core.models import (
     MAX_SECONDS,
 )
 
+MAX_WORKER_CONCURRENCY = 100_000  # runs in flight in one worker process (--concurrency)
+MAX_PROCESS_POOL = 1024  # children of one worker's process pool (--process-pool)
+MAX_PROCESSES = 1024  # worker processes under one supervisor (--processes)
+
 # WorkerConfig (scheduler/worker/config.py): `sched worker` and `sched dev`.
 WORKER_BOUNDS: Bounds = {
-    "concurrency": (1, MAX_CONCURRENCY), "batch": (1, MAX_COUNT), "pipelines": (1, 64),
+    "concurrency": (1, MAX_WORKER_CONCURRENCY), "batch": (1, MAX_COUNT), "pipelines": (1, 64),
     "block_ms": (1, 60_000), "lease_s": (1, MAX_LEASE_S), "grace_s": (0, MAX_SECONDS),
     "claim_replicas": (0, 1000), "replica_timeout_s": (0.001, MAX_SECONDS),
-    "process_pool": (1, 1024), "max_tasks_per_child": (0, MAX_COUNT * 1000),
+    "process_pool": (1, MAX_PROCESS_POOL), "max_tasks_per_child": (0, MAX_COUNT * 1000),
     "events_maxlen": (1, MAX_EVENTS_MAXLEN),
 }
 
@@ -56,7 +64,8 @@ RELAY_BOUNDS: Bounds = {
 
 # AutoscaleConfig (scheduler/worker/autoscale.py): `sched worker --autoscale`.
 AUTOSCALE_BOUNDS: Bounds = {
-    "min_concurrency": (1, MAX_CONCURRENCY), "max_concurrency": (1, MAX_CONCURRENCY),
+    "min_concurrency": (1, MAX_WORKER_CONCURRENCY),
+    "max_concurrency": (1, MAX_WORKER_CONCURRENCY),
     "target_lag_ms": (0, MAX_SECONDS * 1000), "interval_s": (0, MAX_SECONDS),
     "raise_after": (1, MAX_COUNT), "lower_after": (1, MAX_COUNT),
 }

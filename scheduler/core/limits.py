@@ -22,6 +22,9 @@ from scheduler.core.errors import ValidationError
 
 MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 1_000_000.0
+# The slowest rate: one start an hour. Slower is a quota, not a rate; and a bucket of a slower
+# rate would have to outlive the hours it takes to refill (_bucket.lua keeps it that long).
+MIN_RATE = 1 / 3600
 
 
 class QueueLimit(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -61,10 +64,10 @@ def _check_rate(field: str, rate: Any) -> float | None:
     if isinstance(rate, str):
         rate = parse_rate(rate, field)
     if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
-                             or not math.isfinite(rate) or not 0 < rate <= MAX_RATE):
-        raise ValidationError(field, f"{rate!r} is not allowed; use starts per second, a "
-                                     f"number > 0 and at most {MAX_RATE:,.0f} (or None for "
-                                     f"no rate limit)")
+                             or not math.isfinite(rate) or not MIN_RATE <= rate <= MAX_RATE):
+        raise ValidationError(field, f"{rate!r} is not allowed; use starts per second, at "
+                                     f"least one an hour (1/h, {MIN_RATE:.6g}) and at most "
+                                     f"{MAX_RATE:,.0f} (or None for no rate limit)")
     return None if rate is None else float(rate)
 
 

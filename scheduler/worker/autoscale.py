@@ -58,6 +58,7 @@ class AutoscaleConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     def __post_init__(self) -> None:
         check_finite(self)
+        check_bounds(self, AUTOSCALE_BOUNDS)
         if not 1 <= self.min_concurrency <= self.max_concurrency:
             raise ConfigError(f"autoscale bounds must be 1 <= MIN <= MAX, not "
                               f"{self.min_concurrency}:{self.max_concurrency}")
@@ -65,7 +66,6 @@ class AutoscaleConfig(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError("the autoscale target lag must be >= 0 and its interval > 0 s")
         if self.raise_after < 1 or self.lower_after < 1:
             raise ConfigError("autoscale raise_after and lower_after must be >= 1")
-        check_bounds(self, AUTOSCALE_BOUNDS)
 
     @classmethod
     def parse(cls, text: str, **options: Any) -> AutoscaleConfig:

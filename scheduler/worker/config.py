@@ -7,7 +7,10 @@ from typing import Any
 
 import msgspec
 
-from scheduler.core.bounds import WORKER_BOUNDS
+from scheduler.core.bounds import (
+    MAX_PROCESSES,
+    WORKER_BOUNDS,
+)
 from scheduler.core.errors import ConfigError
 from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.keys import check_name
@@ -53,14 +56,10 @@ class WorkerConfig(msgspec.Struct, kw_only=True, frozen=True):
 
     def __post_init__(self) -> None:
         check_finite(self)
-        if self.concurrency < 1:
-            raise ConfigError(f"concurrency must be >= 1, not {self.concurrency}")
         if not self.queues:
             raise ConfigError("a worker needs at least one queue")
         for q in self.queues:
             check_name("queue", q)
-        if self.process_pool is not None and self.process_pool < 1:
-            raise ConfigError(f"process pool must be >= 1 child, not {self.process_pool}")
         if self.max_tasks_per_child < 0:
             raise ConfigError("max tasks per child must be >= 0 (0: never replace), not "
                               f"{self.max_tasks_per_child}")
@@ -91,8 +90,9 @@ class SupervisorRef(msgspec.Struct, kw_only=True, frozen=True):
     def __post_init__(self) -> None:
         if not self.id or len(self.id) > 200:
             raise ConfigError("id must be 1 to 200 characters")
-        if self.pid < 1 or self.processes < 1 or self.restarts < 0:
-            raise ConfigError("pid and processes must be >= 1 and restarts >= 0")
+        if self.pid < 1 or not 1 <= self.processes <= MAX_PROCESSES or self.restarts < 0:
+            raise ConfigError(f"pid must be >= 1, processes 1 to {MAX_PROCESSES:,} and "
+                              f"restarts >= 0")
         if not 0 <= self.index < self.processes:
             raise ConfigError(f"index must be 0 .. {self.processes - 1}, not {self.index}")
 

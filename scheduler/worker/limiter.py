@@ -14,7 +14,9 @@ node even in a Cluster: its keys share the hash tag `{lim:<queue>}`). So:
     end times; a crashed worker's permits expire with its lease, and the heartbeat of this
     loop renews the ones in use every lease/3;
   * the rate is a token bucket in acquire.lua: a grant held back by it says how long until
-    the next token, and the loop sleeps that long.
+    the next token, and the loop sleeps that long, but never past REFRESH_S nor past the
+    moment its entries in hand are due back: a slow rate (one an hour) must not keep the
+    loop from seeing its limit changed or cleared, nor its entries from going back.
 
 Why permits before the claim rather than a count inside claim.lua: a claim script runs on one
 shard, and a queue-wide count lives in one key, which on a Cluster is on another node; and an
@@ -253,7 +255,9 @@ class LimitedClaims(Service):
         if self._waiting_since is None:
             self._waiting_since = mono
         waits = [g.wait_ms / 1000 for g in got.values() if g.wait_ms > 0]
-        self._sleep_s = max(0.001, min(waits)) if waits else POLL_S
+        # Awake at least every REFRESH_S, and when the entries in hand are due back.
+        due_back = HOLD_S - (mono - self._waiting_since)
+        self._sleep_s = max(0.001, min([*waits, REFRESH_S, due_back]) if waits else POLL_S)
 
     def delay(self, result: Any) -> float:
         return self._sleep_s

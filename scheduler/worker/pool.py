@@ -112,11 +112,28 @@ class ProcessPool:
     def pids(self) -> list[int]:
         return sorted(p.pid for p in self.procs)
 
-    async def start(self) -> None:
+    async def start(self, stop: asyncio.Event | None = None) -> bool:
         """Start every child and wait until each has imported the handlers; a child that
-        cannot (a handler's module fails to import) is a ConfigError naming it."""
-        started = await asyncio.gather(*(self._spawn() for _ in range(self.size)),
-                                       return_exceptions=True)
+        cannot (a handler's module fails to import) is a ConfigError naming it. False when
+        `stop` is set first (a SIGTERM while a slow module imports): every child is killed,
+        rather than the worker's stop waiting up to START_S."""
+        spawning = asyncio.gather(*(self._spawn() for _ in range(self.size)),
+                                  return_exceptions=True)
+        stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        try:
+            await asyncio.wait([spawning] + ([stopped] if stopped else []),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if stopped is not None:
+                stopped.cancel()
+            if not spawning.done():  # stopped, or this start cancelled
+                spawning.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await spawning
+                self.close()
+        if self.closed:
+            return False
+        started = spawning.result()
         for child in started:
             if isinstance(child, Child):
                 self.idle.put_nowait(child)
@@ -126,6 +143,7 @@ class ProcessPool:
             raise failed[0]
         log.info("process pool: %d child process(es) for %s", self.size,
                  ", ".join(sorted(self.setup.tasks)))
+        return True
 
     async def _spawn(self) -> Child:
         mine, theirs = socket.socketpair()

@@ -6,11 +6,15 @@ by running the same command line again (`python -m scheduler.cli ... worker ...`
 code deployed since. It:
 
 * restarts a child that dies (logged with its exit code or signal, counted in
-  `sched_worker_restarts_total`), at once after a child that had been up, with a doubling
-  backoff after one that died before it was up; `CRASH_LOOP` such deaths of one child in a
-  row stop every child and end the supervisor with an error (a bad --app, a broken deploy);
-* on SIGTERM/SIGINT sends SIGTERM to every child, which drains within its --grace as a lone
-  worker does; children still there `STOP_MARGIN_S` after the grace are killed;
+  `sched_worker_restarts_total`) after a backoff that doubles with each of its recent deaths,
+  from BACKOFF_FIRST_S up to BACKOFF_MAX_S; `CRASH_LOOP` deaths of one child in a row before
+  it was up (a bad --app, a broken deploy), or `CRASH_LOOP` deaths of one child within
+  `CRASH_WINDOW_S` however long each was up (a leak the OOM killer ends, a crash under
+  load), stop every child and end the supervisor with an error naming the cause;
+* on SIGTERM/SIGINT, at any point (the start of the children included: a stop is looked at
+  before each start), starts no more children and sends SIGTERM to every child, which
+  drains within its --grace as a lone worker does; children still there `STOP_MARGIN_S`
+  after the grace are killed;
 * on SIGHUP replaces the children one at a time: the new one starts, and once it is up the
   old one gets SIGTERM and drains. A replacement that dies before it is up ends the rolling
   restart, and the old children keep running;
@@ -43,7 +47,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from scheduler.core.errors import SchedulerError
+from scheduler.core.bounds import MAX_PROCESSES
+from scheduler.core.errors import ConfigError, SchedulerError
 from scheduler.observe import metrics
 from scheduler.worker.config import SupervisorRef
 
@@ -57,6 +62,9 @@ CHILD_FILE_ENV = "SCHED_SUPERVISOR_CHILD_FILE"
 # the supervisor: a child that cannot start will not start on the sixth try either.
 CRASH_LOOP = 5
 UP_GRACE_S = 1.0
+# CRASH_LOOP deaths of one child within this long stop the supervisor too, however long each
+# was up: a child killed every few seconds serves nothing, and the supervisor looks healthy.
+CRASH_WINDOW_S = 60.0
 BACKOFF_FIRST_S = 0.1
 BACKOFF_MAX_S = 5.0
 # A SIGHUP replacement that is not up after this long is given up (the old child stays).
@@ -72,7 +80,8 @@ SUPERVISOR_ONLY_ENV = ("SCHED_METRICS_PORT",)
 
 
 class CrashLoop(SchedulerError):
-    """A child died before it was up CRASH_LOOP times in a row."""
+    """A child died before it was up CRASH_LOOP times in a row, or CRASH_LOOP times within
+    CRASH_WINDOW_S; or a child could not be started at all."""
 
 
 def cores() -> int:
@@ -133,6 +142,8 @@ class Supervisor:
 
     def __init__(self, command: Sequence[str], processes: int, grace_s: float, *,
                  env: dict[str, str] | None = None, metrics: bool = False) -> None:
+        if type(processes) is not int or not 1 <= processes <= MAX_PROCESSES:
+            raise ConfigError(f"processes must be 1 to {MAX_PROCESSES:,}, not {processes!r}")
         self.command = list(command)
         self.processes = processes
         self.grace_s = grace_s
@@ -147,6 +158,7 @@ class Supervisor:
         self.restarts = 0
         self.starts = 0
         self.early_deaths: dict[int, int] = {}  # index -> deaths before up, in a row
+        self.deaths: dict[int, deque[float]] = {}  # index -> its deaths within CRASH_WINDOW_S
         self.due: dict[int, float] = {}  # index -> monotonic time of its restart
         self.rolling: deque[int] = deque()
         self.replacing: Child | None = None
@@ -218,10 +230,21 @@ class Supervisor:
                            f"was up (last: {describe_exit(code)}); stopping: fix what its own "
                            f"error above says (e.g. --app), then start again")
             return
-        delay = min(BACKOFF_FIRST_S * 2 ** (streak - 1), BACKOFF_MAX_S) if streak else 0.0
-        log.warning("worker child %d (pid %d) %s; restarting it%s", child.index,
-                    child.proc.pid, describe_exit(code),
-                    f" in {delay:.2f}s ({streak} early death(s) in a row)" if delay else "")
+        deaths = self.deaths.setdefault(child.index, deque())
+        deaths.append(now)
+        while now - deaths[0] > CRASH_WINDOW_S:
+            deaths.popleft()
+        if len(deaths) >= CRASH_LOOP:
+            self.failed = (f"worker child {child.index} died {len(deaths)} times within "
+                           f"{CRASH_WINDOW_S:.0f}s (last: {describe_exit(code)}); stopping: "
+                           f"see what ended it above (its own error, the OOM killer, a "
+                           f"crash), then start again")
+            return
+        tries = max(streak, len(deaths))
+        delay = min(BACKOFF_FIRST_S * 2 ** (tries - 1), BACKOFF_MAX_S)
+        log.warning("worker child %d (pid %d) %s; restarting it in %.2fs (%d death(s) within "
+                    "%.0fs)", child.index, child.proc.pid, describe_exit(code), delay,
+                    len(deaths), CRASH_WINDOW_S)
         self.due[child.index] = now + delay
 
     def run_once(self) -> None:
@@ -244,6 +267,11 @@ class Supervisor:
                 _signal(c, signal.SIGUSR1)
         if self.failed or self.stopping:
             return
+        self._restart_due(now)
+        self._roll(now)
+        metrics.SUPERVISOR_CHILDREN.set(len(self.alive()))
+
+    def _restart_due(self, now: float) -> None:
         for index, at in list(self.due.items()):
             if index in self.children:  # a SIGHUP replacement took its place meanwhile
                 del self.due[index]
@@ -251,9 +279,12 @@ class Supervisor:
                 del self.due[index]
                 self.restarts += 1
                 metrics.SUPERVISOR_RESTARTS.inc()
-                self.children[index] = self._start(index)
-        self._roll(now)
-        metrics.SUPERVISOR_CHILDREN.set(len(self.alive()))
+                try:
+                    self.children[index] = self._start(index)
+                except OSError as exc:  # no fork (EAGAIN, ENOMEM): try again later
+                    log.error("could not start worker child %d (%s); trying again in %.0fs",
+                              index, exc, BACKOFF_MAX_S)
+                    self.due[index] = now + BACKOFF_MAX_S
 
     def _roll(self, now: float) -> None:
         new = self.replacing
@@ -314,7 +345,13 @@ class Supervisor:
         os.set_blocking(self._wake_w, False)
         try:
             for i in range(self.processes):
-                self.children[i] = self._start(i)
+                if self.stopping:  # SIGTERM during the start: start no more
+                    break
+                try:
+                    self.children[i] = self._start(i)
+                except OSError as exc:
+                    self.failed = f"could not start worker child {i}: {exc}"
+                    break
             while not self.stopping and self.failed is None:
                 self.run_once()
                 self._sleep(TICK_S)

@@ -201,8 +201,8 @@ class Worker:
             return
         pool = ProcessPool(self.registry, self.config.process_pool or cores(),
                            self.config.max_tasks_per_child, self.execution._once)
-        await pool.start()
-        self.pool = self.execution.pool = pool
+        if await pool.start(self.stopping):
+            self.pool = self.execution.pool = pool
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""

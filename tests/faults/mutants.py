@@ -35,6 +35,8 @@ MIGRATING = ("tests/faults/test_cluster.py::"
              "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
 PRIORITIES = "tests/sdk/test_priorities.py"
 LIMITS = "tests/sdk/test_queue_limits.py"
+HELD_BACK = (f"{LIMITS}::test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_"
+             "the_limit_cleared")
 EARLY = "tests/services/test_early_dispatch.py"
 AHEAD = "tests/lua/test_promote_ahead.py"
 FENCE = ("tests/lua/test_recovery_transitions.py::"
@@ -79,6 +81,11 @@ RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
+START_STOPPED = ("tests/faults/test_supervisor.py::"
+                 "test_sigterm_during_the_start_of_many_children_stops_it_and_leaves_none")
+KEEPS_DYING = ("tests/faults/test_supervisor.py::"
+               "test_a_child_that_keeps_dying_after_it_is_up_backs_off_then_stops_the_supervisor")
+SIZES = "tests/services/test_supervisor_parts.py::"
 POOL = "tests/services/test_process_pool.py::"
 POOL_TIMEOUT = POOL + "test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on"
 SUPERVISED = ("tests/faults/test_supervisor.py::"
@@ -370,6 +377,44 @@ MUTANTS = [
            "breaks the rate over 10 s", "scheduler/scripts/lua/_bucket.lua",
            "  local cap = math.max(1, rate / 10)", "  local cap = math.max(1, rate * 2)",
            (f"{LIMITS}::test_a_rate_limit_holds_over_ten_seconds",)),
+    Mutant("limiter-sleeps-out-the-rate", "a limited claim loop sleeps until the rate's next "
+           "token, however far: at one an hour a cleared limit, and the entries it holds, "
+           "wait an hour", "scheduler/worker/limiter.py",
+           "min([*waits, REFRESH_S, due_back])", "min(waits)", (HELD_BACK,)),
+    Mutant("rate-floor-unchecked", "a rate of 1e-300 a second is taken: a token a lifetime "
+           "away", "scheduler/core/limits.py", "not MIN_RATE <= rate <= MAX_RATE",
+           "not 0 < rate <= MAX_RATE",
+           (f"{LIMITS}::test_the_sdk_refuses_bad_limits",
+            f"{LIMITS}::test_the_cli_refuses_bad_limits"), fast=True),
+    Mutant("slow-bucket-expires-in-a-minute", "a rate's bucket expires a minute idle, "
+           "whatever the rate: one an hour restarts full and becomes one a minute",
+           "scheduler/scripts/lua/_bucket.lua",
+           "math.max(60000, math.ceil(cap * 1000 / rate))", "60000",
+           (f"{LIMITS}::test_a_slow_rates_bucket_lives_until_it_is_full_again",), fast=True),
+    Mutant("limiter-holds-entries", "entries a limited worker read without a permit stay in "
+           "its hands for a minute, not HOLD_S: no other worker can start them",
+           "scheduler/worker/limiter.py", "mono - self._waiting_since >= HOLD_S):",
+           "mono - self._waiting_since >= 60 * HOLD_S):", (HELD_BACK,)),
+    Mutant("limits-read-once-a-minute", "workers read the limits once a minute: a limit "
+           "set, changed or cleared takes a minute, not a second or two",
+           "scheduler/worker/limiter.py", "        if mono - self._refreshed >= REFRESH_S:",
+           "        if mono - self._refreshed >= 60 * REFRESH_S:", (HELD_BACK,)),
+    Mutant("permits-never-expire", "acquire.lua never drops expired permits: a crashed "
+           "worker's permits hold the queue at its limit for good",
+           "scheduler/scripts/lua/acquire.lua",
+           "  redis.call('ZREMRANGEBYSCORE', permits, '-inf', now)\n", "",
+           (f"{LIMITS}::test_acquire_grants_up_to_the_limit_and_takes_back",), fast=True),
+    Mutant("permits-never-renewed", "the permits of runs in flight are not renewed: a run "
+           "longer than the lease loses its permit and another starts beside it",
+           "scheduler/worker/limiter.py",
+           "pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)",
+           "pipe.exists(self.keys.permits(q))",
+           (f"{LIMITS}::test_a_run_longer_than_the_lease_keeps_its_permit",)),
+    Mutant("testing-mode-applies-limits", "the testing mode reads the queue limits as a "
+           "worker does: a limited queue's jobs wait on a reader no drain runs",
+           "scheduler/testing/harness.py", "await self.worker.limited.read_limits()",
+           "await self.worker.limited.refresh()",
+           (f"{LIMITS}::test_the_testing_mode_ignores_limits",), fast=True),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
            "ctx.once, starts a second time under the same attempt", "scheduler/scripts/lua/claim.lua",
@@ -681,6 +726,39 @@ MUTANTS = [
            "children instead of letting them drain: their runs wait out their leases",
            "scheduler/worker/supervisor.py", "            _signal(c, signal.SIGTERM)\n",
            "            _signal(c, signal.SIGKILL)\n", (SUPERVISED,)),
+    Mutant("supervisor-start-ignores-stop", "SIGTERM during the start of the children does "
+           "not stop the start: `--processes` many are forked first, then stopped",
+           "scheduler/worker/supervisor.py",
+           "                if self.stopping:  # SIGTERM during the start: start no more\n",
+           "                if False:\n", (START_STOPPED,)),
+    Mutant("supervisor-restarts-at-once", "a child that died after it was up is started again "
+           "at once, each time: no backoff while it dies again and again",
+           "scheduler/worker/supervisor.py",
+           "        delay = min(BACKOFF_FIRST_S * 2 ** (tries - 1), BACKOFF_MAX_S)\n",
+           "        delay = 0.0\n", (KEEPS_DYING,)),
+    Mutant("supervisor-no-crash-window", "a child that dies every few seconds after it is up "
+           "is restarted for ever: the supervisor looks healthy and serves nothing",
+           "scheduler/worker/supervisor.py", "        if len(deaths) >= CRASH_LOOP:\n",
+           "        if False:\n", (KEEPS_DYING,)),
+    Mutant("processes-unbounded", "`--processes` takes any count (99999999999999999999999 "
+           "forks until the kernel kills the supervisor)", "scheduler/worker/supervisor.py",
+           "not 1 <= processes <= MAX_PROCESSES", "not 1 <= processes",
+           (SIZES + "test_the_config_structs_refuse_sizes_past_their_maximum",), fast=True),
+    Mutant("process-pool-unbounded", "WorkerConfig takes any process-pool size",
+           "scheduler/core/bounds.py", '"process_pool": (1, MAX_PROCESS_POOL)',
+           '"process_pool": (1, 10**30)',
+           (SIZES + "test_the_config_structs_refuse_sizes_past_their_maximum",), fast=True),
+    Mutant("supervisor-keeps-sigusr1", "SIGUSR1 to `sched worker --processes N` reaches no "
+           "child: nothing logs where its tasks wait", "scheduler/worker/supervisor.py",
+           "                _signal(c, signal.SIGUSR1)\n", "                pass\n",
+           ("tests/faults/test_supervisor.py::test_sigusr1_reaches_every_child",)),
+    Mutant("supervisor-waits-on-stuck-children", "a child that ignores SIGTERM is killed a "
+           "minute after the grace, not STOP_MARGIN_S: the supervisor's stop hangs on it",
+           "scheduler/worker/supervisor.py",
+           "deadline = time.monotonic() + self.grace_s + STOP_MARGIN_S",
+           "deadline = time.monotonic() + self.grace_s + 60 * STOP_MARGIN_S",
+           ("tests/faults/test_supervisor.py::"
+            "test_a_child_that_ignores_sigterm_is_killed_after_the_grace_and_margin",)),
     Mutant("merged-metrics-forget-the-dead", "the supervisor's /metrics drops a dead child's "
            "counts: its sums go down, which Prometheus reads as a counter reset",
            "scheduler/observe/children.py",
@@ -766,6 +844,73 @@ MUTANTS = [
            "scheduler/worker/pool.py", "        if self.closed:\n            return\n",
            "        if True:\n            return\n",
            (POOL_TIMEOUT, POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs")),
+    Mutant("pool-waited-run-has-no-timer", "a process-pool run that waited for a child arms "
+           "no timeout timer once one takes it (the wait's placeholder holds its slot): it "
+           "runs past its timeout to the end, holding the child",
+           "scheduler/worker/pool.py",
+           "        if run.timeout_ms:\n            run.timer = loop.call_later(",
+           "        if run.timeout_ms and run.timer is None:\n            run.timer = "
+           "loop.call_later(",
+           (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
+    Mutant("pool-dead-child-not-retired", "a process-pool child that died under a handler has "
+           "its pipe closed but is not retired: no child replaces it, and a pool of one serves "
+           "no process task again, the runs waiting for a child with their lease kept alive",
+           "scheduler/worker/pool.py",
+           "            ended = _ended(child.proc)\n            self._retire(child)\n",
+           "            ended = _ended(child.proc)\n            child.writer.close()\n",
+           (POOL + "test_a_pool_of_one_replaces_its_dead_child",)),
+    Mutant("pool-timeout-counts-from-the-claim", "a process-pool run that waits for a child "
+           "has its timeout armed at its claim: it times out waiting, without ever running "
+           "(the timeout counts from when a child takes the run)", "scheduler/worker/pool.py",
+           "        run.timer = loop.call_later(0, _nothing)\n        run.timer.cancel()\n", "",
+           (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
+    Mutant("pool-max-tasks-ignored", "--max-tasks-per-child is ignored: a leaky library's "
+           "child is never replaced", "scheduler/worker/pool.py",
+           "        if self.max_tasks_per_child and child.runs >= self.max_tasks_per_child:",
+           "        if False:",
+           (POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs",)),
+    Mutant("pool-child-logs-dropped", "ctx.logger's lines in a process-pool child reach "
+           "neither the worker's log nor the attempt's run log", "scheduler/worker/pool.py",
+           "run.ctx.logger.log(message.level, message.text)", "pass",
+           (POOL + "test_a_handler_in_a_child_gets_its_context_logs_once_and_returns",)),
+    Mutant("pool-close-spares-the-children", "the pool's close at the worker's exit leaves "
+           "its children running: a busy one outlives its worker",
+           "scheduler/worker/pool.py",
+           "        for proc in list(self.procs):\n            with contextlib.suppress("
+           "ProcessLookupError):\n                proc.send_signal(signal.SIGKILL)\n"
+           "        for proc in list(self.procs):\n            proc.wait()\n",
+           "        pass\n",
+           (POOL + "test_a_run_still_going_after_the_grace_period_is_released_and_its_child_"
+            "killed",)),
+    Mutant("pool-share-of-cores-ignored", "under --processes N each child's process pool "
+           "takes every core, not its share: N times more pool children than cores",
+           "scheduler/cli/run.py", "env[PROCESS_POOL_ENV] = str(max(1, cores() // processes))",
+           "env[PROCESS_POOL_ENV] = str(cores())",
+           ("tests/e2e/test_processes.py::"
+            "test_each_child_gets_its_share_of_the_cores_for_its_process_pool",)),
+    Mutant("pool-accepts-an-async-def", "pool=\"process\" takes an async def, which would "
+           "hold a child while it waits (refused at registration)",
+           "scheduler/worker/registry.py",
+           "    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):",
+           "    if False:",
+           (POOL + "test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_"
+            "registration",), fast=True),
+    Mutant("pool-start-ignores-stop", "a SIGTERM while the process pool's children import "
+           "a slow module waits until they are all ready (up to START_S) before the worker "
+           "stops", "scheduler/worker/pool.py",
+           "stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None",
+           "stopped = None",
+           (POOL + "test_sigterm_while_the_pool_starts_stops_the_worker_and_its_children",)),
+    Mutant("pool-retry-is-a-failure", "Retry raised in a process-pool child fails the attempt "
+           "as an error instead of steering the slot (after, reason)",
+           "scheduler/worker/pool.py", '    if failed.kind == "retry":',
+           '    if failed.kind == "never":',
+           (POOL + "test_retry_after_in_a_child_sets_when_the_next_attempt_runs",)),
+    Mutant("pool-started-for-any-app", "the process pool starts for an app without a "
+           "pool=\"process\" task: children for nothing", "scheduler/worker/worker.py",
+           "        if self.pool is not None or not self.registry.has_process_tasks():",
+           "        if self.pool is not None:",
+           (POOL + "test_a_registry_without_process_tasks_starts_no_pool",), fast=True),
     Mutant("pool-child-outlives-its-worker", "a process-pool child does not die with its worker "
            "(no PR_SET_PDEATHSIG): a SIGKILLed worker leaves its busy children spinning",
            "scheduler/worker/child.py", "        libc.prctl(1, signal.SIGKILL, 0, 0, 0)",

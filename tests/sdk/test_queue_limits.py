@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 
-from helpers import run_until, sched
+from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus
+from scheduler.core import limits
 from scheduler.core.errors import ValidationError
-from scheduler.core.keys import Keys
+from scheduler.core.keys import DISPATCH_GROUP, Keys
 from scheduler.scripts import calls as scripts
 from scheduler.scripts.replies import Acquired
+from scheduler.testing import TestScheduler
+from scheduler.worker import limiter
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:
@@ -77,6 +80,29 @@ def test_a_rate_limit_holds_over_ten_seconds(redis_url: str, ns: str) -> None:
     assert 180 <= in_ten <= 220, in_ten
 
 
+@pytest.mark.slow
+def test_a_run_longer_than_the_lease_keeps_its_permit(redis_url: str, ns: str) -> None:
+    """Limit 1, two workers with a 1 s lease, runs of three leases each: the heartbeat of the
+    worker running one renews its permit every lease/3, so the other worker never starts a
+    second run beside it (a permit left to expire would let it)."""
+    registry = Registry()
+    spans: list[tuple[float, float]] = []
+    lease_s = 1.0
+
+    @registry.task("long")
+    async def long(ctx: Context, payload: Any) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(3 * lease_s)
+        spans.append((start, time.monotonic()))
+
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", concurrency=1)
+        client.submit_many([JobSpec(task="long") for _ in range(2)])
+        asyncio.run(run_until(redis_url, ns, registry, lambda: len(spans) == 2, workers=2,
+                              lease_s=lease_s, timeout=30))
+    assert _most_at_once(spans) == 1, spans
+
+
 def test_acquire_grants_up_to_the_limit_and_takes_back(redis_url: str, ns: str, r: Any) -> None:
     keys = Keys(ns)
     permits, bucket = keys.permits("q"), keys.bucket("q")
@@ -102,6 +128,25 @@ def test_acquire_grants_up_to_the_limit_and_takes_back(redis_url: str, ns: str, 
     assert acquire(20_030, 50, concurrency=None, rate=100).granted == 3
 
 
+def test_a_slow_rates_bucket_lives_until_it_is_full_again(redis_url: str, ns: str,
+                                                           r: Any) -> None:
+    """At one an hour the bucket takes an hour to refill: a bucket that expired sooner would
+    start full again, and one an hour would be one a minute."""
+    keys = Keys(ns)
+    bucket = keys.bucket("q")
+
+    def acquire(now: int) -> Acquired:
+        call = scripts.acquire(keys.permits("q"), bucket, now, 1, None, limits.MIN_RATE, 1000,
+                               "w:1", [])
+        return Acquired.decode(scripts.run_sync(r, [call])[0])
+
+    assert acquire(10_000).granted == 1
+    held = acquire(10_000 + 3_599_000)  # a second short of the hour: no token yet
+    assert held.granted == 0 and 0 < held.wait_ms <= 1_001
+    assert r.pttl(bucket) > 3_000_000
+    assert acquire(10_000 + 3_600_000).granted == 1
+
+
 def test_limits_are_set_listed_and_cleared(redis_url: str, ns: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     with Client(redis_url, ns) as client:
@@ -125,7 +170,9 @@ def test_limits_are_set_listed_and_cleared(redis_url: str, ns: str,
 
 
 @pytest.mark.parametrize("args", [("--concurrency", "0"), ("--rate", "fast"),
-                                  ("--rate", "-1"), (), ("--clear", "--concurrency", "2")])
+                                  ("--rate", "-1"), (), ("--clear", "--concurrency", "2"),
+                                  ("--rate", "1e-300"), ("--rate", "0.5/h"),
+                                  ("--per-key-rate", "1e-300")])
 def test_the_cli_refuses_bad_limits(redis_url: str, ns: str, args: tuple[str, ...],
                                     capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = sched(capsys, redis_url, ns, "queues", "limit", "mail", *args)
@@ -135,7 +182,9 @@ def test_the_cli_refuses_bad_limits(redis_url: str, ns: str, args: tuple[str, ..
 
 
 @pytest.mark.parametrize("kwargs", [{"concurrency": 0}, {"concurrency": 1.5}, {"rate": 0},
-                                    {"rate": float("nan")}, {"concurrency": True}])
+                                    {"rate": float("nan")}, {"concurrency": True},
+                                    {"rate": 1e-300}, {"rate": "0.9/h"},
+                                    {"rate": 1 / 3600 / 2}, {"per_key_rate": 1e-300}])
 def test_the_sdk_refuses_bad_limits(redis_url: str, ns: str, kwargs: dict[str, Any]) -> None:
     with Client(redis_url, ns) as client, pytest.raises(ValidationError):
         client.set_queue_limit("mail", **kwargs)
@@ -173,3 +222,81 @@ def test_slots_over_the_limit_stay_queued(redis_url: str, ns: str) -> None:
 
         asyncio.run(main())
     assert sorted(ran) == sorted(client.slots(j)[0].slot_id for j in ids)
+
+
+def test_the_slowest_rate_allowed_is_one_an_hour(redis_url: str, ns: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = sched(capsys, redis_url, ns, "queues", "limit", "mail", "--rate", "0.5/h")
+    assert code != 0 and len(err.strip().splitlines()) == 1
+    assert "at least one an hour" in err, err
+    with Client(redis_url, ns) as client:
+        assert client.set_queue_limit("mail", rate="1/h", per_key_rate="1/h") == QueueLimit(
+            rate=limits.MIN_RATE, per_key_rate=limits.MIN_RATE)
+
+
+def _longest_held_s(r: Any, ns: str, shards: int) -> float:
+    """How long the oldest entry of the default queue has been delivered and not handed
+    back (XPENDING's idle time), over every shard."""
+    idle = [0]
+    for s in range(shards):
+        stream = Keys(ns).queue(s, "default")
+        if r.exists(stream):
+            idle += [e["time_since_delivered"]
+                     for e in r.xpending_range(stream, DISPATCH_GROUP, "-", "+", 100)]
+    return max(idle) / 1000
+
+
+@pytest.mark.slow
+def test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_the_limit_cleared(
+        r: Any, redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    """A worker process whose next token is an hour away (rate 1/h, its one token spent):
+    its limited claim loop still wakes every REFRESH_S, so the entry it holds goes back to
+    its stream after HOLD_S, and once the limit is cleared the job runs within two refreshes."""
+    held_bound = limiter.HOLD_S + limiter.REFRESH_S + 1.0  # a pass late on a loaded machine
+    clear_bound = 2 * limiter.REFRESH_S + 1.0
+    with Client(redis_url, ns) as client:
+
+        def succeeded(job_id: str) -> bool:
+            return client.slots(job_id)[0].status is SlotStatus.SUCCEEDED
+
+        client.set_queue_limit("default", rate="1/h")
+        worker = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry")
+        with running(worker):
+            first = client.submit("test.sync_sleep", {"seconds": 0})  # takes the one token
+            deadline = time.monotonic() + 30
+            while not succeeded(first):
+                assert time.monotonic() < deadline and worker.poll() is None
+                time.sleep(0.02)
+            shards = int(r.hget(Keys(ns).meta, "shards"))
+            second = client.submit("test.sync_sleep", {"seconds": 0})
+            # Read and refused a permit (delivered to the worker), then held for no longer
+            # than HOLD_S and a pass, again and again.
+            until = time.monotonic() + 3 * held_bound
+            longest = 0.0
+            while time.monotonic() < until:
+                longest = max(longest, _longest_held_s(r, ns, shards))
+                time.sleep(0.05)
+            assert 0 < longest <= held_bound, longest
+            assert not succeeded(second)
+            client.set_queue_limit("default")
+            cleared = time.monotonic()
+            while not succeeded(second):
+                assert time.monotonic() - cleared < clear_bound, "the cleared limit still held"
+                time.sleep(0.02)
+
+
+def test_the_testing_mode_ignores_limits() -> None:
+    """A limited queue's jobs run in a drain as if it had none (a test of the handlers must
+    not wait on a rate)."""
+    registry = Registry()
+    ran: list[int] = []
+
+    @registry.task("t")
+    async def t(ctx: Context, payload: Any) -> None:
+        ran.append(payload)
+
+    with TestScheduler(registry) as s:
+        s.client.set_queue_limit("default", concurrency=1, rate="1/h")
+        s.client.submit_many([JobSpec(task="t", payload=i) for i in range(3)])
+        s.drain()
+    assert sorted(ran) == [0, 1, 2]

@@ -125,7 +125,7 @@ def test_bad_bounds_are_refused(text: str) -> None:
 @pytest.mark.parametrize("args, problem", [
     (["--autoscale", "5:2"], "1 <= MIN <= MAX, not 5:2"),
     (["--autoscale", "lots"], "'lots' is not MIN:MAX"),
-    (["--autoscale", "0:8"], "1 <= MIN <= MAX, not 0:8"),
+    (["--autoscale", "0:8"], "min_concurrency must be from 1 to 100,000, not 0"),
     (["--autoscale", "1:8", "--concurrency", "4"], "--concurrency or --autoscale"),
 ])
 def test_the_cli_refuses_bad_autoscale_input_in_one_line_with_exit_2(

@@ -16,6 +16,7 @@ from typing import Any
 import pool_tasks
 import pytest
 import redis
+from faults.harness import children_of
 
 from helpers import run_until, running, sched, sched_process
 from scheduler import Client, Registry, RetryPolicy, Slot, SlotStatus
@@ -88,6 +89,24 @@ def test_retry_cancel_exceptions_and_death_in_a_child_steer_the_slot_as_in_a_thr
 
 
 @pytest.mark.slow
+def test_retry_after_in_a_child_sets_when_the_next_attempt_runs(redis_url: str,
+                                                                 ns: str) -> None:
+    """Retry(after=1.5) raised in a child: the next attempt waits those 1.5 s, not the
+    policy's 0.05 s backoff (a Retry is not an error)."""
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("pool.later", 1.5, retry=FAST_RETRY)
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry,
+                              lambda: _ended(client, job_id) is not None, node=True,
+                              process_pool=1))
+        slot = _ended(client, job_id)
+    assert slot is not None and slot.status is SlotStatus.SUCCEEDED
+    first, second = slot.attempts
+    assert (first.outcome, first.error) == ("failed", "later")
+    assert first.finished_ms is not None and second.started_ms is not None
+    assert second.started_ms - first.finished_ms >= 1500 - 50, slot.attempts
+
+
+@pytest.mark.slow
 def test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on(
         redis_url: str, ns: str, tmp_path: Path) -> None:
     """The child is gone within 1 s of the timeout, the attempt is timed_out, the retry
@@ -114,6 +133,65 @@ def test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on(
                                                                         "succeeded"]
     assert after is not None and after.status is SlotStatus.SUCCEEDED
     assert slot.result == after.result != seen["pid"]  # the replacement ran both
+
+
+@pytest.mark.slow
+def test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """A busy pool: its one child runs a long job, a second run is claimed meanwhile and waits
+    for the child, then hangs past its timeout. Its timeout counts from when the child took
+    it, and holds: the child is killed within a second of it, the attempt is timed_out, and
+    the retry runs on the replacement."""
+    busy, hung = tmp_path / "busy.json", tmp_path / "hung.json"
+    seen: dict[str, Any] = {}
+    with Client(redis_url, ns) as client:
+        first = client.submit("pool.spin", {"file": str(busy), "seconds": 2})
+        second: list[str] = []
+
+        def done() -> bool:
+            if not second and busy.exists() and busy.read_text():
+                second.append(client.submit("pool.spin", {"file": str(hung), "seconds": 60},
+                                            timeout=1, retry=FAST_RETRY))
+            if "pid" not in seen and hung.exists() and hung.read_text():
+                seen.update(json.loads(hung.read_text()))
+            if "pid" in seen and "gone" not in seen and _gone(seen["pid"]):
+                seen["gone"] = time.time()
+            return "gone" in seen and all(_ended(client, j) for j in (first, *second))
+
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, node=True,
+                              process_pool=1, timeout=30))
+        waited, ran_first = _ended(client, second[0]), _ended(client, first)
+        busy_until = json.loads(busy.read_text())["at"] + 2
+    assert ran_first is not None and ran_first.status is SlotStatus.SUCCEEDED
+    assert seen["at"] >= busy_until - 0.5, seen  # it did wait for the busy child
+    assert seen["gone"] - seen["at"] < 1 + 1.0, seen  # its timeout, then within a second
+    assert waited is not None and [a.outcome for a in waited.attempts] == ["timed_out",
+                                                                            "succeeded"]
+
+
+@pytest.mark.slow
+def test_a_pool_of_one_replaces_its_dead_child(redis_url: str, ns: str) -> None:
+    """With --process-pool 1, the one child dies under a handler (os._exit, as the OOM
+    killer or a segfault would end it): the pool starts another, and the retry and a later
+    job both run."""
+    with Client(redis_url, ns) as client:
+        died = client.submit("pool.die", retry=FAST_RETRY)
+        later: list[str] = []
+
+        def done() -> bool:
+            slot = _ended(client, died)
+            if slot is not None and not later:
+                later.append(client.submit("pool.pid"))
+            return bool(later) and _ended(client, later[0]) is not None
+
+        worker = asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, node=True,
+                                       process_pool=1, timeout=30))
+        slot, after = _ended(client, died), _ended(client, later[0])
+    assert slot is not None and [(a.outcome, a.error) for a in slot.attempts] == [
+        ("failed", "the process-pool child running this handler died (exit status 3)"),
+        ("succeeded", None)]
+    assert after is not None and after.status is SlotStatus.SUCCEEDED
+    assert worker.pool is not None and worker.pool.replaced == 1
 
 
 @pytest.mark.slow
@@ -175,16 +253,17 @@ def test_an_async_def_or_a_handler_a_child_cannot_import_is_refused_at_registrat
     with pytest.raises(ValueError, match='pool must be "thread" or "process"'):
         registry.task("d", pool="processes")
     assert registry.tasks == {}
-    with pytest.raises(ConfigError, match="process pool must be >= 1 child, not 0"):
+    with pytest.raises(ConfigError, match="process_pool must be from 1 to 1,024, not 0"):
         WorkerConfig(process_pool=0)
     with pytest.raises(ConfigError, match="max tasks per child must be >= 0"):
         WorkerConfig(max_tasks_per_child=-1)
 
 
 @pytest.mark.parametrize("args, problem", [
-    (["--process-pool", "0"], "'--process-pool': 0 is not in the range x>=1"),
-    (["--max-tasks-per-child", "-1"], "'--max-tasks-per-child': -1 is not in the range x>=0"),
+    (["--process-pool", "0"], "'--process-pool': 0 is not in the range 1<=x<=1024"),
+    (["--max-tasks-per-child", "-1"], "'--max-tasks-per-child': -1 is not in the range 0<=x<=1000000000"),
     (["--process-pool", "many"], "'many' is not a valid integer"),
+    (["--process-pool", "1025"], "'--process-pool': 1025 is not in the range 1<=x<=1024"),
 ])
 def test_the_cli_refuses_bad_pool_values_in_one_line(
         capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
@@ -194,6 +273,34 @@ def test_the_cli_refuses_bad_pool_values_in_one_line(
     assert code == 2 and out == ""
     assert len(err.strip().splitlines()) == 1 and problem in err, err
     assert not list(r.scan_iter(match=f"{ns}:*", count=10_000))
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_pool_starts_stops_the_worker_and_its_children(
+        redis_url: str, ns: str, app_env: dict[str, str], tmp_path: Path) -> None:
+    """The handlers' module takes long to import in a child (a model to load): a SIGTERM
+    meanwhile stops the worker within moments, its children killed, rather than once they
+    are ready (up to START_S)."""
+    (tmp_path / "heavy_tasks.py").write_text(
+        "import sys, time\nfrom scheduler import Registry\nregistry = Registry()\n"
+        "if sys.argv[0].endswith('child.py'):\n    time.sleep(60)\n\n\n"
+        "@registry.task('t', pool='process')\ndef t(ctx, payload):\n    return 1\n")
+    env = {**app_env, "PYTHONPATH": os.pathsep.join([str(tmp_path), app_env["PYTHONPATH"]])}
+    worker = sched_process(redis_url, ns, env, "worker", "--app", "heavy_tasks:registry",
+                           "--process-pool", "2")
+    with running(worker):
+        deadline = time.monotonic() + 30
+        while len(kids := children_of(worker.pid)) < 2:
+            assert time.monotonic() < deadline and worker.poll() is None
+            time.sleep(0.02)
+        worker.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert worker.wait(timeout=60) == 0
+        assert time.monotonic() - stopped < 5
+        deadline = time.monotonic() + 5
+        while not all(_gone(p) for p in kids):
+            assert time.monotonic() < deadline, "a child outlived its worker"
+            time.sleep(0.05)
 
 
 def test_the_testing_mode_runs_process_handlers_in_process() -> None:

@@ -12,8 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from scheduler.cli.main import main
+from scheduler.core.bounds import MAX_PROCESS_POOL, MAX_PROCESSES, MAX_WORKER_CONCURRENCY
+from scheduler.core.errors import ConfigError
 from scheduler.observe.children import Merger
-from scheduler.worker.supervisor import child_argv, cores
+from scheduler.worker.config import SupervisorRef, WorkerConfig
+from scheduler.worker.supervisor import Supervisor, child_argv, cores
 
 
 def test_a_child_runs_the_same_command_without_the_supervisors_options() -> None:
@@ -80,3 +83,33 @@ def test_a_bad_process_count_is_one_line(capsys: pytest.CaptureFixture[str],
 
 def test_auto_is_a_count_of_cores() -> None:
     assert cores() >= 1
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--processes", "99999999999999999999999"], "is more than 1,024 worker processes"),
+    (["--processes", str(MAX_PROCESSES + 1)], "is more than 1,024 worker processes"),
+    (["--process-pool", str(MAX_PROCESS_POOL + 1)], "is not in the range 1<=x<=1024"),
+    (["--concurrency", str(MAX_WORKER_CONCURRENCY + 1)], "is not in the range 1<=x<=100000"),
+    (["--autoscale", f"1:{MAX_WORKER_CONCURRENCY + 1}"], "MIN <= MAX <= 100,000"),
+])
+def test_worker_sizes_past_their_maximum_are_one_line(capsys: pytest.CaptureFixture[str],
+                                                      args: list[str], problem: str) -> None:
+    """Refused before anything starts: no child forked, no Redis touched."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["worker", "--app", "a:r", *args])
+    assert exit_.value.code == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert problem in line, line
+
+
+def test_the_config_structs_refuse_sizes_past_their_maximum() -> None:
+    with pytest.raises(ConfigError, match="concurrency must be from 1 to 100,000"):
+        WorkerConfig(concurrency=MAX_WORKER_CONCURRENCY + 1)
+    with pytest.raises(ConfigError, match="process_pool must be from 1 to 1,024"):
+        WorkerConfig(process_pool=MAX_PROCESS_POOL + 1)
+    with pytest.raises(ConfigError, match="processes must be 1 to 1,024"):
+        Supervisor(["true"], MAX_PROCESSES + 1, 1.0)
+    with pytest.raises(ConfigError, match="processes 1 to 1,024"):
+        SupervisorRef(id="s", pid=1, host="h", index=0, processes=MAX_PROCESSES + 1,
+                      restarts=0)
+    assert WorkerConfig(concurrency=MAX_WORKER_CONCURRENCY, process_pool=MAX_PROCESS_POOL)

@@ -19,9 +19,11 @@ local function bucket_take(bucket, now, rate, want)
     wait = math.ceil((grant + 1 - tokens) * 1000 / rate)
   end
   tokens = tokens - grant
-  redis.call('HSET', bucket, 'tokens', string.format('%.6f', tokens), 'at_ms',
+  -- Full precision: at the slowest rate (one an hour) a pass adds a few millionths of a token.
+  redis.call('HSET', bucket, 'tokens', string.format('%.17g', tokens), 'at_ms',
     string.format('%d', now))
-  -- An idle bucket refills to its cap within 1 / 10 s; it need not outlive a minute idle.
-  redis.call('PEXPIRE', bucket, 60000)
+  -- An idle bucket is full again after cap / rate seconds (a tenth of a second from 10/s
+  -- up; an hour at one an hour): it must live that long, or a slow rate restarts full.
+  redis.call('PEXPIRE', bucket, math.max(60000, math.ceil(cap * 1000 / rate)))
   return grant, wait
 end
