@@ -90,7 +90,7 @@ def test_auto_is_a_count_of_cores() -> None:
     (["--processes", str(MAX_PROCESSES + 1)], "is more than 1,024 worker processes"),
     (["--process-pool", str(MAX_PROCESS_POOL + 1)], "is not in the range 1<=x<=1024"),
     (["--concurrency", str(MAX_WORKER_CONCURRENCY + 1)], "is not in the range 1<=x<=100000"),
-    (["--autoscale", f"1:{MAX_WORKER_CONCURRENCY + 1}"], "MIN <= MAX <= 100,000"),
+    (["--autoscale", f"1:{MAX_WORKER_CONCURRENCY + 1}"], "max_concurrency must be from 1 to 100,000"),
 ])
 def test_worker_sizes_past_their_maximum_are_one_line(capsys: pytest.CaptureFixture[str],
                                                       args: list[str], problem: str) -> None:
