@@ -39,6 +39,9 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
     <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
                                           by when their hash may leave Redis (ms)
+    <ns>:{sNN}:finished           zset    terminal slot ids by finished_ms, written by every
+                                          transition that ends a slot: what the node's expirer
+                                          bounds (lua/expire.lua, node/expirer.py)
     <ns>:{sNN}:dedupe:<key_id>    string  a windowed dedupe key's job id (dedupe_ttl, debounce),
                                           expiring with the window; key_id is the key's
                                           dedupe_job_id, and the job it names is in the
@@ -114,7 +117,7 @@ SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
-                            "retain", "lanes"})
+                            "retain", "finished", "lanes"})
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # A concurrency key: a tenant, customer, account, domain... It ends a key name and reaches
@@ -340,3 +343,6 @@ class Keys:
 
     def retain(self, shard: int) -> str:
         return f"{self.prefix(shard)}retain"  # zset
+
+    def finished(self, shard: int) -> str:
+        return f"{self.prefix(shard)}finished"  # zset

@@ -96,6 +96,7 @@ for i = 0, n - 1 do
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
+    index_finished(prefix, slot_id, items[b + 4])
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if st then  -- its attempt ends here (a repeat XACK of an acked entry is a no-op)

@@ -1,0 +1,188 @@
+"""Finished work leaves Redis by the namespace's retention (node/expirer.py, lua/expire.lua):
+by age or by count, whichever comes first; dead letters by their own, longer, bound; with
+history, only what the store has; never a cron definition or unfinished work; and a running
+node applies a changed setting without a restart."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis
+
+from helpers import Shard, W, make, running, sched_process
+from scheduler import Client, RetryPolicy, SlotStatus
+from scheduler.core.errors import JobNotFound, ResultExpired
+from scheduler.core.keys import HISTORY_GROUP, Keys
+from scheduler.node.expirer import INTERVAL_S, Expirer
+from scheduler.redis.clients import async_redis
+from scheduler.redis.clock import ManualClock
+from scheduler.scripts import calls as scripts
+from scheduler.scripts.replies import Code, Expired
+
+SHARDS = 4
+
+
+def expire(redis_url: str, ns: str, clock: ManualClock) -> list[Expired]:
+    """One expirer pass over every shard; each shard's reply."""
+    async def once() -> list[Expired]:
+        async with async_redis(redis_url) as conn:
+            expirer = Expirer(conn, Keys(ns), range(SHARDS), clock, total_shards=SHARDS)
+            await expirer.run_once()
+            return expirer.last
+    return asyncio.run(once())
+
+
+def finish(s: Shard) -> None:
+    s.claim(s.read())
+    now = s.clock.now_ms()
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [Code.OK]
+
+
+def bury(s: Shard) -> None:
+    """The slot's one attempt fails: it ends dead, in the dead-letter set."""
+    s.claim(s.read())
+    now = s.clock.now_ms()
+    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "no", -1, 0, now,
+                                                 now)]))
+    assert s.slot().status is SlotStatus.DEAD
+
+
+def in_redis(r: redis.Redis, s: Shard) -> bool:
+    return bool(r.exists(s.keys.slot(s.shard, s.slot_id)))
+
+
+def test_finished_work_leaves_after_its_retention_and_nothing_else_does(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    client.set_retention("60s", dead_retention="1h")
+    done = make(r, client, clock)
+    finish(done)
+    queued = make(r, client, clock)
+    claimed = make(r, client, clock)
+    claimed.claim(claimed.read())
+    later = client.submit("t", {}, delay=7200)
+    nightly = client.submit("t", {}, cron="0 3 * * *")
+    dead = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
+    bury(dead)
+    assert sum(e.slots for e in expire(redis_url, ns, clock)) == 0
+    assert client.result(done.job_id, timeout=0) is None  # within the window: readable
+
+    clock.advance(61)
+    replies = expire(redis_url, ns, clock)
+    assert sum(e.slots for e in replies) == 1 and sum(e.jobs for e in replies) == 1
+    assert not in_redis(r, done) and not r.exists(done.keys.job(done.shard, done.job_id))
+    assert all(in_redis(r, s) for s in (queued, claimed, dead))
+    assert client.get_job(later).cron is None and client.get_job(nightly).cron == "0 3 * * *"
+    assert {client.slots(j)[0].status for j in (later,)} == {SlotStatus.SCHEDULED}
+    with pytest.raises(ResultExpired, match="expired under the namespace retention"):
+        client.result(done.job_id, timeout=0)
+    with pytest.raises(ResultExpired):  # the slot's id tells as much
+        client.result(done.slot_id, timeout=0)
+
+    # The dead letter waits for its own bound, then leaves the dead-letter set and Redis.
+    clock.advance(3600)
+    replies = expire(redis_url, ns, clock)
+    assert sum(e.dead for e in replies) == 1 and not in_redis(r, dead)
+    assert client.dead_letters() == []
+    assert all(in_redis(r, s) for s in (queued, claimed))
+
+
+def test_a_job_id_of_the_callers_own_is_not_found_rather_than_guessed(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """An id the caller chose carries no time: after removal it is simply not found."""
+    client.set_retention(1)
+    job_id = client.submit_many([{"task": "t", "payload": 1}], ids=["order-17"])[0]
+    s = Shard(r, client, clock, job_id)
+    finish(s)
+    clock.advance(2)
+    expire(redis_url, ns, clock)
+    with pytest.raises(JobNotFound) as caught:
+        client.result(job_id, timeout=0)
+    assert type(caught.value) is JobNotFound
+
+
+def test_the_count_bound_comes_first_when_it_is_reached(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    client.set_retention("1h", retain_max=SHARDS)  # one finished slot per shard
+    jobs = []
+    for _ in range(12):
+        s = make(r, client, clock)
+        finish(s)
+        jobs.append(s)
+        clock.advance(0.01)
+    replies = expire(redis_url, ns, clock)
+    assert [e.finished for e in replies] == [1 if any(s.shard == i for s in jobs) else 0
+                                             for i in range(SHARDS)]
+    newest = {s.shard: s for s in jobs}  # the last finished of each shard
+    assert {s.slot_id for s in jobs if in_redis(r, s)} == {s.slot_id for s in newest.values()}
+
+
+def test_with_history_only_what_the_store_has_leaves(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """The snapshotter's group on the events streams means the namespace keeps history: a
+    finished slot leaves only once it is in `retain` (written after the store's commit), a
+    dead letter only once the group has read past its death."""
+    client.set_retention(10, dead_retention=20)
+    keys = Keys(ns)
+    for shard in range(SHARDS):
+        r.xgroup_create(keys.events(shard), HISTORY_GROUP, id="0", mkstream=True)
+    done = make(r, client, clock)
+    finish(done)
+    dead = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
+    bury(dead)
+    clock.advance(30)
+    replies = expire(redis_url, ns, clock)
+    assert sum(e.held for e in replies) == 1 and sum(e.slots + e.dead for e in replies) == 0
+    assert in_redis(r, done) and in_redis(r, dead)
+
+    r.zadd(keys.retain(done.shard), {done.slot_id: clock.now_ms() + 3_600_000})
+    assert sum(e.slots for e in expire(redis_url, ns, clock)) == 1
+    assert not in_redis(r, done) and not r.zscore(keys.retain(done.shard), done.slot_id)
+    assert in_redis(r, dead)
+
+    time.sleep(0.002)  # an events id above the dead letter's
+    r.xadd(keys.events(dead.shard), {"type": "probe"})
+    r.xgroup_setid(keys.events(dead.shard), HISTORY_GROUP, id="$")
+    clock.advance(2)  # past the second of margin
+    assert sum(e.dead for e in expire(redis_url, ns, clock)) == 1
+    assert not in_redis(r, dead)
+
+
+def test_a_slot_that_ran_again_is_never_removed(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """A replayed dead letter is queued again: its old `finished` entry only goes."""
+    client.set_retention(1, dead_retention=1)
+    s = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
+    bury(s)
+    assert client.replay([s.slot_id]) == 1
+    clock.advance(10)
+    expire(redis_url, ns, clock)
+    assert s.slot().status is SlotStatus.QUEUED
+    assert r.zcard(s.keys.finished(s.shard)) == 0
+
+
+def test_a_changed_setting_reaches_a_running_node(
+        r: redis.Redis, redis_url: str, ns: str, app_env: dict[str, str]) -> None:
+    """`sched scheduler` and `sched worker` started with the defaults (an hour): a job runs
+    and stays; the setting goes down to a second and the same node removes it."""
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        node = sched_process(redis_url, ns, app_env, "scheduler")
+        worker = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry")
+        with running(node, worker):
+            job = client.submit("test.effect", {"effects": f"{ns}:effects"})
+            assert client.result(job, timeout=60) is None
+            time.sleep(INTERVAL_S * 2)  # passes of the node at the default: it stays
+            assert client.get_job(job)
+            client.set_retention(1)
+            deadline = time.monotonic() + 1 + INTERVAL_S * 20
+            while True:
+                try:
+                    client.get_job(job)
+                except JobNotFound:
+                    break
+                assert time.monotonic() < deadline, "the running node kept the old setting"
+                time.sleep(0.05)
+            with pytest.raises(ResultExpired):
+                client.result(job, timeout=0)
