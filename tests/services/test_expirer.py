@@ -10,12 +10,15 @@ import time
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 
-from helpers import Shard, W, make, running, sched_process
+from helpers import Shard, W, http_get, make, running, sched, sched_process, serve_console
 from scheduler import Client, RetryPolicy, SlotStatus
 from scheduler.core.errors import JobNotFound, ResultExpired
 from scheduler.core.keys import HISTORY_GROUP, Keys
 from scheduler.node.expirer import INTERVAL_S, Expirer
+from scheduler.observe.metrics import NamespaceCollector
+from scheduler.observe.records import RETENTION_GRACE_S, RETENTION_SLACK
 from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
@@ -186,3 +189,35 @@ def test_a_changed_setting_reaches_a_running_node(
                 time.sleep(0.05)
             with pytest.raises(ResultExpired):
                 client.result(job, timeout=0)
+
+
+def test_status_the_console_and_a_metric_say_when_finished_work_piles_up(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """No node applies the retention: past it (and its slack), `sched status`, the console's
+    overview and `sched_retention_behind` say so; once the expirer ran, nothing does."""
+    client.set_retention(60)
+    s = make(r, client, clock)
+    finish(s)
+    assert client.status().retention_behind() is None
+    assert client.status().finished_kept == 1
+    clock.advance(60 * RETENTION_SLACK + RETENTION_GRACE_S + 1)
+    status = client.status()
+    assert status.finished_oldest_age_s is not None and status.finished_oldest_age_s > 60
+    assert any("past the retention" in w for w in status.warnings())
+    # The CLI, the exporter and the console read Redis's time: the test clock's is long past.
+    _, out, _ = sched(capsys, redis_url, ns, "status")
+    assert "finished slot(s) kept in Redis" in out
+    registry = CollectorRegistry()
+    plain = redis.Redis.from_url(redis_url)
+    registry.register(NamespaceCollector(plain, ns))
+    assert registry.get_sample_value("sched_retention_behind") == 1
+    assert registry.get_sample_value("sched_finished_kept", {"shard": str(s.shard)}) == 1
+    console, base = serve_console(redis_url, ns)
+    with running(console):
+        assert "past the retention" in http_get(f"{base}/")[1]
+
+    expire(redis_url, ns, clock)
+    assert client.status().retention_behind() is None and client.status().finished_kept == 0
+    assert registry.get_sample_value("sched_retention_behind") == 0
+    plain.close()
