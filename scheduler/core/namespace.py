@@ -56,9 +56,9 @@ EVENTS_MAXLEN = 1_000_000
 META_FIELDS = ("shards", "max_payload_bytes")
 
 # Finished work leaves Redis by age or by count, whichever comes first (the node's expirer,
-# lua/expire.lua). The count is what bounds memory whatever the rate: docs/operating/
-# retention.md has the bytes a finished job costs and the arithmetic behind these defaults
-# (`python -m bench retention-soak` measures them).
+# lua/expire.lua). The count is what bounds memory whatever the rate:
+# docs/operating/retention.md has the bytes a finished job costs and the arithmetic behind
+# these defaults (`python -m bench retention-soak` measures them).
 DEFAULT_RETENTION_S = 3600.0
 DEFAULT_RETAIN_MAX = 500_000
 DEFAULT_DEAD_RETENTION_S = 7 * 86400.0  # dead letters wait for an operator: longer

@@ -70,7 +70,8 @@ def result(core: ClientState, job_or_slot_id: str, timeout: float | None = None)
         yield Io(_sleep, _asleep, (POLL_S,))
 
 
-_DRAWN_ID = re.compile(r"[0-9a-f]{12}7[0-9a-f]{19}")  # jobspec._JobIds: submit ms first
+# jobspec._JobIds: submit ms first; a dedupe window's or a concurrency key's id holds one
+_DRAWN_ID = re.compile(r"(?:^|\.)([0-9a-f]{12})7[0-9a-f]{19}(?:\.|$)")
 
 
 def _raise_if_expired(core: ClientState, given: str) -> Op[None]:
@@ -80,8 +81,8 @@ def _raise_if_expired(core: ClientState, given: str) -> Op[None]:
     job_id, _, fire = given.rpartition(":") if ":" in given else (given, "", "")
     if fire.isdigit():
         since = int(fire)
-    elif _DRAWN_ID.fullmatch(job_id):
-        since = int(job_id[:12], 16)
+    elif drawn := _DRAWN_ID.search(job_id):
+        since = int(drawn.group(1), 16)
     else:
         return
     yield from ready(core)

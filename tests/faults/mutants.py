@@ -693,4 +693,9 @@ MUTANTS = [
            "            self.first = namespace.parse_retention((await transport.send(pipe))[0])\n"
            "        self.settings = settings = self.first",
            (EXPIRER + "test_a_changed_setting_reaches_a_running_node",)),
+    Mutant("sweeper-leaves-finished-unindexed", "the sweeper passes over a finished slot "
+           "missing from the `finished` index: it stays in Redis for good",
+           "scheduler/scripts/lua/sweep.lua",
+           "      index_finished(prefix, slot_id,\n", "      (function() end)(prefix, slot_id,\n",
+           (EXPIRER + "test_the_sweeper_indexes_a_finished_slot_the_index_lacks",), fast=True),
 ]

@@ -221,3 +221,66 @@ def test_status_the_console_and_a_metric_say_when_finished_work_piles_up(
     assert client.status().retention_behind() is None and client.status().finished_kept == 0
     assert registry.get_sample_value("sched_retention_behind") == 0
     plain.close()
+
+
+def test_the_sweeper_indexes_a_finished_slot_the_index_lacks(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """A slot that ended before transitions indexed it (or by one that failed to) is found
+    by the sweeper's walk, so retention removes it; a dead letter stays out of the index."""
+    client.set_retention(60)
+    s = make(r, client, clock)
+    finish(s)
+    dead = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
+    bury(dead)
+    finished_ms = r.zscore(s.keys.finished(s.shard), s.slot_id)
+    r.zrem(s.keys.finished(s.shard), s.slot_id)
+    r.zrem(dead.keys.finished(dead.shard), dead.slot_id)
+    for shard in {s.shard, dead.shard}:
+        ids = [x.slot_id.encode() for x in (s, dead) if x.shard == shard]
+        scripts.run_sync(r, [scripts.sweep(s.keys.prefix(shard), clock.now_ms(), 1000, ids)])
+    assert r.zscore(s.keys.finished(s.shard), s.slot_id) == finished_ms
+    assert r.zscore(dead.keys.finished(dead.shard), dead.slot_id) is None
+    clock.advance(61)
+    expire(redis_url, ns, clock)
+    assert not in_redis(r, s) and in_redis(r, dead)
+
+
+def test_dedupe_keys_after_the_job_left(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """A dedupe key without a window submits a new job once the first has left Redis; a
+    windowed one, within its window, still answers with the first job's id."""
+    client.set_retention(60)
+    first = Shard(r, client, clock, client.submit("t", {}, queue="dd", dedupe_key="order-1"))
+    windowed = Shard(r, client, clock, client.submit("t", {}, queue="dw", dedupe_key="order-2",
+                                                     dedupe_ttl=3600))
+    finish(first)
+    finish(windowed)
+    clock.advance(61)
+    expire(redis_url, ns, clock)
+    again = client.submit("t", {}, queue="dd", dedupe_key="order-1")
+    assert again == first.job_id and client.slots(again)[0].status is SlotStatus.QUEUED
+    repeat = client.submit("t", {}, queue="dw", dedupe_key="order-2", dedupe_ttl=3600)
+    assert repeat == windowed.job_id
+    with pytest.raises(ResultExpired):
+        client.result(repeat, timeout=0)
+
+
+def test_without_history_the_events_stream_keeps_the_window_only(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """Nothing reads events past the window without a snapshotter: they are trimmed (whole
+    stream nodes); with the snapshotter's group, trim_history.lua alone trims them."""
+    client.set_retention(60)
+    s = make(r, client, clock)
+    events = s.keys.events((s.shard + 1) % SHARDS)  # a shard with no event yet
+    assert not r.exists(events)
+    for ms in range(1, 1001):  # ten stream nodes' worth, long before the window
+        r.xadd(events, {"type": "probe"}, id=f"{ms}-0")
+    before = r.xlen(events)
+    expire(redis_url, ns, clock)
+    assert r.xlen(events) <= before - 900
+    r.xgroup_create(events, HISTORY_GROUP, id="0")
+    for ms in range(1001, 2001):
+        r.xadd(events, {"type": "probe"}, id=f"{ms}-0")
+    before = r.xlen(events)
+    expire(redis_url, ns, clock)
+    assert r.xlen(events) == before

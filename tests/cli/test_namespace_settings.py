@@ -1,0 +1,50 @@
+"""`sched namespace set` / `show`: the namespace's retention settings, read and changed from
+the CLI; a bad value is one line, exit 1, and nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+from helpers import sched
+from scheduler.core.keys import Keys
+from scheduler.core.namespace import RETENTION_FIELDS
+
+
+def test_set_then_show(capsys: pytest.CaptureFixture[str], redis_url: str, ns: str) -> None:
+    code, out, _ = sched(capsys, redis_url, ns, "namespace", "show", "--json")
+    assert code == 0 and json.loads(out) == {"namespace": ns, "retention_s": 3600.0,
+                                             "retain_max": 500_000,
+                                             "dead_retention_s": 604800.0}
+    code, out, _ = sched(capsys, redis_url, ns, "namespace", "set", "--retention", "1h",
+                         "--retain-max", "100000")
+    assert code == 0 and "3600 s or the last 100,000 finished slots" in out
+    code, out, _ = sched(capsys, redis_url, ns, "namespace", "set", "--dead-retention", "14d")
+    assert code == 0
+    code, out, _ = sched(capsys, redis_url, ns, "namespace", "show", "--json")
+    shown = json.loads(out)
+    assert (shown["retention_s"], shown["retain_max"], shown["dead_retention_s"]) == (
+        3600.0, 100_000, 14 * 86400.0)
+
+
+@pytest.mark.parametrize("args, problem", [
+    (("--retention", "abc"), "retention must be a duration such as 90s, 15m, 1h or 7d"),
+    (("--retention", "0.5"), "retention must be between 1 s and 366 days"),
+    (("--dead-retention", "400d"), "dead_retention must be between 1 s and 366 days"),
+    (("--retain-max", "0"), "retain_max must be an integer between 1 and"),
+])
+def test_a_bad_value_is_one_line_and_writes_nothing(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str,
+        args: tuple[str, ...], problem: str) -> None:
+    code, out, err = sched(capsys, redis_url, ns, "namespace", "set", *args)
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and problem in err and "Traceback" not in err
+    assert r.hmget(Keys(ns).meta, *RETENTION_FIELDS) == [None] * len(RETENTION_FIELDS)
+
+
+def test_set_without_an_option_is_a_usage_error(capsys: pytest.CaptureFixture[str],
+                                                redis_url: str, ns: str) -> None:
+    code, _, err = sched(capsys, redis_url, ns, "namespace", "set")
+    assert code == 2 and "give at least one of --retention" in err
