@@ -698,4 +698,10 @@ MUTANTS = [
            "scheduler/scripts/lua/sweep.lua",
            "      index_finished(prefix, slot_id,\n", "      (function() end)(prefix, slot_id,\n",
            (EXPIRER + "test_the_sweeper_indexes_a_finished_slot_the_index_lacks",), fast=True),
+    Mutant("result-by-job-id-skips-history", "result(job_id) of a job retention removed "
+           "from Redis does not look in the history store: 'not found' although history has it",
+           "scheduler/sdk/results.py", "        if len(rows) != 1:\n            raise\n",
+           "        if True:\n            raise\n",
+           ("tests/sdk/test_results.py::test_a_result_outlives_its_job_in_the_history_store",),
+           fast=True),
 ]
