@@ -73,11 +73,11 @@ if not history and redis.call('EXISTS', events) == 1 then
   redis.call('XTRIM', events, 'MINID', '~', cutoff)
 end
 local excess = redis.call('ZCARD', finished_key) - retain_max
-local head = redis.call('ZRANGE', finished_key, 0, limit - 1, 'WITHSCORES')
+-- Only the entries past a bound are read: the oldest `excess`, and those older than cutoff.
+local due = math.min(limit, math.max(excess, redis.call('ZCOUNT', finished_key, '-inf', cutoff)))
+local head = due > 0 and redis.call('ZRANGE', finished_key, 0, due - 1, 'WITHSCORES') or {}
 for i = 1, #head, 2 do
-  local slot_id, at = head[i], tonumber(head[i + 1])
-  local rank = (i + 1) / 2
-  if at > cutoff and rank > excess then break end  -- the rest are younger and within the count
+  local slot_id = head[i]
   local st = redis.call('HMGET', prefix .. 'slot:' .. slot_id, 'status', 'job_id')
   if not terminal[st[1]] then
     redis.call('ZREM', finished_key, slot_id)
@@ -89,7 +89,7 @@ for i = 1, #head, 2 do
     if history then redis.call('ZREM', retain, slot_id) end
     slots = slots + 1
     jobs = jobs + retire_slot(prefix, slot_id, st[2])
-    if at > newest then newest = at end
+    newest = math.max(newest, tonumber(head[i + 1]))
   end
 end
 
