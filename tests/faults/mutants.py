@@ -682,7 +682,7 @@ MUTANTS = [
     Mutant("finished-not-indexed", "a successful run's slot is not indexed as finished: "
            "without a snapshotter, Redis keeps it for good",
            "scheduler/scripts/lua/complete.lua",
-           "    index_finished(prefix, slot_id, items[b + 4])\n", "",
+           "  redis.call('ZADD', prefix .. 'finished', unpack(ended))\n", "",
            (EXPIRER + "test_finished_work_leaves_after_its_retention_and_nothing_else_does",),
            fast=True),
     Mutant("expirer-reads-settings-once", "the node's expirer keeps the settings it read first:"
