@@ -704,4 +704,9 @@ MUTANTS = [
            "        if True:\n            raise\n",
            ("tests/sdk/test_results.py::test_a_result_outlives_its_job_in_the_history_store",),
            fast=True),
+    Mutant("job-removed-under-a-live-run", "retention removes a one-off job's hash with its "
+           "own slot while a triggered run of it is still queued",
+           "scheduler/scripts/lua/_lib.lua", "      or redis.call('EXISTS', runs) == 1 then",
+           "      or false then",
+           (EXPIRER + "test_a_one_off_job_stays_while_a_triggered_run_of_it_does",), fast=True),
 ]

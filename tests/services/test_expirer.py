@@ -284,3 +284,27 @@ def test_without_history_the_events_stream_keeps_the_window_only(
     before = r.xlen(events)
     expire(redis_url, ns, clock)
     assert r.xlen(events) == before
+
+
+def test_a_one_off_job_stays_while_a_triggered_run_of_it_does(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """`sched jobs trigger` adds a run beside a one-off job's own: the job's hash stays while
+    either slot is in Redis, and leaves with the last."""
+    client.set_retention(60)
+    s = make(r, client, clock)
+    finish(s)
+    extra = client.trigger(s.job_id)
+    clock.advance(61)
+    expire(redis_url, ns, clock)
+    assert not in_redis(r, s) and client.get_job(s.job_id)
+    assert client.get_slot(extra).status is SlotStatus.QUEUED
+    [(_, mid, slot)] = s.read()
+    assert slot == extra
+    s.claim([(s.queue, mid, slot)])
+    now = clock.now_ms()
+    s.run(scripts.complete(s.prefix, now, 1000, W, [(extra, 1, now, now)]))
+    clock.advance(61)
+    replies = expire(redis_url, ns, clock)
+    assert sum(e.jobs for e in replies) == 1
+    with pytest.raises(JobNotFound):
+        client.get_job(s.job_id)

@@ -258,26 +258,27 @@ local function task_problem(task)
 end
 
 -- Remove one finished slot from Redis: its hash, its `finished` and `runs:` entries, and its
--- job's hash (leaving the `jobs` index) when that was the job's only slot and the job does
--- not recur. A recurring job's definition stays: it is small and `sched jobs show` reads it.
+-- job's hash (leaving the `jobs` index) once no slot of the job is left and the job does not
+-- recur. A recurring job's definition stays: it is small and `sched jobs show` reads it. A
+-- one-off job with a triggered run beside its own (trigger.lua) stays while either does.
 -- retire.lua and expire.lua remove finished work through here alone; the caller has checked
 -- the slot is terminal. Returns 1 when the job's hash went too, else 0.
 local function retire_slot(prefix, slot_id, job_id)
-  local slot_key = prefix .. 'slot:' .. slot_id
   local job_key = prefix .. 'job:' .. job_id
+  local runs = prefix .. 'runs:' .. job_id
   local job = redis.call('HMGET', job_key, 'kind', 'fire_ms')  -- kind is absent: immediate
   redis.call('ZREM', prefix .. 'finished', slot_id)
-  if job[1] == 'cron' then
-    redis.call('DEL', slot_key)
-    redis.call('ZREM', prefix .. 'runs:' .. job_id, slot_id)
-    return 0
-  elseif job[2] and (job_id .. ':' .. job[2]) == slot_id then
-    redis.call('DEL', slot_key, job_key)
-    if job[1] then redis.call('ZREM', prefix .. 'jobs', job_id) end  -- immediate: not indexed
-    return 1
+  redis.call('DEL', prefix .. 'slot:' .. slot_id)
+  redis.call('ZREM', runs, slot_id)
+  if job[1] == 'cron' or not job[2] then return 0 end
+  local own = job_id .. ':' .. job[2]
+  if (own ~= slot_id and redis.call('EXISTS', prefix .. 'slot:' .. own) == 1)
+      or redis.call('EXISTS', runs) == 1 then
+    return 0  -- another slot of the job is still in Redis
   end
-  redis.call('DEL', slot_key)
-  return 0
+  redis.call('DEL', job_key)
+  if job[1] then redis.call('ZREM', prefix .. 'jobs', job_id) end  -- immediate: not indexed
+  return 1
 end
 
 -- Finished work up to `finished_ms` left this shard: `stats` keeps the latest such time, so
