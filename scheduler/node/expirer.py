@@ -15,6 +15,7 @@ snapshotter has committed. Each shard bounds its own share of `retain_max`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 
 import redis.asyncio
@@ -31,6 +32,7 @@ log = logging.getLogger("scheduler.node.expirer")
 
 BATCH = 1000  # entries looked at per shard per call: bounds how long one call holds Redis
 INTERVAL_S = 1.0  # between passes that left nothing due
+HELD_LOG_S = 60.0  # at most one line this often about slots waiting for history
 
 
 class Expirer(Service):
@@ -52,6 +54,7 @@ class Expirer(Service):
         self.removed = 0  # slots removed since start (dead-lettered ones included)
         self.held = 0  # at the last pass: finished slots waiting for the history store
         self.last: list[Expired] = []
+        self._told = float("-inf")  # when the held slots were last logged
 
     async def run_once(self) -> int:
         """One call per owned shard; returns how many slots it removed."""
@@ -71,6 +74,10 @@ class Expirer(Service):
         removed = sum(r.slots + r.dead for r in replies)
         self.removed += removed
         self.held = sum(r.held for r in replies)
+        if self.held and time.monotonic() - self._told >= HELD_LOG_S:
+            self._told = time.monotonic()
+            log.warning("%d finished slot(s) past the retention wait for the history store "
+                        "before they leave Redis: is the snapshotter keeping up?", self.held)
         return removed
 
     async def run_to_end(self) -> int:
