@@ -122,7 +122,8 @@ def test_the_count_bound_comes_first_when_it_is_reached(
 
 
 def test_with_history_only_what_the_store_has_leaves(
-        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock,
+        caplog: pytest.LogCaptureFixture) -> None:
     """The snapshotter's group on the events streams means the namespace keeps history: a
     finished slot leaves only once it is in `retain` (written after the store's commit), a
     dead letter only once the group has read past its death."""
@@ -138,6 +139,7 @@ def test_with_history_only_what_the_store_has_leaves(
     replies = expire(redis_url, ns, clock)
     assert sum(e.held for e in replies) == 1 and sum(e.slots + e.dead for e in replies) == 0
     assert in_redis(r, done) and in_redis(r, dead)
+    assert "1 finished slot(s) past the retention wait for the history store" in caplog.text
 
     r.zadd(keys.retain(done.shard), {done.slot_id: clock.now_ms() + 3_600_000})
     assert sum(e.slots for e in expire(redis_url, ns, clock)) == 1
