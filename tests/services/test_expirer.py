@@ -210,6 +210,8 @@ def test_status_the_console_and_a_metric_say_when_finished_work_piles_up(
     # The CLI, the exporter and the console read Redis's time: the test clock's is long past.
     _, out, _ = sched(capsys, redis_url, ns, "status")
     assert "finished slot(s) kept in Redis" in out
+    assert "finished:     1 kept in Redis, the oldest finished " in out
+    assert "(retention 60s, at most 500,000)" in out
     registry = CollectorRegistry()
     plain = redis.Redis.from_url(redis_url)
     registry.register(NamespaceCollector(plain, ns))
