@@ -141,10 +141,14 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def write_retention(pipe: Any, keys: Keys, settings: RetentionSettings) -> None:
-    pipe.hset(keys.meta, mapping={"retention_s": repr(settings.retention_s),
-                                  "retain_max": settings.retain_max,
-                                  "dead_retention_s": repr(settings.dead_retention_s)})
+def write_retention(pipe: Any, keys: Keys, settings: RetentionSettings,
+                    fields: Iterable[str] = RETENTION_FIELDS) -> None:
+    """Queue the write of `fields` (of RETENTION_FIELDS) of `settings`."""
+    values = {"retention_s": repr(settings.retention_s), "retain_max": settings.retain_max,
+              "dead_retention_s": repr(settings.dead_retention_s)}
+    mapping = {name: values[name] for name in fields}
+    if mapping:
+        pipe.hset(keys.meta, mapping=mapping)
 
 
 def check_shards(shards: int | None) -> int | None:

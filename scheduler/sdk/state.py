@@ -231,8 +231,6 @@ def now_ms(core: ClientState) -> Op[int]:
     return core.clock.now_ms()
 
 
-
-
 def retention(core: ClientState) -> Op[RetentionSettings]:
     """How long the namespace keeps finished work in Redis (`set_retention`); each setting
     never set is at its default."""
@@ -249,7 +247,7 @@ def set_retention(core: ClientState, retention: float | str | None = None,
                   retain_max: int | None = None, dead_retention: float | str | None = None
                   ) -> Op[RetentionSettings]:
     """Bound the finished work the namespace keeps in Redis: a finished slot (and its job,
-    when it was the job's only slot) leaves once it finished `retention` ago (seconds, or
+    with its last slot) leaves once it finished `retention` ago (seconds, or
     text such as "90s", "1h", "7d") or once `retain_max` finished slots are younger than it,
     whichever comes first; a dead-lettered slot leaves `dead_retention` after it died. Each
     one left None keeps its value. Every scheduler node applies a change at its next pass
@@ -263,6 +261,9 @@ def set_retention(core: ClientState, retention: float | str | None = None,
     yield from ready(core)
     yield from ensure_namespace(core)
     pipe = Pipe()
-    write_retention(pipe, core.keys, settings)
+    # Only the settings given are written: another caller's change of the others stands.
+    write_retention(pipe, core.keys, settings, [name for name, value in (
+        ("retention_s", retention), ("retain_max", retain_max),
+        ("dead_retention_s", dead_retention)) if value is not None])
     yield pipe
     return settings

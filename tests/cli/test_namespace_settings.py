@@ -48,3 +48,12 @@ def test_set_without_an_option_is_a_usage_error(capsys: pytest.CaptureFixture[st
                                                 redis_url: str, ns: str) -> None:
     code, _, err = sched(capsys, redis_url, ns, "namespace", "set")
     assert code == 2 and "give at least one of --retention" in err
+
+
+def test_a_change_writes_only_the_settings_given(capsys: pytest.CaptureFixture[str],
+                                                 r: redis.Redis, redis_url: str,
+                                                 ns: str) -> None:
+    """So two operators changing different settings at once both get theirs."""
+    code, _, _ = sched(capsys, redis_url, ns, "namespace", "set", "--retain-max", "5")
+    assert code == 0
+    assert r.hmget(Keys(ns).meta, *RETENTION_FIELDS) == [None, b"5", None]
