@@ -3,7 +3,8 @@
 Layout. Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
 which only ever touches one shard, maps to a single Redis Cluster slot:
 
-    <ns>:meta                     hash    shard count, creation time, layout version
+    <ns>:meta                     hash    shard count, creation time, layout version, and
+                                          the retention of finished work (namespace.py)
     <ns>:queues                   set     queue names, as versions before `lanes` listed them:
                                           the queue cleaner moves them into `lanes` and drops it
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
@@ -22,7 +23,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:jobs               zset    ids of jobs with a schedule (not immediate) by creation (ms)
     <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
     <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
-                                          orphans recovered)
+                                          orphans recovered, `retired_ms`: the latest finish
+                                          time of the work retention removed)
     <ns>:{sNN}:config             hash    the namespace's settings its scripts enforce, copied
                                           into each shard (max_payload_bytes)
     <ns>:{sNN}:q:<queue>          stream  dispatch of priority 3 (the default); group `workers`
