@@ -167,6 +167,7 @@ def test_a_slot_that_ran_again_is_never_removed(
     assert r.zcard(s.keys.finished(s.shard)) == 0
 
 
+@pytest.mark.slow
 def test_a_changed_setting_reaches_a_running_node(
         r: redis.Redis, redis_url: str, ns: str, app_env: dict[str, str]) -> None:
     """`sched scheduler` and `sched worker` started with the defaults (an hour): a job runs
@@ -193,11 +194,11 @@ def test_a_changed_setting_reaches_a_running_node(
                 client.result(job, timeout=0)
 
 
-def test_status_the_console_and_a_metric_say_when_finished_work_piles_up(
+def test_status_and_a_metric_say_when_finished_work_piles_up(
         r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock,
         capsys: pytest.CaptureFixture[str]) -> None:
-    """No node applies the retention: past it (and its slack), `sched status`, the console's
-    overview and `sched_retention_behind` say so; once the expirer ran, nothing does."""
+    """No node applies the retention: past it (and its slack), `sched status` and
+    `sched_retention_behind` say so; once the expirer ran, nothing does."""
     client.set_retention(60)
     s = make(r, client, clock)
     finish(s)
@@ -207,7 +208,7 @@ def test_status_the_console_and_a_metric_say_when_finished_work_piles_up(
     status = client.status()
     assert status.finished_oldest_age_s is not None and status.finished_oldest_age_s > 60
     assert any("past the retention" in w for w in status.warnings())
-    # The CLI, the exporter and the console read Redis's time: the test clock's is long past.
+    # The CLI and the exporter read Redis's time: the test clock's is long past.
     _, out, _ = sched(capsys, redis_url, ns, "status")
     assert "finished slot(s) kept in Redis" in out
     assert "finished:     1 kept in Redis, the oldest finished " in out
@@ -217,9 +218,6 @@ def test_status_the_console_and_a_metric_say_when_finished_work_piles_up(
     registry.register(NamespaceCollector(plain, ns))
     assert registry.get_sample_value("sched_retention_behind") == 1
     assert registry.get_sample_value("sched_finished_kept", {"shard": str(s.shard)}) == 1
-    console, base = serve_console(redis_url, ns)
-    with running(console):
-        assert "past the retention" in http_get(f"{base}/")[1]
 
     expire(redis_url, ns, clock)
     assert client.status().retention_behind() is None and client.status().finished_kept == 0
@@ -312,3 +310,16 @@ def test_a_one_off_job_stays_while_a_triggered_run_of_it_does(
     assert sum(e.jobs for e in replies) == 1
     with pytest.raises(JobNotFound):
         client.get_job(s.job_id)
+
+
+@pytest.mark.slow
+def test_the_console_overview_says_when_finished_work_piles_up(
+        r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """`sched web` reads Redis's time: a slot finished at the test clock's is long past the
+    retention, and no node applies it."""
+    client.set_retention(60)
+    finish(make(r, client, clock))
+    console, base = serve_console(redis_url, ns)
+    with running(console):
+        code, page = http_get(f"{base}/")
+    assert code == 200 and "past the retention" in page
