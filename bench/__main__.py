@@ -8,6 +8,7 @@
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
 `python -m bench processes [--jobs N] [--processes P]`,
 `python -m bench queue_names [--names N] [--busy B] [--before TREE]`,
+`python -m bench retention-soak [--rate R] [--seconds S] [--retention T]`,
 `python -m bench submit [--jobs N] [--batch B] [--singles M]`,
 `python -m bench script_ab --a TREE [--b TREE]`.
 
@@ -36,6 +37,7 @@ from . import (
     processes,
     queue_names,
     retention,
+    retention_soak,
     script_ab,
     snapshot,
     submit,
@@ -47,7 +49,7 @@ COMMANDS = {"ab": ab, "burndown": burndown, "burst": burst, "cluster": cluster, 
             "delayed": delayed, "fairness": fairness, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
             "processes": processes,
             "queue_names": queue_names,
-            "retention": retention,
+            "retention": retention, "retention-soak": retention_soak,
             "script_ab": script_ab, "snapshot": snapshot, "submit": submit, "sustained": sustained}
 
 

@@ -15,6 +15,12 @@ async def noop(ctx: Context, payload: Any) -> None:
     return None
 
 
+@registry.task("bench.echo")
+async def echo(ctx: Context, payload: Any) -> Any:
+    """Returns its payload: a result for `result()` to read (bench retention-soak)."""
+    return payload
+
+
 def spin(iterations: int) -> int:
     """Pure-Python CPU: the same work for every job, whatever runs it."""
     total = 0

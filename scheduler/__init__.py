@@ -6,6 +6,7 @@ from scheduler.core.errors import (
     RedisFailure,
     RedisRefused,
     RedisUnavailable,
+    ResultExpired,
     ResultTimeout,
     Retry,
     RunFailed,
@@ -15,6 +16,7 @@ from scheduler.core.errors import (
 )
 from scheduler.core.limits import QueueLimit
 from scheduler.core.models import Attempt, Job, Progress, RetryPolicy, Slot
+from scheduler.core.namespace import RetentionSettings
 from scheduler.core.states import Delivery, Durability, Outcome, SlotStatus
 from scheduler.sdk.client import AsyncClient, Client, JobSpec
 from scheduler.worker.registry import Context, Registry, SyncContext
@@ -22,7 +24,8 @@ from scheduler.worker.registry import Context, Registry, SyncContext
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability",
     "DurabilityError", "Job", "JobSpec", "Outcome", "Progress", "QueueLimit", "RedisFailure",
-    "RedisRefused", "RedisUnavailable", "Registry", "ResultTimeout", "Retry", "RetryPolicy",
+    "RedisRefused", "RedisUnavailable", "Registry", "ResultExpired", "ResultTimeout",
+    "RetentionSettings", "Retry", "RetryPolicy",
     "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "SyncContext",
     "ValidationError",
 ]

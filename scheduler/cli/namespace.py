@@ -1,18 +1,27 @@
 """`sched namespace create`: make a namespace before anything is submitted to it
 (`Client.create_namespace`), e.g. in a deploy script, with its shard count and payload limit.
-Workers and scheduler nodes started before it wait for it and start once it exists."""
+Workers and scheduler nodes started before it wait for it and start once it exists.
+`sched namespace set` / `show`: the settings that may change, how long finished work stays
+in Redis (`Client.set_retention`, `Client.retention`)."""
 
 from __future__ import annotations
 
 import click
+import msgspec
 
 from scheduler.cli.inspect import echo_json
-from scheduler.core.namespace import MAX_PAYLOAD_LIMIT, MAX_SHARDS
+from scheduler.core.namespace import (
+    MAX_PAYLOAD_LIMIT,
+    MAX_RETAIN_MAX,
+    MAX_SHARDS,
+    RetentionSettings,
+)
 
 
 @click.group()
 def namespace() -> None:
-    """The namespace itself (its settings are fixed when it is created)."""
+    """The namespace itself: shards and payload limit (fixed when it is created), and how
+    long finished work stays in Redis (`set`, `show`)."""
 
 
 @namespace.command("create")
@@ -35,3 +44,49 @@ def create(obj: dict[str, str], shards: int | None, max_payload_bytes: int | Non
         echo_json({"namespace": obj["namespace"], "shards": count, "max_payload_bytes": limit})
         return
     click.echo(f"namespace {obj['namespace']}: {count} shards, payloads up to {limit:,} bytes")
+
+
+@namespace.command("set")
+@click.option("--retention", default=None, metavar="DURATION",
+              help="Finished work leaves Redis this long after it finished (90s, 15m, 1h, "
+                   "7d; 1h by default).")
+@click.option("--retain-max", type=click.IntRange(1, MAX_RETAIN_MAX), default=None,
+              help="...or once this many finished slots are younger (500,000 by default), "
+                   "whichever comes first.")
+@click.option("--dead-retention", default=None, metavar="DURATION",
+              help="Dead-lettered slots leave this long after they died (7d by default).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def set_(obj: dict[str, str], retention: str | None, retain_max: int | None,
+         dead_retention: str | None, as_json: bool) -> None:
+    """Change how long the namespace keeps finished work in Redis. Running scheduler nodes
+    apply it within about a second; options not given keep their value."""
+    from scheduler import Client
+
+    if retention is None and retain_max is None and dead_retention is None:
+        raise click.UsageError("give at least one of --retention, --retain-max, "
+                               "--dead-retention (see `sched namespace show`)")
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        settings = client.set_retention(retention, retain_max, dead_retention)
+    _print(obj["namespace"], settings, as_json)
+
+
+@namespace.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show(obj: dict[str, str], as_json: bool) -> None:
+    """The namespace's settings: how long finished work stays in Redis."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        settings = client.retention()
+    _print(obj["namespace"], settings, as_json)
+
+
+def _print(name: str, settings: RetentionSettings, as_json: bool) -> None:
+    if as_json:
+        echo_json({"namespace": name, **msgspec.structs.asdict(settings)})
+        return
+    click.echo(f"namespace {name}: finished work kept {settings.retention_s:g} s or the last "
+               f"{settings.retain_max:,} finished slots, whichever is fewer; dead letters "
+               f"kept {settings.dead_retention_s:g} s")

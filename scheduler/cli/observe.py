@@ -45,6 +45,10 @@ def render(s: Any, problems: list[str]) -> None:
     late = f", oldest {_age(s.oldest_overdue_s)} late" if s.due_backlog else ""
     click.echo(f"due:          {s.due_slots:,} scheduled, {s.due_backlog:,} due now{late}")
     click.echo(f"dead letters: {s.dead_letter_size:,}")
+    oldest = ("" if s.finished_oldest_age_s is None
+              else f", the oldest finished {_age(s.finished_oldest_age_s)} ago")
+    click.echo(f"finished:     {s.finished_kept:,} kept in Redis{oldest} (retention "
+               f"{s.retention_s:g}s, at most {s.retain_max:,})")
     owners = sorted({d.owner for d in s.shard_details if d.owner})
     click.echo(printable(f"shard owners: {s.shards_owned}/{s.shards}"
                          + (f" ({', '.join(owners)[:100]})" if owners else "")))

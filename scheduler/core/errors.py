@@ -51,6 +51,21 @@ class SlotNotFound(SchedulerError, LookupError):
         super().__init__(f"no slot {slot_id!r} in this namespace (check --namespace and the id)")
 
 
+class ResultExpired(JobNotFound):
+    """Client.result: the job finished and has left Redis under the namespace's retention
+    (docs/operating/retention.md), and no history store has it."""
+
+    def __init__(self, job_id: str, retention_s: float, retain_max: int) -> None:
+        self.retention_s = retention_s
+        self.retain_max = retain_max
+        SchedulerError.__init__(
+            self, f"job {job_id!r} finished and its result expired under the namespace "
+                  f"retention (finished work stays {retention_s:g} s, at most the last "
+                  f"{retain_max:,} finished slots: `sched namespace show`); keep results "
+                  f"longer with `sched namespace set --retention`, or keep history")
+        self.job_id = job_id
+
+
 class LeaseLost(SchedulerError):
     """This attempt no longer owns its slot (the lease expired and the slot was reclaimed or
     cancelled). Raised by `ctx.once`; the handler should stop without its effect."""

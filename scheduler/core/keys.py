@@ -3,7 +3,8 @@
 Layout. Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
 which only ever touches one shard, maps to a single Redis Cluster slot:
 
-    <ns>:meta                     hash    shard count, creation time, layout version
+    <ns>:meta                     hash    shard count, creation time, layout version, and
+                                          the retention of finished work (namespace.py)
     <ns>:queues                   set     queue names, as versions before `lanes` listed them:
                                           the queue cleaner moves them into `lanes` and drops it
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
@@ -22,7 +23,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:jobs               zset    ids of jobs with a schedule (not immediate) by creation (ms)
     <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
     <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
-                                          orphans recovered)
+                                          orphans recovered, `retired_ms`: the latest finish
+                                          time of the work retention removed)
     <ns>:{sNN}:config             hash    the namespace's settings its scripts enforce, copied
                                           into each shard (max_payload_bytes)
     <ns>:{sNN}:q:<queue>          stream  dispatch of priority 3 (the default); group `workers`
@@ -39,6 +41,9 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:owner              string  scheduler-node lease on the shard
     <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
                                           by when their hash may leave Redis (ms)
+    <ns>:{sNN}:finished           zset    terminal slot ids by finished_ms, written by every
+                                          transition that ends a slot: what the node's expirer
+                                          bounds (lua/expire.lua, node/expirer.py)
     <ns>:{sNN}:dedupe:<key_id>    string  a windowed dedupe key's job id (dedupe_ttl, debounce),
                                           expiring with the window; key_id is the key's
                                           dedupe_job_id, and the job it names is in the
@@ -114,7 +119,7 @@ SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
-                            "retain", "lanes"})
+                            "retain", "finished", "lanes"})
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # A concurrency key: a tenant, customer, account, domain... It ends a key name and reaches
@@ -351,3 +356,6 @@ class Keys:
 
     def retain(self, shard: int) -> str:
         return f"{self.prefix(shard)}retain"  # zset
+
+    def finished(self, shard: int) -> str:
+        return f"{self.prefix(shard)}finished"  # zset

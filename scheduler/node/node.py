@@ -1,10 +1,11 @@
 """A scheduler node (`sched scheduler`): any number may run against one namespace.
 
-Six loops share the node's shards: `ShardLeases` decides which shards this node owns (and
+Seven loops share the node's shards: `ShardLeases` decides which shards this node owns (and
 tells the others it is alive), the `Promoter` moves their due slots to dispatch streams, the
 `Materializer` creates their cron occurrences' slots, the `Reclaimer` recovers slots whose
 worker stopped heartbeating, the `QueueCleaner` drops idle empty lanes from their queue
-index, and, on the owner of shard 0, the `Sweeper` finds slots that fell out of every index.
+index, the `Expirer` removes their finished work past the namespace's retention, and, on the
+owner of shard 0, the `Sweeper` finds slots that fell out of every index.
 Ownership only spreads the work; the scripts are correct however many nodes run them on one
 shard. That is why the promoter and the materializer also take,
 on the shards other nodes own, what those nodes have left overdue: a dead or frozen owner
@@ -15,8 +16,8 @@ Every loop outlives any Redis error (scheduler/redis/service.py): it logs, backs
 A node started before its namespace exists waits for it, registered in `<ns>:schedulers`
 meanwhile (so `sched status` counts it as waiting), and starts once it exists.
 
-Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer, cleaner and
-sweeper finish their round and stop; then the leases are released and the node leaves the
+Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer, cleaner,
+expirer and sweeper finish their round and stop; then the leases are released and the node leaves the
 registry, so the remaining nodes take its shards on their next tick instead of after the
 lease ttl.
 """
@@ -40,6 +41,7 @@ from scheduler.core.errors import ConfigError, NamespaceMissing
 from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.node.expirer import Expirer
 from scheduler.node.leases import ShardLeases
 from scheduler.node.materializer import Materializer
 from scheduler.node.promoter import PROMOTE_AHEAD_MS, Promoter
@@ -110,6 +112,7 @@ class SchedulerNode:
                                events_maxlen=self.config.events_maxlen)
         self.cleaner = QueueCleaner(client, self.keys, [], self.clock,
                                     idle_s=self.config.queue_idle_s)
+        self.expirer = Expirer(client, self.keys, [], self.clock)
         self.leases: ShardLeases | None = None
         self._stop = asyncio.Event()
         self._waited = False  # registered as waiting for the namespace
@@ -120,8 +123,8 @@ class SchedulerNode:
         others = [self.keys.prefix(s) for s in range(self.leases.shards) if s not in shards]
         self.promoter.prefixes = self.materializer.prefixes = prefixes
         self.promoter.others = self.materializer.others = others
-        self.reclaimer.shards = self.cleaner.shards = shards
-        self.cleaner.total_shards = self.leases.shards
+        self.reclaimer.shards = self.cleaner.shards = self.expirer.shards = shards
+        self.cleaner.total_shards = self.expirer.total_shards = self.leases.shards
         self.sweeper.active = 0 in shards
 
     async def setup(self) -> None:
@@ -180,7 +183,7 @@ class SchedulerNode:
         assert self.leases is not None
         log.info("scheduler node %s started (%d shards)", self.node_id, self.leases.shards)
         services = (self.leases, self.promoter, self.materializer, self.reclaimer,
-                    self.cleaner, self.sweeper)
+                    self.cleaner, self.expirer, self.sweeper)
         loops = [asyncio.create_task(s.run(), name=type(s).__name__) for s in services]
         stopped = asyncio.create_task(self._stop.wait())
         await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)

@@ -217,6 +217,13 @@ GAUGES = {
                                "(a counter kept in Redis).", ("shard",)),
     "sched_orphans_waiting": ("Running slots without their pending entry, waiting for their "
                               "lease to end before the sweeper re-runs them.", ("shard",)),
+    "sched_finished_kept": ("Finished slots kept in Redis (the shard's `finished` set), which "
+                            "the namespace's retention bounds.", ("shard",)),
+    "sched_finished_oldest_age_seconds": ("Since the oldest finished slot kept in Redis "
+                                          "finished; absent while none is kept.", ("shard",)),
+    "sched_retention_behind": ("1 when finished work is kept past the namespace's retention "
+                               "(`sched status` says why: no scheduler node applying it, or "
+                               "the history store behind), else 0.", ()),
     "sched_workers_alive": ("Workers whose heartbeat is younger than their lease.", ()),
     "sched_workers_wanted": ("Workers the observed lag and throughput call for (the rule: "
                              "scheduler/observe/capacity.py); what an autoscaler scales on.", ()),
@@ -329,6 +336,9 @@ class NamespaceCollector(Collector):
             g["sched_dead_letter_size"].add_metric([s], d.dead_letter_size)
             g["sched_orphans_repaired"].add_metric([s], d.orphans_recovered)
             g["sched_orphans_waiting"].add_metric([s], d.orphans_waiting)
+            g["sched_finished_kept"].add_metric([s], d.finished_kept)
+            if d.finished_oldest_age_s is not None:
+                g["sched_finished_oldest_age_seconds"].add_metric([s], d.finished_oldest_age_s)
             if d.owner:
                 g["sched_shard_owner"].add_metric([s, d.owner], 1)
             if d.snapshot_lag_s is not None:
@@ -343,6 +353,7 @@ class NamespaceCollector(Collector):
         self._workers(g, status, named)
         self._log_worker_changes(status.workers)
         g["sched_shards_owned"].add_metric([], status.shards_owned)
+        g["sched_retention_behind"].add_metric([], 1 if status.retention_behind() else 0)
         g["sched_shards"].add_metric([], status.shards)
         g["sched_exporter_up"].add_metric([], 1)
         g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)

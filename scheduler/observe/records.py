@@ -8,6 +8,7 @@ from __future__ import annotations
 import msgspec
 
 from scheduler.core.limits import QueueLimit
+from scheduler.core.namespace import DEFAULT_RETAIN_MAX, DEFAULT_RETENTION_S
 
 
 class KeyStatus(msgspec.Struct, kw_only=True, frozen=True):
@@ -67,6 +68,8 @@ class ShardStatus(msgspec.Struct, kw_only=True):
     orphans_recovered: int = 0  # slots the sweeper found stranded and repaired, ever
     orphans_last_ms: int | None = None  # when it last did
     orphans_waiting: int = 0  # stranded slots it found whose lease is not over yet
+    finished_kept: int = 0  # finished slots in Redis (its `finished` set)
+    finished_oldest_age_s: float | None = None  # since the oldest of them finished
 
 
 class QueueStatus(msgspec.Struct, kw_only=True):
@@ -156,6 +159,12 @@ def group_supervisors(workers: list[WorkerStatus]) -> list[Supervisor]:
     return out
 
 
+# Finished work is "piling up" past this much over the namespace's bounds: the expirer
+# removes a batch per shard per pass, so a busy namespace is always a little over them.
+RETENTION_SLACK = 1.1
+RETENTION_GRACE_S = 60.0
+RETAIN_GRACE = 10_000
+
 OUTBOX_LAG_S = 30.0  # the SchedOutboxLag alert's threshold (deploy/prometheus/alerts.yml)
 
 
@@ -216,6 +225,25 @@ class Status(msgspec.Struct, kw_only=True):
     workers_waiting: int = 0  # live workers waiting for the namespace to be created
     nodes_waiting: int = 0  # scheduler nodes registered while it does not exist (all wait)
     outbox: OutboxStatus | None = None  # None: no outbox relay ever reported
+    finished_kept: int = 0  # finished slots in Redis, over every shard
+    finished_oldest_age_s: float | None = None  # since the oldest of them finished
+    retention_s: float = DEFAULT_RETENTION_S  # the namespace's bounds (`sched namespace show`)
+    retain_max: int = DEFAULT_RETAIN_MAX
+
+    def retention_behind(self) -> str | None:
+        """Finished work kept past the namespace's bounds by more than the expirer's slack
+        (a pass a second, a batch a call): no scheduler node is applying them, or, with
+        history, the history store is behind. None while within them."""
+        over_age = (self.finished_oldest_age_s is not None and self.finished_oldest_age_s
+                    > self.retention_s * RETENTION_SLACK + RETENTION_GRACE_S)
+        over_count = self.finished_kept > self.retain_max * RETENTION_SLACK + RETAIN_GRACE
+        if not (over_age or over_count):
+            return None
+        oldest = self.finished_oldest_age_s or 0.0
+        return (f"{self.finished_kept:,} finished slot(s) kept in Redis, the oldest finished "
+                f"{oldest:.0f}s ago, past the retention ({self.retention_s:g}s, at most "
+                f"{self.retain_max:,}): is a `sched scheduler` running, and, when the namespace "
+                f"keeps history, is the snapshotter keeping up? (docs: operating/retention.md)")
 
     def not_created(self) -> str | None:
         """What `sched status` says of a namespace that does not exist yet (None once it
@@ -227,9 +255,12 @@ class Status(msgspec.Struct, kw_only=True):
 
     def warnings(self) -> list[str]:
         """What puts accepted jobs at risk or slows them without making the namespace
-        unhealthy: no durability, shards spread unevenly over a cluster's nodes, and outbox
-        rows that wait."""
+        unhealthy: no durability, shards spread unevenly over a cluster's nodes, outbox
+        rows that wait, and finished work kept past the namespace's retention."""
         found = []
+        behind = self.retention_behind()
+        if behind:
+            found.append(behind)
         box = self.outbox
         if box is not None and box.rows and box.oldest_age_s + box.reported_age_s > OUTBOX_LAG_S:
             found.append(f"{box.rows:,} outbox row(s) waiting, the oldest committed "

@@ -31,6 +31,7 @@ import redis
 import redis.asyncio
 
 import scheduler.core.limits as limits
+import scheduler.core.namespace as namespace
 import scheduler.observe.capacity as capacity
 import scheduler.observe.keyed as keyed
 import scheduler.redis.cluster as cluster
@@ -185,7 +186,7 @@ class _Reader:
     script by SHA, each worker hash) follow in the same pipeline when the topology is known
     from a previous read, or in a second one."""
 
-    TOPOLOGY_COMMANDS = 8
+    TOPOLOGY_COMMANDS = 9
 
     def __init__(self, keys: Keys, now_ms: int) -> None:
         self.keys = keys
@@ -200,6 +201,7 @@ class _Reader:
         self.per_key: dict[str, QueueLimit] = {}  # queues with a per-key limit: theirs
         self.node_seen: list[float] = []  # `<ns>:schedulers` scores (ms)
         self.outbox: OutboxStatus | None = None
+        self.retention = namespace.RetentionSettings()
 
     def topology(self, pipe: Any) -> None:
         pipe.hget(self.keys.meta, "shards")
@@ -211,12 +213,15 @@ class _Reader:
         pipe.info("persistence")  # an ACL without INFO: unknown, not an error
         pipe.info("replication")
         pipe.hgetall(self.keys.outbox)
+        namespace.read_retention(pipe, self.keys)
 
     def took_topology(self, replies: list[Any]) -> Topology:
         for r in replies[:5]:
             if isinstance(r, Exception):
                 raise r
-        shards, self.seen, known, limited, nodes, persistence, replication, box = replies
+        shards, self.seen, known, limited, nodes, persistence, replication, box, kept = replies
+        self.retention = namespace.parse_retention(
+            kept if isinstance(kept, list) else [None] * len(namespace.RETENTION_FIELDS))
         if isinstance(box, dict) and box:
             self.outbox = OutboxStatus(
                 rows=int(box.get(b"rows", 0)), oldest_age_s=int(box.get(b"lag_ms", 0)) / 1000,
@@ -243,6 +248,9 @@ class _Reader:
                                  *call.keys, *call.args)
         for worker_id in topo.worker_ids:
             pipe.hgetall(self.keys.worker(worker_id))
+        for shard in range(topo.shards):  # the finished work each shard keeps
+            pipe.zcard(self.keys.finished(shard))
+            pipe.zrange(self.keys.finished(shard), 0, 0, withscores=True)
 
     @staticmethod
     def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
@@ -260,8 +268,14 @@ class _Reader:
                 raise r
         details = [_shard(s, self.now, r, k) for s, (r, k) in enumerate(
             zip(stats[:topo.shards], stats[topo.shards:], strict=True))]
+        hashes = scripted + len(topo.worker_ids)
         workers = [_worker(_s(w), int(score), self.now, raw)
-                   for (w, score), raw in zip(self.seen, replies[scripted:], strict=True)]
+                   for (w, score), raw in zip(self.seen, replies[scripted:hashes], strict=True)]
+        finished = replies[hashes:]
+        for d in details:
+            kept, head = finished[2 * d.shard:2 * d.shard + 2]
+            d.finished_kept = int(kept)
+            d.finished_oldest_age_s = _age_s(self.now, int(head[0][1])) if head else None
         queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
         status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
                             self.workers_known, self.per_key)
@@ -270,6 +284,11 @@ class _Reader:
             status.nodes_waiting = len(self.node_seen)
         status.redis_aof, status.redis_replicas = self.aof, self.replicas
         status.outbox = self.outbox
+        status.retention_s = self.retention.retention_s
+        status.retain_max = self.retention.retain_max
+        status.finished_kept = sum(d.finished_kept for d in details)
+        ages = [d.finished_oldest_age_s for d in details if d.finished_oldest_age_s is not None]
+        status.finished_oldest_age_s = max(ages) if ages else None
         status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(
             topo.shards)), aof=self.aof, replicas=self.replicas)]
         if self.nodes:  # a cluster: durability is the weakest node's

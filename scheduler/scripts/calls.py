@@ -277,6 +277,12 @@ def retire(prefix: str, now_ms: int, retention_ms: int, limit: int) -> Call:
     return Call("retire", (prefix,), (now_ms, retention_ms, limit))
 
 
+def expire(prefix: str, now_ms: int, retention_ms: int, retain_max: int,
+           dead_retention_ms: int, limit: int) -> Call:
+    return Call("expire", (prefix,), (now_ms, retention_ms, retain_max, dead_retention_ms,
+                                      limit))
+
+
 def restore(prefix: str, now_ms: int, maxlen: int,
             jobs: Sequence[tuple[str, int, Sequence[str]]],
             slots: Sequence[tuple[str, Sequence[str]]]) -> Call:

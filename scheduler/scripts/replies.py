@@ -337,6 +337,23 @@ class Retired(msgspec.Struct, frozen=True):
         return cls(*_ints(reply, 3))
 
 
+class Expired(msgspec.Struct, frozen=True):
+    """expire.lua (the node's expirer): slots, jobs and dead-lettered slots removed, slots
+    held until the history store has them, and the shard's `finished` entries left with the
+    finished_ms of the oldest (-1: none)."""
+
+    slots: int
+    jobs: int
+    dead: int
+    held: int
+    finished: int
+    oldest_ms: int
+
+    @classmethod
+    def decode(cls, reply: Sequence[Any]) -> Expired:
+        return cls(*_ints(reply, 6))
+
+
 class Acquired(msgspec.Struct, frozen=True):
     """acquire.lua: how many permits were granted, how long until the rate allows the next
     (-1: it did not hold the grant back), and the members granted ("" each when the queue

@@ -16,7 +16,7 @@ from scheduler.scripts.replies import Code
 
 NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat", "reclaim",
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
-         "trim_history", "retire", "restore", "sweep", "delete_job", "trigger",
+         "trim_history", "retire", "expire", "restore", "sweep", "delete_job", "trigger",
          "redefine", "acquire", "clean_lanes", "take",
          "key_stats")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)

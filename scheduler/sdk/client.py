@@ -48,7 +48,7 @@ from scheduler.core.models import (
     RetryPolicy,
     Slot,
 )
-from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.core.namespace import EVENTS_MAXLEN, RetentionSettings
 from scheduler.observe.keyed import TOP_KEYS
 from scheduler.observe.records import QueueKeys
 from scheduler.observe.status import Status, Supervisor, WorkerStatus
@@ -231,6 +231,17 @@ class Client(_Driver):
     @_drives(state.create_namespace)
     def create_namespace(self, max_payload_bytes: int | None = None) -> int:
         return self._drive(state.create_namespace(self._core, max_payload_bytes))
+
+    @_drives(state.retention)
+    def retention(self) -> RetentionSettings:
+        return self._drive(state.retention(self._core))
+
+    @_drives(state.set_retention)
+    def set_retention(self, retention: float | str | None = None,
+                      retain_max: int | None = None,
+                      dead_retention: float | str | None = None) -> RetentionSettings:
+        return self._drive(state.set_retention(self._core, retention, retain_max,
+                                               dead_retention))
 
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
@@ -471,6 +482,17 @@ class AsyncClient(_Driver):
     @_drives(state.create_namespace)
     async def create_namespace(self, max_payload_bytes: int | None = None) -> int:
         return await self._drive(state.create_namespace(self._core, max_payload_bytes))
+
+    @_drives(state.retention)
+    async def retention(self) -> RetentionSettings:
+        return await self._drive(state.retention(self._core))
+
+    @_drives(state.set_retention)
+    async def set_retention(self, retention: float | str | None = None,
+                            retain_max: int | None = None,
+                            dead_retention: float | str | None = None) -> RetentionSettings:
+        return await self._drive(state.set_retention(self._core, retention, retain_max,
+                                                     dead_retention))
 
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 

@@ -26,9 +26,14 @@ from scheduler.core.namespace import (
     META_FIELDS,
     Meta,
     NamespaceMissing,
+    RetentionSettings,
     check_payload_limit,
+    check_retention,
     check_shards,
+    parse_retention,
+    read_retention,
     write_config,
+    write_retention,
 )
 from scheduler.core.namespace import create as write_namespace
 from scheduler.core.namespace import parse as parse_meta
@@ -230,3 +235,39 @@ def now_ms(core: ClientState) -> Op[int]:
     return core.clock.now_ms()
 
 
+def retention(core: ClientState) -> Op[RetentionSettings]:
+    """How long the namespace keeps finished work in Redis (`set_retention`); each setting
+    never set is at its default."""
+    return (yield from _retention(core))
+
+
+def _retention(core: ClientState) -> Op[RetentionSettings]:
+    pipe = Pipe()
+    read_retention(pipe, core.keys)
+    return parse_retention((yield pipe)[0])
+
+
+def set_retention(core: ClientState, retention: float | str | None = None,
+                  retain_max: int | None = None, dead_retention: float | str | None = None
+                  ) -> Op[RetentionSettings]:
+    """Bound the finished work the namespace keeps in Redis: a finished slot (and its job,
+    with its last slot) leaves once it finished `retention` ago (seconds, or
+    text such as "90s", "1h", "7d") or once `retain_max` finished slots are younger than it,
+    whichever comes first; a dead-lettered slot leaves `dead_retention` after it died. Each
+    one left None keeps its value. Every scheduler node applies a change at its next pass
+    (about a second), without a restart. Returns the settings now in force
+    (docs/operating/retention.md)."""
+    current = yield from _retention(core)
+    settings = check_retention(
+        current.retention_s if retention is None else retention,
+        current.retain_max if retain_max is None else retain_max,
+        current.dead_retention_s if dead_retention is None else dead_retention)
+    yield from ready(core)
+    yield from ensure_namespace(core)
+    pipe = Pipe()
+    # Only the settings given are written: another caller's change of the others stands.
+    write_retention(pipe, core.keys, settings, [name for name, value in (
+        ("retention_s", retention), ("retain_max", retain_max),
+        ("dead_retention_s", dead_retention)) if value is not None])
+    yield pipe
+    return settings

@@ -18,7 +18,7 @@ BAD = "b{ad"  # a namespace the SDK refuses (scheduler/core/keys.py check_name),
 REFUSED = f"namespace: '{BAD}' is not allowed"
 # What each command needs to get as far as opening the SDK.
 NEEDS = {"app_spec": ["--app", "app_tasks:registry"], "dlq purge": ["--all", "--yes"],
-         "queues limit": ["--concurrency", "1"]}
+         "queues limit": ["--concurrency", "1"], "namespace set": ["--retention", "1h"]}
 # The history schema is the store's, shared by every namespace: no namespace to reach.
 NO_NAMESPACE = {"db upgrade"}
 

@@ -203,3 +203,18 @@ def test_burndown_keyed_smoke(tmp_path: Path) -> None:
     assert stdout.startswith("burndown --keys 5 --per-key 2 (concurrency 100, batch 500, 2 "
                              "pipelines): 300 jobs x1:")
     assert "exactly once: yes" in stdout and result["runs"][0]["committed"] == 300
+
+
+def test_retention_soak_short(tmp_path: Path) -> None:
+    """The soak, short: real `sched worker` and `sched scheduler` processes, no snapshotter,
+    --retention 5s. Redis memory is flat once the window is full, result() reads a job that
+    finished within it and raises ResultExpired for one past it."""
+    stdout, result = bench(tmp_path, "retention-soak", "--rate", "200", "--seconds", "25",
+                           "--retention", "5")
+    assert stdout.startswith("retention-soak: ") and "(flat)" in stdout, stdout
+    assert result["ok"] and abs(result["ratio"] - 1) <= 0.10
+    checks = result["checks"]
+    assert checks["within"] > 0 and checks["within_failed"] == 0
+    assert checks["after"] > 0 and checks["after_failed"] == 0
+    # At most a window's worth (and the expirer's pass) of finished jobs is kept.
+    assert result["finished_kept"] <= 200 * (5 + 2)

@@ -34,6 +34,7 @@ CLUSTER = "tests/faults/test_cluster.py::test_one_namespace_runs_over_three_mast
 MIGRATING = ("tests/faults/test_cluster.py::"
              "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
 PRIORITIES = "tests/sdk/test_priorities.py"
+EXPIRER = "tests/services/test_expirer.py::"
 LIMITS = "tests/sdk/test_queue_limits.py"
 HELD_BACK = (f"{LIMITS}::test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_"
              "the_limit_cleared")
@@ -1170,4 +1171,57 @@ MUTANTS = [
            '        return dedupe_job_id(dedupe_key) + ".0"',
            (DEDUPE + "test_a_dedupe_key_without_a_window_keeps_its_old_behaviour[single]",),
            fast=True),
+    Mutant("expirer-removes-unfinished-work", "expire.lua removes a slot of its `finished` "
+           "set without re-checking it is still terminal: a replayed dead letter, queued "
+           "again, leaves Redis", "scheduler/scripts/lua/expire.lua",
+           "  if not terminal[st[1]] then\n    redis.call('ZREM', finished_key, slot_id)\n",
+           "  if not st[1] then\n    redis.call('ZREM', finished_key, slot_id)\n",
+           (EXPIRER + "test_a_slot_that_ran_again_is_never_removed",), fast=True),
+    Mutant("expirer-ignores-retain-max", "expire.lua bounds finished work by age alone: at a "
+           "high rate Redis keeps retention_s of jobs whatever their count",
+           "scheduler/scripts/lua/expire.lua",
+           "local excess = redis.call('ZCARD', finished_key) - retain_max",
+           "local excess = 0",
+           (EXPIRER + "test_the_count_bound_comes_first_when_it_is_reached",), fast=True),
+    Mutant("expirer-ahead-of-history", "expire.lua removes finished slots the history store "
+           "has not committed yet: a namespace that keeps history loses them for good",
+           "scheduler/scripts/lua/expire.lua",
+           "  elseif history and not redis.call('ZSCORE', retain, slot_id) then",
+           "  elseif false then",
+           (EXPIRER + "test_with_history_only_what_the_store_has_leaves",), fast=True),
+    Mutant("expirer-dead-letters-ahead-of-history", "expire.lua removes dead letters past "
+           "their bound before the history group read their death",
+           "scheduler/scripts/lua/expire.lua",
+           "if history then dead_cutoff = math.min(dead_cutoff, (floor_ms or 0) - 1000) end",
+           "", (EXPIRER + "test_with_history_only_what_the_store_has_leaves",), fast=True),
+    Mutant("finished-not-indexed", "a successful run's slot is not indexed as finished: "
+           "without a snapshotter, Redis keeps it for good",
+           "scheduler/scripts/lua/complete.lua",
+           "  redis.call('ZADD', prefix .. 'finished', unpack(ended))\n", "",
+           (EXPIRER + "test_finished_work_leaves_after_its_retention_and_nothing_else_does",),
+           fast=True),
+    Mutant("expirer-reads-settings-once", "the node's expirer keeps the settings it read first:"
+           " a change needs a restart of every node", "scheduler/node/expirer.py",
+           "        self.settings = settings = namespace.parse_retention("
+           "(await transport.send(pipe))[0])",
+           "        if not hasattr(self, 'first'):\n"
+           "            self.first = namespace.parse_retention((await transport.send(pipe))[0])\n"
+           "        self.settings = settings = self.first",
+           (EXPIRER + "test_a_changed_setting_reaches_a_running_node",)),
+    Mutant("sweeper-leaves-finished-unindexed", "the sweeper passes over a finished slot "
+           "missing from the `finished` index: it stays in Redis for good",
+           "scheduler/scripts/lua/sweep.lua",
+           "      index_finished(prefix, slot_id,\n", "      (function() end)(prefix, slot_id,\n",
+           (EXPIRER + "test_the_sweeper_indexes_a_finished_slot_the_index_lacks",), fast=True),
+    Mutant("result-by-job-id-skips-history", "result(job_id) of a job retention removed "
+           "from Redis does not look in the history store: 'not found' although history has it",
+           "scheduler/sdk/results.py", "        if len(rows) != 1:\n            raise\n",
+           "        if True:\n            raise\n",
+           ("tests/sdk/test_results.py::test_a_result_outlives_its_job_in_the_history_store",),
+           fast=True),
+    Mutant("job-removed-under-a-live-run", "retention removes a one-off job's hash with its "
+           "own slot while a triggered run of it is still queued",
+           "scheduler/scripts/lua/_lib.lua", "      or redis.call('EXISTS', runs) == 1 then",
+           "      or false then",
+           (EXPIRER + "test_a_one_off_job_stays_while_a_triggered_run_of_it_does",), fast=True),
 ]

@@ -72,6 +72,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "clean_lanes": lambda p: scripts.clean_lanes(p, 1, 0, 10),
         "trim_history": lambda p: scripts.trim_history(p),
         "retire": lambda p: scripts.retire(p, 1, 1000, 10),
+        "expire": lambda p: scripts.expire(p, 1, 1000, 10, 1000, 10),
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
         "sweep": lambda p: scripts.sweep(p, 1, 10, []),
         "delete_job": lambda p: scripts.delete_job(p, 1, 10, "j", "why"),

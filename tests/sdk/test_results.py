@@ -104,3 +104,48 @@ def test_a_result_outlives_the_slot_in_the_history_store(redis_url: str, ns: str
     r.delete(Keys(ns).slot(shard_of(job, shards), slot))  # as retention would
     with Client(redis_url, ns, history=store) as client:
         assert client.result(slot, timeout=5) == 42
+
+
+def test_a_result_outlives_its_job_in_the_history_store(redis_url: str, ns: str, r: Any,
+                                                        tmp_path: Any) -> None:
+    """The namespace's retention removed the slot and its job from Redis once history had
+    them: result() by the job's id reads the store; without a store it says the result
+    expired."""
+    from helpers import drain
+    from scheduler.core.errors import ResultExpired
+    from scheduler.core.keys import Keys, shard_of
+    from scheduler.history.snapshotter import SnapshotterConfig
+    from scheduler.node.expirer import INTERVAL_S, Expirer
+    from scheduler.redis.clients import async_redis
+    from scheduler.redis.clock import RedisClock
+
+    registry = Registry()
+
+    @registry.task("answer")
+    async def answer(ctx: Context, payload: Any) -> Any:
+        return 42
+
+    store = f"sqlite://{tmp_path / 'h.sqlite3'}"
+    with Client(redis_url, ns) as client:
+        job = client.submit("answer")
+        asyncio.run(run_until(redis_url, ns, registry, lambda: client.slots(job)[0].status.value
+                              == "succeeded"))
+        client.set_retention(1)
+        shards = client.shards
+    asyncio.run(drain(redis_url, ns, store, config=SnapshotterConfig(settle_s=0, defer_s=0,
+                                                                     retention_s=0)))
+    job_key = Keys(ns).job(shard_of(job, shards), job)
+
+    async def expire() -> None:
+        async with async_redis(redis_url) as conn:
+            expirer = Expirer(conn, Keys(ns), range(shards), RedisClock(), total_shards=shards)
+            deadline = time.monotonic() + 1 + 10 * INTERVAL_S
+            while r.exists(job_key):
+                assert time.monotonic() < deadline, "the expirer never removed the job"
+                await expirer.run_once()
+                await asyncio.sleep(INTERVAL_S / 10)
+    asyncio.run(expire())
+    with Client(redis_url, ns, history=store) as client:
+        assert client.result(job, timeout=5) == 42
+    with Client(redis_url, ns) as client, pytest.raises(ResultExpired):
+        client.result(job, timeout=0)

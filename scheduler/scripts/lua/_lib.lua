@@ -12,6 +12,13 @@ local function emit(prefix, maxlen, now, kind, records, worker)
     'type', kind, 'ts', now, 'worker', worker or '', 'data', cjson.encode(records))
 end
 
+-- A slot ended (succeeded, dead, cancelled, lost, skipped) at `at`: the shard's `finished`
+-- zset is how the scheduler node's expirer (expire.lua) finds finished work to bound; a slot
+-- missing from it would stay in Redis for good when the namespace keeps no history.
+local function index_finished(prefix, slot_id, at)
+  redis.call('ZADD', prefix .. 'finished', at, slot_id)
+end
+
 -- Slot ids as an event's records, each the id alone (events.py: the hot path's form), as JSON
 -- text: one concat per call, no table or cjson per record. Ids hold no character JSON escapes
 -- (keys.py).
@@ -172,6 +179,7 @@ end
 local function bury(prefix, slot_key, slot_id, now, token, record)
   redis.call('ZADD', prefix .. 'dlq', now, slot_id)
   redis.call('HSET', slot_key, 'status', 'dead', 'finished_ms', now, 'a:' .. token, record)
+  index_finished(prefix, slot_id, now)
 end
 
 -- The refusal of a commit whose token is not the slot's current one.
@@ -194,9 +202,11 @@ local function expire_lease(prefix, slot_id, slot_key, s, now)
   local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'delivery', 'max_attempts')
   if redis.call('HEXISTS', slot_key, 'cancel') == 1 then
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+    index_finished(prefix, slot_id, now)
     return 'cancelled', {slot = slot_id, attempt = s.attempt, error = 'cancel requested'}
   elseif job[1] == 'at_most_once' then
     redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token, record)
+    index_finished(prefix, slot_id, now)
     return 'lost', {slot = slot_id, attempt = s.attempt, worker = s.worker}
   end
   local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
@@ -251,5 +261,39 @@ local function task_problem(task)
       i = i + len
     end
     i = i + 1
+  end
+end
+
+-- Remove one finished slot from Redis: its hash, its `finished` and `runs:` entries, and its
+-- job's hash (leaving the `jobs` index) once no slot of the job is left and the job does not
+-- recur. A recurring job's definition stays: it is small and `sched jobs show` reads it. A
+-- one-off job with a triggered run beside its own (trigger.lua) stays while either does.
+-- retire.lua and expire.lua remove finished work through here alone; the caller has checked
+-- the slot is terminal. Returns 1 when the job's hash went too, else 0.
+local function retire_slot(prefix, slot_id, job_id)
+  local job_key = prefix .. 'job:' .. job_id
+  local runs = prefix .. 'runs:' .. job_id
+  local job = redis.call('HMGET', job_key, 'kind', 'fire_ms')  -- kind is absent: immediate
+  redis.call('ZREM', prefix .. 'finished', slot_id)
+  redis.call('DEL', prefix .. 'slot:' .. slot_id)
+  redis.call('ZREM', runs, slot_id)
+  if job[1] == 'cron' or not job[2] then return 0 end
+  local own = job_id .. ':' .. job[2]
+  if (own ~= slot_id and redis.call('EXISTS', prefix .. 'slot:' .. own) == 1)
+      or redis.call('EXISTS', runs) == 1 then
+    return 0  -- another slot of the job is still in Redis
+  end
+  redis.call('DEL', job_key)
+  if job[1] then redis.call('ZREM', prefix .. 'jobs', job_id) end  -- immediate: not indexed
+  return 1
+end
+
+-- Finished work up to `finished_ms` left this shard: `stats` keeps the latest such time, so
+-- Client.result() can tell a job that expired from one that never was.
+local function note_retired(prefix, finished_ms)
+  if finished_ms <= 0 then return end
+  local stats = prefix .. 'stats'
+  if finished_ms > (tonumber(redis.call('HGET', stats, 'retired_ms')) or 0) then
+    redis.call('HSET', stats, 'retired_ms', finished_ms)
   end
 end

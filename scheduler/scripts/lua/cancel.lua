@@ -38,6 +38,7 @@ for i = 1, n do
     redis.call('ZREM', prefix .. 'due', slot_id)
     if st[1] == 'queued' then ack(prefix, lane(st[3], st[5]), st[2]) end
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel', reason)
+    index_finished(prefix, slot_id, now)
     reply[i] = R.CANCELLED
     cancelled[#cancelled + 1] = {slot = slot_id, reason = reason}
   elseif st[1] == 'running' then

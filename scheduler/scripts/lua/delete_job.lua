@@ -46,6 +46,7 @@ for _, slot_id in ipairs(slots) do
     redis.call('ZREM', prefix .. 'due', slot_id)
     if st[1] == 'queued' then ack(prefix, lane(st[3], st[4]), st[2]) end
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel', reason)
+    index_finished(prefix, slot_id, now)
     cancelled[#cancelled + 1] = {slot = slot_id, reason = reason}
   elseif st[1] == 'running' then
     running = running + 1

@@ -74,6 +74,7 @@ for i = 0, n - 1 do
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if outcome == 'cancelled' then
       redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'a:' .. token, record)
+      index_finished(prefix, slot_id, now)
       reply[i + 1] = R.CANCELLED
       cancelled[#cancelled + 1] = {slot = slot_id, attempt = s.attempt, error = err}
     else

@@ -90,6 +90,7 @@ for i = 1, #ids, 2 do
       if st[3] == 'skip' then active = busy(job_key, slot_id) end
       if active then
         redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
+        index_finished(prefix, slot_id, now)
         skipped[#skipped + 1] = {slot = slot_id, active = active}
       else
         if st[6] then

@@ -25,6 +25,7 @@ for i = 1, n do
   local slot_id = ARGV[3 + i]
   if redis.call('ZREM', prefix .. 'dlq', slot_id) == 1 then
     reply[i] = R.OK
+    index_finished(prefix, slot_id, now)  -- no longer held for the operator
     purged[#purged + 1] = {slot = slot_id}
   else
     reply[i] = R.MISSING

@@ -80,6 +80,7 @@ for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf
   if ahead then
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel',
       'redefined', 'redefined_ms', now)
+    index_finished(prefix, slot_id, now)
     withdrawn[#withdrawn + 1] = {slot = slot_id, reason = 'redefined'}
   end
 end

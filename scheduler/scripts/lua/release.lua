@@ -41,6 +41,7 @@ for i = 0, n - 1 do
     if delivery == 'at_most_once' then
       redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now, 'a:' .. token,
         attempt_record(s, 'lost', ARGV[b + 3], now, 'worker shut down mid-run (at_most_once: not re-run)'))
+      index_finished(prefix, slot_id, now)
       reply[i + 1] = R.LOST
       lost[#lost + 1] = {slot = slot_id, attempt = s.attempt}
     else

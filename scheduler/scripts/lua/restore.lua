@@ -73,9 +73,11 @@ for _ = 1, tonumber(ARGV[b]) do
       local delivery = redis.call('HGET', prefix .. 'job:' .. st[9], 'delivery')
       if st[10] then
         redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now)
+        index_finished(prefix, slot_id, now)
         ended = ended + 1
       elseif delivery == 'at_most_once' then
         redis.call('HSET', slot_key, 'status', 'lost', 'finished_ms', now)
+        index_finished(prefix, slot_id, now)
         ended = ended + 1
       else
         dispatch(prefix, slot_key, slot_id, lane(st[2], st[11]), now)

@@ -10,10 +10,8 @@
   Entries of `retain` scored <= now are taken in order and re-checked against the slot hash:
   a slot that is no longer terminal (replayed) or still in the dead-letter set only leaves
   `retain` (the snapshotter adds it again when it ends or is purged); one that finished less
-  than retention_ms ago (it ended again after a replay) is re-scored. Otherwise the slot hash
-  is deleted (and leaves its job's `runs:<job_id>` index), and its job hash too when that was
-  the job's only slot and the job does not recur (kind ~= "cron"; it also leaves the `jobs`
-  index). A recurring job's definition stays: it is small and `sched jobs show` reads it.
+  than retention_ms ago (it ended again after a replay) is re-scored. Otherwise it leaves
+  Redis through _lib.lua's retire_slot, the one removal of finished work (expire.lua's too).
 
   Reply: {slots deleted, jobs deleted, score of the earliest entry left or -1}
 ]]
@@ -24,7 +22,9 @@ local limit = tonumber(ARGV[3])
 
 local terminal = {succeeded = true, dead = true, cancelled = true, lost = true, skipped = true}
 local retain = prefix .. 'retain'
-local slots, jobs = 0, 0
+local slots, jobs, newest = 0, 0, 0
+
+--- @include "_lib.lua"
 
 -- The entries due are the lowest-ranked ones: they leave `retain` in one call, and the few
 -- that must stay are added back below.
@@ -42,22 +42,12 @@ for _, slot_id in ipairs(due) do
   elseif finished and finished + retention > now then
     redis.call('ZADD', retain, string.format('%d', finished + retention), slot_id)
   else
-    local job_id = st[3]
-    local job_key = prefix .. 'job:' .. job_id
-    local job = redis.call('HMGET', job_key, 'kind', 'fire_ms')  -- kind is absent: immediate
     slots = slots + 1
-    if job[1] == 'cron' then
-      redis.call('DEL', slot_key)
-      redis.call('ZREM', prefix .. 'runs:' .. job_id, slot_id)
-    elseif job[2] and (job_id .. ':' .. job[2]) == slot_id then
-      redis.call('DEL', slot_key, job_key)
-      if job[1] then redis.call('ZREM', prefix .. 'jobs', job_id) end  -- immediate: not indexed
-      jobs = jobs + 1
-    else
-      redis.call('DEL', slot_key)
-    end
+    jobs = jobs + retire_slot(prefix, slot_id, st[3])
+    if finished and finished > newest then newest = finished end
   end
 end
+note_retired(prefix, newest)
 
 local head = redis.call('ZRANGE', retain, 0, 0, 'WITHSCORES')
 return {slots, jobs, head[2] and tonumber(head[2]) or -1}

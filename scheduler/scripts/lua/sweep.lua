@@ -23,6 +23,9 @@
     sweep);
   - `running`, at_most_once, missing from the shard's `leases` set: put back in it at its
     lease_until ("reindexed"), or, lease over, ended as reclaim would ("lost").
+  - finished (not dead-lettered) but missing from the shard's `finished` index (ended before
+    transitions indexed it, or by one that failed to): indexed at its finished_ms, so the
+    namespace's retention (expire.lua) finds it. Not an orphan: no event, no count.
   A slot in any other state, or gone, is left alone.
 
   Reply: {redispatched, rescheduled, reindexed, reclaimed, lost, dead, cancelled, waiting}
@@ -39,6 +42,7 @@ local maxlen = ARGV[2]
 local ACTIONS = {'redispatched', 'rescheduled', 'reindexed', 'reclaimed', 'lost', 'dead',
   'cancelled'}
 local LIVE = {scheduled = true, queued = true, running = true}
+local TERMINAL = {succeeded = true, dead = true, cancelled = true, lost = true, skipped = true}
 local counts = {}
 for _, a in ipairs(ACTIONS) do counts[a] = 0 end
 local waiting = 0
@@ -97,7 +101,12 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
   local st = LIVE[status] and redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'attempt',
     'available_ms', 'fire_ms', 'priority', 'concurrency_key')
   if not st then
-    -- finished, or gone since SCAN saw it: nothing to repair
+    -- finished, or gone since SCAN saw it: nothing to repair but a missing `finished` entry
+    if TERMINAL[status] and not redis.call('ZSCORE', prefix .. 'finished', slot_id)
+        and not (status == 'dead' and redis.call('ZSCORE', prefix .. 'dlq', slot_id)) then
+      index_finished(prefix, slot_id,
+        tonumber(redis.call('HGET', slot_key, 'finished_ms')) or now)
+    end
   elseif status == 'scheduled' then
     if not redis.call('ZSCORE', prefix .. 'due', slot_id) then
       redis.call('ZADD', prefix .. 'due', st[5] or st[6], slot_id)
