@@ -23,6 +23,21 @@ pytestmark = pytest.mark.slow
 Span = tuple[str, float, float]  # key, start, end (time.monotonic of this process)
 
 
+def slow_key_registry() -> tuple[Registry, list[Span]]:
+    """A `tenant.work` handler that records each run's span: 1.5 s for key `slow`, 10 ms
+    for any other."""
+    spans: list[Span] = []
+    registry = Registry()
+
+    @registry.task("tenant.work")
+    async def work(ctx: Context, payload: Any) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(1.5 if payload["key"] == "slow" else 0.01)
+        spans.append((payload["key"], start, time.monotonic()))
+
+    return registry, spans
+
+
 async def wait_for(done: Callable[[], bool], timeout: float, what: str = "the runs") -> None:
     deadline = time.monotonic() + timeout
     while not done():
@@ -104,14 +119,7 @@ def test_a_per_key_limit_holds_across_workers_and_every_key_reaches_it(
 def test_a_key_at_its_limit_does_not_hold_up_other_keys(redis_url: str, ns: str) -> None:
     """Key `slow` at its limit of 1 with long runs queued ahead: the other keys' jobs,
     submitted after all of them, run to the end while `slow`'s first run is still going."""
-    spans: list[Span] = []
-    registry = Registry()
-
-    @registry.task("tenant.work")
-    async def work(ctx: Context, payload: Any) -> None:
-        start = time.monotonic()
-        await asyncio.sleep(1.5 if payload["key"] == "slow" else 0.01)
-        spans.append((payload["key"], start, time.monotonic()))
+    registry, spans = slow_key_registry()
 
     async def main() -> None:
         async with running_workers(redis_url, ns, registry, 1, concurrency=10,
@@ -213,14 +221,7 @@ def test_jobs_without_a_key_in_a_keyed_queue_run_beside_the_keyed_ones(
     """A queue with a per-key limit also holds jobs without a key: they are claimed from the
     queue's streams beside the keyed ones, outside the turns and the limit, while a key
     sits at its limit; every job of both kinds runs."""
-    spans: list[Span] = []
-    registry = Registry()
-
-    @registry.task("tenant.work")
-    async def work(ctx: Context, payload: Any) -> None:
-        start = time.monotonic()
-        await asyncio.sleep(1.5 if payload["key"] == "slow" else 0.01)
-        spans.append((payload["key"], start, time.monotonic()))
+    registry, spans = slow_key_registry()
 
     async def main() -> None:
         async with running_workers(redis_url, ns, registry, 1, concurrency=10,
