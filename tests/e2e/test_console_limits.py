@@ -58,9 +58,16 @@ def call(base: str, method: str, path: str, body: bytes | None = None, *,
             if body is not None:
                 conn.putheader("Content-Length", str(len(body)))
             conn.endheaders(body)
-        reply = conn.getresponse()
-        return Reply(reply.status, reply.getheader("location") or "",
-                     reply.read().decode("utf-8", "replace"))
+        try:
+            reply = conn.getresponse()
+            with reply:
+                return Reply(reply.status, reply.getheader("location") or "",
+                             reply.read().decode("utf-8", "replace"))
+        except ConnectionResetError:
+            # A request past the HTTP server's own limits (a request line of ~70 KB) is
+            # answered 400 and the connection closed, which may reset it before the answer
+            # is read: refused before the app, never a 500.
+            return Reply(0, "", "")
     finally:
         conn.close()
 
