@@ -67,9 +67,10 @@ def test_a_flood_of_better_work_leaves_a_tenth_for_the_worse(redis_url: str, ns:
     # each, taking turns (3, 5, 3, 5 ...), not priority 3 first and 5 after.
     worse = [(i, p) for i, p in enumerate(order) if p != 1]
     assert max(i for i, _ in worse) < 130, order
-    if not is_cluster_url(redis_url):  # on a Cluster a lane may be empty in hand at its turn
+    # On a Cluster a worker reads each shard on its own: a lane may be empty in hand at its
+    # turn, and a worse job then runs as the best one held, so only the bound above holds.
+    if not is_cluster_url(redis_url):
         assert [p for _, p in worse][:4] in ([3, 5, 3, 5], [5, 3, 5, 3]), worse
-    assert {p for _, p in worse[:4]} == {3, 5}, worse
 
 
 def test_the_backlog_rule() -> None:
