@@ -4,11 +4,11 @@ finished work (`sched namespace set --retention`), under real `sched worker` and
 
 An open-loop producer submits `--rate` jobs/s (`bench.echo`, a small payload it returns as
 its result) for `--seconds`. Every second it samples `used_memory` and the finished slots
-kept (the shards' `finished` sets); the figure is the median of the last quarter over the
+kept (the shards' `done` lists and `finished` sets); the figure is the median of the last quarter over the
 median of the second quarter (flat: within 10%). Every few seconds it asks `result()` for a
 job that finished within the window (it must return the payload) and for one past it (it
 must raise ResultExpired). Bytes per finished job: `MEMORY USAGE` of sampled slot and job
-hashes plus the `finished` entry, and `used_memory` over the finished slots kept.
+hashes plus the `done` list's entry, and `used_memory` over the finished slots kept.
 """
 
 from __future__ import annotations
@@ -118,26 +118,28 @@ def _finished(r: redis.Redis, keys: Keys, shards: int) -> int:
     pipe = r.pipeline(transaction=False)
     for shard in range(shards):
         pipe.zcard(keys.finished(shard))
+        pipe.llen(keys.done(shard))
     return sum(pipe.execute())
 
 
 def _bytes_per_job(r: redis.Redis, keys: Keys, shards: int, base: tuple[float, int, int],
                    sample: tuple[float, int, int], n: int = 200) -> dict[str, float]:
-    """What one finished job costs: its slot and job hashes and its `finished` entry
-    (MEMORY USAGE of a sample), and used_memory's growth since the first sample over the
-    finished slots kept (everything else Redis holds for the load included)."""
-    slot_b, job_b, zset_b, zcard = [], [], 0, 0
+    """What one finished job costs: its slot and job hashes and its entry in the `done` list
+    (successes' index; MEMORY USAGE of a sample), and used_memory's growth since the first
+    sample over the finished slots kept (everything else Redis holds for the load included)."""
+    slot_b, job_b, index_b, listed = [], [], 0, 0
     for shard in range(shards):
-        ids = [m.decode() for m in r.zrange(keys.finished(shard), -n // shards, -1)]
+        ids = [m.decode().partition(":")[2]
+               for m in r.lrange(keys.done(shard), -n // shards, -1)]
         for slot in ids:
             job_id = slot.rpartition(":")[0]
             slot_b.append(r.memory_usage(keys.slot(shard, slot)) or 0)
             job_b.append(r.memory_usage(keys.job(shard_of(job_id, shards), job_id)) or 0)
-        zset_b += r.memory_usage(keys.finished(shard), samples=0) or 0
-        zcard += r.zcard(keys.finished(shard))
-    usage = statistics.mean(slot_b) + statistics.mean(job_b) + zset_b / max(1, zcard)
+        index_b += r.memory_usage(keys.done(shard), samples=0) or 0
+        listed += r.llen(keys.done(shard))
+    usage = statistics.mean(slot_b) + statistics.mean(job_b) + index_b / max(1, listed)
     return {"slot_bytes": statistics.mean(slot_b), "job_bytes": statistics.mean(job_b),
-            "finished_entry_bytes": zset_b / max(1, zcard), "memory_usage_bytes": usage,
+            "finished_entry_bytes": index_b / max(1, listed), "memory_usage_bytes": usage,
             "used_memory_bytes": (sample[1] - base[1]) / max(1, sample[2] - base[2])}
 
 

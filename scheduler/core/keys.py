@@ -42,8 +42,11 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:retain             zset    terminal slot ids already in the history store, scored
                                           by when their hash may leave Redis (ms)
     <ns>:{sNN}:finished           zset    terminal slot ids by finished_ms, written by every
-                                          transition that ends a slot: what the node's expirer
-                                          bounds (lua/expire.lua, node/expirer.py)
+                                          transition that ends a slot but a success: with
+                                          `done`, what the node's expirer bounds
+                                          (lua/expire.lua, node/expirer.py)
+    <ns>:{sNN}:done               list    "<finished_ms>:<slot id>" of each success, in commit
+                                          order (complete.lua appends, expire.lua pops)
     <ns>:{sNN}:dedupe:<key_id>    string  a windowed dedupe key's job id (dedupe_ttl, debounce),
                                           expiring with the window; key_id is the key's
                                           dedupe_job_id, and the job it names is in the
@@ -119,7 +122,7 @@ SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
-                            "retain", "finished", "lanes"})
+                            "retain", "finished", "done", "lanes"})
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # A concurrency key: a tenant, customer, account, domain... It ends a key name and reaches
@@ -358,4 +361,7 @@ class Keys:
         return f"{self.prefix(shard)}retain"  # zset
 
     def finished(self, shard: int) -> str:
-        return f"{self.prefix(shard)}finished"  # zset
+        return f"{self.prefix(shard)}finished"  # zset: ended slots but successes, by finished_ms
+
+    def done(self, shard: int) -> str:
+        return f"{self.prefix(shard)}done"  # list: "<finished_ms>:<slot id>" of successes

@@ -251,6 +251,8 @@ class _Reader:
         for shard in range(topo.shards):  # the finished work each shard keeps
             pipe.zcard(self.keys.finished(shard))
             pipe.zrange(self.keys.finished(shard), 0, 0, withscores=True)
+            pipe.llen(self.keys.done(shard))
+            pipe.lindex(self.keys.done(shard), 0)
 
     @staticmethod
     def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
@@ -273,9 +275,13 @@ class _Reader:
                    for (w, score), raw in zip(self.seen, replies[scripted:hashes], strict=True)]
         finished = replies[hashes:]
         for d in details:
-            kept, head = finished[2 * d.shard:2 * d.shard + 2]
-            d.finished_kept = int(kept)
-            d.finished_oldest_age_s = _age_s(self.now, int(head[0][1])) if head else None
+            kept, head, listed, first = finished[4 * d.shard:4 * d.shard + 4]
+            d.finished_kept = int(kept) + int(listed)
+            oldest = [int(head[0][1])] if head else []
+            ms = _s(first or "").partition(":")[0]  # the `done` list's head: "<ms>:<slot>"
+            if ms.isdigit():
+                oldest.append(int(ms))
+            d.finished_oldest_age_s = _age_s(self.now, min(oldest)) if oldest else None
         queues = sorted({q.queue for d in details for q in d.queues} | set(self.limited))
         status = _summarize(self.keys.ns, self.now, topo.shards, queues, details, workers,
                             self.workers_known, self.per_key)

@@ -1174,13 +1174,14 @@ MUTANTS = [
     Mutant("expirer-removes-unfinished-work", "expire.lua removes a slot of its `finished` "
            "set without re-checking it is still terminal: a replayed dead letter, queued "
            "again, leaves Redis", "scheduler/scripts/lua/expire.lua",
-           "  if not terminal[st[1]] then\n    redis.call('ZREM', finished_key, slot_id)\n",
-           "  if not st[1] then\n    redis.call('ZREM', finished_key, slot_id)\n",
+           "  if not terminal[st[1]] then\n    if not from_list then",
+           "  if not st[1] then\n    if not from_list then",
            (EXPIRER + "test_a_slot_that_ran_again_is_never_removed",), fast=True),
     Mutant("expirer-ignores-retain-max", "expire.lua bounds finished work by age alone: at a "
            "high rate Redis keeps retention_s of jobs whatever their count",
            "scheduler/scripts/lua/expire.lua",
-           "local excess = redis.call('ZCARD', finished_key) - retain_max",
+           "local excess = redis.call('LLEN', done_key) + redis.call('ZCARD', finished_key) - "
+           "retain_max",
            "local excess = 0",
            (EXPIRER + "test_the_count_bound_comes_first_when_it_is_reached",), fast=True),
     Mutant("expirer-ahead-of-history", "expire.lua removes finished slots the history store "
@@ -1197,7 +1198,7 @@ MUTANTS = [
     Mutant("finished-not-indexed", "a successful run's slot is not indexed as finished: "
            "without a snapshotter, Redis keeps it for good",
            "scheduler/scripts/lua/complete.lua",
-           "  redis.call('ZADD', prefix .. 'finished', unpack(ended))\n", "",
+           "  redis.call('RPUSH', prefix .. 'done', unpack(ended))\n", "",
            (EXPIRER + "test_finished_work_leaves_after_its_retention_and_nothing_else_does",),
            fast=True),
     Mutant("expirer-reads-settings-once", "the node's expirer keeps the settings it read first:"
@@ -1211,7 +1212,7 @@ MUTANTS = [
     Mutant("sweeper-leaves-finished-unindexed", "the sweeper passes over a finished slot "
            "missing from the `finished` index: it stays in Redis for good",
            "scheduler/scripts/lua/sweep.lua",
-           "      index_finished(prefix, slot_id,\n", "      (function() end)(prefix, slot_id,\n",
+           "then index_finished(prefix, slot_id, at) end", "then end",
            (EXPIRER + "test_the_sweeper_indexes_a_finished_slot_the_index_lacks",), fast=True),
     Mutant("result-by-job-id-skips-history", "result(job_id) of a job retention removed "
            "from Redis does not look in the history store: 'not found' although history has it",
@@ -1224,4 +1225,22 @@ MUTANTS = [
            "scheduler/scripts/lua/_lib.lua", "      or redis.call('EXISTS', runs) == 1 then",
            "      or false then",
            (EXPIRER + "test_a_one_off_job_stays_while_a_triggered_run_of_it_does",), fast=True),
+    Mutant("expirer-skips-the-done-list", "expire.lua walks the `finished` set alone: "
+           "successes, indexed in the `done` list, stay in Redis for good",
+           "scheduler/scripts/lua/expire.lua",
+           "local list_head = redis.call('LRANGE', done_key, 0, limit - 1)",
+           "local list_head = {}",
+           (EXPIRER + "test_finished_work_leaves_after_its_retention_and_nothing_else_does",),
+           fast=True),
+    Mutant("expirer-drops-held-successes", "a success held for the history store leaves the "
+           "`done` list and no index takes it: once the store has it, it stays in Redis",
+           "scheduler/scripts/lua/expire.lua",
+           "    if from_list then redis.call('ZADD', finished_key, at, slot_id) end\n", "",
+           (EXPIRER + "test_with_history_only_what_the_store_has_leaves",), fast=True),
+    Mutant("expirer-oldest-index-first", "expire.lua drains the `done` list before looking at "
+           "the `finished` set: under the count bound a newer success leaves before an older "
+           "cancelled or dead slot",
+           "scheduler/scripts/lua/expire.lua",
+           "(s_at == nil or l_at <= s_at)", "true",
+           (EXPIRER + "test_the_count_bound_comes_first_when_it_is_reached",), fast=True),
 ]

@@ -107,11 +107,16 @@ def test_a_job_id_of_the_callers_own_is_not_found_rather_than_guessed(
 
 def test_the_count_bound_comes_first_when_it_is_reached(
         r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
+    """Successes (the `done` list) and other ends (the `finished` set) are one count, and
+    the oldest of either leaves first."""
     client.set_retention("1h", retain_max=SHARDS)  # one finished slot per shard
     jobs = []
-    for _ in range(12):
+    for i in range(16):
         s = make(r, client, clock)
-        finish(s)
+        if i % 2:
+            finish(s)
+        else:
+            client.cancel(s.job_id)
         jobs.append(s)
         clock.advance(0.01)
     replies = expire(redis_url, ns, clock)
@@ -228,23 +233,34 @@ def test_status_and_a_metric_say_when_finished_work_piles_up(
 def test_the_sweeper_indexes_a_finished_slot_the_index_lacks(
         r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
     """A slot that ended before transitions indexed it (or by one that failed to) is found
-    by the sweeper's walk, so retention removes it; a dead letter stays out of the index."""
+    by the sweeper's walk, so retention removes it; a dead letter stays out of the index,
+    and so does a success the `done` list still holds."""
     client.set_retention(60)
     s = make(r, client, clock)
     finish(s)
+    cancelled = make(r, client, clock)
+    client.cancel(cancelled.job_id)
     dead = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
     bury(dead)
-    finished_ms = r.zscore(s.keys.finished(s.shard), s.slot_id)
-    r.zrem(s.keys.finished(s.shard), s.slot_id)
+    listed = make(r, client, clock)
+    clock.advance(0.01)
+    finish(listed)
+    finished_ms = int(r.hget(s.keys.slot(s.shard, s.slot_id), "finished_ms"))
+    cancelled_ms = r.zscore(cancelled.keys.finished(cancelled.shard), cancelled.slot_id)
+    r.lrem(s.keys.done(s.shard), 0, f"{finished_ms}:{s.slot_id}")
+    r.zrem(cancelled.keys.finished(cancelled.shard), cancelled.slot_id)
     r.zrem(dead.keys.finished(dead.shard), dead.slot_id)
-    for shard in {s.shard, dead.shard}:
-        ids = [x.slot_id.encode() for x in (s, dead) if x.shard == shard]
+    everyone = (s, cancelled, dead, listed)
+    for shard in {x.shard for x in everyone}:
+        ids = [x.slot_id.encode() for x in everyone if x.shard == shard]
         scripts.run_sync(r, [scripts.sweep(s.keys.prefix(shard), clock.now_ms(), 1000, ids)])
     assert r.zscore(s.keys.finished(s.shard), s.slot_id) == finished_ms
+    assert r.zscore(cancelled.keys.finished(cancelled.shard), cancelled.slot_id) == cancelled_ms
     assert r.zscore(dead.keys.finished(dead.shard), dead.slot_id) is None
+    assert r.zscore(listed.keys.finished(listed.shard), listed.slot_id) is None
     clock.advance(61)
     expire(redis_url, ns, clock)
-    assert not in_redis(r, s) and in_redis(r, dead)
+    assert not any(in_redis(r, x) for x in (s, cancelled, listed)) and in_redis(r, dead)
 
 
 def test_dedupe_keys_after_the_job_left(

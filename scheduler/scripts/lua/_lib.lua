@@ -12,9 +12,10 @@ local function emit(prefix, maxlen, now, kind, records, worker)
     'type', kind, 'ts', now, 'worker', worker or '', 'data', cjson.encode(records))
 end
 
--- A slot ended (succeeded, dead, cancelled, lost, skipped) at `at`: the shard's `finished`
--- zset is how the scheduler node's expirer (expire.lua) finds finished work to bound; a slot
--- missing from it would stay in Redis for good when the namespace keeps no history.
+-- A slot ended (dead, cancelled, lost, skipped) at `at`: the shard's `finished` zset is how
+-- the scheduler node's expirer (expire.lua) finds finished work to bound; a slot missing from
+-- it would stay in Redis for good when the namespace keeps no history. Successes are indexed
+-- in the shard's `done` list instead (complete.lua: the hot path's cheaper append).
 local function index_finished(prefix, slot_id, at)
   redis.call('ZADD', prefix .. 'finished', at, slot_id)
 end

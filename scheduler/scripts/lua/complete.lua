@@ -28,8 +28,9 @@
 
   Reply: one code per slot, in order (R, replies.py)
      R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
-               (outcome, started_ms, finished_ms), stream entry acked, the slot in the
-               shard's `finished` index at its finished_ms (what retention bounds)
+               (outcome, started_ms, finished_ms), stream entry acked, the slot at the
+               tail of the shard's `done` list as "<finished_ms>:<slot id>" (what
+               retention bounds, expire.lua)
      R.STALE   refused: the slot is not running under this token (the lease was lost and
                the slot reclaimed, cancelled or already finished); nothing changed but the
                refusal event
@@ -83,7 +84,7 @@ for lane_name, ids in pairs(by_lane) do
 end
 
 local reply = {}
-local ended = {}  -- finished_ms, slot id of each: the `finished` index, in one ZADD
+local ended = {}  -- "<finished_ms>:<slot id>" of each: the `done` list, in one RPUSH
 local done, tokens, refused = {}, {}, {}  -- done: the slots committed, with their tokens
 for i = 0, n - 1 do
   local b = i * 6
@@ -98,7 +99,7 @@ for i = 0, n - 1 do
     -- The hot path: the last attempt stays in the slot's own fields, no JSON record.
     redis.call('HSET', slot_key, 'status', 'succeeded', 'outcome', 'succeeded',
       'started_ms', items[b + 3], 'finished_ms', items[b + 4])
-    ended[#ended + 1], ended[#ended + 2] = items[b + 4], slot_id
+    ended[#ended + 1] = items[b + 4] .. ':' .. slot_id
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if st then  -- its attempt ends here (a repeat XACK of an acked entry is a no-op)
@@ -117,8 +118,10 @@ for i = 0, n - 1 do
 end
 
 if #done > 0 then
-  -- _lib.lua index_finished, batched: one command for the call, not one per slot
-  redis.call('ZADD', prefix .. 'finished', unpack(ended))
+  -- Successes are most finished work: they are indexed in completion order in a list (an
+  -- append per call), not in the `finished` zset (a skiplist and dict insert per slot, which
+  -- cost the hot path about 2 us of Redis per job). expire.lua reads both.
+  redis.call('RPUSH', prefix .. 'done', unpack(ended))
   local attempt = tokens[1]  -- the one attempt number of them all, or nil
   for i = 2, #tokens do
     if tokens[i] ~= attempt then attempt = nil; break end

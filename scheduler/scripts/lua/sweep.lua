@@ -25,7 +25,10 @@
     lease_until ("reindexed"), or, lease over, ended as reclaim would ("lost").
   - finished (not dead-lettered) but missing from the shard's `finished` index (ended before
     transitions indexed it, or by one that failed to): indexed at its finished_ms, so the
-    namespace's retention (expire.lua) finds it. Not an orphan: no event, no count.
+    namespace's retention (expire.lua) finds it. A success is looked for in the `done` list
+    instead, which has no lookup: it is taken as missing when it finished before the list's
+    head (the list is in commit order), so at worst it is indexed in both, which expire.lua
+    settles (the second entry finds the slot gone). Not an orphan: no event, no count.
   A slot in any other state, or gone, is left alone.
 
   Reply: {redispatched, rescheduled, reindexed, reclaimed, lost, dead, cancelled, waiting}
@@ -48,6 +51,9 @@ for _, a in ipairs(ACTIONS) do counts[a] = 0 end
 local waiting = 0
 local records = {}
 local delivered = {}  -- queue -> the group's last-delivered id, or false without a group
+-- finished_ms of the `done` list's head: a success that finished before it is in no index
+local first = redis.call('LINDEX', prefix .. 'done', 0)
+local listed_from = first and tonumber(string.match(first, '^([^:]*):')) or math.huge
 
 local function found(slot_id, was, action)
   counts[action] = counts[action] + 1
@@ -104,8 +110,8 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
     -- finished, or gone since SCAN saw it: nothing to repair but a missing `finished` entry
     if TERMINAL[status] and not redis.call('ZSCORE', prefix .. 'finished', slot_id)
         and not (status == 'dead' and redis.call('ZSCORE', prefix .. 'dlq', slot_id)) then
-      index_finished(prefix, slot_id,
-        tonumber(redis.call('HGET', slot_key, 'finished_ms')) or now)
+      local at = tonumber(redis.call('HGET', slot_key, 'finished_ms')) or now
+      if status ~= 'succeeded' or at < listed_from then index_finished(prefix, slot_id, at) end
     end
   elseif status == 'scheduled' then
     if not redis.call('ZSCORE', prefix .. 'due', slot_id) then
