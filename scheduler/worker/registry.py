@@ -76,7 +76,7 @@ class Registry:
     """`registry = Registry()`, then `@registry.task("emails.send")` on `async def
     handler(ctx, payload)` or a plain `def` (run in the worker's thread pool), or
     `@registry.task("reports.build", pool="process")` on a plain `def` that runs in a child
-    process of the worker (CPU-bound work: docs/guide/concurrency.md)."""
+    process of the worker (CPU-bound work: the docs' "Concurrency" guide)."""
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}

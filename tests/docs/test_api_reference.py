@@ -10,17 +10,21 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import re
 import subprocess
 import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
+import click
 import pytest
 
 import scheduler
 import scheduler.outbox
 import scheduler.outbox.relay
 import scheduler.testing
+import scheduler.web
+from scheduler.cli.main import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).parent))
@@ -157,3 +161,48 @@ def test_a_driven_method_shows_its_operations_docstring(site: dict[str, str]) ->
             assert doc, f"{cls.__name__}.{name} has no docstring at runtime"
             first_words = " ".join(doc.split()[:4]).replace("`", "")
             assert first_words in site[f"scheduler.{cls.__name__}.{name}"]
+
+
+# A folder of the repository that an installed package does not have (scheduler/ it has).
+REPO_ONLY = re.compile(r"\b(?:docs|tests|scripts|bench|deploy)/[\w./-]*|\bREADME\b")
+
+
+def _public_docstrings() -> dict[str, str]:
+    """What `help()` shows of the public API: each public module, name and member."""
+    found: dict[str, str] = {}
+    spaces = [(scheduler, scheduler.__all__), (scheduler.testing, scheduler.testing.__all__),
+              (scheduler.outbox, scheduler.outbox.__all__),
+              (scheduler.outbox.relay, ["OutboxRelay", "RelayConfig"]),
+              (scheduler.web, ["create_app", "check_bind"])]
+    for module, names in spaces:
+        found[module.__name__] = module.__doc__ or ""
+        for name in names:
+            obj = getattr(module, name)
+            found[f"{module.__name__}.{name}"] = getattr(obj, "__doc__", None) or ""
+            if not inspect.isclass(obj):
+                continue
+            for member in ["__init__", *public_members(obj)]:
+                value = inspect.getattr_static(obj, member)
+                value = value.fget if isinstance(value, property) else value
+                found[f"{module.__name__}.{name}.{member}"] = value.__doc__ or ""
+    return found
+
+
+def _cli_help(cmd: click.Command = cli, path: str = "sched") -> dict[str, str]:
+    found = {path: cmd.help or ""}
+    for param in cmd.params:
+        if isinstance(param, click.Option):
+            found[f"{path} {param.opts[0]}"] = param.help or ""
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            found.update(_cli_help(sub, f"{path} {name}"))
+    return found
+
+
+def test_no_help_text_points_at_a_path_an_installed_user_does_not_have() -> None:
+    """help(), the reference and `sched ... --help` name the docs' pages, not repo files."""
+    texts = {**_public_docstrings(), **_cli_help()}
+    assert "scheduler.Client.submit" in texts and "sched db upgrade --outbox" in texts
+    found = {where: REPO_ONLY.findall(text) for where, text in texts.items()}
+    found = {where: paths for where, paths in found.items() if paths}
+    assert not found, f"help text naming repository paths (name the docs' page): {found}"
