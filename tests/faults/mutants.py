@@ -1231,4 +1231,12 @@ MUTANTS = [
            "            _ = griffe.Docstring(op.docstring.value",
            ("tests/docs/test_api_reference.py::"
             "test_every_public_method_has_its_docstring_on_the_site",), fast=True),
+    Mutant("retry-reads-as-failure", "an attempt whose handler raised Retry is recorded "
+           "`failed`: sched runs, the console and the failure rates count an asked-for retry "
+           "as an error", "scheduler/worker/execution.py",
+           "self.end(run, Outcome.RETRIED, clean(exc.reason)",
+           "self.end(run, Outcome.FAILED, clean(exc.reason)",
+           ("tests/sdk/test_run_logs.py::"
+            "test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns",),
+           fast=True),
 ]

@@ -130,7 +130,8 @@ def test_a_run_log_line_is_stamped_by_the_clock_its_attempt_started_on(
 def test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns(
         redis_url: str, ns: str, capsys: pytest.CaptureFixture[str]) -> None:
     """Each slot, then each attempt (how it ended, when, how long, where) with its error and
-    log lines wrapped under it, then the result: no line past 100 columns, nothing lost."""
+    log lines wrapped under it, then the result: no line past 100 columns, nothing lost. An
+    attempt whose handler raised Retry reads `retried`, not `failed`."""
     registry = Registry()
     long_error = "the mail server refused the connection " * 6  # ~230 characters
 
@@ -139,6 +140,8 @@ def test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns(
         ctx.logger.info("try %d %s", ctx.attempt, "of a long line " * 10)
         if ctx.attempt == 1:
             raise ValueError(long_error)
+        if ctx.attempt == 2:
+            raise Retry(after=0.05, reason="upstream busy")
         return "done"
 
     with Client(redis_url, ns) as client:
@@ -153,7 +156,8 @@ def test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns(
     assert max(map(len, lines)) <= 100, max(lines, key=len)
     assert lines[0].split() == [slot.slot_id, "succeeded", "priority", "2"]
     attempts = [line for line in lines if line.startswith("  #")]
-    assert [a.split()[:2] for a in attempts] == [["#1", "failed"], ["#2", "succeeded"]]
+    assert [a.split()[:2] for a in attempts] == [["#1", "failed"], ["#2", "retried"],
+                                                 ["#3", "succeeded"]]
     for line, attempt in zip(attempts, slot.attempts, strict=True):
         _, _, started, _, took, _, worker = line.split()
         assert started.endswith("Z") and took.endswith("ms") and worker == attempt.worker
@@ -164,4 +168,5 @@ def test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns(
     text = " ".join(" ".join(line.split()) for line in first)
     assert text.startswith("ValueError: " + " ".join(long_error.split()))
     assert "| " in text and "INFO try 1 " + " ".join(("of a long line " * 10).split()) in text
+    assert lines[lines.index(attempts[1]) + 1].split() == ["upstream", "busy"]
     assert lines[-1] == '  result "done"'
