@@ -45,7 +45,7 @@ def db() -> None:
 @store_options
 @click.option("--outbox", is_flag=True,
               help="Upgrade the outbox's schema instead, in the application's database "
-                   "(--postgres-dsn): docs/guide/outbox.md.")
+                   "(--postgres-dsn): the docs' \"Transactional outbox\" guide.")
 @schema_option
 def db_upgrade(postgres_dsn: str | None, history_file: str, outbox: bool, schema: str) -> None:
     """Apply the schema migrations not applied yet (safe to repeat)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from datetime import UTC, datetime
 from typing import Any
 
@@ -160,23 +161,62 @@ def runs(obj: dict[str, str], job_id: str, as_json: bool, postgres_dsn: str | No
     if as_json:
         echo_json(slots)
         return
-    # One column per field: a slot's row fills slot, status and priority (and its result);
-    # each attempt's row fills attempt to error, under it; a run's log lines come last.
-    rows = []
+    for line in runs_lines(slots):
+        click.echo(line)
+
+
+RUNS_WIDTH = 100  # `sched runs` fits a terminal this wide: long text wraps under its attempt
+_INDENT = "      "  # an attempt's error, log lines and progress sit under its outcome
+
+
+def _wrapped(text: str, indent: str = _INDENT) -> list[str]:
+    return textwrap.wrap(printable(text), RUNS_WIDTH, initial_indent=indent,
+                         subsequent_indent=indent + "  ", break_on_hyphens=False) or [indent]
+
+
+def _fit(line: str) -> str:
+    """One line cut to RUNS_WIDTH (a worker id can be as long as its host name)."""
+    return line if len(line) <= RUNS_WIDTH else line[:RUNS_WIDTH - 1] + "\u2026"
+
+
+def outcome_text(attempt: Any) -> str:
+    """How an attempt ended, for people."""
+    return "-" if attempt.outcome is None else str(attempt.outcome.value)
+
+
+def runs_lines(slots: list[Any]) -> list[str]:
+    """`sched runs` for people: each slot on a line (status, priority), then each attempt
+    (how it ended, when it started, how long it took, on which worker) with its error and
+    its log lines wrapped under it, the latest progress and the result. Every line fits
+    RUNS_WIDTH columns; the whole text is in --json."""
+    numbers = [f"#{a.number}" for s in slots for a in s.attempts] + ["#1"]
+    outcomes = [outcome_text(a) for s in slots for a in s.attempts] + ["running"]
+    took_texts = [f"{a.finished_ms - a.started_ms}ms" if a.finished_ms and a.started_ms
+                  else "-" for s in slots for a in s.attempts] + ["-"]
+    widths = (max(map(len, numbers)), max(map(len, outcomes)), max(map(len, took_texts)))
+
+    def attempt_line(number: str, outcome: str, started: str, took: str, worker: str) -> str:
+        return _fit(f"  {number:<{widths[0]}}  {outcome:<{widths[1]}}  {started:<24}  "
+                    f"took {took:>{widths[2]}}  on {printable(worker)}".rstrip())
+
+    lines: list[str] = []
+    took = iter(took_texts)
     for s in slots:
-        result = ("result " + msgspec.json.encode(s.result).decode()[:80]
-                  if s.result is not None else "")
-        rows.append([s.slot_id, status_text(s), str(s.priority), "", "", "", "", "", result])
+        if lines:
+            lines.append("")
+        lines.append(_fit(f"{printable(s.slot_id)}  {status_text(s)}  priority {s.priority}"))
         for a in s.attempts:
-            ms = (a.finished_ms - a.started_ms) if a.finished_ms and a.started_ms else None
-            rows.append(["", "", "", f"#{a.number}", a.outcome.value if a.outcome else "-",
-                         a.worker or "-", when(a.started_ms),
-                         f"{ms}ms" if ms is not None else "-", a.error or ""])
-            rows += [["", "", "", "", "", "", "", "", f"| {line}"] for line in a.log or ()]
+            lines.append(attempt_line(f"#{a.number}", outcome_text(a), when(a.started_ms),
+                                      next(took), a.worker or "-"))
+            if a.error:
+                lines += _wrapped(a.error)
+            for logged in a.log or ():
+                lines += _wrapped(f"| {logged}")
         if s.status.value == "running":
-            rows.append(["", "", "", f"#{s.attempt}", "running", s.worker or "-", "", "", ""])
+            lines.append(attempt_line(f"#{s.attempt}", "running", "", "-", s.worker or "-"))
         if s.progress is not None:
-            rows.append(["", "", "", f"#{s.progress.attempt}", "", "", "", "",
-                         f"progress {progress_text(s.progress)}"])
-    table(rows, ["slot", "status", "priority", "attempt", "outcome", "worker", "started", "took",
-                 "error / result"])
+            lines += _wrapped(f"progress {progress_text(s.progress)}, attempt "
+                              f"#{s.progress.attempt}", "  ")
+        if s.result is not None:
+            lines += _wrapped("result " + msgspec.json.encode(s.result).decode()[:400], "  ")
+    return lines

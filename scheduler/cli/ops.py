@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 
 from scheduler.cli.inspect import echo_json, jobs, printable, table, when
 from scheduler.core.models import MAX_COUNT
+from scheduler.core.timing import ms_of_utc
 
 
 @click.command()
@@ -59,24 +62,29 @@ def jobs_delete(obj: dict[str, str], job_id: str, reason: str, as_json: bool) ->
                    f"running slot(s) left to finish")
 
 
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 @jobs.command("next")
 @click.argument("job_id")
 @click.option("-n", "count", type=click.IntRange(1, 1000), default=10, show_default=True,
               help="How many fire times.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print JSON: a list of {"fire_time": ISO 8601 UTC, "fire_ms": epoch ms}.')
 @click.pass_obj
 def jobs_next(obj: dict[str, str], job_id: str, count: int, as_json: bool) -> None:
-    """The job's next fire times (UTC), from now."""
+    """The job's next fire times (UTC, ISO 8601), from now."""
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"]) as client:
         fires = client.next_fires(job_id, count)
     if as_json:
-        echo_json(fires)
+        echo_json([{"fire_time": _iso(f), "fire_ms": ms_of_utc(f)} for f in fires])
     elif not fires:
         click.echo(f"{job_id} fires no more (it ran, ended or was deleted)")
     for fire in [] if as_json else fires:
-        click.echo(when(fire))
+        click.echo(_iso(fire))
 
 
 @jobs.command("trigger")

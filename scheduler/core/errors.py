@@ -53,7 +53,7 @@ class SlotNotFound(SchedulerError, LookupError):
 
 class ResultExpired(JobNotFound):
     """Client.result: the job finished and has left Redis under the namespace's retention
-    (docs/operating/retention.md), and no history store has it."""
+    (the docs' "Retention" page), and no history store has it."""
 
     def __init__(self, job_id: str, retention_s: float, retain_max: int) -> None:
         self.retention_s = retention_s

@@ -36,9 +36,11 @@ class JobSpec(msgspec.Struct, kw_only=True):
     starvation are settled). `dedupe_ttl` (seconds, with `dedupe_key`): the key holds for
     that long from its first submit, whatever became of the job, then a submit makes a new
     job; `debounce` (seconds, with `dedupe_key`, without delay/at/cron): the job runs that
-    long after its latest submit, with the latest payload (docs/guide/dedupe.md).
+    long after its latest submit, with the latest payload (the docs' "Dedupe windows and
+    debounce" guide).
     `concurrency_key`: the tenant (customer, account, domain...) the job runs for: a queue's
-    per-key limit counts runs of one key, and keys take turns (docs/guide/tenants.md). The
+    per-key limit counts runs of one key, and keys take turns (the docs' "Many tenants on
+    one queue" guide). The
     job lives in its key's home shard; a dedupe key is then scoped by the concurrency key.
     """
 

@@ -47,6 +47,9 @@ class Outcome(StrEnum):
 
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    # The handler raised Retry: it asked for another attempt, which is not a failure of the
+    # handler; the attempt still counts against the job's max_attempts.
+    RETRIED = "retried"
     TIMED_OUT = "timed_out"
     CANCELLED = "cancelled"
     RELEASED = "released"  # handed back at shutdown; does not count as a failure

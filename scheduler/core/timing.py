@@ -7,7 +7,7 @@ first fire time and the job-hash fields that record the schedule. Nothing here t
 from __future__ import annotations
 
 import math
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -19,6 +19,18 @@ from scheduler.core.states import Catchup, JobKind, Overlap
 
 DEFAULT_CATCHUP_LIMIT = 1000
 MAX_CATCHUP_LIMIT = 100_000
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+def utc_of_ms(ms: int) -> datetime:
+    """Epoch milliseconds as a timezone-aware UTC datetime, exactly (no float on the way)."""
+    return EPOCH + ms * _MS
+
+
+def ms_of_utc(moment: datetime) -> int:
+    """A timezone-aware datetime as epoch milliseconds, exactly (utc_of_ms's inverse)."""
+    return (moment - EPOCH) // _MS
 
 
 def _bounded(field: str, ms: int) -> int:

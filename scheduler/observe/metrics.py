@@ -61,11 +61,12 @@ log = logging.getLogger("scheduler.observe.metrics")
 
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0,
                      60.0, 300.0, 1800.0)
-OUTCOMES = ("succeeded", "failed", "timed_out", "cancelled", "released", "lost")
+OUTCOMES = ("succeeded", "failed", "retried", "timed_out", "cancelled", "released", "lost")
 
 RUNS = FastCounter(
     "sched_runs_total", "Attempts that ended in this worker, by queue, task and outcome "
-    "(succeeded, failed, timed_out, cancelled, released at shutdown, lost lease).",
+    "(succeeded, failed, retried as the handler asked, timed_out, cancelled, released at "
+    "shutdown, lost lease).",
     ("queue", "task", "outcome"), REGISTRY)
 START_LAG = FastHistogram(
     "sched_start_lag_seconds", "Claim time minus the slot's fire time, per claim (a retry's "
@@ -173,7 +174,7 @@ class RunMetrics:
     def ended(self, outcome: str, duration_ms: int) -> None:
         self.outcomes[outcome].value += 1
         self.duration.observe_ms(duration_ms)
-        if outcome not in ("released", "lost"):
+        if outcome not in ("released", "lost", "retried"):  # a Retry asked is no failure
             self.failed += 1
 
 

@@ -1,6 +1,7 @@
 """The transactional outbox: `submit` / `submit_many` write jobs as rows of the application's
 own Postgres transaction (scheduler/outbox/writer.py), and `OutboxRelay` moves the committed
-rows into Redis (scheduler/outbox/relay.py). docs/guide/outbox.md is the user's guide."""
+rows into Redis (scheduler/outbox/relay.py). The docs' "Transactional outbox" guide says how
+to use them."""
 
 from scheduler.outbox.writer import DEFAULT_SCHEMA, submit, submit_many
 

@@ -104,6 +104,7 @@ class OutboxRelay:
         return self._listen
 
     def close(self) -> None:
+        """Close the relay's Postgres connections (not the client's); idempotent."""
         for conn in (self._conn, self._listen):
             if conn is not None:
                 conn.close()
@@ -285,6 +286,7 @@ class OutboxRelay:
                 return
 
     def stop(self) -> None:
+        """Ask `run` to return (from another thread or a signal handler); idempotent."""
         self._stop.set()
 
 

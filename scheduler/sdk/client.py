@@ -343,7 +343,7 @@ class Client(_Driver):
         return self._drive(schedule_ops.delete_job(self._core, job_id, reason))
 
     @_drives(schedule_ops.next_fires)
-    def next_fires(self, job_id: str, n: int = 10) -> list[int]:
+    def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
         return self._drive(schedule_ops.next_fires(self._core, job_id, n))
 
     @_drives(schedule_ops.trigger)
@@ -595,7 +595,7 @@ class AsyncClient(_Driver):
         return await self._drive(schedule_ops.delete_job(self._core, job_id, reason))
 
     @_drives(schedule_ops.next_fires)
-    async def next_fires(self, job_id: str, n: int = 10) -> list[int]:
+    async def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
         return await self._drive(schedule_ops.next_fires(self._core, job_id, n))
 
     @_drives(schedule_ops.trigger)

@@ -78,10 +78,10 @@ def submit(core: ClientState, task: str, payload: Any = None, queue: str = "defa
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
     catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `priority` 1 (first) to 5
     (last), default 3. `durability` as for submit_many. `dedupe_ttl`, `debounce`: a dedupe
-    key's window and debounce (JobSpec; docs/guide/dedupe.md). `concurrency_key`: the tenant
-    the job runs for, 1-128 characters from A-Z a-z 0-9 _ . @ + = / : - (a queue's per-key
-    limit and fair turns between keys: docs/guide/tenants.md); the job's id is then drawn in
-    the key's home shard."""
+    key's window and debounce (JobSpec; the docs' "Dedupe windows and debounce" guide).
+    `concurrency_key`: the tenant the job runs for, 1-128 characters from A-Z a-z 0-9 _ . @
+    + = / : - (a queue's per-key limit and fair turns between keys: the docs' "Many tenants
+    on one queue" guide); the job's id is then drawn in the key's home shard."""
     # No `*`: the clients' submit (keyword-only there) passes its arguments in order, as
     # binding this many keywords costs more than the rest of the call's wrapping (bench
     # submit, single submits).

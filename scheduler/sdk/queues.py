@@ -39,9 +39,9 @@ def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = Non
                     per_key_rate: float | str | None = None) -> Op[QueueLimit | None]:
     """At most `concurrency` runs of `queue` at once across all workers, at most `rate`
     starts per second, at most `per_key_concurrency` runs at once and `per_key_rate` starts
-    per second of any one concurrency key (docs/guide/tenants.md). A rate is starts per
-    second, or text as the CLI takes it ("10/s", "300/m", "1000/h"). All None clears the
-    limit, and each one left None is not limited. Workers apply a change within about two seconds; slots over the limit stay
+    per second of any one concurrency key (the docs' "Many tenants on one queue" guide). A
+    rate is starts per second, or text as the CLI takes it ("10/s", "300/m", "1000/h"). All
+    None clears the limit, and each one left None is not limited. Workers apply a change within about two seconds; slots over the limit stay
     queued (over a key's limit, they never hold up other keys). Returns the limit now in
     force (None: none)."""
     check_name("queue", queue)

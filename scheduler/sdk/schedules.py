@@ -6,6 +6,7 @@ driven by Client and AsyncClient alike."""
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -16,6 +17,7 @@ from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec, placed_id
 from scheduler.core.keys import check_job_id, key_shard, shard_of
 from scheduler.core.models import check_reason
+from scheduler.core.timing import utc_of_ms
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate
@@ -52,10 +54,11 @@ def delete_job(core: ClientState, job_id: str, reason: str = "deleted by operato
     return JobDeleted(job_id, done.cancelled, done.running, before=done.code is Code.TERMINAL)
 
 
-def next_fires(core: ClientState, job_id: str, n: int = 10) -> Op[list[int]]:
-    """The next `n` fire times (Redis ms) of a job, from now: a recurring job's coming
-    occurrences (within its start_at / end_at), a delayed or `at` job's one fire time while
-    it is ahead; none for a job that was deleted or has run."""
+def next_fires(core: ClientState, job_id: str, n: int = 10) -> Op[list[datetime]]:
+    """The next `n` fire times of a job, from now, as timezone-aware UTC datetimes (to the
+    millisecond; `.astimezone(zone)` for local time): a recurring job's coming occurrences
+    (within its start_at / end_at), a delayed or `at` job's one fire time while it is ahead;
+    none for a job that was deleted or has run."""
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_NEXT_FIRES:
         raise ValidationError("n", f"{n!r} is not allowed; must be an integer from 1 to "
                                    f"{MAX_NEXT_FIRES}")
@@ -63,12 +66,12 @@ def next_fires(core: ClientState, job_id: str, n: int = 10) -> Op[list[int]]:
     if job.next_fire_ms is None:
         return []
     if not job.cron:
-        return [job.next_fire_ms]
-    out: list[int] = []
+        return [utc_of_ms(job.next_fire_ms)]
+    out: list[datetime] = []
     for fire in CronSpec(job.cron, job.tz or "UTC").after(job.next_fire_ms - 1):
         if (job.end_ms and fire > job.end_ms) or len(out) == n:
             break
-        out.append(fire)
+        out.append(utc_of_ms(fire))
     return out
 
 

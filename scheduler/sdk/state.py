@@ -256,7 +256,7 @@ def set_retention(core: ClientState, retention: float | str | None = None,
     whichever comes first; a dead-lettered slot leaves `dead_retention` after it died. Each
     one left None keeps its value. Every scheduler node applies a change at its next pass
     (about a second), without a restart. Returns the settings now in force
-    (docs/operating/retention.md)."""
+    (the docs' "Retention" page)."""
     current = yield from _retention(core)
     settings = check_retention(
         current.retention_s if retention is None else retention,

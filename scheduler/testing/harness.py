@@ -91,6 +91,8 @@ class TestClient(Client):
         return fakeserver.sync_client(self._tester.server)
 
     def result(self, job_or_slot_id: str, timeout: float | None = None) -> Any:
+        """As `Client.result`, after running what is due (`drain`), and without waiting:
+        a slot that has not ended raises ResultTimeout at once, whatever `timeout` says."""
         self._tester.drain()
         return super().result(job_or_slot_id, timeout=0)
 
@@ -146,6 +148,7 @@ class TestScheduler:
 
     @property
     def now(self) -> datetime:
+        """The fake clock's time (timezone-aware, UTC): `start`, plus what `advance` added."""
         return datetime.fromtimestamp(self.clock.now_ms() / 1000, UTC)
 
     def drain(self, raise_errors: bool | None = None) -> list[Ran]:

@@ -21,6 +21,7 @@ from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id, split_slot_id
 from scheduler.core.models import Job, Slot
 from scheduler.core.states import JobKind, SlotStatus
+from scheduler.core.timing import ms_of_utc
 from scheduler.observe.records import group_supervisors
 
 Page = tuple[str, dict[str, Any]]
@@ -341,7 +342,8 @@ async def job(client: Any, job_id: str) -> Page:
     made = {s.fire_ms for s in slots}
     # Occurrences already made into slots (a few seconds ahead) are listed with the slots.
     asked = NEXT_FIRES + len(made)
-    coming = await client.next_fires(job_id, asked) if j.cron and not j.deleted_ms else []
+    coming = ([ms_of_utc(f) for f in await client.next_fires(job_id, asked)]
+              if j.cron and not j.deleted_ms else [])
     fires = [f for f in coming if f not in made][:NEXT_FIRES]
     fields: list[tuple[str, Any]] = [
         ("task", j.task), ("queue", link(f"/queues/{j.queue}", j.queue)),

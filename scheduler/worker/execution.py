@@ -172,7 +172,7 @@ class Execution:
         except LeaseLost:
             self.end(run, "lost")  # the slot was reclaimed (ctx.once found out)
         except Retry as exc:
-            self.end(run, Outcome.FAILED, clean(exc.reason), self._retry_ms(run, exc))
+            self.end(run, Outcome.RETRIED, clean(exc.reason), self._retry_ms(run, exc))
         except Cancel as exc:
             self.end(run, Outcome.CANCELLED, clean(exc.reason))
         except BaseException as exc:  # SystemExit from a handler too: it ends the attempt only

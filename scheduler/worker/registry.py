@@ -76,12 +76,18 @@ class Registry:
     """`registry = Registry()`, then `@registry.task("emails.send")` on `async def
     handler(ctx, payload)` or a plain `def` (run in the worker's thread pool), or
     `@registry.task("reports.build", pool="process")` on a plain `def` that runs in a child
-    process of the worker (CPU-bound work: docs/guide/concurrency.md)."""
+    process of the worker (CPU-bound work: the docs' "Concurrency" guide)."""
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
 
     def task(self, name: str, pool: str = "thread") -> Callable[[Handler], Handler]:
+        """A decorator registering the handler of task `name`; it returns the handler
+        unchanged. `pool`: "thread" (the default: an `async def` runs on the worker's event
+        loop, a plain `def` in its thread pool) or "process" (a plain `def` at the top level
+        of a module, run in a child process). ValueError on a name not allowed, an unknown
+        pool, or a name already registered to another handler; TypeError on a handler the
+        process pool cannot run."""
         check_task(name)
         if pool not in POOLS:
             raise ValueError(f"task {name!r}: pool must be \"thread\" or \"process\", "
@@ -99,12 +105,15 @@ class Registry:
         return register
 
     def has_process_tasks(self) -> bool:
+        """Whether any task runs in the process pool (the worker starts one only then)."""
         return any(t.process for t in self.tasks.values())
 
     def get(self, name: str) -> Task | None:
+        """The task registered as `name` (None: none is)."""
         return self.tasks.get(name)
 
     def names(self) -> list[str]:
+        """The registered task names, sorted."""
         return sorted(self.tasks)
 
 
@@ -175,14 +184,20 @@ class Context:
         return None if latest is None or latest is getattr(self, "_sent", None) else latest
 
     def sent(self, report: tuple[float, str | None, int]) -> None:
+        """Mark `report` (from `reported`) as carried by a heartbeat: the worker calls it."""
         self._sent = report
 
     @property
     def idempotency_key(self) -> str:
+        """The slot id: the same in every attempt of this slot, distinct for every other
+        slot. Pass it to another system as its idempotency key."""
         return self.slot_id
 
     @property
     def logger(self) -> RunLogger:
+        """A logger whose lines name the run (slot, task, attempt); its lines at INFO and
+        above are also kept with the attempt (the first LOG_LINES, each cut at
+        LOG_LINE_CHARS), which `sched runs` and the console show."""
         # Built on first use: most handlers never log, and this is the hot path.
         if self._logger is None:
             self._logger = RunLogger(
@@ -207,6 +222,8 @@ class SyncContext(Context):
     __slots__ = ()
 
     def once(self, name: str) -> bool:  # type: ignore[override]
+        """As `Context.once`, a plain call: True only the first time the side effect
+        `name` is recorded for this slot, across all its attempts."""
         if self._once is None:
             raise RuntimeError("ctx.once needs a running worker")
         return self._once(name)  # type: ignore[return-value]

@@ -46,7 +46,8 @@ from scheduler.history.store import HistoryStore, text_hash
 
 from .truth import ENDS, FAILS_BY_DESIGN, Truth, worker_pid
 
-FAILURES = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST})
+# What counts against max_attempts (a Retry the handler raised does too).
+FAILURES = frozenset({Outcome.FAILED, Outcome.RETRIED, Outcome.TIMED_OUT, Outcome.LOST})
 EFFECT_KINDS = frozenset({"noop", "slow", "flaky", "delayed", "cron"})
 
 

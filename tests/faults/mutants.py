@@ -1243,4 +1243,19 @@ MUTANTS = [
            "scheduler/scripts/lua/expire.lua",
            "(s_at == nil or l_at <= s_at)", "true",
            (EXPIRER + "test_the_count_bound_comes_first_when_it_is_reached",), fast=True),
+    Mutant("reference-drops-driven-docstrings", "the docs' griffe extension finds each SDK "
+           "method's operation but does not copy its docstring: submit, result and the rest "
+           "vanish from the built API reference", "scripts/griffe_drives.py",
+           "            obj.docstring = griffe.Docstring(op.docstring.value",
+           "            _ = griffe.Docstring(op.docstring.value",
+           ("tests/docs/test_api_reference.py::"
+            "test_every_public_method_has_its_docstring_on_the_site",), fast=True),
+    Mutant("retry-reads-as-failure", "an attempt whose handler raised Retry is recorded "
+           "`failed`: sched runs, the console and the failure rates count an asked-for retry "
+           "as an error", "scheduler/worker/execution.py",
+           "self.end(run, Outcome.RETRIED, clean(exc.reason)",
+           "self.end(run, Outcome.FAILED, clean(exc.reason)",
+           ("tests/sdk/test_run_logs.py::"
+            "test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns",),
+           fast=True),
 ]

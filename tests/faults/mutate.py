@@ -25,7 +25,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from faults.mutants import MUTANTS, Mutant  # noqa: E402
 
-COPIED = ("scheduler", "tests", "pyproject.toml")
+# docs/, scripts/ and mkdocs.yml: tests/docs builds the site (scripts/griffe_drives.py feeds
+# its API reference).
+COPIED = ("scheduler", "tests", "pyproject.toml", "docs", "scripts", "mkdocs.yml")
 
 
 def copy_with(m: Mutant) -> Path:

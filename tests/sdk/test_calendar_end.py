@@ -13,6 +13,7 @@ from helpers import sched
 from scheduler import Client, ValidationError
 from scheduler.core.cron import LATEST_MS, CronSpec
 from scheduler.core.states import Catchup
+from scheduler.core.timing import utc_of_ms
 from scheduler.node.materializer import Recurrence, plan
 
 LAST_31_DEC = int(datetime(9999, 12, 31, tzinfo=UTC).timestamp() * 1000)
@@ -44,11 +45,12 @@ def test_a_series_that_reaches_year_9999_ends_there(redis_url: str, ns: str) -> 
     with Client(redis_url, ns) as client:
         job_id = client.submit("t", cron="0 0 31 12 *",
                                start_at=datetime(9999, 12, 30, tzinfo=UTC))
-        assert client.next_fires(job_id, 5) == [LAST_31_DEC]
+        assert client.next_fires(job_id, 5) == [datetime(9999, 12, 31, tzinfo=UTC)]
         assert client.get_job(job_id).next_fire_ms == LAST_31_DEC
         named = client.schedule("last-day", "t", cron="59 23 31 12 *",
                                 start_at=datetime(9999, 12, 30, tzinfo=UTC))
-        assert client.next_fires(named, 3) == [LATEST_MS - 59_000]
+        assert client.next_fires(named, 3) == [utc_of_ms(LATEST_MS - 59_000)]
+        assert client.next_fires(named, 3) == [datetime(9999, 12, 31, 23, 59, tzinfo=UTC)]
     recurrence = Recurrence(spec=CronSpec("0 0 31 12 *"), catchup=Catchup.ALL,
                             catchup_limit=10, end_ms=0)
     made = plan(recurrence, LAST_31_DEC, LAST_31_DEC, 3_000, 5_000)

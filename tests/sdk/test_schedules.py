@@ -4,6 +4,7 @@ Driven with a manual clock and the real materializer and promoter (run_once)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,6 +14,7 @@ from helpers import make_dead, run_until, sched
 from scheduler import Client, Context, Registry, SlotStatus, ValidationError
 from scheduler.core.errors import JobNotFound
 from scheduler.core.keys import Keys
+from scheduler.core.timing import ms_of_utc
 from scheduler.node.materializer import Materializer
 from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
@@ -90,11 +92,15 @@ def test_next_fires_follow_the_cron_its_zone_and_its_end(redis_url: str, ns: str
         job_id = client.submit("t", cron="*/15 * * * *", tz="Europe/Paris",
                                end_at=datetime.fromtimestamp((T0 + 3_600_000) / 1000, UTC))
         fires = client.next_fires(job_id, 10)
-        assert fires and all(f % 900_000 == 0 for f in fires) and fires == sorted(fires)
-        assert fires[0] > T0 and all(f <= T0 + 3_600_000 for f in fires)
+        assert all(f.tzinfo is UTC for f in fires)  # aware, in UTC whatever the job's zone
+        ms = [ms_of_utc(f) for f in fires]
+        assert ms and all(f % 900_000 == 0 for f in ms) and ms == sorted(ms)
+        assert ms[0] > T0 and all(f <= T0 + 3_600_000 for f in ms)
         assert len(fires) == 4  # a quarter hour each, within the hour left
         once = client.submit("t", delay=30)
-        assert client.next_fires(once) == [T0 + 250 + 30_000]
+        [at] = client.next_fires(once)
+        assert at == datetime(2023, 11, 14, 22, 13, 50, 250_000, tzinfo=UTC)
+        assert ms_of_utc(at) == T0 + 250 + 30_000
         with pytest.raises(ValidationError, match="from 1 to 1000"):
             client.next_fires(job_id, 0)
 
@@ -125,8 +131,12 @@ def test_the_cli_ends_a_series_and_cancel_says_how(capsys: pytest.CaptureFixture
     with Client(redis_url, ns) as client:
         assert client.get_job(job_id).deleted_ms is None  # nothing changed
     code, out, _ = sched(capsys, redis_url, ns, "jobs", "next", job_id, "-n", "3")
-    assert code == 0 and len(out.splitlines()) == 3 and out.count(":00:00.000Z") + out.count(
-        ":00.000Z") >= 3
+    assert code == 0 and len(out.splitlines()) == 3 and out.count(":00.000Z") == 3
+    listed = [datetime.fromisoformat(line) for line in out.splitlines()]
+    code, out, _ = sched(capsys, redis_url, ns, "jobs", "next", job_id, "-n", "3", "--json")
+    fires = json.loads(out)
+    assert code == 0 and [datetime.fromisoformat(f["fire_time"]) for f in fires] == listed
+    assert [f["fire_ms"] for f in fires] == [ms_of_utc(t) for t in listed]
     code, out, _ = sched(capsys, redis_url, ns, "jobs", "trigger", job_id)
     assert code == 0 and out.strip().startswith(f"{job_id}:")
     code, out, _ = sched(capsys, redis_url, ns, "jobs", "delete", job_id)

@@ -176,7 +176,7 @@ def test_retry_and_cancel_steer_the_slot_and_are_not_errors(sched: TestScheduler
     job_id = sched.client.submit("busy")
     cancelled = sched.client.submit("never")
     runs = sched.drain()
-    assert sorted((r.task, r.outcome) for r in runs) == [("busy", "failed"),
+    assert sorted((r.task, r.outcome) for r in runs) == [("busy", "retried"),
                                                         ("never", "cancelled")]
     assert [r.attempt for r in sched.advance(20)] == [2, 3]
     assert sched.client.result(job_id) == "sent"

@@ -16,7 +16,7 @@ import redis.asyncio
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from scheduler import Client, Context, Registry, RetryPolicy
+from scheduler import Client, Context, Registry, Retry, RetryPolicy
 from scheduler.core.keys import Keys
 from scheduler.node.node import SchedulerNode
 from scheduler.observe import metrics
@@ -24,7 +24,7 @@ from scheduler.observe.exporter import MetricsServer
 from scheduler.observe.metrics import NamespaceCollector, declared_names
 from scheduler.worker.worker import Worker, WorkerConfig
 
-OK, BAD = 300, 4
+OK, BAD, LATER = 300, 4, 3  # LATER: raise Retry on their first attempt, then succeed
 
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -69,13 +69,19 @@ def test_metrics_after_real_work(r: redis.Redis, redis_url: str, ns: str,
     async def bad(ctx: Context, payload: Any) -> None:
         raise RuntimeError("always")
 
+    @registry.task("later")
+    async def later(ctx: Context, payload: Any) -> None:
+        if ctx.attempt == 1:
+            raise Retry(after=0.05, reason="not yet")
+
     with Client(redis_url, ns) as client:
         client.submit_many([{"task": "ok", "queue": queue} for _ in range(OK)]
                            + [{"task": "bad", "queue": queue,
                                "retry": RetryPolicy(max_attempts=2, base_s=0.05, jitter=0)}
-                              for _ in range(BAD)])
+                              for _ in range(BAD)]
+                           + [{"task": "later", "queue": queue} for _ in range(LATER)])
         before = scrape(server.port)
-        assert total(before, "sched_queue_depth", queue=queue) == OK + BAD
+        assert total(before, "sched_queue_depth", queue=queue) == OK + BAD + LATER
         assert total(before, "sched_workers_alive") == 0
         assert total(before, "sched_exporter_up") == 1
         shards = client.shards
@@ -85,7 +91,7 @@ def test_metrics_after_real_work(r: redis.Redis, redis_url: str, ns: str,
 
     def heartbeat_counted() -> bool:
         with Client(redis_url, ns) as client:
-            return [w.succeeded for w in client.workers()] == [OK]
+            return [(w.succeeded, w.failed) for w in client.workers()] == [(OK + LATER, 2 * BAD)]
 
     async def work() -> tuple[Samples, Worker]:
         client = redis.asyncio.Redis.from_url(redis_url)
@@ -102,7 +108,7 @@ def test_metrics_after_real_work(r: redis.Redis, redis_url: str, ns: str,
                            and total(samples, "sched_queue_depth", queue=queue) == 0
                            and total(samples, "sched_queue_pending", queue=queue) == 0
                            and total(samples, "sched_runs_total", queue=queue,
-                                     outcome="succeeded") == OK)
+                                     outcome="succeeded") == OK + LATER)
                 if settled and await asyncio.to_thread(heartbeat_counted):
                     return samples, worker
                 assert time.monotonic() < deadline, "timed out waiting for the drain"
@@ -124,17 +130,22 @@ def test_metrics_after_real_work(r: redis.Redis, redis_url: str, ns: str,
     assert expected <= present, f"missing: {sorted(expected - present)}"
 
     runs = total(after, "sched_runs_total", queue=queue)
-    assert runs == OK + 2 * BAD
+    assert runs == OK + 2 * BAD + 2 * LATER
     assert total(after, "sched_runs_total", queue=queue, outcome="failed") == 2 * BAD
+    # A Retry the handler raised is an attempt of its own outcome, not a failure.
+    assert total(after, "sched_runs_total", queue=queue, outcome="retried") == LATER
     assert total(after, "sched_start_lag_seconds_count", queue=queue) == runs
     assert total(after, "sched_start_lag_seconds_bucket", queue=queue, le="+Inf") == runs
     assert 0 <= total(after, "sched_start_lag_seconds_sum", queue=queue) < 60 * runs
     assert total(after, "sched_run_duration_seconds_count", queue=queue) == runs
-    for name in ("sched_retries_total", "sched_dead_lettered_total"):
-        assert total(after, name) - total(before, name) == BAD, name
+    assert total(after, "sched_retries_total") - total(before, "sched_retries_total") == (
+        BAD + LATER)
+    assert total(after, "sched_dead_lettered_total") - total(
+        before, "sched_dead_lettered_total") == BAD
     assert total(after, "sched_commits_refused_total") == total(before,
                                                                 "sched_commits_refused_total")
-    assert total(after, "sched_promoted_total") - total(before, "sched_promoted_total") == BAD
+    assert total(after, "sched_promoted_total") - total(before, "sched_promoted_total") == (
+        BAD + LATER)
 
     assert total(after, "sched_dead_letter_size") == BAD
     assert total(after, "sched_due_slots") == total(after, "sched_due_backlog") == 0

@@ -76,15 +76,15 @@ def test_retry_cancel_exceptions_and_death_in_a_child_steer_the_slot_as_in_a_thr
         slots = {how: _ended(client, j) for how, j in ids.items()}
     attempts = {how: [(a.outcome, a.error) for a in s.attempts] for how, s in slots.items()
                 if s is not None}
-    assert attempts["return"] == [("failed", "not yet"), ("succeeded", None)]
+    assert attempts["return"] == [("retried", "not yet"), ("succeeded", None)]
     assert slots["return"] is not None and slots["return"].result == 2
-    assert attempts["cancel"] == [("failed", "not yet"), ("cancelled", "no point")]
+    assert attempts["cancel"] == [("retried", "not yet"), ("cancelled", "no point")]
     assert attempts["die"] == [  # and the pool replaced it: the retry ran
         ("failed", "the process-pool child running this handler died (exit status 3)"),
         ("succeeded", None)]
     line = pool_tasks.steer.__code__.co_firstlineno + 6  # its raise
     assert attempts["raise"][:2] == [
-        ("failed", "not yet"),
+        ("retried", "not yet"),
         ("failed", f"ValueError: bad input on attempt 2 (at pool_tasks.py:{line})")]
 
 
@@ -101,7 +101,7 @@ def test_retry_after_in_a_child_sets_when_the_next_attempt_runs(redis_url: str,
         slot = _ended(client, job_id)
     assert slot is not None and slot.status is SlotStatus.SUCCEEDED
     first, second = slot.attempts
-    assert (first.outcome, first.error) == ("failed", "later")
+    assert (first.outcome, first.error) == ("retried", "later")
     assert first.finished_ms is not None and second.started_ms is not None
     assert second.started_ms - first.finished_ms >= 1500 - 50, slot.attempts
 

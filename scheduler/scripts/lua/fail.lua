@@ -8,7 +8,8 @@
   ARGV[3]  worker_id
   ARGV[4]  n               number of slots; then 8 fields per slot:
            slot_id, token (the attempt number claim returned),
-           outcome         "failed" | "timed_out" | "cancelled" (the handler raised Cancel)
+           outcome         "failed" | "retried" (the handler raised Retry) | "timed_out" |
+                           "cancelled" (the handler raised Cancel)
            error           one line for people
            retry_ms        delay before the retry; -1 = from the job's retry policy
            u               uniform random in [0, 1) for the policy's jitter
