@@ -99,6 +99,7 @@ def test_every_command_that_opens_a_metrics_port_takes_a_host_loopback_by_defaul
     ["exporter", "--port", "{port}"],
     ["dev", "--no-web", "--no-history", "--metrics-port", "{port}"],
 ], ids=["worker", "supervisor", "scheduler", "snapshotter", "exporter", "dev"])
+@pytest.mark.slow  # each starts the service twice as a process of its own
 def test_each_service_serves_metrics_on_loopback_unless_told(redis_url: str, ns: str,
                                                              args: list[str]) -> None:
     with serving(redis_url, ns, *args) as port:
@@ -114,6 +115,7 @@ def _series(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
             if s.name == name}
 
 
+@pytest.mark.slow  # a real exporter process over a namespace of many queues
 def test_the_exporter_exports_the_busiest_queues_and_sums_the_rest(redis_url: str,
                                                                    ns: str) -> None:
     """Every queue was a set of series of its own, and every concurrency key's name (a
