@@ -226,6 +226,9 @@ class TestScheduler:
         queues = {queue_of(lane.decode()) for found in await transport.send(pipe) for lane in found}
         if not queues <= self._queues:
             self._queues |= queues
+            # The keyed claims walk the worker's configured queues, the reader its streams.
+            config = msgspec.structs.replace(self.worker.config, queues=tuple(sorted(self._queues)))
+            self.worker.config = self.worker.claims.config = config
             await self.worker.reader.open(self.worker.shards, sorted(self._queues))
 
     async def _drain(self) -> list[Run]:

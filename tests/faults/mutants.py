@@ -1258,4 +1258,10 @@ MUTANTS = [
            ("tests/sdk/test_run_logs.py::"
             "test_sched_runs_shows_each_attempt_under_its_slot_within_100_columns",),
            fast=True),
+    Mutant("testing-mode-skips-keyed-queues", "the testing mode opens a new queue's streams "
+           "but not its keys' turns: a keyed job outside `default` never runs under "
+           "TestScheduler", "scheduler/testing/harness.py",
+           "            self.worker.config = self.worker.claims.config = config\n", "",
+           ("tests/sdk/test_testing_mode.py::"
+            "test_keyed_jobs_of_any_queue_run_in_their_keys_turns",), fast=True),
 ]

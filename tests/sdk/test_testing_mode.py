@@ -190,6 +190,16 @@ def test_jobs_of_any_queue_run(sched: TestScheduler) -> None:
     assert [sched.client.result(i) for i in ids] == [{"twice": 2}, {"twice": 4}]
 
 
+def test_keyed_jobs_of_any_queue_run_in_their_keys_turns(sched: TestScheduler) -> None:
+    """The tenants guide's own example: a job with a concurrency key in a queue of its own."""
+    sched.client.set_queue_limit("exports", per_key_concurrency=1)
+    ids = [sched.client.submit("double", {"n": n}, queue="exports", concurrency_key=key)
+           for n, key in ((1, "tenant-42"), (2, "tenant-42"), (3, "tenant-7"))]
+    ids.append(sched.client.submit("double", {"n": 4}, queue="reports", concurrency_key="t"))
+    sched.drain()
+    assert [sched.client.result(i) for i in ids] == [{"twice": 2 * n} for n in (1, 2, 3, 4)]
+
+
 def test_what_ran_is_the_projects_own_lua(sched: TestScheduler) -> None:
     sched.client.submit("tick", cron="* * * * * *")
     sched.client.submit("boom", retry=RetryPolicy(max_attempts=2, base_s=1, jitter=0))
