@@ -351,8 +351,18 @@ class Client(_Driver):
         return self._drive(schedule_ops.trigger(self._core, job_id))
 
     @_drives(schedule_ops.schedule)
-    def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
-        return self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
+    def schedule(self, name: str, task: str, payload: Any = None, *, cron: str,
+             queue: str = "default", timeout: float | None = None,
+             retry: RetryPolicy | None = None, delivery: str = "at_least_once",
+             priority: int | None = None, concurrency_key: str | None = None,
+             tz: str | None = None, catchup: str | None = None,
+             catchup_limit: int | None = None, overlap: str | None = None,
+             start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+        return self._drive(schedule_ops.schedule(
+            self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
+            retry=retry, delivery=delivery, priority=priority,
+            concurrency_key=concurrency_key, tz=tz, catchup=catchup,
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
 
     # A run's result: scheduler/sdk/results.py
 
@@ -603,8 +613,18 @@ class AsyncClient(_Driver):
         return await self._drive(schedule_ops.trigger(self._core, job_id))
 
     @_drives(schedule_ops.schedule)
-    async def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
-        return await self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
+    async def schedule(self, name: str, task: str, payload: Any = None, *, cron: str,
+                   queue: str = "default", timeout: float | None = None,
+                   retry: RetryPolicy | None = None, delivery: str = "at_least_once",
+                   priority: int | None = None, concurrency_key: str | None = None,
+                   tz: str | None = None, catchup: str | None = None,
+                   catchup_limit: int | None = None, overlap: str | None = None,
+                   start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+        return await self._drive(schedule_ops.schedule(
+            self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
+            retry=retry, delivery=delivery, priority=priority,
+            concurrency_key=concurrency_key, tz=tz, catchup=catchup,
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
 
     # A run's result: scheduler/sdk/results.py
 

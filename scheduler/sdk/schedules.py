@@ -6,6 +6,7 @@ driven by Client and AsyncClient alike."""
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -13,9 +14,9 @@ import msgspec
 import scheduler.scripts.calls as scripts
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, ValidationError
-from scheduler.core.jobspec import JobSpec, placed_id
+from scheduler.core.jobspec import SCHEDULE_OPTIONS, JobSpec, placed_id
 from scheduler.core.keys import check_job_id, key_shard, shard_of
-from scheduler.core.models import check_reason
+from scheduler.core.models import RetryPolicy, check_reason
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate
@@ -86,24 +87,30 @@ def trigger(core: ClientState, job_id: str) -> Op[str]:
     return slot
 
 
-_NOT_IN_A_SCHEDULE = ("dedupe_key", "dedupe_ttl", "debounce", "delay", "at")
 REDEFINE_TRIES = 8
 
 
-def schedule(core: ClientState, /, name: str, task: str, payload: Any = None,
-             **options: Any) -> Op[str]:
+def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *, cron: str,
+             queue: str = "default", timeout: float | None = None,
+             retry: RetryPolicy | None = None, delivery: str = "at_least_once",
+             priority: int | None = None, concurrency_key: str | None = None,
+             tz: str | None = None, catchup: str | None = None,
+             catchup_limit: int | None = None, overlap: str | None = None,
+             start_at: datetime | None = None, end_at: datetime | None = None) -> Op[str]:
     """A recurring job identified by `name` (its job id), declared idempotently: the same
     spec writes nothing, a changed spec replaces the definition from the next occurrence
     (occurrences created or dispatched ahead that have not started end cancelled, and the new
     one makes its own; running scheduler nodes take it in their next pass), and any number
-    of processes declaring it at once make one series. `options` are
-    submit's (cron= required; queue, priority, timeout, retry, delivery, tz, catchup,
-    catchup_limit, overlap, start_at, end_at, concurrency_key). A deleted schedule declared
-    again with the same spec stays deleted; with another spec it is a series again. Returns
+    of processes declaring it at once make one series. `cron` is required; the other options
+    are submit's that fit a series (jobspec.SCHEDULE_OPTIONS: no dedupe key or window, no
+    delay or at). A deleted schedule declared again with the same spec stays deleted; with
+    another spec it is a series again. Returns
     the job id: the name, or with a concurrency_key the name placed in the key's home shard
     (`name.<n>`, the same every time: jobspec.placed_id). The concurrency key is then part of
     the schedule's identity: declaring the name with another key (or none) while its series
     lives is refused (ValidationError naming the live job: delete_job it first)."""
+    arguments = locals()
+    options = {option: arguments[option] for option in SCHEDULE_OPTIONS}
     spec, digest = _named_spec(name, task, payload, options)
     try:
         yield from ready(core)
@@ -186,9 +193,6 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
                                       "A-Z a-z 0-9 _ . -") from None
     if not options.get("cron"):
         raise ValidationError("cron", "a named schedule needs cron= (for one run, submit)")
-    for key in _NOT_IN_A_SCHEDULE:
-        if options.get(key) is not None:
-            raise ValidationError(key, "is not for a named schedule (the name identifies it)")
     try:
         spec = JobSpec(task=task, payload=payload, **options)
     except TypeError as exc:
