@@ -19,6 +19,7 @@ from scheduler.core.models import Attempt, Job, Progress, RetryPolicy, Slot
 from scheduler.core.namespace import RetentionSettings
 from scheduler.core.states import Delivery, Durability, Outcome, SlotStatus
 from scheduler.sdk.client import AsyncClient, Client, JobSpec
+from scheduler.worker.handles import TaskHandle
 from scheduler.worker.registry import Context, Registry, SyncContext
 
 __all__ = [
@@ -27,6 +28,6 @@ __all__ = [
     "RedisRefused", "RedisUnavailable", "Registry", "ResultExpired", "ResultTimeout",
     "RetentionSettings", "Retry", "RetryPolicy",
     "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "SyncContext",
-    "ValidationError",
+    "TaskHandle", "ValidationError",
 ]
 __version__ = "0.1.0"

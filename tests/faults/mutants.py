@@ -1224,4 +1224,11 @@ MUTANTS = [
            "scheduler/scripts/lua/_lib.lua", "      or redis.call('EXISTS', runs) == 1 then",
            "      or false then",
            (EXPIRER + "test_a_one_off_job_stays_while_a_triggered_run_of_it_does",), fast=True),
+    Mutant("typed-payload-not-validated-at-submit", "a submit through a task handle writes a "
+           "payload that does not fit the handler's type: found only when the run fails",
+           "scheduler/worker/handles.py",
+           "        if self.payload_type is None:\n            return payload\n",
+           "        if True:\n            return payload\n",
+           ("tests/sdk/test_task_handles.py::"
+            "test_a_typed_payload_that_does_not_fit_is_refused_naming_the_field",), fast=True),
 ]
