@@ -1,5 +1,6 @@
 """A Redis-native distributed job scheduler."""
 
+from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import (
     Cancel,
     DurabilityError,
@@ -28,6 +29,6 @@ __all__ = [
     "RedisRefused", "RedisUnavailable", "Registry", "ResultExpired", "ResultTimeout",
     "RetentionSettings", "Retry", "RetryPolicy",
     "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "SyncContext",
-    "TaskHandle", "ValidationError",
+    "TaskHandle", "TaskInfo", "ValidationError",
 ]
 __version__ = "0.1.0"

@@ -28,6 +28,7 @@ import scheduler.redis.cluster as cluster
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.sdk.browse as browse
+import scheduler.sdk.catalog as catalog_ops
 import scheduler.sdk.history as history_ops
 import scheduler.sdk.jobs as job_ops
 import scheduler.sdk.queues as queue_ops
@@ -35,6 +36,7 @@ import scheduler.sdk.results as result_ops
 import scheduler.sdk.schedules as schedule_ops
 import scheduler.sdk.state as state
 import scheduler.sdk.status as status_ops
+from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
@@ -336,6 +338,12 @@ class Client(_Driver):
     def supervisors(self) -> list[Supervisor]:
         return self._drive(status_ops.supervisors(self._core))
 
+    # The task catalog: scheduler/sdk/catalog.py
+
+    @_drives(catalog_ops.tasks)
+    def tasks(self) -> list[TaskInfo]:
+        return self._drive(catalog_ops.tasks(self._core))
+
     # A job's series, named schedules: scheduler/sdk/schedules.py
 
     @_drives(schedule_ops.delete_job)
@@ -597,6 +605,12 @@ class AsyncClient(_Driver):
     @_drives(status_ops.supervisors)
     async def supervisors(self) -> list[Supervisor]:
         return await self._drive(status_ops.supervisors(self._core))
+
+    # The task catalog: scheduler/sdk/catalog.py
+
+    @_drives(catalog_ops.tasks)
+    async def tasks(self) -> list[TaskInfo]:
+        return await self._drive(catalog_ops.tasks(self._core))
 
     # A job's series, named schedules: scheduler/sdk/schedules.py
 
