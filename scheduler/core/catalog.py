@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core.jobspec import TASK_OPTIONS
 from scheduler.core.models import RetryPolicy
 
 
@@ -30,6 +31,10 @@ class TaskInfo(msgspec.Struct, frozen=True, kw_only=True):
     pool: str = "thread"
     worker: str = ""
     seen_ms: int = 0
+
+
+    def declares_defaults(self) -> bool:
+        return any(getattr(self, option) is not None for option in TASK_OPTIONS)
 
 
 _encoder = msgspec.json.Encoder()

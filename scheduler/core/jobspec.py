@@ -41,6 +41,10 @@ class JobSpec(msgspec.Struct, kw_only=True):
     `concurrency_key`: the tenant (customer, account, domain...) the job runs for: a queue's
     per-key limit counts runs of one key, and keys take turns (docs/guide/tenants.md). The
     job lives in its key's home shard; a dedupe key is then scoped by the concurrency key.
+    `queue`, `timeout`, `retry`, `delivery`, `priority` left at None (and `dedupe_ttl`,
+    `debounce` with a dedupe key) take the task's defaults from the namespace's task
+    catalog (what its workers registered: core/catalog.py), else queue "default",
+    delivery "at_least_once", no timeout, the default retry policy, priority 3.
 
     Its fields past `task` and `payload` are the submit options (SUBMIT_OPTIONS): every
     entry point that takes them (both clients' `submit` and `schedule`, the outbox, task
@@ -50,10 +54,10 @@ class JobSpec(msgspec.Struct, kw_only=True):
 
     task: str
     payload: Any = None
-    queue: str = "default"
+    queue: str | None = None
     timeout: float | None = None
     retry: RetryPolicy | None = None
-    delivery: str = "at_least_once"
+    delivery: str | None = None
     priority: int | None = None
     dedupe_key: str | None = None
     dedupe_ttl: float | None = None
@@ -207,8 +211,8 @@ def spec_of(raw: Mapping[str, Any]) -> JobSpec:
                                       f"arguments: {exc}") from None
 
 
-def one_spec(task: str, payload: Any, queue: str, timeout: float | None,
-             retry: RetryPolicy | None, delivery: str, dedupe_key: str | None,
+def one_spec(task: str, payload: Any, queue: str | None, timeout: float | None,
+             retry: RetryPolicy | None, delivery: str | None, dedupe_key: str | None,
              schedule: dict[str, Any], priority: int | None = None,
              dedupe_ttl: float | None = None, debounce: float | None = None,
              concurrency_key: str | None = None) -> list[JobSpec]:

@@ -248,9 +248,9 @@ class Client(_Driver):
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
-    def submit(self, task: str, payload: Any = None, *, queue: str = "default",
+    def submit(self, task: str, payload: Any = None, *, queue: str | None = None,
                timeout: float | None = None, retry: RetryPolicy | None = None,
-               delivery: str = "at_least_once", priority: int | None = None,
+               delivery: str | None = None, priority: int | None = None,
                dedupe_key: str | None = None, delay: float | timedelta | None = None,
                at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                catchup: str | None = None, catchup_limit: int | None = None,
@@ -360,8 +360,8 @@ class Client(_Driver):
 
     @_drives(schedule_ops.schedule)
     def schedule(self, name: str, task: str, payload: Any = None, *, cron: str,
-             queue: str = "default", timeout: float | None = None,
-             retry: RetryPolicy | None = None, delivery: str = "at_least_once",
+             queue: str | None = None, timeout: float | None = None,
+             retry: RetryPolicy | None = None, delivery: str | None = None,
              priority: int | None = None, concurrency_key: str | None = None,
              tz: str | None = None, catchup: str | None = None,
              catchup_limit: int | None = None, overlap: str | None = None,
@@ -515,9 +515,9 @@ class AsyncClient(_Driver):
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
-    async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
+    async def submit(self, task: str, payload: Any = None, *, queue: str | None = None,
                      timeout: float | None = None, retry: RetryPolicy | None = None,
-                     delivery: str = "at_least_once", priority: int | None = None,
+                     delivery: str | None = None, priority: int | None = None,
                      dedupe_key: str | None = None, delay: float | timedelta | None = None,
                      at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                      catchup: str | None = None, catchup_limit: int | None = None,
@@ -628,8 +628,8 @@ class AsyncClient(_Driver):
 
     @_drives(schedule_ops.schedule)
     async def schedule(self, name: str, task: str, payload: Any = None, *, cron: str,
-                   queue: str = "default", timeout: float | None = None,
-                   retry: RetryPolicy | None = None, delivery: str = "at_least_once",
+                   queue: str | None = None, timeout: float | None = None,
+                   retry: RetryPolicy | None = None, delivery: str | None = None,
                    priority: int | None = None, concurrency_key: str | None = None,
                    tz: str | None = None, catchup: str | None = None,
                    catchup_limit: int | None = None, overlap: str | None = None,

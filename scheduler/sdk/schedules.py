@@ -19,7 +19,7 @@ from scheduler.core.keys import check_job_id, key_shard, shard_of
 from scheduler.core.models import RetryPolicy, check_reason
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
-from scheduler.sdk.batching import hash_fields, nothing_written, validate
+from scheduler.sdk.batching import hash_fields, nothing_written, validate, with_catalog
 from scheduler.sdk.jobs import get_job
 from scheduler.sdk.requests import Op, Pipe, Scripts
 from scheduler.sdk.state import ClientState, ensure_namespace, ready
@@ -91,8 +91,8 @@ REDEFINE_TRIES = 8
 
 
 def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *, cron: str,
-             queue: str = "default", timeout: float | None = None,
-             retry: RetryPolicy | None = None, delivery: str = "at_least_once",
+             queue: str | None = None, timeout: float | None = None,
+             retry: RetryPolicy | None = None, delivery: str | None = None,
              priority: int | None = None, concurrency_key: str | None = None,
              tz: str | None = None, catchup: str | None = None,
              catchup_limit: int | None = None, overlap: str | None = None,
@@ -111,10 +111,12 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *,
     lives is refused (ValidationError naming the live job: delete_job it first)."""
     arguments = locals()
     options = {option: arguments[option] for option in SCHEDULE_OPTIONS}
-    spec, digest = _named_spec(name, task, payload, options)
+    spec = _named_spec(name, task, payload, options)
     try:
         yield from ready(core)
         yield from ensure_namespace(core)
+        spec = with_catalog(core, spec)  # the task's defaults, in the digest too
+        digest = _digest(spec)
         job = validate(core, spec, core.clock.now_ms())
         _, task, queue, fire_ms, _, _ = job
         fields = hash_fields(job)
@@ -183,9 +185,8 @@ def _same_key(core: ClientState, name: str, job_id: str, concurrency_key: str | 
               f"delete_job({other!r}) first"))
 
 
-def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
-                ) -> tuple[JobSpec, str]:
-    """The schedule's JobSpec and the digest of it that tells a changed spec from the same."""
+def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]) -> JobSpec:
+    """The schedule's JobSpec, as declared."""
     try:
         check_job_id(name)
     except ValidationError:
@@ -197,12 +198,18 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
         spec = JobSpec(task=task, payload=payload, **options)
     except TypeError as exc:
         raise ValidationError("options", str(exc)) from None
+    return spec
+
+
+def _digest(spec: JobSpec) -> str:
+    """What tells a changed spec from the same: of the spec with the catalog's defaults and
+    the built-in queue and delivery in (batching.with_catalog)."""
     fields = msgspec.structs.asdict(spec)
     for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key"):
         if fields[option] is None:  # specs declared before these options keep their digest
             del fields[option]
-    return spec, hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
-                                 digest_size=12).hexdigest()
+    return hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
+                           digest_size=12).hexdigest()
 
 
 def _redefine(core: ClientState, prefix: str, name: str, spec: JobSpec, digest: str, fire_ms: int,

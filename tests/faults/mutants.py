@@ -1231,4 +1231,12 @@ MUTANTS = [
            "        if True:\n            return payload\n",
            ("tests/sdk/test_task_handles.py::"
             "test_a_typed_payload_that_does_not_fit_is_refused_naming_the_field",), fast=True),
+    Mutant("catalog-defaults-not-applied", "a submit by name ignores the task's defaults in "
+           "the catalog: a job meant for the mail workers waits in `default`",
+           "scheduler/sdk/batching.py",
+           "        _catalog_options(core, spec) if core.catalog else",
+           "        _catalog_options(core, spec) if False else",
+           ("tests/sdk/test_task_catalog.py::"
+            "test_a_submit_by_name_takes_the_catalogs_defaults_and_its_own_options_win",),
+           fast=True),
 ]
