@@ -6,6 +6,7 @@ namespace (`ready`, `ensure_namespace`), which every other operation starts with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -87,7 +88,7 @@ class ClientState:
         # the options it leaves at None. Read by ready() along with what it reads anyway.
         self.catalog: dict[str, TaskInfo] = {}
 
-    def take_catalog(self, raw: dict[bytes, bytes]) -> None:
+    def take_catalog(self, raw: Mapping[Any, Any]) -> None:
         """The catalog as HGETALL read it: the entries that declare a default."""
         found = (catalog.decode(value) for value in raw.values())
         self.catalog = {info.task: info for info in found

@@ -226,3 +226,16 @@ def test_the_outbox_form_writes_the_tasks_job_with_its_defaults(redis_url: str, 
     finally:
         with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
             admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def test_the_testing_mode_runs_typed_handlers_and_applies_the_tasks_defaults() -> None:
+    from scheduler.testing import TestScheduler
+
+    with TestScheduler(registry) as tester:
+        by_handle = send.submit(tester.client, {"to": "a@b", "subject": "s"})
+        by_name = tester.client.submit("emails.send", {"to": "c@d", "subject": "t"})
+        assert tester.client.get_job(by_name).queue == "mail"
+        ran = tester.drain()
+        assert sorted(r.job_id for r in ran) == sorted([by_handle, by_name])
+        assert tester.client.result(by_name) == "c@d"
+    assert sorted(p.to for p in seen) == ["a@b", "c@d"]
