@@ -1,8 +1,8 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both drive the same
 operations, written once without I/O (scheduler/sdk/requests.py says how): each public
 method is its operation, of the same name, in the scheduler/sdk/ module of its topic
-(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, and state.py
-for the namespace).
+(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, catalog.py,
+and state.py for the namespace).
 The two classes only perform the requests an operation yields. A method states its
 parameters and takes its operation's docstring; tests/sdk/test_signatures.py checks that
 every method's parameters are its operation's, in both classes.
