@@ -1,7 +1,8 @@
 """The submit options are JobSpec's fields (jobspec.SUBMIT_OPTIONS), and every entry point
 that takes them states each one by that name, with JobSpec's default and type: both
 clients' `submit` and `schedule` (a series' subset, SCHEDULE_OPTIONS), their I/O-free
-operations, the outbox's `submit` and `sched submit`. An entry point that lacks an option,
+operations, the outbox's `submit`, a task handle's three submits, `sched submit`, and
+`registry.task`'s per-task defaults (TASK_OPTIONS). An entry point that lacks an option,
 misspells one or defaults it differently fails here, naming it."""
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import pytest
 import scheduler.outbox.writer as outbox
 import scheduler.sdk.jobs as jobs
 import scheduler.sdk.schedules as schedules
-from scheduler import AsyncClient, Client
+from scheduler import AsyncClient, Client, Registry, TaskHandle
 from scheduler.cli.main import submit as submit_command
 from scheduler.core.jobspec import (
     NOT_IN_A_SCHEDULE,
     SCHEDULE_OPTIONS,
     SUBMIT_OPTIONS,
+    TASK_OPTIONS,
     TIMING_OPTIONS,
     JobSpec,
     option_defaults,
@@ -30,8 +32,8 @@ from scheduler.history.store import HistoryStore
 
 # Parameters of the entry points that are not options of the job: what it is, where it
 # goes, how the call waits.
-NOT_OPTIONS = {"self", "core", "conn", "task", "payload", "name", "durability", "schema",
-               "max_payload_bytes", "shards", "namespace"}
+NOT_OPTIONS = {"self", "core", "conn", "client", "task", "payload", "name", "durability",
+               "schema", "max_payload_bytes", "shards", "namespace", "pool"}
 # `sched submit`'s parameters for options it spells otherwise: --max-attempts builds the
 # RetryPolicy, and `at` is a Python keyword's neighbour in click (at_).
 CLI_NAMES = {"retry": "max_attempts", "at": "at_"}
@@ -41,6 +43,9 @@ SUBMITS: dict[str, Callable[..., Any]] = {
     "AsyncClient.submit": AsyncClient.submit,
     "sdk.jobs.submit": jobs.submit,
     "outbox.submit": outbox.submit,
+    "TaskHandle.submit": TaskHandle.submit,
+    "TaskHandle.asubmit": TaskHandle.asubmit,
+    "TaskHandle.outbox_submit": TaskHandle.outbox_submit,
 }
 SCHEDULES: dict[str, Callable[..., Any]] = {
     "Client.schedule": Client.schedule,
@@ -57,7 +62,8 @@ def options_of(f: Callable[..., Any]) -> dict[str, inspect.Parameter]:
 
 
 def hints(f: Callable[..., Any]) -> dict[str, Any]:
-    return typing.get_type_hints(f, localns={"HistoryStore": HistoryStore})
+    return typing.get_type_hints(f, localns={"HistoryStore": HistoryStore, "Client": Client,
+                                             "AsyncClient": AsyncClient})
 
 
 def test_the_options_are_jobspecs_fields() -> None:
@@ -85,6 +91,16 @@ def test_each_entry_point_states_each_option_with_jobspecs_default_and_type(
             continue
         assert p.default == defaults[name], f"{where}: {name} defaults to {p.default!r}"
         assert theirs[name] == types[name], f"{where}: {name} is {theirs[name]}"
+
+
+def test_registry_task_states_each_option_a_task_declares_a_default_for() -> None:
+    """None: the task declares none; the types are JobSpec's."""
+    stated = options_of(Registry.task)
+    assert list(stated) == list(TASK_OPTIONS), f"registry.task states {list(stated)}"
+    types, theirs = hints(JobSpec), hints(Registry.task)
+    for name, p in stated.items():
+        assert p.default is None and p.kind is p.KEYWORD_ONLY, name
+        assert theirs[name] == types[name], f"registry.task: {name} is {theirs[name]}"
 
 
 def test_sched_submit_has_an_option_for_each() -> None:

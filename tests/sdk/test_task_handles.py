@@ -21,7 +21,6 @@ import pytest
 from conftest import POSTGRES_DSN
 from helpers import run_until
 from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy, ValidationError
-from scheduler.core.jobspec import SUBMIT_OPTIONS, TASK_OPTIONS, JobSpec, option_defaults
 from scheduler.outbox.relay import OutboxRelay
 from scheduler.outbox.rows import upgrade
 from scheduler.worker.handles import TaskHandle
@@ -81,27 +80,6 @@ def test_a_handle_calls_like_its_handler_and_the_registry_holds_the_handler() ->
     assert registry.get("invoices.render").payload_type is Invoice  # type: ignore[union-attr]
     assert registry.get("plain.echo").payload_type is None  # type: ignore[union-attr]
     assert registry.get("plain.echo").decoder is None  # type: ignore[union-attr]
-
-
-def test_a_handles_options_are_submits_and_the_tasks_defaults_are_registrys() -> None:
-    """The handle's three submits state every submit option (None: the task's default);
-    registry.task states the ones a task has defaults for, with JobSpec's types."""
-    defaults = option_defaults()
-    for method in (TaskHandle.submit, TaskHandle.asubmit, TaskHandle.outbox_submit):
-        params = inspect.signature(method).parameters
-        stated = {n for n in params if n in defaults or n not in
-                  {"self", "client", "conn", "payload", "durability", "schema",
-                   "max_payload_bytes", "shards", "namespace"}}
-        assert stated == set(SUBMIT_OPTIONS), method.__qualname__
-        for name in TASK_OPTIONS:
-            assert params[name].default is None, (method.__qualname__, name)
-    params = inspect.signature(Registry.task).parameters
-    assert [n for n in params if n in defaults] == list(TASK_OPTIONS)
-    hints = inspect.get_annotations(JobSpec)
-    for name in TASK_OPTIONS:
-        assert params[name].default is None
-        assert params[name].annotation.replace(" | None", "") == \
-            hints[name].replace(" | None", ""), name
 
 
 def test_a_submit_through_the_handle_takes_the_tasks_defaults_and_its_own_win(
