@@ -1,5 +1,6 @@
 """A Redis-native distributed job scheduler."""
 
+from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import (
     Cancel,
     DurabilityError,
@@ -19,6 +20,7 @@ from scheduler.core.models import Attempt, Job, Progress, RetryPolicy, Slot
 from scheduler.core.namespace import RetentionSettings
 from scheduler.core.states import Delivery, Durability, Outcome, SlotStatus
 from scheduler.sdk.client import AsyncClient, Client, JobSpec
+from scheduler.worker.handles import TaskHandle
 from scheduler.worker.registry import Context, Registry, SyncContext
 
 __all__ = [
@@ -27,6 +29,6 @@ __all__ = [
     "RedisRefused", "RedisUnavailable", "Registry", "ResultExpired", "ResultTimeout",
     "RetentionSettings", "Retry", "RetryPolicy",
     "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "SyncContext",
-    "ValidationError",
+    "TaskHandle", "TaskInfo", "ValidationError",
 ]
 __version__ = "0.1.0"

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from scheduler import Cancel, Registry, Retry, SyncContext
 from scheduler.core.errors import LeaseLost
 
@@ -105,3 +107,14 @@ def later(ctx: SyncContext, payload: Any) -> int:
     if ctx.attempt == 1:
         raise Retry(float(payload), "later")
     return ctx.attempt
+
+
+class Point(msgspec.Struct):
+    x: int
+    y: int
+
+
+@registry.task("pool.typed", pool="process")
+def typed(ctx: SyncContext, payload: Point) -> str:
+    """A typed payload, decoded into its Struct in the child."""
+    return f"{type(payload).__name__} {payload.x ** 2 + payload.y ** 2}"

@@ -108,15 +108,19 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
 @cli.command()
 @click.argument("task")
 @click.option("--payload", default="null", help="JSON value, or @FILE to read it from a file.")
-@click.option("--queue", default="default")
-@click.option("--priority", type=click.IntRange(1, 5), default=3, show_default=True,
-              help="1 runs first, 5 last; worse ones still get a tenth of the starts.")
+@click.option("--queue", default=None,
+              help="Default: the task's in the catalog (`sched tasks`), else default.")
+@click.option("--priority", type=click.IntRange(1, 5), default=None,
+              help="1 runs first, 5 last; worse ones still get a tenth of the starts. "
+                   "Default: the task's, else 3.")
 @click.option("--timeout", default=None,
-              help="How long a run may take before it is cancelled: 90 (seconds), 30s, 5m, 1h.")
-@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=3,
-              help="Attempts before the dead-letter queue.")
-@click.option("--delivery", type=click.Choice([d.value for d in Delivery]),
-              default=Delivery.AT_LEAST_ONCE.value, help="How often a run may happen.")
+              help="How long a run may take before it is cancelled: 90 (seconds), 30s, 5m, "
+                   "1h. Default: the task's, else none.")
+@click.option("--max-attempts", type=click.IntRange(1, MAX_ATTEMPTS), default=None,
+              help="Attempts before the dead-letter queue. Default: the task's retry "
+                   "policy, else 3.")
+@click.option("--delivery", type=click.Choice([d.value for d in Delivery]), default=None,
+              help="How often a run may happen. Default: the task's, else at_least_once.")
 @click.option("--dedupe-key", default=None, help="A repeat with the same key returns the first job.")
 @click.option("--dedupe-ttl", default=None,
               help="The key holds this long from its first submit, then lets a new job "
@@ -155,9 +159,9 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
                    "e.g. opentelemetry-instrument).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: int,
-           timeout: str | None,
-           max_attempts: int, delivery: str, dedupe_key: str | None,
+def submit(obj: dict[str, str], task: str, payload: str, queue: str | None,
+           priority: int | None, timeout: str | None,
+           max_attempts: int | None, delivery: str | None, dedupe_key: str | None,
            dedupe_ttl: str | None, debounce: str | None, concurrency_key: str | None,
            delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
@@ -168,7 +172,7 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str, priority: i
     from scheduler import Client, RetryPolicy
 
     value = _decode_json(payload)
-    retry = RetryPolicy(max_attempts=max_attempts)
+    retry = None if max_attempts is None else RetryPolicy(max_attempts=max_attempts)
     schedule: dict[str, Any] = {"delay": _duration_s("delay", delay), "at": _instant("at", at_), "cron": cron,
                 "tz": tz, "catchup": catchup, "catchup_limit": catchup_limit,
                 "overlap": overlap, "start_at": _instant("start_at", start_at),
@@ -201,6 +205,7 @@ cli.add_command(ops_cmds.dlq)
 cli.add_command(run_cmds.exporter)
 cli.add_command(observe_cmds.status)
 cli.add_command(observe_cmds.workers)
+cli.add_command(observe_cmds.tasks)
 cli.add_command(dev_cmds.dev)
 cli.add_command(history_cmds.db)
 cli.add_command(history_cmds.snapshotter)

@@ -173,3 +173,32 @@ def workers(obj: dict[str, str], as_json: bool) -> None:
         return
     alive = sum(1 for w in found if w.alive)
     render_workers(found, alive, len(found))
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def tasks(obj: dict[str, str], as_json: bool) -> None:
+    """The task catalog: every task a worker has started with, its defaults (- where it
+    declares none: a submit's own apply), its typed payload and the last worker to start
+    with it."""
+    from scheduler import Client
+
+    with Client(obj["redis_url"], obj["namespace"]) as client:
+        found = client.tasks()
+        now = client.now_ms()
+    if as_json:
+        echo_json(found)
+        return
+    if not found:
+        click.echo("no task yet: workers list theirs when they start")
+        return
+
+    def opt(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    table([[t.task, opt(t.queue), opt(t.timeout), opt(t.retry and t.retry.max_attempts),
+            opt(t.priority), opt(t.delivery), opt(t.payload_type), t.pool,
+            f"{_age(max(0, now - t.seen_ms) / 1000)} ago"] for t in found],
+          ["TASK", "QUEUE", "TIMEOUT", "ATTEMPTS", "PRIORITY", "DELIVERY", "PAYLOAD", "POOL",
+           "STARTED"])

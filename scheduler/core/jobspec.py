@@ -14,6 +14,7 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -42,28 +43,37 @@ class JobSpec(msgspec.Struct, kw_only=True):
     per-key limit counts runs of one key, and keys take turns (the docs' "Many tenants on
     one queue" guide). The
     job lives in its key's home shard; a dedupe key is then scoped by the concurrency key.
+    `queue`, `timeout`, `retry`, `delivery`, `priority` left at None (and `dedupe_ttl`,
+    `debounce` with a dedupe key) take the task's defaults from the namespace's task
+    catalog (what its workers registered: `Client.tasks()`), else queue "default",
+    delivery "at_least_once", no timeout, the default retry policy, priority 3.
+
+    Its fields past `task` and `payload` are the submit options (SUBMIT_OPTIONS): every
+    entry point that takes them (both clients' `submit` and `schedule`, the outbox, task
+    handles, the registry's per-task defaults, `sched submit`) states them by these names,
+    with these defaults and types, which the project's tests hold them to.
     """
 
     task: str
     payload: Any = None
-    queue: str = "default"
+    queue: str | None = None
     timeout: float | None = None
     retry: RetryPolicy | None = None
-    delivery: str = "at_least_once"
+    delivery: str | None = None
     priority: int | None = None
     dedupe_key: str | None = None
     dedupe_ttl: float | None = None
     debounce: float | None = None
     concurrency_key: str | None = None
-    delay: Any = None
-    at: Any = None
+    delay: float | timedelta | None = None
+    at: datetime | None = None
     cron: str | None = None
     tz: str | None = None
     catchup: str | None = None
     catchup_limit: int | None = None
     overlap: str | None = None
-    start_at: Any = None
-    end_at: Any = None
+    start_at: datetime | None = None
+    end_at: datetime | None = None
 
     def schedule(self, now_ms: int) -> Schedule:
         """When and how often the job runs (IMMEDIATE: now). A plain immediate job and one
@@ -74,13 +84,30 @@ class JobSpec(msgspec.Struct, kw_only=True):
                 and self.catchup is None and self.catchup_limit is None and self.overlap is None
                 and self.start_at is None and self.end_at is None):
             return IMMEDIATE if self.delay is None else delayed(now_ms, self.delay)
-        return resolve(now_ms, **{name: getattr(self, name) for name in _SCHEDULE_OPTIONS})
+        return resolve(now_ms, **{name: getattr(self, name) for name in TIMING_OPTIONS})
 
 
 DEFAULT_RETRY = RetryPolicy()
 IMMEDIATE = Schedule(kind=JobKind.IMMEDIATE, fire_ms=0, fields={})  # fire_ms: the submit's now
-_SCHEDULE_OPTIONS = ("delay", "at", "cron", "tz", "catchup", "catchup_limit", "overlap",
-                     "start_at", "end_at")
+
+# The submit options, in JobSpec's order: its fields past the task and the payload.
+SUBMIT_OPTIONS: tuple[str, ...] = JobSpec.__struct_fields__[2:]
+# When and how often a job runs (JobSpec.schedule resolves them).
+TIMING_OPTIONS = ("delay", "at", "cron", "tz", "catchup", "catchup_limit", "overlap",
+                  "start_at", "end_at")
+# Options a named schedule refuses: its name identifies it, and it recurs.
+NOT_IN_A_SCHEDULE = ("dedupe_key", "dedupe_ttl", "debounce", "delay", "at")
+# A named schedule's options (Client.schedule), `cron` among them.
+SCHEDULE_OPTIONS = tuple(n for n in SUBMIT_OPTIONS if n not in NOT_IN_A_SCHEDULE)
+# Options a task declares its defaults for (Registry.task): what a job of the task is, not
+# when it runs or which one it is.
+TASK_OPTIONS = ("queue", "timeout", "retry", "delivery", "priority", "dedupe_ttl", "debounce")
+
+
+def option_defaults() -> dict[str, Any]:
+    """Each submit option's default, as JobSpec has it."""
+    return {f.name: f.default for f in msgspec.structs.fields(JobSpec)
+            if f.name in SUBMIT_OPTIONS}
 
 
 _VARIANT = bytes(b"89ab"[i & 3] for i in range(256))  # a random byte -> RFC 9562 variant digit
@@ -186,8 +213,8 @@ def spec_of(raw: Mapping[str, Any]) -> JobSpec:
                                       f"arguments: {exc}") from None
 
 
-def one_spec(task: str, payload: Any, queue: str, timeout: float | None,
-             retry: RetryPolicy | None, delivery: str, dedupe_key: str | None,
+def one_spec(task: str, payload: Any, queue: str | None, timeout: float | None,
+             retry: RetryPolicy | None, delivery: str | None, dedupe_key: str | None,
              schedule: dict[str, Any], priority: int | None = None,
              dedupe_ttl: float | None = None, debounce: float | None = None,
              concurrency_key: str | None = None) -> list[JobSpec]:
@@ -199,5 +226,5 @@ def one_spec(task: str, payload: Any, queue: str, timeout: float | None,
 
 
 def schedule_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The schedule options among a submit call's arguments (its `locals()`)."""
-    return {name: arguments[name] for name in _SCHEDULE_OPTIONS}
+    """The timing options among a submit call's arguments (its `locals()`)."""
+    return {name: arguments[name] for name in TIMING_OPTIONS}

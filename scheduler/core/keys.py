@@ -11,6 +11,9 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
     <ns>:limits                   hash    queue -> its queue-wide limit (JSON, limits.py)
+    <ns>:tasks                    hash    task name -> its catalog entry (JSON, core/catalog.py):
+                                          its defaults, as the last worker to start with it
+                                          registered them (worker/catalog.py)
     <ns>:outbox                   hash    the outbox relays' last report (scheduler/outbox/):
                                           rows waiting, the oldest one's age, when (ms)
     <ns>:{lim:<queue>}:permits    zset    a limited queue's permits: one per run in flight
@@ -245,7 +248,7 @@ class Keys:
     """Key names of one namespace."""
 
     __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "limits", "outbox",
-                 "_slot_head", "_slot_mid")
+                 "tasks", "_slot_head", "_slot_mid")
 
     def __init__(self, namespace: str) -> None:
         self.ns = check_name("namespace", namespace)
@@ -257,6 +260,7 @@ class Keys:
         self.schedulers = f"{namespace}:schedulers"  # zset
         self.limits = f"{namespace}:limits"  # hash
         self.outbox = f"{namespace}:outbox"  # hash
+        self.tasks = f"{namespace}:tasks"  # hash
 
     def worker(self, worker_id: str) -> str:
         return f"{self.ns}:worker:{worker_id}"  # hash

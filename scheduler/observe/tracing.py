@@ -148,11 +148,11 @@ class SubmitTracer:
 
 def _names(jobs: Iterable[Any], field: str) -> set[str]:
     """The distinct task or queue names of a batch of JobSpecs or mappings (not validated
-    yet: anything not a string is left out)."""
-    default = "default" if field == "queue" else None
+    yet: anything not a string is left out, and so is a queue the job leaves to its task's
+    defaults: the task catalog may route it)."""
     out = set()
     for job in jobs:
-        value = job.get(field, default) if isinstance(job, Mapping) else getattr(job, field)
+        value = job.get(field) if isinstance(job, Mapping) else getattr(job, field)
         if isinstance(value, str):
             out.add(value)
     return out

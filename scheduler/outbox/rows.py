@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -27,7 +27,6 @@ class _RowSpec(JobSpec, forbid_unknown_fields=True):
 _encoder = msgspec.json.Encoder()
 _as_jobspec = msgspec.json.Decoder(_RowSpec)
 _FIELDS = JobSpec.__struct_fields__
-_INSTANTS = ("at", "start_at", "end_at")  # JobSpec leaves them untyped: they come back as text
 
 
 def encode_spec(spec: JobSpec, payload_json: str | None) -> str:
@@ -48,14 +47,9 @@ def encode_spec(spec: JobSpec, payload_json: str | None) -> str:
 
 def decode_spec(text: str) -> JobSpec:
     """A row's JSON as the JobSpec to submit; ValidationError if it is not one. Decoded
-    straight into a JobSpec (the relay's per-row cost), then its instants, if any, into
-    datetimes."""
+    straight into a JobSpec (the relay's per-row cost), its instants into datetimes."""
     try:
         spec = _as_jobspec.decode(text)
-        for name in _INSTANTS:
-            value = getattr(spec, name)
-            if value is not None:
-                setattr(spec, name, msgspec.convert(value, datetime))
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValidationError("spec", f"the outbox row is not a job spec: {exc}") from None
     return spec

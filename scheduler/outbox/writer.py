@@ -83,9 +83,9 @@ def _execute(conn: Any, statement: str, params: dict[str, Any]) -> None:
             cur.execute(statement, params)
 
 
-def submit(conn: Any, task: str, payload: Any = None, *, queue: str = "default",
+def submit(conn: Any, task: str, payload: Any = None, *, queue: str | None = None,
            timeout: float | None = None, retry: RetryPolicy | None = None,
-           delivery: str = "at_least_once", priority: int | None = None,
+           delivery: str | None = None, priority: int | None = None,
            dedupe_key: str | None = None, delay: float | timedelta | None = None,
            at: datetime | None = None, cron: str | None = None, tz: str | None = None,
            catchup: str | None = None, catchup_limit: int | None = None,

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 import scheduler.scripts.calls as scripts
 from scheduler.core.errors import RedisUnavailable, SubmitError, ValidationError, submit_error
 from scheduler.core.jobspec import (
@@ -66,27 +68,37 @@ class FreshId(str):
 Validated = tuple[str | None, str, str, int, str | None, list[Any]]
 
 
+DEFAULT_QUEUE = "default"
+DEFAULT_DELIVERY = "at_least_once"
+
+
 def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
-    """Check one job and encode its payload. Raises ValidationError."""
+    """Check one job and encode its payload. Raises ValidationError. An option left at None
+    takes the task's default from the catalog (core.catalog), else the built-in one."""
+    spec, queue, delivery, timeout, retry, priority = (
+        _catalog_options(core, spec) if core.catalog else
+        (spec, spec.queue, spec.delivery, spec.timeout, spec.retry, spec.priority))
+    queue = DEFAULT_QUEUE if queue is None else queue
+    delivery = DEFAULT_DELIVERY if delivery is None else delivery
     # Names repeat across a batch: each distinct (task, queue, delivery) of plain strings
     # is checked once (anything else, unhashable values included, every time).
-    given = (spec.task, spec.queue, spec.delivery)
+    given = (spec.task, queue, delivery)
     plain = type(given[0]) is str and type(given[1]) is str and type(given[2]) is str
     names = core.checked_names.get(given) if plain else None
     if names is None:
-        names = (check_task(spec.task), check_queue(spec.queue), check_delivery(spec.delivery))
+        names = (check_task(spec.task), check_queue(queue), check_delivery(delivery))
         if plain:
             if len(core.checked_names) >= 4096:
                 core.checked_names.clear()
             core.checked_names[given] = names
     task, queue, delivery = names
     schedule = spec.schedule(now_ms)
-    timeout = None if spec.timeout is None else check_timeout(spec.timeout)
-    priority = check_priority(spec.priority)
+    timeout = None if timeout is None else check_timeout(timeout)
+    priority = check_priority(priority)
     dedupe = None if spec.dedupe_key is None else check_dedupe_key(spec.dedupe_key)
     ckey = (None if spec.concurrency_key is None
             else check_concurrency_key(spec.concurrency_key))
-    retry = spec.retry or DEFAULT_RETRY
+    retry = retry or DEFAULT_RETRY
     if not isinstance(retry, RetryPolicy):
         raise ValidationError("retry", "must be a RetryPolicy")
     data = encode_payload(spec.payload, core.max_payload_bytes)
@@ -124,6 +136,47 @@ def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
                 payload, rest)
     fire_ms = now_ms if schedule is IMMEDIATE else schedule.fire_ms
     return dedupe_id(dedupe, ckey, core.shards), task, queue, fire_ms, payload, rest
+
+
+def _catalog_options(core: ClientState, spec: JobSpec) -> tuple[JobSpec, Any, Any, Any, Any, Any]:
+    """(spec, queue, delivery, timeout, retry, priority) with with_catalog's rule, here
+    without a copy of the spec per job (only one whose window takes a default gets one)."""
+    queue, delivery, timeout, retry, priority = (spec.queue, spec.delivery, spec.timeout,
+                                                 spec.retry, spec.priority)
+    entry = core.catalog.get(spec.task) if type(spec.task) is str else None
+    if entry is None:
+        return spec, queue, delivery, timeout, retry, priority
+    if spec.dedupe_key is not None and (
+            (spec.dedupe_ttl is None and entry.dedupe_ttl is not None)
+            or (spec.debounce is None and entry.debounce is not None)):
+        spec = with_catalog(core, spec)
+    return (spec, entry.queue if queue is None else queue,
+            entry.delivery if delivery is None else delivery,
+            entry.timeout if timeout is None else timeout,
+            entry.retry if retry is None else retry,
+            entry.priority if priority is None else priority)
+
+
+def with_catalog(core: ClientState, spec: JobSpec) -> JobSpec:
+    """`spec` with each option it leaves at None that its task's catalog entry declares
+    (`dedupe_ttl` and `debounce` only with a dedupe key), and queue and delivery at their
+    built-in defaults when neither says: what validate() applies, as a JobSpec (a named
+    schedule's digest is of this)."""
+    entry = core.catalog.get(spec.task) if type(spec.task) is str else None
+    changes: dict[str, Any] = {}
+    if entry is not None:
+        for option in ("queue", "timeout", "retry", "delivery", "priority"):
+            if getattr(spec, option) is None and getattr(entry, option) is not None:
+                changes[option] = getattr(entry, option)
+        if spec.dedupe_key is not None:
+            for option in ("dedupe_ttl", "debounce"):
+                if getattr(spec, option) is None and getattr(entry, option) is not None:
+                    changes[option] = getattr(entry, option)
+    if spec.queue is None and "queue" not in changes:
+        changes["queue"] = DEFAULT_QUEUE
+    if spec.delivery is None and "delivery" not in changes:
+        changes["delivery"] = DEFAULT_DELIVERY
+    return msgspec.structs.replace(spec, **changes) if changes else spec
 
 
 def dedupe_id(dedupe_key: str, concurrency_key: str | None, shards: int) -> str:

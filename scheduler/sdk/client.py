@@ -1,8 +1,8 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both drive the same
 operations, written once without I/O (scheduler/sdk/requests.py says how): each public
 method is its operation, of the same name, in the scheduler/sdk/ module of its topic
-(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, and state.py
-for the namespace).
+(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, catalog.py,
+and state.py for the namespace).
 The two classes only perform the requests an operation yields. A method states its
 parameters and takes its operation's docstring; tests/sdk/test_signatures.py checks that
 every method's parameters are its operation's, in both classes.
@@ -28,6 +28,7 @@ import scheduler.redis.cluster as cluster
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.sdk.browse as browse
+import scheduler.sdk.catalog as catalog_ops
 import scheduler.sdk.history as history_ops
 import scheduler.sdk.jobs as job_ops
 import scheduler.sdk.queues as queue_ops
@@ -35,6 +36,7 @@ import scheduler.sdk.results as result_ops
 import scheduler.sdk.schedules as schedule_ops
 import scheduler.sdk.state as state
 import scheduler.sdk.status as status_ops
+from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
@@ -246,9 +248,9 @@ class Client(_Driver):
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
-    def submit(self, task: str, payload: Any = None, *, queue: str = "default",
+    def submit(self, task: str, payload: Any = None, *, queue: str | None = None,
                timeout: float | None = None, retry: RetryPolicy | None = None,
-               delivery: str = "at_least_once", priority: int | None = None,
+               delivery: str | None = None, priority: int | None = None,
                dedupe_key: str | None = None, delay: float | timedelta | None = None,
                at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                catchup: str | None = None, catchup_limit: int | None = None,
@@ -336,6 +338,12 @@ class Client(_Driver):
     def supervisors(self) -> list[Supervisor]:
         return self._drive(status_ops.supervisors(self._core))
 
+    # The task catalog: scheduler/sdk/catalog.py
+
+    @_drives(catalog_ops.tasks)
+    def tasks(self) -> list[TaskInfo]:
+        return self._drive(catalog_ops.tasks(self._core))
+
     # A job's series, named schedules: scheduler/sdk/schedules.py
 
     @_drives(schedule_ops.delete_job)
@@ -351,8 +359,18 @@ class Client(_Driver):
         return self._drive(schedule_ops.trigger(self._core, job_id))
 
     @_drives(schedule_ops.schedule)
-    def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
-        return self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
+    def schedule(self, name: str, task: str, payload: Any = None, *, cron: str,
+             queue: str | None = None, timeout: float | None = None,
+             retry: RetryPolicy | None = None, delivery: str | None = None,
+             priority: int | None = None, concurrency_key: str | None = None,
+             tz: str | None = None, catchup: str | None = None,
+             catchup_limit: int | None = None, overlap: str | None = None,
+             start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+        return self._drive(schedule_ops.schedule(
+            self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
+            retry=retry, delivery=delivery, priority=priority,
+            concurrency_key=concurrency_key, tz=tz, catchup=catchup,
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
 
     # A run's result: scheduler/sdk/results.py
 
@@ -497,9 +515,9 @@ class AsyncClient(_Driver):
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
-    async def submit(self, task: str, payload: Any = None, *, queue: str = "default",
+    async def submit(self, task: str, payload: Any = None, *, queue: str | None = None,
                      timeout: float | None = None, retry: RetryPolicy | None = None,
-                     delivery: str = "at_least_once", priority: int | None = None,
+                     delivery: str | None = None, priority: int | None = None,
                      dedupe_key: str | None = None, delay: float | timedelta | None = None,
                      at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                      catchup: str | None = None, catchup_limit: int | None = None,
@@ -588,6 +606,12 @@ class AsyncClient(_Driver):
     async def supervisors(self) -> list[Supervisor]:
         return await self._drive(status_ops.supervisors(self._core))
 
+    # The task catalog: scheduler/sdk/catalog.py
+
+    @_drives(catalog_ops.tasks)
+    async def tasks(self) -> list[TaskInfo]:
+        return await self._drive(catalog_ops.tasks(self._core))
+
     # A job's series, named schedules: scheduler/sdk/schedules.py
 
     @_drives(schedule_ops.delete_job)
@@ -603,8 +627,18 @@ class AsyncClient(_Driver):
         return await self._drive(schedule_ops.trigger(self._core, job_id))
 
     @_drives(schedule_ops.schedule)
-    async def schedule(self, name: str, task: str, payload: Any = None, **options: Any) -> str:
-        return await self._drive(schedule_ops.schedule(self._core, name, task, payload, **options))
+    async def schedule(self, name: str, task: str, payload: Any = None, *, cron: str,
+                   queue: str | None = None, timeout: float | None = None,
+                   retry: RetryPolicy | None = None, delivery: str | None = None,
+                   priority: int | None = None, concurrency_key: str | None = None,
+                   tz: str | None = None, catchup: str | None = None,
+                   catchup_limit: int | None = None, overlap: str | None = None,
+                   start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+        return await self._drive(schedule_ops.schedule(
+            self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
+            retry=retry, delivery=delivery, priority=priority,
+            concurrency_key=concurrency_key, tz=tz, catchup=catchup,
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
 
     # A run's result: scheduler/sdk/results.py
 

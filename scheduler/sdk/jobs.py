@@ -63,9 +63,9 @@ def _check_fsync(core: ClientState) -> Op[None]:
     core.fsync_checked = True
 
 
-def submit(core: ClientState, task: str, payload: Any = None, queue: str = "default",
+def submit(core: ClientState, task: str, payload: Any = None, queue: str | None = None,
            timeout: float | None = None, retry: RetryPolicy | None = None,
-           delivery: str = "at_least_once", priority: int | None = None,
+           delivery: str | None = None, priority: int | None = None,
            dedupe_key: str | None = None,
            delay: float | timedelta | None = None, at: datetime | None = None,
            cron: str | None = None, tz: str | None = None, catchup: str | None = None,

@@ -14,13 +14,13 @@ import msgspec
 import scheduler.scripts.calls as scripts
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, ValidationError
-from scheduler.core.jobspec import JobSpec, placed_id
+from scheduler.core.jobspec import SCHEDULE_OPTIONS, JobSpec, placed_id
 from scheduler.core.keys import check_job_id, key_shard, shard_of
-from scheduler.core.models import check_reason
+from scheduler.core.models import RetryPolicy, check_reason
 from scheduler.core.timing import utc_of_ms
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
-from scheduler.sdk.batching import hash_fields, nothing_written, validate
+from scheduler.sdk.batching import hash_fields, nothing_written, validate, with_catalog
 from scheduler.sdk.jobs import get_job
 from scheduler.sdk.requests import Op, Pipe, Scripts
 from scheduler.sdk.state import ClientState, ensure_namespace, ready
@@ -89,28 +89,36 @@ def trigger(core: ClientState, job_id: str) -> Op[str]:
     return slot
 
 
-_NOT_IN_A_SCHEDULE = ("dedupe_key", "dedupe_ttl", "debounce", "delay", "at")
 REDEFINE_TRIES = 8
 
 
-def schedule(core: ClientState, /, name: str, task: str, payload: Any = None,
-             **options: Any) -> Op[str]:
+def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *, cron: str,
+             queue: str | None = None, timeout: float | None = None,
+             retry: RetryPolicy | None = None, delivery: str | None = None,
+             priority: int | None = None, concurrency_key: str | None = None,
+             tz: str | None = None, catchup: str | None = None,
+             catchup_limit: int | None = None, overlap: str | None = None,
+             start_at: datetime | None = None, end_at: datetime | None = None) -> Op[str]:
     """A recurring job identified by `name` (its job id), declared idempotently: the same
     spec writes nothing, a changed spec replaces the definition from the next occurrence
     (occurrences created or dispatched ahead that have not started end cancelled, and the new
     one makes its own; running scheduler nodes take it in their next pass), and any number
-    of processes declaring it at once make one series. `options` are
-    submit's (cron= required; queue, priority, timeout, retry, delivery, tz, catchup,
-    catchup_limit, overlap, start_at, end_at, concurrency_key). A deleted schedule declared
-    again with the same spec stays deleted; with another spec it is a series again. Returns
+    of processes declaring it at once make one series. `cron` is required; the other options
+    are submit's that fit a series (jobspec.SCHEDULE_OPTIONS: no dedupe key or window, no
+    delay or at). A deleted schedule declared again with the same spec stays deleted; with
+    another spec it is a series again. Returns
     the job id: the name, or with a concurrency_key the name placed in the key's home shard
     (`name.<n>`, the same every time: jobspec.placed_id). The concurrency key is then part of
     the schedule's identity: declaring the name with another key (or none) while its series
     lives is refused (ValidationError naming the live job: delete_job it first)."""
-    spec, digest = _named_spec(name, task, payload, options)
+    arguments = locals()
+    options = {option: arguments[option] for option in SCHEDULE_OPTIONS}
+    spec = _named_spec(name, task, payload, options)
     try:
         yield from ready(core)
         yield from ensure_namespace(core)
+        spec = with_catalog(core, spec)  # the task's defaults, in the digest too
+        digest = _digest(spec)
         job = validate(core, spec, core.clock.now_ms())
         _, task, queue, fire_ms, _, _ = job
         fields = hash_fields(job)
@@ -179,9 +187,8 @@ def _same_key(core: ClientState, name: str, job_id: str, concurrency_key: str | 
               f"delete_job({other!r}) first"))
 
 
-def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
-                ) -> tuple[JobSpec, str]:
-    """The schedule's JobSpec and the digest of it that tells a changed spec from the same."""
+def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]) -> JobSpec:
+    """The schedule's JobSpec, as declared."""
     try:
         check_job_id(name)
     except ValidationError:
@@ -189,19 +196,22 @@ def _named_spec(name: str, task: str, payload: Any, options: dict[str, Any]
                                       "A-Z a-z 0-9 _ . -") from None
     if not options.get("cron"):
         raise ValidationError("cron", "a named schedule needs cron= (for one run, submit)")
-    for key in _NOT_IN_A_SCHEDULE:
-        if options.get(key) is not None:
-            raise ValidationError(key, "is not for a named schedule (the name identifies it)")
     try:
         spec = JobSpec(task=task, payload=payload, **options)
     except TypeError as exc:
         raise ValidationError("options", str(exc)) from None
+    return spec
+
+
+def _digest(spec: JobSpec) -> str:
+    """What tells a changed spec from the same: of the spec with the catalog's defaults and
+    the built-in queue and delivery in (batching.with_catalog)."""
     fields = msgspec.structs.asdict(spec)
     for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key"):
         if fields[option] is None:  # specs declared before these options keep their digest
             del fields[option]
-    return spec, hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
-                                 digest_size=12).hexdigest()
+    return hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
+                           digest_size=12).hexdigest()
 
 
 def _redefine(core: ClientState, prefix: str, name: str, spec: JobSpec, digest: str, fire_ms: int,

@@ -6,10 +6,13 @@ namespace (`ready`, `ensure_namespace`), which every other operation starts with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from scheduler.core import catalog
+from scheduler.core.catalog import TaskInfo
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
 from scheduler.core.finite import finite_number
@@ -81,6 +84,15 @@ class ClientState:
         self.option_fields: dict[tuple[Any, ...], list[Any]] = {}
         self.checked_names: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
         self.tracer: SubmitTracer | None = None  # set by a client with tracing on
+        # The task catalog's defaults (core/catalog.py), by task: what a submit applies to
+        # the options it leaves at None. Read by ready() along with what it reads anyway.
+        self.catalog: dict[str, TaskInfo] = {}
+
+    def take_catalog(self, raw: Mapping[Any, Any]) -> None:
+        """The catalog as HGETALL read it: the entries that declare a default."""
+        found = (catalog.decode(value) for value in raw.values())
+        self.catalog = {info.task: info for info in found
+                        if info is not None and info.declares_defaults()}
 
     def adopt(self, reply: Any, *, written: bool) -> None:
         """Take the shard count and payload limit stored in Redis (namespace.read's reply).
@@ -171,18 +183,22 @@ def durability_of(value: str) -> Durability:
 
 def ready(core: ClientState) -> Op[None]:
     """Learn the namespace's shard count and anchor the clock, in one round trip, when
-    either is not known yet."""
+    either is not known yet. The same round trip reads the task catalog: a client's copy
+    is as fresh as its clock's last re-sync (RedisClock: every 5 s), and a submit pays no
+    round trip of its own for it."""
     need_meta, need_time = not core.shards, core.clock.stale()
     if not (need_meta or need_time):
         return
     pipe = Pipe()
     if need_meta:
         pipe.hmget(core.keys.meta, *META_FIELDS)
+    pipe.hgetall(core.keys.tasks)
     if need_time:
         pipe.time()
     replies = yield pipe
     if need_meta:
         core.adopt(replies[0], written=False)
+    core.take_catalog(replies[1 if need_meta else 0])
     if need_time:
         core.clock.anchor(replies[-1])
 

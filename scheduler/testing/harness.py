@@ -143,6 +143,11 @@ class TestScheduler:
         self._queues: set[str] = set()
         self._started: list[Run] = []  # by the worker, since the last look (_work)
         self._call(self._open())
+        # The worker published its tasks' defaults (worker/catalog.py) after the client's
+        # first read of the catalog, and on a fake clock the client never reads it again by
+        # itself: it reads it now, so a submit by name takes them as in production.
+        core = self.client._core
+        core.take_catalog(self.client.redis.hgetall(core.keys.tasks))
 
     # --- what a test calls -----------------------------------------------------------------
 

@@ -34,6 +34,7 @@ import msgspec
 from scheduler.core.errors import Cancel, LeaseLost, Retry, ValidationError
 from scheduler.core.models import check_progress, encode_payload
 from scheduler.worker.execution import _one_line, clean
+from scheduler.worker.handles import TaskHandle
 from scheduler.worker.registry import Handler, RunLogger, SyncContext
 
 HEADER = struct.Struct(">I")
@@ -213,7 +214,10 @@ def resolve(setup: Setup) -> dict[str, Handler]:
 def run(handler: Handler, job: Job, parent: Parent, level: int) -> Done | Failed:
     ctx = ChildContext(job, parent, level)
     try:
-        value = handler(ctx, msgspec.json.decode(job.payload))
+        # A handle (what @registry.task returns) decodes a typed payload into its type.
+        payload = (handler.decode(job.payload) if isinstance(handler, TaskHandle)
+                   else msgspec.json.decode(job.payload))
+        value = handler(ctx, payload)
     except Retry as exc:
         return Failed("retry", clean(exc.reason), exc.after)
     except Cancel as exc:

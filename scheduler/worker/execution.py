@@ -156,7 +156,9 @@ class Execution:
             ctx = run.ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task,
                                     run.delivery, lambda name: self._once(run, name),
                                     self._now_ms)
-            payload = decode_payload(run.payload)
+            # A typed payload is decoded into its type (Task.decode); the rest as before.
+            payload = (decode_payload(run.payload) if task.decoder is None
+                       else task.decode(run.payload))
             if task.is_async:
                 value = await task.fn(ctx, payload)
             elif not task.process:

@@ -6,11 +6,16 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
-from scheduler.core.models import check_progress, check_task
+import msgspec
+
+from scheduler.core.models import RetryPolicy, check_progress, check_task, decode_payload
+from scheduler.worker.handles import TaskHandle, check_defaults, payload_type
 
 Handler = Callable[["Context", Any], Any]
+P = TypeVar("P")
+R = TypeVar("R")
 _log = logging.getLogger("scheduler.task")
 LOG_LINES = 100  # a run's ctx.logger lines kept with its attempt (the first ones)
 LOG_LINE_CHARS = 1000
@@ -57,13 +62,29 @@ POOLS = ("thread", "process")
 
 
 class Task:
-    __slots__ = ("name", "fn", "is_async", "process")
+    """A registered handler as the worker runs it. `payload_type`: the Struct or dataclass
+    its payload is decoded into (None: as JSON decodes it), with its `decoder`; `defaults`:
+    the submit options it was registered with."""
 
-    def __init__(self, name: str, fn: Handler, process: bool = False) -> None:
+    __slots__ = ("name", "fn", "is_async", "process", "payload_type", "decoder", "defaults")
+
+    def __init__(self, name: str, fn: Handler, process: bool = False,
+                 defaults: dict[str, Any] | None = None) -> None:
         self.name = name
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
         self.process = process  # runs in the worker's process pool (worker/pool.py)
+        self.payload_type = payload_type(name, fn)
+        self.decoder: msgspec.json.Decoder[Any] | None = (
+            None if self.payload_type is None else msgspec.json.Decoder(self.payload_type))
+        self.defaults = defaults or {}
+
+    def decode(self, data: bytes | None) -> Any:
+        """A run's payload as the handler takes it: into its type when it has one (a
+        payload that does not fit fails the attempt, naming the field)."""
+        if self.decoder is None:
+            return decode_payload(data)
+        return self.decoder.decode(data or b"null")
 
     @property
     def where(self) -> tuple[str, str]:
@@ -81,26 +102,42 @@ class Registry:
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
 
-    def task(self, name: str, pool: str = "thread") -> Callable[[Handler], Handler]:
-        """A decorator registering the handler of task `name`; it returns the handler
-        unchanged. `pool`: "thread" (the default: an `async def` runs on the worker's event
-        loop, a plain `def` in its thread pool) or "process" (a plain `def` at the top level
-        of a module, run in a child process). ValueError on a name not allowed, an unknown
-        pool, or a name already registered to another handler; TypeError on a handler the
-        process pool cannot run."""
+    def task(self, name: str, pool: str = "thread", *, queue: str | None = None,
+             timeout: float | None = None, retry: RetryPolicy | None = None,
+             delivery: str | None = None, priority: int | None = None,
+             dedupe_ttl: float | None = None, debounce: float | None = None
+             ) -> Callable[[Callable[[Any, P], R]], TaskHandle[P, R]]:
+        """Register the decorated handler as task `name`; returns its TaskHandle, which
+        calls like the handler and submits jobs of the task (`send.submit(client,
+        payload)`). `queue`, `timeout`, `retry`, `delivery`, `priority`, `dedupe_ttl`,
+        `debounce`: the task's defaults, for what a submit through the handle does not
+        give (the submit's own win; `dedupe_ttl` and `debounce` hold for a job with a
+        dedupe key). Each is checked now as a submit checks it (ValueError naming the
+        task). A handler whose payload parameter is annotated with a msgspec Struct or a
+        dataclass gets a typed payload, decoded into that type for the handler. `pool`:
+        "thread" (the default: an `async def` runs on the worker's event loop, a plain `def`
+        in its thread pool) or "process" (a plain `def` at the top level of a module, run in
+        a child process). ValueError on a name not allowed, an unknown pool, or a name
+        already registered to another handler; TypeError on a handler the process pool
+        cannot run."""
         check_task(name)
         if pool not in POOLS:
             raise ValueError(f"task {name!r}: pool must be \"thread\" or \"process\", "
                              f"not {pool!r}")
+        defaults = check_defaults(name, {
+            "queue": queue, "timeout": timeout, "retry": retry, "delivery": delivery,
+            "priority": priority, "dedupe_ttl": dedupe_ttl, "debounce": debounce})
 
-        def register(fn: Handler) -> Handler:
+        def register(fn: Callable[[Any, P], R]) -> TaskHandle[P, R]:
+            if isinstance(fn, TaskHandle):
+                fn = fn.fn
             if name in self.tasks and self.tasks[name].fn is not fn:
                 raise ValueError(f"task {name!r} is already registered to "
                                  f"{self.tasks[name].fn.__qualname__}")
             if pool == "process":
                 _check_importable(name, fn)
-            self.tasks[name] = Task(name, fn, pool == "process")
-            return fn
+            task = self.tasks[name] = Task(name, fn, pool == "process", defaults)
+            return TaskHandle(name, fn, defaults, task.payload_type)
 
         return register
 

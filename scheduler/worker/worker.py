@@ -35,6 +35,7 @@ import redis.asyncio
 import scheduler.core.namespace as namespace
 import scheduler.observe.metrics as metrics
 import scheduler.redis.transport as transport
+import scheduler.worker.catalog as catalog
 from scheduler.core.errors import NamespaceMissing
 from scheduler.core.keys import Keys
 from scheduler.redis.clients import socket_timeout
@@ -140,6 +141,8 @@ class Worker:
                 self.pool.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
+        await catalog.publish(self.redis, self.keys, self.registry, self.worker_id,
+                              self.clock.now_ms())
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
         self.keyed.open(self.shards)
 

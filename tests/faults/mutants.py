@@ -1264,4 +1264,19 @@ MUTANTS = [
            "            self.worker.config = self.worker.claims.config = config\n", "",
            ("tests/sdk/test_testing_mode.py::"
             "test_keyed_jobs_of_any_queue_run_in_their_keys_turns",), fast=True),
+    Mutant("typed-payload-not-validated-at-submit", "a submit through a task handle writes a "
+           "payload that does not fit the handler's type: found only when the run fails",
+           "scheduler/worker/handles.py",
+           "        if self.payload_type is None:\n            return payload\n",
+           "        if True:\n            return payload\n",
+           ("tests/sdk/test_task_handles.py::"
+            "test_a_typed_payload_that_does_not_fit_is_refused_naming_the_field",), fast=True),
+    Mutant("catalog-defaults-not-applied", "a submit by name ignores the task's defaults in "
+           "the catalog: a job meant for the mail workers waits in `default`",
+           "scheduler/sdk/batching.py",
+           "        _catalog_options(core, spec) if core.catalog else",
+           "        _catalog_options(core, spec) if False else",
+           ("tests/sdk/test_task_catalog.py::"
+            "test_a_submit_by_name_takes_the_catalogs_defaults_and_its_own_options_win",),
+           fast=True),
 ]

@@ -278,16 +278,26 @@ def test_fifty_debounced_submits_run_once_with_the_last_payload_and_a_window_out
 def test_named_schedules_keep_their_digest_and_refuse_the_window_options() -> None:
     """JobSpec's new fields must not change the digest of a schedule declared before them
     (a changed digest redefines every named schedule at the next deploy). The digests are
-    those the code before these options computed."""
-    from scheduler.sdk.schedules import _named_spec
+    those the code before these options computed; a task with no catalog entry keeps them
+    (queue and delivery left at None digest as their built-in defaults)."""
+    import inspect
 
-    assert _named_spec("daily", "reports.build", {"a": 1},
-                       {"cron": "0 8 * * *", "queue": "q"})[1] == "db48115b3f8fa8566a4f50f7"
-    assert _named_spec("daily", "reports.build", None,
-                       {"cron": "0 8 * * *", "priority": 2})[1] == "9b568cc403349f03fec59cc5"
-    for option in ("dedupe_ttl", "debounce"):
-        with pytest.raises(ValidationError, match="not for a named schedule"):
-            _named_spec("daily", "t", None, {"cron": "0 8 * * *", option: 5})
+    from scheduler.core.models import DEFAULT_MAX_PAYLOAD_BYTES
+    from scheduler.core.namespace import EVENTS_MAXLEN
+    from scheduler.sdk.batching import with_catalog
+    from scheduler.sdk.schedules import _digest, _named_spec, schedule
+    from scheduler.sdk.state import ClientState
+
+    core = ClientState("t", None, None, DEFAULT_MAX_PAYLOAD_BYTES, EVENTS_MAXLEN)
+
+    def digest(payload: Any, options: dict[str, Any]) -> str:
+        return _digest(with_catalog(core, _named_spec("daily", "reports.build", payload,
+                                                      options)))
+
+    assert digest({"a": 1}, {"cron": "0 8 * * *", "queue": "q"}) == "db48115b3f8fa8566a4f50f7"
+    assert digest(None, {"cron": "0 8 * * *", "priority": 2}) == "9b568cc403349f03fec59cc5"
+    for option in ("dedupe_ttl", "debounce"):  # not options of a schedule
+        assert option not in inspect.signature(schedule).parameters
 
 
 def test_submit_luas_header_documents_the_windows_argument_its_wrapper_passes() -> None:

@@ -199,12 +199,14 @@ def test_a_redefinition_keeps_the_series_active_slot_and_missed_count(
 
 def test_a_name_that_is_not_a_schedule_is_refused(redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
+        with pytest.raises(TypeError, match="cron"):
+            client.schedule("x", "t")  # type: ignore[call-arg]
         with pytest.raises(ValidationError, match="needs cron"):
-            client.schedule("x", "t")
+            client.schedule("x", "t", cron="")
         with pytest.raises(ValidationError, match="name"):
             client.schedule("a b", "t", cron="* * * * *")
-        with pytest.raises(ValidationError, match="delay"):
-            client.schedule("x", "t", cron="* * * * *", delay=5)
+        with pytest.raises(TypeError, match="delay"):  # not an option of a schedule
+            client.schedule("x", "t", cron="* * * * *", delay=5)  # type: ignore[call-arg]
         client.submit("t", delay=60, dedupe_key="d")
         once = client.list_jobs()[0].job_id
         with pytest.raises(ValidationError, match="does not recur"):

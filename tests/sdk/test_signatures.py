@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import scheduler.sdk.browse as browse
+import scheduler.sdk.catalog as catalog
 import scheduler.sdk.history as history
 import scheduler.sdk.jobs as jobs
 import scheduler.sdk.queues as queues
@@ -25,7 +26,8 @@ import scheduler.sdk.status as status
 from scheduler import AsyncClient, Client
 from scheduler.history.store import HistoryStore
 
-TOPICS: list[ModuleType] = [state, jobs, history, status, schedules, results, queues, browse]
+TOPICS: list[ModuleType] = [state, jobs, history, status, schedules, results, queues, browse,
+                            catalog]
 # Steps every operation starts with, not operations of their own.
 NOT_METHODS = {"ready", "ensure_namespace"}
 # The one pair whose names differ: closing is a coroutine in AsyncClient.

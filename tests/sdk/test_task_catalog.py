@@ -1,0 +1,176 @@
+"""The task catalog: a real worker publishes its tasks' defaults when it starts, and
+`Client.tasks()`, `AsyncClient.tasks()` and `sched tasks` list them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import msgspec
+import pytest
+import redis
+
+from helpers import run_until, sched
+from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy, TaskInfo
+from scheduler.core.jobspec import TASK_OPTIONS
+from scheduler.core.keys import Keys
+from scheduler.redis.clock import RedisClock
+
+
+class Order(msgspec.Struct):
+    number: int
+
+
+registry = Registry()
+
+
+@registry.task("emails.send", queue="mail", timeout=30, priority=2,
+               retry=RetryPolicy(max_attempts=7), delivery="at_most_once")
+async def send(ctx: Context, payload: Order) -> None:
+    pass
+
+
+@registry.task("reports.build")
+def build(ctx: Context, payload: dict[str, int]) -> None:
+    pass
+
+
+def test_the_records_option_fields_are_the_task_options() -> None:
+    assert [f for f in TaskInfo.__struct_fields__ if f in TASK_OPTIONS] == list(TASK_OPTIONS)
+
+
+def test_a_worker_publishes_its_tasks_when_it_starts_and_clients_list_them(
+        redis_url: str, ns: str, r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    with Client(redis_url, ns) as client:
+        assert client.tasks() == []
+        client.create_namespace()
+        worker = asyncio.run(run_until(redis_url, ns, registry,
+                                       lambda: r.exists(Keys(ns).tasks) == 1))
+        found = client.tasks()
+        now = client.now_ms()
+    assert [t.task for t in found] == ["emails.send", "reports.build"]
+    mail, plain = found
+    assert (mail.queue, mail.timeout, mail.priority, mail.retry, mail.delivery, mail.pool) == \
+        ("mail", 30.0, 2, RetryPolicy(max_attempts=7), "at_most_once", "thread")
+    assert mail.payload_type == f"{__name__}.Order"
+    assert mail.worker == worker.worker_id and 0 < now - mail.seen_ms < 60_000
+    assert (plain.queue, plain.timeout, plain.retry, plain.payload_type) == \
+        (None, None, None, None)
+
+    async def listed() -> list[TaskInfo]:
+        async with AsyncClient(redis_url, ns) as aclient:
+            return await aclient.tasks()
+
+    assert asyncio.run(listed()) == found
+    code, out, _ = sched(capsys, redis_url, ns, "tasks", "--json")
+    assert code == 0 and [t["task"] for t in json.loads(out)] == ["emails.send",
+                                                                   "reports.build"]
+    assert json.loads(out)[0]["retry"]["max_attempts"] == 7
+    code, out, _ = sched(capsys, redis_url, ns, "tasks")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].split()[:4] == ["TASK", "QUEUE", "TIMEOUT", "ATTEMPTS"]
+    assert lines[1].split()[:8] == ["emails.send", "mail", "30.0", "7", "2", "at_most_once",
+                                    f"{__name__}.Order", "thread"]
+    assert lines[2].split()[:8] == ["reports.build", "-", "-", "-", "-", "-", "-", "thread"]
+
+
+def test_an_entry_that_is_not_one_is_left_out(redis_url: str, ns: str, r: redis.Redis) -> None:
+    r.hset(Keys(ns).tasks, mapping={"x": b"not json", "y": b'{"task": "y", "priority": "2"}',
+                                    "z": b'{"task": "z", "queue": "q"}'})
+    with Client(redis_url, ns) as client:
+        assert [(t.task, t.queue) for t in client.tasks()] == [("z", "q")]
+
+
+def _published(redis_url: str, ns: str, r: redis.Redis) -> None:
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+    asyncio.run(run_until(redis_url, ns, registry, lambda: r.exists(Keys(ns).tasks) == 1))
+
+
+def test_a_submit_by_name_takes_the_catalogs_defaults_and_its_own_options_win(
+        redis_url: str, ns: str, r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    _published(redis_url, ns, r)
+    with Client(redis_url, ns) as client:
+        plain = client.submit("emails.send", {"number": 1})
+        mine = client.submit("emails.send", {"number": 2}, queue="default", timeout=5,
+                             priority=5, retry=RetryPolicy(max_attempts=1),
+                             delivery="at_least_once")
+        [batch] = client.submit_many([{"task": "emails.send", "payload": {"number": 3}}])
+        other = client.submit("reports.build")  # declares no default
+        named = client.schedule("nightly", "emails.send", cron="0 3 * * *")
+        code, out, _ = sched(capsys, redis_url, ns, "submit", "emails.send")
+        by_cli = out.strip()
+        jobs = {name: client.get_job(job_id) for name, job_id in [
+            ("plain", plain), ("mine", mine), ("batch", batch), ("other", other),
+            ("named", named), ("cli", by_cli)]}
+    assert code == 0
+
+    def options(name: str) -> tuple[object, ...]:
+        job = jobs[name]
+        return (job.queue, job.timeout_s, job.priority, job.retry.max_attempts,
+                job.delivery.value)
+
+    catalog = ("mail", 30.0, 2, 7, "at_most_once")
+    for name in ("plain", "batch", "named", "cli"):
+        assert options(name) == catalog, name
+    assert options("mine") == ("default", 5.0, 5, 1, "at_least_once")
+    assert options("other") == ("default", None, 3, 3, "at_least_once")
+
+
+def test_a_clients_copy_of_the_catalog_follows_its_clock_resync_with_no_round_trip_of_its_own(
+        redis_url: str, ns: str, r: redis.Redis) -> None:
+    """A client reads the catalog in ready()'s round trip, which re-syncs its clock: a
+    catalog that changes reaches it within the re-sync interval."""
+    with Client(redis_url, ns, clock=RedisClock(resync_s=0.2)) as client:
+        before = client.submit("emails.send", {"number": 1})
+        assert client.get_job(before).queue == "default"
+        asyncio.run(run_until(redis_url, ns, registry,
+                              lambda: r.exists(Keys(ns).tasks) == 1))
+        time.sleep(0.25)
+        after = client.submit("emails.send", {"number": 2})
+        assert client.get_job(after).queue == "mail"
+        sent: list[object] = []
+        perform = client._perform
+
+        def counted(request: object) -> object:
+            sent.append(request)
+            return perform(request)  # type: ignore[arg-type]
+
+        client._perform = counted  # type: ignore[method-assign]
+        client.submit("emails.send", {"number": 3})  # the clock is fresh: one request
+        assert len(sent) == 1, sent
+
+
+def test_the_outbox_relay_applies_the_catalog_to_rows_that_leave_an_option_out(
+        redis_url: str, ns: str, r: redis.Redis) -> None:
+    import psycopg
+
+    from conftest import POSTGRES_DSN
+    from scheduler import outbox
+    from scheduler.outbox.relay import OutboxRelay
+    from scheduler.outbox.rows import upgrade
+
+    _published(redis_url, ns, r)
+    schema = f"ob_{ns.replace('-', '_')[-12:].lower()}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+        upgrade(admin, schema)
+    try:
+        with psycopg.connect(POSTGRES_DSN) as conn:
+            left_out = outbox.submit(conn, "emails.send", {"number": 1}, schema=schema)
+            said = outbox.submit(conn, "emails.send", {"number": 2}, queue="default",
+                                 schema=schema)
+            conn.commit()
+        with Client(redis_url, ns) as client:
+            relay = OutboxRelay(client, POSTGRES_DSN, schema=schema)
+            try:
+                assert relay.run_once() == 2
+            finally:
+                relay.close()
+            assert (client.get_job(left_out).queue, client.get_job(left_out).timeout_s) == \
+                ("mail", 30.0)
+            assert (client.get_job(said).queue, client.get_job(said).timeout_s) == \
+                ("default", 30.0)
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
