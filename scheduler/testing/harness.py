@@ -147,7 +147,7 @@ class TestScheduler:
         # first read of the catalog, and on a fake clock the client never reads it again by
         # itself: it reads it now, so a submit by name takes them as in production.
         core = self.client._core
-        core.take_catalog(self.client.redis.hgetall(core.keys.tasks))
+        core.take_catalog(transport.call_sync(self.client.redis, "hgetall", core.keys.tasks))
 
     # --- what a test calls -----------------------------------------------------------------
 
