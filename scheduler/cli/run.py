@@ -85,6 +85,26 @@ def load_app(spec: str) -> object:
     return registry
 
 
+def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any) -> None:
+    """Apply the app's declared schedules (Registry.schedule) to the namespace before its
+    services start, through the SDK (Client.declare), and log what changed. Redis not
+    answering is a warning: the service starts (and waits for Redis) as it would without
+    them, and its next start applies them."""
+    from scheduler import Client
+
+    client = Client(redis_url, namespace)
+    try:
+        done = client.declare(app_spec, registry.schedules.values())
+    except REDIS_ERRORS as exc:
+        log.warning("declared schedules not applied: Redis did not answer (%s)", exc)
+        return
+    finally:
+        client.close()
+    if done.declared or done.removed:
+        log.info("%s%s", done.line(),
+                 f" ({', '.join(done.removed)})" if done.removed else "")
+
+
 # The collector's thresholds in the service processes (gc.set_threshold). At Python's own
 # (2,000 net new containers) the young collection runs every few hundred jobs and walks the
 # batch in flight, which then survives into the older generations and is walked again, a
@@ -239,6 +259,7 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
         return
     registry = load_app(app_spec)
     setup_logging(log_level, log_format)
+    apply_declared(obj["redis_url"], obj["namespace"], app_spec, registry)
     holder: list[Worker] = []
 
     async def make() -> None:
@@ -300,6 +321,9 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 
 
 @click.command()
+@click.option("--app", "app_spec", default=None,
+              help="MODULE:ATTRIBUTE of your Registry: the node applies its declared "
+                   "schedules (registry.schedule) when it starts; it runs no handler.")
 @click.option("--lease", "lease_s", type=bounded(NODE_BOUNDS, "lease_s"),
               envvar="SCHED_LEASE_SECONDS", default=30.0,
               help="The workers' slot lease in seconds: pending entries idle this long are "
@@ -343,7 +367,7 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 @metrics_host_option
 @log_options
 @click.pass_obj
-def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
+def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_lease_s: float, reclaim_s: float,
               sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
               promote_ahead_s: float, queue_idle_s: float, outbox_dsn: str | None,
               outbox_schema: str, metrics_port: int | None, metrics_host: str, log_level: str,
@@ -357,8 +381,11 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
                         sweep_keys_per_s=sweep_rate, lookahead_s=lookahead_s,
                         misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s,
                         queue_idle_s=queue_idle_s)
+    registry = None if app_spec is None else load_app(app_spec)
     relay = _outbox_relay(obj, outbox_dsn, outbox_schema)
     setup_logging(log_level, log_format)
+    if app_spec is not None:
+        apply_declared(obj["redis_url"], obj["namespace"], app_spec, registry)
     holder: list[Any] = [] if relay is None else [relay]
 
     async def make() -> None:
