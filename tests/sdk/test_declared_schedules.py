@@ -1,0 +1,123 @@
+"""Schedules declared with the code (`registry.schedule`): checked when declared, with no
+I/O; applied by name at each start of the app (Client.declare), which deletes what the same
+app declared before and no longer does, and leaves the API's schedules and other apps'
+declarations alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import pytest
+import redis
+
+from scheduler import Client, Registry, ValidationError
+from scheduler.core.keys import Keys
+from scheduler.testing import TestScheduler
+
+
+class Report(msgspec.Struct):
+    day: str
+
+
+def app(*names: str, cron: str = "0 2 * * *") -> Registry:
+    registry = Registry()
+
+    @registry.task("reports.build", queue="reports", timeout=60)
+    def build(ctx: Any, payload: Report) -> str:
+        return payload.day
+
+    for name in names:
+        registry.schedule(name, build, {"day": "today"}, cron=cron, tz="Europe/Paris")
+    return registry
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"cron": "61 * * * *"}, "cron"),
+    ({"cron": "0 2 * * *", "tz": "Europe/Nowhere"}, "tz"),
+    ({"cron": "0 2 * * *", "catchup": "some"}, "catchup"),
+    ({"cron": "0 2 * * *", "overlap": "maybe"}, "overlap"),
+    ({"cron": "0 2 * * *", "queue": "no spaces"}, "queue"),
+])
+def test_a_bad_option_is_refused_when_declared(kwargs: dict[str, Any], field: str) -> None:
+    registry = Registry()
+    with pytest.raises(ValidationError) as exc:
+        registry.schedule("nightly", "reports.build", **kwargs)
+    assert exc.value.field == field
+    assert registry.schedules == {}
+
+
+def test_a_bad_name_a_bad_typed_payload_and_a_name_declared_twice_are_refused() -> None:
+    registry = Registry()
+
+    @registry.task("reports.build")
+    def build(ctx: Any, payload: Report) -> str:
+        return payload.day
+
+    registry.schedule("nightly", build, Report("today"), cron="0 2 * * *")
+    with pytest.raises(ValidationError, match="name"):
+        registry.schedule("no spaces", build, Report("x"), cron="0 2 * * *")
+    with pytest.raises(ValidationError, match="day"):
+        registry.schedule("other", build, {"day": 3}, cron="0 2 * * *")
+    with pytest.raises(ValueError, match="'nightly' is already declared"):
+        registry.schedule("nightly", "reports.build", cron="0 3 * * *")
+    assert list(registry.schedules) == ["nightly"]
+
+
+def test_a_handle_gives_its_task_name_and_defaults_and_the_declaration_writes_nothing(
+        r: redis.Redis, ns: str) -> None:
+    registry = app("nightly")
+    declared = registry.schedules["nightly"]
+    assert declared.task == "reports.build"
+    assert declared.options["queue"] == "reports" and declared.options["timeout"] == 60
+    assert declared.options["tz"] == "Europe/Paris"
+    assert not r.keys(f"{ns}:*")
+
+
+def test_each_start_creates_updates_and_removes_by_name(r: redis.Redis, redis_url: str,
+                                                          ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        api = client.schedule("made-by-api", "reports.build", cron="0 4 * * *")
+        other = client.declare("other.app:registry", app("theirs").schedules.values())
+        assert (other.created, other.removed) == (1, [])
+
+        first = client.declare("my.app:registry", app("a", "b").schedules.values())
+        assert (first.declared, first.created, first.updated, first.removed) == (2, 2, 0, [])
+        assert first.line() == "2 declared schedules: 2 created, 0 updated, 0 removed"
+        again = client.declare("my.app:registry", app("a", "b").schedules.values())
+        assert (again.created, again.updated, again.removed) == (0, 0, [])
+        changed = client.declare("my.app:registry",
+                                 app("a", cron="0 3 * * *").schedules.values())
+        assert (changed.declared, changed.created, changed.updated, changed.removed) == \
+            (1, 0, 1, ["b"])
+
+        assert client.get_job("b").deleted_ms is not None
+        assert client.get_job("a").cron == "0 3 * * *" and client.get_job("a").deleted_ms is None
+        for untouched in (api, "theirs"):
+            assert client.get_job(untouched).deleted_ms is None
+        assert set(r.hkeys(Keys(ns).declared)) == {b"a", b"theirs"}
+
+        # Declared again by a later version (a rollback): a series again, not left deleted.
+        back = client.declare("my.app:registry", app("a", "b").schedules.values())
+        assert (back.created, back.removed) == (1, [])
+        assert client.get_job("b").deleted_ms is None
+        assert client.next_fires("b", 1)
+
+
+def test_a_start_that_declares_nothing_removes_what_the_app_declared(
+        redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        client.declare("my.app:registry", app("a").schedules.values())
+        done = client.declare("my.app:registry", [])
+        assert done.removed == ["a"] and client.get_job("a").deleted_ms is not None
+        assert client.declare("my.app:registry", []).line() == \
+            "0 declared schedules: 0 created, 0 updated, 0 removed"
+
+
+def test_the_testing_mode_runs_the_declared_schedules() -> None:
+    registry = app("nightly")
+    with TestScheduler(registry, start=datetime(2030, 1, 1, tzinfo=UTC)) as tester:
+        ran = tester.advance(24 * 3600)
+    assert [(run.job_id, run.result) for run in ran] == [("nightly", "today")]
+    assert ran[0].fire_time == datetime(2030, 1, 1, 1, tzinfo=UTC)  # 02:00 in Paris
