@@ -1246,7 +1246,7 @@ MUTANTS = [
            "            if False}",
            ("tests/sdk/test_declared_schedules.py::"
             "test_each_start_creates_updates_and_removes_by_name",
-            "tests/e2e/test_declared_schedules.py::"
+            "tests/e2e/test_declared_deploy.py::"
             "test_a_declared_schedule_fires_and_is_deleted_once_the_code_drops_it"),
            fast=True),
 ]
