@@ -92,14 +92,12 @@ def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any)
     them, and its next start applies them."""
     from scheduler import Client
 
-    client = Client(redis_url, namespace)
-    try:
-        done = client.declare(app_spec, registry.schedules.values())
-    except REDIS_ERRORS as exc:
-        log.warning("declared schedules not applied: Redis did not answer (%s)", exc)
-        return
-    finally:
-        client.close()
+    with Client(redis_url, namespace) as client:
+        try:
+            done = client.declare(app_spec, registry.schedules.values())
+        except REDIS_ERRORS as exc:
+            log.warning("declared schedules not applied: Redis did not answer (%s)", exc)
+            return
     if done.declared or done.removed:
         log.info("%s%s", done.line(),
                  f" ({', '.join(done.removed)})" if done.removed else "")

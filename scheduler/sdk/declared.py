@@ -91,11 +91,15 @@ def declare(core: ClientState, app: str, schedules: Iterable[DeclaredSchedule]) 
     """Apply `app`'s declared schedules: upsert each, delete those `app` declared before and
     no longer does. `app` names the code that declares them (`sched scheduler --app`'s
     MODULE:ATTRIBUTE): another app's declarations are left alone."""
+    if not isinstance(app, str) or not app.strip():
+        raise ValidationError("app", f"{app!r} is not an app name; give the one its "
+                                     "processes start with (MODULE:ATTRIBUTE)")
     wanted = list(schedules)
     names = [s.name for s in wanted]
     if len(set(names)) != len(names):
         twice = sorted({n for n in names if names.count(n) > 1})
-        raise ValidationError("name", f"schedule(s) {', '.join(twice)} declared twice")
+        raise ValidationError("name", f"{', '.join(map(repr, twice))} declared twice; give each "
+                                      "declared schedule its own name")
     yield from ready(core)
     pipe = Pipe()
     pipe.hgetall(core.keys.declared)

@@ -113,6 +113,11 @@ def test_a_start_that_declares_nothing_removes_what_the_app_declared(
         assert done.removed == ["a"] and client.get_job("a").deleted_ms is not None
         assert client.declare("my.app:registry", []).line() == \
             "0 declared schedules: 0 created, 0 updated, 0 removed"
+        with pytest.raises(ValidationError, match="app"):
+            client.declare(" ", [])
+        with pytest.raises(ValidationError, match="'a' declared twice"):
+            client.declare("my.app:registry", [*app("a").schedules.values(),
+                                               *app("a").schedules.values()])
 
 
 def test_the_testing_mode_runs_the_declared_schedules() -> None:
