@@ -13,7 +13,7 @@ import msgspec
 
 from scheduler.core.models import RetryPolicy, check_progress, check_task, decode_payload
 from scheduler.sdk.declared import DeclaredSchedule, declare_schedule
-from scheduler.worker.handles import TaskHandle, check_defaults, payload_type
+from scheduler.worker.handles import TaskHandle, check_defaults, check_payload, payload_type
 
 Handler = Callable[["Context", Any], Any]
 P = TypeVar("P")
@@ -148,27 +148,33 @@ class Registry:
                  start_at: datetime | None = None,
                  end_at: datetime | None = None) -> DeclaredSchedule:
         """Declare the named schedule `name` with the code: `Client.schedule`'s arguments,
-        `task` a TaskHandle (its defaults fill the options left at None, and a typed
-        payload is checked against its type) or a task name. Nothing is written now: each `sched scheduler`,
-        `sched worker` and `sched dev` start with this app applies its declarations (creates
-        or updates each by name, deletes those it declared before and no longer does:
+        `task` a TaskHandle or a task name. A handle, or the name of a task of this
+        registry, has the task's defaults fill the options left at None and a typed payload
+        checked against its type. Nothing is written now: each `sched scheduler`, `sched
+        worker` and `sched dev` start with this app applies its declarations (creates or
+        updates each by name, deletes those it declared before and no longer does:
         docs/guide/schedules.md), and TestScheduler applies them when it starts. The options
         are checked now (ValidationError naming one); a name declared twice is a
         ValueError."""
         if name in self.schedules:
             raise ValueError(f"schedule {name!r} is already declared in this registry; give "
                              f"each declared schedule its own name")
-        if isinstance(task, TaskHandle):  # its defaults and typed payload, as its submit's
-            payload = task.payload(payload)
-            d = task.defaults
+        # The task's defaults and typed payload, as a submit through its handle takes them,
+        # known here whether or not a worker has published them to the catalog yet.
+        task_name = task.name if isinstance(task, TaskHandle) else task
+        source: TaskHandle[Any, Any] | Task | None = (
+            task if isinstance(task, TaskHandle) else self.tasks.get(task_name))
+        if source is not None:
+            if source.payload_type is not None:
+                payload = check_payload(task_name, source.payload_type, payload)
+            d = source.defaults
             queue = d.get("queue") if queue is None else queue
             timeout = d.get("timeout") if timeout is None else timeout
             retry = d.get("retry") if retry is None else retry
             delivery = d.get("delivery") if delivery is None else delivery
             priority = d.get("priority") if priority is None else priority
-            task = task.name
         declared = declare_schedule(
-            name, task, payload, cron=cron,
+            name, task_name, payload, cron=cron,
             queue=queue, timeout=timeout, retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
             catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at)

@@ -72,6 +72,13 @@ def test_a_handle_gives_its_task_name_and_defaults_and_the_declaration_writes_no
     assert declared.task == "reports.build"
     assert declared.options["queue"] == "reports" and declared.options["timeout"] == 60
     assert declared.options["tz"] == "Europe/Paris"
+    by_name = registry.schedule("by-name", "reports.build", {"day": "monday"}, cron="0 3 * * *",
+                                timeout=5)
+    assert (by_name.options["queue"], by_name.options["timeout"]) == ("reports", 5)
+    with pytest.raises(ValidationError, match="day"):
+        registry.schedule("bad", "reports.build", {"day": 1}, cron="0 3 * * *")
+    elsewhere = registry.schedule("elsewhere", "mail.digest", cron="0 3 * * *")
+    assert elsewhere.options["queue"] is None  # another app's task: the catalog's defaults
     assert not r.keys(f"{ns}:*")
 
 
@@ -97,6 +104,7 @@ def test_each_start_creates_updates_and_removes_by_name(r: redis.Redis, redis_ur
         for untouched in (api, "theirs"):
             assert client.get_job(untouched).deleted_ms is None
         assert set(r.hkeys(Keys(ns).declared)) == {b"a", b"theirs"}
+        assert client.get_job("a").queue == "reports"  # the task's default, from the app
 
         # Declared again by a later version (a rollback): a series again, not left deleted.
         back = client.declare("my.app:registry", app("a", "b").schedules.values())
