@@ -95,3 +95,19 @@ def test_a_declared_schedule_fires_and_is_deleted_once_the_code_drops_it(
             stop(worker)
     assert "0 declared schedules: 0 created, 0 updated, 1 removed (every-second)" in \
         (tmp_path / "scheduler.log").read_text()
+
+
+def test_sched_dev_applies_the_apps_declared_schedules(
+        tmp_path: Path, r: redis.Redis, redis_url: str, ns: str,
+        app_env: dict[str, str]) -> None:
+    key = f"{ns}:ticks"
+    (tmp_path / "deployed.py").write_text(APP + DECLARED.format(key=key))
+    dev = start(tmp_path, redis_url, ns, app_env, "dev", "--no-web", "--no-history",
+                "--metrics-port", "0")
+    try:
+        wait_for(lambda: int(r.get(key) or 0) >= 2, timeout=30,
+                 what="the declared schedule firing twice under sched dev")
+    finally:
+        stop(dev)
+    assert "1 declared schedules: 1 created, 0 updated, 0 removed" in \
+        (tmp_path / "dev.log").read_text()
