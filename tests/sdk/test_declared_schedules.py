@@ -5,6 +5,8 @@ declarations alone."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -134,3 +136,28 @@ def test_the_testing_mode_runs_the_declared_schedules() -> None:
         ran = tester.advance(24 * 3600)
     assert [(run.job_id, run.result) for run in ran] == [("nightly", "today")]
     assert ran[0].fire_time == datetime(2030, 1, 1, 1, tzinfo=UTC)  # 02:00 in Paris
+
+
+def test_many_processes_starting_at_once_apply_one_version(r: redis.Redis, redis_url: str,
+                                                           ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        client.declare("my.app:registry", app("a", "b").schedules.values())
+    version = app("a", "c", cron="0 3 * * *").schedules.values()
+    barrier = threading.Barrier(6)
+
+    def start() -> Any:
+        with Client(redis_url, ns) as client:
+            barrier.wait()
+            return client.declare("my.app:registry", version)
+
+    with ThreadPoolExecutor(6) as pool:
+        done = list(pool.map(lambda _: start(), range(6)))
+    assert all(d.declared == 2 for d in done)
+    with Client(redis_url, ns) as client:
+        assert client.get_job("b").deleted_ms is not None
+        for name in ("a", "c"):
+            job = client.get_job(name)
+            assert (job.cron, job.deleted_ms) == ("0 3 * * *", None)
+        series = [m for s in range(client.shards) for m in r.zrange(Keys(ns).cron(s), 0, -1)]
+    assert sorted(series) == [b"a", b"c"]  # one series each
+    assert set(r.hkeys(Keys(ns).declared)) == {b"a", b"c"}
