@@ -85,9 +85,11 @@ def load_app(spec: str) -> object:
     return registry
 
 
-def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any) -> None:
+def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any,
+                   always_log: bool = False) -> None:
     """Apply the app's declared schedules (Registry.schedule) to the namespace before its
-    services start, through the SDK (Client.declare), and log what changed. Redis not
+    services start, through the SDK (Client.declare), and log what changed (a start that
+    changed nothing and declares nothing logs only with `always_log`). Redis not
     answering is a warning: the service starts (and waits for Redis) as it would without
     them, and its next start applies them."""
     from scheduler import Client
@@ -98,7 +100,7 @@ def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any)
         except REDIS_ERRORS as exc:
             log.warning("declared schedules not applied: Redis did not answer (%s)", exc)
             return
-    if done.declared or done.removed:
+    if done.declared or done.removed or always_log:
         log.info("%s%s", done.line(),
                  f" ({', '.join(done.removed)})" if done.removed else "")
 
@@ -365,11 +367,11 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 @metrics_host_option
 @log_options
 @click.pass_obj
-def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_lease_s: float, reclaim_s: float,
-              sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
-              promote_ahead_s: float, queue_idle_s: float, outbox_dsn: str | None,
-              outbox_schema: str, metrics_port: int | None, metrics_host: str, log_level: str,
-              log_format: str) -> None:
+def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_lease_s: float,
+              reclaim_s: float, sweep_s: float, sweep_rate: int, lookahead_s: float,
+              misfire_grace_s: float, promote_ahead_s: float, queue_idle_s: float,
+              outbox_dsn: str | None, outbox_schema: str, metrics_port: int | None,
+              metrics_host: str, log_level: str, log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
     from scheduler.node.node import NodeConfig, SchedulerNode
@@ -383,7 +385,8 @@ def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_l
     relay = _outbox_relay(obj, outbox_dsn, outbox_schema)
     setup_logging(log_level, log_format)
     if app_spec is not None:
-        apply_declared(obj["redis_url"], obj["namespace"], app_spec, registry)
+        apply_declared(obj["redis_url"], obj["namespace"], app_spec, registry,
+                       always_log=True)  # the node imports the app for these only
     holder: list[Any] = [] if relay is None else [relay]
 
     async def make() -> None:
