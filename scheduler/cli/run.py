@@ -17,7 +17,7 @@ import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import autoscale_option, bounded, scaling_options
 from scheduler.core.bounds import MAX_PROCESSES, NODE_BOUNDS, WORKER_BOUNDS
-from scheduler.core.errors import ConfigError
+from scheduler.core.errors import ConfigError, RedisUnavailable
 from scheduler.core.models import MAX_COUNT
 from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
@@ -97,7 +97,7 @@ def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any,
     with Client(redis_url, namespace) as client:
         try:
             done = client.declare(app_spec, registry.schedules.values())
-        except REDIS_ERRORS as exc:
+        except (RedisUnavailable, *REDIS_ERRORS) as exc:
             log.warning("declared schedules not applied: Redis did not answer (%s)", exc)
             return
     if done.declared or done.removed or always_log:

@@ -161,3 +161,11 @@ def test_many_processes_starting_at_once_apply_one_version(r: redis.Redis, redis
         series = [m for s in range(client.shards) for m in r.zrange(Keys(ns).cron(s), 0, -1)]
     assert sorted(series) == [b"a", b"c"]  # one series each
     assert set(r.hkeys(Keys(ns).declared)) == {b"a", b"c"}
+
+
+def test_a_start_that_cannot_reach_redis_warns_and_goes_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from scheduler.cli.run import apply_declared
+
+    apply_declared("redis://127.0.0.1:1/0", "nowhere", "my.app:registry", app("a"))
+    assert "declared schedules not applied: Redis did not answer" in caplog.text
