@@ -23,7 +23,7 @@ from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.models import RetryPolicy, check_queue, check_task
 from scheduler.sdk.requests import Op, Pipe
 from scheduler.sdk.schedules import _named_spec, delete_job, named_id, schedule
-from scheduler.sdk.state import ClientState, ready
+from scheduler.sdk.state import ClientState, ensure_namespace, ready
 
 REMOVED_REASON = "no longer declared by the code"
 
@@ -109,6 +109,7 @@ def declare(core: ClientState, app: str, schedules: Iterable[DeclaredSchedule]) 
             if marker.app == app and name not in keep}
     if not wanted and not gone:
         return Declared(0, 0, 0, [])
+    yield from ensure_namespace(core)  # its shard count, which places keyed schedules' ids
     ids = [named_id(s.name, s.options.get("concurrency_key"), core.shards) for s in wanted]
     before = yield from _specs(core, ids)
     for s in wanted:

@@ -169,3 +169,17 @@ def test_a_start_that_cannot_reach_redis_warns_and_goes_on(
 
     apply_declared("redis://127.0.0.1:1/0", "nowhere", "my.app:registry", app("a"))
     assert "declared schedules not applied: Redis did not answer" in caplog.text
+
+
+def test_a_keyed_schedule_is_found_under_its_placed_id_when_dropped(redis_url: str,
+                                                                     ns: str) -> None:
+    registry = Registry()
+    registry.schedule("tenant-report", "reports.build", cron="0 2 * * *",
+                      concurrency_key="tenant-42")
+    with Client(redis_url, ns, shards=4) as client:
+        first = client.declare("my.app:registry", registry.schedules.values())
+        assert (first.created, first.updated) == (1, 0)
+        [job] = [j for j in client.list_jobs() if j.job_id.startswith("tenant-report")]
+        assert job.job_id != "tenant-report" and job.deleted_ms is None  # placed: NAME.N
+        assert client.declare("my.app:registry", []).removed == ["tenant-report"]
+        assert client.get_job(job.job_id).deleted_ms is not None
