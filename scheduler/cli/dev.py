@@ -12,7 +12,7 @@ import click
 
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import bounded, history_source, store_options
-from scheduler.cli.run import load_app, metrics_host_option, serve
+from scheduler.cli.run import apply_declared, load_app, metrics_host_option, serve
 from scheduler.core.bounds import WORKER_BOUNDS
 from scheduler.core.masking import masked
 from scheduler.redis.clients import process_redis, sync_redis
@@ -91,6 +91,7 @@ def dev(obj: dict[str, str], app_spec: str, concurrency: int, queues: str, lease
     REGISTRY.register(collector)
     server = None
     try:
+        apply_declared(url, namespace, app_spec, registry)
         server = _metrics_server(REGISTRY, metrics_host, metrics_port)
         metrics_url = _metrics_url(metrics_host, server.port)
         web = None if no_web else _web(web_port, history_source(

@@ -17,7 +17,7 @@ import scheduler.redis.transport as transport
 from scheduler.cli.logs import log_options, setup_logging
 from scheduler.cli.options import autoscale_option, bounded, scaling_options
 from scheduler.core.bounds import MAX_PROCESSES, NODE_BOUNDS, WORKER_BOUNDS
-from scheduler.core.errors import ConfigError
+from scheduler.core.errors import ConfigError, RedisUnavailable
 from scheduler.core.models import MAX_COUNT
 from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
@@ -83,6 +83,26 @@ def load_app(spec: str) -> object:
     if not isinstance(registry, Registry):
         raise ConfigError(f"--app {spec!r}: {module_name}.{attr} is not a scheduler.Registry")
     return registry
+
+
+def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any,
+                   always_log: bool = False) -> None:
+    """Apply the app's declared schedules (Registry.schedule) to the namespace before its
+    services start, through the SDK (Client.declare), and log what changed (a start that
+    changed nothing and declares nothing logs only with `always_log`). Redis not
+    answering is a warning: the service starts (and waits for Redis) as it would without
+    them, and its next start applies them."""
+    from scheduler import Client
+
+    with Client(redis_url, namespace) as client:
+        try:
+            done = client.declare(app_spec, registry.schedules.values())
+        except (RedisUnavailable, *REDIS_ERRORS) as exc:
+            log.warning("declared schedules not applied: Redis did not answer (%s)", exc)
+            return
+    if done.declared or done.removed or always_log:
+        log.info("%s%s", done.line(),
+                 f" ({', '.join(done.removed)})" if done.removed else "")
 
 
 # The collector's thresholds in the service processes (gc.set_threshold). At Python's own
@@ -239,6 +259,7 @@ def worker(obj: dict[str, str], app_spec: str, processes: int, concurrency: int,
         return
     registry = load_app(app_spec)
     setup_logging(log_level, log_format)
+    apply_declared(obj["redis_url"], obj["namespace"], app_spec, registry)
     holder: list[Worker] = []
 
     async def make() -> None:
@@ -300,6 +321,9 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 
 
 @click.command()
+@click.option("--app", "app_spec", default=None,
+              help="MODULE:ATTRIBUTE of your Registry: the node applies its declared "
+                   "schedules (registry.schedule) when it starts; it runs no handler.")
 @click.option("--lease", "lease_s", type=bounded(NODE_BOUNDS, "lease_s"),
               envvar="SCHED_LEASE_SECONDS", default=30.0,
               help="The workers' slot lease in seconds: pending entries idle this long are "
@@ -343,11 +367,11 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 @metrics_host_option
 @log_options
 @click.pass_obj
-def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim_s: float,
-              sweep_s: float, sweep_rate: int, lookahead_s: float, misfire_grace_s: float,
-              promote_ahead_s: float, queue_idle_s: float, outbox_dsn: str | None,
-              outbox_schema: str, metrics_port: int | None, metrics_host: str, log_level: str,
-              log_format: str) -> None:
+def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_lease_s: float,
+              reclaim_s: float, sweep_s: float, sweep_rate: int, lookahead_s: float,
+              misfire_grace_s: float, promote_ahead_s: float, queue_idle_s: float,
+              outbox_dsn: str | None, outbox_schema: str, metrics_port: int | None,
+              metrics_host: str, log_level: str, log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
     from scheduler.node.node import NodeConfig, SchedulerNode
@@ -357,8 +381,12 @@ def scheduler(obj: dict[str, str], lease_s: float, shard_lease_s: float, reclaim
                         sweep_keys_per_s=sweep_rate, lookahead_s=lookahead_s,
                         misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s,
                         queue_idle_s=queue_idle_s)
+    registry = None if app_spec is None else load_app(app_spec)
     relay = _outbox_relay(obj, outbox_dsn, outbox_schema)
     setup_logging(log_level, log_format)
+    if app_spec is not None:
+        apply_declared(obj["redis_url"], obj["namespace"], app_spec, registry,
+                       always_log=True)  # the node imports the app for these only
     holder: list[Any] = [] if relay is None else [relay]
 
     async def make() -> None:

@@ -14,6 +14,9 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:tasks                    hash    task name -> its catalog entry (JSON, core/catalog.py):
                                           its defaults, as the last worker to start with it
                                           registered them (worker/catalog.py)
+    <ns>:declared                 hash    schedule name -> the app that declares it in code and
+                                          its job id (JSON, sdk/declared.py): what a start of
+                                          that app deletes when it no longer declares the name
     <ns>:outbox                   hash    the outbox relays' last report (scheduler/outbox/):
                                           rows waiting, the oldest one's age, when (ms)
     <ns>:{lim:<queue>}:permits    zset    a limited queue's permits: one per run in flight
@@ -248,7 +251,7 @@ class Keys:
     """Key names of one namespace."""
 
     __slots__ = ("ns", "meta", "queues", "workers", "schedulers", "limits", "outbox",
-                 "tasks", "_slot_head", "_slot_mid")
+                 "tasks", "declared", "_slot_head", "_slot_mid")
 
     def __init__(self, namespace: str) -> None:
         self.ns = check_name("namespace", namespace)
@@ -261,6 +264,7 @@ class Keys:
         self.limits = f"{namespace}:limits"  # hash
         self.outbox = f"{namespace}:outbox"  # hash
         self.tasks = f"{namespace}:tasks"  # hash
+        self.declared = f"{namespace}:declared"  # hash
 
     def worker(self, worker_id: str) -> str:
         return f"{self.ns}:worker:{worker_id}"  # hash

@@ -29,6 +29,7 @@ import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.sdk.browse as browse
 import scheduler.sdk.catalog as catalog_ops
+import scheduler.sdk.declared as declared_ops
 import scheduler.sdk.history as history_ops
 import scheduler.sdk.jobs as job_ops
 import scheduler.sdk.queues as queue_ops
@@ -57,6 +58,7 @@ from scheduler.observe.status import Status, Supervisor, WorkerStatus
 from scheduler.redis.clients import SDK_TIMEOUT_S, async_redis, sync_redis, where
 from scheduler.redis.clock import Clock
 from scheduler.sdk.browse import SlotPage, SubmissionPage
+from scheduler.sdk.declared import Declared, DeclaredSchedule
 from scheduler.sdk.jobs import DeadLetter
 from scheduler.sdk.queues import QueueInfo
 from scheduler.sdk.requests import (
@@ -372,6 +374,10 @@ class Client(_Driver):
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
             catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
 
+    @_drives(declared_ops.declare)
+    def declare(self, app: str, schedules: Iterable[DeclaredSchedule]) -> Declared:
+        return self._drive(declared_ops.declare(self._core, app, schedules))
+
     # A run's result: scheduler/sdk/results.py
 
     @_drives(result_ops.result)
@@ -639,6 +645,10 @@ class AsyncClient(_Driver):
             retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
             catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
+
+    @_drives(declared_ops.declare)
+    async def declare(self, app: str, schedules: Iterable[DeclaredSchedule]) -> Declared:
+        return await self._drive(declared_ops.declare(self._core, app, schedules))
 
     # A run's result: scheduler/sdk/results.py
 

@@ -75,6 +75,9 @@ class _Raised(HandlerErrors):
         super().report(run, exc, now)
 
 
+DECLARING_APP = "testing"  # the app name TestScheduler declares its registry's schedules as
+
+
 class TestClient(Client):
     """A `scheduler.Client` of the testing mode's namespace: the same methods, on the fake
     Redis and the fake clock. `result()` first drains (runs what is due) and then looks once:
@@ -136,6 +139,8 @@ class TestScheduler:
         fakeserver.SERVER_TIME.push(self.clock)
         self.client = TestClient(self, namespace, shards)
         self.client.create_namespace()
+        # The app's declared schedules, as each start of its scheduler node applies them.
+        self.client.declare(DECLARING_APP, registry.schedules.values())
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
                                         name="sched-testing")

@@ -6,12 +6,14 @@ import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
 
 from scheduler.core.models import RetryPolicy, check_progress, check_task, decode_payload
-from scheduler.worker.handles import TaskHandle, check_defaults, payload_type
+from scheduler.sdk.declared import DeclaredSchedule, declare_schedule
+from scheduler.worker.handles import TaskHandle, check_defaults, check_payload, payload_type
 
 Handler = Callable[["Context", Any], Any]
 P = TypeVar("P")
@@ -101,6 +103,7 @@ class Registry:
 
     def __init__(self) -> None:
         self.tasks: dict[str, Task] = {}
+        self.schedules: dict[str, DeclaredSchedule] = {}  # by name: registry.schedule
 
     def task(self, name: str, pool: str = "thread", *, queue: str | None = None,
              timeout: float | None = None, retry: RetryPolicy | None = None,
@@ -140,6 +143,48 @@ class Registry:
             return TaskHandle(name, fn, defaults, task.payload_type)
 
         return register
+
+    def schedule(self, name: str, task: TaskHandle[Any, Any] | str, payload: Any = None, *,
+                 cron: str, queue: str | None = None, timeout: float | None = None,
+                 retry: RetryPolicy | None = None, delivery: str | None = None,
+                 priority: int | None = None, concurrency_key: str | None = None,
+                 tz: str | None = None, catchup: str | None = None,
+                 catchup_limit: int | None = None, overlap: str | None = None,
+                 start_at: datetime | None = None,
+                 end_at: datetime | None = None) -> DeclaredSchedule:
+        """Declare the named schedule `name` with the code: `Client.schedule`'s arguments,
+        `task` a TaskHandle or a task name. A handle, or the name of a task of this
+        registry, has the task's defaults fill the options left at None and a typed payload
+        checked against its type. Nothing is written now: each `sched scheduler`, `sched
+        worker` and `sched dev` start with this app applies its declarations (creates or
+        updates each by name, deletes those it declared before and no longer does:
+        docs/guide/schedules.md), and TestScheduler applies them when it starts. The options
+        are checked now (ValidationError naming one); a name declared twice is a
+        ValueError."""
+        if name in self.schedules:
+            raise ValueError(f"schedule {name!r} is already declared in this registry; give "
+                             f"each declared schedule its own name")
+        # The task's defaults and typed payload, as a submit through its handle takes them,
+        # known here whether or not a worker has published them to the catalog yet.
+        task_name = task.name if isinstance(task, TaskHandle) else task
+        source: TaskHandle[Any, Any] | Task | None = (
+            task if isinstance(task, TaskHandle) else self.tasks.get(task_name))
+        if source is not None:
+            if source.payload_type is not None:
+                payload = check_payload(task_name, source.payload_type, payload)
+            d = source.defaults
+            queue = d.get("queue") if queue is None else queue
+            timeout = d.get("timeout") if timeout is None else timeout
+            retry = d.get("retry") if retry is None else retry
+            delivery = d.get("delivery") if delivery is None else delivery
+            priority = d.get("priority") if priority is None else priority
+        declared = declare_schedule(
+            name, task_name, payload, cron=cron,
+            queue=queue, timeout=timeout, retry=retry, delivery=delivery, priority=priority,
+            concurrency_key=concurrency_key, tz=tz, catchup=catchup,
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at)
+        self.schedules[name] = declared
+        return declared
 
     def has_process_tasks(self) -> bool:
         """Whether any task runs in the process pool (the worker starts one only then)."""

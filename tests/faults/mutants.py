@@ -1279,4 +1279,14 @@ MUTANTS = [
            ("tests/sdk/test_task_catalog.py::"
             "test_a_submit_by_name_takes_the_catalogs_defaults_and_its_own_options_win",),
            fast=True),
+    Mutant("undeclared-schedule-kept", "a start of an app leaves the schedules it declared "
+           "before and no longer declares: a schedule dropped from the code fires on",
+           "scheduler/sdk/declared.py",
+           "            if marker.app == app and name not in keep}",
+           "            if False}",
+           ("tests/sdk/test_declared_schedules.py::"
+            "test_each_start_creates_updates_and_removes_by_name",
+            "tests/e2e/test_declared_deploy.py::"
+            "test_a_declared_schedule_fires_and_is_deleted_once_the_code_drops_it"),
+           fast=True),
 ]
