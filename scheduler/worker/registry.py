@@ -158,7 +158,7 @@ class Registry:
         checked against its type. Nothing is written now: each `sched scheduler`, `sched
         worker` and `sched dev` start with this app applies its declarations (creates or
         updates each by name, deletes those it declared before and no longer does:
-        docs/guide/schedules.md), and TestScheduler applies them when it starts. The options
+        the docs' "Schedules" guide), and TestScheduler applies them when it starts. The options
         are checked now (ValidationError naming one); a name declared twice is a
         ValueError."""
         if name in self.schedules:
