@@ -1224,4 +1224,11 @@ MUTANTS = [
            "scheduler/scripts/lua/_lib.lua", "      or redis.call('EXISTS', runs) == 1 then",
            "      or false then",
            (EXPIRER + "test_a_one_off_job_stays_while_a_triggered_run_of_it_does",), fast=True),
+    Mutant("read-ahead-whole-batch", "a worker reads a whole batch whatever its free run "
+           "slots: a burst lands in the first worker (or child) to read, the others idle",
+           "scheduler/worker/claims.py",
+           "        return max(0, min(self.config.batch, free + ahead - held))",
+           "        return self.config.batch",
+           ("tests/services/test_read_ahead.py::test_a_burst_is_shared_by_the_workers_waiting_"
+            "for_it",), fast=True),
 ]

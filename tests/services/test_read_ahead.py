@@ -7,8 +7,6 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-import pytest
-
 from helpers import running_workers, until
 from scheduler import Client, Context, Registry
 from scheduler.worker.slots import Pace
@@ -29,12 +27,11 @@ def test_the_pace_follows_the_runs_that_end_and_forgets_a_pause() -> None:
     assert pace.rate < 5
 
 
-@pytest.mark.parametrize("jobs", [200])
-def test_a_burst_is_shared_by_the_workers_waiting_for_it(redis_url: str, ns: str,
-                                                        jobs: int) -> None:
+def test_a_burst_is_shared_by_the_workers_waiting_for_it(redis_url: str, ns: str) -> None:
     """Two workers of 4 run slots wait; a burst of 20 ms jobs arrives in one submit_many.
     Each runs about half: the first to read takes its free slots and what it ends soon, and
     leaves the rest in the stream (reading a whole batch, it would run nearly all)."""
+    jobs = 200
     registry = Registry()
     ran_by: Counter[int] = Counter()
     most_held = [0, 0]
