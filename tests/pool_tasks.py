@@ -105,3 +105,10 @@ def later(ctx: SyncContext, payload: Any) -> int:
     if ctx.attempt == 1:
         raise Retry(float(payload), "later")
     return ctx.attempt
+
+
+@registry.task("pool.nap", pool="process")
+def nap(ctx: SyncContext, payload: Any) -> int:
+    """Holds its child `payload` seconds; returns the child's pid."""
+    time.sleep(float(payload))
+    return os.getpid()

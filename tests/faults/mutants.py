@@ -1231,4 +1231,10 @@ MUTANTS = [
            "        return self.config.batch",
            ("tests/services/test_read_ahead.py::test_a_burst_is_shared_by_the_workers_waiting_"
             "for_it",), fast=True),
+    Mutant("pool-fed-by-run-slots", "a worker whose tasks all run in its process pool "
+           "claims up to its run slots: runs wait for its busy children while other workers "
+           "idle", "scheduler/worker/claims.py",
+           "                free = min(free, pool.startable() - taking)", "                pass",
+           ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
+            "pool_claims_what_its_children_can_start",), fast=True),
 ]

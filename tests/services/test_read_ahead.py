@@ -73,3 +73,39 @@ def test_a_burst_is_shared_by_the_workers_waiting_for_it(redis_url: str, ns: str
     # Four run slots and what four slots of 20 ms jobs end in the horizon (40), with room for
     # a read's per-stream rounding; never a batch.
     assert max(most_held) <= 4 + 40 + 32, most_held
+
+
+def test_a_worker_whose_tasks_run_in_its_process_pool_claims_what_its_children_can_start(
+        redis_url: str, ns: str) -> None:
+    """Two workers of 50 run slots and one process-pool child each: a burst of 30 runs of
+    0.1 s is shared, as each claims no more than its child can start now or next (claiming
+    up to its run slots, the first to read would hold them all, waiting for its one child)."""
+    import pool_tasks
+
+    jobs = 30
+    ran_by: Counter[int] = Counter()
+
+    async def scenario() -> None:
+        with Client(redis_url, ns) as client:
+            client.create_namespace()
+            async with running_workers(redis_url, ns, pool_tasks.registry, 2, concurrency=50,
+                                       process_pool=1, block_ms=200) as workers:
+
+                async def ready() -> bool:
+                    return all(w.shards and w.pool is not None for w in workers)
+
+                await until("both workers and their pools up", ready, timeout=60)
+                await asyncio.sleep(0.3)  # both in a blocking read
+                ids = await asyncio.to_thread(client.submit_many,
+                                              [{"task": "pool.nap", "payload": 0.1}] * jobs)
+
+                # A result waits for its run; a sync client, off the workers' event loop.
+                pids = await asyncio.to_thread(lambda: [client.result(i, 60) for i in ids])
+                child_of = {pid: i for i, w in enumerate(workers) if w.pool is not None
+                            for pid in w.pool.pids()}
+                ran_by.update(child_of[pid] for pid in pids)
+
+    asyncio.run(scenario())
+    print(f"runs per worker {dict(ran_by)}")
+    assert sum(ran_by.values()) == jobs
+    assert all(0.35 * jobs <= ran_by[i] <= 0.65 * jobs for i in range(2)), ran_by
