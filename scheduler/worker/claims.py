@@ -7,11 +7,11 @@ while slots are free. The limited queues' loop (limiter.py) claims through `clai
 a reader of its own.
 
 A read asks for no more than the worker can start soon (`read_ahead`): its free slots plus
-what it ends within a short horizon at its recent pace (slots.Pace), less what it already
-holds, `batch` at most. Entries it does not ask for stay in the stream for whichever worker
-(or `--processes` child) reads next, so a burst spreads over every worker that reads the
-queue; a no-op worker still reads whole batches, one of 100 ms jobs little more than its free
-slots.
+what it ends within a short horizon at its recent pace (slots.Pace), `batch` at most, and
+only once it holds less than that. Entries it does not ask for stay in the stream for
+whichever worker (or `--processes` child) reads next, so a burst spreads over every worker
+that reads the queue; a no-op worker still reads whole batches, one of 100 ms jobs little
+more than its free slots.
 
 A grant starts a run at once. An EARLY answer (the slot was dispatched ahead of its time and
 the time has not come: promote.lua, claim.lua) hands the entry back to the reader it came
@@ -138,18 +138,17 @@ class Claims:
 
     def read_ahead(self, free: int, taking: int = 0, mixed: bool = False) -> int:
         """How many entries a read may ask for, with `free` run slots and `taking` entries
-        about to be claimed: what this worker can start soon, so that a burst is left in the
-        stream for the other workers rather than held here. That is its free slots (for a
-        worker whose tasks all run in the process pool, no more than its children can start
-        now or next: ProcessPool.startable), plus what it ends within slots.HORIZON_S at its
-        recent pace, less the entries it holds unclaimed and the runs waiting for a child;
-        `batch` at most, 0 for none.
+        about to be claimed (0: read nothing now). The target is what this worker can start
+        soon: its free slots (for a worker whose tasks all run in the process pool, no more
+        than its children can start now or next: ProcessPool.startable) plus what it ends
+        within slots.HORIZON_S at its recent pace, `batch` at most. While it holds less than
+        that (entries unclaimed, runs waiting for a child) it reads the target again, so a
+        busy worker reads in chunks, one read per several claims, and holds under twice
+        the target; the rest of a burst stays in the stream for the other workers.
 
-        A read that brought entries of several priorities (`mixed`) is followed by a whole
-        batch: the backlog can start the best first only among entries in hand, and a
+        After a read that brought entries of several priorities (`mixed`) the target is a
+        whole batch: the backlog can start the best first only among entries in hand, and a
         worker reading a few at a time would start worse work while better waits unread."""
-        if mixed:
-            return self.config.batch
         held = len(self.reader.backlog)
         pool = self.pool
         if pool is not None:
@@ -157,8 +156,12 @@ class Claims:
                 free = min(free, pool.startable() - taking)
             else:
                 held += pool.waiting
-        ahead = self.slots.pace.ahead(self.clock.monotonic())
-        return max(0, min(self.config.batch, free + ahead - held))
+        if mixed:
+            target = self.config.batch
+        else:
+            ahead = self.slots.pace.ahead(self.clock.monotonic())
+            target = max(0, min(self.config.batch, free + ahead))
+        return target if held < target else 0
 
     async def _until_a_run_ends(self, block_ms: int | None) -> None:
         """Wait for a run to end (a child to be free), at most a blocking read's time."""

@@ -1227,8 +1227,8 @@ MUTANTS = [
     Mutant("read-ahead-whole-batch", "a worker reads a whole batch whatever its free run "
            "slots: a burst lands in the first worker (or child) to read, the others idle",
            "scheduler/worker/claims.py",
-           "        return max(0, min(self.config.batch, free + ahead - held))",
-           "        return self.config.batch",
+           "            target = max(0, min(self.config.batch, free + ahead))",
+           "            target = self.config.batch",
            ("tests/services/test_read_ahead.py::test_a_burst_is_shared_by_the_workers_waiting_"
             "for_it",), fast=True),
     Mutant("pool-fed-by-run-slots", "a worker whose tasks all run in its process pool "
