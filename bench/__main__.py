@@ -1,6 +1,6 @@
 """Benchmarks as commands with fixed output: `python -m bench burndown [--jobs N]`,
 `python -m bench ab --a TREE [--b TREE] [--pairs N] -- COMMAND [ARGS]`,
-`python -m bench cpu [--mode threads|pool[:N]|processes[:N],...] [--runs R]`,
+`python -m bench cpu [--mode threads|pool[:N]|processes[:N],...] [--runs R] [--after-start]`,
 `python -m bench delayed [--burst N]`,
 `python -m bench fairness [--flood N] [--few M] [--runs R]`,
 `python -m bench metrics_cost`,

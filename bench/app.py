@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from scheduler import Context, Registry
@@ -30,16 +31,26 @@ def spin(iterations: int) -> int:
 
 
 def _count() -> None:
-    """`python -m bench cpu` counts finished jobs in its own Redis (a key it names)."""
+    """`python -m bench cpu` counts finished jobs in its own Redis (a key it names), and
+    how many each process ran."""
     global _counter
-    if _counter is None:
-        import redis
+    # Made once under a lock: handler threads that each made one would drop the others',
+    # closing a connection another thread is reading from (the job then fails, and with no
+    # scheduler node in the bench its retry never runs).
+    with _counter_lock:
+        if _counter is None:
+            import redis
 
-        _counter = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
-    _counter.incr(os.environ["BENCH_DONE_KEY"])
+            _counter = redis.Redis.from_url(os.environ["BENCH_REDIS_URL"])
+    key = os.environ["BENCH_DONE_KEY"]
+    pipe = _counter.pipeline(transaction=False)
+    pipe.hincrby(f"{key}:by-pid", str(os.getpid()), 1)  # the share each process ran
+    pipe.incr(key)
+    pipe.execute()
 
 
 _counter: Any = None
+_counter_lock = threading.Lock()
 
 
 # `python -m bench cpu`: the same task in the thread pool or the process pool (registries of

@@ -7,6 +7,11 @@ submitted first, then the workers start as real processes (`python -m scheduler.
 --app bench.app:cpu_threads` or `cpu_pool`), and the rate is taken while they drain it: jobs finished between
 10% and 90% of the backlog over the time that took (worker start-up is left out).
 
+`--after-start` turns it round, as users meet load: the workers start and register first,
+then the jobs come in one `submit_many` (a burst), and each worker process must get its
+share of what it reads. Each result also gives the share of the jobs the busiest process ran
+(`busiest`: 0.5 is an even split between two).
+
 Modes, `--mode` (a comma-separated list runs them interleaved, `--runs` rounds, and reports
 the median of each and the median of the per-round ratios of the first to each other):
 - `threads`: a plain `def` in the worker's thread pool, `--concurrency` runs at once;
@@ -51,6 +56,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--separate", action="store_true",
                    help="processes: N separate `sched worker` processes instead of "
                         "`--processes N`")
+    p.add_argument("--after-start", action="store_true",
+                   help="start the workers, wait for them to register, then submit the jobs "
+                        "in one burst (default: submit first, then start the workers)")
     p.add_argument("--redis-url", default="private",
                    help="'private' (default): a redis-server of the bench's own")
     p.add_argument("--out", default=None)
@@ -91,6 +99,24 @@ def _workers(url: str, ns: str, kind: str, n: int, concurrency: int, separate: b
     return [subprocess.Popen(base, cwd=ROOT, env=env) for _ in range(copies)]
 
 
+def _submit(client: Client, jobs: int, iterations: int) -> None:
+    for i in range(0, jobs, 1000):
+        client.submit_many([{"task": "bench.cpu", "payload": iterations}
+                            for _ in range(i, min(jobs, i + 1000))])
+
+
+def _registered(client: Client, kind: str, n: int, procs: list[subprocess.Popen[bytes]]
+                ) -> None:
+    """Until every worker process of the mode is in the registry (and so reading)."""
+    want = n if kind == "processes" else 1
+    deadline = time.perf_counter() + 120
+    while len(client.workers()) < want:
+        if time.perf_counter() > deadline or any(p.poll() is not None for p in procs):
+            raise SystemExit(f"bench cpu: {kind}:{n}'s workers did not register")
+        time.sleep(0.05)
+    time.sleep(0.5)  # each in its blocking read
+
+
 def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
          ) -> dict[str, Any]:
     r = redis.Redis.from_url(url)
@@ -98,13 +124,18 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
     key = f"bench-cpu-done:{ns}"
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        with Client(url, ns) as client:
-            for i in range(0, args.jobs, 1000):
-                client.submit_many([{"task": "bench.cpu", "payload": iterations}
-                                    for _ in range(i, min(args.jobs, i + 1000))])
         env = {**os.environ, "BENCH_REDIS_URL": url, "BENCH_DONE_KEY": key}
-        started = time.perf_counter()
-        procs = _workers(url, ns, kind, n, args.concurrency, args.separate, env)
+        with Client(url, ns) as client:
+            if args.after_start:
+                client.create_namespace()
+                procs = _workers(url, ns, kind, n, args.concurrency, args.separate, env)
+                _registered(client, kind, n, procs)
+                started = time.perf_counter()
+                _submit(client, args.jobs, iterations)
+            else:
+                _submit(client, args.jobs, iterations)
+                started = time.perf_counter()
+                procs = _workers(url, ns, kind, n, args.concurrency, args.separate, env)
         low, high = max(1, args.jobs // 10), args.jobs - args.jobs // 10
         marks: dict[int, float] = {}
         deadline = started + 600
@@ -122,11 +153,13 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
             time.sleep(0.01)
         total = time.perf_counter() - started
         window = marks[high] - marks[low]
+        by_pid = [int(v) for v in r.hvals(f"{key}:by-pid")]
         return {"mode": f"{kind}:{n}", "per_s": (high_count - low_count) / window
-                if window > 0 else 0.0, "drain_s": total, "done": done}
+                if window > 0 else 0.0, "drain_s": total, "done": done,
+                "busiest": max(by_pid) / sum(by_pid) if by_pid else 0.0}
     finally:
         stop_processes(procs)
-        r.delete(key)
+        r.delete(key, f"{key}:by-pid")
         drop_namespace(r, ns)
         r.close()
 
@@ -144,11 +177,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                    for r in rounds)
               for m in names[1:]}
     ok = all(r[m]["done"] >= args.jobs for r in rounds for m in names)
-    shown = ", ".join(f"{m} {median[m]:,.0f} jobs/s" for m in names)
+    busiest = {m: statistics.median(r[m]["busiest"] for r in rounds) for m in names}
+    shown = ", ".join(f"{m} {median[m]:,.0f} jobs/s (busiest process {busiest[m]:.0%})"
+                      for m in names)
     more = "".join(f"; {k} {v:.2f}x" for k, v in ratios.items())
-    flags = " --separate" if args.separate else ""
+    flags = (" --separate" if args.separate else "") + (
+        " --after-start" if args.after_start else "")
     summary = (f"cpu{flags} ({args.jobs} jobs of {args.work_ms:g} ms pure-Python CPU, "
                f"concurrency {args.concurrency}, x{args.runs}): {shown} (median){more}")
     return {"summary": summary, "ok": ok, "iterations": iterations, "modes": names,
-            "median_per_s": median, "ratios": ratios, "rounds": rounds,
+            "median_per_s": median, "median_busiest": busiest, "ratios": ratios,
+            "rounds": rounds,
             "machine": machine(redis.Redis.from_url(args.redis_url))}

@@ -58,6 +58,27 @@ def sync_sleep(ctx: Context, payload: Any) -> None:
     time.sleep(float(payload["seconds"]))
 
 
+def spin(iterations: int) -> int:
+    """Pure-Python CPU, holding the GIL as CPU-bound handlers do."""
+    total = 0
+    for i in range(iterations):
+        total += i * i % 7
+    return total
+
+
+@registry.task("test.spin_and_record")
+def spin_and_record(ctx: Context, payload: Any) -> None:
+    """CPU-bound work, then a line in a file of this process's own (payload["dir"]/pid): the
+    test counts where each run ran without asking the Redis under test."""
+    spin(int(payload["iterations"]))
+    fd = os.open(os.path.join(payload["dir"], str(os.getpid())),
+                 os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, f"{ctx.slot_id}\n".encode())
+    finally:
+        os.close(fd)
+
+
 # --- tasks for the fault-injection suite (tests/faults) ---------------------------------------
 # The ground truth of what handlers did (tests/faults/truth.py), kept in a Redis other than the
 # one under test: payload["effects"] names a hash, slot id -> effects; `<effects>:starts`

@@ -118,3 +118,10 @@ class Point(msgspec.Struct):
 def typed(ctx: SyncContext, payload: Point) -> str:
     """A typed payload, decoded into its Struct in the child."""
     return f"{type(payload).__name__} {payload.x ** 2 + payload.y ** 2}"
+
+
+@registry.task("pool.nap", pool="process")
+def nap(ctx: SyncContext, payload: Any) -> int:
+    """Holds its child `payload` seconds; returns the child's pid."""
+    time.sleep(float(payload))
+    return os.getpid()

@@ -194,7 +194,8 @@ class Processes(click.ParamType[int]):
 @click.option("--grace", "grace_s", type=bounded(WORKER_BOUNDS, "grace_s"), default=10.0,
               help="Seconds in-flight runs get to finish after SIGTERM before they are released.")
 @click.option("--batch", type=bounded(WORKER_BOUNDS, "batch", integer=True), default=500,
-              help="Most entries per read.")
+              help="Most entries per read (a worker reads about what it can start soon, "
+                   "at most this).")
 @click.option("--pipelines", type=bounded(WORKER_BOUNDS, "pipelines", integer=True), default=2,
               help="Claim round trips in flight at once (Redis claims one batch while the "
                    "worker starts another's runs).")

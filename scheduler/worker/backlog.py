@@ -72,6 +72,10 @@ class Backlog:
             out.append(lanes[pick].popleft())
         return out
 
+    def mixed(self) -> bool:
+        """Whether entries of more than one priority are in hand."""
+        return sum(map(bool, self._lanes)) > 1
+
     def drain(self) -> list[Entry]:
         """Everything, emptying the backlog (a stopping worker hands it back)."""
         out = [entry for lane in self._lanes for entry in lane]

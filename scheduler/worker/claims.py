@@ -1,10 +1,17 @@
 """A worker's claims: what its free run slots can take, claimed in one round trip per batch
 (one claim.lua call per shard), and the start of the runs that round trip grants.
 
-A pass (`Claims.run_once`) reads a batch when the reader's backlog is empty, takes what still
-fits the free slots, and claims it; each of the worker's claim pipelines (`ClaimLoop`) runs
-passes while slots are free. The limited queues' loop (limiter.py) claims through `claim`
-too, with a reader of its own.
+A pass (`Claims.run_once`) reads when the reader's backlog is empty, takes what still fits
+the free slots, and claims it; each of the worker's claim pipelines (`ClaimLoop`) runs passes
+while slots are free. The limited queues' loop (limiter.py) claims through `claim` too, with
+a reader of its own.
+
+A read asks for no more than the worker can start soon (`read_ahead`): its free slots plus
+what it ends within a short horizon at its recent pace (slots.Pace), `batch` at most, and
+only once it holds less than that. Entries it does not ask for stay in the stream for
+whichever worker (or `--processes` child) reads next, so a burst spreads over every worker
+that reads the queue; a no-op worker still reads whole batches, one of 100 ms jobs little
+more than its free slots.
 
 A grant starts a run at once. An EARLY answer (the slot was dispatched ahead of its time and
 the time has not come: promote.lua, claim.lua) hands the entry back to the reader it came
@@ -19,7 +26,7 @@ import logging
 import operator
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
 
@@ -37,6 +44,9 @@ from scheduler.worker.inflight import Run
 from scheduler.worker.reader import Reader
 from scheduler.worker.registry import Registry
 from scheduler.worker.slots import Slots
+
+if TYPE_CHECKING:
+    from scheduler.worker.pool import ProcessPool
 
 log = logging.getLogger("scheduler.worker.worker")
 
@@ -71,6 +81,8 @@ class Claims:
         self.run_metrics: dict[tuple[str, str], metrics.RunMetrics] = {}  # (queue, task)
         self._by_lane: dict[tuple[str, str], metrics.RunMetrics] = {}  # the same, by lane
         self._untrimmed: dict[int, int] = {}  # shard -> entries claimed since its last trim
+        self.pool: ProcessPool | None = None  # the worker's process pool, once started
+        self.pool_only = False  # every task of the registry runs in that pool
 
     def tallies(self) -> dict[str, tuple[int, int, int, int]]:
         """Per queue, what this worker's runs did (the heartbeat turns it into rates)."""
@@ -90,7 +102,12 @@ class Claims:
         if reader.must_recover:
             await reader.recover(self.known())
         if not reader.ready():
-            await reader.read(free, block_ms)
+            count = self.read_ahead(free)
+            if count <= 0:  # every process-pool child is busy: nothing could start now
+                await self._until_a_run_ends(block_ms)
+                return 0
+            await reader.read(count, block_ms)
+        mixed = reader.backlog.mixed()
         # Another pipeline may have claimed while this one read: take only what still fits,
         # and no more than this pipeline's share of the run slots, so that at any
         # concurrency every pipeline has a claim in flight while the others' runs go.
@@ -101,13 +118,14 @@ class Claims:
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
         for shard, lane, msg_id, slot_id in take:
             entries.setdefault(shard, []).append((lane, msg_id, slot_id))
-        # While busy, the next batch is read (without blocking) in the claim's round trip,
-        # so a busy worker pays one round trip per batch instead of two.
-        prefetch = (len(reader.backlog) < self.config.batch and not self.stopping.is_set()
-                    and not reader.per_shard)
         slots.claiming += len(take)
+        # While busy, the next read (without blocking) rides the claim's round trip, so a
+        # busy worker pays one round trip per batch instead of two.
+        ahead = 0 if self.stopping.is_set() or reader.per_shard else \
+            self.read_ahead(slots.free(), len(take), mixed)
+        prefetch = ahead > 0
         try:
-            return await self.claim(entries, prefetch)
+            return await self.claim(entries, ahead)
         except BaseException:
             # The claim may or may not have run: put the entries back first in line. A claim
             # sent again by this worker for an entry it already holds is granted again
@@ -117,6 +135,43 @@ class Claims:
             raise
         finally:
             slots.claiming -= len(take)
+
+    def read_ahead(self, free: int, taking: int = 0, mixed: bool = False) -> int:
+        """How many entries a read may ask for, with `free` run slots and `taking` entries
+        about to be claimed (0: read nothing now). The target is what this worker can start
+        soon: its free slots (for a worker whose tasks all run in the process pool, no more
+        than its children can start now or next: ProcessPool.startable) plus what it ends
+        within slots.HORIZON_S at its recent pace, `batch` at most. While it holds less than
+        that (entries unclaimed, runs waiting for a child) it reads the target again, so a
+        busy worker reads in chunks, one read per several claims, and holds under twice
+        the target; the rest of a burst stays in the stream for the other workers.
+
+        After a read that brought entries of several priorities (`mixed`) the target is a
+        whole batch: the backlog can start the best first only among entries in hand, and a
+        worker reading a few at a time would start worse work while better waits unread."""
+        held = len(self.reader.backlog)
+        pool = self.pool
+        if pool is not None:
+            if self.pool_only:
+                free = min(free, pool.startable() - taking)
+            else:
+                held += pool.waiting
+        if mixed:
+            target = self.config.batch
+        else:
+            ahead = self.slots.pace.ahead(self.clock.monotonic())
+            target = max(0, min(self.config.batch, free + ahead))
+        return target if held < target else 0
+
+    async def _until_a_run_ends(self, block_ms: int | None) -> None:
+        """Wait for a run to end (a child to be free), at most a blocking read's time."""
+        capacity = self.slots.capacity
+        capacity.clear()
+        try:
+            await asyncio.wait_for(capacity.wait(),
+                                   None if block_ms is None else block_ms / 1000)
+        except TimeoutError:
+            pass
 
     def known(self) -> set[str]:
         """Slots this worker has in hand besides its backlog: runs in flight, outcomes
@@ -141,12 +196,13 @@ class Claims:
         return newest if 0 < newest - now < 1000 else now
 
     async def claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
-                    prefetch: bool = False,
+                    prefetch: int = 0,
                     on_start: Callable[[Run], None] | None = None,
                     reader: Reader | None = None) -> int:
         """One claim round trip for these entries (shard -> lane, entry id, slot id), and
-        the start of every run it grants; returns how many started. `reader` is where the
-        entries came from (the main one by default): EARLY ones go back to it."""
+        the start of every run it grants; returns how many started. `prefetch`: entries to
+        read into the main reader's backlog in the same round trip (0: none). `reader` is
+        where the entries came from (the main one by default): EARLY ones go back to it."""
         now = self._claim_time(entries)
         shards, tracer = list(entries), self.execution.tracer
         source = reader or self.reader
@@ -205,7 +261,7 @@ class Claims:
                 started += 1
         return started
 
-    async def send(self, calls: list[scripts.Call], prefetch: bool) -> tuple[list[Any], Any]:
+    async def send(self, calls: list[scripts.Call], prefetch: int) -> tuple[list[Any], Any]:
         """The claim round trip: the claims' replies, and the fewest replicas that confirmed
         them when short of claim_replicas (_take_tails). The outcomes waiting to be committed
         ride along, ahead of the claims: one round trip instead of two (committer.py)."""
@@ -261,9 +317,9 @@ class Claims:
         self._untrimmed[shard] = 0 if claimed >= TRIM_EVERY else claimed
         return claimed >= TRIM_EVERY
 
-    def _tail(self, prefetch: bool) -> Any:
+    def _tail(self, prefetch: int) -> Any:
         def tail(pipe: Any) -> int:
-            n = self.reader.prefetch(pipe, self.config.batch) if prefetch else 0
+            n = self.reader.prefetch(pipe, prefetch) if prefetch else 0
             if self.config.claim_replicas:
                 cluster.each_node(pipe, "WAIT", self.config.claim_replicas,
                                   max(1, int(self.config.replica_timeout_s * 1000)))
@@ -271,7 +327,7 @@ class Claims:
             return n
         return tail
 
-    def _take_tails(self, tails: list[list[Any]], prefetch: bool) -> Any:
+    def _take_tails(self, tails: list[list[Any]], prefetch: int) -> Any:
         """Each claim pipeline's tail (scripts.run_async_then): its prefetched read, then its
         WAIT. Returns the fewest replicas a pipeline's WAIT confirmed when short of
         `claim_replicas` (an error counts as none), else None."""

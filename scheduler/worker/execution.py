@@ -50,6 +50,7 @@ from scheduler.scripts.replies import Code
 from scheduler.worker.committer import Committer
 from scheduler.worker.inflight import Inflight, Run
 from scheduler.worker.registry import Context, Registry, SyncContext, Task
+from scheduler.worker.slots import Pace
 
 if TYPE_CHECKING:
     from scheduler.observe.tracing import RunTracer
@@ -105,7 +106,7 @@ class Execution:
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
                  registry: Registry, committer: Committer, running: Inflight,
                  capacity: asyncio.Event, *, lease_s: float, threads: int,
-                 tracing: Any = False, eager: bool = False) -> None:
+                 tracing: Any = False, eager: bool = False, pace: Pace | None = None) -> None:
         self.redis = client
         self.keys = keys
         self.clock = clock
@@ -113,6 +114,7 @@ class Execution:
         self.committer = committer
         self.running = running
         self.capacity = capacity  # set whenever a run ends: the reader may claim again
+        self.pace = pace or Pace()  # counts the runs that end (Claims.read_ahead reads it)
         self.tracer: RunTracer | None = None
         if tracing:  # True, or the TracerProvider to use
             from scheduler.observe.tracing import RunTracer
@@ -268,6 +270,7 @@ class Execution:
             del self.running[run.slot_id]
         if run.on_end is not None:
             run.on_end(run)
+        self.pace.ended += 1
         self.capacity.set()
         finished = self.clock.now_ms()
         took = finished - run.started_ms

@@ -108,6 +108,12 @@ class ProcessPool:
         self.replacing: set[asyncio.Task[None]] = set()
         self.closed = False
         self.replaced = 0  # children started in place of one that stopped
+        self.waiting = 0  # runs claimed that wait for an idle child (the worker reads less)
+
+    def startable(self) -> int:
+        """Runs the children can start now or next: one per idle child and one waiting per
+        child (each child's next run is at hand when it ends one), less the runs waiting."""
+        return self.idle.qsize() + self.size - self.waiting
 
     def pids(self) -> list[int]:
         return sorted(p.pid for p in self.procs)
@@ -279,7 +285,11 @@ class ProcessPool:
             run.timer.cancel()
         run.timer = loop.call_later(0, _nothing)
         run.timer.cancel()
-        child = await self.idle.get()
+        self.waiting += 1
+        try:
+            child = await self.idle.get()
+        finally:
+            self.waiting -= 1
         if run.timeout_ms:
             run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
         return child

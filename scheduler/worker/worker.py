@@ -96,7 +96,7 @@ class Worker:
         self.execution = Execution(client, keys, clock, registry, self.committer,
                                    slots.running, slots.capacity, lease_s=config.lease_s,
                                    threads=min(most, 64), tracing=config.tracing,
-                                   eager=config.eager_start)
+                                   eager=config.eager_start, pace=slots.pace)
         self.claims = Claims(client, keys, clock, config, registry, worker_id, slots,
                              self.reader, self.committer, self.execution, self.stopping,
                              self.block_ms)
@@ -205,7 +205,8 @@ class Worker:
         pool = ProcessPool(self.registry, self.config.process_pool or cores(),
                            self.config.max_tasks_per_child, self.execution._once)
         if await pool.start(self.stopping):
-            self.pool = self.execution.pool = pool
+            self.pool = self.execution.pool = self.claims.pool = pool
+            self.claims.pool_only = all(t.process for t in self.registry.tasks.values())
 
     async def run(self) -> None:
         """Run until stop(); then shut down in the order the module docstring gives."""

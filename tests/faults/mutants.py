@@ -1289,4 +1289,17 @@ MUTANTS = [
             "tests/e2e/test_declared_deploy.py::"
             "test_a_declared_schedule_fires_and_is_deleted_once_the_code_drops_it"),
            fast=True),
+    Mutant("read-ahead-whole-batch", "a worker reads a whole batch whatever its free run "
+           "slots: a burst lands in the first worker (or child) to read, the others idle",
+           "scheduler/worker/claims.py",
+           "            target = max(0, min(self.config.batch, free + ahead))",
+           "            target = self.config.batch",
+           ("tests/services/test_read_ahead.py::test_a_burst_is_shared_by_the_workers_waiting_"
+            "for_it",), fast=True),
+    Mutant("pool-fed-by-run-slots", "a worker whose tasks all run in its process pool "
+           "claims up to its run slots: runs wait for its busy children while other workers "
+           "idle", "scheduler/worker/claims.py",
+           "                free = min(free, pool.startable() - taking)", "                pass",
+           ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
+            "pool_claims_what_its_children_can_start",), fast=True),
 ]
