@@ -21,6 +21,11 @@ pytestmark = pytest.mark.slow
 
 JOBS = 400
 WORK_S = 0.008
+# Each process must run at least this share. A worker that reads its whole batch whatever it
+# can start leaves the other ~2% (392 of 400 in one child); one that reads what it can start
+# leaves the split to the processes' CPU, which a shared box tilts (35/65 seen beside another
+# test run). The balance on a quiet box is a benchmark's figure: `bench cpu --after-start`.
+SHARE = 0.25
 
 
 def iterations(work_s: float) -> int:
@@ -86,7 +91,7 @@ def test_each_child_of_processes_2_runs_about_half_of_a_burst(
     print(f"runs per child: {dict(runs)}")
     assert sum(runs.values()) == JOBS
     assert set(runs) <= kids
-    assert all(0.4 * JOBS <= runs[k] <= 0.6 * JOBS for k in kids), runs
+    assert all(runs[k] >= SHARE * JOBS for k in kids), runs
 
 
 def test_two_separate_workers_each_run_a_fair_part_of_a_burst(
@@ -101,4 +106,4 @@ def test_two_separate_workers_each_run_a_fair_part_of_a_burst(
     print(f"runs per worker: {dict(runs)}")
     assert sum(runs.values()) == JOBS
     assert set(runs) <= {str(p.pid) for p in procs}
-    assert all(0.35 * JOBS <= runs[str(p.pid)] <= 0.65 * JOBS for p in procs), runs
+    assert all(runs[str(p.pid)] >= SHARE * JOBS for p in procs), runs
