@@ -22,7 +22,7 @@ import msgspec
 from scheduler.core.errors import ValidationError
 from scheduler.core.keys import key_shard, shard_of
 from scheduler.core.models import RetryPolicy
-from scheduler.core.states import JobKind
+from scheduler.core.states import Delivery, JobKind
 from scheduler.core.timing import Schedule, delayed, resolve
 
 
@@ -87,7 +87,10 @@ class JobSpec(msgspec.Struct, kw_only=True):
         return resolve(now_ms, **{name: getattr(self, name) for name in TIMING_OPTIONS})
 
 
+# What a job gets for an option that neither its submit nor its task's catalog entry gives.
 DEFAULT_RETRY = RetryPolicy()
+DEFAULT_QUEUE = "default"
+DEFAULT_DELIVERY = Delivery.AT_LEAST_ONCE.value
 IMMEDIATE = Schedule(kind=JobKind.IMMEDIATE, fire_ms=0, fields={})  # fire_ms: the submit's now
 
 # The submit options, in JobSpec's order: its fields past the task and the payload.

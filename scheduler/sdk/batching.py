@@ -20,6 +20,8 @@ import msgspec
 import scheduler.scripts.calls as scripts
 from scheduler.core.errors import RedisUnavailable, SubmitError, ValidationError, submit_error
 from scheduler.core.jobspec import (
+    DEFAULT_DELIVERY,
+    DEFAULT_QUEUE,
     DEFAULT_RETRY,
     IMMEDIATE,
     JobSpec,
@@ -66,10 +68,6 @@ class FreshId(str):
 # one; task; queue; fire_ms; the payload's JSON text, or None for null; the other job-hash
 # field/value pairs, a list shared by every job with the same options: never mutate it).
 Validated = tuple[str | None, str, str, int, str | None, list[Any]]
-
-
-DEFAULT_QUEUE = "default"
-DEFAULT_DELIVERY = "at_least_once"
 
 
 def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
