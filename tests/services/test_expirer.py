@@ -108,21 +108,26 @@ def test_a_job_id_of_the_callers_own_is_not_found_rather_than_guessed(
 def test_the_count_bound_comes_first_when_it_is_reached(
         r: redis.Redis, redis_url: str, ns: str, client: Client, clock: ManualClock) -> None:
     """Successes (the `done` list) and other ends (the `finished` set) are one count, and
-    the oldest of either leaves first."""
+    the oldest of either leaves first: cancelled slots first, then successes, so a shard
+    whose newest is a success holds older cancelled ones to remove before it."""
     client.set_retention("1h", retain_max=SHARDS)  # one finished slot per shard
     jobs = []
-    for i in range(16):
+    for i in range(40):
         s = make(r, client, clock)
-        if i % 2:
-            finish(s)
-        else:
+        if i < 20:
             client.cancel(s.job_id)
+        else:
+            finish(s)
         jobs.append(s)
         clock.advance(0.01)
+    newest = {s.shard: s for s in jobs}
+    cancelled = {s.shard for s in jobs[:20]}
+    # A shard whose newest is a success after cancelled slots: an expirer that drained the
+    # `done` list first would keep its newest cancelled slot instead.
+    assert any(shard in cancelled and s in jobs[20:] for shard, s in newest.items())
     replies = expire(redis_url, ns, clock)
     assert [e.finished for e in replies] == [1 if any(s.shard == i for s in jobs) else 0
                                              for i in range(SHARDS)]
-    newest = {s.shard: s for s in jobs}  # the last finished of each shard
     assert {s.slot_id for s in jobs if in_redis(r, s)} == {s.slot_id for s in newest.values()}
 
 
