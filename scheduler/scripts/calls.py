@@ -110,50 +110,86 @@ def requeue(prefix: str, now_ms: int, maxlen: int,
     return Call("requeue", (prefix,), tuple(args))
 
 
+class Succeeded(msgspec.Struct, gc=False):
+    """A run that succeeded, as complete.lua commits it."""
+    slot_id: str
+    token: int  # the attempt whose lease fences the commit
+    started_ms: int
+    finished_ms: int
+    # The claimed entry (its lane and id), which complete.lua acknowledges if no reader has
+    # yet: "" for none (a keyed slot, a run started from a sweep).
+    lane: str = ""
+    msg_id: bytes | str = ""
+    result: bytes | str | None = None  # the return value's JSON, stored with the slot
+    logs: bytes | str | None = None  # the run's captured log lines, JSON
+
+
+class Failed(msgspec.Struct, gc=False):
+    """A run that failed, timed out or asked for a retry, as fail.lua commits it."""
+    slot_id: str
+    token: int
+    outcome: str  # an Outcome: failed, timed_out, retried, ...
+    error: str
+    retry_ms: int  # when the handler asked (Retry(after=...)), else -1: the policy's delay
+    u: float  # the retry delay's jitter, uniform in [0, 1)
+    started_ms: int
+    finished_ms: int
+    logs: bytes | str | None = None
+    task: str = "?"  # not sent: names the task in the line logged when the slot is dead
+
+
+class Released(msgspec.Struct, gc=False):
+    """A run handed back unfinished (the worker stops), as release.lua takes it."""
+    slot_id: str
+    token: int
+    started_ms: int
+
+
+Ended = Succeeded | Failed | Released  # how a run ended, for its commit
+
+
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
-             items: Sequence[tuple[Any, ...]]) -> Call:
-    """items: (slot_id, token, started_ms, finished_ms[, lane, msg_id[, result JSON, log
-    lines JSON]]); lane and msg_id, the claimed entry, fence it unread ("": none; complete.lua).
-    Times go as strings: Lua would print numbers with "%.14g", dearer to Redis than the
+             items: Sequence[Succeeded]) -> Call:
+    """Times go as strings: Lua would print numbers with "%.14g", dearer to Redis than the
     bytes. Results and logs, rare on the hot path, go apart as (item number, JSON) pairs."""
     flat: list[Any] = []
     results: list[Any] = []
     logs: list[Any] = []
     for i, item in enumerate(items):
-        n = len(item)
-        msg = item[5] if n > 5 else ""
-        flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])),
-                 item[4] if n > 5 else "", msg if isinstance(msg, str) else msg.decode())
-        if n > 6 and item[6] is not None:
-            results += (i + 1, _s(item[6]))
-        if n > 7 and item[7] is not None:
-            logs += (i + 1, _s(item[7]))
+        msg = item.msg_id
+        flat += (item.slot_id, str(item.token), str(int(item.started_ms)),
+                 str(int(item.finished_ms)), item.lane,
+                 msg if isinstance(msg, str) else msg.decode())
+        if item.result is not None:
+            results += (i + 1, _s(item.result))
+        if item.logs is not None:
+            logs += (i + 1, _s(item.logs))
     return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat),
                                         pack(results) if results else "",
                                         pack(logs) if logs else ""))
 
 
 def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
-         items: Sequence[tuple[Any, ...]]) -> Call:
-    """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms[,
-    log lines JSON or None[, task]]); the logs go after the items, as msgpack (item number,
-    JSON) pairs; the task is not sent (the committer names it when the slot is dead)."""
+         items: Sequence[Failed]) -> Call:
+    """The logs go after the items, as msgpack (item number, JSON) pairs."""
     args: list[Any] = [now_ms, maxlen, worker, len(items)]
     logs: list[Any] = []
     for i, item in enumerate(items):
-        args.extend(item[:8])
-        if len(item) > 8 and item[8] is not None:
-            logs += (i + 1, _s(item[8]))
+        args += (item.slot_id, item.token, item.outcome, item.error, item.retry_ms, item.u,
+                 item.started_ms, item.finished_ms)
+        if item.logs is not None:
+            logs += (i + 1, _s(item.logs))
     if logs:
         args.append(pack(logs))
     return Call("fail", (prefix,), tuple(args))
 
 
 def release(prefix: str, now_ms: int, maxlen: int, worker: str,
-            items: Sequence[tuple[str, int, int]]) -> Call:
-    """items: (slot_id, token, started_ms)."""
-    return Call("release", (prefix,), (now_ms, maxlen, worker, len(items),
-                                       *(value for item in items for value in item)))
+            items: Sequence[Released]) -> Call:
+    args: list[Any] = [now_ms, maxlen, worker, len(items)]
+    for item in items:
+        args += (item.slot_id, item.token, item.started_ms)
+    return Call("release", (prefix,), tuple(args))
 
 
 def promote(prefix: str, now_ms: int, maxlen: int, limit: int,

@@ -89,7 +89,7 @@ def test_a_retry_dispatched_by_promote_carries_the_job_too(
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=1, max_s=60, jitter=0))
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "x", -1, 0.3, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "x", -1, 0.3, now,
                                                  now)]))
     clock.advance(1)
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100))[0] == 1

@@ -66,7 +66,7 @@ class Keyed:
         attempt = int(self.r.hget(self.keys.slot(SHARD, slot_id), "attempt"))
         now = self.clock.now_ms()
         return self.run(scripts.complete(self.prefix, now, 1000, W,
-                                         [(slot_id, attempt, now, now, self.queue, "")]))
+                                         [scripts.Succeeded(slot_id, attempt, now, now, self.queue, "")]))
 
     def ring(self) -> list[str]:
         return [k.decode() for k in self.r.lrange(self.keys.key_ring(SHARD, self.queue), 0, -1)]
@@ -184,9 +184,9 @@ def test_every_end_of_an_attempt_gives_the_permit_back(
     slots = k.take(3, per_key=3)
     assert k.running("a") == 3
     now = clock.now_ms()
-    assert k.run(scripts.fail(k.prefix, now, 1000, W, [(slots[0], 1, "failed", "boom", -1,
+    assert k.run(scripts.fail(k.prefix, now, 1000, W, [scripts.Failed(slots[0], 1, "failed", "boom", -1,
                                                         0.5, now, now)])) is not None
-    assert k.run(scripts.release(k.prefix, now, 1000, W, [(slots[1], 1, now)])) == \
+    assert k.run(scripts.release(k.prefix, now, 1000, W, [scripts.Released(slots[1], 1, now)])) == \
         [replies.Code.OK]
     assert k.running("a") == 1
     assert r.zscore(k.keys.key_queue(SHARD, "ends", "a"), slots[1]) is not None  # queued again

@@ -68,7 +68,7 @@ def run_to_end(sh: Shard) -> None:
                                                    [(lane, msg, slot)])), [(lane, msg, slot)])
     assert isinstance(grant, tuple)
     now = sh.clock.now_ms()
-    sh.run(scripts.complete(sh.prefix, now, 1000, "w", [(slot, grant[0], now, now, lane, msg)]))
+    sh.run(scripts.complete(sh.prefix, now, 1000, "w", [scripts.Succeeded(slot, grant[0], now, now, lane, msg)]))
 
 
 @pytest.fixture
@@ -140,7 +140,7 @@ def _by_replay(r: redis.Redis, client: Client, clock: ManualClock, redis_url: st
                                                    [(lane, msg, slot)])), [(lane, msg, slot)])
     assert isinstance(grant, tuple)
     now = clock.now_ms()
-    sh.run(scripts.fail(sh.prefix, now, 1000, "w", [(slot, grant[0], "failed", "no", -1, 0.0,
+    sh.run(scripts.fail(sh.prefix, now, 1000, "w", [scripts.Failed(slot, grant[0], "failed", "no", -1, 0.0,
                                                      now, now)]))
     r.hset(Keys(ns).slot(sh.shard, slot), "queue", "mail")  # its replay goes to "mail"
     r.delete(Keys(ns).lane_index(sh.shard))
