@@ -103,8 +103,15 @@ def triggered(reply: Sequence[Any]) -> tuple[Code, str]:
     return code(reply[0], "trigger"), slot.decode() if isinstance(slot, bytes) else str(slot)
 
 
-Grant = tuple[int, str, bytes, int, str, int]
-"""One claimed entry: (attempt = fencing token, task, payload, timeout_ms, delivery, fire_ms)."""
+class Grant(msgspec.Struct, gc=False):
+    """One claimed entry: what its run needs (claim.lua or take.lua granted it)."""
+    token: int  # the attempt number, which fences the run's commit
+    task: str
+    payload: bytes | None
+    timeout_ms: int  # 0: none
+    delivery: str
+    fire_ms: int  # from the slot id (JOB_ID:FIRE_MS), not sent back
+
 
 _OK, _STALE, _HELD, _EARLY = int(Code.OK), int(Code.STALE), int(Code.HELD), int(Code.EARLY)
 _GRANT = int(Code.GRANT)
@@ -144,7 +151,7 @@ def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
     fire_ms is the slot id's (JOB_ID:FIRE_MS), not sent back; a GRANT's job fields are the
     ones `carry` holds for its entry (the call's ARGV[8] said so). `traced`: the call was sent
     with trace "1" (each grant 3 values longer, see traces). This runs once per claimed slot
-    on the worker's hot path: plain tuples and ints."""
+    on the worker's hot path: Grant structs (built in C) and ints."""
     out: list[Grant | int | None] = []
     width = 9 if traced else 6  # the code and its values
     i, end = 0, len(reply)
@@ -153,15 +160,15 @@ def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
             c = reply[i]
             if c == _GRANT:
                 job: Any = carry[k]  # type: ignore[index]
-                out.append((int(reply[i + 1]), job[0], job[1], job[2], job[3],
-                            int(slot_id[slot_id.rindex(":") + 1:])))
+                out.append(Grant(int(reply[i + 1]), job[0], job[1], job[2], job[3],
+                                 int(slot_id[slot_id.rindex(":") + 1:])))
                 i += 2
             elif c == _OK:
                 task, delivery = reply[i + 2], reply[i + 5]
-                out.append((int(reply[i + 1]), task.decode() if task else "", reply[i + 3],
-                            int(reply[i + 4] or 0),
-                            delivery.decode() if delivery else "at_least_once",
-                            int(slot_id[slot_id.rindex(":") + 1:])))
+                out.append(Grant(int(reply[i + 1]), task.decode() if task else "",
+                                 reply[i + 3], int(reply[i + 4] or 0),
+                                 delivery.decode() if delivery else "at_least_once",
+                                 int(slot_id[slot_id.rindex(":") + 1:])))
                 i += width
             elif c == _STALE or c == _HELD:
                 out.append(None)

@@ -242,11 +242,11 @@ class Claims:
                 # first run ended within start() (an eager start: execution.py).
                 if grant is None or slot_id in running or slot_id in begun:
                     continue
-                if unconfirmed is not None and grant[4] == "at_most_once":
+                if unconfirmed is not None and grant.delivery == "at_most_once":
                     self._not_replicated(slot_id, unconfirmed)
                     continue
                 run = Run(shard, slot_id, grant, deadline, lane,
-                          "" if grant[4] == "at_most_once" else msg)
+                          "" if grant.delivery == "at_most_once" else msg)
                 run.started_ms = now
                 m = cache.get((lane, run.task)) or self._metrics_for(lane, run.task)
                 run.metrics = m

@@ -302,7 +302,7 @@ def test_a_take_sent_again_is_granted_its_slots_again(
                                again=True))
     entries, flat, _ = replies.taken(reply, "again")
     assert [slot for _, _, slot in entries] == first
-    assert [g[0] for g in replies.claimed(flat, entries)] == [1, 1]  # the same attempt
+    assert [g.token for g in replies.claimed(flat, entries)] == [1, 1]  # type: ignore[union-attr]  # the same attempt
     assert int(r.hget(k.keys.slot(SHARD, first[0]), "lease_until")) == clock.now_ms() + LEASE
     assert int(r.zscore(k.keys.leases(SHARD), first[0])) == clock.now_ms() + LEASE
     assert other[0] not in [slot for _, _, slot in entries]
