@@ -17,6 +17,7 @@ import pytest
 
 from helpers import running, sched, sched_process
 from scheduler import AsyncClient, Client, JobSpec
+from scheduler.core import events
 from scheduler.core.keys import Keys
 
 pytestmark = pytest.mark.slow
@@ -87,6 +88,15 @@ def spans(record: Path, n: int, timeout: float = 30) -> list[tuple[float, float]
         time.sleep(0.05)
 
 
+def redispatched(r: Any, ns: str) -> int:
+    """Slots handed back to their streams (requeue.lua's "redispatched" records)."""
+    keys = Keys(ns)
+    return sum(len(events.records(fields))
+               for shard in range(int(r.hget(keys.meta, "shards")))
+               for _, fields in r.xrange(keys.events(shard))
+               if fields[b"type"] == b"redispatched")
+
+
 def most_at_once(runs: list[tuple[float, float]]) -> int:
     # An end and a start at the same instant: the end first (the permit went back).
     edges = sorted([(s, 1) for s, _ in runs] + [(e, -1) for _, e in runs])
@@ -119,16 +129,22 @@ def test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call(
         how: str, r: Any, redis_url: str, ns: str, app_env: dict[str, str], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """concurrency=2 set on running workers that read the queue without permits, then 8 jobs
-    at once: never more than 2 running; cleared, the next 8 run side by side."""
+    at once: never more than 2 running; cleared, the next 8 run side by side. A worker whose
+    claim is refused for the new limit reads the limits at once: it hands the queue's
+    entries back a few times at most, not in a loop until its next refresh."""
     with idle_workers(r, redis_url, ns, app_env):
         set_limit(how, capsys, redis_url, ns, "wide", concurrency=2)
         submit(redis_url, ns, tmp_path / "limited", "wide", 8)
         limited = most_at_once(spans(tmp_path / "limited", 8))
+        handed_back = redispatched(r, ns)
         set_limit(how, capsys, redis_url, ns, "wide")
         submit(redis_url, ns, tmp_path / "cleared", "wide", 8)
         cleared = most_at_once(spans(tmp_path / "cleared", 8))
     assert limited == 2, limited
     assert cleared >= 4, cleared
+    # Each worker hands back what it read before it saw the limit (two reads' worth at
+    # most), and the limited loop what waited past HOLD_S without a permit.
+    assert handed_back <= 8 * 8, handed_back
 
 
 def test_a_rate_holds_from_the_first_claim_after_the_call(
