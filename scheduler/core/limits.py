@@ -23,6 +23,9 @@ copy lives in the slot of the script that reads it):
     path pays one EXISTS per claim call for this while no queue of the namespace has a
     queue-wide limit (bench burndown).
 
+A limit set by a version whose workers read the hash themselves has no copies: the first
+worker to start writes them (limiter.py's copy_missing).
+
 Runs already going when a limit is set are counted against a per-key limit (take.lua counts
 a key's running slots) but not against a queue-wide one (they hold no permit). A cleared or
 raised limit is likewise read by the next claim. Two calls setting the same queue's limit at
@@ -43,6 +46,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.errors import ValidationError
+from scheduler.core.keys import Keys
 
 MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 1_000_000.0
@@ -111,6 +115,30 @@ def check_limit(concurrency: Any, rate: Any, per_key_concurrency: Any = None,
     return QueueLimit(concurrency=concurrency, rate=_check_rate("rate", rate),
                       per_key_concurrency=per_key_concurrency,
                       per_key_rate=_check_rate("per_key_rate", per_key_rate))
+
+
+def write_copies(pipe: Any, keys: Keys, shards: int, queue: str, limit: QueueLimit) -> None:
+    """Add to `pipe` (a pipeline, or the SDK's Pipe) the writes that put the queue's limit
+    where each script reads it (the module's docstring); not the `limits` hash. Each field
+    is set or deleted on its own, so a claim meanwhile sees the old value or the new one,
+    never none."""
+    _write_pair(pipe, keys.limit(queue), limit.concurrency, limit.rate)
+    for shard in range(shards):
+        if limit.queue_wide:
+            pipe.sadd(keys.limited(shard), queue)
+        else:
+            pipe.srem(keys.limited(shard), queue)
+        _write_pair(pipe, keys.key_limit(shard, queue), limit.per_key_concurrency,
+                    limit.per_key_rate)
+
+
+def _write_pair(pipe: Any, key: str, concurrency: int | None, rate: float | None) -> None:
+    fields = {"concurrency": concurrency, "rate": None if rate is None else repr(rate)}
+    kept = {f: v for f, v in fields.items() if v is not None}
+    if kept:
+        pipe.hset(key, mapping=kept)
+    if len(kept) < len(fields):
+        pipe.hdel(key, *(f for f in fields if f not in kept))
 
 
 _decoder = msgspec.json.Decoder(QueueLimit)

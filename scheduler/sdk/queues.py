@@ -53,17 +53,8 @@ def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = Non
     limit = limits.check_limit(concurrency, rate, per_key_concurrency, per_key_rate)
     yield from ready(core)
     keys, pipe = core.keys, Pipe()
-    # Every copy a script reads (limits.py) is written in this one round trip; each field is
-    # set or deleted on its own, so a claim meanwhile sees the old limit or the new one,
-    # never none.
-    _write(pipe, keys.limit(queue), limit.concurrency, limit.rate)
-    for shard in range(core.shards):
-        if limit.queue_wide:
-            pipe.sadd(keys.limited(shard), queue)
-        else:
-            pipe.srem(keys.limited(shard), queue)
-        _write(pipe, keys.key_limit(shard, queue), limit.per_key_concurrency,
-               limit.per_key_rate)
+    # Every copy a script reads is written in this one round trip.
+    limits.write_copies(pipe, keys, core.shards, queue, limit)
     if not limit.queue_wide and not limit.per_key:
         pipe.hdel(keys.limits, queue)
         yield pipe
@@ -71,16 +62,6 @@ def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = Non
     pipe.hset(keys.limits, queue, limits.encode(limit))  # listed from now on
     yield pipe
     return limit
-
-
-def _write(pipe: Pipe, key: str, concurrency: int | None, rate: float | None) -> None:
-    """A limit's two fields as acquire.lua and take.lua read them (absent: none)."""
-    fields = {"concurrency": concurrency, "rate": None if rate is None else repr(rate)}
-    kept = {f: v for f, v in fields.items() if v is not None}
-    if kept:
-        pipe.hset(key, mapping=kept)
-    if len(kept) < len(fields):
-        pipe.hdel(key, *(f for f in fields if f not in kept))
 
 
 MAX_KEY_WEIGHT = 1000

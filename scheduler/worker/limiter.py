@@ -82,9 +82,38 @@ class LimitedClaims(Service):
     # --- the limits ------------------------------------------------------------------------
 
     async def open(self, shards: int) -> None:
-        """At the worker's setup, once it knows the shard count: read the limits."""
+        """At the worker's setup, once it knows the shard count: read the limits (and write
+        the scripts' copies of any set before the scripts read their own: copy_missing)."""
         self.shards = shards
         await self.refresh()
+        raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
+        await self.copy_missing(limits.parse(raw))
+
+    async def copy_missing(self, found: dict[str, limits.QueueLimit]) -> list[str]:
+        """Limits in the `limits` hash whose copies the scripts read are missing (set by a
+        version whose set_queue_limit wrote the hash alone; the scripts would claim as if
+        there were none): written now, by the first worker to start. Returns those queues.
+        A set_queue_limit of the same queue at that very moment may be undone by it."""
+        keys, queues = self.keys, sorted(found)
+        if not queues:
+            return []
+        pipe = transport.pipeline(self.claims.redis)
+        for q in queues:
+            pipe.exists(keys.limit(q))
+            pipe.sismember(keys.limited(0), q)
+            pipe.exists(keys.key_limit(0, q))
+        have = await transport.send(pipe)
+        missing = [q for i, q in enumerate(queues)
+                   if (found[q].queue_wide, found[q].queue_wide, found[q].per_key)
+                   != tuple(bool(x) for x in have[3 * i:3 * i + 3])]
+        if missing:
+            pipe = transport.pipeline(self.claims.redis)
+            for q in missing:
+                limits.write_copies(pipe, keys, self.shards, q, found[q])
+            await transport.send(pipe)
+            log.warning("queue limits of %s written where the claim scripts read them (set "
+                        "by an older version)", ", ".join(missing))
+        return missing
 
     async def refresh(self) -> bool:
         """Read the limits; True when the set of limited queues changed (the worker then

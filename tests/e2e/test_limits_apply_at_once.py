@@ -140,6 +140,7 @@ def test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call(
         set_limit(how, capsys, redis_url, ns, "wide")
         submit(redis_url, ns, tmp_path / "cleared", "wide", 8)
         cleared = most_at_once(spans(tmp_path / "cleared", 8))
+    print(f"most at once {limited}, then {cleared} cleared; {handed_back} handed back")
     assert limited == 2, limited
     assert cleared >= 4, cleared
     # Each worker hands back what it read before it saw the limit (two reads' worth at

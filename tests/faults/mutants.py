@@ -1331,8 +1331,8 @@ MUTANTS = [
            (f"{IN_SCRIPTS}test_acquire_reads_the_limit_at_each_call",), fast=True),
     Mutant("limit-written-to-one-shard", "set_queue_limit writes the per-shard copies into "
            "shard 0 only: the scripts of every other shard claim past the limit",
-           "scheduler/sdk/queues.py", "    for shard in range(core.shards):",
-           "    for shard in range(min(core.shards, 1)):",
+           "scheduler/core/limits.py", "    for shard in range(shards):",
+           "    for shard in range(min(shards, 1)):",
            (f"{IN_SCRIPTS}test_a_limit_is_written_where_every_script_reads_it",), fast=True),
     Mutant("refused-entries-kept", "a worker whose claim is refused for a queue-wide limit "
            "keeps the entries in its hands instead of handing them back: no one starts them",
@@ -1340,4 +1340,10 @@ MUTANTS = [
            "            await self._refused(source, refused, now)", "            pass",
            (f"{AT_ONCE}test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call"
             "[single-client]",)),
+    Mutant("old-limits-not-copied", "a worker does not write the scripts' copies of limits "
+           "an older version set (the limits hash alone): after an upgrade those queues run "
+           "unlimited", "scheduler/worker/limiter.py",
+           "        await self.copy_missing(limits.parse(raw))", "        pass",
+           (f"{IN_SCRIPTS}test_a_worker_writes_the_copies_of_limits_set_before_the_scripts_"
+            "read_them",), fast=True),
 ]

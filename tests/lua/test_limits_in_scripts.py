@@ -4,12 +4,14 @@ apply what they find at the call, with no worker between the call and the claim.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import redis
 
-from helpers import LEASE, W, make
-from scheduler import Client
+from helpers import LEASE, W, make, running_workers, until
+from scheduler import Client, QueueLimit, Registry
+from scheduler.core import limits
 from scheduler.core.keys import key_shard
 from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
@@ -104,3 +106,31 @@ def test_acquire_reads_the_limit_at_each_call(r: redis.Redis, client: Client,
     client.set_queue_limit("q")
     cleared = acquire(3, "w:3")
     assert cleared.granted == 3 and cleared.members == ["", "", ""]
+
+
+def test_a_worker_writes_the_copies_of_limits_set_before_the_scripts_read_them(
+        r: redis.Redis, client: Client, redis_url: str) -> None:
+    """A limit an older version set (the `limits` hash alone): the first worker to start
+    writes the scripts' copies, which the next claim reads; complete ones are left alone."""
+    client.create_namespace()
+    keys = client.keys
+    old = QueueLimit(concurrency=2, per_key_concurrency=1)
+    r.hset(keys.limits, "old", limits.encode(old))
+    client.set_queue_limit("new", rate=5)
+    r.hset(keys.limit("new"), "rate", "7.0")  # must stay as it is: the copies are there
+
+    async def main() -> None:
+        async with running_workers(redis_url, client.namespace, Registry(), 1,
+                                   queues=("old",)) as workers:
+            await until("the copies", lambda: _exists(r, keys.limit("old")))
+            assert await workers[0].limited.copy_missing(client.queue_limits()) == []
+
+    asyncio.run(main())
+    wide, limited, per_key = _copies(r, client, "old")
+    assert wide == {b"concurrency": b"2"} and limited == [True] * client.shards
+    assert per_key == [{b"concurrency": b"1"}] * client.shards
+    assert r.hgetall(keys.limit("new")) == {b"rate": b"7.0"}
+
+
+async def _exists(r: redis.Redis, key: str) -> bool:
+    return bool(r.exists(key))
