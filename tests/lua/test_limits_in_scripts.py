@@ -122,7 +122,7 @@ def test_a_worker_writes_the_copies_of_limits_set_before_the_scripts_read_them(
     async def main() -> None:
         async with running_workers(redis_url, client.namespace, Registry(), 1,
                                    queues=("old",)) as workers:
-            await until("the copies", lambda: _exists(r, keys.limit("old")))
+            await until("the copies", lambda: _exists(r, keys.limit("old")), timeout=10)
             assert await workers[0].limited.copy_missing(client.queue_limits()) == []
 
     asyncio.run(main())
