@@ -69,34 +69,32 @@ def submit(prefix: str, now_ms: int, maxlen: int,
 
 def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
           entries: Iterable[tuple[str, bytes | str, str]], trace: object = None,
-          trim: bool = True, carried: str = "") -> Call:
+          trim: bool = True, carried: str = "", permitted: bool = False) -> Call:
     """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
     grants also carry the job's traceparent and kind and the slot id (replies.traces). trim:
-    trim the streams touched. carried: claim.lua's ARGV[7] (the entries' job fields held)."""
+    trim the streams touched. carried: claim.lua's ARGV[7] (the entries' job fields held).
+    permitted: the worker holds a queue-wide permit for each entry (else an entry of a queue
+    with a queue-wide limit is refused, LIMITED)."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)
     args: tuple[Any, ...] = (now_ms, worker, lease_ms, pack(items))
-    if trace or not trim or carried:
+    if trace or not trim or carried or permitted:
         args += ("1" if trace else "", "1" if trim else "0", carried)
+    if permitted:
+        args += ("1",)
     return Call("claim", (prefix,), args)
 
 
 def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
-         per_key: int | None, trace: object = None, per_key_rate: float | None = None,
-         again: bool = False) -> Call:
-    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key and
-    per_key_rate: the queue's per-key limits (None: none); again: the last take of this
-    queue on this shard failed, so its grants are asked for again first."""
-    args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n,
-                             -1 if per_key is None else per_key)
-    if again:
-        args += ("1" if trace else "", "" if per_key_rate is None else repr(float(per_key_rate)),
-                 "1")
-    elif per_key_rate is not None:
-        args += ("1" if trace else "", repr(float(per_key_rate)))
-    elif trace:
-        args += ("1",)
+         trace: object = None, again: bool = False, permitted: bool = False) -> Call:
+    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua), under the
+    per-key limit the script reads itself; again: the last take of this queue on this shard
+    failed, so its grants are asked for again first; permitted: the worker took queue-wide
+    permits for this take (without, a queue with a queue-wide limit takes nothing)."""
+    args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n, "1" if trace else "")
+    if again or permitted:
+        args += ("1" if again else "", "1" if permitted else "")
     return Call("take", (prefix,), args)
 
 
@@ -296,13 +294,12 @@ def clean_lanes(prefix: str, now_ms: int, idle_before_ms: int, limit: int) -> Ca
     return Call("clean_lanes", (prefix,), (now_ms, idle_before_ms, limit))
 
 
-def acquire(permits: str, bucket: str, now_ms: int, want: int, concurrency: int | None,
-            rate: float | None, ttl_ms: int, holder: str, give_back: Sequence[str]) -> Call:
-    """Permits for a limited queue (lua/acquire.lua; keys: Keys.permits/bucket)."""
-    return Call("acquire", (permits, bucket),
-                (now_ms, want, -1 if concurrency is None else concurrency,
-                 -1 if rate is None else repr(float(rate)), ttl_ms, holder, len(give_back),
-                 *give_back))
+def acquire(permits: str, bucket: str, limit: str, now_ms: int, want: int, ttl_ms: int,
+            holder: str, give_back: Sequence[str]) -> Call:
+    """Permits for a limited queue (lua/acquire.lua; keys: Keys.permits/bucket/limit), under
+    the limit the script reads from `limit` itself."""
+    return Call("acquire", (permits, bucket, limit),
+                (now_ms, want, ttl_ms, holder, len(give_back), *give_back))
 
 
 def trim_history(prefix: str, exact: bool = False) -> Call:
