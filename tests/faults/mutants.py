@@ -1274,8 +1274,8 @@ MUTANTS = [
     Mutant("catalog-defaults-not-applied", "a submit by name ignores the task's defaults in "
            "the catalog: a job meant for the mail workers waits in `default`",
            "scheduler/sdk/batching.py",
-           "        _catalog_options(core, spec) if core.catalog else",
-           "        _catalog_options(core, spec) if False else",
+           "    defaults = core.catalog.get(spec.task) if type(spec.task) is str else BUILT_IN",
+           "    defaults = None if type(spec.task) is str else BUILT_IN",
            ("tests/sdk/test_task_catalog.py::"
             "test_a_submit_by_name_takes_the_catalogs_defaults_and_its_own_options_win",),
            fast=True),
