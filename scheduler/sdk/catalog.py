@@ -12,6 +12,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable
+from types import FrameType
 from typing import Any
 
 import msgspec
@@ -135,8 +136,12 @@ def unknown_text(name: str, known: Iterable[str], namespace: str) -> str:
 def warn(text: str) -> None:
     if sys.version_info >= (3, 12):
         warnings.warn(text, UnknownTaskWarning, skip_file_prefixes=(_PACKAGE,))
-    else:  # pragma: no cover - the caller's line is further up than 2 frames; still said
-        warnings.warn(text, UnknownTaskWarning, stacklevel=2)
+    else:  # the same, by counting this package's frames
+        level = 1
+        frame: FrameType | None = sys._getframe()
+        while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(text, UnknownTaskWarning, stacklevel=level)
 
 
 def _text(value: Any) -> str:
