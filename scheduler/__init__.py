@@ -13,6 +13,7 @@ from scheduler.core.errors import (
     RunFailed,
     SchedulerError,
     SubmitError,
+    UnknownTaskWarning,
     ValidationError,
 )
 from scheduler.core.limits import QueueLimit
@@ -29,6 +30,6 @@ __all__ = [
     "RedisRefused", "RedisUnavailable", "Registry", "ResultExpired", "ResultTimeout",
     "RetentionSettings", "Retry", "RetryPolicy",
     "RunFailed", "SchedulerError", "Slot", "SlotStatus", "SubmitError", "SyncContext",
-    "TaskHandle", "TaskInfo", "ValidationError",
+    "TaskHandle", "TaskInfo", "UnknownTaskWarning", "ValidationError",
 ]
 __version__ = "0.1.0"

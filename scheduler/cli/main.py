@@ -10,6 +10,7 @@ import math
 import os
 import re
 import sys
+import warnings
 from datetime import datetime
 from typing import Any
 
@@ -30,7 +31,12 @@ import scheduler.cli.run as run_cmds
 import scheduler.cli.web as web_cmds
 from scheduler import __version__
 from scheduler.cli.options import Finite, Root, global_options
-from scheduler.core.errors import RedisUnavailable, SchedulerError, ValidationError
+from scheduler.core.errors import (
+    RedisUnavailable,
+    SchedulerError,
+    UnknownTaskWarning,
+    ValidationError,
+)
 from scheduler.core.masking import masked
 from scheduler.core.models import MAX_ATTEMPTS, MAX_DEPTH, MAX_SECONDS
 from scheduler.core.states import Catchup, Delivery, Overlap
@@ -178,13 +184,19 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str | None,
                 "overlap": overlap, "start_at": _instant("start_at", start_at),
                 "end_at": _instant("end_at", end_at)}
     with Client(obj["redis_url"], obj["namespace"], durability=durability, replicas=replicas,
-                replica_timeout_s=replica_timeout, tracing=trace) as client:
+                replica_timeout_s=replica_timeout, tracing=trace) as client, \
+            warnings.catch_warnings(record=True) as warned:
+        # A task no worker registered: one line on stderr, not Python's two.
+        warnings.simplefilter("always", UnknownTaskWarning)
         job_id = client.submit(task, value, queue=queue, priority=priority,
                                timeout=_duration_s("timeout", timeout), retry=retry,
                                delivery=delivery, dedupe_key=dedupe_key,
                                dedupe_ttl=_duration_s("dedupe_ttl", dedupe_ttl),
                                debounce=_duration_s("debounce", debounce),
                                concurrency_key=concurrency_key, **schedule)
+        for w in warned:
+            if issubclass(w.category, UnknownTaskWarning):
+                click.echo(f"warning: {w.message}", err=True)
         if as_json:
             job = client.get_job(job_id)
             out: dict[str, Any] = {"job_id": job_id, "kind": job.kind,

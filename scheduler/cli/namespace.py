@@ -2,7 +2,8 @@
 (`Client.create_namespace`), e.g. in a deploy script, with its shard count and payload limit.
 Workers and scheduler nodes started before it wait for it and start once it exists.
 `sched namespace set` / `show`: the settings that may change, how long finished work stays
-in Redis (`Client.set_retention`, `Client.retention`)."""
+in Redis (`Client.set_retention`, `Client.retention`) and whether a submit of a task no
+worker has registered is refused (`Client.set_strict_tasks`, `Client.strict_tasks`)."""
 
 from __future__ import annotations
 
@@ -20,8 +21,8 @@ from scheduler.core.namespace import (
 
 @click.group()
 def namespace() -> None:
-    """The namespace itself: shards and payload limit (fixed when it is created), and how
-    long finished work stays in Redis (`set`, `show`)."""
+    """The namespace itself: shards and payload limit (fixed when it is created), how long
+    finished work stays in Redis and whether unknown tasks are refused (`set`, `show`)."""
 
 
 @namespace.command("create")
@@ -55,38 +56,54 @@ def create(obj: dict[str, str], shards: int | None, max_payload_bytes: int | Non
                    "whichever comes first.")
 @click.option("--dead-retention", default=None, metavar="DURATION",
               help="Dead-lettered slots leave this long after they died (7d by default).")
+@click.option("--strict-tasks/--no-strict-tasks", default=None,
+              help="Refuse a submit of a task no worker has registered (`sched tasks`), "
+                   "instead of warning (off by default).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def set_(obj: dict[str, str], retention: str | None, retain_max: int | None,
-         dead_retention: str | None, as_json: bool) -> None:
-    """Change how long the namespace keeps finished work in Redis. Running scheduler nodes
-    apply it within about a second; options not given keep their value."""
+         dead_retention: str | None, strict_tasks: bool | None, as_json: bool) -> None:
+    """Change how long the namespace keeps finished work in Redis, and whether it refuses
+    unknown tasks. Running scheduler nodes apply retention within about a second, clients
+    strictness within their clock's re-sync (5 s); options not given keep their value."""
     from scheduler import Client
 
-    if retention is None and retain_max is None and dead_retention is None:
+    if (retention is None and retain_max is None and dead_retention is None
+            and strict_tasks is None):
         raise click.UsageError("give at least one of --retention, --retain-max, "
-                               "--dead-retention (see `sched namespace show`)")
+                               "--dead-retention, --strict-tasks / --no-strict-tasks (see "
+                               "`sched namespace show`)")
     with Client(obj["redis_url"], obj["namespace"]) as client:
-        settings = client.set_retention(retention, retain_max, dead_retention)
-    _print(obj["namespace"], settings, as_json)
+        if retention is None and retain_max is None and dead_retention is None:
+            settings = client.retention()
+        else:
+            settings = client.set_retention(retention, retain_max, dead_retention)
+        strict = (client.strict_tasks() if strict_tasks is None
+                  else client.set_strict_tasks(strict_tasks))
+    _print(obj["namespace"], settings, strict, as_json)
 
 
 @namespace.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def show(obj: dict[str, str], as_json: bool) -> None:
-    """The namespace's settings: how long finished work stays in Redis."""
+    """The namespace's settings: how long finished work stays in Redis, and whether a
+    submit of a task no worker has registered is refused."""
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"]) as client:
         settings = client.retention()
-    _print(obj["namespace"], settings, as_json)
+        strict = client.strict_tasks()
+    _print(obj["namespace"], settings, strict, as_json)
 
 
-def _print(name: str, settings: RetentionSettings, as_json: bool) -> None:
+def _print(name: str, settings: RetentionSettings, strict: bool, as_json: bool) -> None:
     if as_json:
-        echo_json({"namespace": name, **msgspec.structs.asdict(settings)})
+        echo_json({"namespace": name, **msgspec.structs.asdict(settings),
+                   "strict_tasks": strict})
         return
     click.echo(f"namespace {name}: finished work kept {settings.retention_s:g} s or the last "
                f"{settings.retain_max:,} finished slots, whichever is fewer; dead letters "
-               f"kept {settings.dead_retention_s:g} s")
+               f"kept {settings.dead_retention_s:g} s; a task no worker registered is "
+               f"{'refused' if strict else 'warned about'} (strict_tasks "
+               f"{'on' if strict else 'off'})")

@@ -180,8 +180,9 @@ def workers(obj: dict[str, str], as_json: bool) -> None:
 @click.pass_obj
 def tasks(obj: dict[str, str], as_json: bool) -> None:
     """The task catalog: every task a worker has started with, its defaults (- where it
-    declares none: a submit's own apply), its typed payload and the last worker to start
-    with it."""
+    declares none: a submit's own apply), its typed payload, when the last worker to start
+    with it started, the live workers serving it now (VERSIONS: how many distinct sets of
+    defaults they run; 2 or more while a deploy is mixed) and its runs per second."""
     from scheduler import Client
 
     with Client(obj["redis_url"], obj["namespace"]) as client:
@@ -199,6 +200,7 @@ def tasks(obj: dict[str, str], as_json: bool) -> None:
 
     table([[t.task, opt(t.queue), opt(t.timeout), opt(t.retry and t.retry.max_attempts),
             opt(t.priority), opt(t.delivery), opt(t.payload_type), t.pool,
-            f"{_age(max(0, now - t.seen_ms) / 1000)} ago"] for t in found],
+            f"{_age(max(0, now - t.seen_ms) / 1000)} ago", str(len(t.workers)),
+            str(t.versions), f"{t.succeeded_per_s:g}", f"{t.failed_per_s:g}"] for t in found],
           ["TASK", "QUEUE", "TIMEOUT", "ATTEMPTS", "PRIORITY", "DELIVERY", "PAYLOAD", "POOL",
-           "STARTED"])
+           "STARTED", "WORKERS", "VERSIONS", "OK/S", "FAILED/S"])

@@ -1,4 +1,5 @@
-"""Every exception the library raises, and the two a handler raises to steer its own slot."""
+"""Every exception the library raises, the two a handler raises to steer its own slot, and
+the one warning it gives (`UnknownTaskWarning`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,13 @@ class ValidationError(SchedulerError, ValueError):
         self.field = field
         self.problem = problem
         super().__init__(f"{field}: {problem}")
+
+
+class UnknownTaskWarning(UserWarning):
+    """A submit named a task that no worker of the namespace has registered (the task
+    catalog, `Client.tasks()`): a typo, or a task whose workers have not started yet. Given
+    once per task name per client; with the namespace setting `strict_tasks` on, such a
+    submit is refused instead (ValidationError)."""
 
 
 class ConfigError(SchedulerError, ValueError):

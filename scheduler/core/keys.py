@@ -3,13 +3,16 @@
 Layout. Every key of one shard shares the hash tag `{sNN}`, so each Lua script,
 which only ever touches one shard, maps to a single Redis Cluster slot:
 
-    <ns>:meta                     hash    shard count, creation time, layout version, and
-                                          the retention of finished work (namespace.py)
+    <ns>:meta                     hash    shard count, creation time, layout version, the
+                                          retention of finished work and `strict_tasks`
+                                          (namespace.py)
     <ns>:queues                   set     queue names, as versions before `lanes` listed them:
                                           the queue cleaner moves them into `lanes` and drops it
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
     <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
-    <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
+    <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight,
+                                          rates, the tasks it serves: `tasks`, JSON task ->
+                                          digest of its defaults, core/catalog.py)
     <ns>:limits                   hash    queue -> its limit (JSON, limits.py): what is listed and
                                           what workers read to pick their readers; the
                                           scripts read the copies below

@@ -20,7 +20,9 @@ The policy:
 
 It also holds the settings that may change at any time: how long finished work stays in
 Redis (`retention_s`, `retain_max`, `dead_retention_s`: `RetentionSettings`, read by every
-scheduler node's expirer at each pass, so a change applies without a restart).
+scheduler node's expirer at each pass, so a change applies without a restart), and
+`strict_tasks` ("1": a submit of a task the task catalog does not list is refused; else it
+warns), which every client reads with the catalog, at each clock re-sync.
 
 Consumer groups are created here too (`create_groups`), for the dispatch streams a worker
 reads and the events streams the snapshotter reads: BUSYGROUP means it exists, fine.
@@ -43,7 +45,7 @@ from scheduler.core.keys import DEFAULT_SHARDS, Keys
 
 __all__ = ["DEFAULT_DEAD_RETENTION_S", "DEFAULT_RETAIN_MAX", "DEFAULT_RETENTION_S",
            "EVENTS_MAXLEN", "MAX_PAYLOAD_LIMIT", "MAX_SHARDS", "META_FIELDS", "Meta",
-           "NamespaceMissing", "RETENTION_FIELDS", "RetentionSettings", "check_groups",
+           "NamespaceMissing", "RETENTION_FIELDS", "RetentionSettings", "STRICT_TASKS", "check_groups",
            "check_payload_limit", "check_retention", "check_shards", "create", "create_groups",
            "parse", "parse_retention", "read", "read_retention", "seconds", "write_config",
            "write_retention"]
@@ -65,6 +67,7 @@ DEFAULT_DEAD_RETENTION_S = 7 * 86400.0  # dead letters wait for an operator: lon
 MAX_RETENTION_S = 366 * 86400.0
 MAX_RETAIN_MAX = 1_000_000_000
 RETENTION_FIELDS = ("retention_s", "retain_max", "dead_retention_s")
+STRICT_TASKS = "strict_tasks"  # a `meta` field: "1" on, anything else off
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*")
 

@@ -268,6 +268,16 @@ def tallies(runs: dict[tuple[str, str], RunMetrics]) -> dict[str, tuple[int, int
     return out
 
 
+def task_tallies(runs: dict[tuple[str, str], RunMetrics]) -> dict[str, tuple[int, int]]:
+    """Per task, from a worker's RunMetrics by (queue, task), for its heartbeat: succeeded,
+    failed (the task catalog's rates)."""
+    out: dict[str, tuple[int, int]] = {}
+    for (_, task), m in runs.items():
+        ok, failed = out.get(task, (0, 0))
+        out[task] = (ok + m.ok, failed + m.failed)
+    return out
+
+
 def declared_names() -> set[str]:
     """Every sample name this module can produce (for tests of dashboards and alerts)."""
     names = set(GAUGES)

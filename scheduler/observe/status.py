@@ -58,7 +58,7 @@ from scheduler.redis.clock import Clock, resync, resync_sync
 
 __all__ = ["KeyStatus", "NodeStatus", "QueueShardStatus", "QueueStatus", "Rate", "ShardStatus", "Status",
            "Supervisor", "Topology", "WorkerStatus", "group_supervisors", "read_status",
-           "read_status_async", "read_workers", "read_workers_async"]
+           "is_alive", "read_status_async", "read_workers", "read_workers_async"]
 
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
@@ -121,7 +121,7 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
              for q, r in _json(f.get("rates"), _RATES).items()}
     inflight = _json(f.get("queue_inflight"), _COUNTS)
     return WorkerStatus(
-        worker_id=worker_id, alive=bool(raw) and now - seen < lease_ms / 2 + ALIVE_SLACK_MS,
+        worker_id=worker_id, alive=bool(raw) and is_alive(now, seen, lease_ms),
         heartbeat_age_s=_age_s(now, seen), host=f.get("host", ""), pid=_int(f.get("pid")),
         queues=[q for q in f.get("queues", "").split(",") if q],
         concurrency=_int(f.get("concurrency")), inflight=_int(f.get("inflight")),
@@ -132,6 +132,12 @@ def _worker(worker_id: str, seen_ms: int, now: int, raw: dict[bytes, bytes]) -> 
         failed_per_s=sum(r[1] for r in rates.values()),
         by_queue={q: _rate(rates.get(q), inflight.get(q, 0)) for q in rates.keys() | inflight},
         **_supervised(f))
+
+
+def is_alive(now_ms: int, seen_ms: int, lease_ms: int) -> bool:
+    """A worker whose last heartbeat (`seen_ms`) is younger than half its lease (1.5
+    heartbeat intervals) plus ALIVE_SLACK_MS is alive."""
+    return now_ms - seen_ms < lease_ms / 2 + ALIVE_SLACK_MS
 
 
 def _int(value: str | None, default: int = 0) -> int:

@@ -59,6 +59,7 @@ def rows_of(jobs: Iterable[JobSpec | Mapping[str, Any]],
                                             "namespace's shard count (Client.shards): pass "
                                             "shards= to outbox.submit / submit_many")
     checked = [validate(state, spec, now) for spec in specs]
+    state.unseen.clear()  # no catalog here: the relay's submit checks the task names
     drawn = iter(job_ids.take(sum(c[0] is None for c in checked), now))
     ids = [str(c[0]) if c[0] is not None else next(drawn) for c in checked]
     return ids, [encode_spec(spec, c[4]) for spec, c in zip(specs, checked, strict=True)]

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 import scheduler.scripts.calls as scripts
+from scheduler.core.catalog import BUILT_IN, TaskDefaults
 from scheduler.core.errors import RedisUnavailable, SubmitError, ValidationError, submit_error
 from scheduler.core.jobspec import (
-    DEFAULT_DELIVERY,
-    DEFAULT_QUEUE,
     DEFAULT_RETRY,
     IMMEDIATE,
+    TASK_OPTIONS,
     JobSpec,
     WindowId,
     dedupe_job_id,
@@ -72,12 +72,10 @@ Validated = tuple[str | None, str, str, int, str | None, list[Any]]
 
 def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
     """Check one job and encode its payload. Raises ValidationError. An option left at None
-    takes the task's default from the catalog (core.catalog), else the built-in one."""
-    spec, queue, delivery, timeout, retry, priority = (
-        _catalog_options(core, spec) if core.catalog else
-        (spec, spec.queue, spec.delivery, spec.timeout, spec.retry, spec.priority))
-    queue = DEFAULT_QUEUE if queue is None else queue
-    delivery = DEFAULT_DELIVERY if delivery is None else delivery
+    takes the task's default from the catalog (core.catalog), else the built-in one. A
+    task the catalog does not list is noted in core.unseen (sdk/catalog.py's check_tasks
+    decides what that means once the whole batch is validated)."""
+    spec, queue, delivery, timeout, retry, priority = _options(core, spec)
     # Names repeat across a batch: each distinct (task, queue, delivery) of plain strings
     # is checked once (anything else, unhashable values included, every time).
     given = (spec.task, queue, delivery)
@@ -136,23 +134,23 @@ def validate(core: ClientState, spec: JobSpec, now_ms: int) -> Validated:
     return dedupe_id(dedupe, ckey, core.shards), task, queue, fire_ms, payload, rest
 
 
-def _catalog_options(core: ClientState, spec: JobSpec) -> tuple[JobSpec, Any, Any, Any, Any, Any]:
-    """(spec, queue, delivery, timeout, retry, priority) with with_catalog's rule, here
-    without a copy of the spec per job (only one whose window takes a default gets one)."""
-    queue, delivery, timeout, retry, priority = (spec.queue, spec.delivery, spec.timeout,
-                                                 spec.retry, spec.priority)
-    entry = core.catalog.get(spec.task) if type(spec.task) is str else None
-    if entry is None:
-        return spec, queue, delivery, timeout, retry, priority
-    if spec.dedupe_key is not None and (
-            (spec.dedupe_ttl is None and entry.dedupe_ttl is not None)
-            or (spec.debounce is None and entry.debounce is not None)):
-        spec = with_catalog(core, spec)
-    return (spec, entry.queue if queue is None else queue,
-            entry.delivery if delivery is None else delivery,
-            entry.timeout if timeout is None else timeout,
-            entry.retry if retry is None else retry,
-            entry.priority if priority is None else priority)
+def _options(core: ClientState, spec: JobSpec) -> tuple[JobSpec, Any, Any, Any, Any, Any]:
+    """(spec, queue, delivery, timeout, retry, priority) with the task's merged defaults
+    (core/catalog.py's rule, one dict lookup), without a copy of the spec per job: only one
+    whose window takes a default gets one."""
+    defaults = core.catalog.get(spec.task) if type(spec.task) is str else BUILT_IN
+    if defaults is None:
+        defaults = BUILT_IN
+        if spec.task not in core.vouched:
+            core.unseen.add(spec.task)
+    if (defaults.windowed and spec.dedupe_key is not None
+            and (spec.dedupe_ttl is None or spec.debounce is None)):
+        spec = with_defaults(spec, defaults)
+    return (spec, defaults.queue if spec.queue is None else spec.queue,
+            defaults.delivery if spec.delivery is None else spec.delivery,
+            defaults.timeout if spec.timeout is None else spec.timeout,
+            defaults.retry if spec.retry is None else spec.retry,
+            defaults.priority if spec.priority is None else spec.priority)
 
 
 def with_catalog(core: ClientState, spec: JobSpec) -> JobSpec:
@@ -160,20 +158,14 @@ def with_catalog(core: ClientState, spec: JobSpec) -> JobSpec:
     (`dedupe_ttl` and `debounce` only with a dedupe key), and queue and delivery at their
     built-in defaults when neither says: what validate() applies, as a JobSpec (a named
     schedule's digest is of this)."""
-    entry = core.catalog.get(spec.task) if type(spec.task) is str else None
-    changes: dict[str, Any] = {}
-    if entry is not None:
-        for option in ("queue", "timeout", "retry", "delivery", "priority"):
-            if getattr(spec, option) is None and getattr(entry, option) is not None:
-                changes[option] = getattr(entry, option)
-        if spec.dedupe_key is not None:
-            for option in ("dedupe_ttl", "debounce"):
-                if getattr(spec, option) is None and getattr(entry, option) is not None:
-                    changes[option] = getattr(entry, option)
-    if spec.queue is None and "queue" not in changes:
-        changes["queue"] = DEFAULT_QUEUE
-    if spec.delivery is None and "delivery" not in changes:
-        changes["delivery"] = DEFAULT_DELIVERY
+    defaults = core.catalog.get(spec.task) if type(spec.task) is str else None
+    return with_defaults(spec, BUILT_IN if defaults is None else defaults)
+
+
+def with_defaults(spec: JobSpec, defaults: TaskDefaults) -> JobSpec:
+    """`spec` with what `defaults` fill of the options it leaves at None."""
+    changes = defaults.fill({option: getattr(spec, option) for option in TASK_OPTIONS},
+                            spec.dedupe_key)
     return msgspec.structs.replace(spec, **changes) if changes else spec
 
 
@@ -224,6 +216,7 @@ class Batch:
     def __init__(self, core: ClientState, specs: Iterable[JobSpec | Mapping[str, Any]],
                  extra: tuple[Any, ...] = (), ids: Sequence[str] | None = None) -> None:
         self.now = now = core.clock.now_ms()
+        core.unseen.clear()  # validate() notes the batch's tasks that the catalog lacks
         self.jobs = jobs = [validate(core, raw if isinstance(raw, JobSpec) else spec_of(raw),
                                      now) for raw in specs]
         self.named = ids is not None  # ids given: each one checked in Redis (not `fresh`)

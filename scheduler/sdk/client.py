@@ -247,6 +247,14 @@ class Client(_Driver):
         return self._drive(state.set_retention(self._core, retention, retain_max,
                                                dead_retention))
 
+    @_drives(state.strict_tasks)
+    def strict_tasks(self) -> bool:
+        return self._drive(state.strict_tasks(self._core))
+
+    @_drives(state.set_strict_tasks)
+    def set_strict_tasks(self, on: bool) -> bool:
+        return self._drive(state.set_strict_tasks(self._core, on))
+
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 
     @_drives(job_ops.submit)
@@ -517,6 +525,14 @@ class AsyncClient(_Driver):
                             dead_retention: float | str | None = None) -> RetentionSettings:
         return await self._drive(state.set_retention(self._core, retention, retain_max,
                                                      dead_retention))
+
+    @_drives(state.strict_tasks)
+    async def strict_tasks(self) -> bool:
+        return await self._drive(state.strict_tasks(self._core))
+
+    @_drives(state.set_strict_tasks)
+    async def set_strict_tasks(self, on: bool) -> bool:
+        return await self._drive(state.set_strict_tasks(self._core, on))
 
     # Jobs, their slots, the dead-letter queue: scheduler/sdk/jobs.py
 

@@ -112,6 +112,9 @@ def declare(core: ClientState, app: str, schedules: Iterable[DeclaredSchedule]) 
     yield from ensure_namespace(core)  # its shard count, which places keyed schedules' ids
     ids = [named_id(s.name, s.options.get("concurrency_key"), core.shards) for s in wanted]
     before = yield from _specs(core, ids)
+    # Their task names come from code, as a TaskHandle's do: no catalog check (a scheduler
+    # node may start before the workers that register them).
+    core.vouched.update(s.task for s in wanted)
     for s in wanted:
         yield from schedule(core, s.name, s.task, s.payload, **s.options)
     after = yield from _specs(core, ids)

@@ -23,6 +23,7 @@ from scheduler.core.states import Durability
 from scheduler.redis.failures import REDIS_ERRORS, RedisErrors
 from scheduler.scripts.replies import Code, codes
 from scheduler.sdk.batching import Batch, nothing_written
+from scheduler.sdk.catalog import check_tasks
 from scheduler.sdk.requests import Op, Pipe, Scripts, ScriptStream
 from scheduler.sdk.state import ClientState, durability_of, ensure_namespace, ready
 
@@ -132,6 +133,8 @@ def _submit(core: ClientState, jobs: list[JobSpec | Mapping[str, Any]], durabili
             yield from _check_fsync(core)
         # validates every job before anything is written
         batch = Batch(core, jobs, extra, ids)
+        if core.unseen and (yield from check_tasks(core, tuple(core.unseen))):
+            batch = Batch(core, jobs, extra, ids)  # the catalog changed: its defaults too
         before = (core.shards, core.max_payload_bytes)
         yield from ensure_namespace(core)
         if (core.shards, core.max_payload_bytes) != before:  # another client made it first

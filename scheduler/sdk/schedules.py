@@ -21,6 +21,7 @@ from scheduler.core.timing import utc_of_ms
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.scripts.replies import Code, Deleted, codes, triggered
 from scheduler.sdk.batching import hash_fields, nothing_written, validate, with_catalog
+from scheduler.sdk.catalog import check_tasks
 from scheduler.sdk.jobs import get_job
 from scheduler.sdk.requests import Op, Pipe, Scripts
 from scheduler.sdk.state import ClientState, ensure_namespace, ready
@@ -116,6 +117,8 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *,
     spec = _named_spec(name, task, payload, options)
     try:
         yield from ready(core)
+        if type(task) is str and task not in core.catalog and task not in core.vouched:
+            yield from check_tasks(core, (task,))  # before anything is written
         yield from ensure_namespace(core)
         spec = with_catalog(core, spec)  # the task's defaults, in the digest too
         digest = _digest(spec)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from scheduler.core import catalog
-from scheduler.core.catalog import TaskInfo
+from scheduler.core.catalog import TaskDefaults
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, NamespaceError, ValidationError
 from scheduler.core.finite import finite_number
@@ -27,6 +27,7 @@ from scheduler.core.keys import (
 from scheduler.core.models import MAX_SECONDS, Job, job_from_hash
 from scheduler.core.namespace import (
     META_FIELDS,
+    STRICT_TASKS,
     Meta,
     NamespaceMissing,
     RetentionSettings,
@@ -84,15 +85,33 @@ class ClientState:
         self.option_fields: dict[tuple[Any, ...], list[Any]] = {}
         self.checked_names: dict[tuple[Any, Any, Any], tuple[str, str, Delivery]] = {}
         self.tracer: SubmitTracer | None = None  # set by a client with tracing on
-        # The task catalog's defaults (core/catalog.py), by task: what a submit applies to
-        # the options it leaves at None. Read by ready() along with what it reads anyway.
-        self.catalog: dict[str, TaskInfo] = {}
+        # The task catalog (core/catalog.py) as ready() last read it, along with what it
+        # reads anyway: each listed task's merged defaults (what a submit applies to the
+        # options it leaves at None; a task listed here is known), and whether the namespace
+        # refuses a task it does not list (`strict_tasks`).
+        self.catalog: dict[str, TaskDefaults] = {}
+        self.catalog_raw: Mapping[Any, Any] | None = None
+        self.strict_tasks = False
+        # Names that need no catalog entry: a TaskHandle's (they come from code).
+        self.vouched: set[str] = set()
+        # validate()'s: the names of the jobs being validated that the catalog does not list
+        # (checked by sdk/catalog.py's check_tasks once the batch is validated), and the
+        # names already warned about (once per name per client).
+        self.unseen: set[str] = set()
+        self.warned: set[str] = set()
 
-    def take_catalog(self, raw: Mapping[Any, Any]) -> None:
-        """The catalog as HGETALL read it: the entries that declare a default."""
+    def take_catalog(self, raw: Mapping[Any, Any], strict: Any = None) -> None:
+        """The catalog as HGETALL read it, and the `strict_tasks` setting as HGET read it
+        (None: not read, keep the one known). Each entry is merged once, here, and only when
+        the catalog changed since the last read."""
+        if strict is not None or self.catalog_raw is None:
+            self.strict_tasks = strict in (b"1", "1")
+        if raw == self.catalog_raw:
+            return
+        self.catalog_raw = raw
         found = (catalog.decode(value) for value in raw.values())
-        self.catalog = {info.task: info for info in found
-                        if info is not None and info.declares_defaults()}
+        self.catalog = {info.task: catalog.defaults_of(info) for info in found
+                        if info is not None}
 
     def adopt(self, reply: Any, *, written: bool) -> None:
         """Take the shard count and payload limit stored in Redis (namespace.read's reply).
@@ -192,15 +211,22 @@ def ready(core: ClientState) -> Op[None]:
     pipe = Pipe()
     if need_meta:
         pipe.hmget(core.keys.meta, *META_FIELDS)
-    pipe.hgetall(core.keys.tasks)
+    read_catalog(pipe, core)
     if need_time:
         pipe.time()
     replies = yield pipe
     if need_meta:
         core.adopt(replies[0], written=False)
-    core.take_catalog(replies[1 if need_meta else 0])
+    first = 1 if need_meta else 0
+    core.take_catalog(replies[first], replies[first + 1])
     if need_time:
         core.clock.anchor(replies[-1])
+
+
+def read_catalog(pipe: Pipe, core: ClientState) -> None:
+    """Queue the reads `take_catalog` takes: the catalog, then the `strict_tasks` setting."""
+    pipe.hgetall(core.keys.tasks)
+    pipe.hget(core.keys.meta, STRICT_TASKS)
 
 
 def ensure_namespace(core: ClientState) -> Op[None]:
@@ -255,6 +281,33 @@ def retention(core: ClientState) -> Op[RetentionSettings]:
     """How long the namespace keeps finished work in Redis (`set_retention`); each setting
     never set is at its default."""
     return (yield from _retention(core))
+
+
+def strict_tasks(core: ClientState) -> Op[bool]:
+    """Whether the namespace refuses a submit of a task that no worker has registered
+    (`set_strict_tasks`); off unless set."""
+    pipe = Pipe()
+    pipe.hget(core.keys.meta, STRICT_TASKS)
+    return bool((yield pipe)[0] in (b"1", "1"))
+
+
+def set_strict_tasks(core: ClientState, on: bool) -> Op[bool]:
+    """Turn the namespace's `strict_tasks` setting on or off. On: a submit (by name: not
+    through a TaskHandle) of a task the task catalog does not list is refused with a
+    ValidationError naming the known tasks, closest first, and nothing is written; the
+    outbox relay moves such a row to outbox_rejected. Off (the default): such a submit
+    warns (UnknownTaskWarning, once per task name per client) and goes ahead. Clients
+    apply a change within their clock's re-sync interval (RedisClock: 5 s). Returns the
+    setting now in force."""
+    if not isinstance(on, bool):
+        raise ValidationError("strict_tasks", f"{on!r} is not allowed; must be True or False")
+    yield from ready(core)
+    yield from ensure_namespace(core)
+    pipe = Pipe()
+    pipe.hset(core.keys.meta, STRICT_TASKS, "1" if on else "0")
+    yield pipe
+    core.strict_tasks = on
+    return on
 
 
 def _retention(core: ClientState) -> Op[RetentionSettings]:

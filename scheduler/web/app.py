@@ -56,8 +56,8 @@ log = logging.getLogger("scheduler.web")
 HERE = resources.files("scheduler.web")
 NAV = [("/", "Overview"), ("/queues", "Queues"), ("/running", "Running"),
        ("/scheduled", "Scheduled"), ("/jobs", "Jobs"), ("/recent", "Recent"),
-       ("/schedules", "Schedules"), ("/workers", "Workers"), ("/dead-letters", "Dead letters"),
-       ("/history", "History")]
+       ("/schedules", "Schedules"), ("/tasks", "Tasks"), ("/workers", "Workers"),
+       ("/dead-letters", "Dead letters"), ("/history", "History")]
 
 
 def create_app(client: Any, *, token: str | None = None, read_only: bool = False,
@@ -100,6 +100,7 @@ class Console:
             "/recent": lambda r: pages.recent(client, r.query_params),
             "/schedules": lambda r: pages.schedules(client, r.query_params),
             "/workers": self.workers,
+            "/tasks": lambda r: pages.tasks(client),
             "/dead-letters": lambda r: pages.dead_letters(client, r.query_params),
             "/history": lambda r: pages.history(client, r.query_params),
             "/jobs/{job_id}": lambda r: pages.job(client, r.path_params["job_id"]),

@@ -164,6 +164,45 @@ def workers(status: Any) -> Page:
         "note": f"{status.workers_alive} alive of {status.workers_known} known."}
 
 
+SHOWN_WORKERS = 5  # worker ids a task's row names; past that, how many more
+
+
+def _some(workers: list[str]) -> str:
+    if not workers:
+        return "none"
+    more = len(workers) - SHOWN_WORKERS
+    return ", ".join(workers[:SHOWN_WORKERS]) + (f" and {more} more" if more > 0 else "")
+
+
+async def tasks(client: Any) -> Page:
+    """The task catalog, as `sched tasks` lists it: each task's defaults, the live workers
+    serving it (and how many versions of its defaults they run) and its runs per second."""
+    found = await client.tasks()
+    now = await client.now_ms()
+
+    def opt(value: object) -> str:
+        return "-" if value is None else str(value)
+
+    rows = [_row(t.task, link(f"/jobs?{urlencode({'task': t.task})}", t.task),
+                 opt(t.queue), opt(t.timeout), opt(t.retry and t.retry.max_attempts),
+                 opt(t.priority), opt(t.delivery), opt(t.payload_type), t.pool,
+                 f"{max(0, now - t.seen_ms) / 1000:.0f}s ago",
+                 _some(t.workers), t.versions, _rate(t.succeeded_per_s),
+                 _rate(t.failed_per_s)) for t in found]
+    mixed = [t.task for t in found if t.versions > 1]
+    note = ("A submit by name takes a task's defaults for the options it leaves out; while "
+            "workers of two versions run, the latest worker start's.")
+    if mixed:
+        note += f" Workers run more than one version of: {', '.join(mixed)}."
+    return "table.html", {
+        "title": "Tasks", "rows": rows, "header": [
+            "task", "queue", "timeout", "attempts", "priority", "delivery", "payload", "pool",
+            "last start", "workers", "versions", "ok/s", "failed/s"],
+        "empty": f"no worker has started with a task in this namespace: {START_WORKER} (its "
+                 f"tasks show here when it starts)",
+        "note": note}
+
+
 # --- lists of slots -------------------------------------------------------------------------
 
 SLOT_LIST_EMPTY = {

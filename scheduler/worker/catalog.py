@@ -2,7 +2,8 @@
 catalog (`<ns>:tasks`, core/catalog.py), written in one HSET, so `Client.tasks()` and
 `sched tasks` list every task a worker has run with its defaults. An entry is overwritten by
 each worker that starts with the task (the latest start's defaults are listed) and stays
-after its workers stop: the catalog says what was registered, `seen_ms` when."""
+after its workers stop: the catalog says what was registered, `seen_ms` when. Which workers
+serve a task now is not here but in each worker's heartbeat (`served`), which ends with it."""
 
 from __future__ import annotations
 
@@ -20,6 +21,11 @@ def entry(task: Task, worker_id: str, now_ms: int) -> catalog.TaskInfo:
         task=task.name, **task.defaults,
         payload_type=None if kind is None else f"{kind.__module__}.{kind.__qualname__}",
         pool="process" if task.process else "thread", worker=worker_id, seen_ms=now_ms)
+
+
+def served(registry: Registry) -> bytes:
+    """What the worker's heartbeat says it serves: each task with its defaults' digest."""
+    return catalog.served([entry(task, "", 0) for task in registry.tasks.values()])
 
 
 async def publish(client: Any, keys: Keys, registry: Registry, worker_id: str,

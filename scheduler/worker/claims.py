@@ -97,6 +97,10 @@ class Claims:
         """Per queue, what this worker's runs did (the heartbeat turns it into rates)."""
         return metrics.tallies(self.run_metrics)
 
+    def task_tallies(self) -> dict[str, tuple[int, int]]:
+        """Per task, what this worker's runs did (the heartbeat turns it into rates)."""
+        return metrics.task_tallies(self.run_metrics)
+
     # --- a pass --------------------------------------------------------------------------
 
     async def run_once(self, block_ms: int | None = None) -> int:

@@ -6,8 +6,9 @@ Every ~lease/3: one `heartbeat` call per shard extends the lease of every in-fli
 reported one since the last beat (nothing more when none did), and moves each renewed run's
 `deadline`
 (scheduler/worker/inflight.py); slots whose lease was lost are stopped; the worker's entry in
-`<ns>:workers` is refreshed in the same round trip, with its in-flight count and its
-per-queue rates over the last interval (for `sched status`: rates cost no command beyond
+`<ns>:workers` is refreshed in the same round trip, with its in-flight count, its
+per-queue and per-task rates over the last interval, and the tasks it serves (the task
+catalog's `workers`: `info["tasks"]`, set by the worker) (for `sched status`: rates cost no command beyond
 this one and nothing per job). After a failed heartbeat it tries again within a second.
 
 The watchdog needs no Redis: every lease/10 it stops the runs whose deadline is less than
@@ -48,7 +49,8 @@ class Heartbeat(Service):
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
                  lease_ms: int, concurrency: int, queues: Iterable[str], running: Inflight,
                  tallies: Callable[[], dict[str, tuple[int, int, int, int]]] | None = None,
-                 max_concurrency: int | None = None, events_maxlen: int = EVENTS_MAXLEN
+                 max_concurrency: int | None = None, events_maxlen: int = EVENTS_MAXLEN,
+                 task_tallies: Callable[[], dict[str, tuple[int, int]]] | None = None
                  ) -> None:
         super().__init__()
         self.redis = client
@@ -61,6 +63,8 @@ class Heartbeat(Service):
         self.running = running
         self.events_maxlen = events_maxlen
         self.tallies = tallies or dict
+        self.task_tallies = task_tallies or dict  # per task: (succeeded, failed)
+        self._last_tasks: dict[str, tuple[int, int]] = {}
         self.info: dict[Any, Any] = {"host": socket.gethostname(), "pid": os.getpid(),
                      "concurrency": concurrency, "queues": ",".join(queues),
                      "lease_ms": lease_ms, "max_concurrency": max_concurrency or concurrency,
@@ -137,10 +141,20 @@ class Heartbeat(Service):
                                 round((failed - failed0) / seconds, 3),
                                 round((run_ms - run_ms0) / (ended - ended0) / 1000, 4)
                                 if ended > ended0 else 0.0)
-        self._last = (now, tallies)
+        # Per task, from the same counters: the task catalog's rates (sdk/catalog.py).
+        by_task = self.task_tallies()
+        task_rates: dict[str, tuple[float, float]] = {}
+        if self._last is not None and now > self._last[0]:
+            seconds = (now - self._last[0]) / 1000
+            for task, (ok, failed) in by_task.items():
+                ok0, failed0 = self._last_tasks.get(task, (0, 0))
+                if ok > ok0 or failed > failed0:
+                    task_rates[task] = (round((ok - ok0) / seconds, 3),
+                                        round((failed - failed0) / seconds, 3))
+        self._last, self._last_tasks = (now, tallies), by_task
         return {"succeeded": sum(t[0] for t in tallies.values()),
                 "failed": sum(t[1] for t in tallies.values()),
-                "rates": msgspec.json.encode(rates)}
+                "rates": msgspec.json.encode(rates), "task_rates": msgspec.json.encode(task_rates)}
 
     def watch(self) -> int:
         """Stop every run whose lease may run out within the margin; returns how many."""

@@ -102,7 +102,11 @@ class Worker:
                              self.block_ms)
         self.heartbeat = Heartbeat(client, keys, clock, worker_id, self.lease_ms,
                                    slots.concurrency, config.queues, slots.running,
-                                   self.claims.tallies, most, config.events_maxlen)
+                                   self.claims.tallies, most, config.events_maxlen,
+                                   self.claims.task_tallies)
+        # The tasks it serves, with a digest of each one's defaults: `Client.tasks()`
+        # lists the live workers serving a task from these, not from a registry of its own.
+        self.heartbeat.info["tasks"] = catalog.served(registry)
         self.supervisor = supervisor
         if supervisor is not None:  # `sched workers` groups the children under it
             self.heartbeat.info.update(supervisor.registry_fields())

@@ -17,7 +17,8 @@ def test_set_then_show(capsys: pytest.CaptureFixture[str], redis_url: str, ns: s
     code, out, _ = sched(capsys, redis_url, ns, "namespace", "show", "--json")
     assert code == 0 and json.loads(out) == {"namespace": ns, "retention_s": 3600.0,
                                              "retain_max": 500_000,
-                                             "dead_retention_s": 604800.0}
+                                             "dead_retention_s": 604800.0,
+                                             "strict_tasks": False}
     code, out, _ = sched(capsys, redis_url, ns, "namespace", "set", "--retention", "1h",
                          "--retain-max", "100000")
     assert code == 0 and "3600 s or the last 100,000 finished slots" in out
@@ -47,7 +48,7 @@ def test_a_bad_value_is_one_line_and_writes_nothing(
 def test_set_without_an_option_is_a_usage_error(capsys: pytest.CaptureFixture[str],
                                                 redis_url: str, ns: str) -> None:
     code, _, err = sched(capsys, redis_url, ns, "namespace", "set")
-    assert code == 2 and "give at least one of --retention" in err
+    assert code == 2 and "give at least one of --retention" in err and "--strict-tasks" in err
 
 
 def test_a_change_writes_only_the_settings_given(capsys: pytest.CaptureFixture[str],

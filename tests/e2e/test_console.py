@@ -122,7 +122,7 @@ def test_every_page_and_action_in_a_browser(stack: dict[str, Any], tmp_path: Pat
         assert page.locator(".charts canvas").count() >= 4  # uPlot drew, under the policy
         shots = {"overview": "/", "queues": "/queues", "jobs": "/jobs",
                  "job": f"/jobs/{stack['nightly']}", "slot": f"/slots/{stack['dead'][0]}",
-                 "schedules": "/schedules", "workers": "/workers",
+                 "schedules": "/schedules", "tasks": "/tasks", "workers": "/workers",
                  "dead-letters": "/dead-letters", "history": "/history",
                  "running": "/running", "queue": "/queues/default", "scheduled": "/scheduled",
                  "recent": "/recent"}

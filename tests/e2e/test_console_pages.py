@@ -142,6 +142,31 @@ def test_pages_show_what_redis_says_when_they_are_viewed(redis_url: str, ns: str
             assert 'id="workers-alive">1<' in body
 
 
+def test_the_tasks_page_lists_the_catalog_with_the_workers_serving_each_task(
+        redis_url: str, ns: str, web: str) -> None:
+    """/tasks is the catalog as `sched tasks` lists it: each task the worker started with,
+    its defaults, the live workers serving it; linked from the nav, each task to its jobs.
+    Once the worker stops, the tasks stay and no worker serves them."""
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(_process(redis_url, ns, "worker", "--app", WORKER_APP)):
+            _wait("the worker to serve its tasks",
+                  lambda: any(t.workers for t in client.tasks()))
+            found = client.tasks()
+            code, body = _get(f"{web}/tasks")
+            assert code == 200 and '<a href="/tasks"' in _get(f"{web}/")[1]
+            rows = _table(body, "rows")
+            assert [row[0][0] for row in rows] == [t.task for t in found]
+            assert rows[0][0][1] == f"/jobs?task={found[0].task}"
+            assert {row[9][0] for row in rows} == {found[0].workers[0]}  # the workers column
+            assert {row[10][0] for row in rows} == {"1"}  # one version
+        _wait("the worker to leave", lambda: not any(t.workers for t in client.tasks()))
+        code, body = _get(f"{web}/tasks")
+        rows = _table(body, "rows")
+        assert code == 200 and [row[0][0] for row in rows] == [t.task for t in found]
+        assert {row[9][0] for row in rows} == {"none"}
+
+
 def test_the_workers_page_groups_the_children_under_their_supervisor(
         redis_url: str, ns: str, web: str) -> None:
     """The console first, then a worker on its own and two children of one supervisor (as
@@ -328,6 +353,7 @@ def test_immediate_jobs_are_listed_with_the_recent_submissions(redis_url: str, n
 def test_empty_pages_say_what_would_fill_them(web: str) -> None:
     wants = {"/history": "<code>sched snapshotter</code>",
              "/workers": "<code>sched worker --app MODULE:REGISTRY</code>",
+             "/tasks": "<code>sched worker --app MODULE:REGISTRY</code>",
              "/running": "<code>sched worker --app MODULE:REGISTRY</code>",
              "/scheduled": "<code>sched scheduler</code>",
              "/retrying": "waits here out its backoff",
@@ -413,7 +439,8 @@ ODD = ["bogus", "", "%00", "%1B%5B31m", "%E2%82%AC%F0%9F%98%80", "%FF%FE", "a" *
        "0-0.0.0", "18446744073709551615-0.0.0"]
 ROUTES = {"/": [], "/queues": [], "/running": ["after"], "/scheduled": ["after"],
           "/retrying": ["after"], "/jobs": ["kind", "task", "state"], "/recent": ["after"],
-          "/schedules": [], "/workers": [], "/dead-letters": [], "/history": ["job", "status"],
+          "/schedules": [], "/workers": [], "/tasks": [], "/dead-letters": [],
+          "/history": ["job", "status"],
           "/queues/q": ["after"], "/queues/q/running": ["after"],
           "/queues/q/scheduled": ["after"], "/queues/q/retrying": ["after"], "/search": ["id"],
           "/partials/health": [], "/api/series": [], "/jobs/JOB": [], "/slots/SLOT": [],
@@ -531,3 +558,34 @@ def test_the_new_pages_in_a_browser(redis_url: str, ns: str, web: str,
     if os.environ.get("SCHED_UPDATE_SCREENSHOTS"):
         SHOTS.mkdir(exist_ok=True)
         shutil.copy(tmp_path / "running.png", SHOTS / "console-running.png")
+
+
+@pytest.mark.slow
+def test_the_tasks_page_in_a_browser(redis_url: str, ns: str, web: str,
+                                     tmp_path: Path) -> None:
+    """From the nav to the Tasks page, and from a task to its jobs; a screenshot
+    (SCHED_UPDATE_SCREENSHOTS=1 writes the docs')."""
+    from playwright.sync_api import sync_playwright
+
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(_process(redis_url, ns, "worker", "--app", WORKER_APP)), \
+                sync_playwright() as p:
+            _wait("the worker to serve its tasks",
+                  lambda: any(t.workers for t in client.tasks()))
+            client.submit_many([{"task": "demo.noop", "payload": i} for i in range(3)])
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(f"{web}/")
+            page.click("nav a[href='/tasks']")
+            assert page.locator("h1").inner_text() == "Tasks"
+            shown = page.locator("#rows tbody tr td:first-child").all_inner_texts()
+            assert shown == [t.task for t in client.tasks()]
+            page.screenshot(path=str(tmp_path / "tasks.png"), full_page=True)
+            page.click("#rows a:text('demo.noop')")
+            assert "task=demo.noop" in page.url
+            assert page.locator("text=Traceback").count() == 0
+            browser.close()
+    if os.environ.get("SCHED_UPDATE_SCREENSHOTS"):
+        SHOTS.mkdir(exist_ok=True)
+        shutil.copy(tmp_path / "tasks.png", SHOTS / "console-tasks.png")

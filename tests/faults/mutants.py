@@ -1281,8 +1281,8 @@ MUTANTS = [
     Mutant("catalog-defaults-not-applied", "a submit by name ignores the task's defaults in "
            "the catalog: a job meant for the mail workers waits in `default`",
            "scheduler/sdk/batching.py",
-           "        _catalog_options(core, spec) if core.catalog else",
-           "        _catalog_options(core, spec) if False else",
+           "    defaults = core.catalog.get(spec.task) if type(spec.task) is str else BUILT_IN",
+           "    defaults = None if type(spec.task) is str else BUILT_IN",
            ("tests/sdk/test_task_catalog.py::"
             "test_a_submit_by_name_takes_the_catalogs_defaults_and_its_own_options_win",),
            fast=True),
@@ -1346,4 +1346,47 @@ MUTANTS = [
            "        await self.copy_missing(limits.parse(raw))", "        pass",
            (f"{IN_SCRIPTS}test_a_worker_writes_the_copies_of_limits_set_before_the_scripts_"
             "read_them",), fast=True),
+    Mutant("strict-tasks-not-refused", "with the namespace's strict_tasks on, a submit of a "
+           "task no worker registered goes through: a typo'd task name waits for ever",
+           "scheduler/sdk/catalog.py", "    if unknown and core.strict_tasks:",
+           "    if unknown and False:",
+           ("tests/sdk/test_unknown_tasks.py::"
+            "test_strict_tasks_refuses_an_unknown_task_and_writes_nothing",), fast=True),
+    Mutant("unknown-task-warned-every-submit", "a client warns about an unknown task at "
+           "every submit of it, not once per name: a loop of submits floods the logs",
+           "scheduler/sdk/catalog.py", "        if name not in core.warned:",
+           "        if True:",
+           ("tests/sdk/test_unknown_tasks.py::"
+            "test_an_unknown_task_warns_once_per_name_per_client_naming_the_closest_known_"
+            "first",), fast=True),
+    Mutant("unknown-task-judged-on-a-stale-catalog", "a client warns about (or refuses) a task "
+           "from its copy of the catalog without reading it again: a task whose worker started "
+           "since is called unknown, and its job misses the task's defaults",
+           "scheduler/sdk/catalog.py", "    core.take_catalog(raw, strict)\n",
+           "    pass\n",
+           ("tests/sdk/test_unknown_tasks.py::"
+            "test_a_task_registered_after_the_clients_last_read_is_known_at_once",), fast=True),
+    Mutant("task-handle-checked", "a TaskHandle's submit is checked against the catalog: with "
+           "strict_tasks on, code that submits through its own task is refused before that "
+           "task's workers start", "scheduler/worker/handles.py",
+           "        client._core.vouched.add(self.name)  # the name comes from code: no catalog "
+           "check\n        return client.submit(",
+           "        return client.submit(",
+           ("tests/sdk/test_unknown_tasks.py::test_a_task_handles_submit_is_not_checked",),
+           fast=True),
+    Mutant("dead-workers-serve-tasks", "the catalog lists a worker whose heartbeat aged out "
+           "(killed without leaving) as serving its tasks",
+           "scheduler/sdk/catalog.py",
+           "        if seen_ms is None or _text(state) == \"waiting\" or not is_alive(",
+           "        if seen_ms is None or _text(state) == \"waiting\" or 0 and is_alive(",
+           ("tests/sdk/test_task_catalog.py::"
+            "test_a_worker_heartbeat_that_aged_out_serves_nothing",), fast=True),
+    Mutant("workers-serving-not-listed", "the heartbeat does not say which tasks a worker "
+           "serves: the catalog lists no worker for any task",
+           "scheduler/worker/worker.py",
+           "        self.heartbeat.info[\"tasks\"] = catalog.served(registry)\n",
+           "        pass\n",
+           ("tests/sdk/test_task_catalog.py::"
+            "test_the_catalog_lists_the_live_workers_serving_each_task_and_its_rates",),
+           fast=True),
 ]

@@ -29,8 +29,9 @@ from scheduler.history.store import HistoryStore
 
 TOPICS: list[ModuleType] = [state, jobs, history, status, schedules, results, queues, browse,
                             catalog, declared]
-# Steps every operation starts with, not operations of their own.
-NOT_METHODS = {"ready", "ensure_namespace"}
+# Steps every operation starts with (and the unknown-task step of a submit), not operations
+# of their own.
+NOT_METHODS = {"ready", "ensure_namespace", "check_tasks"}
 # The one pair whose names differ: closing is a coroutine in AsyncClient.
 RENAMED = {"close": "aclose"}
 
