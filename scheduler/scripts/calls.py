@@ -224,11 +224,14 @@ def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
 
 
 def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
-                digest: str, next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+                digest: str, next_ms: int, missed: int, fires: Sequence[int],
+                dropped: Sequence[int] = ()) -> Call:
     """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job; digest:
-    the job's `spec` field the occurrences were computed from ("" for none)."""
+    the job's `spec` field the occurrences were computed from ("" for none); dropped: the
+    missed occurrences to list in the job's fire ledger (at most `missed`)."""
     return Call("materialize", (prefix,), (now_ms, maxlen, job_id, expected_ms, digest,
-                                           next_ms, missed, len(fires), *fires))
+                                           next_ms, missed, len(fires), *fires,
+                                           len(dropped), *dropped))
 
 
 def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[bytes]) -> Call:

@@ -30,6 +30,7 @@ import scheduler.scripts.calls as scripts
 import scheduler.sdk.browse as browse
 import scheduler.sdk.catalog as catalog_ops
 import scheduler.sdk.declared as declared_ops
+import scheduler.sdk.fires as fire_ops
 import scheduler.sdk.history as history_ops
 import scheduler.sdk.jobs as job_ops
 import scheduler.sdk.queues as queue_ops
@@ -41,6 +42,7 @@ from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
+from scheduler.core.ledger import FirePage
 from scheduler.core.limits import QueueLimit
 from scheduler.core.models import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -356,6 +358,13 @@ class Client(_Driver):
     def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
         return self._drive(schedule_ops.next_fires(self._core, job_id, n))
 
+    @_drives(fire_ops.fires)
+    def fires(self, name_or_job_id: str, since: datetime | timedelta | None = None,
+              until: datetime | None = None, limit: int = 1000,
+              cursor: int | None = None) -> FirePage:
+        return self._drive(fire_ops.fires(self._core, name_or_job_id, since, until, limit,
+                                          cursor))
+
     @_drives(schedule_ops.trigger)
     def trigger(self, job_id: str) -> str:
         return self._drive(schedule_ops.trigger(self._core, job_id))
@@ -627,6 +636,13 @@ class AsyncClient(_Driver):
     @_drives(schedule_ops.next_fires)
     async def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
         return await self._drive(schedule_ops.next_fires(self._core, job_id, n))
+
+    @_drives(fire_ops.fires)
+    async def fires(self, name_or_job_id: str, since: datetime | timedelta | None = None,
+                    until: datetime | None = None, limit: int = 1000,
+                    cursor: int | None = None) -> FirePage:
+        return await self._drive(fire_ops.fires(self._core, name_or_job_id, since, until,
+                                                limit, cursor))
 
     @_drives(schedule_ops.trigger)
     async def trigger(self, job_id: str) -> str:

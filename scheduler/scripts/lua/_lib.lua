@@ -298,3 +298,24 @@ local function note_retired(prefix, finished_ms)
     redis.call('HSET', stats, 'retired_ms', finished_ms)
   end
 end
+
+-- Write occurrences that will not run to the job's fire ledger (`fires:<job_id>`, zset by
+-- fire_ms; scheduler/core/ledger.py): each of `fires` (fire_ms values, or slot ids
+-- `<job_id>:<fire_ms>`) as "<fire_ms>:<reason>[:<detail>]", then trim the ledger to its
+-- newest FIRES_CAP entries.
+local function note_fires(prefix, job_id, fires, reason, detail)
+  if #fires == 0 then return end
+  local key = prefix .. 'fires:' .. job_id
+  local tail = detail and (':' .. reason .. ':' .. detail) or (':' .. reason)
+  local args = {}
+  for _, f in ipairs(fires) do
+    local fire = string.match(f, '(%d+)$')
+    args[#args + 1] = fire
+    args[#args + 1] = fire .. tail
+  end
+  for i = 1, #args, 7998 do
+    redis.call('ZADD', key, unpack(args, i, math.min(i + 7997, #args)))
+  end
+  local extra = redis.call('ZCARD', key) - FIRES_CAP
+  if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end
+end

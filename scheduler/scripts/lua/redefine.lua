@@ -25,7 +25,9 @@
     (reader.py); a worker that read it already has its claim answered R.STALE. None of them
     has started: claim.lua refuses a slot before its nb (R.EARLY), and this script runs
     between claims, never during one.
-  Their hashes stay (history reads the cancellation there, as for cancel.lua's). Slots due
+  Their hashes stay (history reads the cancellation there, as for cancel.lua's), and each is
+  written to the job's fire ledger `fires:<job_id>` as "<fire_ms>:redefined" (_lib.lua's
+  note_fires: the new definition may take the slot id over). Slots due
   by now (fire time <= now: scheduled, queued or running) go on as they were.
 
   Reply (R, replies.py): {R.OK, scheduled, queued} how many occurrences of each kind were
@@ -61,7 +63,7 @@ if not cur[2] then return {R.MISSING, 0, 0} end
 if (cur[1] or '') ~= expected or cur[3] ~= 'cron' then return {R.MOVED, 0, 0} end
 
 local runs = prefix .. 'runs:' .. job_id
-local withdrawn, scheduled, queued = {}, 0, 0
+local withdrawn, gone, scheduled, queued = {}, {}, 0, 0
 for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf')) do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'nb', 'msg', 'queue', 'priority')
@@ -82,8 +84,10 @@ for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf
       'redefined', 'redefined_ms', now)
     index_finished(prefix, slot_id, now)
     withdrawn[#withdrawn + 1] = {slot = slot_id, reason = 'redefined'}
+    gone[#gone + 1] = slot_id
   end
 end
+note_fires(prefix, job_id, gone, 'redefined')
 
 redis.call('DEL', job_key)
 redis.call('HSET', job_key, 'fire_ms', next_ms, 'created_ms', cur[2], 'redefined_ms', now,
