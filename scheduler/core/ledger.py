@@ -53,13 +53,12 @@ from enum import StrEnum
 
 import msgspec
 
-from scheduler.core.models import Slot
+from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot
 from scheduler.core.states import SlotStatus
 from scheduler.core.timing import utc_of_ms
 
 FIRES_CAP = 10_000  # ledger entries kept per job (the newest)
 CATCHUP_LISTED = 1_000  # catch-up drops listed per materialize pass; the rest only counted
-DEFAULT_ON_TIME_MS = 2_000  # a run starting within this of its fire time is on time
 MAX_FIRES_PAGE = 10_000  # most fire times one page enumerates
 
 

@@ -1,8 +1,8 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both drive the same
 operations, written once without I/O (scheduler/sdk/requests.py says how): each public
 method is its operation, of the same name, in the scheduler/sdk/ module of its topic
-(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, catalog.py,
-and state.py for the namespace).
+(jobs.py, schedules.py, fires.py, queues.py, results.py, history.py, status.py, browse.py,
+catalog.py, and state.py for the namespace).
 The two classes only perform the requests an operation yields. A method states its
 parameters and takes its operation's docstring; tests/sdk/test_signatures.py checks that
 every method's parameters are its operation's, in both classes.
@@ -261,11 +261,13 @@ class Client(_Driver):
                overlap: str | None = None, start_at: datetime | None = None,
                end_at: datetime | None = None, durability: str | None = None,
                dedupe_ttl: float | None = None, debounce: float | None = None,
-               concurrency_key: str | None = None) -> str:
+               concurrency_key: str | None = None,
+               on_time_within: float | None = None) -> str:
         return self._drive(job_ops.submit(self._core, task, payload, queue, timeout, retry,
                                           delivery, priority, dedupe_key, delay, at, cron, tz,
                                           catchup, catchup_limit, overlap, start_at, end_at,
-                                          durability, dedupe_ttl, debounce, concurrency_key))
+                                          durability, dedupe_ttl, debounce, concurrency_key,
+                                          on_time_within))
 
     @_drives(job_ops.submit_many)
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -376,12 +378,14 @@ class Client(_Driver):
              priority: int | None = None, concurrency_key: str | None = None,
              tz: str | None = None, catchup: str | None = None,
              catchup_limit: int | None = None, overlap: str | None = None,
-             start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+             start_at: datetime | None = None, end_at: datetime | None = None,
+             on_time_within: float | None = None) -> str:
         return self._drive(schedule_ops.schedule(
             self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
             retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
-            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at,
+            on_time_within=on_time_within))
 
     @_drives(declared_ops.declare)
     def declare(self, app: str, schedules: Iterable[DeclaredSchedule]) -> Declared:
@@ -539,12 +543,14 @@ class AsyncClient(_Driver):
                      overlap: str | None = None, start_at: datetime | None = None,
                      end_at: datetime | None = None, durability: str | None = None,
                      dedupe_ttl: float | None = None, debounce: float | None = None,
-                     concurrency_key: str | None = None) -> str:
+                     concurrency_key: str | None = None,
+                     on_time_within: float | None = None) -> str:
         return await self._drive(job_ops.submit(self._core, task, payload, queue,
                                                 timeout, retry, delivery, priority, dedupe_key,
                                                 delay, at, cron, tz, catchup, catchup_limit,
                                                 overlap, start_at, end_at, durability,
-                                                dedupe_ttl, debounce, concurrency_key))
+                                                dedupe_ttl, debounce, concurrency_key,
+                                                on_time_within))
 
     @_drives(job_ops.submit_many)
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -655,12 +661,14 @@ class AsyncClient(_Driver):
                    priority: int | None = None, concurrency_key: str | None = None,
                    tz: str | None = None, catchup: str | None = None,
                    catchup_limit: int | None = None, overlap: str | None = None,
-                   start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+                   start_at: datetime | None = None, end_at: datetime | None = None,
+                   on_time_within: float | None = None) -> str:
         return await self._drive(schedule_ops.schedule(
             self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
             retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
-            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at,
+            on_time_within=on_time_within))
 
     @_drives(declared_ops.declare)
     async def declare(self, app: str, schedules: Iterable[DeclaredSchedule]) -> Declared:

@@ -98,7 +98,8 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *,
              priority: int | None = None, concurrency_key: str | None = None,
              tz: str | None = None, catchup: str | None = None,
              catchup_limit: int | None = None, overlap: str | None = None,
-             start_at: datetime | None = None, end_at: datetime | None = None) -> Op[str]:
+             start_at: datetime | None = None, end_at: datetime | None = None,
+             on_time_within: float | None = None) -> Op[str]:
     """A recurring job identified by `name` (its job id), declared idempotently: the same
     spec writes nothing, a changed spec replaces the definition from the next occurrence
     (occurrences created or dispatched ahead that have not started end cancelled, and the new
@@ -207,7 +208,7 @@ def _digest(spec: JobSpec) -> str:
     """What tells a changed spec from the same: of the spec with the catalog's defaults and
     the built-in queue and delivery in (batching.with_catalog)."""
     fields = msgspec.structs.asdict(spec)
-    for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key"):
+    for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key", "on_time_within"):
         if fields[option] is None:  # specs declared before these options keep their digest
             del fields[option]
     return hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
