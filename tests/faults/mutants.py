@@ -1302,4 +1302,41 @@ MUTANTS = [
            "                free = min(free, pool.startable() - taking)", "                pass",
            ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
             "pool_claims_what_its_children_can_start",), fast=True),
+    Mutant("catchup-drop-not-listed", "materialize.lua counts the occurrences the catch-up "
+           "policy dropped but lists none in the fire ledger: `fires` cannot say which fire "
+           "times were dropped, nor why", "scheduler/scripts/lua/materialize.lua",
+           "  note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')\n", "",
+           ("tests/lua/test_fire_ledger.py::test_catchup_drops_are_listed_one_by_one",),
+           fast=True),
+    Mutant("overlap-skip-not-in-the-ledger", "promote.lua ends an overlap=\"skip\" occurrence "
+           "`skipped` without its ledger entry: once the skipped slot leaves Redis, nothing "
+           "says which run it yielded to", "scheduler/scripts/lua/promote.lua",
+           "        note_fires(prefix, st[5], {slot_id}, 'overlap', active)\n", "",
+           ("tests/lua/test_fire_ledger.py::test_an_overlap_skip_names_the_run_it_yielded_to",),
+           fast=True),
+    Mutant("redefined-not-in-the-ledger", "redefine.lua withdraws the old cadence's "
+           "occurrences without ledger entries: a new definition that takes a slot id over "
+           "erases why the old one did not run", "scheduler/scripts/lua/redefine.lua",
+           "note_fires(prefix, job_id, gone, 'redefined')\n", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_a_redefinition_and_a_delete_record_what_they_withdrew",),
+           fast=True),
+    Mutant("fire-ledger-unbounded", "the fire ledger is never trimmed: a schedule that skips "
+           "or is dropped forever grows its key without bound", "scheduler/scripts/lua/_lib.lua",
+           "  if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end",
+           "  if false then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end",
+           ("tests/lua/test_fire_ledger.py::test_the_ledger_keeps_its_newest_entries",),
+           fast=True),
+    Mutant("no-worker-not-told", "an occurrence waiting past its objective on a queue no live "
+           "worker reads reads `behind`, as if workers were merely slow",
+           "scheduler/sdk/fires.py",
+           "    return {s.slot_id: (Reason.NO_WORKER if s.queue not in served",
+           "    return {s.slot_id: (Reason.BEHIND if s.queue not in served",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_a_redefinition_and_a_delete_record_what_they_withdrew",), fast=True),
+    Mutant("on-time-share-counts-overlap", "the on-time share counts overlap skips as misses: "
+           "a schedule whose skips are its policy reads as behind its objective",
+           "scheduler/core/ledger.py", "    counted = due - overlap\n", "    counted = due\n",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_summary_counts_from_the_occurrences_themselves",), fast=True),
 ]

@@ -10,9 +10,10 @@ from datetime import timedelta
 
 import redis
 
-from scheduler import Client, FireState, Reason
+from scheduler import Client, Fire, FireState, Reason
 from scheduler.core.keys import Keys, shard_of
-from scheduler.core.ledger import CATCHUP_LISTED, FIRES_CAP, parse_entry
+from scheduler.core.ledger import CATCHUP_LISTED, FIRES_CAP, parse_entry, summarize
+from scheduler.core.timing import utc_of_ms
 from scheduler.node.materializer import Materializer
 from scheduler.node.promoter import Promoter
 from scheduler.redis.clients import async_redis
@@ -122,3 +123,22 @@ def test_the_ledger_keeps_its_newest_entries(r: redis.Redis, redis_url: str, ns:
         got = ledger(r, ns, job_id)
         assert len(got) == FIRES_CAP
         assert got[-1][0] == clock.now_ms() - 6000 and got[0][0] > T0 + 1994_000
+
+
+def test_the_summary_counts_from_the_occurrences_themselves() -> None:
+    def fire(t: int, state: FireState, reason: Reason | None = None,
+             lag: int | None = None) -> Fire:
+        return Fire(fire_ms=t, fire_at=utc_of_ms(t), state=state, reason=reason,
+                    start_lag_ms=lag)
+
+    fires = [fire(0, FireState.RAN, lag=10), fire(1, FireState.RAN, lag=2000),
+             fire(2, FireState.RAN, lag=2001), fire(3, FireState.RUNNING, lag=50),
+             fire(4, FireState.NOT_RUN, Reason.OVERLAP), fire(5, FireState.NOT_RUN, Reason.CATCHUP),
+             fire(6, FireState.PENDING, Reason.NO_WORKER), fire(7, FireState.PENDING)]
+    s = summarize(fires, 2000, missed_unlisted=3)
+    assert (s.due, s.started, s.on_time, s.late) == (8, 4, 3, 1)
+    assert s.not_started == {"catchup": 1, "no_worker": 1, "overlap": 1, "pending": 1}
+    assert s.on_time_share == 3 / 7  # overlap skips are the schedule's policy: not counted
+    assert (s.lag_p50_ms, s.lag_p99_ms, s.lag_max_ms) == (50, 2001, 2001)
+    assert s.missed_unlisted == 3
+    assert summarize([], 2000).on_time_share is None
