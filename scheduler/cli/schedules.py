@@ -10,7 +10,7 @@ import click
 from scheduler.cli.inspect import echo_json, printable, schedule_text, when
 from scheduler.cli.options import duration_s
 from scheduler.core.errors import ValidationError
-from scheduler.core.ledger import MAX_FIRES_PAGE, Fire, FireState, FiresSummary, Reason
+from scheduler.core.ledger import MAX_FIRES_PAGE, Fire, FiresSummary, FireState, Reason
 from scheduler.core.models import MAX_SECONDS
 
 # Each reason in words, for people (the JSON has the code).

@@ -53,7 +53,7 @@ from enum import StrEnum
 
 import msgspec
 
-from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot
+from scheduler.core.models import Slot
 from scheduler.core.states import SlotStatus
 from scheduler.core.timing import utc_of_ms
 
@@ -166,24 +166,22 @@ def from_slot(slot: Slot, entries: dict[int, tuple[Reason, str]], yielded_to: st
               pending_reason: Reason | None) -> Fire:
     """An occurrence that has a slot. `pending_reason`: what holds a pending one back
     (None while it is within its objective); `yielded_to`: the skipped slot's field."""
-    at = utc_of_ms(slot.fire_ms)
     lag = start_lag_ms(slot)
-    base = {"fire_ms": slot.fire_ms, "fire_at": at, "slot_id": slot.slot_id}
-    if slot.status is SlotStatus.RUNNING:
-        return Fire(**base, state=FireState.RUNNING, start_lag_ms=lag)
+    base = Fire(fire_ms=slot.fire_ms, fire_at=utc_of_ms(slot.fire_ms), slot_id=slot.slot_id,
+                state=FireState.NOT_RUN)
+    replace = msgspec.structs.replace
+    if slot.status is SlotStatus.RUNNING or (
+            slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED) and lag is not None):
+        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)  # or a retry waits
     if slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED):
-        if lag is not None:  # a retry waiting: it started before
-            return Fire(**base, state=FireState.RUNNING, start_lag_ms=lag)
-        return Fire(**base, state=FireState.PENDING, reason=pending_reason)
+        return replace(base, state=FireState.PENDING, reason=pending_reason)
     if slot.status is SlotStatus.SKIPPED:
         _, detail = entries.get(slot.fire_ms, (Reason.OVERLAP, ""))
-        return Fire(**base, state=FireState.NOT_RUN, reason=Reason.OVERLAP,
-                    yielded_to=yielded_to or detail or None)
+        return replace(base, reason=Reason.OVERLAP, yielded_to=yielded_to or detail or None)
     if slot.status in _RAN and (lag is not None or slot.status is not SlotStatus.CANCELLED):
-        return Fire(**base, state=FireState.RAN, start_lag_ms=lag, outcome=slot.status.value)
+        return replace(base, state=FireState.RAN, start_lag_ms=lag, outcome=slot.status.value)
     # Cancelled before it started: the ledger says by what.
-    reason, _ = entries.get(slot.fire_ms, (Reason.CANCELLED, ""))
-    return Fire(**base, state=FireState.NOT_RUN, reason=reason)
+    return replace(base, reason=entries.get(slot.fire_ms, (Reason.CANCELLED, ""))[0])
 
 
 def from_entry(fire_ms: int, reason: Reason, detail: str = "") -> Fire:

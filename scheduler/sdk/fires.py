@@ -12,7 +12,6 @@ from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.keys import check_job_id
 from scheduler.core.ledger import (
-    DEFAULT_ON_TIME_MS,
     MAX_FIRES_PAGE,
     Fire,
     FirePage,
@@ -23,7 +22,7 @@ from scheduler.core.ledger import (
     parse_entry,
     summarize,
 )
-from scheduler.core.models import Job, Slot, slot_from_hash, whole_number
+from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot, slot_from_hash, whole_number
 from scheduler.core.timing import ms_of_utc, utc_of_ms
 from scheduler.sdk.requests import Op, Pipe
 from scheduler.sdk.schedules import _placements
@@ -46,13 +45,7 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     page (None: the window is done). `name_or_job_id`: a schedule's name (`schedule()`)
     or a cron job's id. JobNotFound when there is none; ValidationError for a job that
     does not recur or a bad argument."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FIRES_PAGE:
-        raise ValidationError("limit", f"{limit!r} is not allowed; must be an integer from 1 "
-                                       f"to {MAX_FIRES_PAGE:,}")
-    if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int)
-                               or cursor < 0):
-        raise ValidationError("cursor", f"{cursor!r} is not a cursor; pass the `cursor` of "
-                                        "the page before, or None for the first")
+    _check_page(limit, cursor)
     yield from ready(core)
     now = core.clock.now_ms()
     lo = _since_ms(since, now)
@@ -105,14 +98,30 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
                                  held.get(slot.slot_id)))
         elif fire in entries:
             out.append(from_entry(fire, *entries[fire]))
-        elif watermark is not None and fire >= int(watermark):
-            out.append(Fire(fire_ms=fire, fire_at=utc_of_ms(fire), state=FireState.PENDING,
-                            reason=Reason.NO_SCHEDULER if now - fire > on_time_ms else None))
         else:
-            out.append(Fire(fire_ms=fire, fire_at=utc_of_ms(fire), state=FireState.NOT_RUN,
-                            reason=Reason.UNRECORDED))
+            out.append(_unmade(fire, watermark, now, on_time_ms))
     return FirePage(job_id=job_id, fires=out, summary=summarize(out, on_time_ms, unlisted),
                     cursor=page[-1] if more and page else None)
+
+
+def _check_page(limit: int, cursor: int | None) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FIRES_PAGE:
+        raise ValidationError("limit", f"{limit!r} is not allowed; must be an integer from 1 "
+                                       f"to {MAX_FIRES_PAGE:,}")
+    if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int)
+                               or cursor < 0):
+        raise ValidationError("cursor", f"{cursor!r} is not a cursor; pass the `cursor` of "
+                                        "the page before, or None for the first")
+
+
+def _unmade(fire: int, watermark: Any, now: int, on_time_ms: int) -> Fire:
+    """An occurrence with neither a slot nor an entry: at or past the job's watermark no
+    node has made it yet; below it, its record has left Redis."""
+    if watermark is not None and fire >= int(watermark):
+        return Fire(fire_ms=fire, fire_at=utc_of_ms(fire), state=FireState.PENDING,
+                    reason=Reason.NO_SCHEDULER if now - fire > on_time_ms else None)
+    return Fire(fire_ms=fire, fire_at=utc_of_ms(fire), state=FireState.NOT_RUN,
+                reason=Reason.UNRECORDED)
 
 
 def _since_ms(since: datetime | timedelta | None, now: int) -> int:
@@ -169,4 +178,4 @@ def _held_back(core: ClientState, slots: list[Slot], now: int, on_time_ms: int
             for s in late}
 
 
-__all__ = ["FirePage", "Job", "fires"]
+__all__ = ["FirePage", "fires"]
