@@ -75,7 +75,7 @@ def line(fire: Fire) -> str:
     if fire.reason is not None:
         why = WORDS.get(fire.reason, str(fire.reason))
         if fire.yielded_to:
-            why = f"overlap: yielded to the run of {_fire_of(fire.yielded_to)}"
+            why = f"overlap: yielded to the {_fire_of(fire.yielded_to)} run"
     else:
         why = fire.outcome or ("waiting, within its objective"
                                if fire.state is FireState.PENDING else "")
