@@ -16,9 +16,9 @@ The rules a page is written to:
 - In `sh` blocks, each line that starts with `sched` runs (with SCHED_REDIS_URL,
   SCHED_NAMESPACE and a private SCHED_HISTORY_FILE; `JOB_ID` is the id the page's last
   `sched submit` printed, `CRON_JOB_ID` the last `sched submit --cron`'s) and must exit 0
-  (`sched status` may exit 3, unhealthy). The commands that run until stopped (worker, scheduler, snapshotter, exporter, web, dev) get
-  `--help` instead, which still refuses an option they do not have. Other lines (`export`,
-  `bash scripts/...`) are not run.
+  (`sched status` may exit 3, unhealthy). The commands that run until stopped (worker,
+  scheduler, snapshotter, exporter, web, dev) get `--help` instead, which still refuses an
+  option they do not have. Other lines (`export`, `bash scripts/...`) are not run.
 """
 
 from __future__ import annotations
