@@ -10,8 +10,13 @@ shard), by the Lua transition that drops the occurrence, in the same script:
 |-------------|-------------------|---------------|
 | `overlap`   | promote.lua       | overlap="skip": the job's previous run was still active; the entry (and the skipped slot's `yielded_to` field) names that run |
 | `catchup`   | materialize.lua   | no scheduler node made the slot in time (beyond the misfire grace) and the catch-up policy dropped it; listed one by one, at most CATCHUP_LISTED per pass (the most recent), the rest only counted (job fields `missed`, `missed_unlisted`) |
-| `redefined` | redefine.lua      | a redefinition withdrew it before it started (the new definition makes its own) |
-| `deleted`   | delete_job.lua    | `delete_job` cancelled it before it started |
+| `redefined` | redefine.lua      | a redefinition withdrew it before it started (the new definition makes its own), or dropped it unmade (see below) |
+| `deleted`   | delete_job.lua    | `delete_job` cancelled it before it started, or dropped it unmade |
+
+"Unmade": an occurrence between the job's watermark and now that no node made (every node
+down or behind) has no slot for a redefinition or a delete to cancel; the caller computes
+those fire times from the definition it read (`unmade`, at most CATCHUP_LISTED) and the
+script lists each still at or past the watermark and without a slot.
 
 A member is `<fire_ms>:<reason>` or `<fire_ms>:<reason>:<detail>` (the overlap's running
 slot id). A ledger keeps its newest FIRES_CAP entries: each write trims the oldest past it,
@@ -53,6 +58,7 @@ from enum import StrEnum
 
 import msgspec
 
+from scheduler.core.cron import CronSpec
 from scheduler.core.models import Slot
 from scheduler.core.states import SlotStatus
 from scheduler.core.timing import utc_of_ms
@@ -189,6 +195,20 @@ def from_entry(fire_ms: int, reason: Reason, detail: str = "") -> Fire:
     return Fire(fire_ms=fire_ms, fire_at=utc_of_ms(fire_ms),
                 state=FireState.NOT_RUN, reason=reason,
                 yielded_to=(detail or None) if reason is Reason.OVERLAP else None)
+
+
+def unmade(spec: CronSpec, watermark_ms: int | None, now_ms: int, end_ms: int = 0) -> list[int]:
+    """The occurrences from a job's watermark (the first no node has made yet) to now, the
+    most recent CATCHUP_LISTED of them, ascending: what a redefinition or a delete drops
+    when no node made them in time. Walked back from now, so a long gap costs no more."""
+    if watermark_ms is None:
+        return []
+    out: list[int] = []
+    for t in spec.before(min(now_ms, end_ms or now_ms) + 1):
+        if t < watermark_ms or len(out) == CATCHUP_LISTED:
+            break
+        out.append(t)
+    return out[::-1]
 
 
 def nearest_rank(ordered: Sequence[int], q: float) -> int | None:

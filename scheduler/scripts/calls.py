@@ -204,8 +204,12 @@ def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
     return Call("purge", (prefix,), (now_ms, maxlen, len(slots), *slots))
 
 
-def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str) -> Call:
-    return Call("delete_job", (prefix,), (now_ms, maxlen, job_id, reason))
+def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str,
+               unmade: Sequence[int] = ()) -> Call:
+    """unmade: the recurring job's occurrences from its watermark to now that no node made
+    (ledger.unmade), to list in its fire ledger as `deleted`."""
+    return Call("delete_job", (prefix,), (now_ms, maxlen, job_id, reason, len(unmade),
+                                          *unmade))
 
 
 def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
@@ -213,10 +217,12 @@ def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
 
 
 def redefine(prefix: str, now_ms: int, maxlen: int, job_id: str, expected: str, next_ms: int,
-             fields: Sequence[Any]) -> Call:
+             fields: Sequence[Any], unmade: Sequence[int] = ()) -> Call:
+    """unmade: the old definition's occurrences from its watermark to now that no node made
+    (ledger.unmade), to list in the fire ledger as `redefined`."""
     return Call("redefine", (prefix,), (now_ms, maxlen, job_id, expected, next_ms,
                                         pack([_s(v) if isinstance(v, bytes) else v
-                                              for v in fields])))
+                                              for v in fields]), len(unmade), *unmade))
 
 
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:

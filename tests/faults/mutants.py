@@ -1339,4 +1339,12 @@ MUTANTS = [
            "scheduler/core/ledger.py", "    counted = due - overlap\n", "    counted = due\n",
            ("tests/lua/test_fire_ledger.py::"
             "test_the_summary_counts_from_the_occurrences_themselves",), fast=True),
+    Mutant("unmade-occurrences-not-listed", "a redefinition while no node ran drops the old "
+           "definition's occurrences no node made without a word: the timeline skips them",
+           "scheduler/scripts/lua/redefine.lua",
+           "note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), "
+           "'redefined')\n", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_occurrences_no_node_made_are_listed_by_a_redefinition_or_a_delete",),
+           fast=True),
 ]

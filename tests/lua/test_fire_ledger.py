@@ -142,3 +142,24 @@ def test_the_summary_counts_from_the_occurrences_themselves() -> None:
     assert (s.lag_p50_ms, s.lag_p99_ms, s.lag_max_ms) == (50, 2001, 2001)
     assert s.missed_unlisted == 3
     assert summarize([], 2000).on_time_share is None
+
+
+def test_occurrences_no_node_made_are_listed_by_a_redefinition_or_a_delete(
+        r: redis.Redis, redis_url: str, ns: str) -> None:
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        client.schedule("s", "t", cron="* * * * * *")
+        gone = client.submit("t", cron="* * * * * *")
+        node_pass(redis_url, ns, clock)  # T0 .. T0+3 s made
+        clock.advance(10.5)  # no node since: T0+4 .. T0+10 s unmade
+        client.schedule("s", "t", cron="*/30 * * * * *")
+        client.delete_job(gone)
+        unmade = [T0 + i * 1000 for i in range(4, 11)]
+        assert ledger(r, ns, "s") == [(t, Reason.REDEFINED, "") for t in unmade]
+        assert [e for e in ledger(r, ns, gone) if e[0] in unmade] == [
+            (t, Reason.DELETED, "") for t in unmade]
+        page = client.fires("s", since=timedelta(seconds=20))
+        assert [(f.fire_ms, f.reason) for f in page.fires if f.fire_ms >= T0 + 4000] == [
+            (t, Reason.REDEFINED) for t in unmade]
+        page = client.fires(gone, since=timedelta(seconds=20))
+        assert [f.reason for f in page.fires] == [Reason.DELETED] * 11  # made or not

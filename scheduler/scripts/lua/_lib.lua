@@ -299,6 +299,21 @@ local function note_retired(prefix, finished_ms)
   end
 end
 
+-- The occurrences of `fires` (fire_ms values) still at or past the job's watermark (its score
+-- in `cron`) and without a slot: those no node made, which the caller is about to drop.
+local function unmade_fires(prefix, job_id, fires)
+  local watermark = tonumber(redis.call('ZSCORE', prefix .. 'cron', job_id))
+  local out = {}
+  if not watermark then return out end
+  for _, fire in ipairs(fires) do
+    if tonumber(fire) >= watermark
+        and redis.call('EXISTS', prefix .. 'slot:' .. job_id .. ':' .. fire) == 0 then
+      out[#out + 1] = fire
+    end
+  end
+  return out
+end
+
 -- Write occurrences that will not run to the job's fire ledger (`fires:<job_id>`, zset by
 -- fire_ms; scheduler/core/ledger.py): each of `fires` (fire_ms values, or slot ids
 -- `<job_id>:<fire_ms>`) as "<fire_ms>:<reason>[:<detail>]", then trim the ledger to its

@@ -9,6 +9,10 @@
   ARGV[2]  events_maxlen
   ARGV[3]  job_id
   ARGV[4]  reason          one line for people, recorded on the job and the cancelled slots
+  ARGV[5]  k               optional (default 0): how many fire_ms values follow: a recurring
+                           job's occurrences from its watermark to now, computed by the caller
+                           (ledger.unmade); those still at or past the watermark without a slot
+                           (no node made them) are written to the fire ledger as deleted
 
   The job hash stays (history and `jobs show` still find it) with `deleted_ms` and `deleted`
   (the reason) set; its slots stay indexed in `runs:<job_id>`. A recurring job's cancelled
@@ -26,6 +30,7 @@ local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local job_id = ARGV[3]
 local reason = ARGV[4]
+local k = tonumber(ARGV[5]) or 0
 
 --- @include "_lib.lua"
 
@@ -34,6 +39,7 @@ local job = redis.call('HMGET', job_key, 'task', 'deleted_ms', 'fire_ms', 'kind'
 if not job[1] then return {R.MISSING, 0, 0} end
 if job[2] then return {R.TERMINAL, 0, 0} end
 
+local unmade = unmade_fires(prefix, job_id, {unpack(ARGV, 6, 5 + k)})
 redis.call('ZREM', prefix .. 'cron', job_id)
 redis.call('HSET', job_key, 'deleted_ms', now, 'deleted', reason)
 
@@ -56,7 +62,10 @@ for _, slot_id in ipairs(slots) do
   end
 end
 
-if job[4] == 'cron' then note_fires(prefix, job_id, gone, 'deleted') end
+if job[4] == 'cron' then
+  note_fires(prefix, job_id, gone, 'deleted')
+  note_fires(prefix, job_id, unmade, 'deleted')
+end
 emit(prefix, maxlen, now, 'deleted', {{job = job_id, reason = reason}}, nil)
 emit(prefix, maxlen, now, 'cancelled', cancelled, nil)
 return {R.OK, #cancelled, running}

@@ -13,6 +13,12 @@
                            among them), `spec` its digest. The digest is the definition's
                            version: materialize.lua refuses occurrences computed from another,
                            so a node that kept the old definition reads the new one
+  ARGV[7]  k               optional (default 0): how many fire_ms values follow: the old
+                           definition's occurrences from its watermark to now, computed by the
+                           caller from the definition it read (ledger.unmade). Those still at
+                           or past the watermark without a slot (no node made them: every node
+                           was down or behind) are dropped by the new watermark, and written
+                           to the fire ledger as "<fire_ms>:redefined"
 
   The job hash is rewritten (its created_ms, and the series' `active` slot and `missed` count
   kept; redefined_ms set; a deleted job is a series again). The old definition's occurrences
@@ -47,6 +53,7 @@ local job_id = ARGV[3]
 local expected = ARGV[4]
 local next_ms = ARGV[5]
 local fields = cmsgpack.unpack(ARGV[6])
+local k = tonumber(ARGV[7]) or 0
 
 --- @include "_lib.lua"
 
@@ -88,6 +95,7 @@ for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf
   end
 end
 note_fires(prefix, job_id, gone, 'redefined')
+note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), 'redefined')
 
 redis.call('DEL', job_key)
 redis.call('HSET', job_key, 'fire_ms', next_ms, 'created_ms', cur[2], 'redefined_ms', now,
