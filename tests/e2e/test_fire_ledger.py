@@ -7,7 +7,8 @@ real clock, and `Client.fires` / `sched schedules explain` reading what they did
 - every node stopped ~10 s with catchup="latest": the dropped fire times read `catchup`,
   the latest of them ran;
 - a queue no worker reads: its occurrences read `pending`, `no_worker`;
-- a redefinition: the old cadence's withdrawn occurrences read `redefined`.
+- a redefinition: the old cadence's withdrawn occurrences read `redefined`;
+- a queue whose rate limit holds its runs back: `pending`, `paused_by_limit`.
 """
 
 from __future__ import annotations
@@ -158,3 +159,24 @@ def test_no_worker_and_a_redefinition(r: redis.Redis, redis_url: str, ns: str,
     assert {f["reason"] for f in listed["fires"]} >= {"redefined", None}
     assert all(f["fire_at"].endswith(("Z", "+00:00")) for f in listed["fires"])
 
+
+
+def test_a_queue_held_by_its_limit(r: redis.Redis, redis_url: str, ns: str,
+                                   app_env: dict[str, str]) -> None:
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        client.set_queue_limit("limited", rate="1/m")  # one start a minute
+        hog = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
+                            "--queues", "limited", "--log-level", "warning")
+        with running(node(redis_url, ns, app_env), hog):
+            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                                   queue="limited")
+            first = client.get_job(job_id).fire_ms
+            wait_for(lambda: redis_ms(r) > first + 5000, 15, "a few occurrences")
+            read_at = redis_ms(r)
+            page = client.fires(job_id, since=at(first))
+    old = [f for f in page.fires if read_at - f.fire_ms > 2100 and f.state is not FireState.RAN]
+    assert len(old) >= 2 and len(page.fires) - len(old) <= 3 and all(
+        f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
+        (f.state, f.reason) for f in page.fires]
