@@ -154,8 +154,8 @@ def test_no_worker_and_a_redefinition(r: redis.Redis, redis_url: str, ns: str,
     new_cadence = {t for t in ahead if (t // 1000) % 60 % 7 == 0}
     assert withdrawn and set(withdrawn) == set(ahead) - new_cadence
     assert all(f.state is FireState.NOT_RUN for f in every.fires if f.fire_ms in withdrawn)
-    listed = json.loads(text)
-    assert [f["fire_ms"] for f in listed["fires"]] == [f.fire_ms for f in every.fires]
+    listed = json.loads(text)  # read a moment later: its window moved on a little
+    assert {f["fire_ms"] for f in listed["fires"] if f["reason"] == "redefined"} == set(withdrawn)
     assert {f["reason"] for f in listed["fires"]} >= {"redefined", None}
     assert all(f["fire_at"].endswith(("Z", "+00:00")) for f in listed["fires"])
 
@@ -173,10 +173,12 @@ def test_a_queue_held_by_its_limit(r: redis.Redis, redis_url: str, ns: str,
             job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
                                    queue="limited")
             first = client.get_job(job_id).fire_ms
-            wait_for(lambda: redis_ms(r) > first + 5000, 15, "a few occurrences")
+            wait_for(lambda: redis_ms(r) > first + 7000, 15, "a few occurrences")
             read_at = redis_ms(r)
             page = client.fires(job_id, since=at(first))
-    old = [f for f in page.fires if read_at - f.fire_ms > 2100 and f.state is not FireState.RAN]
-    assert len(old) >= 2 and len(page.fires) - len(old) <= 3 and all(
+    # past the objective (with a margin for the client's clock), and not the one start the
+    # limit let through
+    old = [f for f in page.fires if read_at - f.fire_ms > 3000 and f.state is not FireState.RAN]
+    assert len(old) >= 3 and len([f for f in page.fires if f.state is FireState.RAN]) <= 1 and all(
         f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
         (f.state, f.reason) for f in page.fires]
