@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import redis
 
-from scheduler import Client, Fire, FireState, Reason
+from scheduler import AsyncClient, Client, Fire, FirePage, FireState, Reason
 from scheduler.core.keys import Keys, shard_of
 from scheduler.core.ledger import CATCHUP_LISTED, FIRES_CAP, parse_entry, summarize
 from scheduler.core.timing import utc_of_ms
@@ -163,3 +163,20 @@ def test_occurrences_no_node_made_are_listed_by_a_redefinition_or_a_delete(
             (t, Reason.REDEFINED) for t in unmade]
         page = client.fires(gone, since=timedelta(seconds=20))
         assert [f.reason for f in page.fires] == [Reason.DELETED] * 11  # made or not
+
+
+def test_the_async_client_reads_the_same_page(redis_url: str, ns: str) -> None:
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        job_id = client.submit("t", cron="* * * * * *", catchup="latest")
+        node_pass(redis_url, ns, clock)
+        clock.advance(30)
+        node_pass(redis_url, ns, clock)  # dropped ones, and pending ones past the objective
+        blocking = client.fires(job_id, since=timedelta(seconds=40))
+
+    async def read() -> FirePage:
+        async with AsyncClient(redis_url, ns, clock=clock) as aclient:
+            return await aclient.fires(job_id, since=timedelta(seconds=40))
+
+    assert asyncio.run(read()) == blocking
+    assert {f.reason for f in blocking.fires} >= {Reason.CATCHUP, Reason.NO_WORKER}
