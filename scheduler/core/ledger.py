@@ -20,7 +20,8 @@ script lists each still at or past the watermark and without a slot.
 
 A member is `<fire_ms>:<reason>` or `<fire_ms>:<reason>:<detail>` (the overlap's running
 slot id). A ledger keeps its newest FIRES_CAP entries: each write trims the oldest past it,
-so a schedule that skips forever costs a bounded key. Only those rare transitions write it:
+so a schedule that skips forever costs a bounded key. Each new entry also counts in the
+shard's stats `not_run:<reason>` (the exporter's sched_occurrences_not_run). Only those rare transitions write it:
 submit, claim and commit, the hot path, touch no ledger key, and promote only on its
 overlap-skip branch.
 

@@ -1354,4 +1354,10 @@ MUTANTS = [
            '    fields = {} if True else {"on_time_ms": _on_time_ms(on_time_within)}',
            ("tests/sdk/test_declared_schedules.py::test_a_declared_objective_reaches_the_job",),
            fast=True),
+    Mutant("not-run-uncounted", "the occurrences that will not run are listed but not "
+           "counted: sched_occurrences_not_run stays 0 and its alert never fires",
+           "scheduler/scripts/lua/_lib.lua",
+           "  redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_exporter_counts_occurrences_not_run_by_reason",), fast=True),
 ]

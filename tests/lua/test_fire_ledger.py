@@ -180,3 +180,29 @@ def test_the_async_client_reads_the_same_page(redis_url: str, ns: str) -> None:
 
     assert asyncio.run(read()) == blocking
     assert {f.reason for f in blocking.fires} >= {Reason.CATCHUP, Reason.NO_WORKER}
+
+
+def test_the_exporter_counts_occurrences_not_run_by_reason(r: redis.Redis, redis_url: str,
+                                                           ns: str) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from scheduler.observe.metrics import NamespaceCollector
+
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        dropped = client.submit("t", cron="* * * * * *", catchup="none")
+        skips = client.submit("t", cron="* * * * * *", overlap="skip")
+        node_pass(redis_url, ns, clock, promote=True)
+        clock.advance(2000)  # past CATCHUP_LISTED: the unlisted drops count too
+        node_pass(redis_url, ns, clock, promote=True)
+        clock.advance(1)
+        node_pass(redis_url, ns, clock, promote=True)
+        missed = client.get_job(dropped).missed
+        overlap = len([e for e in ledger(r, ns, skips) if e[1] is Reason.OVERLAP])
+        registry = CollectorRegistry()
+        registry.register(NamespaceCollector(r, ns))
+        got = {s.labels["reason"]: s.value for m in registry.collect()
+               for s in m.samples if s.name == "sched_occurrences_not_run"}
+        assert missed > CATCHUP_LISTED and overlap >= 1
+        assert got["catchup"] == missed + client.get_job(skips).missed
+        assert got["overlap"] == overlap and got["redefined"] == got["deleted"] == 0

@@ -317,7 +317,8 @@ end
 -- Write occurrences that will not run to the job's fire ledger (`fires:<job_id>`, zset by
 -- fire_ms; scheduler/core/ledger.py): each of `fires` (fire_ms values, or slot ids
 -- `<job_id>:<fire_ms>`) as "<fire_ms>:<reason>[:<detail>]", then trim the ledger to its
--- newest FIRES_CAP entries.
+-- newest FIRES_CAP entries. The new entries count in the shard's stats `not_run:<reason>`
+-- (stats.lua: the exporter's sched_occurrences_not_run).
 local function note_fires(prefix, job_id, fires, reason, detail)
   if #fires == 0 then return end
   local key = prefix .. 'fires:' .. job_id
@@ -328,9 +329,11 @@ local function note_fires(prefix, job_id, fires, reason, detail)
     args[#args + 1] = fire
     args[#args + 1] = fire .. tail
   end
+  local added = 0
   for i = 1, #args, 7998 do
-    redis.call('ZADD', key, unpack(args, i, math.min(i + 7997, #args)))
+    added = added + redis.call('ZADD', key, unpack(args, i, math.min(i + 7997, #args)))
   end
+  redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)
   local extra = redis.call('ZCARD', key) - FIRES_CAP
   if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end
 end
