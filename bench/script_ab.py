@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pre[v], now, "w", 30_000, entries[v][i * b:(i + 1) * b], trim=False)],
             n // b, rnd)
         alternate("complete", "complete", b, lambda v, i: [scripts.complete(
-            pre[v], now, 100_000, "w", [(s, 1, now, now) for _, _, s in
+            pre[v], now, 100_000, "w", [scripts.Succeeded(s, 1, now, now) for _, _, s in
                                         entries[v][i * b:(i + 1) * b]])], n // b, rnd)
         alternate("promote", "promote", b, lambda v, i: [scripts.promote(
             pre[v], now + 10_000, 100_000, b)], n // b, rnd)

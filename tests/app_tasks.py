@@ -175,3 +175,19 @@ def record_fire(ctx: Context, payload: Any) -> None:
 async def retry_after(ctx: Context, payload: Any) -> None:
     """Passes on an upstream's Retry-After, whatever it says."""
     raise Retry(after=float(payload["after"]), reason="upstream said wait")
+
+
+def _append(path: str, line: str) -> None:
+    # One write of a short line to a file opened for appending: whole, whatever other
+    # processes append meanwhile.
+    with open(path, "a") as f:
+        f.write(line + "\n")
+
+
+@registry.task("test.span_to_file")
+async def span_to_file(ctx: Context, payload: Any) -> None:
+    """Appends "<slot> start <t>" and "<slot> end <t>" (wall clock) to the file
+    payload["file"] names: a record kept outside the Redis under test."""
+    _append(payload["file"], f"{ctx.slot_id} start {time.time()!r}")
+    await asyncio.sleep(float(payload["seconds"]))
+    _append(payload["file"], f"{ctx.slot_id} end {time.time()!r}")

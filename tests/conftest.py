@@ -43,7 +43,8 @@ ON_CLUSTER_TOO = {"test_transitions", "test_materializer", "test_worker", "test_
                   "test_priorities", "test_queue_limits", "test_early_dispatch",
                   "test_committer", "test_client", "test_schedules", "test_named_schedules",
                   "test_submit_stream", "test_hash_read", "test_browse", "test_queue_cleaner",
-                  "test_dedupe_windows", "test_tenants", "test_take", "test_key_status"}
+                  "test_dedupe_windows", "test_tenants", "test_take", "test_key_status",
+                  "test_limits_apply_at_once", "test_limits_in_scripts"}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -72,7 +72,8 @@ class Shard:
         """W claims the slot (attempt 1) and releases it; `worker` claims it (attempt 2)."""
         self.claim(self.read())
         now = self.clock.now_ms()
-        self.run(scripts.release(self.prefix, now, 1000, W, [(self.slot_id, 1, now)]))
+        self.run(scripts.release(self.prefix, now, 1000, W,
+                                 [scripts.Released(self.slot_id, 1, now)]))
         self.claim(self.read(consumer=worker), worker=worker)
 
     def events(self) -> list[tuple[str, list[dict[str, Any]]]]:

@@ -54,8 +54,8 @@ def queues(ctx: click.Context, as_json: bool) -> None:
 def queues_limit(obj: dict[str, str], queue: str, concurrency: int | None, rate: str | None,
                  per_key_concurrency: int | None, per_key_rate: str | None,
                  clear: bool) -> None:
-    """Set (or --clear) a queue's limit; workers apply it within about two seconds, and
-    slots over it stay queued. Each option left out is unlimited."""
+    """Set (or --clear) a queue's limit: every claim after this command returns is held to
+    it, by every worker; slots over it stay queued. Each option left out is unlimited."""
     from scheduler import Client
     from scheduler.core.limits import parse_rate
 

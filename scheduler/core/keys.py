@@ -10,7 +10,9 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:workers                  zset    worker id -> last heartbeat (ms)
     <ns>:schedulers               zset    scheduler node id -> last heartbeat (ms)
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight)
-    <ns>:limits                   hash    queue -> its queue-wide limit (JSON, limits.py)
+    <ns>:limits                   hash    queue -> its limit (JSON, limits.py): what is listed and
+                                          what workers read to pick their readers; the
+                                          scripts read the copies below
     <ns>:tasks                    hash    task name -> its catalog entry (JSON, core/catalog.py):
                                           its defaults, as the last worker to start with it
                                           registered them (worker/catalog.py)
@@ -22,6 +24,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{lim:<queue>}:permits    zset    a limited queue's permits: one per run in flight
                                           anywhere, scored by expiry (ms); lua/acquire.lua
     <ns>:{lim:<queue>}:bucket     hash    a rate-limited queue's token bucket (same hash tag)
+    <ns>:{lim:<queue>}:limit      hash    the queue's queue-wide limit as acquire.lua reads it:
+                                          concurrency, rate (absent: none); limits.py
     <ns>:{sNN}:job:<job_id>       hash    job definition
     <ns>:{sNN}:slot:<slot_id>     hash    slot state, lease, fencing token, attempts (`a:<n>`)
     <ns>:{sNN}:due                zset    slot ids scored by available-at (ms)
@@ -72,6 +76,11 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           acquire.lua's of a queue: tokens, at_ms
     <ns>:{sNN}:kweight:<queue>    hash    concurrency key -> its weight in the turns (turns per
                                           round; 1 when absent); written to the key's own shard
+    <ns>:{sNN}:limited            set     queues with a queue-wide limit, copied into each
+                                          shard: claim.lua and take.lua refuse a claim of
+                                          theirs that comes without a permit (limits.py)
+    <ns>:{sNN}:klimit:<queue>     hash    the queue's per-key limit as take.lua reads it:
+                                          concurrency, rate (absent: none); in every shard
     <ns>:{sNN}:kqueues            zset    queues with keyed slots in this shard, scored by the
                                           last keyed dispatch (ms): status reads only these;
                                           clean_lanes.lua drops idle ones with an empty ring
@@ -118,6 +127,7 @@ SUFFIX_KEY_RING = "kring:"
 SUFFIX_KEY_RUNNING = "krun:"
 SUFFIX_KEY_WEIGHT = "kweight:"
 SUFFIX_KEY_BUCKET = "kbucket:"
+SUFFIX_KEY_LIMIT = "klimit:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -129,7 +139,7 @@ DEFAULT_PRIORITY = 3
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, SUFFIX_FIRES,
                             SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
-                            "kqueues", "due", "cron",
+                            SUFFIX_KEY_LIMIT, "limited", "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "finished", "done", "lanes"})
 
@@ -278,6 +288,9 @@ class Keys:
     def bucket(self, queue: str) -> str:
         return f"{self.ns}:{{lim:{queue}}}:bucket"  # hash
 
+    def limit(self, queue: str) -> str:
+        return f"{self.ns}:{{lim:{queue}}}:limit"  # hash: concurrency, rate
+
     def prefix(self, shard: int) -> str:
         return f"{self.ns}:{{s{shard:02d}}}:"
 
@@ -327,6 +340,12 @@ class Keys:
 
     def key_weights(self, shard: int, queue: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_KEY_WEIGHT}{queue}"  # hash
+
+    def key_limit(self, shard: int, queue: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_LIMIT}{queue}"  # hash: concurrency, rate
+
+    def limited(self, shard: int) -> str:
+        return f"{self.prefix(shard)}limited"  # set of queue names
 
     def keyed_queues(self, shard: int) -> str:
         return f"{self.prefix(shard)}kqueues"  # zset

@@ -1,11 +1,38 @@
 """Queue limits: at most `concurrency` runs of a queue at once across every worker, at most
 `rate` starts per second, at most `per_key_concurrency` runs at once of any one concurrency
-key of the queue, and at most `per_key_rate` starts per second of any one key. The one definition of a limit and of how it is stored.
+key of the queue, and at most `per_key_rate` starts per second of any one key. The one
+definition of a limit and of how it is stored.
 
-Stored in the namespace's `<ns>:limits` hash, field = queue, value = the limit as JSON. Workers
-read the hash about once a second (limiter.py), so a limit set, changed or removed takes
-effect within a second or two; runs already going when a limit is set are not counted
-against it. Enforcement of the queue-wide parts is acquire.lua's: permits in
+The rule: a limit applies to every claim made after the call that set it returns. Not "within
+a second", and whatever the workers are doing: the scripts that claim read the limit
+themselves, at claim time, from keys in their own hash slot, and `set_queue_limit` writes
+every one of those copies before it returns. So no worker is waited for, and a worker that is
+dead, partitioned or slow to notice cannot claim past a limit, because the claim is refused
+in Redis. Where each script reads it (on one Redis, Sentinel and a Cluster alike, as each
+copy lives in the slot of the script that reads it):
+
+  * `<ns>:limits`, field = queue, the limit as JSON: what is listed (`queues`), and what
+    workers read about once a second (limiter.py) to choose which reader takes the queue;
+    no script reads it;
+  * `<ns>:{lim:<queue>}:limit` (concurrency, rate): acquire.lua grants permits under it;
+  * `<ns>:{sNN}:klimit:<queue>` in every shard (per-key concurrency and rate): take.lua;
+  * `<ns>:{sNN}:limited` in every shard, the queues with a queue-wide part: claim.lua and
+    take.lua refuse a claim of such a queue that comes without a permit (answer LIMITED,
+    nothing written). A worker that has not yet noticed the limit hands those entries back
+    and reads the limits at once: the permit path takes over from there. The unlimited
+    path pays one EXISTS per claim call for this while no queue of the namespace has a
+    queue-wide limit (bench burndown).
+
+A limit set by a version whose workers read the hash themselves has no copies: the first
+worker to start writes them (limiter.py's copy_missing).
+
+Runs already going when a limit is set are counted against a per-key limit (take.lua counts
+a key's running slots) but not against a queue-wide one (they hold no permit). A cleared or
+raised limit is likewise read by the next claim. Two calls setting the same queue's limit at
+once may leave copies of either (the writes are not one transaction across slots): the last
+call to return decides only if the two do not overlap.
+
+Enforcement of the queue-wide parts is acquire.lua's: permits in
 `<ns>:{lim:<queue>}:permits`, one per run in flight, expiring with the workers' lease unless
 renewed. The per-key part is take.lua's: a key's running slots in its home shard
 (`krun:<queue>:<key>`, keys.py), each one given back when its attempt ends, whatever ends it.
@@ -19,6 +46,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core.errors import ValidationError
+from scheduler.core.keys import Keys
 
 MAX_CONCURRENCY = 1_000_000
 MAX_RATE = 1_000_000.0
@@ -87,6 +115,30 @@ def check_limit(concurrency: Any, rate: Any, per_key_concurrency: Any = None,
     return QueueLimit(concurrency=concurrency, rate=_check_rate("rate", rate),
                       per_key_concurrency=per_key_concurrency,
                       per_key_rate=_check_rate("per_key_rate", per_key_rate))
+
+
+def write_copies(pipe: Any, keys: Keys, shards: int, queue: str, limit: QueueLimit) -> None:
+    """Add to `pipe` (a pipeline, or the SDK's Pipe) the writes that put the queue's limit
+    where each script reads it (the module's docstring); not the `limits` hash. Each field
+    is set or deleted on its own, so a claim meanwhile sees the old value or the new one,
+    never none."""
+    _write_pair(pipe, keys.limit(queue), limit.concurrency, limit.rate)
+    for shard in range(shards):
+        if limit.queue_wide:
+            pipe.sadd(keys.limited(shard), queue)
+        else:
+            pipe.srem(keys.limited(shard), queue)
+        _write_pair(pipe, keys.key_limit(shard, queue), limit.per_key_concurrency,
+                    limit.per_key_rate)
+
+
+def _write_pair(pipe: Any, key: str, concurrency: int | None, rate: float | None) -> None:
+    fields = {"concurrency": concurrency, "rate": None if rate is None else repr(rate)}
+    kept = {f: v for f, v in fields.items() if v is not None}
+    if kept:
+        pipe.hset(key, mapping=kept)
+    if len(kept) < len(fields):
+        pipe.hdel(key, *(f for f in fields if f not in kept))
 
 
 _decoder = msgspec.json.Decoder(QueueLimit)

@@ -69,34 +69,32 @@ def submit(prefix: str, now_ms: int, maxlen: int,
 
 def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
           entries: Iterable[tuple[str, bytes | str, str]], trace: object = None,
-          trim: bool = True, carried: str = "") -> Call:
+          trim: bool = True, carried: str = "", permitted: bool = False) -> Call:
     """entries: (lane, msg_id, slot_id). trace (a tracing worker's tracer, or anything true):
     grants also carry the job's traceparent and kind and the slot id (replies.traces). trim:
-    trim the streams touched. carried: claim.lua's ARGV[7] (the entries' job fields held)."""
+    trim the streams touched. carried: claim.lua's ARGV[7] (the entries' job fields held).
+    permitted: the worker holds a queue-wide permit for each entry (else an entry of a queue
+    with a queue-wide limit is refused, LIMITED)."""
     items: list[Any] = []
     for queue, msg, slot in entries:
         items += (queue, _s(msg), slot)
     args: tuple[Any, ...] = (now_ms, worker, lease_ms, pack(items))
-    if trace or not trim or carried:
+    if trace or not trim or carried or permitted:
         args += ("1" if trace else "", "1" if trim else "0", carried)
+    if permitted:
+        args += ("1",)
     return Call("claim", (prefix,), args)
 
 
 def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
-         per_key: int | None, trace: object = None, per_key_rate: float | None = None,
-         again: bool = False) -> Call:
-    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key and
-    per_key_rate: the queue's per-key limits (None: none); again: the last take of this
-    queue on this shard failed, so its grants are asked for again first."""
-    args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n,
-                             -1 if per_key is None else per_key)
-    if again:
-        args += ("1" if trace else "", "" if per_key_rate is None else repr(float(per_key_rate)),
-                 "1")
-    elif per_key_rate is not None:
-        args += ("1" if trace else "", repr(float(per_key_rate)))
-    elif trace:
-        args += ("1",)
+         trace: object = None, again: bool = False, permitted: bool = False) -> Call:
+    """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua), under the
+    per-key limit the script reads itself; again: the last take of this queue on this shard
+    failed, so its grants are asked for again first; permitted: the worker took queue-wide
+    permits for this take (without, a queue with a queue-wide limit takes nothing)."""
+    args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n, "1" if trace else "")
+    if again or permitted:
+        args += ("1" if again else "", "1" if permitted else "")
     return Call("take", (prefix,), args)
 
 
@@ -110,50 +108,86 @@ def requeue(prefix: str, now_ms: int, maxlen: int,
     return Call("requeue", (prefix,), tuple(args))
 
 
+class Succeeded(msgspec.Struct, gc=False):
+    """A run that succeeded, as complete.lua commits it."""
+    slot_id: str
+    token: int  # the attempt whose lease fences the commit
+    started_ms: int
+    finished_ms: int
+    # The claimed entry (its lane and id), which complete.lua acknowledges if no reader has
+    # yet: "" for none (a keyed slot, a run started from a sweep).
+    lane: str = ""
+    msg_id: bytes | str = ""
+    result: bytes | str | None = None  # the return value's JSON, stored with the slot
+    logs: bytes | str | None = None  # the run's captured log lines, JSON
+
+
+class Failed(msgspec.Struct, gc=False):
+    """A run that failed, timed out or asked for a retry, as fail.lua commits it."""
+    slot_id: str
+    token: int
+    outcome: str  # an Outcome: failed, timed_out, retried, ...
+    error: str
+    retry_ms: int  # when the handler asked (Retry(after=...)), else -1: the policy's delay
+    u: float  # the retry delay's jitter, uniform in [0, 1)
+    started_ms: int
+    finished_ms: int
+    logs: bytes | str | None = None
+    task: str = "?"  # not sent: names the task in the line logged when the slot is dead
+
+
+class Released(msgspec.Struct, gc=False):
+    """A run handed back unfinished (the worker stops), as release.lua takes it."""
+    slot_id: str
+    token: int
+    started_ms: int
+
+
+Ended = Succeeded | Failed | Released  # how a run ended, for its commit
+
+
 def complete(prefix: str, now_ms: int, maxlen: int, worker: str,
-             items: Sequence[tuple[Any, ...]]) -> Call:
-    """items: (slot_id, token, started_ms, finished_ms[, lane, msg_id[, result JSON, log
-    lines JSON]]); lane and msg_id, the claimed entry, fence it unread ("": none; complete.lua).
-    Times go as strings: Lua would print numbers with "%.14g", dearer to Redis than the
+             items: Sequence[Succeeded]) -> Call:
+    """Times go as strings: Lua would print numbers with "%.14g", dearer to Redis than the
     bytes. Results and logs, rare on the hot path, go apart as (item number, JSON) pairs."""
     flat: list[Any] = []
     results: list[Any] = []
     logs: list[Any] = []
     for i, item in enumerate(items):
-        n = len(item)
-        msg = item[5] if n > 5 else ""
-        flat += (item[0], str(item[1]), str(int(item[2])), str(int(item[3])),
-                 item[4] if n > 5 else "", msg if isinstance(msg, str) else msg.decode())
-        if n > 6 and item[6] is not None:
-            results += (i + 1, _s(item[6]))
-        if n > 7 and item[7] is not None:
-            logs += (i + 1, _s(item[7]))
+        msg = item.msg_id
+        flat += (item.slot_id, str(item.token), str(int(item.started_ms)),
+                 str(int(item.finished_ms)), item.lane,
+                 msg if isinstance(msg, str) else msg.decode())
+        if item.result is not None:
+            results += (i + 1, _s(item.result))
+        if item.logs is not None:
+            logs += (i + 1, _s(item.logs))
     return Call("complete", (prefix,), (now_ms, maxlen, worker, pack(flat),
                                         pack(results) if results else "",
                                         pack(logs) if logs else ""))
 
 
 def fail(prefix: str, now_ms: int, maxlen: int, worker: str,
-         items: Sequence[tuple[Any, ...]]) -> Call:
-    """items: (slot_id, token, outcome, error, retry_ms or -1, u, started_ms, finished_ms[,
-    log lines JSON or None[, task]]); the logs go after the items, as msgpack (item number,
-    JSON) pairs; the task is not sent (the committer names it when the slot is dead)."""
+         items: Sequence[Failed]) -> Call:
+    """The logs go after the items, as msgpack (item number, JSON) pairs."""
     args: list[Any] = [now_ms, maxlen, worker, len(items)]
     logs: list[Any] = []
     for i, item in enumerate(items):
-        args.extend(item[:8])
-        if len(item) > 8 and item[8] is not None:
-            logs += (i + 1, _s(item[8]))
+        args += (item.slot_id, item.token, item.outcome, item.error, item.retry_ms, item.u,
+                 item.started_ms, item.finished_ms)
+        if item.logs is not None:
+            logs += (i + 1, _s(item.logs))
     if logs:
         args.append(pack(logs))
     return Call("fail", (prefix,), tuple(args))
 
 
 def release(prefix: str, now_ms: int, maxlen: int, worker: str,
-            items: Sequence[tuple[str, int, int]]) -> Call:
-    """items: (slot_id, token, started_ms)."""
-    return Call("release", (prefix,), (now_ms, maxlen, worker, len(items),
-                                       *(value for item in items for value in item)))
+            items: Sequence[Released]) -> Call:
+    args: list[Any] = [now_ms, maxlen, worker, len(items)]
+    for item in items:
+        args += (item.slot_id, item.token, item.started_ms)
+    return Call("release", (prefix,), tuple(args))
 
 
 def promote(prefix: str, now_ms: int, maxlen: int, limit: int,
@@ -269,13 +303,12 @@ def clean_lanes(prefix: str, now_ms: int, idle_before_ms: int, limit: int) -> Ca
     return Call("clean_lanes", (prefix,), (now_ms, idle_before_ms, limit))
 
 
-def acquire(permits: str, bucket: str, now_ms: int, want: int, concurrency: int | None,
-            rate: float | None, ttl_ms: int, holder: str, give_back: Sequence[str]) -> Call:
-    """Permits for a limited queue (lua/acquire.lua; keys: Keys.permits/bucket)."""
-    return Call("acquire", (permits, bucket),
-                (now_ms, want, -1 if concurrency is None else concurrency,
-                 -1 if rate is None else repr(float(rate)), ttl_ms, holder, len(give_back),
-                 *give_back))
+def acquire(permits: str, bucket: str, limit: str, now_ms: int, want: int, ttl_ms: int,
+            holder: str, give_back: Sequence[str]) -> Call:
+    """Permits for a limited queue (lua/acquire.lua; keys: Keys.permits/bucket/limit), under
+    the limit the script reads from `limit` itself."""
+    return Call("acquire", (permits, bucket, limit),
+                (now_ms, want, ttl_ms, holder, len(give_back), *give_back))
 
 
 def trim_history(prefix: str, exact: bool = False) -> Call:

@@ -44,10 +44,13 @@ class Code(IntEnum):
     #            meanwhile; nothing written
     EARLY = 15  # claim: the slot was dispatched early and its time has not come; nothing written
     GRANT = 16  # claim: claimed, with the job fields the worker holds from the stream entry
+    LIMITED = 17  # claim: the queue has a queue-wide limit and the claim held no permit;
+    #               nothing written
 
 
 ANSWERS: dict[str, frozenset[Code]] = {
-    "claim": frozenset({Code.OK, Code.GRANT, Code.STALE, Code.HELD, Code.EARLY}),
+    "claim": frozenset({Code.OK, Code.GRANT, Code.STALE, Code.HELD, Code.EARLY,
+                        Code.LIMITED}),
     "take": frozenset({Code.OK}),
     "complete": frozenset({Code.OK, Code.REPEAT, Code.STALE}),
     "fail": frozenset({Code.RETRY, Code.DEAD, Code.CANCELLED, Code.REPEAT, Code.STALE}),
@@ -103,11 +106,20 @@ def triggered(reply: Sequence[Any]) -> tuple[Code, str]:
     return code(reply[0], "trigger"), slot.decode() if isinstance(slot, bytes) else str(slot)
 
 
-Grant = tuple[int, str, bytes, int, str, int]
-"""One claimed entry: (attempt = fencing token, task, payload, timeout_ms, delivery, fire_ms)."""
+class Grant(msgspec.Struct, gc=False):
+    """One claimed entry: what its run needs (claim.lua or take.lua granted it)."""
+    token: int  # the attempt number, which fences the run's commit
+    task: str
+    payload: bytes | None
+    timeout_ms: int  # 0: none
+    delivery: str
+    fire_ms: int  # from the slot id (JOB_ID:FIRE_MS), not sent back
+
 
 _OK, _STALE, _HELD, _EARLY = int(Code.OK), int(Code.STALE), int(Code.HELD), int(Code.EARLY)
-_GRANT = int(Code.GRANT)
+_GRANT, _LIMITED = int(Code.GRANT), int(Code.LIMITED)
+LIMITED = -1
+"""claimed()'s item for an entry refused for want of a queue-wide permit (LIMITED)."""
 Carried = tuple[str, bytes | None, int, str]
 """The job fields a dispatch-stream entry carries (carry_entry in _lib.lua): task, payload
 (None: null), timeout_ms (0: none), delivery; see carried()."""
@@ -120,15 +132,17 @@ def carried(fields: Sequence[bytes]) -> Carried:
             delivery.decode() if delivery else "at_least_once")
 
 
-def taken(reply: Sequence[Any], lane: str) -> tuple[list[tuple[str, bytes, str]], Any, int]:
+def taken(reply: Sequence[Any], lane: str
+          ) -> tuple[list[tuple[str, bytes, str]], Any, int, bool]:
     """take.lua's reply for one shard: the entries it stands for ((lane, "", slot id): a
     keyed slot has no stream entry; `lane` names the queue for the run's metrics), the
-    grants for them in claim.lua's form (claimed() or a tracer decodes them), and how long
-    (ms) until a key its rate held back has a token (-1: none was)."""
+    grants for them in claim.lua's form (claimed() or a tracer decodes them), how long
+    (ms) until a key its rate held back has a token (-1: none was), and whether the take
+    was refused for want of queue-wide permits."""
     try:
-        ids, grants, wait = reply
+        ids, grants, wait, limited = reply
         entries = [(lane, b"", slot_id.decode()) for slot_id in ids]
-        return entries, grants, int(wait)
+        return entries, grants, int(wait), bool(int(limited))
     except (TypeError, ValueError, AttributeError):
         raise ScriptError(f"unexpected reply from take.lua: {list(reply)[:4]!r}") from None
 
@@ -140,11 +154,12 @@ def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
     values), one item per entry of `entries` (the (lane, msg_id, slot_id) the call was
     built from), in order: its grant; None when the entry was not claimed (STALE: acked, the
     slot moved on; HELD: another consumer has it); or, for EARLY, the int time (ms) before
-    which the slot may not start, so the worker holds its entry until then. The grant's
+    which the slot may not start, so the worker holds its entry until then; LIMITED (-1)
+    for an entry refused for want of a queue-wide permit. The grant's
     fire_ms is the slot id's (JOB_ID:FIRE_MS), not sent back; a GRANT's job fields are the
     ones `carry` holds for its entry (the call's ARGV[8] said so). `traced`: the call was sent
     with trace "1" (each grant 3 values longer, see traces). This runs once per claimed slot
-    on the worker's hot path: plain tuples and ints."""
+    on the worker's hot path: Grant structs (built in C) and ints."""
     out: list[Grant | int | None] = []
     width = 9 if traced else 6  # the code and its values
     i, end = 0, len(reply)
@@ -153,15 +168,15 @@ def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
             c = reply[i]
             if c == _GRANT:
                 job: Any = carry[k]  # type: ignore[index]
-                out.append((int(reply[i + 1]), job[0], job[1], job[2], job[3],
-                            int(slot_id[slot_id.rindex(":") + 1:])))
+                out.append(Grant(int(reply[i + 1]), job[0], job[1], job[2], job[3],
+                                 int(slot_id[slot_id.rindex(":") + 1:])))
                 i += 2
             elif c == _OK:
                 task, delivery = reply[i + 2], reply[i + 5]
-                out.append((int(reply[i + 1]), task.decode() if task else "", reply[i + 3],
-                            int(reply[i + 4] or 0),
-                            delivery.decode() if delivery else "at_least_once",
-                            int(slot_id[slot_id.rindex(":") + 1:])))
+                out.append(Grant(int(reply[i + 1]), task.decode() if task else "",
+                                 reply[i + 3], int(reply[i + 4] or 0),
+                                 delivery.decode() if delivery else "at_least_once",
+                                 int(slot_id[slot_id.rindex(":") + 1:])))
                 i += width
             elif c == _STALE or c == _HELD:
                 out.append(None)
@@ -169,6 +184,9 @@ def claimed(reply: Sequence[Any], entries: Sequence[tuple[Any, Any, str]],
             elif c == _EARLY:
                 out.append(int(reply[i + 1]))
                 i += 2
+            elif c == _LIMITED:
+                out.append(LIMITED)
+                i += 1
             else:
                 raise ScriptError(f"unexpected reply code from claim.lua: {c!r}")
     except (IndexError, TypeError, ValueError):

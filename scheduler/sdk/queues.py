@@ -41,18 +41,25 @@ def set_queue_limit(core: ClientState, queue: str, concurrency: int | None = Non
     starts per second, at most `per_key_concurrency` runs at once and `per_key_rate` starts
     per second of any one concurrency key (the docs' "Many tenants on one queue" guide). A
     rate is starts per second, or text as the CLI takes it ("10/s", "300/m", "1000/h"). All
-    None clears the limit, and each one left None is not limited. Workers apply a change within about two seconds; slots over the limit stay
-    queued (over a key's limit, they never hold up other keys). Returns the limit now in
-    force (None: none)."""
+    None clears the limit, and each one left None is not limited.
+
+    The limit applies to every claim made after this call returns, by every worker: the
+    scripts that claim read it in Redis, so no worker is waited for, and one that is
+    unreachable cannot claim past it either. Runs already going are counted against a
+    per-key limit, not against a queue-wide one. Slots over the limit stay queued (over a
+    key's limit, they never hold up other keys). Returns the limit now in force (None:
+    none)."""
     check_name("queue", queue)
     limit = limits.check_limit(concurrency, rate, per_key_concurrency, per_key_rate)
     yield from ready(core)
-    pipe = Pipe()
+    keys, pipe = core.keys, Pipe()
+    # Every copy a script reads is written in this one round trip.
+    limits.write_copies(pipe, keys, core.shards, queue, limit)
     if not limit.queue_wide and not limit.per_key:
-        pipe.hdel(core.keys.limits, queue)
+        pipe.hdel(keys.limits, queue)
         yield pipe
         return None
-    pipe.hset(core.keys.limits, queue, limits.encode(limit))  # listed from now on
+    pipe.hset(keys.limits, queue, limits.encode(limit))  # listed from now on
     yield pipe
     return limit
 

@@ -15,7 +15,9 @@ more than its free slots.
 
 A grant starts a run at once. An EARLY answer (the slot was dispatched ahead of its time and
 the time has not come: promote.lua, claim.lua) hands the entry back to the reader it came
-from, held until then. A claim trims a shard's streams once per TRIM_EVERY entries claimed
+from, held until then. A LIMITED answer (the entry's queue has a queue-wide limit this worker
+has not read yet: scheduler/core/limits.py) hands the entry back to its stream and reads the
+limits at once, so the limited queues' loop takes the queue over. A claim trims a shard's streams once per TRIM_EVERY entries claimed
 there, not every call: a trim costs Redis several claims' worth of work.
 """
 
@@ -25,7 +27,7 @@ import asyncio
 import logging
 import operator
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import redis.asyncio
@@ -37,6 +39,7 @@ import scheduler.scripts.replies as replies
 from scheduler.core.keys import Keys, queue_of
 from scheduler.redis.clock import Clock, resync
 from scheduler.redis.service import ErrorLog, Service
+from scheduler.worker.backlog import Entry
 from scheduler.worker.committer import Committer
 from scheduler.worker.config import WorkerConfig
 from scheduler.worker.execution import Execution
@@ -83,6 +86,12 @@ class Claims:
         self._untrimmed: dict[int, int] = {}  # shard -> entries claimed since its last trim
         self.pool: ProcessPool | None = None  # the worker's process pool, once started
         self.pool_only = False  # every task of the registry runs in that pool
+        # Read the limits now (limiter.py sets it): a claim was refused for a queue-wide
+        # limit this worker had not seen yet.
+        self.on_limited: Callable[[], Awaitable[Any]] | None = None
+        # False only in the testing harness, which runs one claim at a time and enforces no
+        # queue-wide limit: its claims are sent as holding permits.
+        self.wide_limits = True
 
     def tallies(self) -> dict[str, tuple[int, int, int, int]]:
         """Per queue, what this worker's runs did (the heartbeat turns it into rates)."""
@@ -198,11 +207,13 @@ class Claims:
     async def claim(self, entries: dict[int, list[tuple[str, bytes, str]]],
                     prefetch: int = 0,
                     on_start: Callable[[Run], None] | None = None,
-                    reader: Reader | None = None) -> int:
+                    reader: Reader | None = None, permitted: bool = False) -> int:
         """One claim round trip for these entries (shard -> lane, entry id, slot id), and
         the start of every run it grants; returns how many started. `prefetch`: entries to
         read into the main reader's backlog in the same round trip (0: none). `reader` is
-        where the entries came from (the main one by default): EARLY ones go back to it."""
+        where the entries came from (the main one by default): EARLY ones go back to it.
+        `permitted`: each entry holds a queue-wide permit (limiter.py); without, entries of
+        a queue with a queue-wide limit are refused (LIMITED) and handed back."""
         now = self._claim_time(entries)
         shards, tracer = list(entries), self.execution.tracer
         source = reader or self.reader
@@ -210,9 +221,10 @@ class Claims:
         # its claims read the job), and what the claim is told of them (claim.lua ARGV[7]).
         carry = {s: self._carried(source, entries[s]) for s in shards} if tracer is None \
             else {}
+        permitted = permitted or not self.wide_limits
         calls = [scripts.claim(self.keys.prefix(s), now, self.worker_id, self.lease_ms,
                                entries[s], tracer, self._trim(s, len(entries[s])),
-                               carry[s][0] if carry else "") for s in shards]
+                               carry[s][0] if carry else "", permitted) for s in shards]
         deadline = self.clock.monotonic() + self.config.lease_s  # the lease holds at least so long
         answers, unconfirmed = await self.send(calls, prefetch)
         granted = []
@@ -220,13 +232,39 @@ class Claims:
             batch = entries[shard]
             granted.append((shard, batch, replies.claimed(reply, batch, carry=carry[shard][1])
                             if tracer is None else tracer.claimed(reply, batch)))
-        return self.start(granted, now, deadline, unconfirmed, source, on_start)
+        refused: list[Entry] = []
+        started = self.start(granted, now, deadline, unconfirmed, source, on_start, refused)
+        if refused:
+            await self._refused(source, refused, now)
+        return started
+
+    async def _refused(self, source: Reader, refused: list[Entry], now: int) -> None:
+        """Entries refused for a queue-wide limit this worker had not seen: back to their
+        streams, for a worker's limited queues' reader (this one's too, once it has read the
+        limits, which it does now rather than at its next refresh)."""
+        log.info("%d entries of %s handed back: a queue-wide limit was set",
+                 len(refused), ", ".join(sorted({queue_of(e[1]) for e in refused})))
+        by_shard: dict[int, list[tuple[str, bytes, str]]] = {}
+        for shard, lane, msg, slot_id in refused:
+            by_shard.setdefault(shard, []).append((lane, msg, slot_id))
+            source.carried.pop(slot_id, None)
+        try:
+            await scripts.run_async(self.redis, [
+                scripts.requeue(self.keys.prefix(s), now, self.config.events_maxlen, items)
+                for s, items in by_shard.items()])
+        except BaseException:
+            source.must_recover = True  # still this consumer's: taken back and tried again
+            raise
+        if self.on_limited is not None:
+            await self.on_limited()
 
     def start(self, granted: list[tuple[int, list[tuple[str, bytes, str]], list[Any]]],
               now: int, deadline: float, unconfirmed: Any, source: Reader,
-              on_start: Callable[[Run], None] | None = None) -> int:
+              on_start: Callable[[Run], None] | None = None,
+              refused: list[Entry] | None = None) -> int:
         """Start the run of every grant of a claim round trip: (shard, its entries, their
-        grants) each; EARLY ones go back to `source`, held. Returns how many started."""
+        grants) each; EARLY ones go back to `source`, held; LIMITED ones go to `refused`.
+        Returns how many started."""
         started, begun = 0, set()  # begun: slots started here, which may have ended already
         loop = asyncio.get_running_loop()
         # Locals: this loop runs once per claimed slot.
@@ -234,19 +272,23 @@ class Claims:
         held = source.carried
         for shard, batch, grants in granted:
             for (lane, msg, slot_id), grant in zip(batch, grants, strict=True):
-                if isinstance(grant, int):  # EARLY: not before this time
-                    source.hold((shard, lane, msg, slot_id), grant)
+                if isinstance(grant, int):
+                    if grant == replies.LIMITED:
+                        if refused is not None:
+                            refused.append((shard, lane, msg, slot_id))
+                    else:  # EARLY: not before this time
+                        source.hold((shard, lane, msg, slot_id), grant)
                     continue
                 held.pop(slot_id, None)
                 # An entry twice in a batch is granted twice: run it once, even when its
                 # first run ended within start() (an eager start: execution.py).
                 if grant is None or slot_id in running or slot_id in begun:
                     continue
-                if unconfirmed is not None and grant[4] == "at_most_once":
+                if unconfirmed is not None and grant.delivery == "at_most_once":
                     self._not_replicated(slot_id, unconfirmed)
                     continue
                 run = Run(shard, slot_id, grant, deadline, lane,
-                          "" if grant[4] == "at_most_once" else msg)
+                          "" if grant.delivery == "at_most_once" else msg)
                 run.started_ms = now
                 m = cache.get((lane, run.task)) or self._metrics_for(lane, run.task)
                 run.metrics = m

@@ -35,13 +35,6 @@ from scheduler.scripts.replies import Code, codes
 
 log = logging.getLogger("scheduler.worker.worker")
 
-# slot, token, started_ms, finished_ms, lane, msg_id (the claimed entry: "" for none)[,
-# result JSON or None, log lines JSON or None]: scripts.complete
-SucceededItem = tuple[Any, ...]
-# see scripts.fail: its 8 fields, the log lines' JSON or None, then the task (not sent: it
-# names the task in the line logged when the slot is dead)
-FailedItem = tuple[Any, ...]
-ReleasedItem = tuple[str, int, int]  # slot, token, started_ms
 KINDS = ("complete", "fail", "release")
 CHUNK = 1000  # outcomes per script call: bounds how long one call holds Redis
 Built = tuple[str, int, list[Any], scripts.Call]  # kind, shard, items, their call
@@ -79,15 +72,15 @@ class Committer(Service):
         self.committed = 0
         self.dropped = 0
 
-    def add_succeeded(self, shard: int, item: SucceededItem) -> None:
+    def add_succeeded(self, shard: int, item: scripts.Succeeded) -> None:
         self.pending["complete"][shard].append(item)
         self.wake.set()
 
-    def add_failed(self, shard: int, item: FailedItem) -> None:
+    def add_failed(self, shard: int, item: scripts.Failed) -> None:
         self.pending["fail"][shard].append(item)
         self.wake.set()
 
-    def add_released(self, shard: int, item: ReleasedItem) -> None:
+    def add_released(self, shard: int, item: scripts.Released) -> None:
         self.pending["release"][shard].append(item)
         self.wake.set()
 
@@ -98,8 +91,9 @@ class Committer(Service):
     def slots(self) -> set[str]:
         """The slots whose outcome waits to be committed, or is on its way."""
         batches = [self.pending, *self.flying]
-        return {item[0] for batch in batches for by in batch.values() for items in by.values()
-                for item in items} | {item[0] for _, _, item in (*self.alone, *self.flying_alone)}
+        return {item.slot_id for batch in batches for by in batch.values()
+                for items in by.values() for item in items} | {
+            item.slot_id for _, _, item in (*self.alone, *self.flying_alone)}
 
     def _call(self, kind: str, shard: int, items: list[Any], now: int) -> scripts.Call:
         build: Any = {"complete": scripts.complete, "fail": scripts.fail,
@@ -212,7 +206,7 @@ class Committer(Service):
                     # %r: the id may hold what Redis refused (a lone surrogate), which a
                     # UTF-8 log file could not take either
                     log.error("dropped the %s outcome of %r: Redis will not take it (%s: %s); "
-                              "its lease will expire and the slot be reclaimed", kind, item[0],
+                              "its lease will expire and the slot be reclaimed", kind, item.slot_id,
                               type(exc).__name__, exc)
                 continue
             took += self._tally(kind, result, [item])
@@ -250,10 +244,10 @@ class Committer(Service):
         rate limit held back (execution.HandlerErrors): a dead slot needs a person."""
         for answer, item in zip(answers, items, strict=True):
             if answer is Code.DEAD:
-                task = item[9] if len(item) > 9 else "?"
-                log.warning("slot %s of task %s is dead: attempt %s %s: %s", item[0], task,
-                            item[1], item[2], item[3] or "(no error text)",
-                            extra={"slot_id": item[0], "task": task, "attempt": item[1]})
+                log.warning("slot %s of task %s is dead: attempt %s %s: %s", item.slot_id,
+                            item.task, item.token, item.outcome, item.error or "(no error text)",
+                            extra={"slot_id": item.slot_id, "task": item.task,
+                                   "attempt": item.token})
 
     # --- the loop (a Service: scheduler/redis/service.py) ------------------------------
     # Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so

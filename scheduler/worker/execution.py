@@ -277,23 +277,22 @@ class Execution:
         logged = self._run_log(run)
         if kind == Outcome.SUCCEEDED:
             stored = None if result is None else self._result(run, result)
-            self.committer.add_succeeded(run.shard, (run.slot_id, run.token, run.started_ms,
-                                                finished, run.lane, run.msg)
-                                         if stored is None and logged is None
-                                         else (run.slot_id, run.token, run.started_ms,
-                                               finished, run.lane, run.msg, stored, logged))
+            self.committer.add_succeeded(run.shard, scripts.Succeeded(
+                run.slot_id, run.token, run.started_ms, finished, run.lane, run.msg, stored,
+                logged))
             run.metrics.succeeded(took)
         elif kind == "released":
-            self.committer.add_released(run.shard, (run.slot_id, run.token, run.started_ms))
+            self.committer.add_released(run.shard, scripts.Released(run.slot_id, run.token,
+                                                                    run.started_ms))
             run.metrics.ended("released", took)
         elif kind == "lost":
             self.abandoned[run.slot_id] = self.clock.monotonic()
             run.metrics.ended("lost", took)
         else:
             u = random.random()  # nosec B311 # the retry delay's jitter, not a secret
-            self.committer.add_failed(run.shard, (run.slot_id, run.token, kind, error,
-                                                  retry_ms, u, run.started_ms, finished,
-                                                  logged, run.task))
+            self.committer.add_failed(run.shard, scripts.Failed(
+                run.slot_id, run.token, kind, error, retry_ms, u, run.started_ms, finished,
+                logged, run.task))
             run.metrics.ended(kind, took)
 
     def _stuck(self, run: Run) -> None:

@@ -36,8 +36,12 @@ class Run:
         self.msg = msg
         self.announced = False  # a heartbeat told history it runs ("claimed", heartbeat.lua)
         # The attempt number is the fencing token.
-        (self.token, self.task, self.payload, self.timeout_ms, self.delivery,
-         self.fire_ms) = grant
+        self.token = grant.token
+        self.task = grant.task
+        self.payload = grant.payload
+        self.timeout_ms = grant.timeout_ms
+        self.delivery = grant.delivery
+        self.fire_ms = grant.fire_ms
         self.attempt = self.token
         self.started_ms = 0
         self.deadline = deadline

@@ -15,7 +15,10 @@ next take of that shard and queue asks for them again (take.lua's `again`, as a 
 again is granted again by claim.lua), so they run now rather than wait out their lease.
 
 A queue that also has a queue-wide limit takes its permits first (limiter.py's acquire), and
-asks take.lua for no more than were granted; permits it did not use go back at once.
+asks take.lua for no more than were granted; permits it did not use go back at once. The
+limits themselves are take.lua's to read (scheduler/core/limits.py): a take of a queue whose
+queue-wide limit this worker has not read yet is refused, and the worker reads the limits at
+once and takes with permits from the next pass.
 
 A queue that started nothing keyed lately is first probed (an LLEN of its ring per shard,
 sent without holding a run slot or a permit, so the worker's other claims never wait on this
@@ -30,7 +33,6 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import scheduler.core.limits as limits
 import scheduler.redis.transport as transport
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
@@ -153,10 +155,8 @@ class KeyedClaims(Service):
         w = self.claims
         tracer = w.execution.tracer
         now = w.clock.now_ms()
-        per_key, none = self.limited.per_key, limits.QueueLimit()
-        calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n,
-                              per_key.get(q, none).per_key_concurrency, tracer,
-                              per_key.get(q, none).per_key_rate, (s, q) in self._again)
+        calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n, tracer,
+                              (s, q) in self._again, q in permits or not w.wide_limits)
                  for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
@@ -174,9 +174,11 @@ class KeyedClaims(Service):
             w.slots.capacity.set()
         granted, self._rate_wait_ms = [], -1
         mono = w.clock.monotonic()
+        refused = False
         for (s, q, _), reply in zip(asks, answers, strict=True):
             self._again.discard((s, q))
-            entries, flat, wait_ms = replies.taken(reply, q)
+            entries, flat, wait_ms, limited = replies.taken(reply, q)
+            refused = refused or limited
             if entries:
                 self._found[q] = mono
             if wait_ms >= 0:
@@ -185,8 +187,11 @@ class KeyedClaims(Service):
             grants = replies.claimed(flat, entries) if tracer is None \
                 else tracer.claimed(flat, entries)
             granted.append((s, entries, grants))
-        return w.start(granted, now, deadline, unconfirmed, w.reader,
-                       on_start=lambda run: self._on_start(run, permits))
+        started = w.start(granted, now, deadline, unconfirmed, w.reader,
+                          on_start=lambda run: self._on_start(run, permits))
+        if refused:  # a queue-wide limit not read yet: read it, take with permits next pass
+            await self.limited.refresh()
+        return started
 
     def _on_start(self, run: Run, permits: dict[str, list[str]]) -> None:
         queue = run.lane

@@ -4,7 +4,10 @@ of limited queues.
 A queue without a limit costs nothing here: the worker's main claim loops read and claim it as
 always. A queue with a limit is read by `LimitedClaims` instead, over a reader of its own, and
 each entry is claimed only with a permit from acquire.lua (the one global count, on one Redis
-node even in a Cluster: its keys share the hash tag `{lim:<queue>}`). So:
+node even in a Cluster: its keys share the hash tag `{lim:<queue>}`). Which queues are limited
+is read every REFRESH_S, and at once when a claim is refused for a limit not read yet (claim.lua
+and take.lua answer LIMITED: the scripts hold the limits, scheduler/core/limits.py has the
+rule); the limit itself is never this worker's copy: acquire.lua reads it. So:
 
   * slots over the limit stay queued in their streams or in this loop's hands, never failed;
     entries read but not granted a permit are handed back (requeue) after HOLD_S, so another
@@ -64,8 +67,6 @@ class LimitedClaims(Service):
         self.keys = claims.keys
         self.shards = 0
         self.limits: dict[str, limits.QueueLimit] = {}  # this worker's queues limited as a whole
-        # queue -> its limit, of the queues with a per-key part (keyed.py reads them)
-        self.per_key: dict[str, limits.QueueLimit] = {}
         self.reader: Reader | None = None
         self.held: dict[str, set[str]] = {}  # queue -> permits of runs in flight
         self.returning: dict[str, list[str]] = {}  # queue -> permits to give back
@@ -75,34 +76,61 @@ class LimitedClaims(Service):
         self._renewed = 0.0
         self._waiting_since: float | None = None  # entries in hand, no permit since
         self._sleep_s = 0.0
+        self._refreshing = asyncio.Lock()  # this loop, the claim loops and the keyed claims
+        claims.on_limited = self.refresh
 
     # --- the limits ------------------------------------------------------------------------
 
     async def open(self, shards: int) -> None:
-        """At the worker's setup, once it knows the shard count: read the limits."""
+        """At the worker's setup, once it knows the shard count: read the limits (and write
+        the scripts' copies of any set before the scripts read their own: copy_missing)."""
         self.shards = shards
         await self.refresh()
+        raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
+        await self.copy_missing(limits.parse(raw))
+
+    async def copy_missing(self, found: dict[str, limits.QueueLimit]) -> list[str]:
+        """Limits in the `limits` hash whose copies the scripts read are missing (set by a
+        version whose set_queue_limit wrote the hash alone; the scripts would claim as if
+        there were none): written now, by the first worker to start. Returns those queues.
+        A set_queue_limit of the same queue at that very moment may be undone by it."""
+        keys, queues = self.keys, sorted(found)
+        if not queues:
+            return []
+        pipe = transport.pipeline(self.claims.redis)
+        for q in queues:
+            pipe.exists(keys.limit(q))
+            pipe.sismember(keys.limited(0), q)
+            pipe.exists(keys.key_limit(0, q))
+        have = await transport.send(pipe)
+        missing = [q for i, q in enumerate(queues)
+                   if (found[q].queue_wide, found[q].queue_wide, found[q].per_key)
+                   != tuple(bool(x) for x in have[3 * i:3 * i + 3])]
+        if missing:
+            pipe = transport.pipeline(self.claims.redis)
+            for q in missing:
+                limits.write_copies(pipe, keys, self.shards, q, found[q])
+            await transport.send(pipe)
+            log.warning("queue limits of %s written where the claim scripts read them (set "
+                        "by an older version)", ", ".join(missing))
+        return missing
 
     async def refresh(self) -> bool:
         """Read the limits; True when the set of limited queues changed (the worker then
-        reads them here, and no longer in its main loops)."""
-        # The worker's clients decode nothing: keys and values are bytes.
-        parsed = await self.read_limits()
-        mine = {q: lim for q, lim in parsed.items()
-                if q in self.claims.config.queues and lim.queue_wide}
-        changed = set(mine) != set(self.limits)
-        self.limits = mine
-        self._refreshed = self.claims.clock.monotonic()
-        if changed:
-            await self._reopen()
-        return changed
-
-    async def read_limits(self) -> dict[str, limits.QueueLimit]:
-        """The limits hash; the per-key limits are kept as they are (keyed.py reads them)."""
-        raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
-        parsed = limits.parse(raw)
-        self.per_key = {q: lim for q, lim in parsed.items() if lim.per_key}
-        return parsed
+        reads them here, and no longer in its main loops). Also called by a claim refused
+        for a limit not read yet (Claims.on_limited, keyed.py)."""
+        async with self._refreshing:
+            # The worker's clients decode nothing: keys and values are bytes.
+            raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
+            mine = {q: lim for q, lim in limits.parse(raw).items()
+                    if q in self.claims.config.queues and lim.queue_wide}
+            changed = set(mine) != set(self.limits)
+            self.limits = mine
+            self._refreshed = self.claims.clock.monotonic()
+            if changed:
+                await self._reopen()
+                self.ended.set()  # this loop may be asleep: the new reader starts now
+            return changed
 
     async def _reopen(self) -> None:
         w = self.claims
@@ -137,13 +165,10 @@ class LimitedClaims(Service):
         now = w.clock.now_ms()
         queues = list(wants) + [q for q in self.returning if q not in wants]
         back = {q: self.returning.pop(q, []) for q in queues}
-        calls = []
-        for q in queues:
-            lim = self.limits.get(q) or limits.QueueLimit()
-            calls.append(scripts.acquire(
-                self.keys.permits(q), self.keys.bucket(q), now, wants.get(q, 0),
-                lim.concurrency, lim.rate, w.lease_ms, f"{w.worker_id}:{next(self._calls)}",
-                back[q]))
+        calls = [scripts.acquire(self.keys.permits(q), self.keys.bucket(q), self.keys.limit(q),
+                                 now, wants.get(q, 0), w.lease_ms,
+                                 f"{w.worker_id}:{next(self._calls)}", back[q])
+                 for q in queues]
         try:
             replies = await scripts.run_async(w.redis, calls)
         except BaseException:
@@ -155,7 +180,7 @@ class LimitedClaims(Service):
             raise
         out = {q: Acquired.decode(r) for q, r in zip(queues, replies, strict=True)}
         for q, got in out.items():
-            if self.limits.get(q, limits.QueueLimit()).concurrency is not None:
+            if got.granted and got.members[0]:  # "" without a concurrency limit: none held
                 self.held.setdefault(q, set()).update(got.members)
         return out
 
@@ -214,12 +239,18 @@ class LimitedClaims(Service):
             keep += mine[granted:]
             for entry, member in zip(mine[:granted], got[q].members, strict=False):
                 permits[entry[3]] = (q, member)
-        started = await self._claim(start, permits) if start else 0
+        started = await self._claim(reader, start, permits) if start else 0
         reader.give_back(keep)
+        if reader is not self.reader:
+            # The limits were read again meanwhile (a claim elsewhere was refused for a new
+            # one) and another reader took over: what this one holds goes back to its streams.
+            await reader.requeue_backlog(w.clock.now_ms())
+            keep = []
         self._pace(got, keep, mono)
         return started
 
-    async def _claim(self, entries: list[Any], permits: dict[str, tuple[str, str]]) -> int:
+    async def _claim(self, reader: Reader, entries: list[Any],
+                     permits: dict[str, tuple[str, str]]) -> int:
         slots = self.claims.slots
 
         def on_start(run: Run) -> None:
@@ -233,11 +264,10 @@ class LimitedClaims(Service):
         slots.claiming += len(entries)
         try:
             started: int = await self.claims.claim(by_shard, on_start=on_start,
-                                                   reader=self.reader)
+                                                   reader=reader, permitted=True)
         except BaseException:
-            assert self.reader is not None
-            self.reader.give_back(entries)
-            self.reader.must_recover = True
+            reader.give_back(entries)
+            reader.must_recover = True
             raise
         finally:
             slots.claiming -= len(entries)

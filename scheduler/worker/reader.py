@@ -87,8 +87,12 @@ class Reader:
         self._per_priority = max(1, len(self.streams) // len(PRIORITIES))
         self._read_tail = ("STREAMS", *(key for key, _, _ in self.streams),
                            *(">" for _ in self.streams))
-        self._stream_of = {key: (shard, lane_name, self.backlog.lane(lane_name))
-                           for key, shard, lane_name in self.streams}
+        # Streams read before keep their place: a read sent before this call may still bring
+        # their entries (a queue that just became limited: the claim refuses them, LIMITED,
+        # and they go back to their stream rather than sit unseen in this consumer's hands).
+        self._stream_of = {**self._stream_of,
+                           **{key: (shard, lane_name, self.backlog.lane(lane_name))
+                              for key, shard, lane_name in self.streams}}
         for shard in range(shards):
             keys = [key for key, s, _ in self.streams if s == shard]
             self._shard_tail[shard] = ("STREAMS", *keys, *(">" for _ in keys))

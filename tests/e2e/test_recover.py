@@ -61,9 +61,10 @@ def _claim(r: redis.Redis, client: Client, job_ids: list[str], queue: str,
                                                    entries)])[0]
         if outcome:
             grants = replies.claimed(reply, entries)
-            items = [(slot, grant[0], outcome, "try later", 300, 0.0, now, now)
+            items = [scripts.Failed(slot, grant.token, outcome, "try later", 300, 0.0, now, now)
                      for (_, _, slot), grant in zip(entries, grants, strict=True)
-                     if isinstance(grant, tuple)]
+                     if isinstance(grant, replies.Grant)]
+            assert items, "nothing was claimed to fail"
             scripts.run_sync(r, [scripts.fail(prefix, now, 1000, "ghost", items)])
 
 

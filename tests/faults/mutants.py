@@ -36,6 +36,8 @@ MIGRATING = ("tests/faults/test_cluster.py::"
 PRIORITIES = "tests/sdk/test_priorities.py"
 EXPIRER = "tests/services/test_expirer.py::"
 LIMITS = "tests/sdk/test_queue_limits.py"
+AT_ONCE = "tests/e2e/test_limits_apply_at_once.py::"
+IN_SCRIPTS = "tests/lua/test_limits_in_scripts.py::"
 HELD_BACK = (f"{LIMITS}::test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_"
              "the_limit_cleared")
 EARLY = "tests/services/test_early_dispatch.py"
@@ -396,10 +398,13 @@ MUTANTS = [
            "its hands for a minute, not HOLD_S: no other worker can start them",
            "scheduler/worker/limiter.py", "mono - self._waiting_since >= HOLD_S):",
            "mono - self._waiting_since >= 60 * HOLD_S):", (HELD_BACK,)),
-    Mutant("limits-read-once-a-minute", "workers read the limits once a minute: a limit "
-           "set, changed or cleared takes a minute, not a second or two",
-           "scheduler/worker/limiter.py", "        if mono - self._refreshed >= REFRESH_S:",
-           "        if mono - self._refreshed >= 60 * REFRESH_S:", (HELD_BACK,)),
+    Mutant("limits-not-read-when-refused", "a worker whose claim is refused for a new "
+           "queue-wide limit reads the limits only at its next refresh: meanwhile it hands "
+           "the queue's entries back and reads them again, in a loop",
+           "scheduler/worker/limiter.py", "        claims.on_limited = self.refresh",
+           "        claims.on_limited = None",
+           (f"{AT_ONCE}test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call"
+            "[single-client]",)),
     Mutant("permits-never-expire", "acquire.lua never drops expired permits: a crashed "
            "worker's permits hold the queue at its limit for good",
            "scheduler/scripts/lua/acquire.lua",
@@ -413,8 +418,8 @@ MUTANTS = [
            (f"{LIMITS}::test_a_run_longer_than_the_lease_keeps_its_permit",)),
     Mutant("testing-mode-applies-limits", "the testing mode reads the queue limits as a "
            "worker does: a limited queue's jobs wait on a reader no drain runs",
-           "scheduler/testing/harness.py", "await self.worker.limited.read_limits()",
-           "await self.worker.limited.refresh()",
+           "scheduler/testing/harness.py", "self.worker.claims.wide_limits = False",
+           "self.worker.claims.wide_limits = True",
            (f"{LIMITS}::test_the_testing_mode_ignores_limits",), fast=True),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
@@ -954,8 +959,8 @@ MUTANTS = [
     Mutant("take-not-asked-again", "a worker whose take's reply was lost does not ask for "
            "its grants again: they wait out their lease and count a failed attempt",
            "scheduler/worker/keyed.py",
-           "per_key.get(q, none).per_key_rate, (s, q) in self._again)",
-           "per_key.get(q, none).per_key_rate, False)",
+           "(s, q) in self._again, q in permits or not w.wide_limits)",
+           "False, q in permits or not w.wide_limits)",
            ("tests/services/test_keyed_claims.py",), fast=True),
     Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
@@ -1154,11 +1159,13 @@ MUTANTS = [
            (DEDUPE + "test_sched_submit_takes_the_window_and_jobs_show_shows_it[single]",
             DEDUPE + "test_the_consoles_job_page_shows_the_key_its_window_and_the_debounce"
             "[single]"), fast=True),
-    Mutant("limits-read-once-a-minute", "workers read the limits again once a minute: a "
-           "per-key limit set, changed or removed takes a minute to apply, not a second or two",
-           "scheduler/worker/limiter.py", "REFRESH_S = 1.0 ", "REFRESH_S = 60.0 ",
-           ("tests/e2e/test_tenants.py::test_a_limit_set_changed_or_removed_reaches_running_"
-            "workers_within_seconds[single]",)),
+    Mutant("per-key-limit-not-read-by-take", "take.lua does not read the per-key limit "
+           "set_queue_limit wrote into its shard: one key's runs are not limited",
+           "scheduler/scripts/lua/take.lua", "local per_key = tonumber(limit[1]) or -1",
+           "local per_key = -1",
+           (f"{IN_SCRIPTS}test_a_take_reads_the_per_key_limit_and_refuses_without_permits",
+            f"{AT_ONCE}test_a_per_key_limit_holds_from_the_first_claim_after_the_call"
+            "[single-client]"), fast=True),
     Mutant("window-id-outside-its-shard", "a window's job id is placed in shard 0, not in its "
            "key's: the record and its job are written to two shards (two slots on a Cluster)",
            "scheduler/core/jobspec.py",
@@ -1302,6 +1309,43 @@ MUTANTS = [
            "                free = min(free, pool.startable() - taking)", "                pass",
            ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
             "pool_claims_what_its_children_can_start",), fast=True),
+    Mutant("claim-ignores-queue-wide-limit", "claim.lua claims an entry of a queue with a "
+           "queue-wide limit without a permit: a worker that has not read the limit yet runs "
+           "the queue past it", "scheduler/scripts/lua/claim.lua",
+           "if ARGV[8] ~= '1' and redis.call('EXISTS', limited_set) == 1 then limited = {} end",
+           "if false then limited = {} end",
+           (f"{IN_SCRIPTS}test_a_claim_without_permits_is_refused_while_its_queue_has_a_"
+            "queue_wide_limit",
+            f"{AT_ONCE}test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call"
+            "[single-client]"), fast=True),
+    Mutant("take-ignores-queue-wide-limit", "take.lua takes keyed slots of a queue with a "
+           "queue-wide limit without permits", "scheduler/scripts/lua/take.lua",
+           "if not permitted and redis.call('SISMEMBER', prefix .. 'limited', queue) == 1 then",
+           "if false then",
+           (f"{IN_SCRIPTS}test_a_take_reads_the_per_key_limit_and_refuses_without_permits",),
+           fast=True),
+    Mutant("acquire-ignores-stored-limit", "acquire.lua grants permits without reading the "
+           "queue's limit: a queue-wide concurrency limit holds nothing",
+           "scheduler/scripts/lua/acquire.lua",
+           "local concurrency = tonumber(limit[1]) or -1", "local concurrency = -1",
+           (f"{IN_SCRIPTS}test_acquire_reads_the_limit_at_each_call",), fast=True),
+    Mutant("limit-written-to-one-shard", "set_queue_limit writes the per-shard copies into "
+           "shard 0 only: the scripts of every other shard claim past the limit",
+           "scheduler/core/limits.py", "    for shard in range(shards):",
+           "    for shard in range(min(shards, 1)):",
+           (f"{IN_SCRIPTS}test_a_limit_is_written_where_every_script_reads_it",), fast=True),
+    Mutant("refused-entries-kept", "a worker whose claim is refused for a queue-wide limit "
+           "keeps the entries in its hands instead of handing them back: no one starts them",
+           "scheduler/worker/claims.py",
+           "            await self._refused(source, refused, now)", "            pass",
+           (f"{AT_ONCE}test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call"
+            "[single-client]",)),
+    Mutant("old-limits-not-copied", "a worker does not write the scripts' copies of limits "
+           "an older version set (the limits hash alone): after an upgrade those queues run "
+           "unlimited", "scheduler/worker/limiter.py",
+           "        await self.copy_missing(limits.parse(raw))", "        pass",
+           (f"{IN_SCRIPTS}test_a_worker_writes_the_copies_of_limits_set_before_the_scripts_"
+            "read_them",), fast=True),
     Mutant("catchup-drop-not-listed", "materialize.lua counts the occurrences the catch-up "
            "policy dropped but lists none in the fire ledger: `fires` cannot say which fire "
            "times were dropped, nor why", "scheduler/scripts/lua/materialize.lua",

@@ -10,7 +10,7 @@ from scheduler import Client, RetryPolicy, SlotStatus
 from scheduler.core.keys import DISPATCH_GROUP
 from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
-from scheduler.scripts.replies import Code, carried, claim_items, claimed
+from scheduler.scripts.replies import Code, Grant, carried, claim_items, claimed
 from scheduler.worker.reader import Reader
 
 
@@ -53,7 +53,8 @@ def test_a_carried_claim_reads_no_job_and_grants_the_attempt(
                                 carried="k"))
     assert claim_items(reply) == [[Code.GRANT, 1]]
     [grant] = claimed(reply, entries, carry=[job])
-    assert grant == (1, "t", b'{"n":1}', 0, "at_least_once", int(s.slot_id.rsplit(":")[1]))
+    assert grant == Grant(1, "t", b'{"n":1}', 0, "at_least_once",
+                         int(s.slot_id.rsplit(":")[1]))
     slot = s.slot()
     assert slot.status is SlotStatus.RUNNING and slot.attempt == 1
     r.rename(f"{s.prefix}job:{s.job_id}:away", f"{s.prefix}job:{s.job_id}")
@@ -89,7 +90,7 @@ def test_a_retry_dispatched_by_promote_carries_the_job_too(
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=1, max_s=60, jitter=0))
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "x", -1, 0.3, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "x", -1, 0.3, now,
                                                  now)]))
     clock.advance(1)
     assert s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100))[0] == 1

@@ -42,10 +42,10 @@ def test_the_ends_a_caller_brings_about_are_indexed(r: redis.Redis, client: Clie
     lost = make(r, client, clock, delivery="at_most_once")
     lost.claim(lost.read())
     now = clock.now_ms()
-    lost.run(scripts.release(lost.prefix, now, 1000, W, [(lost.slot_id, 1, now)]))
+    lost.run(scripts.release(lost.prefix, now, 1000, W, [scripts.Released(lost.slot_id, 1, now)]))
     dead = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
     dead.claim(dead.read())
-    dead.run(scripts.fail(dead.prefix, now, 1000, W, [(dead.slot_id, 1, "failed", "no", -1, 0,
+    dead.run(scripts.fail(dead.prefix, now, 1000, W, [scripts.Failed(dead.slot_id, 1, "failed", "no", -1, 0,
                                                        now, now)]))
     for s, status in ((cancelled, SlotStatus.CANCELLED), (deleted, SlotStatus.CANCELLED),
                       (lost, SlotStatus.LOST), (dead, SlotStatus.DEAD)):

@@ -78,9 +78,9 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "delete_job": lambda p: scripts.delete_job(p, 1, 10, "j", "why"),
         "trigger": lambda p: scripts.trigger(p, 1, 10, "j"),
         "redefine": lambda p: scripts.redefine(p, 1, 10, "j", "", 2, []),
-        "take": lambda p: scripts.take(p, 1, "w", 1000, "q", 1, None),
-        "acquire": lambda p: scripts.acquire(p + "permits", p + "bucket", 1, 1, 1, None, 1000,
-                                             "w:1", []),
+        "take": lambda p: scripts.take(p, 1, "w", 1000, "q", 1),
+        "acquire": lambda p: scripts.acquire(p + "permits", p + "bucket", p + "limit", 1, 1,
+                                             1000, "w:1", []),
     }
     call = builders[name]("ns:{s00}:")
     assert call.script == name

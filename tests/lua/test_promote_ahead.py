@@ -49,7 +49,7 @@ def test_a_retry_is_dispatched_early_and_held_to_its_backoff(
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=2, max_s=60, jitter=0))
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "x", -1, 0.1, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "x", -1, 0.1, now,
                                                  now)]))
     assert s.run(scripts.promote(s.prefix, now, 1000, 100, ahead_ms=2000))[0] == 1
     entries = [(s.queue, r.hget(f"{s.prefix}slot:{s.slot_id}", "msg"), s.slot_id)]

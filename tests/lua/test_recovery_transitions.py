@@ -40,8 +40,8 @@ def test_an_expired_lease_is_reclaimed_and_the_old_commit_refused(
     [reply] = s.claim(s.read(consumer="w2"), worker="w2")
     assert reply[:2] == [Code.OK, 2]
     now = clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [Code.STALE]
-    assert s.run(scripts.complete(s.prefix, now, 1000, "w2", [(s.slot_id, 2, now, now)])) == [1]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [scripts.Succeeded(s.slot_id, 1, now, now)])) == [Code.STALE]
+    assert s.run(scripts.complete(s.prefix, now, 1000, "w2", [scripts.Succeeded(s.slot_id, 2, now, now)])) == [1]
     assert r.xpending(s.stream, DISPATCH_GROUP)["pending"] == 0
     assert "refused" in [kind for kind, _ in s.events()]
 
@@ -51,7 +51,7 @@ def committed(s: Shard, worker: str, items: list[tuple[str, bytes, str, int]]) -
     the entry it was claimed from, as a worker presents them."""
     now = s.clock.now_ms()
     return [int(c) for c in s.run(scripts.complete(
-        s.prefix, now, 1000, worker, [(slot, token, now, now, lane, msg)
+        s.prefix, now, 1000, worker, [scripts.Succeeded(slot, token, now, now, lane, msg)
                                       for lane, msg, slot, token in items]))]
 
 
@@ -185,7 +185,7 @@ def test_cancel_each_state(r: redis.Redis, client: Client, clock: ManualClock) -
     done = make(r, client, clock)
     [reply] = done.claim(done.read())
     now = clock.now_ms()
-    done.run(scripts.complete(done.prefix, now, 1000, W, [(done.slot_id, 1, now, now)]))
+    done.run(scripts.complete(done.prefix, now, 1000, W, [scripts.Succeeded(done.slot_id, 1, now, now)]))
 
     def cancel(s: Shard) -> int:
         return int(s.run(scripts.cancel(s.prefix, now, 1000, "operator", [s.slot_id]))[0])
@@ -214,7 +214,7 @@ def test_replay_is_a_new_attempt_of_the_same_slot_and_purge_keeps_history(
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", -1, 0, now, now)]))
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "boom", -1, 0, now, now)]))
     assert s.slot().status is SlotStatus.DEAD
     assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id, "nope:1"])) == [Code.OK, Code.MISSING]
     assert s.run(scripts.replay(s.prefix, now, 1000, [s.slot_id])) == [Code.MISSING]  # not dead any more
@@ -222,7 +222,7 @@ def test_replay_is_a_new_attempt_of_the_same_slot_and_purge_keeps_history(
     assert slot.status is SlotStatus.QUEUED and slot.failures == 0
     [reply] = s.claim(s.read())
     assert reply[:2] == [Code.OK, 2]
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 2, "failed", "again", -1, 0, now, now)]))
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 2, "failed", "again", -1, 0, now, now)]))
     assert s.run(scripts.purge(s.prefix, now, 1000, [s.slot_id])) == [1]
     assert r.zcard(s.keys.dlq(s.shard)) == 0
     slot = s.slot()

@@ -33,8 +33,8 @@ def test_a_claim_reply_gives_grants_in_entry_order() -> None:
     reply = [Code.OK, 2, b"emails.send", b'{"to":1}', 5000, b"at_most_once",
              Code.STALE, Code.HELD, Code.EARLY, b"40", Code.OK, 1, b"t", b"", None, None]
     assert replies.claimed(reply, _ENTRIES) == [
-        (2, "emails.send", b'{"to":1}', 5000, "at_most_once", 1700), None, None, 40,
-        (1, "t", b"", 0, "at_least_once", 9)]
+        replies.Grant(2, "emails.send", b'{"to":1}', 5000, "at_most_once", 1700), None, None,
+        40, replies.Grant(1, "t", b"", 0, "at_least_once", 9)]
     assert replies.claim_items(reply)[3] == [Code.EARLY, b"40"]
 
 
@@ -43,7 +43,8 @@ def test_a_traced_claim_reply_carries_trace_context() -> None:
              Code.STALE, Code.OK, 1, b"t", b"", None, None, None, None, b"c:6"]
     entries = [_ENTRIES[0], _ENTRIES[1], _ENTRIES[2]]
     assert replies.claimed(reply, entries, traced=True) == [
-        (2, "t", b"", 0, "at_least_once", 1700), None, (1, "t", b"", 0, "at_least_once", 6)]
+        replies.Grant(2, "t", b"", 0, "at_least_once", 1700), None,
+        replies.Grant(1, "t", b"", 0, "at_least_once", 6)]
     assert replies.traces(reply) == {"a:1700": ("00-ab-cd-01", True), "c:6": (None, False)}
 
 

@@ -52,9 +52,16 @@ class Keyed:
 
     def take(self, n: int, per_key: int | None = None, worker: str = W,
              rate: float | None = None) -> list[str]:
+        # The queue's per-key limit where take.lua reads it (set_queue_limit writes it so).
+        limit = self.keys.key_limit(SHARD, self.queue)
+        self.r.delete(limit)
+        fields = {"concurrency": per_key, "rate": None if rate is None else repr(float(rate))}
+        if any(v is not None for v in fields.values()):
+            self.r.hset(limit, mapping={f: v for f, v in fields.items() if v is not None})
         reply = self.run(scripts.take(self.prefix, self.clock.now_ms(), worker, LEASE,
-                                      self.queue, n, per_key, per_key_rate=rate))
-        entries, flat, self.wait_ms = replies.taken(reply, self.queue)
+                                      self.queue, n))
+        entries, flat, self.wait_ms, limited = replies.taken(reply, self.queue)
+        assert not limited
         grants = replies.claimed(flat, entries)
         assert all(g is not None for g in grants)
         return [slot for _, _, slot in entries]
@@ -66,7 +73,7 @@ class Keyed:
         attempt = int(self.r.hget(self.keys.slot(SHARD, slot_id), "attempt"))
         now = self.clock.now_ms()
         return self.run(scripts.complete(self.prefix, now, 1000, W,
-                                         [(slot_id, attempt, now, now, self.queue, "")]))
+                                         [scripts.Succeeded(slot_id, attempt, now, now, self.queue, "")]))
 
     def ring(self) -> list[str]:
         return [k.decode() for k in self.r.lrange(self.keys.key_ring(SHARD, self.queue), 0, -1)]
@@ -184,9 +191,9 @@ def test_every_end_of_an_attempt_gives_the_permit_back(
     slots = k.take(3, per_key=3)
     assert k.running("a") == 3
     now = clock.now_ms()
-    assert k.run(scripts.fail(k.prefix, now, 1000, W, [(slots[0], 1, "failed", "boom", -1,
+    assert k.run(scripts.fail(k.prefix, now, 1000, W, [scripts.Failed(slots[0], 1, "failed", "boom", -1,
                                                         0.5, now, now)])) is not None
-    assert k.run(scripts.release(k.prefix, now, 1000, W, [(slots[1], 1, now)])) == \
+    assert k.run(scripts.release(k.prefix, now, 1000, W, [scripts.Released(slots[1], 1, now)])) == \
         [replies.Code.OK]
     assert k.running("a") == 1
     assert r.zscore(k.keys.key_queue(SHARD, "ends", "a"), slots[1]) is not None  # queued again
@@ -298,15 +305,14 @@ def test_a_take_sent_again_is_granted_its_slots_again(
     first = k.take(2)
     other = k.take(1, worker="worker-2")
     clock.advance(1)
-    reply = k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5, None,
-                               again=True))
-    entries, flat, _ = replies.taken(reply, "again")
+    reply = k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5, again=True))
+    entries, flat, _, _ = replies.taken(reply, "again")
     assert [slot for _, _, slot in entries] == first
-    assert [g[0] for g in replies.claimed(flat, entries)] == [1, 1]  # the same attempt
+    assert [g.token for g in replies.claimed(flat, entries)] == [1, 1]  # type: ignore[union-attr]  # the same attempt
     assert int(r.hget(k.keys.slot(SHARD, first[0]), "lease_until")) == clock.now_ms() + LEASE
     assert int(r.zscore(k.keys.leases(SHARD), first[0])) == clock.now_ms() + LEASE
     assert other[0] not in [slot for _, _, slot in entries]
     clock.advance(LEASE / 1000 + 1)
     late = replies.taken(k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5,
-                                            None, again=True)), "again")
+                                            again=True)), "again")
     assert late[0] == []

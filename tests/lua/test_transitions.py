@@ -65,7 +65,7 @@ def test_claim_then_complete(r: redis.Redis, client: Client, clock: ManualClock)
     assert slot.status is SlotStatus.RUNNING and slot.lease_until_ms == clock.now_ms() + LEASE
     clock.advance(1)
     assert s.run(scripts.complete(s.prefix, clock.now_ms(), 1000, W,
-                                  [(s.slot_id, 1, clock.now_ms() - 5, clock.now_ms())])) == [Code.OK]
+                                  [scripts.Succeeded(s.slot_id, 1, clock.now_ms() - 5, clock.now_ms())])) == [Code.OK]
     slot = s.slot()
     assert slot.status is SlotStatus.SUCCEEDED
     assert [a.outcome for a in slot.attempts] == ["succeeded"]
@@ -80,9 +80,9 @@ def test_a_commit_with_a_stale_token_is_refused_and_recorded(
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 7, now, now)])) == [Code.STALE]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [scripts.Succeeded(s.slot_id, 7, now, now)])) == [Code.STALE]
     assert s.run(scripts.fail(s.prefix, now, 1000, W,
-                              [(s.slot_id, 7, "failed", "x", -1, 0.5, now, now)])) == [Code.STALE]
+                              [scripts.Failed(s.slot_id, 7, "failed", "x", -1, 0.5, now, now)])) == [Code.STALE]
     assert s.slot().status is SlotStatus.RUNNING
     refused = [data for kind, data in s.events() if kind == "refused"]
     assert refused[0][0]["token"] == 7 and refused[0][0]["current_token"] == 1
@@ -95,7 +95,7 @@ def test_a_second_success_for_the_same_slot_is_refused(
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
-    item = [(s.slot_id, 1, now, now)]
+    item = [scripts.Succeeded(s.slot_id, 1, now, now)]
     assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [Code.OK]
     assert s.run(scripts.complete(s.prefix, now, 1000, W, item)) == [Code.REPEAT]
     assert s.run(scripts.complete(s.prefix, now, 1000, "other", item)) == [
@@ -110,10 +110,10 @@ def test_a_repeated_failure_is_answered_already_and_a_late_one_refused(
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=3, base_s=2, max_s=60, jitter=0))
     s.claim(s.read())
     now = clock.now_ms()
-    item = [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)]
+    item = [scripts.Failed(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)]
     assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [Code.RETRY]
     assert s.run(scripts.fail(s.prefix, now, 1000, W, item)) == [Code.REPEAT]
-    timed_out = [(s.slot_id, 1, "timed_out", "late", -1, 0.3, now, now)]
+    timed_out = [scripts.Failed(s.slot_id, 1, "timed_out", "late", -1, 0.3, now, now)]
     assert s.run(scripts.fail(s.prefix, now, 1000, W, timed_out)) == [Code.STALE]
     assert s.slot().failures == 1
 
@@ -151,7 +151,7 @@ def test_fail_schedules_a_retry_with_backoff_then_promote_dispatches_it(
     s.claim(s.read())
     now = clock.now_ms()
     assert s.run(scripts.fail(s.prefix, now, 1000, W,
-                              [(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)])) == [Code.RETRY]
+                              [scripts.Failed(s.slot_id, 1, "failed", "boom", -1, 0.3, now, now)])) == [Code.RETRY]
     slot = s.slot()
     assert slot.status is SlotStatus.SCHEDULED and slot.available_ms == now + 2000
     assert r.zscore(s.keys.due(s.shard), s.slot_id) == now + 2000
@@ -175,7 +175,7 @@ def test_failures_past_max_attempts_go_to_the_dead_letter_set(
         [reply] = s.claim(s.read())
         now = clock.now_ms()
         assert s.run(scripts.fail(s.prefix, now, 1000, W, [
-            (s.slot_id, reply[1], "failed", f"boom {attempt}", -1, 0.0, now, now)])) == [expected]
+            scripts.Failed(s.slot_id, reply[1], "failed", f"boom {attempt}", -1, 0.0, now, now)])) == [expected]
         s.run(scripts.promote(s.prefix, now, 1000, 100))
     slot = s.slot()
     assert slot.status is SlotStatus.DEAD and slot.failures == 2
@@ -189,14 +189,14 @@ def test_explicit_retry_delay_and_handler_cancel(r: redis.Redis, client: Client,
     s = make(r, client, clock)
     [reply] = s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "later", 500, 0, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "later", 500, 0, now,
                                                  now)]))
     assert s.slot().available_ms == now + 500
     clock.advance(1)
     s.run(scripts.promote(s.prefix, clock.now_ms(), 1000, 100))
     [reply] = s.claim(s.read())
     assert s.run(scripts.fail(s.prefix, now, 1000, W, [
-        (s.slot_id, reply[1], "cancelled", "no longer needed", -1, 0, now, now)])) == [Code.CANCELLED]
+        scripts.Failed(s.slot_id, reply[1], "cancelled", "no longer needed", -1, 0, now, now)])) == [Code.CANCELLED]
     assert s.slot().status is SlotStatus.CANCELLED
 
 
@@ -227,7 +227,7 @@ def test_release_redispatches_without_counting_a_failure(
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
-    assert s.run(scripts.release(s.prefix, now, 1000, W, [(s.slot_id, 1, now)])) == [Code.OK]
+    assert s.run(scripts.release(s.prefix, now, 1000, W, [scripts.Released(s.slot_id, 1, now)])) == [Code.OK]
     slot = s.slot()
     assert slot.status is SlotStatus.QUEUED and slot.failures == 0
     assert slot.attempts[0].outcome == "released"
@@ -324,7 +324,7 @@ def test_claim_trims_the_acked_head_of_the_stream(r: redis.Redis, redis_url: str
         claimed = s.claim(entries)
         now = clock.now_ms()
         s.run(scripts.complete(s.prefix, now, 1000, W,
-                               [(e[2], c[1], now, now) for e, c in zip(entries, claimed, strict=True)]))
+                               [scripts.Succeeded(e[2], c[1], now, now) for e, c in zip(entries, claimed, strict=True)]))
         assert r.xlen(s.stream) == 450
         s.claim(s.read())  # the next claim trims whole stream nodes of acked entries
         assert r.xlen(s.stream) <= 150
@@ -342,7 +342,7 @@ def test_missing_job_fields_mean_the_documented_defaults(r: redis.Redis, client:
     assert client.get_job(s.job_id).retry == RetryPolicy()
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "x", -1, 0, now, now)]))
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "x", -1, 0, now, now)]))
     assert s.slot().available_ms == now + int(RetryPolicy().base_s * 1000)
 
 
@@ -403,7 +403,7 @@ def test_a_heartbeat_after_a_run_was_committed_reports_nothing_lost(
     s = make(r, client, clock)
     [claimed] = s.claim(s.read())
     now = clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [Code.OK]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [scripts.Succeeded(s.slot_id, 1, now, now)])) == [Code.OK]
 
     class Ended(dict):  # type: ignore[type-arg]
         """Listed by the heartbeat, then ended (removed) before its reply came back."""

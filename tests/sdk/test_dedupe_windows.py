@@ -372,7 +372,7 @@ def test_a_debounce_never_moves_a_retry_waiting_for_its_backoff(
     assert [e[2] for e in entries] == [slot.slot_id]
     now = clock.now_ms()
     scripts.run_sync(r, [scripts.claim(prefix, now, W, LEASE, entries)])
-    scripts.run_sync(r, [scripts.fail(prefix, now, 10, W, [(slot.slot_id, 1, "failed", "boom",
+    scripts.run_sync(r, [scripts.fail(prefix, now, 10, W, [scripts.Failed(slot.slot_id, 1, "failed", "boom",
                                                             5000, 0.5, now, now)])])
     retry = client.get_slot(slot.slot_id)
     assert (retry.status.value, retry.attempt) == ("scheduled", 1)

@@ -31,7 +31,7 @@ def _retrying(r: redis.Redis, client: Client, clock: ManualClock) -> Shard:
     s = make(r, client, clock)
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", 1000, 0, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "boom", 1000, 0, now,
                                                  now)]))
     return s
 
@@ -123,7 +123,7 @@ def test_the_scripts_store_whole_numbers_past_1e14(r: redis.Redis, redis_url: st
         s.claim(s.read())
         now = clock.now_ms()
         s.run(scripts.heartbeat(s.prefix, now, 987_654_321, W, [(s.slot_id, 1, True)]))
-        s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom",
+        s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "boom",
                                                      MAX_SECONDS * 1000 - 7, 0, now, now)]))
         numbers = _numbers(r, s.prefix + "slot:" + s.slot_id)
         assert numbers[b"available_ms"] == str(now + MAX_SECONDS * 1000 - 7).encode()
@@ -144,7 +144,7 @@ def test_the_scripts_store_whole_numbers_past_1e17(r: redis.Redis, client: Clien
     now = clock.now_ms()
     s.run(scripts.heartbeat(s.prefix, now, 10**17, W, [(s.slot_id, 1)]))
     assert r.hget(s.prefix + "slot:" + s.slot_id, "lease_until") == str(now + 10**17).encode()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", 10**18, 0,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "boom", 10**18, 0,
                                                  now, now)]))
     numbers = _numbers(r, s.prefix + "slot:" + s.slot_id)
     assert numbers[b"available_ms"] == str(now + 10**18).encode()
@@ -200,7 +200,7 @@ def test_a_dead_letter_with_a_malformed_number_is_listed_unreadable(
     s = make(r, client, clock, retry=RetryPolicy(max_attempts=1))
     s.claim(s.read())
     now = clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "boom", -1, 0, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "boom", -1, 0, now,
                                                  now)]))
     r.hset(s.prefix + "slot:" + s.slot_id, "finished_ms", "1.0000017e+18")
     [dead] = client.dead_letters()

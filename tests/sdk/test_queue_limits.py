@@ -105,12 +105,16 @@ def test_a_run_longer_than_the_lease_keeps_its_permit(redis_url: str, ns: str) -
 
 def test_acquire_grants_up_to_the_limit_and_takes_back(redis_url: str, ns: str, r: Any) -> None:
     keys = Keys(ns)
-    permits, bucket = keys.permits("q"), keys.bucket("q")
+    permits, bucket, limit = keys.permits("q"), keys.bucket("q"), keys.limit("q")
 
     def acquire(now: int, want: int, concurrency: int | None = 2, rate: float | None = None,
                 back: tuple[str, ...] = (), holder: str = "w:1") -> Acquired:
-        call = scripts.acquire(permits, bucket, now, want, concurrency, rate, 1000, holder,
-                               list(back))
+        # The limit where acquire.lua reads it (set_queue_limit writes it so).
+        r.delete(limit)
+        fields = {"concurrency": concurrency, "rate": rate}
+        if concurrency is not None or rate is not None:
+            r.hset(limit, mapping={f: v for f, v in fields.items() if v is not None})
+        call = scripts.acquire(permits, bucket, limit, now, want, 1000, holder, list(back))
         return Acquired.decode(scripts.run_sync(r, [call])[0])
 
     first = acquire(10_000, 3)
@@ -135,9 +139,11 @@ def test_a_slow_rates_bucket_lives_until_it_is_full_again(redis_url: str, ns: st
     keys = Keys(ns)
     bucket = keys.bucket("q")
 
+    r.hset(keys.limit("q"), "rate", repr(limits.MIN_RATE))
+
     def acquire(now: int) -> Acquired:
-        call = scripts.acquire(keys.permits("q"), bucket, now, 1, None, limits.MIN_RATE, 1000,
-                               "w:1", [])
+        call = scripts.acquire(keys.permits("q"), bucket, keys.limit("q"), now, 1, 1000, "w:1",
+                               [])
         return Acquired.decode(scripts.run_sync(r, [call])[0])
 
     assert acquire(10_000).granted == 1

@@ -23,6 +23,7 @@ from scheduler.observe.capacity import ScalingTarget, plan
 from scheduler.observe.metrics import NamespaceCollector, RunMetrics, declared_names
 from scheduler.observe.status import QueueStatus, WorkerStatus
 from scheduler.redis.clock import ManualClock
+from scheduler.scripts.replies import Grant
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Run
 from scheduler.worker.worker import Worker, WorkerConfig
@@ -94,7 +95,7 @@ def _situation(r: redis.Redis, client: Client, redis_url: str, ns: str,
             for n in range(2):
                 running = {}
                 for i in range(10):
-                    run = Run(0, f"job{n}-{i}:1", (1, "t", None, 0, "at_least_once", 0), 0)
+                    run = Run(0, f"job{n}-{i}:1", Grant(1, "t", None, 0, "at_least_once", 0), 0)
                     run.metrics = RunMetrics("mail", "t")
                     running[run.slot_id] = run
                 tallies = [(0, 0, 0, 0)]

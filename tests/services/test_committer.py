@@ -46,10 +46,10 @@ def test_outcomes_of_every_shard_go_in_one_round_trip_and_a_repeat_is_harmless(
         conn = async_redis(redis_url)
         committer = _committer(conn, client, clock)
         for shard, token in runs:
-            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
         took = await committer.run_once()
         for shard, token in runs[:3]:  # sent again (a reply lost): "already", not refused
-            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
         again = await committer.run_once()
         await conn.aclose()
         assert committer.refused == 0 and len(committer) == 0
@@ -67,7 +67,7 @@ def test_outcomes_wait_through_a_redis_that_does_not_answer(
         dead = process_redis("redis://127.0.0.1:1/0", 3.0)  # nothing listens there
         committer = _committer(dead, client, clock)
         for shard, token in runs:
-            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
         for _ in range(3):
             try:
                 await committer.run_once()
@@ -99,7 +99,7 @@ def test_outcomes_in_flight_are_still_this_workers(r: redis.Redis, client: Clien
             conn = process_redis(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", 3.0)
             committer = _committer(conn, client, clock)
             for shard, token in runs:
-                committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+                committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
             flight = asyncio.create_task(committer.run_once())
             await asyncio.sleep(0.2)
             assert not flight.done()
@@ -122,10 +122,10 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
         conn = async_redis(redis_url)
         committer = _committer(conn, client, clock)
         for shard, t in good:
-            committer.add_succeeded(shard.shard, (shard.slot_id, t, 1, 2))
+            committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, t, 1, 2))
         # one its call cannot even be built for, one Redis cannot be sent (a lone surrogate)
-        committer.add_succeeded(bad.shard, (bad.slot_id, token, "not-a-time", 2))  # type: ignore[arg-type]
-        committer.add_succeeded(bad.shard, (bad.slot_id + "\udcff", token, 1, 2))
+        committer.add_succeeded(bad.shard, scripts.Succeeded(bad.slot_id, token, "not-a-time", 2))  # type: ignore[arg-type]
+        committer.add_succeeded(bad.shard, scripts.Succeeded(bad.slot_id + "\udcff", token, 1, 2))
         for _ in range(3):
             try:
                 await committer.run_once()
@@ -154,7 +154,7 @@ def test_outcomes_that_ride_a_claim_are_committed_or_kept(
         committer = _committer(conn, client, clock)
         assert committer.board() is None  # nothing pending: the claim goes alone
         for shard, token in runs:
-            committer.add_succeeded(shard.shard, (shard.slot_id, token, 1, 2))
+            committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
         for failure in (redis.exceptions.ConnectionError("cut"), asyncio.CancelledError()):
             boarding = committer.board()
             assert boarding is not None and len(committer) == 0 and committer.slots() == ids

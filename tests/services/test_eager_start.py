@@ -20,6 +20,7 @@ from scheduler.core.keys import Keys
 from scheduler.observe.metrics import RunMetrics
 from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
+from scheduler.scripts.replies import Grant
 from scheduler.worker.claims import Claims
 from scheduler.worker.committer import Committer
 from scheduler.worker.execution import Execution
@@ -39,7 +40,7 @@ def _execution(registry: Registry, eager: bool = True) -> tuple[Execution, Infli
 
 def _start(execution: Execution, running: Inflight, task: str, timeout_ms: int = 0) -> Run:
     n = len(running)
-    run = Run(0, f"job{n}:1700000000000", (1, task, b"null", timeout_ms, "at_least_once", 0),
+    run = Run(0, f"job{n}:1700000000000", Grant(1, task, b"null", timeout_ms, "at_least_once", 0),
               deadline=1e18)
     run.metrics = RunMetrics("default", task)
     running[run.slot_id] = run
@@ -50,8 +51,8 @@ def _start(execution: Execution, running: Inflight, task: str, timeout_ms: int =
 def _outcomes(committer: Committer) -> dict[str, str]:
     """slot -> what the committer holds for it ("succeeded", or the failed attempt's
     outcome)."""
-    held = {item[0]: "succeeded" for item in committer.pending["complete"][0]}
-    held.update({item[0]: item[2] for item in committer.pending["fail"][0]})
+    held = {item.slot_id: "succeeded" for item in committer.pending["complete"][0]}
+    held.update({item.slot_id: item.outcome for item in committer.pending["fail"][0]})
     return held
 
 
@@ -122,7 +123,7 @@ def test_handlers_that_await_are_still_timed_out_cancelled_and_released() -> Non
         assert _outcomes(committer) == {timed.slot_id: "timed_out",
                                         cancelled.slot_id: "cancelled",
                                         done.slot_id: "succeeded"}
-        assert [item[0] for item in committer.pending["release"][0]] == [released.slot_id]
+        assert [item.slot_id for item in committer.pending["release"][0]] == [released.slot_id]
         # On 3.11 a run stopped before its task began never calls its handler.
         stopped_early = [] if EAGER else [cancelled, released]
         assert sorted(cleaned) == sorted(r.slot_id for r in runs[:3] if r not in stopped_early)

@@ -40,14 +40,14 @@ def expire(redis_url: str, ns: str, clock: ManualClock) -> list[Expired]:
 def finish(s: Shard) -> None:
     s.claim(s.read())
     now = s.clock.now_ms()
-    assert s.run(scripts.complete(s.prefix, now, 1000, W, [(s.slot_id, 1, now, now)])) == [Code.OK]
+    assert s.run(scripts.complete(s.prefix, now, 1000, W, [scripts.Succeeded(s.slot_id, 1, now, now)])) == [Code.OK]
 
 
 def bury(s: Shard) -> None:
     """The slot's one attempt fails: it ends dead, in the dead-letter set."""
     s.claim(s.read())
     now = s.clock.now_ms()
-    s.run(scripts.fail(s.prefix, now, 1000, W, [(s.slot_id, 1, "failed", "no", -1, 0, now,
+    s.run(scripts.fail(s.prefix, now, 1000, W, [scripts.Failed(s.slot_id, 1, "failed", "no", -1, 0, now,
                                                  now)]))
     assert s.slot().status is SlotStatus.DEAD
 
@@ -325,7 +325,7 @@ def test_a_one_off_job_stays_while_a_triggered_run_of_it_does(
     assert slot == extra
     s.claim([(s.queue, mid, slot)])
     now = clock.now_ms()
-    s.run(scripts.complete(s.prefix, now, 1000, W, [(extra, 1, now, now)]))
+    s.run(scripts.complete(s.prefix, now, 1000, W, [scripts.Succeeded(extra, 1, now, now)]))
     clock.advance(61)
     replies = expire(redis_url, ns, clock)
     assert sum(e.jobs for e in replies) == 1

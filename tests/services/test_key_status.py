@@ -41,7 +41,7 @@ def plant(r: redis.Redis, client: Client, queue: str, found: dict[str, tuple[int
             submit_keyed(client, queue, key, running)
             prefix = client.keys.prefix(key_shard(key, client.shards))
             reply = scripts.run_sync(r, [scripts.take(prefix, client.now_ms(), "w", 30_000,
-                                                      queue, running, None)])[0]
+                                                      queue, running)])[0]
             assert len(replies.taken(reply, queue)[0]) == running
     for key, (waiting, _) in found.items():
         if waiting:

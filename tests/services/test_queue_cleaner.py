@@ -66,9 +66,9 @@ def run_to_end(sh: Shard) -> None:
     [(lane, msg, slot)] = sh.read()
     [grant] = replies.claimed(sh.run(scripts.claim(sh.prefix, sh.clock.now_ms(), "w", 30_000,
                                                    [(lane, msg, slot)])), [(lane, msg, slot)])
-    assert isinstance(grant, tuple)
+    assert isinstance(grant, replies.Grant)
     now = sh.clock.now_ms()
-    sh.run(scripts.complete(sh.prefix, now, 1000, "w", [(slot, grant[0], now, now, lane, msg)]))
+    sh.run(scripts.complete(sh.prefix, now, 1000, "w", [scripts.Succeeded(slot, grant.token, now, now, lane, msg)]))
 
 
 @pytest.fixture
@@ -138,9 +138,9 @@ def _by_replay(r: redis.Redis, client: Client, clock: ManualClock, redis_url: st
     [(lane, msg, slot)] = sh.read()
     [grant] = replies.claimed(sh.run(scripts.claim(sh.prefix, clock.now_ms(), "w", 30_000,
                                                    [(lane, msg, slot)])), [(lane, msg, slot)])
-    assert isinstance(grant, tuple)
+    assert isinstance(grant, replies.Grant)
     now = clock.now_ms()
-    sh.run(scripts.fail(sh.prefix, now, 1000, "w", [(slot, grant[0], "failed", "no", -1, 0.0,
+    sh.run(scripts.fail(sh.prefix, now, 1000, "w", [scripts.Failed(slot, grant.token, "failed", "no", -1, 0.0,
                                                      now, now)]))
     r.hset(Keys(ns).slot(sh.shard, slot), "queue", "mail")  # its replay goes to "mail"
     r.delete(Keys(ns).lane_index(sh.shard))

@@ -139,7 +139,7 @@ def test_fail_lua_applies_the_formula_for_every_failure(
         [reply] = s.claim(s.read())
         now = clock.now_ms()
         assert s.run(scripts.fail(s.prefix, now, 1000, W, [
-            (s.slot_id, reply[1], "failed", "boom", -1, u, now, now)])) == [Code.RETRY]
+            scripts.Failed(s.slot_id, reply[1], "failed", "boom", -1, u, now, now)])) == [Code.RETRY]
         expected = math.floor(min(300, 2 ** (n - 1)) * 1000 * (1 - 0.4 * u))
         assert s.slot().available_ms - now == expected, (n, u)
         clock.ms = s.slot().available_ms

@@ -23,7 +23,7 @@ def _calls(client: Any, ns: str) -> list[scripts.Call]:
     """Two calls on a namespace that exists (client), each answering for a slot it lacks."""
     prefix = Keys(ns).prefix(0)
     return [scripts.heartbeat(prefix, 1, 1000, "w", [("nope:1", 1)]),
-            scripts.complete(prefix, 1, 1000, "w", [("nope:1", "1", 1, 2)])]
+            scripts.complete(prefix, 1, 1000, "w", [scripts.Succeeded("nope:1", "1", 1, 2)])]
 
 
 def _run(coro: Any) -> Any:

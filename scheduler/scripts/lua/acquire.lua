@@ -6,19 +6,23 @@
            flight anywhere, scored by when it expires (ms)
   KEYS[2]  the queue's rate bucket hash, e.g. "sched:{lim:mail}:bucket" (same hash tag, so
            one Cluster slot): fields tokens, at_ms
+  KEYS[3]  the queue's limit hash, e.g. "sched:{lim:mail}:limit" (same hash tag): fields
+           concurrency (most permits held at once) and rate (most starts per second, may be
+           fractional), each absent for none. Read here, at each call, not passed by the
+           worker: a limit set applies to the first grant after the call that set it
+           returns, whatever the worker last read (scheduler/core/limits.py)
 
   ARGV[1]  now_ms          Redis time in ms
   ARGV[2]  want            permits asked for (0: only give back)
-  ARGV[3]  concurrency     most permits held at once, or -1 for no concurrency limit
-  ARGV[4]  rate            most starts per second (a number, may be fractional), or -1
-  ARGV[5]  ttl_ms          a permit expires this long after it is granted or renewed (the
+  ARGV[3]  ttl_ms          a permit expires this long after it is granted or renewed (the
                            workers' lease), so a crashed worker's permits come back by
                            themselves
-  ARGV[6]  holder          prefix of the members granted, unique per call (the worker's id
+  ARGV[4]  holder          prefix of the members granted, unique per call (the worker's id
                            and a count of its calls): member i is "<holder>:<i>"
-  ARGV[7]  n               number of members to give back; then one member each
+  ARGV[5]  n               number of members to give back; then one member each
 
-  Concurrency: expired members are dropped first; then at most concurrency - held are
+  No limit at all (the hash is gone: the limit was cleared): every permit asked for is
+  granted, as without a concurrency limit. Concurrency: expired members are dropped first; then at most concurrency - held are
   granted. Rate: a token bucket refilled at `rate` per second (_bucket.lua); each permit
   granted takes a token. Without a concurrency limit, granted permits are not recorded (nothing
   would count them) and the reply's members are "".
@@ -30,16 +34,18 @@
 local permits, bucket = KEYS[1], KEYS[2]
 local now = tonumber(ARGV[1])
 local want = tonumber(ARGV[2])
-local concurrency = tonumber(ARGV[3])
-local rate = tonumber(ARGV[4])
-local ttl = tonumber(ARGV[5])
-local holder = ARGV[6]
-local n = tonumber(ARGV[7])
+local ttl = tonumber(ARGV[3])
+local holder = ARGV[4]
+local n = tonumber(ARGV[5])
 
 --- @include "_bucket.lua"
 
-if n > 0 then redis.call('ZREM', permits, unpack(ARGV, 8, 7 + n)) end
+if n > 0 then redis.call('ZREM', permits, unpack(ARGV, 6, 5 + n)) end
 if want <= 0 then return {0, -1} end
+
+local limit = redis.call('HMGET', KEYS[3], 'concurrency', 'rate')
+local concurrency = tonumber(limit[1]) or -1
+local rate = tonumber(limit[2]) or -1
 
 local grant = want
 if concurrency >= 0 then

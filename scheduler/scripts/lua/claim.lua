@@ -22,6 +22,15 @@
                            "a" the same for an at_most_once job, anything else (or past the
                            end) it has not. A carried entry's grant is R.GRANT without the job
                            hash read (bench script_ab)
+  ARGV[8]  permitted       optional: "1" when the worker took a queue-wide permit for every
+                           entry of the batch (limiter.py); anything else (or absent) it took
+                           none, and an entry of a queue with a queue-wide limit is refused:
+                           LIMITED
+
+  A queue-wide limit is read here, at each call, so it applies to every claim after the call
+  that set it returns (scheduler/core/limits.py): the shard's `limited` set holds the queues
+  that have one. While it does not exist (no queue of the namespace has a queue-wide limit)
+  that costs one EXISTS per call; else one SISMEMBER per lane of the batch.
 
   Reply: one flat array, each entry's answer in order, a code then its values (codes: R,
   replies.py; decoded by replies.claimed, which walks it by code)
@@ -42,6 +51,9 @@
               is still after now_ms: nothing changes, the entry stays with this consumer,
               which holds it until nb (reader.py). The one guard that a slot never starts
               before its time, whatever path its entry took
+     R.LIMITED  the entry's queue has a queue-wide limit and the claim came without permits:
+              nothing changes, the entry stays with this consumer, which hands it back
+              (requeue.lua) and reads the limits again (limiter.py) before it claims more
      The same worker claiming an entry it already holds (it sent the claim again because
      the first reply was lost) gets the claim again, R.OK, ... with the same attempt and a
      fresh lease, so a lost reply never strands a slot until its lease runs out; once that
@@ -80,6 +92,12 @@ local trace = ARGV[5] == '1'
 local trim = ARGV[6] ~= '0'
 local carried = ARGV[7] or ''
 local CARRIED, CARRIED_AT_MOST_ONCE = 107, 97  -- string.byte of "k" and "a"
+local limited_set = prefix .. 'limited'
+-- lane -> whether its queue has a queue-wide limit; nil while no queue has one (or the
+-- worker holds permits), so the unlimited path pays one EXISTS a call.
+local limited = nil
+if ARGV[8] ~= '1' and redis.call('EXISTS', limited_set) == 1 then limited = {} end
+local REFUSED = {}
 
 --- @include "_lib.lua"
 
@@ -111,9 +129,23 @@ for i = 0, n - 1 do
   -- Four fields, and the job id only for a claim that reads the job: each one more costs
   -- every claim (bench script_ab). The worker, needed only to tell a repeated claim from
   -- another consumer's, is read in that rare branch.
-  local st = k and redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb')
-    or redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb', 'job_id')
-  if st[1] == 'queued' and st[2] == msg and st[4] and tonumber(st[4]) > now then
+  local st
+  if limited then
+    local refused = limited[lane_name]
+    if refused == nil then
+      refused = redis.call('SISMEMBER', limited_set, string.match(lane_name, '^[^:]*')) == 1
+      limited[lane_name] = refused
+    end
+    if refused then st = REFUSED end
+  end
+  if not st then
+    st = k and redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb')
+      or redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'nb', 'job_id')
+  end
+  if st == REFUSED then
+    r = r + 1
+    reply[r] = R.LIMITED
+  elseif st[1] == 'queued' and st[2] == msg and st[4] and tonumber(st[4]) > now then
     reply[r + 1], reply[r + 2] = R.EARLY, st[4]
     r = r + 2
   elseif st[1] == 'queued' and st[2] == msg then

@@ -13,14 +13,9 @@
   ARGV[3]  lease_ms        the lease granted: lease_until = now + lease_ms
   ARGV[4]  queue
   ARGV[5]  n               most slots to claim (the worker's free run slots)
-  ARGV[6]  per_key         most runs of one key at once (the queue's per_key_concurrency), or
-                           -1 for none
-  ARGV[7]  trace           "1" makes each grant carry the job's traceparent, kind and slot
+  ARGV[6]  trace           "1" makes each grant carry the job's traceparent, kind and slot
                            id, as claim.lua's do; "" not
-  ARGV[8]  per_key_rate    optional: most starts per second of one key (a number, may be
-                           fractional), or "" / -1 for none: a token bucket per key
-                           (`kbucket:<queue>:<key>`, _bucket.lua, as acquire.lua's for a queue)
-  ARGV[9]  again           optional: "1" when the worker's last take of this queue on this shard
+  ARGV[7]  again           optional: "1" when the worker's last take of this queue on this shard
                            failed (its reply may have been lost after the script ran): the
                            queue's keyed slots running under this worker whose lease still
                            lives are granted again first, with the same attempt and a fresh
@@ -28,6 +23,18 @@
                            only those it does not run (its running table); past its lease such
                            a slot is the reclaimer's, as in claim.lua's repeat_of. Read from the
                            shard's `leases`, so it costs one pass over them, only then.
+  ARGV[8]  permitted       optional: "1" when the worker took queue-wide permits for this
+                           take (limiter.py's acquire: n is no more than it got)
+
+  The limits are read here, at each call, not passed by the worker, so a limit applies to
+  every take after the call that set it returns (scheduler/core/limits.py):
+    * the per-key limit from the shard's `klimit:<queue>` hash: concurrency (most runs of
+      one key at once) and rate (most starts per second of one key, may be fractional: a
+      token bucket per key, `kbucket:<queue>:<key>`, _bucket.lua, as acquire.lua's for a
+      queue), each absent for none;
+    * a queue-wide limit: the queue is in the shard's `limited` set. A take without
+      permitted "1" then claims nothing new (limited 1 in the reply): the worker has not
+      yet seen that limit, reads the limits and takes again with permits.
 
   The turns (the one place the rule is written): the key at the head of the ring takes its
   turn and goes to the tail (LMOVE), so keys with queued slots are served round-robin,
@@ -50,10 +57,11 @@
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
 
-  Reply: {ids, grants, wait_ms}: ids the claimed slot ids in order; grants claim.lua's reply
-  for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with trace "1": then
-  traceparent, kind, slot id) per slot (decoded by replies.claimed); wait_ms how long until
-  a key held back by its rate has a token again (the least of them), or -1.
+  Reply: {ids, grants, wait_ms, limited}: ids the claimed slot ids in order; grants
+  claim.lua's reply for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with
+  trace "1": then traceparent, kind, slot id) per slot (decoded by replies.claimed); wait_ms
+  how long until a key held back by its rate has a token again (the least of them), or -1;
+  limited 1 when the take was refused for want of permits (above), else 0.
 
   Event: none (as claim.lua).
 ]]
@@ -63,10 +71,9 @@ local worker = ARGV[2]
 local lease_until = now + tonumber(ARGV[3])
 local queue = ARGV[4]
 local n = tonumber(ARGV[5])
-local per_key = tonumber(ARGV[6])
-local trace = ARGV[7] == '1'
-local rate = tonumber(ARGV[8]) or -1
-local again = ARGV[9] == '1'
+local trace = ARGV[6] == '1'
+local again = ARGV[7] == '1'
+local permitted = ARGV[8] == '1'
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 
 --- @include "_lib.lua"
@@ -120,6 +127,12 @@ if again then
     end
   end
 end
+if not permitted and redis.call('SISMEMBER', prefix .. 'limited', queue) == 1 then
+  return {ids, grants, -1, 1}
+end
+local limit = redis.call('HMGET', prefix .. 'klimit:' .. queue, 'concurrency', 'rate')
+local per_key = tonumber(limit[1]) or -1
+local rate = tonumber(limit[2]) or -1
 local length = redis.call('LLEN', ring)
 local turns, idle = 0, 0
 while granted < n and idle < length and turns < length + n do
@@ -170,4 +183,4 @@ while granted < n and idle < length and turns < length + n do
     length = length - 1
   end
 end
-return {ids, grants, rate_wait}
+return {ids, grants, rate_wait, 0}
