@@ -10,22 +10,8 @@ import click
 from scheduler.cli.inspect import echo_json, printable, schedule_text, when
 from scheduler.cli.options import duration_s
 from scheduler.core.errors import ValidationError
-from scheduler.core.ledger import MAX_FIRES_PAGE, Fire, FiresSummary, FireState, Reason
+from scheduler.core.ledger import MAX_FIRES_PAGE, REASON_WORDS, Fire, FiresSummary, FireState
 from scheduler.core.models import MAX_SECONDS
-
-# Each reason in words, for people (the JSON has the code).
-WORDS = {
-    Reason.OVERLAP: "overlap: the run before was still active",
-    Reason.CATCHUP: "catchup: no scheduler node ran in time; the catch-up policy dropped it",
-    Reason.REDEFINED: "redefined: withdrawn by a new definition",
-    Reason.DELETED: "deleted: the schedule was deleted",
-    Reason.CANCELLED: "cancelled by an operator",
-    Reason.NO_WORKER: "no_worker: no live worker reads its queue",
-    Reason.PAUSED_BY_LIMIT: "paused_by_limit: its queue's limit holds it",
-    Reason.BEHIND: "behind: workers read its queue but have not reached it",
-    Reason.NO_SCHEDULER: "no_scheduler: no scheduler node has made its slot",
-    Reason.UNRECORDED: "unrecorded: no record left in Redis (see `sched history`)",
-}
 
 
 @click.group()
@@ -73,7 +59,7 @@ def line(fire: Fire) -> str:
     outcome or the reason."""
     lag = "" if fire.start_lag_ms is None else f"+{fire.start_lag_ms / 1000:.3f}s"
     if fire.reason is not None:
-        why = WORDS.get(fire.reason, str(fire.reason))
+        why = REASON_WORDS.get(fire.reason, str(fire.reason))
         if fire.yielded_to:
             why = f"overlap: yielded to the {_fire_of(fire.yielded_to)} run"
     else:

@@ -93,6 +93,21 @@ class Reason(StrEnum):
     UNRECORDED = "unrecorded"
 
 
+# Each reason in words, for people (`sched schedules explain`, the console's job page).
+REASON_WORDS = {
+    Reason.OVERLAP: "overlap: the run before was still active",
+    Reason.CATCHUP: "catchup: no scheduler node ran in time; the catch-up policy dropped it",
+    Reason.REDEFINED: "redefined: withdrawn by a new definition",
+    Reason.DELETED: "deleted: the schedule was deleted",
+    Reason.CANCELLED: "cancelled by an operator",
+    Reason.NO_WORKER: "no_worker: no live worker reads its queue",
+    Reason.PAUSED_BY_LIMIT: "paused_by_limit: its queue's limit holds it",
+    Reason.BEHIND: "behind: workers read its queue but have not reached it",
+    Reason.NO_SCHEDULER: "no_scheduler: no scheduler node has made its slot",
+    Reason.UNRECORDED: "unrecorded: no record left in Redis (see `sched history`)",
+}
+
+
 # The reasons the Lua transitions write (the others are read from the present).
 WRITTEN = frozenset({Reason.OVERLAP, Reason.CATCHUP, Reason.REDEFINED, Reason.DELETED})
 

@@ -1404,4 +1404,10 @@ MUTANTS = [
            "  redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)", "",
            ("tests/lua/test_fire_ledger.py::"
             "test_the_exporter_counts_occurrences_not_run_by_reason",), fast=True),
+    Mutant("timeline-oldest-first", "the console's job page lists a recurring job's "
+           "occurrences oldest first: the one a user came to see is at the bottom",
+           "scheduler/web/pages.py", "            for f in reversed(page.fires)]",
+           "            for f in page.fires]",
+           ("tests/e2e/test_console_pages.py::"
+            "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
 ]
