@@ -125,6 +125,8 @@ def jobs_show(obj: dict[str, str], job_id: str, last: int, as_json: bool) -> Non
         ("priority", str(job.priority)), ("kind", job.kind),
         ("schedule", schedule_text(job)), ("fire time", when(job.fire_ms)),
         ("next fire", when(job.next_fire_ms)), ("missed", str(job.missed)),
+        *([("on time within", f"{job.on_time_within_s:g}s (sched schedules explain)")]
+          if job.on_time_within_s else []),
         ("created", when(job.created_ms)),
         ("delivery", job.delivery.value),
         ("timeout", f"{job.timeout_s:g}s" if job.timeout_s else "none"),

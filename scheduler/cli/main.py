@@ -6,9 +6,7 @@ traceback.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import sys
 import warnings
 from datetime import datetime
@@ -28,9 +26,11 @@ import scheduler.cli.ops as ops_cmds
 import scheduler.cli.outbox as outbox_cmds
 import scheduler.cli.queues as queue_cmds
 import scheduler.cli.run as run_cmds
+import scheduler.cli.schedules as schedule_cmds
 import scheduler.cli.web as web_cmds
 from scheduler import __version__
 from scheduler.cli.options import Finite, Root, global_options
+from scheduler.cli.options import duration_s as _duration_s
 from scheduler.core.errors import (
     RedisUnavailable,
     SchedulerError,
@@ -71,21 +71,6 @@ def _decode_json(value: str) -> Any:
                                          f"{MAX_DEPTH} levels)") from None
     except msgspec.DecodeError as exc:
         raise ValidationError("payload", f"{where} ({exc})") from None
-
-
-_DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
-_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
-
-
-def _duration_s(field: str, value: str | None) -> float | None:
-    if value is None:
-        return None
-    m = _DURATION.match(value.strip())
-    seconds = float(m.group(1)) * _UNIT_S[m.group(2)] if m else math.nan
-    if not math.isfinite(seconds):  # 400 digits are a float too: infinity
-        raise ValidationError(field, f"{value[:40]!r} is not a duration; use e.g. 90 "
-                                     f"(seconds), 30s, 5m, 1h, 2d")
-    return seconds
 
 
 def _instant(field: str, value: str | None) -> datetime | None:
@@ -150,6 +135,9 @@ def cli(ctx: click.Context, redis_url: str, namespace: str) -> None:
               help="skip: skip an occurrence while the last still runs (default allow).")
 @click.option("--start-at", default=None, help="No occurrence of --cron before this instant.")
 @click.option("--end-at", default=None, help="No occurrence of --cron after this instant.")
+@click.option("--on-time-within", default=None,
+              help="A run of --cron starting within this of its fire time is on time "
+                   "(default 2s; `sched schedules explain` reports the share).")
 @click.option("--durability", type=click.Choice(["primary", "replicated", "fsynced"]),
               default="primary",
               help="Return once the primary has the job; or once --replicas replicas "
@@ -172,7 +160,8 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str | None,
            delay: str | None,
            at_: str | None, cron: str | None, tz: str | None, catchup: str | None,
            catchup_limit: int | None, overlap: str | None, start_at: str | None,
-           end_at: str | None, durability: str, replicas: int, replica_timeout: float,
+           end_at: str | None, on_time_within: str | None, durability: str, replicas: int,
+           replica_timeout: float,
            trace: bool, as_json: bool) -> None:
     """Submit a job: now, after --delay, --at an instant, or on a --cron schedule."""
     from scheduler import Client, RetryPolicy
@@ -182,7 +171,8 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str | None,
     schedule: dict[str, Any] = {"delay": _duration_s("delay", delay), "at": _instant("at", at_), "cron": cron,
                 "tz": tz, "catchup": catchup, "catchup_limit": catchup_limit,
                 "overlap": overlap, "start_at": _instant("start_at", start_at),
-                "end_at": _instant("end_at", end_at)}
+                "end_at": _instant("end_at", end_at),
+                "on_time_within": _duration_s("on_time_within", on_time_within)}
     with Client(obj["redis_url"], obj["namespace"], durability=durability, replicas=replicas,
                 replica_timeout_s=replica_timeout, tracing=trace) as client, \
             warnings.catch_warnings(record=True) as warned:
@@ -211,6 +201,7 @@ def submit(obj: dict[str, str], task: str, payload: str, queue: str | None,
 cli.add_command(run_cmds.worker)
 cli.add_command(run_cmds.scheduler)
 cli.add_command(inspect_cmds.jobs)
+cli.add_command(schedule_cmds.schedules)
 cli.add_command(inspect_cmds.runs)
 cli.add_command(ops_cmds.cancel)
 cli.add_command(ops_cmds.dlq)

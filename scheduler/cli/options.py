@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
+from scheduler.core.errors import ValidationError
 from scheduler.history.store import DEFAULT_SQLITE_PATH
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -159,3 +161,20 @@ class Root(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         cmd = super().get_command(ctx, cmd_name)
         return None if cmd is None else accept_global_options(cmd)
+
+
+DURATION = re.compile(r"^(-?\d+(?:\.\d+)?)(ms|s|m|h|d)?$")
+UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, None: 1}
+
+
+def duration_s(field: str, value: str | None) -> float | None:
+    """A duration given as 90 (seconds), 30s, 5m, 1h, 2d or 250ms, in seconds; None for
+    none; ValidationError naming `field` for text that is not one."""
+    if value is None:
+        return None
+    m = DURATION.match(value.strip())
+    seconds = float(m.group(1)) * UNIT_S[m.group(2)] if m else math.nan
+    if not math.isfinite(seconds):  # 400 digits are a float too: infinity
+        raise ValidationError(field, f"{value[:40]!r} is not a duration; use e.g. 90 "
+                                     f"(seconds), 30s, 5m, 1h, 2d")
+    return seconds

@@ -32,7 +32,9 @@ class JobSpec(msgspec.Struct, kw_only=True):
     At most one of `delay` (seconds or timedelta), `at` (timezone-aware datetime) and `cron`
     (5 fields, or 6 with seconds first); the rest apply to `cron` only: `tz` (IANA zone,
     default UTC), `catchup` (all | latest | none, default all) with `catchup_limit` (default
-    1000), `overlap` (allow | skip, default allow), `start_at` / `end_at` (aware datetimes).
+    1000), `overlap` (allow | skip, default allow), `start_at` / `end_at` (aware datetimes),
+    `on_time_within` (seconds, default 2: a run starting within this of its fire time is on
+    time; `Client.fires` and `sched schedules explain` report the share).
     `priority`: 1 (runs first) to 5 (runs last), default 3 (Reader says how ties and
     starvation are settled). `dedupe_ttl` (seconds, with `dedupe_key`): the key holds for
     that long from its first submit, whatever became of the job, then a submit makes a new
@@ -74,6 +76,7 @@ class JobSpec(msgspec.Struct, kw_only=True):
     overlap: str | None = None
     start_at: datetime | None = None
     end_at: datetime | None = None
+    on_time_within: float | None = None
 
     def schedule(self, now_ms: int) -> Schedule:
         """When and how often the job runs (IMMEDIATE: now). A plain immediate job and one
@@ -82,7 +85,8 @@ class JobSpec(msgspec.Struct, kw_only=True):
         bench submit)."""
         if (self.at is None and self.cron is None and self.tz is None
                 and self.catchup is None and self.catchup_limit is None and self.overlap is None
-                and self.start_at is None and self.end_at is None):
+                and self.start_at is None and self.end_at is None
+                and self.on_time_within is None):
             return IMMEDIATE if self.delay is None else delayed(now_ms, self.delay)
         return resolve(now_ms, **{name: getattr(self, name) for name in TIMING_OPTIONS})
 
@@ -97,7 +101,7 @@ IMMEDIATE = Schedule(kind=JobKind.IMMEDIATE, fire_ms=0, fields={})  # fire_ms: t
 SUBMIT_OPTIONS: tuple[str, ...] = JobSpec.__struct_fields__[2:]
 # When and how often a job runs (JobSpec.schedule resolves them).
 TIMING_OPTIONS = ("delay", "at", "cron", "tz", "catchup", "catchup_limit", "overlap",
-                  "start_at", "end_at")
+                  "start_at", "end_at", "on_time_within")
 # Options a named schedule refuses: its name identifies it, and it recurs.
 NOT_IN_A_SCHEDULE = ("dedupe_key", "dedupe_ttl", "debounce", "delay", "at")
 # A named schedule's options (Client.schedule), `cron` among them.

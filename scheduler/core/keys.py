@@ -35,6 +35,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:cron               zset    recurring job ids scored by next fire time
     <ns>:{sNN}:jobs               zset    ids of jobs with a schedule (not immediate) by creation (ms)
     <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
+    <ns>:{sNN}:fires:<job_id>     zset    its fire ledger: occurrences that did not run, and
+                                          why, scored by fire time (ledger.py)
     <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
                                           orphans recovered, `retired_ms`: the latest finish
                                           time of the work retention removed)
@@ -120,6 +122,7 @@ SUFFIX_JOB = "job:"
 SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
+SUFFIX_FIRES = "fires:"
 SUFFIX_SUBMITTED = "submitted:"
 SUFFIX_DEDUPE = "dedupe:"
 SUFFIX_KEY_QUEUE = "kq:"
@@ -136,7 +139,7 @@ PRIORITIES = (1, 2, 3, 4, 5)
 DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/lua/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
-SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS,
+SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, SUFFIX_FIRES,
                             SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             SUFFIX_KEY_LIMIT, "limited", "kqueues", "due", "cron",
@@ -358,6 +361,9 @@ class Keys:
 
     def runs(self, shard: int, job_id: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_RUNS}{job_id}"  # zset
+
+    def fires(self, shard: int, job_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_FIRES}{job_id}"  # zset: ledger.py's entries
 
     def stats(self, shard: int) -> str:
         return f"{self.prefix(shard)}stats"  # hash

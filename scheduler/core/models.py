@@ -71,6 +71,10 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
         return raw * (1 - self.jitter * u)
 
 
+# A cron job's objective when it names none (`on_time_within`): a run starting within this of
+# its fire time is on time (the fire ledger's summary, scheduler/core/ledger.py).
+DEFAULT_ON_TIME_MS = 2_000
+
 class Job(msgspec.Struct, frozen=True, kw_only=True):
     """A job as submitted (`Client.get_job`, `list_jobs`): what to run and how, and for a
     recurring job its schedule and next fire time. Options left at their default read as the
@@ -100,6 +104,7 @@ class Job(msgspec.Struct, frozen=True, kw_only=True):
     start_ms: int | None = None
     end_ms: int | None = None
     missed: int = 0  # cron jobs: occurrences dropped by the catch-up policy
+    on_time_within_s: float | None = None  # cron jobs: a run starting this soon is on time
     next_fire_ms: int | None = None  # the next fire time still ahead, None when there is none
     deleted_ms: int | None = None  # when its series was ended (Client.delete_job)
     deleted: str | None = None  # why (the reason given)
@@ -440,6 +445,7 @@ JOB_FIELD_DEFAULTS: dict[str, str | int | float] = {
     "overlap": "",
     "start_ms": 0,
     "end_ms": 0,
+    "on_time_ms": 0,  # 0: DEFAULT_ON_TIME_MS
 }
 
 
@@ -584,6 +590,8 @@ def job_from_hash(job_id: str, raw: dict[bytes, bytes]) -> Job:
         start_ms=i("start_ms") or None,
         end_ms=i("end_ms") or None,
         missed=i("missed"),
+        on_time_within_s=((i("on_time_ms") or DEFAULT_ON_TIME_MS) / 1000
+                          if raw.get(b"cron") not in (None, b"") else None),
         deleted_ms=i("deleted_ms") or None,
         deleted=_s(raw, "deleted") or None,
         unreadable=n.unreadable(),

@@ -81,14 +81,16 @@ def delayed(now_ms: int, delay: Any) -> Schedule:
 
 def resolve(now_ms: int, *, delay: Any = None, at: Any = None, cron: Any = None,
             tz: Any = None, catchup: Any = None, catchup_limit: Any = None,
-            overlap: Any = None, start_at: Any = None, end_at: Any = None) -> Schedule:
+            overlap: Any = None, start_at: Any = None, end_at: Any = None,
+            on_time_within: Any = None) -> Schedule:
     given = [name for name, v in (("delay", delay), ("at", at), ("cron", cron)) if v is not None]
     if len(given) > 1:
         raise ValidationError(given[1], f"cannot be combined with {given[0]}; use only one of "
                                         f"delay, at, cron")
     if cron is None:
         for name, v in (("tz", tz), ("catchup", catchup), ("catchup_limit", catchup_limit),
-                        ("overlap", overlap), ("start_at", start_at), ("end_at", end_at)):
+                        ("overlap", overlap), ("start_at", start_at), ("end_at", end_at),
+                        ("on_time_within", on_time_within)):
             if v is not None:
                 raise ValidationError(name, "only applies to recurring jobs; add cron=...")
     if delay is not None:
@@ -97,7 +99,19 @@ def resolve(now_ms: int, *, delay: Any = None, at: Any = None, cron: Any = None,
         return Schedule(kind=JobKind.AT, fire_ms=_instant_ms("at", at), fields={})
     if cron is None:
         return Schedule(kind=JobKind.IMMEDIATE, fire_ms=now_ms, fields={})
-    return _cron(now_ms, cron, tz, catchup, catchup_limit, overlap, start_at, end_at)
+    fields = {} if on_time_within is None else {"on_time_ms": _on_time_ms(on_time_within)}
+    made = _cron(now_ms, cron, tz, catchup, catchup_limit, overlap, start_at, end_at)
+    return msgspec.structs.replace(made, fields={**made.fields, **fields}) if fields else made
+
+
+def _on_time_ms(seconds: Any) -> int:
+    """A schedule's objective: a run starting within this of its fire time is on time."""
+    if (isinstance(seconds, bool) or not isinstance(seconds, int | float)
+            or not math.isfinite(seconds) or not 0.001 <= seconds <= MAX_SECONDS):
+        raise ValidationError("on_time_within", f"{seconds!r} is not allowed; must be a "
+                                                f"number of seconds from 0.001 to "
+                                                f"{MAX_SECONDS:,}")
+    return round(seconds * 1000)
 
 
 def _cron(now_ms: int, cron: Any, tz: Any, catchup: Any, catchup_limit: Any, overlap: Any,

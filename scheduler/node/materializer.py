@@ -24,7 +24,9 @@ extra round trip is paid in a pass where nothing changed.
 Catch-up: an occurrence more than `misfire_grace` before now was missed (no node ran in
 time). Per job policy, `all` creates the most recent `catchup_limit` of them, `latest` the
 most recent one, `none` none; the rest are counted (job field and shard stats `missed`, event
-"missed"). Occurrences less late than the grace run late rather than count as missed.
+"missed") and the most recent CATCHUP_LISTED of them listed one by one in the job's fire
+ledger (scheduler/core/ledger.py). Occurrences less late than the grace run late rather than
+count as missed.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import scheduler.scripts.calls as scripts
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import SchedulerError
 from scheduler.core.keys import cron_in, job_in
+from scheduler.core.ledger import CATCHUP_LISTED
 from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.core.states import Catchup
 from scheduler.core.timing import DEFAULT_CATCHUP_LIMIT
@@ -79,6 +82,7 @@ class Plan(msgspec.Struct, frozen=True):
     fires: list[int]  # occurrences to create, ascending
     missed: int  # occurrences dropped by the catch-up policy
     next_ms: int  # the new watermark; -1 when the job has ended
+    dropped: list[int] = []  # the most recent CATCHUP_LISTED of the missed, ascending
 
 
 ENDED = Plan(fires=[], missed=0, next_ms=-1)
@@ -93,6 +97,7 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
     end = job.end_ms or float("inf")
     keep = {Catchup.ALL: job.catchup_limit, Catchup.LATEST: 1}.get(job.catchup, 0)
     kept: deque[int] = deque(maxlen=keep)
+    listed: deque[int] = deque(maxlen=CATCHUP_LISTED)  # the fire ledger's catch-up entries
     missed = 0
     fires: list[int] = []
     next_ms = -1
@@ -104,6 +109,10 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
             break
         if t < late_before:
             missed += 1
+            if keep == 0:
+                listed.append(t)
+            elif len(kept) == keep:
+                listed.append(kept[0])  # pushed out of the kept ones by this one
             kept.append(t)
             if missed >= SCAN_LIMIT:
                 # A very long outage: keep the most recent occurrences, count the rest as at
@@ -111,12 +120,16 @@ def plan(job: Recurrence, watermark_ms: int, now_ms: int, lookahead_ms: int,
                 kept = deque(sorted(x for _, x in zip(range(keep), job.spec.before(late_before),
                                                       strict=False)), maxlen=keep)
                 missed += len(kept)
+                listed = deque(sorted(x for _, x in zip(
+                    range(CATCHUP_LISTED), job.spec.before(kept[0] if kept else late_before),
+                    strict=False)), maxlen=CATCHUP_LISTED)
                 it = job.spec.after(late_before - 1)
         else:
             fires.append(t)
         t = next(it, None)
     dropped = missed - len(kept)
-    return Plan(fires=[*kept, *fires], missed=dropped, next_ms=next_ms)
+    return Plan(fires=[*kept, *fires], missed=dropped, next_ms=next_ms,
+                dropped=list(listed)[-dropped:] if dropped else [])
 
 
 def _recurrence(job_id: str, raw: list[Any]) -> Recurrence | Unplannable | None:
@@ -215,7 +228,8 @@ class Materializer(Service):
             pl = (ENDED if isinstance(job, Unplannable)
                   else plan(job, watermark, now, self.lookahead_ms, self.grace_ms))
             calls.append(scripts.materialize(prefix, now, self.events_maxlen, job_id, watermark,
-                                             job.digest, pl.next_ms, pl.missed, pl.fires))
+                                             job.digest, pl.next_ms, pl.missed, pl.fires,
+                                             pl.dropped))
             sent.append((prefix, job_id, pl.missed))
         missed, refused = 0, []
         for (prefix, job_id, dropped), raw in zip(sent, await scripts.run_async(self.redis, calls),

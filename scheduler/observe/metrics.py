@@ -216,6 +216,9 @@ GAUGES = {
     "sched_dead_letter_size": ("Slots in the dead-letter set.", ("shard",)),
     "sched_orphans_repaired": ("Stranded slots the sweeper has repaired in this shard, ever "
                                "(a counter kept in Redis).", ("shard",)),
+    "sched_occurrences_not_run": ("Cron occurrences that will not run, by reason (overlap, "
+                                  "catchup, redefined, deleted), ever (counters kept in "
+                                  "Redis; `sched schedules explain` lists them).", ("reason",)),
     "sched_orphans_waiting": ("Running slots without their pending entry, waiting for their "
                               "lease to end before the sweeper re-runs them.", ("shard",)),
     "sched_finished_kept": ("Finished slots kept in Redis (the shard's `finished` set), which "
@@ -338,6 +341,7 @@ class NamespaceCollector(Collector):
             log.info("exporter reads Redis again")
         self._failing = False
         named = self._named_queues(status.queues)
+        not_run: dict[str, int] = {}
         for d in status.shard_details:
             s = str(d.shard)
             self._shard_queues(g, d.queues, s, named, len(named) < len(status.queues))
@@ -347,6 +351,8 @@ class NamespaceCollector(Collector):
             g["sched_dead_letter_size"].add_metric([s], d.dead_letter_size)
             g["sched_orphans_repaired"].add_metric([s], d.orphans_recovered)
             g["sched_orphans_waiting"].add_metric([s], d.orphans_waiting)
+            for reason, n in d.not_run.items():
+                not_run[reason] = not_run.get(reason, 0) + n
             g["sched_finished_kept"].add_metric([s], d.finished_kept)
             if d.finished_oldest_age_s is not None:
                 g["sched_finished_oldest_age_seconds"].add_metric([s], d.finished_oldest_age_s)
@@ -358,6 +364,8 @@ class NamespaceCollector(Collector):
                     [s], d.snapshot_backlog_events or 0)
         self._keys(g, status.queues, named)
         g["sched_queues"].add_metric([], len(status.queues))
+        for reason, n in sorted(not_run.items()):
+            g["sched_occurrences_not_run"].add_metric([reason], n)
         if status.redis_aof is not None and status.redis_replicas is not None:
             g["sched_redis_durable"].add_metric(
                 [], 1 if status.redis_aof or status.redis_replicas else 0)

@@ -69,6 +69,8 @@ class ShardStatus(msgspec.Struct, kw_only=True):
     orphans_last_ms: int | None = None  # when it last did
     orphans_waiting: int = 0  # stranded slots it found whose lease is not over yet
     finished_kept: int = 0  # finished slots in Redis (its `finished` set)
+    # cron occurrences that will not run, by written reason (ledger.WRITTEN), ever
+    not_run: dict[str, int] = {}
     finished_oldest_age_s: float | None = None  # since the oldest of them finished
 
 

@@ -60,6 +60,7 @@ __all__ = ["KeyStatus", "NodeStatus", "QueueShardStatus", "QueueStatus", "Rate",
            "Supervisor", "Topology", "WorkerStatus", "group_supervisors", "read_status",
            "is_alive", "read_status_async", "read_workers", "read_workers_async"]
 
+NOT_RUN_REASONS = ("overlap", "catchup", "redefined", "deleted")  # stats.lua's not_run order
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
 NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node.py)
@@ -74,7 +75,7 @@ def _age_s(now_ms: int, then_ms: int) -> float:
 
 
 def _shard(shard: int, now: int, reply: list[Any], keys_reply: list[Any]) -> ShardStatus:
-    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue, orphans = reply
+    due_slots, backlog, oldest_due, dlq, owner, pttl, history, per_queue, orphans, nr = reply
     lag, pending, oldest_unread = (int(x) for x in history)
     recovered, last_ms, waiting = (int(x) for x in orphans)
     status = ShardStatus(
@@ -88,7 +89,8 @@ def _shard(shard: int, now: int, reply: list[Any], keys_reply: list[Any]) -> Sha
                                  oldest_ready_age_s=_age_s(now, int(o)))
                 for q, d, p, o in per_queue],
         orphans_recovered=recovered, orphans_last_ms=last_ms if last_ms >= 0 else None,
-        orphans_waiting=waiting)
+        orphans_waiting=waiting,
+        not_run=dict(zip(NOT_RUN_REASONS, (int(x) for x in nr), strict=True)))
     _add_keys(status, keyed.decode(keys_reply))
     return status
 

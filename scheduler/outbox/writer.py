@@ -93,7 +93,7 @@ def submit(conn: Any, task: str, payload: Any = None, *, queue: str | None = Non
            overlap: str | None = None, start_at: datetime | None = None,
            end_at: datetime | None = None, dedupe_ttl: float | None = None,
            debounce: float | None = None, concurrency_key: str | None = None,
-           schema: str = DEFAULT_SCHEMA,
+           on_time_within: float | None = None, schema: str = DEFAULT_SCHEMA,
            max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
            shards: int | None = None, namespace: str | None = None) -> str:
     """Submit one job in `conn`'s transaction: it reaches Redis once the transaction commits

@@ -238,8 +238,12 @@ def purge(prefix: str, now_ms: int, maxlen: int, slots: Sequence[str]) -> Call:
     return Call("purge", (prefix,), (now_ms, maxlen, len(slots), *slots))
 
 
-def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str) -> Call:
-    return Call("delete_job", (prefix,), (now_ms, maxlen, job_id, reason))
+def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str,
+               unmade: Sequence[int] = ()) -> Call:
+    """unmade: the recurring job's occurrences from its watermark to now that no node made
+    (ledger.unmade), to list in its fire ledger as `deleted`."""
+    return Call("delete_job", (prefix,), (now_ms, maxlen, job_id, reason, len(unmade),
+                                          *unmade))
 
 
 def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
@@ -247,10 +251,12 @@ def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
 
 
 def redefine(prefix: str, now_ms: int, maxlen: int, job_id: str, expected: str, next_ms: int,
-             fields: Sequence[Any]) -> Call:
+             fields: Sequence[Any], unmade: Sequence[int] = ()) -> Call:
+    """unmade: the old definition's occurrences from its watermark to now that no node made
+    (ledger.unmade), to list in the fire ledger as `redefined`."""
     return Call("redefine", (prefix,), (now_ms, maxlen, job_id, expected, next_ms,
                                         pack([_s(v) if isinstance(v, bytes) else v
-                                              for v in fields])))
+                                              for v in fields]), len(unmade), *unmade))
 
 
 def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
@@ -258,11 +264,14 @@ def once(prefix: str, slot_id: str, token: int, name: str) -> Call:
 
 
 def materialize(prefix: str, now_ms: int, maxlen: int, job_id: str, expected_ms: int,
-                digest: str, next_ms: int, missed: int, fires: Sequence[int]) -> Call:
+                digest: str, next_ms: int, missed: int, fires: Sequence[int],
+                dropped: Sequence[int] = ()) -> Call:
     """fires: occurrence times (ms) whose slots to create; next_ms -1 ends the job; digest:
-    the job's `spec` field the occurrences were computed from ("" for none)."""
+    the job's `spec` field the occurrences were computed from ("" for none); dropped: the
+    missed occurrences to list in the job's fire ledger (at most `missed`)."""
     return Call("materialize", (prefix,), (now_ms, maxlen, job_id, expected_ms, digest,
-                                           next_ms, missed, len(fires), *fires))
+                                           next_ms, missed, len(fires), *fires,
+                                           len(dropped), *dropped))
 
 
 def sweep(prefix: str, now_ms: int, maxlen: int, slots: Sequence[bytes]) -> Call:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from scheduler.core.cron import LATEST_MS
+from scheduler.core.ledger import FIRES_CAP
 from scheduler.core.models import ENUM_FIELDS, JOB_FIELD_DEFAULTS, SUBMIT_FIELDS
 from scheduler.scripts.replies import Code
 
@@ -85,7 +86,8 @@ def _field_types() -> str:
 
 
 # Names a script may use for a value of the Python side's (with_constants).
-_NAMED = {"LATEST_MS": str(LATEST_MS), "JOB_FIELD_TYPES": _field_types()}
+_NAMED = {"LATEST_MS": str(LATEST_MS), "JOB_FIELD_TYPES": _field_types(),
+          "FIRES_CAP": str(FIRES_CAP)}
 
 
 def with_constants(source: str) -> str:

@@ -1,8 +1,8 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio). Both drive the same
 operations, written once without I/O (scheduler/sdk/requests.py says how): each public
 method is its operation, of the same name, in the scheduler/sdk/ module of its topic
-(jobs.py, schedules.py, queues.py, results.py, history.py, status.py, browse.py, catalog.py,
-and state.py for the namespace).
+(jobs.py, schedules.py, fires.py, queues.py, results.py, history.py, status.py, browse.py,
+catalog.py, and state.py for the namespace).
 The two classes only perform the requests an operation yields. A method states its
 parameters and takes its operation's docstring; tests/sdk/test_signatures.py checks that
 every method's parameters are its operation's, in both classes.
@@ -30,6 +30,7 @@ import scheduler.scripts.calls as scripts
 import scheduler.sdk.browse as browse
 import scheduler.sdk.catalog as catalog_ops
 import scheduler.sdk.declared as declared_ops
+import scheduler.sdk.fires as fire_ops
 import scheduler.sdk.history as history_ops
 import scheduler.sdk.jobs as job_ops
 import scheduler.sdk.queues as queue_ops
@@ -41,6 +42,7 @@ from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
 from scheduler.core.jobspec import JobSpec
+from scheduler.core.ledger import FirePage
 from scheduler.core.limits import QueueLimit
 from scheduler.core.models import (
     DEFAULT_MAX_PAYLOAD_BYTES,
@@ -267,11 +269,13 @@ class Client(_Driver):
                overlap: str | None = None, start_at: datetime | None = None,
                end_at: datetime | None = None, durability: str | None = None,
                dedupe_ttl: float | None = None, debounce: float | None = None,
-               concurrency_key: str | None = None) -> str:
+               concurrency_key: str | None = None,
+               on_time_within: float | None = None) -> str:
         return self._drive(job_ops.submit(self._core, task, payload, queue, timeout, retry,
                                           delivery, priority, dedupe_key, delay, at, cron, tz,
                                           catchup, catchup_limit, overlap, start_at, end_at,
-                                          durability, dedupe_ttl, debounce, concurrency_key))
+                                          durability, dedupe_ttl, debounce, concurrency_key,
+                                          on_time_within))
 
     @_drives(job_ops.submit_many)
     def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -364,6 +368,13 @@ class Client(_Driver):
     def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
         return self._drive(schedule_ops.next_fires(self._core, job_id, n))
 
+    @_drives(fire_ops.fires)
+    def fires(self, name_or_job_id: str, since: datetime | timedelta | None = None,
+              until: datetime | None = None, limit: int = 1000,
+              cursor: int | None = None) -> FirePage:
+        return self._drive(fire_ops.fires(self._core, name_or_job_id, since, until, limit,
+                                          cursor))
+
     @_drives(schedule_ops.trigger)
     def trigger(self, job_id: str) -> str:
         return self._drive(schedule_ops.trigger(self._core, job_id))
@@ -375,12 +386,14 @@ class Client(_Driver):
              priority: int | None = None, concurrency_key: str | None = None,
              tz: str | None = None, catchup: str | None = None,
              catchup_limit: int | None = None, overlap: str | None = None,
-             start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+             start_at: datetime | None = None, end_at: datetime | None = None,
+             on_time_within: float | None = None) -> str:
         return self._drive(schedule_ops.schedule(
             self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
             retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
-            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at,
+            on_time_within=on_time_within))
 
     @_drives(declared_ops.declare)
     def declare(self, app: str, schedules: Iterable[DeclaredSchedule]) -> Declared:
@@ -546,12 +559,14 @@ class AsyncClient(_Driver):
                      overlap: str | None = None, start_at: datetime | None = None,
                      end_at: datetime | None = None, durability: str | None = None,
                      dedupe_ttl: float | None = None, debounce: float | None = None,
-                     concurrency_key: str | None = None) -> str:
+                     concurrency_key: str | None = None,
+                     on_time_within: float | None = None) -> str:
         return await self._drive(job_ops.submit(self._core, task, payload, queue,
                                                 timeout, retry, delivery, priority, dedupe_key,
                                                 delay, at, cron, tz, catchup, catchup_limit,
                                                 overlap, start_at, end_at, durability,
-                                                dedupe_ttl, debounce, concurrency_key))
+                                                dedupe_ttl, debounce, concurrency_key,
+                                                on_time_within))
 
     @_drives(job_ops.submit_many)
     async def submit_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]], *,
@@ -644,6 +659,13 @@ class AsyncClient(_Driver):
     async def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
         return await self._drive(schedule_ops.next_fires(self._core, job_id, n))
 
+    @_drives(fire_ops.fires)
+    async def fires(self, name_or_job_id: str, since: datetime | timedelta | None = None,
+                    until: datetime | None = None, limit: int = 1000,
+                    cursor: int | None = None) -> FirePage:
+        return await self._drive(fire_ops.fires(self._core, name_or_job_id, since, until,
+                                                limit, cursor))
+
     @_drives(schedule_ops.trigger)
     async def trigger(self, job_id: str) -> str:
         return await self._drive(schedule_ops.trigger(self._core, job_id))
@@ -655,12 +677,14 @@ class AsyncClient(_Driver):
                    priority: int | None = None, concurrency_key: str | None = None,
                    tz: str | None = None, catchup: str | None = None,
                    catchup_limit: int | None = None, overlap: str | None = None,
-                   start_at: datetime | None = None, end_at: datetime | None = None) -> str:
+                   start_at: datetime | None = None, end_at: datetime | None = None,
+                   on_time_within: float | None = None) -> str:
         return await self._drive(schedule_ops.schedule(
             self._core, name, task, payload, cron=cron, queue=queue, timeout=timeout,
             retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
-            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at))
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at,
+            on_time_within=on_time_within))
 
     @_drives(declared_ops.declare)
     async def declare(self, app: str, schedules: Iterable[DeclaredSchedule]) -> Declared:

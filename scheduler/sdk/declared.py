@@ -70,14 +70,15 @@ def declare_schedule(name: str, task: str, payload: Any = None, *, cron: str,
                      priority: int | None = None, concurrency_key: str | None = None,
                      tz: str | None = None, catchup: str | None = None,
                      catchup_limit: int | None = None, overlap: str | None = None,
-                     start_at: datetime | None = None,
-                     end_at: datetime | None = None) -> DeclaredSchedule:
+                     start_at: datetime | None = None, end_at: datetime | None = None,
+                     on_time_within: float | None = None) -> DeclaredSchedule:
     """A declaration, checked now with no I/O (ValidationError naming the option): the name,
     the task, the cron expression and time zone, the queue and the timing options."""
     options = {"cron": cron, "queue": queue, "timeout": timeout, "retry": retry,
                "delivery": delivery, "priority": priority, "concurrency_key": concurrency_key,
                "tz": tz, "catchup": catchup, "catchup_limit": catchup_limit,
-               "overlap": overlap, "start_at": start_at, "end_at": end_at}
+               "overlap": overlap, "start_at": start_at, "end_at": end_at,
+               "on_time_within": on_time_within}
     spec = _named_spec(name, task, payload, options)
     check_task(task)
     if queue is not None:

@@ -73,11 +73,12 @@ def submit(core: ClientState, task: str, payload: Any = None, queue: str | None 
            catchup_limit: int | None = None, overlap: str | None = None,
            start_at: datetime | None = None, end_at: datetime | None = None,
            durability: str | None = None, dedupe_ttl: float | None = None,
-           debounce: float | None = None, concurrency_key: str | None = None) -> Op[str]:
+           debounce: float | None = None, concurrency_key: str | None = None,
+           on_time_within: float | None = None) -> Op[str]:
     """Submit one job; returns its id (the first job's id for a repeated dedupe key).
 
     Runs now unless one of delay=, at=, cron= is given (with cron: tz=, catchup=,
-    catchup_limit=, overlap=, start_at=, end_at=); see JobSpec. `priority` 1 (first) to 5
+    catchup_limit=, overlap=, start_at=, end_at=, on_time_within=); see JobSpec. `priority` 1 (first) to 5
     (last), default 3. `durability` as for submit_many. `dedupe_ttl`, `debounce`: a dedupe
     key's window and debounce (JobSpec; the docs' "Dedupe windows and debounce" guide).
     `concurrency_key`: the tenant the job runs for, 1-128 characters from A-Z a-z 0-9 _ . @

@@ -13,9 +13,10 @@ import msgspec
 
 import scheduler.scripts.calls as scripts
 from scheduler.core.cron import CronSpec
-from scheduler.core.errors import JobNotFound, ValidationError
+from scheduler.core.errors import JobNotFound, SchedulerError, ValidationError
 from scheduler.core.jobspec import SCHEDULE_OPTIONS, JobSpec, placed_id
 from scheduler.core.keys import check_job_id, key_shard, shard_of
+from scheduler.core.ledger import unmade
 from scheduler.core.models import RetryPolicy, check_reason
 from scheduler.core.timing import utc_of_ms
 from scheduler.redis.failures import REDIS_ERRORS
@@ -47,8 +48,14 @@ def delete_job(core: ClientState, job_id: str, reason: str = "deleted by operato
     characters (ValidationError otherwise, nothing changed)."""
     check_reason(reason)
     yield from ready(core)
-    call = scripts.delete_job(core.prefix_of(job_id), core.clock.now_ms(), core.events_maxlen,
-                              job_id, " ".join(reason.split()))
+    pipe = Pipe()
+    pipe.hmget(core.job_key(job_id), "cron", "tz", "end_ms")
+    pipe.zscore(core.cron_key(job_id), job_id)
+    (cron, tz, end), watermark = yield pipe
+    now = core.clock.now_ms()
+    call = scripts.delete_job(core.prefix_of(job_id), now, core.events_maxlen,
+                              job_id, " ".join(reason.split()),
+                              _unmade(cron, tz, end, watermark, now))
     done = Deleted.decode((yield Scripts([call]))[0])
     if done.code is Code.MISSING:
         raise JobNotFound(job_id)
@@ -99,7 +106,8 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *,
              priority: int | None = None, concurrency_key: str | None = None,
              tz: str | None = None, catchup: str | None = None,
              catchup_limit: int | None = None, overlap: str | None = None,
-             start_at: datetime | None = None, end_at: datetime | None = None) -> Op[str]:
+             start_at: datetime | None = None, end_at: datetime | None = None,
+             on_time_within: float | None = None) -> Op[str]:
     """A recurring job identified by `name` (its job id), declared idempotently: the same
     spec writes nothing, a changed spec replaces the definition from the next occurrence
     (occurrences created or dispatched ahead that have not started end cancelled, and the new
@@ -136,6 +144,20 @@ def schedule(core: ClientState, /, name: str, task: str, payload: Any = None, *,
     if codes((yield Scripts([call]))[0], "submit")[0] is not Code.OK:  # taken
         yield from _redefine(core, prefix, job_id, spec, digest, fire_ms, fields)
     return job_id
+
+
+def _unmade(cron: bytes | None, tz: bytes | None, end: bytes | None, watermark: Any,
+            now: int) -> list[int]:
+    """A recurring job's occurrences from its watermark to now that no node made (what a
+    delete or a redefinition drops: the script lists them in the fire ledger); none for a
+    job that does not recur, or whose definition does not parse."""
+    if not cron or watermark is None:
+        return []
+    try:
+        spec = CronSpec(cron.decode(), (tz or b"UTC").decode())
+        return unmade(spec, int(watermark), now, int(end or 0))
+    except (SchedulerError, ValueError):
+        return []  # a hash written past the SDK: the delete goes on without the listing
 
 
 def named_id(name: str, concurrency_key: str | None, shards: int) -> str:
@@ -210,7 +232,7 @@ def _digest(spec: JobSpec) -> str:
     """What tells a changed spec from the same: of the spec with the catalog's defaults and
     the built-in queue and delivery in (batching.with_catalog)."""
     fields = msgspec.structs.asdict(spec)
-    for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key"):
+    for option in ("priority", "dedupe_ttl", "debounce", "concurrency_key", "on_time_within"):
         if fields[option] is None:  # specs declared before these options keep their digest
             del fields[option]
     return hashlib.blake2b(msgspec.json.encode(fields, order="sorted"),
@@ -223,14 +245,16 @@ def _redefine(core: ClientState, prefix: str, name: str, spec: JobSpec, digest: 
     compare-and-set on the spec read, so racing declarations settle on one)."""
     for _ in range(REDEFINE_TRIES):
         pipe = Pipe()
-        pipe.hget(core.job_key(name), "spec")
-        stored = (yield pipe)[0]
+        pipe.hmget(core.job_key(name), "spec", "cron", "tz", "end_ms")
+        pipe.zscore(core.cron_key(name), name)
+        (stored, cron, tz, end), watermark = yield pipe
         stored = stored.decode() if isinstance(stored, bytes) else stored or ""
         if stored == digest:
             return
         now = core.clock.now_ms()
         first = CronSpec(spec.cron or "", spec.tz or "UTC").next_after(max(now, fire_ms - 1))
-        call = scripts.redefine(prefix, now, core.events_maxlen, name, stored, first, fields)
+        call = scripts.redefine(prefix, now, core.events_maxlen, name, stored, first, fields,
+                                _unmade(cron, tz, end, watermark, now))
         code = codes((yield Scripts([call]))[0][:1], "redefine")[0]
         if code is Code.OK:
             return

@@ -154,6 +154,9 @@ class ClientState:
     def runs_key(self, job_id: str) -> str:
         return self.keys.runs(shard_of(job_id, self.shards), job_id)
 
+    def fires_key(self, job_id: str) -> str:
+        return self.keys.fires(shard_of(job_id, self.shards), job_id)
+
     def cron_key(self, job_id: str) -> str:
         return self.keys.cron(shard_of(job_id, self.shards))
 

@@ -17,11 +17,13 @@ from urllib.parse import urlencode
 
 import msgspec
 
+from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id, split_slot_id
+from scheduler.core.ledger import REASON_WORDS
 from scheduler.core.models import Job, Slot
 from scheduler.core.states import JobKind, SlotStatus
-from scheduler.core.timing import ms_of_utc
+from scheduler.core.timing import ms_of_utc, utc_of_ms
 from scheduler.observe.records import group_supervisors
 
 Page = tuple[str, dict[str, Any]]
@@ -32,6 +34,7 @@ SLOT_LISTS = ("queued", "scheduled", "retrying", "running")
 MAX_TEXT = 200  # the longest free-text filter (a task name is at most 200 characters)
 LISTED_JOBS = 500  # jobs and schedules pages: the newest this many
 NEXT_FIRES = 10
+TIMELINE = 60  # a recurring job's page: its latest this many occurrences
 START_WORKER = "start one with `sched worker --app MODULE:REGISTRY`"
 
 
@@ -415,8 +418,39 @@ async def job(client: Any, job_id: str) -> Page:
     if j.cron:
         tables.insert(0, ("Next fire times (no slot yet)", ["fire time"],
                           [[when(f)] for f in fires]))
+        field, timeline = await _timeline(client, j)
+        fields.append(field)
+        tables.insert(0, timeline)
     return "detail.html", {"title": f"Job {job_id}", "fields": fields, "actions": actions,
                            "tables": tables}
+
+
+async def _timeline(client: Any, j: Job) -> tuple[tuple[str, str], tuple[str, list[str],
+                                                                       list[list[Any]]]]:
+    """The job's latest TIMELINE occurrences (Client.fires), newest first: whether each ran
+    and how late, or why not; and their on-time line."""
+    now = await client.now_ms()
+    back = [t for _, t in zip(range(TIMELINE), CronSpec(j.cron or "", j.tz or "UTC").before(
+        now + 1), strict=False)]
+    since = utc_of_ms(min(back) if back else now)
+    page = await client.fires(j.job_id, since=since, limit=TIMELINE)
+    s = page.summary
+
+    def secs(ms: int | None) -> str:
+        return "-" if ms is None else f"{ms / 1000:.3f}s"
+
+    share = "-" if s.on_time_share is None else f"{s.on_time_share * 100:.1f}%"
+    line = (f"{share} of {s.due} started within {s.on_time_within_ms / 1000:g}s ({s.late} "
+            f"late); start lag p50 {secs(s.lag_p50_ms)}, p99 {secs(s.lag_p99_ms)}, max "
+            f"{secs(s.lag_max_ms)}")
+    rows = [[when(f.fire_ms),
+             link(f"/slots/{f.slot_id}", f.state.value) if f.slot_id else f.state.value,
+             secs(f.start_lag_ms) if f.start_lag_ms is not None else "-",
+             REASON_WORDS.get(f.reason, str(f.reason)) if f.reason else (f.outcome or "")]
+            for f in reversed(page.fires)]
+    return (("on time", line),
+            (f"Did it fire? (the last {len(rows)} occurrences)",
+             ["fire time", "state", "start lag", "outcome or why not"], rows))
 
 
 async def slot(client: Any, slot_id: str) -> Page:

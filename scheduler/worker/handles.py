@@ -193,7 +193,8 @@ class TaskHandle(Generic[P, R]):
                at: datetime | None = None, cron: str | None = None, tz: str | None = None,
                catchup: str | None = None, catchup_limit: int | None = None,
                overlap: str | None = None, start_at: datetime | None = None,
-               end_at: datetime | None = None, durability: str | None = None) -> str:
+               end_at: datetime | None = None, on_time_within: float | None = None,
+               durability: str | None = None) -> str:
         """`client.submit(<this task>, payload, ...)`: an option left at None takes the
         task's default (registry.task's), else submit's. A typed payload (an instance of
         the handler's type, or its fields as a mapping) is validated first: ValidationError
@@ -213,7 +214,8 @@ class TaskHandle(Generic[P, R]):
                       cron: str | None = None, tz: str | None = None,
                       catchup: str | None = None, catchup_limit: int | None = None,
                       overlap: str | None = None, start_at: datetime | None = None,
-                      end_at: datetime | None = None, durability: str | None = None) -> str:
+                      end_at: datetime | None = None, on_time_within: float | None = None,
+                      durability: str | None = None) -> str:
         """`submit` with an AsyncClient."""
         options = self.options(locals())
         client._core.vouched.add(self.name)  # the name comes from code: no catalog check
@@ -230,7 +232,8 @@ class TaskHandle(Generic[P, R]):
                       cron: str | None = None, tz: str | None = None,
                       catchup: str | None = None, catchup_limit: int | None = None,
                       overlap: str | None = None, start_at: datetime | None = None,
-                      end_at: datetime | None = None, schema: str = "scheduler",
+                      end_at: datetime | None = None, on_time_within: float | None = None,
+                      schema: str = "scheduler",
                       max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
                       shards: int | None = None,
                       namespace: str | None = None) -> str:

@@ -150,8 +150,8 @@ class Registry:
                  priority: int | None = None, concurrency_key: str | None = None,
                  tz: str | None = None, catchup: str | None = None,
                  catchup_limit: int | None = None, overlap: str | None = None,
-                 start_at: datetime | None = None,
-                 end_at: datetime | None = None) -> DeclaredSchedule:
+                 start_at: datetime | None = None, end_at: datetime | None = None,
+                 on_time_within: float | None = None) -> DeclaredSchedule:
         """Declare the named schedule `name` with the code: `Client.schedule`'s arguments,
         `task` a TaskHandle or a task name. A handle, or the name of a task of this
         registry, has the task's defaults fill the options left at None and a typed payload
@@ -182,7 +182,8 @@ class Registry:
             name, task_name, payload, cron=cron,
             queue=queue, timeout=timeout, retry=retry, delivery=delivery, priority=priority,
             concurrency_key=concurrency_key, tz=tz, catchup=catchup,
-            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at)
+            catchup_limit=catchup_limit, overlap=overlap, start_at=start_at, end_at=end_at,
+            on_time_within=on_time_within)
         self.schedules[name] = declared
         return declared
 

@@ -15,10 +15,10 @@ The rules a page is written to:
   `redis://127.0.0.1:6379/0` becomes the test's URL and every `namespace="..."` the page's.
 - In `sh` blocks, each line that starts with `sched` runs (with SCHED_REDIS_URL,
   SCHED_NAMESPACE and a private SCHED_HISTORY_FILE; `JOB_ID` is the id the page's last
-  `sched submit` printed) and must exit 0 (`sched status` may exit 3, unhealthy). The
-  commands that run until stopped (worker, scheduler, snapshotter, exporter, web, dev) get
-  `--help` instead, which still refuses an option they do not have. Other lines (`export`,
-  `bash scripts/...`) are not run.
+  `sched submit` printed, `CRON_JOB_ID` the last `sched submit --cron`'s) and must exit 0
+  (`sched status` may exit 3, unhealthy). The commands that run until stopped (worker,
+  scheduler, snapshotter, exporter, web, dev) get `--help` instead, which still refuses an
+  option they do not have. Other lines (`export`, `bash scripts/...`) are not run.
 """
 
 from __future__ import annotations
@@ -155,6 +155,7 @@ def _uncommented(line: str) -> str:
 
 def _run_sh(code: str, env: dict[str, str], cwd: Path, state: dict[str, str], where: str) -> None:
     for line in _sched_lines(code):
+        line = line.replace("CRON_JOB_ID", state.get("cron_id", "CRON_JOB_ID"))
         line = line.replace("JOB_ID", state.get("job_id", "JOB_ID"))
         done = subprocess.run(["bash", "-c", line], env=env, cwd=cwd, timeout=60,
                               capture_output=True, text=True)
@@ -163,6 +164,8 @@ def _run_sh(code: str, env: dict[str, str], cwd: Path, state: dict[str, str], wh
                                       f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
         if line.startswith("sched submit") and "--cron" not in line and "--delay" not in line:
             state["job_id"] = done.stdout.strip().splitlines()[-1]
+        elif line.startswith("sched submit") and "--cron" in line:
+            state["cron_id"] = done.stdout.strip().splitlines()[-1]
 
 
 def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:

@@ -402,6 +402,30 @@ def test_a_cron_jobs_next_fire_times_leave_out_the_slots_already_made(
     assert min(fires) > max(made)
 
 
+def test_a_cron_jobs_page_says_whether_each_occurrence_fired(redis_url: str, ns: str,
+                                                              web: str) -> None:
+    """The job page of a recurring job lists its latest occurrences, newest first, with
+    their state, start lag and, for those that did not run, why in words (Client.fires);
+    and its on-time line."""
+    with Client(redis_url, ns) as client:
+        ticker = client.schedule("ticker", "demo.noop", None, cron="* * * * * *",
+                                 queue="nobody-reads")
+        first = client.get_job(ticker).fire_ms
+        with running(_process(redis_url, ns, "scheduler")):
+            _wait("occurrences past their objective", lambda: client.now_ms() > first + 4500)
+            body = _get(f"{web}/jobs/{ticker}")[1]
+    sections = {part.partition("</h2>")[0]: part for part in body.split("<h2>")[1:]}
+    rows = next(_Tables(part).tables[""] for title, part in sections.items()
+                if title.startswith("Did it fire?"))[1:]
+    assert len(rows) >= 4
+    times = [r[0][0] for r in rows]
+    assert times == sorted(times, reverse=True)
+    assert all(r[1][0] == "pending" and r[1][1] == f"/slots/{ticker}:" + str(ms_of(r[0][0]))
+               for r in rows)
+    assert "no_worker: no live worker reads its queue" in [r[3][0] for r in rows]
+    assert "on time" in body and "started within 2s" in body
+
+
 def test_a_series_that_reaches_year_9999_shows_where_it_ends(redis_url: str, ns: str,
                                                              web: str) -> None:
     """The calendar ends with year 9999: the job page lists the last fire and says that no
@@ -589,3 +613,9 @@ def test_the_tasks_page_in_a_browser(redis_url: str, ns: str, web: str,
     if os.environ.get("SCHED_UPDATE_SCREENSHOTS"):
         SHOTS.mkdir(exist_ok=True)
         shutil.copy(tmp_path / "tasks.png", SHOTS / "console-tasks.png")
+
+
+def ms_of(iso: str) -> int:
+    from datetime import datetime
+
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)

@@ -1389,4 +1389,68 @@ MUTANTS = [
            ("tests/sdk/test_task_catalog.py::"
             "test_the_catalog_lists_the_live_workers_serving_each_task_and_its_rates",),
            fast=True),
+    Mutant("catchup-drop-not-listed", "materialize.lua counts the occurrences the catch-up "
+           "policy dropped but lists none in the fire ledger: `fires` cannot say which fire "
+           "times were dropped, nor why", "scheduler/scripts/lua/materialize.lua",
+           "  note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')\n", "",
+           ("tests/lua/test_fire_ledger.py::test_catchup_drops_are_listed_one_by_one",),
+           fast=True),
+    Mutant("overlap-skip-not-in-the-ledger", "promote.lua ends an overlap=\"skip\" occurrence "
+           "`skipped` without its ledger entry: once the skipped slot leaves Redis, nothing "
+           "says which run it yielded to", "scheduler/scripts/lua/promote.lua",
+           "        note_fires(prefix, st[5], {slot_id}, 'overlap', active)\n", "",
+           ("tests/lua/test_fire_ledger.py::test_an_overlap_skip_names_the_run_it_yielded_to",),
+           fast=True),
+    Mutant("redefined-not-in-the-ledger", "redefine.lua withdraws the old cadence's "
+           "occurrences without ledger entries: a new definition that takes a slot id over "
+           "erases why the old one did not run", "scheduler/scripts/lua/redefine.lua",
+           "note_fires(prefix, job_id, gone, 'redefined')\n", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_a_redefinition_and_a_delete_record_what_they_withdrew",),
+           fast=True),
+    Mutant("fire-ledger-unbounded", "the fire ledger is never trimmed: a schedule that skips "
+           "or is dropped forever grows its key without bound", "scheduler/scripts/lua/_lib.lua",
+           "  if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end",
+           "  if false then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end",
+           ("tests/lua/test_fire_ledger.py::test_the_ledger_keeps_its_newest_entries",),
+           fast=True),
+    Mutant("no-worker-not-told", "an occurrence waiting past its objective on a queue no live "
+           "worker reads reads `behind`, as if workers were merely slow",
+           "scheduler/sdk/fires.py",
+           "    return {s.slot_id: (Reason.NO_WORKER if s.queue not in served",
+           "    return {s.slot_id: (Reason.BEHIND if s.queue not in served",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_a_redefinition_and_a_delete_record_what_they_withdrew",), fast=True),
+    Mutant("on-time-share-counts-overlap", "the on-time share counts overlap skips as misses: "
+           "a schedule whose skips are its policy reads as behind its objective",
+           "scheduler/core/ledger.py", "    counted = due - overlap\n", "    counted = due\n",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_summary_counts_from_the_occurrences_themselves",), fast=True),
+    Mutant("unmade-occurrences-not-listed", "a redefinition while no node ran drops the old "
+           "definition's occurrences no node made without a word: the timeline skips them",
+           "scheduler/scripts/lua/redefine.lua",
+           "note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), "
+           "'redefined')\n", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_occurrences_no_node_made_are_listed_by_a_redefinition_or_a_delete",),
+           fast=True),
+    Mutant("objective-not-stored", "a schedule's on_time_within is not stored: "
+           "every schedule is judged against the default 2 s, a nightly job's minute of "
+           "start-up reads as late", "scheduler/core/timing.py",
+           '    fields = {} if on_time_within is None else {"on_time_ms": _on_time_ms(on_time_within)}',
+           '    fields = {} if True else {"on_time_ms": _on_time_ms(on_time_within)}',
+           ("tests/sdk/test_declared_schedules.py::test_a_declared_objective_reaches_the_job",),
+           fast=True),
+    Mutant("not-run-uncounted", "the occurrences that will not run are listed but not "
+           "counted: sched_occurrences_not_run stays 0 and its alert never fires",
+           "scheduler/scripts/lua/_lib.lua",
+           "  redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_exporter_counts_occurrences_not_run_by_reason",), fast=True),
+    Mutant("timeline-oldest-first", "the console's job page lists a recurring job's "
+           "occurrences oldest first: the one a user came to see is at the bottom",
+           "scheduler/web/pages.py", "            for f in reversed(page.fires)]",
+           "            for f in page.fires]",
+           ("tests/e2e/test_console_pages.py::"
+            "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
 ]

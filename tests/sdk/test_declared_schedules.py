@@ -41,6 +41,7 @@ def app(*names: str, cron: str = "0 2 * * *") -> Registry:
     ({"cron": "0 2 * * *", "catchup": "some"}, "catchup"),
     ({"cron": "0 2 * * *", "overlap": "maybe"}, "overlap"),
     ({"cron": "0 2 * * *", "queue": "no spaces"}, "queue"),
+    ({"cron": "0 2 * * *", "on_time_within": 0}, "on_time_within"),
 ])
 def test_a_bad_option_is_refused_when_declared(kwargs: dict[str, Any], field: str) -> None:
     registry = Registry()
@@ -183,3 +184,14 @@ def test_a_keyed_schedule_is_found_under_its_placed_id_when_dropped(redis_url: s
         assert job.job_id != "tenant-report" and job.deleted_ms is None  # placed: NAME.N
         assert client.declare("my.app:registry", []).removed == ["tenant-report"]
         assert client.get_job(job.job_id).deleted_ms is not None
+
+
+def test_a_declared_objective_reaches_the_job(redis_url: str, ns: str) -> None:
+    registry = Registry()
+    registry.schedule("nightly", "reports.build", cron="0 2 * * *", on_time_within=90)
+    registry.schedule("hourly", "reports.build", cron="0 * * * *")
+    with Client(redis_url, ns) as client:
+        client.declare("my.app:registry", registry.schedules.values())
+        assert client.get_job("nightly").on_time_within_s == 90
+        assert client.get_job("hourly").on_time_within_s == 2  # the default
+        assert client.fires("nightly").summary.on_time_within_ms == 90_000

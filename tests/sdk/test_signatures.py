@@ -17,6 +17,7 @@ import pytest
 import scheduler.sdk.browse as browse
 import scheduler.sdk.catalog as catalog
 import scheduler.sdk.declared as declared
+import scheduler.sdk.fires as fires
 import scheduler.sdk.history as history
 import scheduler.sdk.jobs as jobs
 import scheduler.sdk.queues as queues
@@ -28,7 +29,7 @@ from scheduler import AsyncClient, Client
 from scheduler.history.store import HistoryStore
 
 TOPICS: list[ModuleType] = [state, jobs, history, status, schedules, results, queues, browse,
-                            catalog, declared]
+                            catalog, declared, fires]
 # Steps every operation starts with (and the unknown-task step of a submit), not operations
 # of their own.
 NOT_METHODS = {"ready", "ensure_namespace", "check_tasks"}

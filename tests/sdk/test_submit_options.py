@@ -72,7 +72,7 @@ def test_the_options_are_jobspecs_fields() -> None:
     assert set(TIMING_OPTIONS) <= set(SUBMIT_OPTIONS)
     assert set(NOT_IN_A_SCHEDULE) <= set(SUBMIT_OPTIONS)
     assert set(SCHEDULE_OPTIONS) == set(SUBMIT_OPTIONS) - set(NOT_IN_A_SCHEDULE)
-    assert "cron" in SCHEDULE_OPTIONS and len(SUBMIT_OPTIONS) == 18
+    assert "cron" in SCHEDULE_OPTIONS and len(SUBMIT_OPTIONS) == 19
 
 
 @pytest.mark.parametrize("where", sorted(SUBMITS) + sorted(SCHEDULES))

@@ -298,3 +298,42 @@ local function note_retired(prefix, finished_ms)
     redis.call('HSET', stats, 'retired_ms', finished_ms)
   end
 end
+
+-- The occurrences of `fires` (fire_ms values) still at or past the job's watermark (its score
+-- in `cron`) and without a slot: those no node made, which the caller is about to drop.
+local function unmade_fires(prefix, job_id, fires)
+  local watermark = tonumber(redis.call('ZSCORE', prefix .. 'cron', job_id))
+  local out = {}
+  if not watermark then return out end
+  for _, fire in ipairs(fires) do
+    if tonumber(fire) >= watermark
+        and redis.call('EXISTS', prefix .. 'slot:' .. job_id .. ':' .. fire) == 0 then
+      out[#out + 1] = fire
+    end
+  end
+  return out
+end
+
+-- Write occurrences that will not run to the job's fire ledger (`fires:<job_id>`, zset by
+-- fire_ms; scheduler/core/ledger.py): each of `fires` (fire_ms values, or slot ids
+-- `<job_id>:<fire_ms>`) as "<fire_ms>:<reason>[:<detail>]", then trim the ledger to its
+-- newest FIRES_CAP entries. The new entries count in the shard's stats `not_run:<reason>`
+-- (stats.lua: the exporter's sched_occurrences_not_run).
+local function note_fires(prefix, job_id, fires, reason, detail)
+  if #fires == 0 then return end
+  local key = prefix .. 'fires:' .. job_id
+  local tail = detail and (':' .. reason .. ':' .. detail) or (':' .. reason)
+  local args = {}
+  for _, f in ipairs(fires) do
+    local fire = string.match(f, '(%d+)$')
+    args[#args + 1] = fire
+    args[#args + 1] = fire .. tail
+  end
+  local added = 0
+  for i = 1, #args, 7998 do
+    added = added + redis.call('ZADD', key, unpack(args, i, math.min(i + 7997, #args)))
+  end
+  redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)
+  local extra = redis.call('ZCARD', key) - FIRES_CAP
+  if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end
+end

@@ -9,9 +9,15 @@
   ARGV[2]  events_maxlen
   ARGV[3]  job_id
   ARGV[4]  reason          one line for people, recorded on the job and the cancelled slots
+  ARGV[5]  k               optional (default 0): how many fire_ms values follow: a recurring
+                           job's occurrences from its watermark to now, computed by the caller
+                           (ledger.unmade); those still at or past the watermark without a slot
+                           (no node made them) are written to the fire ledger as deleted
 
   The job hash stays (history and `jobs show` still find it) with `deleted_ms` and `deleted`
-  (the reason) set; its slots stay indexed in `runs:<job_id>`.
+  (the reason) set; its slots stay indexed in `runs:<job_id>`. A recurring job's cancelled
+  occurrences are written to its fire ledger `fires:<job_id>` as "<fire_ms>:deleted"
+  (_lib.lua's note_fires).
 
   Reply (R, replies.py): {R.OK, cancelled, running} the job was ended now: how many slots were
   cancelled and how many are still running; {R.TERMINAL, 0, 0} it was deleted before;
@@ -24,21 +30,23 @@ local now = tonumber(ARGV[1])
 local maxlen = ARGV[2]
 local job_id = ARGV[3]
 local reason = ARGV[4]
+local k = tonumber(ARGV[5]) or 0
 
 --- @include "_lib.lua"
 
 local job_key = prefix .. 'job:' .. job_id
-local job = redis.call('HMGET', job_key, 'task', 'deleted_ms', 'fire_ms')
+local job = redis.call('HMGET', job_key, 'task', 'deleted_ms', 'fire_ms', 'kind')
 if not job[1] then return {R.MISSING, 0, 0} end
 if job[2] then return {R.TERMINAL, 0, 0} end
 
+local unmade = unmade_fires(prefix, job_id, {unpack(ARGV, 6, 5 + k)})
 redis.call('ZREM', prefix .. 'cron', job_id)
 redis.call('HSET', job_key, 'deleted_ms', now, 'deleted', reason)
 
 -- A recurring job's slots are indexed in runs:<job_id>; any other job has its one slot.
 local slots = redis.call('ZRANGE', prefix .. 'runs:' .. job_id, 0, -1)
 if #slots == 0 then slots = {job_id .. ':' .. job[3]} end
-local cancelled, running = {}, 0
+local cancelled, gone, running = {}, {}, 0
 for _, slot_id in ipairs(slots) do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'msg', 'queue', 'priority')
@@ -48,11 +56,16 @@ for _, slot_id in ipairs(slots) do
     redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now, 'cancel', reason)
     index_finished(prefix, slot_id, now)
     cancelled[#cancelled + 1] = {slot = slot_id, reason = reason}
+    gone[#gone + 1] = slot_id
   elseif st[1] == 'running' then
     running = running + 1
   end
 end
 
+if job[4] == 'cron' then
+  note_fires(prefix, job_id, gone, 'deleted')
+  note_fires(prefix, job_id, unmade, 'deleted')
+end
 emit(prefix, maxlen, now, 'deleted', {{job = job_id, reason = reason}}, nil)
 emit(prefix, maxlen, now, 'cancelled', cancelled, nil)
 return {R.OK, #cancelled, running}

@@ -15,6 +15,11 @@
                            -1 ends the job (past end_at): it leaves the `cron` set
   ARGV[7]  missed          occurrences the catch-up policy dropped (counted, not created)
   ARGV[8]  n               number of occurrences to create; then n fire_ms values
+  ARGV[9+n] k              number of the dropped occurrences listed (at most missed, the
+                           most recent); then k fire_ms values. Each is written to the job's
+                           fire ledger `fires:<job_id>` as "<fire_ms>:catchup" (_lib.lua's
+                           note_fires); the missed - k not listed add to the job's
+                           `missed_unlisted` (and all to the shard's stats `not_run:catchup`)
 
   Each occurrence's slot `<job_id>:<fire_ms>` is created only if absent, or withdrawn by a
   redefinition (redefine.lua: cancelled, with `redefined_ms`; the new definition's occurrence
@@ -32,7 +37,8 @@
                           not the one the caller computed from; nothing was written
 
   Events: "materialized" {job, slots, next_ms}, and "missed" {job, missed}
-  when missed > 0 (also added to the job's `missed` field and the shard's stats `missed`).
+  when missed > 0 (also added to the job's `missed` field and the shard's stats `missed`,
+  and listed in its fire ledger as above).
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -43,6 +49,7 @@ local digest = ARGV[5]
 local next_ms = tonumber(ARGV[6])
 local missed = tonumber(ARGV[7])
 local n = tonumber(ARGV[8])
+local k = tonumber(ARGV[9 + n]) or 0
 
 --- @include "_lib.lua"
 
@@ -85,6 +92,11 @@ end
 if missed > 0 then
   redis.call('HINCRBY', job_key, 'missed', missed)
   redis.call('HINCRBY', prefix .. 'stats', 'missed', missed)
+  if missed > k then
+    redis.call('HINCRBY', job_key, 'missed_unlisted', missed - k)
+    redis.call('HINCRBY', prefix .. 'stats', 'not_run:catchup', missed - k)
+  end
+  note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')
   emit(prefix, maxlen, now, 'missed', {{job = job_id, missed = missed}}, nil)
 end
 if #created > 0 or next_ms < 0 then

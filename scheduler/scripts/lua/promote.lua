@@ -32,8 +32,10 @@
 
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
   overlap="skip") is dispatched only if the job's last dispatched slot (job field `active`)
-  is no longer scheduled, queued or running; otherwise it ends `skipped`. Checking at
-  dispatch time, not when the slot was created, is what makes "still running" mean now.
+  is no longer scheduled, queued or running; otherwise it ends `skipped`, with field
+  `yielded_to` naming that slot, and an entry "<fire_ms>:overlap:<that slot>" in the job's
+  fire ledger `fires:<job_id>` (_lib.lua's note_fires; only this branch writes it). Checking
+  at dispatch time, not when the slot was created, is what makes "still running" mean now.
 
   Reply: {promoted, next_ms, skipped}: how many slots were dispatched; when the caller
   should call again (ms, Redis time; -1 when `due` is empty): the earliest score left minus
@@ -89,8 +91,9 @@ for i = 1, #ids, 2 do
       local job_key, active = prefix .. 'job:' .. (st[5] or ''), nil
       if st[3] == 'skip' then active = busy(job_key, slot_id) end
       if active then
-        redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now)
+        redis.call('HSET', slot_key, 'status', 'skipped', 'finished_ms', now, 'yielded_to', active)
         index_finished(prefix, slot_id, now)
+        note_fires(prefix, st[5], {slot_id}, 'overlap', active)
         skipped[#skipped + 1] = {slot = slot_id, active = active}
       else
         if st[6] then

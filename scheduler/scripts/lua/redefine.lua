@@ -13,6 +13,12 @@
                            among them), `spec` its digest. The digest is the definition's
                            version: materialize.lua refuses occurrences computed from another,
                            so a node that kept the old definition reads the new one
+  ARGV[7]  k               optional (default 0): how many fire_ms values follow: the old
+                           definition's occurrences from its watermark to now, computed by the
+                           caller from the definition it read (ledger.unmade). Those still at
+                           or past the watermark without a slot (no node made them: every node
+                           was down or behind) are dropped by the new watermark, and written
+                           to the fire ledger as "<fire_ms>:redefined"
 
   The job hash is rewritten (its created_ms, and the series' `active` slot and `missed` count
   kept; redefined_ms set; a deleted job is a series again). The old definition's occurrences
@@ -25,7 +31,9 @@
     (reader.py); a worker that read it already has its claim answered R.STALE. None of them
     has started: claim.lua refuses a slot before its nb (R.EARLY), and this script runs
     between claims, never during one.
-  Their hashes stay (history reads the cancellation there, as for cancel.lua's). Slots due
+  Their hashes stay (history reads the cancellation there, as for cancel.lua's), and each is
+  written to the job's fire ledger `fires:<job_id>` as "<fire_ms>:redefined" (_lib.lua's
+  note_fires: the new definition may take the slot id over). Slots due
   by now (fire time <= now: scheduled, queued or running) go on as they were.
 
   Reply (R, replies.py): {R.OK, scheduled, queued} how many occurrences of each kind were
@@ -45,6 +53,7 @@ local job_id = ARGV[3]
 local expected = ARGV[4]
 local next_ms = ARGV[5]
 local fields = cmsgpack.unpack(ARGV[6])
+local k = tonumber(ARGV[7]) or 0
 
 --- @include "_lib.lua"
 
@@ -61,7 +70,7 @@ if not cur[2] then return {R.MISSING, 0, 0} end
 if (cur[1] or '') ~= expected or cur[3] ~= 'cron' then return {R.MOVED, 0, 0} end
 
 local runs = prefix .. 'runs:' .. job_id
-local withdrawn, scheduled, queued = {}, 0, 0
+local withdrawn, gone, scheduled, queued = {}, {}, 0, 0
 for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf')) do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'nb', 'msg', 'queue', 'priority')
@@ -82,8 +91,11 @@ for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf
       'redefined', 'redefined_ms', now)
     index_finished(prefix, slot_id, now)
     withdrawn[#withdrawn + 1] = {slot = slot_id, reason = 'redefined'}
+    gone[#gone + 1] = slot_id
   end
 end
+note_fires(prefix, job_id, gone, 'redefined')
+note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), 'redefined')
 
 redis.call('DEL', job_key)
 redis.call('HSET', job_key, 'fire_ms', next_ms, 'created_ms', cur[2], 'redefined_ms', now,

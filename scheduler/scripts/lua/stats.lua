@@ -27,6 +27,8 @@
      orphans        {recovered, last_ms, waiting} from the shard's `stats` (lua/sweep.lua):
                     slots the sweeper repaired, when it last did (-1 never), and how many it
                     left waiting for their lease at the end of its last walk
+     not_run        {overlap, catchup, redefined, deleted} from the shard's `stats`: cron
+                    occurrences that will not run, by reason, ever (_lib.lua's note_fires)
 ]]
 local prefix = KEYS[1]
 local now = tonumber(ARGV[1])
@@ -107,6 +109,11 @@ end
 local o = redis.call('HMGET', prefix .. 'stats', 'orphans', 'orphans_last_ms', 'orphans_waiting')
 local orphans = {tonumber(o[1]) or 0, tonumber(o[2]) or -1, tonumber(o[3]) or 0}
 
+local nr = redis.call('HMGET', prefix .. 'stats', 'not_run:overlap', 'not_run:catchup',
+  'not_run:redefined', 'not_run:deleted')
+local not_run = {tonumber(nr[1]) or 0, tonumber(nr[2]) or 0, tonumber(nr[3]) or 0,
+  tonumber(nr[4]) or 0}
+
 return {redis.call('ZCARD', due), redis.call('ZCOUNT', due, '-inf', now), oldest_due,
   redis.call('ZCARD', prefix .. 'dlq'), string.sub(owner, 1, 200),
-  redis.call('PTTL', owner_key), history, queues, orphans}
+  redis.call('PTTL', owner_key), history, queues, orphans, not_run}

@@ -1,0 +1,181 @@
+"""Did a schedule fire, and if not, why (`fires`): one page of a recurring job's timeline,
+each occurrence of a window with where it stands and why it did not run, and their summary.
+scheduler/core/ledger.py says where each answer is read from. An SDK operation: a generator
+of requests, driven by Client and AsyncClient alike."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from scheduler.core.cron import CronSpec
+from scheduler.core.errors import JobNotFound, ValidationError
+from scheduler.core.keys import check_job_id
+from scheduler.core.ledger import (
+    MAX_FIRES_PAGE,
+    Fire,
+    FirePage,
+    FireState,
+    Reason,
+    from_entry,
+    from_slot,
+    parse_entry,
+    summarize,
+)
+from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot, slot_from_hash, whole_number
+from scheduler.core.timing import ms_of_utc, utc_of_ms
+from scheduler.sdk.requests import Op, Pipe
+from scheduler.sdk.schedules import _placements
+from scheduler.sdk.state import ClientState, ready
+from scheduler.sdk.status import workers
+
+DEFAULT_WINDOW = timedelta(hours=1)
+
+
+def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | None = None,
+          until: datetime | None = None, limit: int = 1000, cursor: int | None = None
+          ) -> Op[FirePage]:
+    """One page of a recurring job's timeline: every occurrence whose fire time lies in
+    [since, until] (since: an aware datetime, or a timedelta back from now, default one
+    hour; until: an aware datetime, default and at most now), in fire-time order, at most
+    `limit` (1 to 10,000) of them, each with its state (ran, running, pending, not_run),
+    the reason it did not run (None when it ran), its slot, start lag and outcome; and
+    their summary (due, on time, late, not started by reason, start-lag p50/p99/max; on
+    time is within the job's `on_time_within`). Pass the page's `cursor` back for the next
+    page (None: the window is done). `name_or_job_id`: a schedule's name (`schedule()`)
+    or a cron job's id. JobNotFound when there is none; ValidationError for a job that
+    does not recur or a bad argument."""
+    _check_page(limit, cursor)
+    yield from ready(core)
+    now = core.clock.now_ms()
+    lo = _since_ms(since, now)
+    hi = now if until is None else min(now, _instant("until", until))
+    if cursor is not None:
+        lo = max(lo, cursor + 1)
+    job_id, raw = yield from _find(core, name_or_job_id)
+    job = core.job(job_id, raw, None)
+    if not job.cron:
+        raise ValidationError("name_or_job_id", f"{job_id!r} is not a recurring job: it has "
+                                                "one run (see `sched jobs show`)")
+    on_time_ms = whole_number(raw.get(b"on_time_ms", b"")) or DEFAULT_ON_TIME_MS
+    unlisted = whole_number(raw.get(b"missed_unlisted", b"")) or 0
+
+    # The current definition's fire times; its earlier ones show through slots and entries.
+    ends = [hi, job.end_ms or hi, job.deleted_ms or hi]
+    times: list[int] = []
+    for t in CronSpec(job.cron, job.tz or "UTC").after(max(lo, job.fire_ms) - 1):
+        if t > min(ends) or len(times) > limit:
+            break
+        times.append(t)
+    top = times[limit - 1] if len(times) > limit else hi
+    pipe = Pipe()
+    pipe.zrange(core.runs_key(job_id), lo, top, byscore=True, offset=0, num=limit + 1,
+                withscores=True)
+    pipe.zrange(core.fires_key(job_id), lo, top, byscore=True, offset=0, num=limit + 1)
+    pipe.zscore(core.cron_key(job_id), job_id)
+    ran, noted, watermark = yield pipe
+    slot_ids = {int(score): member.decode() for member, score in ran}
+    entries = {e[0]: (e[1], e[2]) for e in map(parse_entry, noted) if e is not None}
+    page = sorted({*times[:limit], *slot_ids, *entries})
+    more = len(times) > limit or len(ran) > limit or len(noted) > limit or len(page) > limit
+    page = page[:limit]
+
+    pipe = Pipe()
+    for fire in page:
+        if fire in slot_ids:
+            pipe.hgetall(core.slot_key(slot_ids[fire]))
+    raws = iter((yield pipe))
+    slots = {fire: (slot_ids[fire], next(raws)) for fire in page if fire in slot_ids}
+    held = yield from _held_back(core, [slot_from_hash(s, r) for s, r in slots.values() if r],
+                                 now, on_time_ms)
+    out: list[Fire] = []
+    for fire in page:
+        sid, slot_raw = slots.get(fire, ("", {}))
+        if slot_raw:
+            slot = slot_from_hash(sid, slot_raw)
+            yielded = slot_raw.get(b"yielded_to")
+            out.append(from_slot(slot, entries, yielded.decode() if yielded else None,
+                                 held.get(slot.slot_id)))
+        elif fire in entries:
+            out.append(from_entry(fire, *entries[fire]))
+        else:
+            out.append(_unmade(fire, watermark, now, on_time_ms))
+    return FirePage(job_id=job_id, fires=out, summary=summarize(out, on_time_ms, unlisted),
+                    cursor=page[-1] if more and page else None)
+
+
+def _check_page(limit: int, cursor: int | None) -> None:
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_FIRES_PAGE:
+        raise ValidationError("limit", f"{limit!r} is not allowed; must be an integer from 1 "
+                                       f"to {MAX_FIRES_PAGE:,}")
+    if cursor is not None and (isinstance(cursor, bool) or not isinstance(cursor, int)
+                               or cursor < 0):
+        raise ValidationError("cursor", f"{cursor!r} is not a cursor; pass the `cursor` of "
+                                        "the page before, or None for the first")
+
+
+def _unmade(fire: int, watermark: Any, now: int, on_time_ms: int) -> Fire:
+    """An occurrence with neither a slot nor an entry: at or past the job's watermark no
+    node has made it yet; below it, its record has left Redis."""
+    if watermark is not None and fire >= int(watermark):
+        return Fire(fire_ms=fire, fire_at=utc_of_ms(fire), state=FireState.PENDING,
+                    reason=Reason.NO_SCHEDULER if now - fire > on_time_ms else None)
+    return Fire(fire_ms=fire, fire_at=utc_of_ms(fire), state=FireState.NOT_RUN,
+                reason=Reason.UNRECORDED)
+
+
+def _since_ms(since: datetime | timedelta | None, now: int) -> int:
+    if since is None:
+        since = DEFAULT_WINDOW
+    if isinstance(since, timedelta):
+        if since < timedelta(0):
+            raise ValidationError("since", f"{since} is negative; give how far back to look")
+        return max(0, now - since // timedelta(milliseconds=1))
+    return _instant("since", since)
+
+
+def _instant(name: str, value: Any) -> int:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise ValidationError(name, f"{value!r} is not a timezone-aware datetime"
+                              + (" or a timedelta" if name == "since" else ""))
+    return max(0, ms_of_utc(value))
+
+
+def _find(core: ClientState, name: str) -> Op[tuple[str, dict[bytes, bytes]]]:
+    """The job's id and hash: the id given, else the schedule of that name declared with a
+    concurrency key (placed in its key's shard)."""
+    check_job_id(name)
+    pipe = Pipe()
+    pipe.hgetall(core.job_key(name))
+    raw = (yield pipe)[0]
+    if raw:
+        return name, raw
+    ids = [i for i in _placements(name, core.shards)[1:] if len(i) <= 128]
+    pipe = Pipe()
+    for other in ids:
+        pipe.hgetall(core.job_key(other))
+    for other, found in zip(ids, (yield pipe), strict=True):
+        if found.get(b"cron"):
+            return other, found
+    raise JobNotFound(name)
+
+
+def _held_back(core: ClientState, slots: list[Slot], now: int, on_time_ms: int
+               ) -> Op[dict[str, Reason]]:
+    """Why each slot still waiting past its objective has not started: no live worker
+    reads its queue, its queue's limit holds it, or the workers are behind. Reads the
+    workers (and limits) only when such a slot exists."""
+    late = [s for s in slots if s.status.value in ("scheduled", "queued")
+            and now - s.fire_ms > on_time_ms and not s.attempts]
+    if not late:
+        return {}
+    served = {q for w in (yield from workers(core)) if w.alive for q in w.queues}
+    pipe = Pipe()
+    pipe.hgetall(core.keys.limits)
+    limited = {k.decode() for k in (yield pipe)[0]}
+    return {s.slot_id: (Reason.NO_WORKER if s.queue not in served
+                        else Reason.PAUSED_BY_LIMIT if s.queue in limited else Reason.BEHIND)
+            for s in late}
+
+
+__all__ = ["FirePage", "fires"]

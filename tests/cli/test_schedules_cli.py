@@ -1,0 +1,57 @@
+"""`sched schedules explain`: one line per fire time within 100 columns, then the summary;
+bad input is one line naming the problem, a non-zero exit, nothing written."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+
+from conftest import ns_keys
+from helpers import sched
+from scheduler import Client
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("nope",), "no job 'nope'"),
+    (("IMMEDIATE",), "is not a recurring job"),
+    (("CRON", "--since", "soon"), "since: 'soon' is not a duration"),
+    (("CRON", "--since", "0"), "since: '0' is not allowed"),
+    (("CRON", "--since", "-5m"), "since: '-5m' is not allowed"),
+    (("CRON", "--limit", "0"), "--limit"),
+    (("bad id!",), "job_id"),
+])
+def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], r: redis.Redis,
+                               redis_url: str, ns: str, args: tuple[str, ...], says: str) -> None:
+    with Client(redis_url, ns) as client:
+        ids = {"IMMEDIATE": client.submit("t", delay=3600),
+               "CRON": client.submit("t", cron="0 0 1 1 *")}
+    before = ns_keys(r, ns)
+    code, out, err = sched(capsys, redis_url, ns, "schedules", "explain",
+                           *(ids.get(a, a) for a in args))
+    lines = err.strip().splitlines()
+    assert code != 0 and len(lines) == 1 and says in lines[0], err
+    assert "Traceback" not in err and out == ""
+    assert ns_keys(r, ns) == before
+
+
+def test_explain_prints_a_line_per_fire_time_and_the_summary(
+        capsys: pytest.CaptureFixture[str], redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("t", cron="* * * * * *", on_time_within=0.5)
+        first = client.get_job(job_id).fire_ms
+        while client.now_ms() < first + 2500:  # three fire times passed; no node made them
+            time.sleep(0.1)
+    code, out, _ = sched(capsys, redis_url, ns, "schedules", "explain", job_id, "--since", "5s")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith(f"{job_id}: cron '* * * * * *'")
+    fires = [line for line in lines if line.startswith("20")]
+    assert len(fires) >= 3 and all(len(line) <= 100 for line in lines)
+    assert "pending" in fires[0] and "no_scheduler" in fires[0]
+    assert any("on time (within 0.5s)" in line for line in lines)
+    code, out, _ = sched(capsys, redis_url, ns, "schedules", "explain", job_id, "--json")
+    page = json.loads(out)
+    assert code == 0 and page["summary"]["on_time_within_ms"] == 500
+    assert {f["state"] for f in page["fires"]} == {"pending"}

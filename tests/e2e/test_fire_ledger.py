@@ -1,0 +1,184 @@
+"""Did it fire, and if not, why: real `sched scheduler` and `sched worker` processes on the
+real clock, and `Client.fires` / `sched schedules explain` reading what they did.
+
+- overlap="skip" with runs longer than the cadence: every fire time of a 10 s window is
+  listed once; the skipped ones read `overlap` and name a run that was active at their fire
+  time; the on-time share and lag quantiles equal those computed from the slots themselves;
+- every node stopped ~10 s with catchup="latest": the dropped fire times read `catchup`,
+  the latest of them ran;
+- a queue no worker reads: its occurrences read `pending`, `no_worker`;
+- a redefinition: the old cadence's withdrawn occurrences read `redefined`;
+- a queue whose rate limit holds its runs back: `pending`, `paused_by_limit`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis
+
+from conftest import SCHED
+from helpers import running, sched_process
+from scheduler import Client, FireState, Reason
+from scheduler.core.ledger import start_lag_ms
+
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
+
+
+def node(redis_url: str, ns: str, env: dict[str, str], *args: str) -> subprocess.Popen[bytes]:
+    return sched_process(redis_url, ns, env, "scheduler", "--shard-lease", "2",
+                         "--log-level", "warning", *args)
+
+
+def worker(redis_url: str, ns: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return sched_process(redis_url, ns, env, "worker", "--app", "app_tasks:registry",
+                         "--concurrency", "50", "--log-level", "warning")
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    t0 = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - t0 < timeout, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def redis_ms(r: redis.Redis) -> int:
+    sec, usec = r.time()  # type: ignore[misc]
+    return int(sec) * 1000 + int(usec) // 1000
+
+
+def at(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def test_overlap_skips_name_the_run_they_yielded_to(r: redis.Redis, redis_url: str, ns: str,
+                                                    app_env: dict[str, str]) -> None:
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(node(redis_url, ns, app_env), worker(redis_url, ns, app_env)):
+            job_id = client.submit("test.sleep_then_effect",
+                                   {"seconds": 2.5, "effects": effects},
+                                   cron="* * * * * *", overlap="skip")
+            first = client.get_job(job_id).fire_ms
+            last = first + 9000  # a 10 s window
+            # the window, and the run active at its end, finished
+            wait_for(lambda: redis_ms(r) > last + 4000, 25, "the window and its last run")
+        page = client.fires(job_id, since=at(first), until=at(last))
+        slots = {s.fire_ms: s for s in client.slots(job_id)}
+    fires = page.fires
+    assert [f.fire_ms for f in fires] == list(range(first, last + 1, 1000))  # each once
+    ran = [f for f in fires if f.state is FireState.RAN]
+    skipped = [f for f in fires if f.reason is Reason.OVERLAP]
+    assert len(ran) + len(skipped) == 10 and 2 <= len(ran) <= 5, [
+        (f.state, f.reason) for f in fires]
+    for f in ran:
+        assert f.outcome == "succeeded" and f.reason is None and f.slot_id
+    for f in skipped:
+        assert f.state is FireState.NOT_RUN and f.yielded_to
+        active = slots[int(f.yielded_to.rpartition(":")[2])]
+        attempt = active.attempts[0]
+        # the run it yielded to had started by this fire time, or was about to (queued at
+        # its own fire time), and had not finished
+        assert active.fire_ms < f.fire_ms and (attempt.finished_ms or 0) >= f.fire_ms - 50
+    # The summary's figures are the slots' own.
+    lags = sorted(start_lag_ms(slots[f.fire_ms]) or 0 for f in ran)
+    s = page.summary
+    assert s.due == 10 and s.started == len(ran) and s.not_started == {"overlap": len(skipped)}
+    assert s.on_time == sum(lag <= 2000 for lag in lags)
+    assert s.on_time_share == s.on_time / len(ran)
+    assert s.lag_p50_ms == lags[math.ceil(0.5 * len(lags)) - 1]
+    assert s.lag_p99_ms == lags[math.ceil(0.99 * len(lags)) - 1] == s.lag_max_ms == lags[-1]
+
+
+def test_a_stopped_node_and_catchup_latest(r: redis.Redis, redis_url: str, ns: str,
+                                           app_env: dict[str, str]) -> None:
+    grace = ("--misfire-grace", "1", "--lookahead", "1")
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(worker(redis_url, ns, app_env)):
+            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                                   catchup="latest")
+            with running(node(redis_url, ns, app_env, *grace)):
+                wait_for(lambda: len(client.slots(job_id)) >= 2, 15, "the first slots")
+            down_from = max(s.fire_ms for s in client.slots(job_id))
+            time.sleep(10)  # every node down
+            with running(node(redis_url, ns, app_env, *grace)):
+                back = redis_ms(r)
+                wait_for(lambda: any(s.fire_ms > back and s.status.value == "succeeded"
+                                     for s in client.slots(job_id)), 15, "runs after the restart")
+            page = client.fires(job_id, since=at(down_from - 1000))
+    by_reason = [f for f in page.fires if f.reason is Reason.CATCHUP]
+    assert len(by_reason) >= 7, [(f.fire_ms, f.state, f.reason) for f in page.fires]
+    dropped = [f.fire_ms for f in by_reason]
+    assert dropped == list(range(dropped[0], dropped[-1] + 1, 1000))  # one by one
+    assert dropped[0] == down_from + 1000
+    latest = next(f for f in page.fires if f.fire_ms == dropped[-1] + 1000)
+    assert latest.state is FireState.RAN and latest.outcome == "succeeded"
+    assert page.summary.not_started["catchup"] == len(dropped)
+
+
+def test_no_worker_and_a_redefinition(r: redis.Redis, redis_url: str, ns: str,
+                                      app_env: dict[str, str]) -> None:
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(node(redis_url, ns, app_env), worker(redis_url, ns, app_env)):
+            lonely = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                                   queue="nobody-reads")
+            client.schedule("every", "test.effect", {"effects": effects}, cron="* * * * * *")
+            wait_for(lambda: len(client.slots("every")) >= 4, 15, "occurrences made ahead")
+            ahead = [s.fire_ms for s in client.slots("every") if s.fire_ms > redis_ms(r)]
+            client.schedule("every", "test.effect", {"effects": effects},
+                            cron="*/7 * * * * *")
+            redefined_at = redis_ms(r)
+            wait_for(lambda: redis_ms(r) > redefined_at + 4000, 10, "a few seconds")
+            read_at = redis_ms(r)
+            waiting = client.fires(lonely, since=timedelta(seconds=30))
+            every = client.fires("every", since=timedelta(seconds=30))
+            text = subprocess.run(
+                [*SCHED, "--redis-url", redis_url, "--namespace", ns, "schedules",
+                 "explain", "every", "--since", "30s", "--json"], env=app_env,
+                capture_output=True, text=True, check=True).stdout
+    old = [f for f in waiting.fires if read_at - f.fire_ms > 2100]  # past the objective
+    assert len(old) >= 3 and all(f.state is FireState.PENDING and f.reason is Reason.NO_WORKER
+                       for f in old)
+    withdrawn = [f.fire_ms for f in every.fires if f.reason is Reason.REDEFINED]
+    new_cadence = {t for t in ahead if (t // 1000) % 60 % 7 == 0}
+    assert withdrawn and set(withdrawn) == set(ahead) - new_cadence
+    assert all(f.state is FireState.NOT_RUN for f in every.fires if f.fire_ms in withdrawn)
+    listed = json.loads(text)  # read a moment later: its window moved on a little
+    assert {f["fire_ms"] for f in listed["fires"] if f["reason"] == "redefined"} == set(withdrawn)
+    assert {f["reason"] for f in listed["fires"]} >= {"redefined", None}
+    assert all(f["fire_at"].endswith(("Z", "+00:00")) for f in listed["fires"])
+
+
+
+def test_a_queue_held_by_its_limit(r: redis.Redis, redis_url: str, ns: str,
+                                   app_env: dict[str, str]) -> None:
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        client.set_queue_limit("limited", rate="1/m")  # one start a minute
+        hog = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
+                            "--queues", "limited", "--log-level", "warning")
+        with running(node(redis_url, ns, app_env), hog):
+            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                                   queue="limited")
+            first = client.get_job(job_id).fire_ms
+            wait_for(lambda: redis_ms(r) > first + 7000, 15, "a few occurrences")
+            read_at = redis_ms(r)
+            page = client.fires(job_id, since=at(first))
+    # past the objective (with a margin for the client's clock), and not the one start the
+    # limit let through
+    old = [f for f in page.fires if read_at - f.fire_ms > 3000 and f.state is not FireState.RAN]
+    assert len(old) >= 3 and len([f for f in page.fires if f.state is FireState.RAN]) <= 1 and all(
+        f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
+        (f.state, f.reason) for f in page.fires]
