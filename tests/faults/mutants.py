@@ -1302,4 +1302,25 @@ MUTANTS = [
            "                free = min(free, pool.startable() - taking)", "                pass",
            ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
             "pool_claims_what_its_children_can_start",), fast=True),
+    Mutant("app-import-error-as-traceback", "an app whose own code fails as it is imported (a "
+           "misspelt handle) ends `sched worker --app` in a traceback instead of one line "
+           "naming the file, the line and the name", "scheduler/cli/run.py",
+           "    except Exception as exc:\n        # The app's own code failed",
+           "    except ArithmeticError as exc:\n        # The app's own code failed",
+           ("tests/e2e/test_newcomer.py::test_a_misspelt_handle_in_the_app_stops_its_services_"
+            "at_their_start",), fast=True),
+    Mutant("typed-payload-field-unnamed", "a typed payload that does not fit is refused "
+           "without naming the field: the newcomer cannot tell what to mend",
+           "scheduler/worker/handles.py",
+           "        field = \"payload\" + path + (f\".{missing['name']}\" if missing else \"\")",
+           "        field = \"payload\"",
+           ("tests/e2e/test_newcomer.py::test_a_typed_payload_that_does_not_fit_is_refused_"
+            "naming_the_field",), fast=True),
+    Mutant("node-skips-declared-schedules", "`sched scheduler --app` starts without applying "
+           "the app's declarations: a schedule dropped from the code fires on after the "
+           "restart", "scheduler/cli/run.py",
+           "    if app_spec is not None:\n        apply_declared(",
+           "    if False:\n        apply_declared(",
+           ("tests/e2e/test_newcomer.py::test_removing_the_declared_schedule_and_restarting_"
+            "the_node_deletes_it",), fast=True),
 ]
