@@ -1323,4 +1323,26 @@ MUTANTS = [
            "    if False:\n        apply_declared(",
            ("tests/e2e/test_newcomer.py::test_removing_the_declared_schedule_and_restarting_"
             "the_node_deletes_it",), fast=True),
+    Mutant("docs-block-sees-earlier-blocks", "a docs code block runs after the page's earlier "
+           "blocks, in their names: a block that fails when a reader copies it alone passes",
+           "tests/docs/test_code_blocks.py",
+           "                str(b.line), _python(b.code, ns)]",
+           "                str(b.line), _python(\"\".join(p.code for p in python[:python.index(b) "
+           "+ 1]), ns)]",
+           ("tests/docs/test_code_blocks.py::test_a_block_sees_the_pages_setup_and_no_other_"
+            "blocks_names",), fast=True),
+    Mutant("cli-needs-psycopg", "the `sched` command imports psycopg at its start: without "
+           "the postgres extra no command runs, a worker's included",
+           "scheduler/cli/main.py",
+           "import msgspec\n\nimport scheduler.cli.dev as dev_cmds",
+           "import msgspec\nimport psycopg  # noqa: F401\n\nimport scheduler.cli.dev as dev_cmds",
+           ("tests/test_dependencies.py::test_without_psycopg_the_cli_runs_what_needs_no_"
+            "postgres",), fast=True),
+    Mutant("postgres-store-import-unguarded", "history on Postgres without psycopg ends in a "
+           "ModuleNotFoundError traceback instead of one line saying what to install",
+           "scheduler/history/store/postgres.py",
+           "except ImportError:  # the `postgres` extra",
+           "except ArithmeticError:  # the `postgres` extra",
+           ("tests/test_dependencies.py::test_without_psycopg_the_cli_says_in_one_line_what_to_"
+            "install",), fast=True),
 ]
