@@ -411,11 +411,6 @@ MUTANTS = [
            "pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)",
            "pipe.exists(self.keys.permits(q))",
            (f"{LIMITS}::test_a_run_longer_than_the_lease_keeps_its_permit",)),
-    Mutant("testing-mode-applies-limits", "the testing mode reads the queue limits as a "
-           "worker does: a limited queue's jobs wait on a reader no drain runs",
-           "scheduler/testing/harness.py", "await self.worker.limited.read_limits()",
-           "await self.worker.limited.refresh()",
-           (f"{LIMITS}::test_the_testing_mode_ignores_limits",), fast=True),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
            "ctx.once, starts a second time under the same attempt", "scheduler/scripts/lua/claim.lua",
