@@ -217,6 +217,7 @@ def test_a_misspelt_handle_in_the_app_stops_its_services_at_their_start(
     out = broken.log(command).strip()
     assert out == (f"error: --app 'tasks:registry': importing 'tasks' failed at tasks.py line "
                    f"{line}: NameError: name 'biuld' is not defined"), out
+    assert out + "\n" in _blocks("text"), "the page shows the line as it is"
 
 
 def test_a_typed_payload_that_does_not_fit_is_refused_naming_the_field(app: App) -> None:
