@@ -128,3 +128,16 @@ def test_without_psycopg_the_cli_runs_what_needs_no_postgres() -> None:
         done = _without_psycopg("from scheduler.cli.main import main\nmain(sys.argv[1:])",
                                 *args)
         assert done.returncode == 0 and "Usage:" in done.stdout, (args, done.stderr)
+
+
+def test_without_psycopg_a_postgres_history_store_is_unavailable_saying_why() -> None:
+    done = _without_psycopg(
+        "from scheduler import Client\n"
+        "from scheduler.core.errors import StoreUnavailable\n"
+        "try:\n"
+        "    Client(history='postgresql://app@127.0.0.1:1/app').history()\n"
+        "except StoreUnavailable as exc:\n"
+        "    print(exc)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "history on Postgres needs psycopg: pip install " \
+                          "'redis-sched[postgres]'\n"
