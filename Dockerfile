@@ -1,5 +1,5 @@
 FROM python:3.11-slim
 WORKDIR /app
 COPY . .
-RUN pip install --no-cache-dir '.[web]'
+RUN pip install --no-cache-dir '.[web,postgres]'
 STOPSIGNAL SIGTERM

@@ -76,7 +76,7 @@ ensure_venv() {
     echo "building $dir with Python $want" >&2
     rm -rf "$dir"
     "$py" -m venv "$dir"
-    "$dir/bin/pip" install --quiet --disable-pip-version-check -e '.[dev,web,testing,otel]'
+    "$dir/bin/pip" install --quiet --disable-pip-version-check -e '.[dev,web,testing,otel,postgres]'
     echo "$want" >"$dir/.installed"
   fi
   link_checkout "$dir"

@@ -1,11 +1,19 @@
-"""The dependency floors in pyproject.toml: past the published security fixes of what the
-console parses and renders, so no install resolves to a release with a known hole in it."""
+"""The dependencies in pyproject.toml: the floors past the published security fixes of what the
+console parses and renders, so no install resolves to a release with a known hole in it; and
+psycopg an extra (`redis-sched[postgres]`): without it the package, the worker, the node and
+the CLI run, and what needs Postgres says in one line what to install."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
@@ -34,3 +42,102 @@ def test_the_console_dependencies_are_past_their_published_fixes() -> None:
     late = {name: str(floors.get(name, "none")) for name, fixed in FIXED.items()
             if floors.get(name, Version("0")) < Version(fixed)}
     assert not late, f"floors below a published fix ({FIXED}): {late}"
+
+
+# As if the `postgres` extra were not installed: psycopg (and its binary part) cannot be found.
+_WITHOUT_PSYCOPG = '''
+import sys
+
+
+class NoPsycopg:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("psycopg", "psycopg_binary", "psycopg_c"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, NoPsycopg())
+'''
+# Imports every module of the package; prints {module: the error} for those that failed.
+_IMPORT_ALL = '''
+import importlib, json, pkgutil
+import scheduler
+
+failed = {}
+for info in pkgutil.walk_packages(scheduler.__path__, "scheduler."):
+    if info.name.endswith("__main__"):
+        continue
+    try:
+        importlib.import_module(info.name)
+    except Exception as exc:
+        failed[info.name] = f"{type(exc).__name__}: {exc}"
+assert "psycopg" not in sys.modules
+print(json.dumps(failed))
+'''
+NEEDS_PSYCOPG = {
+    "scheduler.history.store.postgres": "history on Postgres",
+    "scheduler.outbox.relay": "the outbox's relay and schema",
+}
+
+
+def _without_psycopg(code: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", _WITHOUT_PSYCOPG + code, *args], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_psycopg_is_the_postgres_extra_and_the_dev_venv_installs_every_extra() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {Requirement(r).name for r in project["dependencies"]}
+    assert "psycopg" not in names, "psycopg is an extra: `import scheduler` runs without it"
+    extras = project["optional-dependencies"]
+    assert [Requirement(r).name for r in extras["postgres"]] == ["psycopg"]
+    installs = re.search(r"install .*-e '\.\[([\w,]+)\]'", (ROOT / "scripts" /
+                                                             "services.sh").read_text())
+    assert installs is not None
+    assert set(installs.group(1).split(",")) == set(extras) - {"bench"}
+
+
+def test_without_psycopg_only_the_postgres_modules_fail_and_they_say_what_to_install() -> None:
+    done = _without_psycopg(_IMPORT_ALL)
+    assert done.returncode == 0, done.stderr
+    failed = json.loads(done.stdout)
+    assert failed == {module: f"MissingExtra: {feature} needs psycopg: pip install "
+                              f"'redis-sched[postgres]'"
+                      for module, feature in NEEDS_PSYCOPG.items()}
+
+
+@pytest.mark.parametrize(("args", "feature"), [
+    (["db", "upgrade"], "history on Postgres"),
+    (["db", "upgrade", "--outbox"], "the outbox's relay and schema"),
+    (["outbox", "status"], "the outbox's relay and schema"),
+    (["outbox", "relay"], "the outbox's relay and schema"),
+])
+def test_without_psycopg_the_cli_says_in_one_line_what_to_install(args: list[str],
+                                                                   feature: str) -> None:
+    done = _without_psycopg("from scheduler.cli.main import main\nmain(sys.argv[1:])",
+                            *args, "--postgres-dsn", "postgresql://app@127.0.0.1:1/app")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == f"error: {feature} needs psycopg: pip install " \
+                          f"'redis-sched[postgres]'\n"
+    assert done.stdout == ""
+
+
+def test_without_psycopg_the_cli_runs_what_needs_no_postgres() -> None:
+    for args in (["--help"], ["worker", "--help"], ["scheduler", "--help"], ["dev", "--help"]):
+        done = _without_psycopg("from scheduler.cli.main import main\nmain(sys.argv[1:])",
+                                *args)
+        assert done.returncode == 0 and "Usage:" in done.stdout, (args, done.stderr)
+
+
+def test_without_psycopg_a_postgres_history_store_is_unavailable_saying_why() -> None:
+    done = _without_psycopg(
+        "from scheduler import Client\n"
+        "from scheduler.core.errors import StoreUnavailable\n"
+        "try:\n"
+        "    Client(history='postgresql://app@127.0.0.1:1/app').history()\n"
+        "except StoreUnavailable as exc:\n"
+        "    print(exc)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "history on Postgres needs psycopg: pip install " \
+                          "'redis-sched[postgres]'\n"

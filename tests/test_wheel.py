@@ -8,6 +8,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -126,6 +127,29 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Install
     return Installed(venv / "bin", _user_env(venv))
 
 
+def _relative_links(markdown: str) -> list[str]:
+    """The link and image targets that are not absolute URLs (PyPI shows them broken)."""
+    targets = re.findall(r"\]\(([^)\s]+)[^)]*\)|\bsrc=\"([^\"]+)\"|^\[[^\]]+\]:\s*(\S+)",
+                         markdown, re.M)
+    return [t for found in targets for t in found if t and not t.startswith("https://")]
+
+
+def test_the_long_description_has_absolute_links_to_the_projects_urls() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["readme"] == "README.md"
+    readme = (ROOT / "README.md").read_text()
+    assert _relative_links(readme) == [], "PyPI cannot follow relative links"
+    assert _relative_links("[a](docs/a.md) ![b](img/b.png) [c](https://x.org/c)") == \
+        ["docs/a.md", "img/b.png"]
+    mkdocs = (ROOT / "mkdocs.yml").read_text()
+    site = re.search(r"^site_url: (\S+)$", mkdocs, re.M)
+    repo = re.search(r"^repo_url: (\S+)$", mkdocs, re.M)
+    assert site and repo, "mkdocs.yml names the docs site and the repository"
+    urls = project["urls"]
+    assert (urls["Documentation"], urls["Repository"]) == (site.group(1), repo.group(1))
+    assert f"]({site.group(1)}" in readme
+
+
 def _wheel_names(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as z:
         return z.namelist()
@@ -160,6 +184,13 @@ def test_the_wheel_holds_the_package_and_nothing_else(built: Built) -> None:
             metadata = z.read(f"{DIST_INFO}/METADATA").decode()
         assert "sched = scheduler.cli.main:main" in entry_points
         assert f"\nVersion: {VERSION}\n" in metadata
+        # What PyPI shows: the README with absolute links, and psycopg only with its extra.
+        headers, _, description = metadata.partition("\n\n")
+        assert "Project-URL: Documentation, https://" in headers
+        assert description.strip() and _relative_links(description) == []
+        psycopg = [line for line in headers.splitlines()
+                   if line.startswith("Requires-Dist: psycopg")]
+        assert psycopg == ['Requires-Dist: psycopg[binary]>=3.2.2; extra == "postgres"'], psycopg
 
 
 @slow
@@ -232,6 +263,19 @@ def test_sched_dev_runs_a_job_and_stops_on_ctrl_c(installed: Installed, tmp_path
                for line in out.splitlines()), out
     assert "hello {'name': 'wheel'}" in out and "sched dev stopped" in out
     assert not ready.exists()
+
+
+@slow
+def test_without_the_postgres_extra_postgres_says_what_to_install(installed: Installed,
+                                                                  tmp_path: Path) -> None:
+    done = subprocess.run([installed.bin / "python", "-c", "import psycopg"], cwd=tmp_path,
+                          env=installed.env, capture_output=True, text=True)
+    assert done.returncode == 1 and "No module named 'psycopg'" in done.stderr
+    done = subprocess.run([installed.bin / "sched", "db", "upgrade", "--postgres-dsn",
+                           "postgresql://app@127.0.0.1:1/app"], cwd=tmp_path, env=installed.env,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (1, "error: history on Postgres needs psycopg: "
+                                                 "pip install 'redis-sched[postgres]'\n")
 
 
 @slow

@@ -227,6 +227,12 @@ async def _run_services(url: str, lease_s: float, registry: Any, namespace: str,
         console = _WebService(url, namespace, web)
         holder.append(console)
         tasks.append(asyncio.create_task(console.run(), name="web"))
+    # Ready once the worker's tasks are in the catalog, so a submit right after the ready
+    # file appears is not told its task is unknown (or once something ended: the wait
+    # below says what).
+    published = asyncio.create_task(worker.published.wait())
+    await asyncio.wait([published, *tasks], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    published.cancel()
     started()
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

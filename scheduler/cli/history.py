@@ -52,11 +52,9 @@ def db_upgrade(postgres_dsn: str | None, history_file: str, outbox: bool, schema
     from scheduler.history.store import open_store
 
     if outbox:
-        import psycopg
+        from scheduler.outbox.rows import connect, upgrade
 
-        from scheduler.outbox.rows import upgrade
-
-        with psycopg.connect(outbox_dsn(postgres_dsn), connect_timeout=5) as conn:
+        with connect(outbox_dsn(postgres_dsn)) as conn:
             version = upgrade(conn, schema)
         click.echo(f"outbox schema {schema!r} at version {version}")
         return

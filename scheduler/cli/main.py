@@ -14,7 +14,6 @@ from typing import Any
 
 import click
 import msgspec
-import psycopg
 
 import scheduler.cli.dev as dev_cmds
 import scheduler.cli.history as history_cmds
@@ -231,6 +230,20 @@ def _sources(argv: list[str]) -> tuple[str, ...]:
     return tuple(s for s in found if s)
 
 
+def _postgres_error(exc: Exception) -> str | None:
+    """The line for a Postgres error, None for any other. psycopg is looked up, not imported:
+    it is an extra, and none of its errors can be raised unless something imported it."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.Error):
+        return None
+    if isinstance(exc, psycopg.OperationalError):
+        first = (str(exc).strip().splitlines() or ["connection failed"])[0]
+        return f"error: cannot reach Postgres ({first}); check --postgres-dsn / " \
+               f"SCHED_POSTGRES_DSN"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return f"error: history store: {first}"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the `sched` console script."""
     sources = _sources(sys.argv[1:] if argv is None else argv)
@@ -255,18 +268,15 @@ def main(argv: list[str] | None = None) -> None:
     except SchedulerError as exc:
         error(f"error: {exc}")
         code = 1
-    except psycopg.OperationalError as exc:
-        first = (str(exc).strip().splitlines() or ["connection failed"])[0]
-        error(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
-              f"SCHED_POSTGRES_DSN")
-        code = 1
-    except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        error(f"error: history store: {first}")
-        code = 1
     except REDIS_ERRORS as exc:  # a command that talks to Redis outside the SDK
         from scheduler.redis.failures import translate
 
         error(f"error: {translate(exc, 'the --redis-url')}")
+        code = 1
+    except Exception as exc:
+        line = _postgres_error(exc)
+        if line is None:
+            raise
+        error(line)
         code = 1
     sys.exit(code if isinstance(code, int) else 0)

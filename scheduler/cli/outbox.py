@@ -103,11 +103,9 @@ def outbox_status(obj: dict[str, str], postgres_dsn: str | None, schema: str) ->
             click.echo(f"outbox: {box.rows} row(s) waiting, oldest {box.oldest_age_s:.3f} s "
                        f"(a relay reported it {box.reported_age_s:.1f} s ago)")
         return
-    import psycopg
+    from scheduler.outbox.rows import connect, served, status
 
-    from scheduler.outbox.rows import served, status
-
-    with psycopg.connect(outbox_dsn(postgres_dsn), connect_timeout=5) as conn:
+    with connect(outbox_dsn(postgres_dsn)) as conn:
         waiting, age, rejected = status(conn, schema)
         namespace = served(conn, schema)
     click.echo(f"outbox {schema}: {waiting} row(s) waiting, oldest {age:.3f} s; "

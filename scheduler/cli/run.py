@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -79,10 +80,27 @@ def load_app(spec: str) -> object:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"--app {spec!r}: cannot import {module_name!r} ({exc})") from None
+    except Exception as exc:
+        # The app's own code failed as it was imported (a misspelt handle is a NameError
+        # there): one line naming where, so the service stops at its start, not later.
+        raise ConfigError(f"--app {spec!r}: importing {module_name!r} failed at "
+                          f"{_where(exc)}: {type(exc).__name__}: {exc}") from None
     registry = getattr(module, attr, None)
     if not isinstance(registry, Registry):
         raise ConfigError(f"--app {spec!r}: {module_name}.{attr} is not a scheduler.Registry")
     return registry
+
+
+def _where(exc: BaseException) -> str:
+    """`file line N` of the innermost frame of the traceback in the app's own code (not
+    Python's import machinery, not this package: a bad option given to `registry.schedule`
+    is reported at the app's line that gave it)."""
+    ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith(("<", ours))]
+    if not frames:
+        return "its import"
+    return f"{os.path.basename(frames[-1].filename)} line {frames[-1].lineno}"
 
 
 def apply_declared(redis_url: str, namespace: str, app_spec: str, registry: Any,

@@ -31,6 +31,15 @@ class ConfigError(SchedulerError, ValueError):
     """A component was configured with a value it cannot run with."""
 
 
+class MissingExtra(ConfigError, ImportError):
+    """A feature's optional dependency is not installed: the message says which extra to
+    install (`psycopg` comes with `redis-sched[postgres]`)."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        self.extra = extra
+        super().__init__(f"{feature} needs {module}: pip install 'redis-sched[{extra}]'")
+
+
 class NamespaceError(SchedulerError):
     """The namespace in Redis disagrees with what the caller asked for."""
 

@@ -32,11 +32,16 @@ import time
 from typing import Any
 
 import msgspec
-import psycopg
 
 import scheduler.redis.transport as transport
 from scheduler.core.bounds import RELAY_BOUNDS
-from scheduler.core.errors import ConfigError, RedisFailure, SchedulerError, ValidationError
+from scheduler.core.errors import (
+    ConfigError,
+    MissingExtra,
+    RedisFailure,
+    SchedulerError,
+    ValidationError,
+)
 from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.jobspec import JobSpec
 from scheduler.observe import metrics
@@ -44,6 +49,11 @@ from scheduler.outbox.rows import channel, decode_spec, queries, status
 from scheduler.outbox.writer import DEFAULT_SCHEMA
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.sdk.client import Client
+
+try:
+    import psycopg
+except ImportError:  # the `postgres` extra
+    raise MissingExtra("the outbox's relay and schema", "postgres", "psycopg") from None
 
 log = logging.getLogger("scheduler.outbox.relay")
 APPLICATION_NAME = "sched outbox relay"  # what pg_stat_activity shows of its connections

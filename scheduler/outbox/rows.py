@@ -6,14 +6,17 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 from functools import cache
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-import psycopg
 
 import scheduler.history.sqlfiles as sqlfiles
-from scheduler.core.errors import ConfigError, ValidationError
+from scheduler.core.errors import ConfigError, MissingExtra, ValidationError
 from scheduler.core.jobspec import JobSpec
+
+if TYPE_CHECKING:
+    import psycopg
 
 PACKAGE = "scheduler.outbox"
 _SCHEMA = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -84,6 +87,24 @@ def channel(schema: str) -> str:
 _LOCK = 7_301_946_118  # advisory lock id of outbox migrations (the history's is one less)
 
 
+def postgres_driver() -> ModuleType:
+    """psycopg, which the relay and the schema commands need (the `postgres` extra). Writing
+    rows does not: `outbox.submit` takes the application's own connection, psycopg2's or
+    SQLAlchemy's as well."""
+    try:
+        import psycopg
+    except ImportError:
+        raise MissingExtra("the outbox's relay and schema", "postgres", "psycopg") from None
+    return psycopg
+
+
+def connect(dsn: str) -> psycopg.Connection[Any]:
+    """A connection to the application's database, for the outbox's commands (the relay
+    keeps its own)."""
+    conn: psycopg.Connection[Any] = postgres_driver().connect(dsn, connect_timeout=5)
+    return conn
+
+
 def upgrade(conn: Any, schema: str) -> int:
     """Apply the outbox migrations `schema` lacks (creating it), in one transaction on a
     psycopg connection; returns the version it is at."""
@@ -110,7 +131,7 @@ def status(conn: Any, schema: str) -> tuple[int, float, int]:
             count, age = cur.fetchone()
             cur.execute(q["rejected"])
             rejected = cur.fetchone()[0]
-    except psycopg.errors.UndefinedTable:
+    except postgres_driver().errors.UndefinedTable:
         raise ConfigError(f"no outbox in schema {schema!r} of this database: run `sched db "
                           f"upgrade --outbox --outbox-schema {schema}` first") from None
     return int(count), float(age), int(rejected)

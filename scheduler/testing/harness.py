@@ -2,9 +2,10 @@
 project's own Lua scripts and services run on, on a fake clock, in the test's process.
 
 What runs is what a deployment runs, in the order one node and one worker would run it: the
-scheduler node's shard leases, materializer and promoter, then the worker's claim, its
-handlers (the registry's own, on asyncio tasks or the thread pool) and its committer, each
-through its `run_once()`. Nothing of a transition is written again here: this module only
+scheduler node's shard leases, materializer and promoter, then the worker's claims (those of
+its limited queues with their permits, a rate counted on the fake clock), its handlers (the
+registry's own, on asyncio tasks or the thread pool) and its committer, each through its
+`run_once()`. Nothing of a transition is written again here: this module only
 decides when each pass runs and what time it is. The heartbeat, reclaimer and sweeper do not
 run: every run ends within the pass that started it, so no lease can run out.
 
@@ -209,9 +210,6 @@ class TestScheduler:
                              config=WorkerConfig(concurrency=self._concurrency),
                              worker_id="testing-worker")
         self.worker.execution.handler_errors = self._raised
-        # One claim at a time on a fake clock: queue-wide limits are not enforced here (per-key
-        # ones are: take.lua reads them), so its claims go as holding permits.
-        self.worker.claims.wide_limits = False
         # What ran is what the worker started: a run that ended within start() (an eager
         # start, Python 3.12+: execution.py) has left worker.running when run_once returns.
         start = self.worker.execution.start
@@ -242,7 +240,11 @@ class TestScheduler:
             # The keyed claims walk the worker's configured queues, the reader its streams.
             config = msgspec.structs.replace(self.worker.config, queues=tuple(sorted(self._queues)))
             self.worker.config = self.worker.claims.config = config
-            await self.worker.reader.open(self.worker.shards, sorted(self._queues))
+            limited = self.worker.limited
+            # The limited queues are read by the worker's limiter, the rest by its reader.
+            if not await limited.refresh():
+                await self.worker.reader.open(
+                    self.worker.shards, sorted(q for q in self._queues if q not in limited.limits))
 
     async def _drain(self) -> list[Run]:
         assert self.node.leases is not None
@@ -250,6 +252,7 @@ class TestScheduler:
             await self.node.leases.run_once()
             self._renew_at = self.clock.now_ms() + int(LEASE_TTL_S * 1000 / 3)
         runs: list[Run] = []
+        await self.worker.limited.refresh()  # limits set since the last drain, as a worker
         for _ in range(MAX_ROUNDS):
             await self.node.materializer.run_once()
             await self.node.promoter.run_once()
@@ -268,6 +271,8 @@ class TestScheduler:
         worker, runs = self.worker, []
         while True:
             started = await worker.run_once(block_ms=None)
+            # The queue-wide limits' own claims: permits in fake time, as a worker takes them.
+            started += await worker.limited.run_once(block=False)
             batch, self._started = self._started, []
             runs += batch
             await asyncio.gather(*(r.handler for r in batch if r.handler is not None))
@@ -306,6 +311,8 @@ class TestScheduler:
         heads = await transport.send(pipe)
         times = [int(score) - (ahead if i % 2 else 0)
                  for i, head in enumerate(heads) for _, score in head]
+        held = self.worker.limited.next_try_ms(now)  # entries a limit's rate holds back
+        times += [] if held is None else [held]
         return min(times) if times else None
 
     # --- what ran ----------------------------------------------------------------------------

@@ -200,7 +200,10 @@ class LimitedClaims(Service):
     async def ready(self) -> None:
         await self.claims.slots.wait(self.finished)
 
-    async def run_once(self) -> int:
+    async def run_once(self, block: bool = True) -> int:
+        """One pass: read the limited queues (blocking up to REFRESH_S unless `block` is
+        False, as the testing mode's passes read), take the permits they get, claim and start
+        those entries, keep the rest in hand."""
         w = self.claims
         self.ended.clear()
         mono = w.clock.monotonic()
@@ -220,7 +223,7 @@ class LimitedClaims(Service):
             self._waiting_since = None
         if not reader.ready():
             await reader.read(max(1, min(w.slots.free(), w.config.batch)),
-                              min(w.block_ms, int(REFRESH_S * 1000)))
+                              min(w.block_ms, int(REFRESH_S * 1000)) if block else None)
         entries = reader.take(len(reader.backlog))
         by_queue: dict[str, list[Any]] = {}
         for entry in entries:
@@ -291,6 +294,13 @@ class LimitedClaims(Service):
 
     def delay(self, result: Any) -> float:
         return self._sleep_s
+
+    def next_try_ms(self, now_ms: int) -> int | None:
+        """When the next pass has a permit to ask for, for entries in hand that the rate (or
+        the concurrency) held back: None with none in hand."""
+        if self.reader is None or not self.reader.backlog:
+            return None
+        return now_ms + max(1, round(self._sleep_s * 1000))
 
     async def sleep(self, seconds: float) -> None:
         """Cut short when a limited run of ours ends (its permit is free at once)."""

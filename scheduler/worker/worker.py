@@ -84,6 +84,9 @@ class Worker:
         self.slots = slots = Slots(auto.min_concurrency if auto else config.concurrency)
         self.running: Inflight = slots.running
         self.stopping = asyncio.Event()
+        # Set once its tasks are in the catalog: a submit made after sees them (sched dev
+        # says it is ready only then).
+        self.published = asyncio.Event()
         self.lease_ms = int(config.lease_s * 1000)
         # A blocking read must return before the socket timeout calls it a hang.
         timeout = socket_timeout(client)
@@ -145,8 +148,7 @@ class Worker:
                 self.pool.result_limit = meta.max_payload_bytes
         await self.reader.open(self.shards, self.config.queues)
         await resync(self.clock, self.redis)
-        await catalog.publish(self.redis, self.keys, self.registry, self.worker_id,
-                              self.clock.now_ms())
+        await self._publish()
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
         self.keyed.open(self.shards)
 
@@ -190,10 +192,17 @@ class Worker:
         try:
             await resync(self.clock, self.redis)
             await self.heartbeat.waiting()
+            # The namespace's first submit, which this worker waits for, finds its tasks.
+            await self._publish()
             return True
         except Exception as exc:
             log.debug("could not register as waiting (%s: %s)", type(exc).__name__, exc)
             return False
+
+    async def _publish(self) -> None:
+        await catalog.publish(self.redis, self.keys, self.registry, self.worker_id,
+                              self.clock.now_ms())
+        self.published.set()
 
     async def _leave(self) -> None:
         try:

@@ -10,9 +10,16 @@ The rules a page is written to:
   `sched worker --app tasks:registry --queues default,mail` and a `sched scheduler` on it,
   started in that directory, while its blocks run. A `test_*.py` file is run with pytest
   there, with every network connection refused: the testing mode needs no Redis.
-- The other `python` blocks run in order, in one interpreter per page (later blocks see
-  earlier ones' names), against the test Redis in a namespace of the page's own:
-  `redis://127.0.0.1:6379/0` becomes the test's URL and every `namespace="..."` the page's.
+- Every other `python` block runs alone, in a fresh interpreter, as a reader who copies
+  just that block would run it: no block sees another's names. A page whose examples share
+  some lines (imports, a client, a handler) states them once, in a block preceded by
+  `<!-- setup -->` whose first line says so to the reader (`# setup used by every example
+  on this page`); that block is prepended to each of the page's other blocks (and runs on
+  its own when there is no other). One setup block a page at most. The blocks of a page
+  run one after another in page order (a page may show a job submitted, then relayed, then
+  read back, as long as each block says it all), against the test Redis in a namespace of
+  the page's own: `redis://127.0.0.1:6379/0` becomes the test's URL and every
+  `namespace="..."` the page's.
 - In `sh` blocks, each line that starts with `sched` runs (with SCHED_REDIS_URL,
   SCHED_NAMESPACE and a private SCHED_HISTORY_FILE; `JOB_ID` is the id the page's last
   `sched submit` printed, `CRON_JOB_ID` the last `sched submit --cron`'s) and must exit 0
@@ -40,6 +47,8 @@ ROOT = TESTS.parent
 PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
 FENCE = re.compile(r"^```(\w*)[^\n]*\n(.*?)^```\s*$", re.S | re.M)
 NO_RUN = re.compile(r"<!--\s*no-run\b[^>]*-->\s*$")
+SETUP = re.compile(r"<!--\s*setup\s*-->\s*$")
+SETUP_TITLE = "# setup used by every example on this page"
 FILE_LINE = re.compile(r"#\s*([\w/]+\.py)\b")
 SERVICES = {"worker", "scheduler", "snapshotter", "exporter", "web", "dev"}
 
@@ -50,6 +59,7 @@ class Block:
     code: str
     line: int  # where the fence opens, for the failure message
     run: bool
+    setup: bool = False  # the page's shared setup, prepended to each of its other blocks
 
 
 def blocks(page: Path) -> list[Block]:
@@ -58,7 +68,7 @@ def blocks(page: Path) -> list[Block]:
     for m in FENCE.finditer(text):
         before = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         out.append(Block(m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1,
-                         not NO_RUN.search(before)))
+                         not NO_RUN.search(before), bool(SETUP.search(before))))
     return out
 
 
@@ -88,6 +98,32 @@ def test_every_block_marked_no_run_says_why_or_is_a_service() -> None:
             assert after.startswith("```"), f"{_ids(page)}: a no-run marker not before a fence"
 
 
+def test_a_pages_setup_is_one_python_block_that_says_what_it_is() -> None:
+    for page in PAGES:
+        setups = [b for b in blocks(page) if b.setup]
+        assert len(setups) <= 1, f"{_ids(page)}: one <!-- setup --> block a page at most"
+        for b in setups:
+            where = f"{_ids(page)}:{b.line}"
+            assert b.lang == "python" and b.run, f"{where}: the setup is a python block that runs"
+            assert b.code.startswith(SETUP_TITLE), \
+                f"{where}: the setup's first line tells the reader: {SETUP_TITLE!r}"
+
+
+def test_a_block_sees_the_pages_setup_and_no_other_blocks_names(tmp_path: Path) -> None:
+    page = ROOT / "docs" / "index.md"  # any page: only its name is used, in the message
+    setup = Block("python", f"{SETUP_TITLE}\nshared = 1\n", 3, True, setup=True)
+    first = Block("python", "mine = shared + 1\n", 10, True)
+    second = Block("python", "print(shared, mine)\n", 20, True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    _run_python(page, [first, Block("python", "print(shared)\n", 15, True)], setup, "ns",
+                env, tmp_path)
+    with pytest.raises(AssertionError) as failed:
+        _run_python(page, [first, second], setup, "ns", env, tmp_path)
+    assert "docs/index.md:20:" in str(failed.value) and "name 'mine' is not defined" in \
+        str(failed.value)
+    assert "docs/index.md:10:" not in str(failed.value)
+
+
 _NO_NETWORK = '''
 import socket
 
@@ -107,17 +143,18 @@ def pytest_sessionfinish(session, exitstatus):
         raise SystemExit(f"the example tried to connect: {tried}")
 '''
 
-# Runs the page's python blocks in one namespace, naming the block that failed.
+# Runs one block (the page's setup prepended) in this fresh interpreter, naming the block.
 _DRIVER = '''
-import json, sys, traceback
-blocks = json.load(open(sys.argv[1]))
+import sys, traceback
+setup_line, setup, line, code = sys.argv[1:5]
 scope = {"__name__": "__main__"}
-for line, code in blocks:
-    try:
-        exec(compile(code, f"<block at line {line}>", "exec"), scope)
-    except BaseException:
-        traceback.print_exc()
-        sys.exit(f"the block at line {line} failed")
+try:
+    if setup:
+        exec(compile(setup, f"<setup block at line {setup_line}>", "exec"), scope)
+    exec(compile(code, f"<block at line {line}>", "exec"), scope)
+except BaseException:
+    traceback.print_exc()
+    sys.exit(f"the block at line {line} failed")
 '''
 
 
@@ -227,23 +264,15 @@ def test_the_code_blocks_of_a_page_run(page: Path, tmp_path: Path) -> None:
                         env, tmp_path), _start(["scheduler"], env, tmp_path)]
     try:
         state: dict[str, str] = {}
-        python: list[tuple[int, str]] = []
+        setup = next((b for b in page_blocks if b.setup), None)
+        python = [b for b in page_blocks
+                  if b.lang == "python" and not b.setup and not _file_name(b)]
+        if setup is not None and not python:
+            setup, python = None, [setup]
         for b in page_blocks:
-            if _file_name(b):
-                continue
-            where = f"{_ids(page)}:{b.line}"
-            if b.lang == "python":
-                python.append((b.line, _python(b.code, ns)))
-            else:
-                _run_sh(b.code, env, tmp_path, state, where)
-        if python:
-            import json
-
-            (tmp_path / "_blocks.json").write_text(json.dumps(python))
-            done = subprocess.run([sys.executable, "-c", _DRIVER, str(tmp_path / "_blocks.json")],
-                                  env=env, cwd=tmp_path, timeout=120, capture_output=True,
-                                  text=True)
-            assert done.returncode == 0, f"{_ids(page)}: {done.stderr[-3000:]}"
+            if b.lang != "python":
+                _run_sh(b.code, env, tmp_path, state, f"{_ids(page)}:{b.line}")
+        _run_python(page, python, setup, ns, env, tmp_path)
         for name in files:
             if Path(name).name.startswith("test_"):
                 _run_pytest(tmp_path, name, env, page)
@@ -252,6 +281,21 @@ def test_the_code_blocks_of_a_page_run(page: Path, tmp_path: Path) -> None:
         r = redis.Redis.from_url(REDIS_URL)
         drop_namespace(r, ns)
         r.close()
+
+
+def _run_python(page: Path, python: list[Block], setup: Block | None, ns: str,
+                env: dict[str, str], cwd: Path) -> None:
+    """Each block in a fresh interpreter of its own, the page's setup prepended, in page
+    order; every block runs, and the failure names each that failed."""
+    failed = []
+    for b in python:
+        args = [str(setup.line) if setup else "0", _python(setup.code, ns) if setup else "",
+                str(b.line), _python(b.code, ns)]
+        done = subprocess.run([sys.executable, "-c", _DRIVER, *args], env=env, cwd=cwd,
+                              timeout=120, capture_output=True, text=True)
+        if done.returncode != 0:
+            failed.append(f"{_ids(page)}:{b.line}: {done.stderr[-3000:]}")
+    assert not failed, "\n\n".join(failed)
 
 
 def _run_pytest(tmp_path: Path, name: str, env: dict[str, str], page: Path) -> None:

@@ -155,6 +155,13 @@ def test_every_link_in_the_readme_is_inside_the_repository() -> None:
     for path in re.findall(r"`((?:tests|scheduler|bench|scripts|deploy|cli|docs)/[\w/.-]+\.\w+)`",
                            README):
         assert (ROOT / path).exists(), f"the README names {path}, which does not exist"
+    site = re.search(r"^site_url: (\S+)$", (ROOT / "mkdocs.yml").read_text(), re.M)
+    assert site is not None
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", README):
-        if "://" not in target:
-            assert (ROOT / target).exists(), f"the README links to {target}, which does not exist"
+        assert "://" in target, f"the README links to {target}: on PyPI only absolute links work"
+        if target.startswith(site.group(1)):  # a page of the docs site: one the docs hold
+            page = target.removeprefix(site.group(1)).rstrip("/")
+            found = [ROOT / "docs" / name for name in (page, f"{page}.md", f"{page}/index.md")
+                     if page or name == "index.md"] or [ROOT / "docs" / "index.md"]
+            assert any(p.is_file() for p in found), \
+                f"the README links to {target}, which no file in docs/ gives"

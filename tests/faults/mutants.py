@@ -416,11 +416,6 @@ MUTANTS = [
            "pipe.zadd(self.keys.permits(q), dict.fromkeys(members, expires), xx=True)",
            "pipe.exists(self.keys.permits(q))",
            (f"{LIMITS}::test_a_run_longer_than_the_lease_keeps_its_permit",)),
-    Mutant("testing-mode-applies-limits", "the testing mode reads the queue limits as a "
-           "worker does: a limited queue's jobs wait on a reader no drain runs",
-           "scheduler/testing/harness.py", "self.worker.claims.wide_limits = False",
-           "self.worker.claims.wide_limits = True",
-           (f"{LIMITS}::test_the_testing_mode_ignores_limits",), fast=True),
     Mutant("repeat-claim-past-its-lease", "claim.lua grants a worker's claim sent again "
            "after that claim's lease ran out: a run its watchdog gave up, maybe after "
            "ctx.once, starts a second time under the same attempt", "scheduler/scripts/lua/claim.lua",
@@ -1453,4 +1448,60 @@ MUTANTS = [
            "            for f in page.fires]",
            ("tests/e2e/test_console_pages.py::"
             "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
+    Mutant("app-import-error-as-traceback", "an app whose own code fails as it is imported (a "
+           "misspelt handle) ends `sched worker --app` in a traceback instead of one line "
+           "naming the file, the line and the name", "scheduler/cli/run.py",
+           "    except Exception as exc:\n        # The app's own code failed",
+           "    except ArithmeticError as exc:\n        # The app's own code failed",
+           ("tests/e2e/test_newcomer.py::test_a_misspelt_handle_in_the_app_stops_its_services_"
+            "at_their_start",), fast=True),
+    Mutant("typed-payload-field-unnamed", "a typed payload that does not fit is refused "
+           "without naming the field: the newcomer cannot tell what to mend",
+           "scheduler/worker/handles.py",
+           "        field = \"payload\" + path + (f\".{missing['name']}\" if missing else \"\")",
+           "        field = \"payload\"",
+           ("tests/e2e/test_newcomer.py::test_a_typed_payload_that_does_not_fit_is_refused_"
+            "naming_the_field",), fast=True),
+    Mutant("node-skips-declared-schedules", "`sched scheduler --app` starts without applying "
+           "the app's declarations: a schedule dropped from the code fires on after the "
+           "restart", "scheduler/cli/run.py",
+           "    if app_spec is not None:\n        apply_declared(",
+           "    if False:\n        apply_declared(",
+           ("tests/e2e/test_newcomer.py::test_removing_the_declared_schedule_and_restarting_"
+            "the_node_deletes_it",), fast=True),
+    Mutant("docs-block-sees-earlier-blocks", "a docs code block runs after the page's earlier "
+           "blocks, in their names: a block that fails when a reader copies it alone passes",
+           "tests/docs/test_code_blocks.py",
+           "                str(b.line), _python(b.code, ns)]",
+           "                str(b.line), _python(\"\".join(p.code for p in python[:python.index(b) "
+           "+ 1]), ns)]",
+           ("tests/docs/test_code_blocks.py::test_a_block_sees_the_pages_setup_and_no_other_"
+            "blocks_names",), fast=True),
+    Mutant("cli-needs-psycopg", "the `sched` command imports psycopg at its start: without "
+           "the postgres extra no command runs, a worker's included",
+           "scheduler/cli/main.py",
+           "import msgspec\n\nimport scheduler.cli.dev as dev_cmds",
+           "import msgspec\nimport psycopg  # noqa: F401\n\nimport scheduler.cli.dev as dev_cmds",
+           ("tests/test_dependencies.py::test_without_psycopg_the_cli_runs_what_needs_no_"
+            "postgres",), fast=True),
+    Mutant("postgres-store-import-unguarded", "history on Postgres without psycopg ends in a "
+           "ModuleNotFoundError traceback instead of one line saying what to install",
+           "scheduler/history/store/postgres.py",
+           "except ImportError:  # the `postgres` extra",
+           "except ArithmeticError:  # the `postgres` extra",
+           ("tests/test_dependencies.py::test_without_psycopg_the_cli_says_in_one_line_what_to_"
+            "install",), fast=True),
+    Mutant("testing-mode-reads-limited-queues", "the testing mode's worker reads a limited "
+           "queue as if it had no limit: a test sees more runs at once than production allows",
+           "scheduler/testing/harness.py",
+           "sorted(q for q in self._queues if q not in limited.limits))",
+           "sorted(self._queues))",
+           ("tests/sdk/test_queue_limits.py::test_the_testing_mode_holds_a_concurrency_limit",),
+           fast=True),
+    Mutant("testing-mode-rate-never-due", "the testing mode's clock jumps over the moments a "
+           "rate's next token comes: jobs a rate held back stay queued however far it moves",
+           "scheduler/testing/harness.py",
+           "        times += [] if held is None else [held]\n", "",
+           ("tests/sdk/test_queue_limits.py::test_the_testing_mode_holds_a_rate_in_fake_time",),
+           fast=True),
 ]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from helpers import run_until, running, sched, sched_process
-from scheduler import Client, Context, JobSpec, QueueLimit, Registry, SlotStatus
+from scheduler import Client, Context, JobSpec, Outcome, QueueLimit, Registry, SlotStatus
 from scheduler.core import limits
 from scheduler.core.errors import ValidationError
 from scheduler.core.keys import DISPATCH_GROUP, Keys
@@ -291,18 +291,57 @@ def test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_the_limit
                 time.sleep(0.02)
 
 
-def test_the_testing_mode_ignores_limits() -> None:
-    """A limited queue's jobs run in a drain as if it had none (a test of the handlers must
-    not wait on a rate)."""
+def test_the_testing_mode_holds_a_concurrency_limit() -> None:
+    """A drain runs a limited queue's jobs at most `concurrency` at once, as workers would,
+    and every one of them; an unlimited queue's run all at once beside them."""
     registry = Registry()
-    ran: list[int] = []
+    running_now: dict[str, int] = {"mail": 0, "default": 0, "bulk": 0}
+    most: dict[str, int] = {"mail": 0, "default": 0, "bulk": 0}
 
     @registry.task("t")
     async def t(ctx: Context, payload: Any) -> None:
-        ran.append(payload)
+        running_now[payload] += 1
+        most[payload] = max(most[payload], running_now[payload])
+        await asyncio.sleep(0.01)
+        running_now[payload] -= 1
 
     with TestScheduler(registry) as s:
-        s.client.set_queue_limit("default", concurrency=1, rate="1/h")
-        s.client.submit_many([JobSpec(task="t", payload=i) for i in range(3)])
-        s.drain()
-    assert sorted(ran) == [0, 1, 2]
+        s.client.set_queue_limit("mail", concurrency=2)
+        s.client.submit_many([JobSpec(task="t", payload=q, queue=q)
+                              for q in ("mail", "default") for _ in range(6)])
+        ran = s.drain()
+        assert len(ran) == 12 and all(r.outcome is Outcome.SUCCEEDED for r in ran)
+        assert most == {"mail": 2, "default": 6, "bulk": 0}
+        # A queue first seen later leaves the limited one to its limit.
+        s.client.submit_many([JobSpec(task="t", payload=q, queue=q)
+                              for q in ("mail", "bulk") for _ in range(6)])
+        assert len(s.drain()) == 12
+        assert most == {"mail": 2, "default": 6, "bulk": 6}
+        s.client.set_queue_limit("mail", None)  # cleared: the next drain runs them all at once
+        most["mail"] = 0
+        s.client.submit_many([JobSpec(task="t", payload="mail", queue="mail")] * 6)
+        assert len(s.drain()) == 6 and most["mail"] == 6
+
+
+def test_the_testing_mode_holds_a_rate_in_fake_time() -> None:
+    """A limited queue's starts follow its rate on the fake clock: a drain starts what the
+    bucket holds, `advance` the rest at the rate, in no real time."""
+    registry = Registry()
+    starts: list[int] = []
+
+    with TestScheduler(registry) as s:
+        @registry.task("t")
+        async def t(ctx: Context, payload: Any) -> None:
+            starts.append(s.clock.now_ms())
+
+        s.client.set_queue_limit("default", rate="10/s")
+        s.client.submit_many([JobSpec(task="t", payload=i) for i in range(30)])
+        began = time.monotonic()
+        first = s.drain()
+        assert 1 <= len(first) <= 2, "a drain starts only what the bucket holds"
+        s.advance(5)
+        assert time.monotonic() - began < 30  # fake time: no real wait on the rate
+    assert len(starts) == 30
+    assert 2_500 <= starts[-1] - starts[0] <= 3_500, "30 starts at 10 a second: about 3 s"
+    for i, at in enumerate(starts):  # no second holds more than the rate and its bucket
+        assert sum(1 for s in starts[i:] if s < at + 1000) <= 11, starts

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from scheduler.core.errors import StoreUnavailable
+from scheduler.core.errors import MissingExtra, StoreUnavailable
 from scheduler.core.masking import masked
 from scheduler.core.models import Slot
 from scheduler.core.namespace import Meta
@@ -65,10 +65,13 @@ def open_store(dsn: str | None = None) -> HistoryStore:
     """`postgresql://...` (or a keyword DSN) -> Postgres; `sqlite:///abs/path`, a file path, or
     None (the embedded default file) -> SQLite, migrated on open (with `?mode=ro` at the end:
     opened read-only, and only if the file exists). A Postgres schema is migrated by
-    `sched db upgrade`, never implicitly; opening one that is behind raises StoreUnavailable."""
+    `sched db upgrade`, never implicitly; opening one that is behind raises StoreUnavailable,
+    as does a Postgres DSN without psycopg (the `postgres` extra), naming what to install."""
     if dsn and is_postgres(dsn):
-        from scheduler.history.store.postgres import PostgresStore
-
+        try:
+            from scheduler.history.store.postgres import PostgresStore
+        except MissingExtra as exc:  # no psycopg: a store that cannot open, saying why
+            raise StoreUnavailable(str(exc)) from None
         return PostgresStore(dsn)
     if dsn and "://" in dsn and not dsn.startswith("sqlite://"):  # a misspelt scheme
         raise StoreUnavailable(f"{masked(dsn, dsn)[:80]!r} is not a history store: use "

@@ -13,11 +13,15 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-from psycopg import sql
-
 import scheduler.history.sqlfiles as sqlfiles
-from scheduler.core.errors import StoreUnavailable
+from scheduler.core.errors import MissingExtra, StoreUnavailable
+
+try:
+    import psycopg
+    from psycopg import sql
+except ImportError:  # the `postgres` extra; SQLite, the embedded default, needs none
+    raise MissingExtra("history on Postgres", "postgres", "psycopg") from None
+
 from scheduler.core.masking import masked, unencoded
 from scheduler.core.models import Slot
 from scheduler.core.namespace import Meta
