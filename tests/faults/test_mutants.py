@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from .mutants import MUTANTS
+from .mutants import MUTANTS, Mutant
 from .mutate import run
 
 
@@ -25,3 +25,15 @@ def test_every_mutant_still_applies() -> None:
     root = Path(__file__).resolve().parents[2]
     for m in MUTANTS:
         assert (root / m.path).read_text().count(m.old) == 1, m.name
+
+
+@pytest.mark.slow
+def test_a_mutant_that_changes_nothing_survives() -> None:
+    """The runner itself: a run that failed for its own reasons (a plugin that broke, the
+    copy importing the wrong code) would report every mutant caught."""
+    [real] = [m for m in MUTANTS if m.name == "progress-without-the-fence"]
+    noop = Mutant("changes-nothing", "none", real.path, real.old, real.old, real.tests)
+    _, caught, seconds, tail = run(noop, suite=False, timeout_s=300)
+    assert not caught, f"a mutant that changes nothing was caught in {seconds:.0f}s:\n{tail}"
+    _, caught, _, tail = run(real, suite=False, timeout_s=300)
+    assert caught, tail
