@@ -75,8 +75,8 @@ IDLE_LEASE = (f"{CLEANER}::"
               "test_the_reclaimer_finds_an_expired_lease_in_a_lane_that_went_idle[single]")
 REINDEXED = (f"{CLEANER}::"
              "test_an_entry_written_after_its_lane_left_the_index_indexes_it_again[single-")
-HISTORY = ("tests/faults/test_history.py::"
-           "test_every_finished_delayed_job_reaches_history_as_redis_holds_it")
+READ_COVERS = ("tests/services/test_snapshotter.py::"
+               "test_an_event_right_after_a_read_brings_the_slots_new_state[sqlite-single]")
 ACTIVE = "tests/faults/test_history.py::test_an_overlap_skip_jobs_active_run_reaches_history"
 RETRY_POLICY = ("tests/services/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
@@ -661,7 +661,7 @@ MUTANTS = [
            "its read keeps its earlier state in history (`queued` while Redis says "
            "`succeeded`: history rule)", "scheduler/history/intake.py",
            "if seen.get(slot, -1) >= version:",
-           "if seen.get(slot, -1) + 1_000_000_000 >= version:", (HISTORY,), fast=True),
+           "if seen.get(slot, -1) + 1_000_000_000 >= version:", (READ_COVERS,), fast=True),
     Mutant("active-run-not-copied", "promote.lua's record of an overlap=\"skip\" slot no "
            "longer names its job: the job's `active` run never reaches history (`sched "
            "recover` would start the next occurrence beside the restored one: history rule)",
