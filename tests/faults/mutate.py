@@ -52,7 +52,6 @@ def template() -> Path:
     with _template_lock:
         if _template is None:
             where = Path(tempfile.mkdtemp(prefix="sched-mutant-template-"))
-            atexit.register(shutil.rmtree, where, ignore_errors=True)
             for name in COPIED:
                 src = ROOT / name
                 if src.is_dir():
@@ -137,10 +136,15 @@ class Forks:
         return (None if answer["timed_out"] else int(answer["rc"])), text
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin
-            self.proc.stdin.close()
+        """End the server (EOF on its stdin) and close its pipes."""
+        assert self.proc.stdin and self.proc.stdout
+        self.proc.stdin.close()
+        try:
             self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
 
 
 _idle: list[Forks] = []
@@ -148,10 +152,17 @@ _idle_lock = threading.Lock()
 
 
 @atexit.register
-def _close_forks() -> None:
+def close() -> None:
+    """Stop the fork servers and remove the template (again at exit)."""
+    global _template
     with _idle_lock:
         while _idle:
             _idle.pop().close()
+    with _template_lock:
+        if _template is not None:
+            shutil.rmtree(_template, ignore_errors=True)
+            _template = None
+            _stamps.clear()
 
 
 def run(m: Mutant, suite: bool, timeout_s: float) -> tuple[Mutant, bool, float, str]:
@@ -170,6 +181,7 @@ def run(m: Mutant, suite: bool, timeout_s: float) -> tuple[Mutant, bool, float, 
             _idle.append(forks)
     except BaseException:
         forks.proc.kill()
+        forks.close()
         raise
     finally:
         shutil.rmtree(where, ignore_errors=True)

@@ -3,10 +3,20 @@ make its tests fail. The whole set: `.venv/bin/python tests/faults/mutate.py`.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from .mutants import MUTANTS, Mutant
-from .mutate import run
+from .mutate import close, run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _runner() -> Iterator[None]:
+    """The runner's fork servers and template, made at its first mutant, last the session
+    and go with it (a test process may end without running exit handlers)."""
+    yield
+    close()
 
 
 @pytest.mark.slow
