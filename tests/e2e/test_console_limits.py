@@ -283,7 +283,9 @@ def test_no_route_answers_500_to_hostile_values(stack: Stack, redis_url: str) ->
                                                            reply.body[:500])
         assert "Traceback" not in reply.body, what[:200]
 
-    walked = routes(redis_url)
+    # The routes that take a value in their path first: most of what breaks is found there,
+    # early in the walk.
+    walked = sorted(routes(redis_url), key=lambda route: "{" not in route[0])
     assert {"/slots/{slot_id}", "/actions/{name}", "/login"} <= {p for p, _ in walked}
     for path, methods in walked:
         names = re.findall(r"{(\w+)}", path)
