@@ -115,6 +115,42 @@ def test_an_event_right_after_a_read_brings_the_slots_new_state(
             first: SlotStatus.SCHEDULED, **dict.fromkeys(ids, SlotStatus.CANCELLED)}
 
 
+def test_an_overlap_skip_jobs_active_run_reaches_the_store(
+        redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
+    """promote.lua names an overlap="skip" job's run in flight in the job's hash (`active`)
+    and its `queued` record names the job, so the job is read again. Here the job is read
+    before the promotion (its slots materialized and written first) and nothing else names
+    it after: the store must still end as Redis holds it, or `sched recover` restores a job
+    that does not know its run and starts the next occurrence beside it."""
+    from scheduler.history.store import open_store
+    from scheduler.node.materializer import Materializer
+    from scheduler.node.promoter import Promoter
+
+    clock = ManualClock(1_700_000_000_000)
+    config = SnapshotterConfig(retention_s=None, defer_s=0)
+    prefixes = [Keys(ns).prefix(0)]
+
+    async def one_pass(service: type[Materializer] | type[Promoter]) -> None:
+        conn = async_redis(redis_url)
+        await service(conn, prefixes, clock).run_once()
+        await conn.aclose()
+
+    with Client(redis_url, ns, shards=1, clock=clock) as client:
+        job_id = client.submit("ok", cron="* * * * * *", overlap="skip")
+        asyncio.run(one_pass(Materializer))
+        asyncio.run(drain(redis_url, ns, store_dsn, config=config))
+        clock.advance(1)
+        asyncio.run(one_pass(Promoter))
+    active = r.hget(Keys(ns).job(0, job_id), "active")
+    assert active
+    asyncio.run(drain(redis_url, ns, store_dsn, config=config))
+    store = open_store(store_dsn)
+    try:
+        assert dict(store.job_definitions(ns))[job_id].get("active") == active.decode()
+    finally:
+        store.close()
+
+
 def test_a_crash_between_commit_and_ack_replays_to_the_same_rows(
         redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
     _run_jobs(redis_url, ns, 30, 3)
