@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 import msgspec
-import psycopg
 
 import scheduler.cli.dev as dev_cmds
 import scheduler.cli.history as history_cmds
@@ -252,18 +251,22 @@ def main(argv: list[str] | None = None) -> None:
     except SchedulerError as exc:
         error(f"error: {exc}")
         code = 1
-    except psycopg.OperationalError as exc:
-        first = (str(exc).strip().splitlines() or ["connection failed"])[0]
-        error(f"error: cannot reach Postgres ({first}); check --postgres-dsn / "
-              f"SCHED_POSTGRES_DSN")
-        code = 1
-    except psycopg.Error as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        error(f"error: history store: {first}")
-        code = 1
     except REDIS_ERRORS as exc:  # a command that talks to Redis outside the SDK
         from scheduler.redis.failures import translate
 
         error(f"error: {translate(exc, 'the --redis-url')}")
+        code = 1
+    except Exception as exc:
+        # psycopg's errors, when a command used it: looked up only then (importing it cost
+        # every other command's start a fifth of a second).
+        psycopg = sys.modules.get("psycopg")
+        if psycopg is None or not isinstance(exc, psycopg.Error):
+            raise
+        lines = str(exc).strip().splitlines()
+        if isinstance(exc, psycopg.OperationalError):
+            error(f"error: cannot reach Postgres ({(lines or ['connection failed'])[0]}); "
+                  f"check --postgres-dsn / SCHED_POSTGRES_DSN")
+        else:
+            error(f"error: history store: {(lines or [type(exc).__name__])[0]}")
         code = 1
     sys.exit(code if isinstance(code, int) else 0)
