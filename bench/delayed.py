@@ -68,11 +68,31 @@ def fleet(r: redis.Redis, url: str, prefix: str, concurrency: int, workers: int 
             if pids is not None:
                 pids += [p.pid for p in procs]  # the node's, then the workers'
 
-            time.sleep(1.5)  # the node takes its shards, the worker creates its groups
+            wait_ready(client, procs, workers)
             yield ns, client
     finally:
         stop_processes(procs)
         drop_namespace(r, ns)
+
+
+def wait_ready(client: Client, procs: list[Any], workers: int, timeout_s: float = 60.0) -> None:
+    """Until the node owns every shard and `workers` workers are registered and not waiting
+    for the namespace: a worker's first heartbeat follows its setup, which gave each of its
+    streams its group (a job promoted before that waits for the group, and a fixed sleep
+    was too short on a busy machine)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = client.status()
+        ready = sum(1 for w in s.workers if w.alive and not w.waiting)
+        if s.shards_owned >= s.shards and ready >= workers:
+            return
+        exited = [p.args for p in procs if p.poll() is not None]
+        if exited or time.monotonic() > deadline:
+            raise SystemExit(f"bench: the node owns {s.shards_owned} of {s.shards} shards and "
+                             f"{ready} of {workers} worker(s) are ready after "
+                             f"{timeout_s - max(0.0, deadline - time.monotonic()):.0f} s"
+                             + (f"; exited: {exited}" if exited else ""))
+        time.sleep(0.1)
 
 
 def _now_ms(r: redis.Redis) -> int:
@@ -82,18 +102,22 @@ def _now_ms(r: redis.Redis) -> int:
 
 def _drained(r: redis.Redis, ns: str, shards: int) -> bool:
     """Nothing due, nothing undelivered or pending in any stream: a few commands per poll, so
-    polling does not load the Redis being measured (reading every slot each time did)."""
+    polling does not load the Redis being measured (reading every slot each time did). A
+    stream that holds entries and has no group yet is not drained: no worker read it."""
     k = Keys(ns)
     pipe = r.pipeline(transaction=False)
     for s in range(shards):
         pipe.zcard(k.due(s))
+        pipe.xlen(k.queue(s, "default"))
         pipe.xinfo_groups(k.queue(s, "default"))
     replies = pipe.execute(raise_on_error=False)
-    for due, groups in zip(replies[::2], replies[1::2], strict=True):
-        if isinstance(due, Exception) or due:
+    for due, length, groups in zip(replies[::3], replies[1::3], replies[2::3], strict=True):
+        if isinstance(due, Exception) or due or isinstance(length, Exception):
             return False
-        if isinstance(groups, Exception):
-            continue  # no stream in this shard yet
+        if isinstance(groups, Exception) or not groups:
+            if length:
+                return False
+            continue  # no stream in this shard yet, or an empty one
         for g in groups:
             if (g.get("lag") or 0) or g.get("pending"):
                 return False
@@ -102,23 +126,26 @@ def _drained(r: redis.Redis, ns: str, shards: int) -> bool:
 
 def _lags(r: redis.Redis, ns: str, shards: int, jobs: list[tuple[str, int]],
           timeout_s: float) -> list[int]:
-    """Wait for every slot to be claimed; return claimed_ms - fire_ms per slot."""
+    """Wait for every slot to be claimed; return claimed_ms - fire_ms per slot. The slots
+    are read once the streams look drained, and again later if one is not claimed yet."""
     k = Keys(ns)
     keys = [k.slot(shard_of(j, shards), slot_id(j, f)) for j, f in jobs]
     last_fire = max(f for _, f in jobs)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if _now_ms(r) > last_fire and _drained(r, ns, shards):
-            break
+    while True:
+        drained = _now_ms(r) > last_fire and _drained(r, ns, shards)
+        if drained or time.monotonic() > deadline:
+            pipe = r.pipeline(transaction=False)
+            for key in keys:
+                pipe.hget(key, "claimed_ms")
+            claimed = pipe.execute()
+            missing = sum(1 for c in claimed if not c)
+            if not missing:
+                return [int(c) - f for c, (_, f) in zip(claimed, jobs, strict=True)]
+            if time.monotonic() > deadline:
+                raise SystemExit(f"delayed: {missing} of {len(jobs)} jobs never started")
+            time.sleep(0.5)  # read again in a while, not at every poll
         time.sleep(0.1)
-    pipe = r.pipeline(transaction=False)
-    for key in keys:
-        pipe.hget(key, "claimed_ms")
-    claimed = pipe.execute()
-    missing = sum(1 for c in claimed if not c)
-    if missing:
-        raise SystemExit(f"delayed: {missing} of {len(jobs)} jobs never started")
-    return [int(c) - f for c, (_, f) in zip(claimed, jobs, strict=True)]
 
 
 def _stats(lags: list[int]) -> dict[str, float]:

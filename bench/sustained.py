@@ -33,7 +33,7 @@ from .common import (
     redis_cpu_s,
     stop_processes,
 )
-from .delayed import ROOT, _fire_times, _now_ms, _stats
+from .delayed import ROOT, _fire_times, _now_ms, _stats, wait_ready
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -97,7 +97,7 @@ def _run(args: argparse.Namespace, ns: str, history: str | None) -> dict[str, An
         with Client(args.redis_url, ns) as client:
             shards = client.shards
             keys = Keys(ns)
-            time.sleep(1.5)  # the node takes its shards, the workers create their groups
+            wait_ready(client, [p for _, p in procs], args.workers)
             cpu0, stats0 = _cpu(r, procs), commandstats(r)
 
             def harvest(final: bool) -> None:

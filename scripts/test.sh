@@ -10,6 +10,10 @@
 # this one process (`-s`, pdb).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# pytest keeps the test modules it rewrote (their asserts) as bytecode in __pycache__; with
+# PYTHONDONTWRITEBYTECODE set (as container images often do) each run, and each of its
+# processes, rewrote every test module again: most of the time the collection took.
+unset PYTHONDONTWRITEBYTECODE
 . scripts/services.sh
 parallel=(-n "${SCHED_TEST_PROCESSES:-2}" --dist worksteal)
 ensure_redis

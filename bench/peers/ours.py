@@ -47,10 +47,12 @@ def delayed(url: str, jobs: int, lead_s: float, timeout_s: float) -> dict[str, A
     r = redis.Redis.from_url(url)
     ns = fresh_namespace("peers-delayed")
     os.environ.setdefault("PYTHONPATH", str(delayed_bench.ROOT))
-    procs = delayed_bench._procs(url, ns, burndown._DEFAULTS.concurrency)
+    procs: list[Any] = []
     try:
         with Client(url, ns) as client:
-            time.sleep(2.0)  # the node takes its shards, the worker creates its groups
+            client.create_namespace()  # the processes wait for it
+            procs = delayed_bench._procs(url, ns, burndown._DEFAULTS.concurrency)
+            delayed_bench.wait_ready(client, procs, 1)
             due_ms = math.ceil(time.time() + lead_s) * 1000
             ids: list[str] = []
             for i in range(0, jobs, 5000):

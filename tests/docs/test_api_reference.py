@@ -144,6 +144,9 @@ def test_the_introspection_finds_what_a_user_calls() -> None:
     assert "scheduler.testing.TestClient.submit" not in anchors  # Client's page has it
 
 
+# The site's build (mkdocs, the slowest setup of the fast set) happens in the full run, as
+# scripts/test.sh's own build does; the introspection above stays in the fast set.
+@pytest.mark.slow
 def test_every_public_method_has_its_docstring_on_the_site(site: dict[str, str]) -> None:
     missing = [a for a in wanted_anchors() if a not in site]
     empty = [a for a in wanted_anchors() if a in site and not site[a]]
@@ -152,6 +155,7 @@ def test_every_public_method_has_its_docstring_on_the_site(site: dict[str, str])
     assert not empty, f"an anchor with no docstring on the built reference: {empty}"
 
 
+@pytest.mark.slow
 def test_a_driven_method_shows_its_operations_docstring(site: dict[str, str]) -> None:
     """The text on the site is the operation's, the one help() shows."""
     for cls in (scheduler.Client, scheduler.AsyncClient):

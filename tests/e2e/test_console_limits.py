@@ -214,14 +214,15 @@ def test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read(stack: Sta
                                                                       path: str) -> None:
     """An unauthenticated POST /login read a multipart body of any size (spooled to disk)
     before comparing the token."""
+    # First what a server that reads every body answers at once (a wrong one, not a wait).
+    reply = call(stack.token, "POST", path, b"token=x")  # no Content-Type at all
+    assert reply.status == 415, reply
     huge = 200 * 1024 * 1024
     for content_type, status in [("multipart/form-data; boundary=x", 415),
                                  ("application/json", 415), ("text/plain", 415),
                                  ("application/x-www-form-urlencoded", 413)]:
         reply = _unsent_body(stack.token, path, huge, content_type)
         assert reply.status == status, (content_type, reply.body[:300])
-    reply = call(stack.token, "POST", path, b"token=x")  # no Content-Type at all
-    assert reply.status == 415, reply
     for length in ("-1", "abc", "9" * 30, str(FORM_BYTES + 1)):
         reply = _unsent_body(stack.token, path, length, "application/x-www-form-urlencoded")
         assert reply.status in (400, 413), (length, reply.body[:300])  # 400: the HTTP parser's
@@ -230,6 +231,10 @@ def test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read(stack: Sta
 def test_a_chunked_form_is_read_to_the_limit_and_no_further(stack: Stack) -> None:
     """A chunked body names no length: the console answers 413 once it has read past the
     limit, while the body is still coming (a server that read it all would still wait)."""
+    # Ended past the limit: a server that read it all answers at once, and not 413.
+    reply = call(stack.token, "POST", "/login", chunks=iter([b"x" * 8192] * (
+        2 * FORM_BYTES // 8192)), Content_Type="application/x-www-form-urlencoded")
+    assert reply.status == 413, reply
     port = urlsplit(stack.token).port
     with socket.create_connection(("127.0.0.1", port or 0), timeout=10) as sock:
         sock.sendall(f"POST /login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -278,7 +283,9 @@ def test_no_route_answers_500_to_hostile_values(stack: Stack, redis_url: str) ->
                                                            reply.body[:500])
         assert "Traceback" not in reply.body, what[:200]
 
-    walked = routes(redis_url)
+    # The routes that take a value in their path first: most of what breaks is found there,
+    # early in the walk.
+    walked = sorted(routes(redis_url), key=lambda route: "{" not in route[0])
     assert {"/slots/{slot_id}", "/actions/{name}", "/login"} <= {p for p, _ in walked}
     for path, methods in walked:
         names = re.findall(r"{(\w+)}", path)

@@ -13,6 +13,7 @@ import redis.asyncio
 
 from helpers import drain, pending, run_until, statuses
 from scheduler import Client, Context, Registry, RetryPolicy, SlotStatus
+from scheduler.core.keys import Keys
 from scheduler.history.retention import Retention, RetentionConfig
 from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
 from scheduler.redis.clients import async_redis
@@ -81,6 +82,73 @@ def test_events_a_finished_slots_read_already_covers_cost_nothing(
     assert {s.job_id for s in slots} == set(ok_ids)
     assert {s.status for s in slots} == {SlotStatus.SUCCEEDED}
     assert all(len(s.attempts) == 1 and s.attempts[0].finished_ms for s in slots)
+
+
+def test_an_event_right_after_a_read_brings_the_slots_new_state(
+        redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
+    """Only the events a read already covers are skipped (version at or below the read's).
+    The events stream's ids are moved a minute ahead (XSETID), so every event here falls
+    within one millisecond of stream time of the read: a snapshotter that took a read to
+    cover the next second's events too would keep each slot's first state, however fast or
+    slow the machine."""
+    with Client(redis_url, ns, shards=1) as client:
+        first = client.submit("ok", delay=600)
+        r.execute_command("XSETID", Keys(ns).events(0), f"{int(time.time() * 1000) + 60_000}-0")
+        ids = client.submit_many([{"task": "ok", "delay": 600} for _ in range(5)])
+        cancelled: list[dict[str, str]] = []
+
+        def cancel_after_the_first_commit(snap: Snapshotter) -> None:
+            after = snap._after_commit
+
+            async def then_cancel(*args: Any) -> None:
+                await after(*args)
+                if not cancelled:
+                    cancelled.append(await asyncio.to_thread(client.cancel, ids))
+
+            snap._after_commit = then_cancel  # type: ignore[method-assign]
+
+        snap = asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(
+            retention_s=None, defer_s=0), hook=cancel_after_the_first_commit))
+    assert cancelled and snap.skipped == 0
+    with Client(redis_url, ns, history=store_dsn) as client:
+        assert {s.job_id: s.status for s in client.history(limit=100)} == {
+            first: SlotStatus.SCHEDULED, **dict.fromkeys(ids, SlotStatus.CANCELLED)}
+
+
+def test_an_overlap_skip_jobs_active_run_reaches_the_store(
+        redis_url: str, ns: str, r: redis.Redis, store_dsn: str) -> None:
+    """promote.lua names an overlap="skip" job's run in flight in the job's hash (`active`)
+    and its `queued` record names the job, so the job is read again. Here the job is read
+    before the promotion (its slots materialized and written first) and nothing else names
+    it after: the store must still end as Redis holds it, or `sched recover` restores a job
+    that does not know its run and starts the next occurrence beside it."""
+    from scheduler.history.store import open_store
+    from scheduler.node.materializer import Materializer
+    from scheduler.node.promoter import Promoter
+
+    clock = ManualClock(1_700_000_000_000)
+    config = SnapshotterConfig(retention_s=None, defer_s=0)
+    prefixes = [Keys(ns).prefix(0)]
+
+    async def one_pass(service: type[Materializer] | type[Promoter]) -> None:
+        conn = async_redis(redis_url)
+        await service(conn, prefixes, clock).run_once()
+        await conn.aclose()
+
+    with Client(redis_url, ns, shards=1, clock=clock) as client:
+        job_id = client.submit("ok", cron="* * * * * *", overlap="skip")
+        asyncio.run(one_pass(Materializer))
+        asyncio.run(drain(redis_url, ns, store_dsn, config=config))
+        clock.advance(1)
+        asyncio.run(one_pass(Promoter))
+    active = r.hget(Keys(ns).job(0, job_id), "active")
+    assert active
+    asyncio.run(drain(redis_url, ns, store_dsn, config=config))
+    store = open_store(store_dsn)
+    try:
+        assert dict(store.job_definitions(ns))[job_id].get("active") == active.decode()
+    finally:
+        store.close()
 
 
 def test_a_crash_between_commit_and_ack_replays_to_the_same_rows(

@@ -1,0 +1,15 @@
+"""What every `sched` process pays before its command runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_the_cli_does_not_import_psycopg_until_a_command_uses_postgres() -> None:
+    """Every `sched` start paid for psycopg's import (a fifth of a second of CPU), whether
+    the command used Postgres or not; its errors are recognised once it is loaded."""
+    out = subprocess.run([sys.executable, "-c", "import sys, scheduler.cli.main; "
+                          "print('psycopg' in sys.modules)"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
