@@ -1494,13 +1494,6 @@ MUTANTS = [
            "except ArithmeticError:  # the `postgres` extra",
            ("tests/test_dependencies.py::test_without_psycopg_the_cli_says_in_one_line_what_to_"
             "install",), fast=True),
-    Mutant("testing-mode-reads-limited-queues", "the testing mode's worker reads a limited "
-           "queue as if it had no limit: a test sees more runs at once than production allows",
-           "scheduler/testing/harness.py",
-           "sorted(q for q in self._queues if q not in limited.limits))",
-           "sorted(self._queues))",
-           ("tests/sdk/test_queue_limits.py::test_the_testing_mode_holds_a_concurrency_limit",),
-           fast=True),
     Mutant("testing-mode-rate-never-due", "the testing mode's clock jumps over the moments a "
            "rate's next token comes: jobs a rate held back stay queued however far it moves",
            "scheduler/testing/harness.py",
