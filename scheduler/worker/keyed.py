@@ -19,8 +19,11 @@ asks take.lua for no more than were granted; permits it did not use go back at o
 
 A queue that started nothing keyed lately is first probed (an LLEN of its ring per shard,
 sent without holding a run slot or a permit, so the worker's other claims never wait on this
-loop and a rate loses no token to it); passes that find nothing come every POLL_S, or
-IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
+loop and a rate loses no token to it). Between passes that started nothing the loop waits on
+the queues' wake streams (keywake.py: a key entering a ring ends the wait at once, so a free
+key's first job starts as soon as a plain job would), or a run of ours ending, for POLL_S
+while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says
+(a key's permit freed by another worker's run).
 """
 
 from __future__ import annotations
@@ -38,13 +41,14 @@ from scheduler.redis.clock import resync
 from scheduler.redis.service import ErrorLog, Service, pause_until
 from scheduler.worker.claims import Claims
 from scheduler.worker.inflight import Run
+from scheduler.worker.keywake import KeyWake
 from scheduler.worker.limiter import LimitedClaims
 
 log = logging.getLogger("scheduler.worker.worker")
 
-POLL_S = 0.05  # a pass that started nothing waits this long (or until a run of ours ends)
-IDLE_POLL_S = 0.25  # ... or this long, once no keyed slot was found for IDLE_AFTER_S
-IDLE_AFTER_S = 5.0
+POLL_S = 0.05  # a pass that found keys but started nothing waits this long (or a wake)
+IDLE_POLL_S = 1.0  # ... and one that found no key this long: a key entering wakes it
+IDLE_AFTER_S = 5.0  # (only as "long ago": a queue never found is cold)
 HOT_S = 0.2  # a queue whose take started something this recently is taken without a probe
 
 
@@ -65,9 +69,12 @@ class KeyedClaims(Service):
         self._again: set[tuple[int, str]] = set()  # (shard, queue) whose last take failed
         self._sleep_s = 0.0
         self._rate_wait_ms = -1  # the last take's: until a key its rate held back has a token
+        self.wake = KeyWake(claims.redis, claims.keys)
+        self._wake_ok = False  # the last pass worked: its sleep may wait on the wake streams
 
-    def open(self, shards: int) -> None:
+    async def open(self, shards: int) -> None:
         self.shards = shards
+        await self.wake.open(shards, self.claims.config.queues)
 
     async def ready(self) -> None:
         await self.claims.slots.wait(self.finished)
@@ -98,6 +105,7 @@ class KeyedClaims(Service):
         w = self.claims
         self.ended.clear()
         free = w.slots.free()
+        self._wake_ok = False
         if free <= 0 or not self.shards:
             self._sleep_s = POLL_S
             return 0
@@ -108,8 +116,9 @@ class KeyedClaims(Service):
                if q in again or mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
         cold = [q for q in w.config.queues if q not in hot]
         queues = hot + (await self._queued(cold) if cold else [])
+        self._wake_ok = True
         if not queues:
-            self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
+            self._sleep_s = IDLE_POLL_S
             return 0
         wide = [q for q in queues if q in self.limited.limits]
         permits: dict[str, list[str]] = {}
@@ -127,14 +136,10 @@ class KeyedClaims(Service):
         if started:
             self._sleep_s = 0.0
         else:
-            self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
+            self._sleep_s = POLL_S
         if self._rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
             self._sleep_s = min(self._sleep_s, max(0.001, self._rate_wait_ms / 1000))
         return started
-
-    def _idle(self) -> bool:
-        latest = max(self._found.values(), default=-IDLE_AFTER_S)
-        return self.claims.clock.monotonic() - latest >= IDLE_AFTER_S
 
     async def _queued(self, queues: Sequence[str]) -> list[str]:
         """The queues whose ring holds a key on some shard: asked without holding run slots
@@ -208,5 +213,15 @@ class KeyedClaims(Service):
         return self._sleep_s
 
     async def sleep(self, seconds: float) -> None:
-        """Cut short when a run of ours ends: its key may have room again."""
-        await pause_until(self.ended, self._stop, seconds)
+        """Cut short when a run of ours ends (its key may have room again) or, after a pass
+        that worked, when a key enters one of the worker's rings; after an error, a pause."""
+        if not self._wake_ok:
+            await pause_until(self.ended, self._stop, seconds)
+            return
+        await self.wake.wait(seconds, self.ended, self._stop)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self.wake.close()

@@ -144,7 +144,7 @@ class Worker:
         await catalog.publish(self.redis, self.keys, self.registry, self.worker_id,
                               self.clock.now_ms())
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
-        self.keyed.open(self.shards)
+        await self.keyed.open(self.shards)
 
     async def run_once(self, block_ms: int | None = None) -> int:
         """One claim pass (Claims.run_once): claim what the free run slots can take (reading

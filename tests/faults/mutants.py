@@ -1302,4 +1302,10 @@ MUTANTS = [
            "                free = min(free, pool.startable() - taking)", "                pass",
            ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
             "pool_claims_what_its_children_can_start",), fast=True),
+    Mutant("keyed-no-wake", "a key entering a ring wakes no worker: an idle worker starts "
+           "a free key's job only at its next poll", "scheduler/scripts/lua/_lib.lua",
+           "    redis.call('XADD', prefix .. 'kwake:' .. queue, 'MAXLEN', '1', '*', 'k', key)\n",
+           "",
+           ("tests/services/test_keyed_claims.py::"
+            "test_a_free_keys_job_starts_at_once_on_an_idle_worker",)),
 ]

@@ -144,9 +144,10 @@ end
 -- priority then dispatch time: keys.key_score), instead of a dispatch stream: take.lua claims
 -- it in the key's turn. A key is in the queue's ring exactly while its queue holds slots
 -- (take.lua removes it as it empties the queue), so it enters the ring when its first slot
--- arrives. The slot's status and msg ('' : no entry) are the caller's to set. `seen`, a
--- table a caller of many keyed slots keeps for one call (or nil), spares the checks of a key
--- queue and a queue already seen holding slots in this call.
+-- arrives, and then writes the queue's wake stream (`kwake:<queue>`). The slot's status and
+-- msg ('' : no entry) are the caller's to set. `seen`, a table a caller of many keyed slots
+-- keeps for one call (or nil), spares the checks of a key queue and a queue already seen
+-- holding slots in this call.
 local function key_enqueue(prefix, queue, key, priority, slot_id, now, seen)
   local kq = prefix .. 'kq:' .. queue .. ':' .. key
   local score = string.format('%d', (tonumber(priority) or DEFAULT.priority) * 1e13 + tonumber(now))
@@ -156,6 +157,9 @@ local function key_enqueue(prefix, queue, key, priority, slot_id, now, seen)
   end
   if redis.call('ZADD', kq, score, slot_id) == 1 and redis.call('ZCARD', kq) == 1 then
     redis.call('RPUSH', prefix .. 'kring:' .. queue, key)
+    -- Wakes the workers blocked on the queue's wake stream (keywake.py): a key has no stream
+    -- entry of its own, and a free key's job should start as soon as a plain one.
+    redis.call('XADD', prefix .. 'kwake:' .. queue, 'MAXLEN', '1', '*', 'k', key)
   end
   if not (seen and seen[queue]) then redis.call('ZADD', prefix .. 'kqueues', now, queue) end
   if seen then seen[kq], seen[queue] = true, true end
