@@ -69,7 +69,7 @@ class KeyedClaims(Service):
         self._again: set[tuple[int, str]] = set()  # (shard, queue) whose last take failed
         self._sleep_s = 0.0
         self._rate_wait_ms = -1  # the last take's: until a key its rate held back has a token
-        self.wake = KeyWake(claims.redis, claims.keys)
+        self.wake = KeyWake(claims.redis, claims.keys, claims.block_ms)
         self._wake_ok = False  # the last pass worked: its sleep may wait on the wake streams
 
     async def open(self, shards: int) -> None:
@@ -215,10 +215,14 @@ class KeyedClaims(Service):
     async def sleep(self, seconds: float) -> None:
         """Cut short when a run of ours ends (its key may have room again) or, after a pass
         that worked, when a key enters one of the worker's rings; after an error, a pause."""
-        if not self._wake_ok:
-            await pause_until(self.ended, self._stop, seconds)
-            return
-        await self.wake.wait(seconds, self.ended, self._stop)
+        if self._wake_ok:
+            try:
+                await self.wake.wait(seconds, self.ended, self._stop)
+                return
+            except Exception as exc:  # (a failed read: the next pass finds out the rest)
+                self._wake_ok = False
+                self.errors.error(exc, " (waiting for keys)")
+        await pause_until(self.ended, self._stop, seconds)
 
     async def run(self) -> None:
         try:

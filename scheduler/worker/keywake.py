@@ -26,15 +26,14 @@ import scheduler.redis.cluster as cluster
 import scheduler.redis.transport as transport
 from scheduler.core.keys import Keys
 
-BLOCK_MS = 1000  # a read's block: as long as the dispatch streams' (reader.py)
-
 
 class KeyWake:
     """A worker's wait for keys entering its queues' rings, over every shard."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: Keys) -> None:
+    def __init__(self, client: redis.asyncio.Redis, keys: Keys, block_ms: int) -> None:
         self.redis = client
         self.keys = keys
+        self.block_ms = block_ms  # the dispatch streams' read's: within the socket's timeout
         self.per_shard = cluster.is_cluster(client)
         self.last: dict[str, bytes] = {}  # stream key -> the id of the last entry seen
         self._shards: dict[int, list[str]] = {}  # shard -> its streams
@@ -90,7 +89,7 @@ class KeyWake:
             pending = set(reads)
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(self._seen(t.result()) for t in done):
+                if sum(self._seen(t.result()) for t in done):  # every one noted
                     return True
             return False
         except BaseException:
@@ -101,7 +100,7 @@ class KeyWake:
                 t.cancel()
 
     async def _xread(self, client: Any, streams: list[str]) -> Any:
-        return await transport.command(client, "XREAD", "COUNT", 1, "BLOCK", BLOCK_MS,
+        return await transport.command(client, "XREAD", "COUNT", 1, "BLOCK", self.block_ms,
                                        "STREAMS", *streams,
                                        *(self.last[key] for key in streams))
 

@@ -86,8 +86,10 @@ def test_keys_take_turns_whatever_order_their_slots_came_in(
     k.submit("b", 2)
     k.submit("c", 1)
     assert k.ring() == ["a", "b", "c"]
-    taken = [k.key_of(s) for s in k.take(7)]
-    assert taken == ["a", "b", "c", "a", "b", "a", "a"]
+    taken = [k.key_of(s) for s in k.take(3)]  # an even share of one each: one turn each
+    assert taken == ["a", "b", "c"]
+    taken = [k.key_of(s) for s in k.take(4)]  # c left; a's share is 2, b's last, a again
+    assert taken == ["a", "a", "b", "a"]
     assert k.ring() == ["a"]  # b and c emptied: they left the ring
     # The next call goes on where this one stopped: a's last two.
     assert [k.key_of(s) for s in k.take(5)] == ["a", "a"]
@@ -108,7 +110,24 @@ def test_a_weight_is_turns_per_round(r: redis.Redis, client: Client, clock: Manu
     k.submit("a", 6)
     k.submit("b", 6)
     r.hset(k.keys.key_weights(SHARD, "weights"), "b", 2)
-    assert [k.key_of(s) for s in k.take(9)] == ["a", "b", "b", "a", "b", "b", "a", "b", "b"]
+    assert [k.key_of(s) for s in k.take(3) + k.take(3) + k.take(3)] == \
+        ["a", "b", "b", "a", "b", "b", "a", "b", "b"]
+
+
+def test_a_turn_is_the_key_s_even_share_of_the_call(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """n over the ring's length, times the key's weight: a call over few keys takes few long
+    turns; each key still gets its share of the call, and the next call goes on in turn."""
+    k = make_keyed(r, client, clock, "share")
+    for key in "abc":
+        k.submit(key, 20)
+    r.hset(k.keys.key_weights(SHARD, "share"), "b", 2)
+    assert [k.key_of(s) for s in k.take(6)] == ["a"] * 2 + ["b"] * 4
+    assert k.ring() == ["c", "a", "b"]
+    assert [k.key_of(s) for s in k.take(9)] == ["c"] * 3 + ["a"] * 3 + ["b"] * 3
+    r.lrem(k.keys.key_ring(SHARD, "share"), 0, "b")
+    r.lrem(k.keys.key_ring(SHARD, "share"), 0, "c")  # one key: the whole call
+    assert [k.key_of(s) for s in k.take(9)] == ["a"] * 9
 
 
 def test_priorities_order_within_a_key(r: redis.Redis, client: Client,

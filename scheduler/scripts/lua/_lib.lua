@@ -95,6 +95,34 @@ local function end_lease(prefix, slot_id, s)
   if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end
 end
 
+-- end_lease for a batch of attempts (complete.lua's): an entry is acked at once, the lease
+-- set and the keys' running sets are collected in `ends` ({leases = {}, runs = {}}) and left
+-- by end_leases in one ZREM each, not one per slot.
+local function end_lease_later(prefix, slot_id, s, ends)
+  if s.msg and s.msg ~= '' then
+    ack(prefix, s.lane, s.msg)
+  else
+    ends.leases[#ends.leases + 1] = slot_id
+  end
+  if s.key then
+    local running = key_running(prefix, s.queue, s.key)
+    local ids = ends.runs[running]
+    if not ids then ids = {}; ends.runs[running] = ids end
+    ids[#ids + 1] = slot_id
+  end
+end
+
+local function end_leases(prefix, ends)
+  for i = 1, #ends.leases, 1000 do  -- bounded: unpack puts every id on the Lua stack
+    redis.call('ZREM', prefix .. 'leases', unpack(ends.leases, i, math.min(i + 999, #ends.leases)))
+  end
+  for running, ids in pairs(ends.runs) do
+    for i = 1, #ids, 1000 do
+      redis.call('ZREM', running, unpack(ids, i, math.min(i + 999, #ids)))
+    end
+  end
+end
+
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
 -- slot's life on the hot path (complete) are not archived this way: the slot's own fields
 -- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.
