@@ -84,12 +84,20 @@ def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
 
 def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
          per_key: int | None, trace: object = None, per_key_rate: float | None = None,
-         again: bool = False) -> Call:
+         again: bool = False, spread: int | None = None,
+         mine: dict[str, int] | None = None) -> Call:
     """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua); per_key and
     per_key_rate: the queue's per-key limits (None: none); again: the last take of this
-    queue on this shard failed, so its grants are asked for again first."""
+    queue on this shard failed, so its grants are asked for again first; spread: the most
+    of one key's slots the worker runs at once (None: no such bound), counting `mine`, the
+    runs it holds of each key already."""
     args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n,
                              -1 if per_key is None else per_key)
+    if spread is not None:
+        flat = [x for key, count in (mine or {}).items() for x in (key, count)]
+        return Call("take", (prefix,), args + (
+            "1" if trace else "", "" if per_key_rate is None else repr(float(per_key_rate)),
+            "1" if again else "", spread, _packer.encode(flat) if flat else ""))
     if again:
         args += ("1" if trace else "", "" if per_key_rate is None else repr(float(per_key_rate)),
                  "1")

@@ -120,15 +120,17 @@ def carried(fields: Sequence[bytes]) -> Carried:
             delivery.decode() if delivery else "at_least_once")
 
 
-def taken(reply: Sequence[Any], lane: str) -> tuple[list[tuple[str, bytes, str]], Any, int]:
+def taken(reply: Sequence[Any], lane: str
+          ) -> tuple[list[tuple[str, bytes, str]], Any, int, list[bytes]]:
     """take.lua's reply for one shard: the entries it stands for ((lane, "", slot id): a
     keyed slot has no stream entry; `lane` names the queue for the run's metrics), the
-    grants for them in claim.lua's form (claimed() or a tracer decodes them), and how long
-    (ms) until a key its rate held back has a token (-1: none was)."""
+    grants for them in claim.lua's form (claimed() or a tracer decodes them), how long
+    (ms) until a key its rate held back has a token (-1: none was), and each entry's
+    concurrency key."""
     try:
-        ids, grants, wait = reply
+        ids, grants, wait, keys = reply
         entries = [(lane, b"", slot_id.decode()) for slot_id in ids]
-        return entries, grants, int(wait)
+        return entries, grants, int(wait), list(keys)
     except (TypeError, ValueError, AttributeError):
         raise ScriptError(f"unexpected reply from take.lua: {list(reply)[:4]!r}") from None
 

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import scheduler.core.limits as limits
@@ -52,15 +53,41 @@ IDLE_AFTER_S = 5.0  # (only as "long ago": a queue never found is cold)
 HOT_S = 0.2  # a queue whose take started something this recently is taken without a probe
 
 
+class HeldKeys:
+    """The keyed runs a worker holds, by queue and key: what take.lua's spread counts."""
+
+    def __init__(self) -> None:
+        self.count: Counter[tuple[str, str]] = Counter()
+        self.of: dict[str, tuple[str, str]] = {}  # slot id -> (queue, key)
+
+    def add(self, slot_id: str, queue: str, key: str) -> None:
+        if slot_id not in self.of:
+            self.of[slot_id] = (queue, key)
+            self.count[queue, key] += 1
+
+    def remove(self, slot_id: str) -> None:
+        held = self.of.pop(slot_id, None)
+        if held is not None:
+            self.count[held] -= 1
+            if self.count[held] <= 0:
+                del self.count[held]
+
+    def mine(self, queue: str) -> dict[str, int]:
+        return {key: n for (q, key), n in self.count.items() if q == queue}
+
+
 class KeyedClaims(Service):
     """Claims of a worker's keyed slots, every queue and shard in one round trip a pass."""
 
     what = "claiming keyed slots"
     log = log
 
-    def __init__(self, claims: Claims, limited: LimitedClaims, errors: ErrorLog) -> None:
+    def __init__(self, claims: Claims, limited: LimitedClaims, errors: ErrorLog,
+                 live: Callable[[], int] | None = None, held: HeldKeys | None = None) -> None:
         super().__init__(stop=claims.stopping, errors=errors)
         self.claims = claims
+        self.live = live or (lambda: 1)  # the namespace's live workers (heartbeat.py)
+        self.held = held or HeldKeys()  # the worker's keyed runs (one for all its loops)
         self.limited = limited  # the limits (refreshed there) and the queue-wide permits
         self.shards = 0
         self.ended = asyncio.Event()  # a run of ours ended: its key may take another turn
@@ -159,9 +186,14 @@ class KeyedClaims(Service):
         tracer = w.execution.tracer
         now = w.clock.now_ms()
         per_key, none = self.limited.per_key, limits.QueueLimit()
+        live = max(1, self.live())
+        spread = {q: _spread(per_key.get(q, none).per_key_concurrency, live)
+                  for q in {q for _, q, _ in asks}}
+        mine = {q: self.held.mine(q) for q, most in spread.items() if most is not None}
         calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n,
                               per_key.get(q, none).per_key_concurrency, tracer,
-                              per_key.get(q, none).per_key_rate, (s, q) in self._again)
+                              per_key.get(q, none).per_key_rate, (s, q) in self._again,
+                              spread[q], mine.get(q))
                  for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
@@ -179,9 +211,12 @@ class KeyedClaims(Service):
             w.slots.capacity.set()
         granted, self._rate_wait_ms = [], -1
         mono = w.clock.monotonic()
+        keys_of: dict[str, tuple[str, str]] = {}  # slot id -> (queue, key), of this take
         for (s, q, _), reply in zip(asks, answers, strict=True):
             self._again.discard((s, q))
-            entries, flat, wait_ms = replies.taken(reply, q)
+            entries, flat, wait_ms, keys = replies.taken(reply, q)
+            for (_, _, slot_id), key in zip(entries, keys, strict=True):
+                keys_of[slot_id] = (q, key.decode())
             if entries:
                 self._found[q] = mono
             if wait_ms >= 0:
@@ -191,9 +226,11 @@ class KeyedClaims(Service):
                 else tracer.claimed(flat, entries)
             granted.append((s, entries, grants))
         return w.start(granted, now, deadline, unconfirmed, w.reader,
-                       on_start=lambda run: self._on_start(run, permits))
+                       on_start=lambda run: self._on_start(run, permits, keys_of))
 
-    def _on_start(self, run: Run, permits: dict[str, list[str]]) -> None:
+    def _on_start(self, run: Run, permits: dict[str, list[str]],
+                  keys_of: dict[str, tuple[str, str]]) -> None:
+        self.held.add(run.slot_id, *keys_of[run.slot_id])
         queue = run.lane
         held = permits.get(queue)
         if held:  # a queue-wide permit goes with it, given back when it ends
@@ -203,10 +240,12 @@ class KeyedClaims(Service):
             run.on_end = self._on_end
 
     def _on_end(self, run: Run) -> None:
+        self.held.remove(run.slot_id)
         self.ended.set()
 
     def _on_end_limited(self, run: Run) -> None:
         self.limited.on_end(run)
+        self.held.remove(run.slot_id)
         self.ended.set()
 
     def delay(self, result: Any) -> float:
@@ -229,3 +268,12 @@ class KeyedClaims(Service):
             await super().run()
         finally:
             await self.wake.close()
+
+
+def _spread(per_key: int | None, live: int) -> int | None:
+    """The most of one key's slots this worker runs at once: its even share of the key's
+    limit among the live workers (rounded up), so a busy key's runs spread over them rather
+    than stay with the worker that asks first; None without a limit."""
+    if per_key is None or per_key < 0:
+        return None
+    return max(1, -(-per_key // live))

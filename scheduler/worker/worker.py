@@ -48,7 +48,7 @@ from scheduler.worker.config import SupervisorRef, WorkerConfig
 from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
-from scheduler.worker.keyed import KeyedClaims
+from scheduler.worker.keyed import HeldKeys, KeyedClaims
 from scheduler.worker.limiter import LimitedClaims
 from scheduler.worker.pool import ProcessPool, cores
 from scheduler.worker.reader import Reader
@@ -109,7 +109,9 @@ class Worker:
         self.limited = LimitedClaims(self.claims, self.errors)
         # As many keyed loops as claim pipelines: one loop's take and the runs it starts
         # alternate, Redis idle while the worker works and the other way round; two overlap.
-        self.keyed_loops = [KeyedClaims(self.claims, self.limited, self.errors)
+        held = HeldKeys()
+        self.keyed_loops = [KeyedClaims(self.claims, self.limited, self.errors,
+                                        live=lambda: self.heartbeat.live, held=held)
                             for _ in range(max(1, config.pipelines))]
         self.keyed = self.keyed_loops[0]
         self.pool: ProcessPool | None = None  # start_pool()

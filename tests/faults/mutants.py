@@ -1308,4 +1308,36 @@ MUTANTS = [
            "",
            ("tests/services/test_keyed_claims.py::"
             "test_a_free_keys_job_starts_at_once_on_an_idle_worker",)),
+    Mutant("keyed-turn-of-one", "a key's turn takes one slot (its weight) whatever the call's "
+           "n and the ring's length: a short ring costs a ring move and a pop per slot",
+           "scheduler/scripts/lua/take.lua",
+           "local share = math.max(1, math.floor(n / math.max(length, 1)))",
+           "local share = 1",
+           ("tests/lua/test_take.py::test_a_turn_is_the_key_s_even_share_of_the_call",),
+           fast=True),
+    Mutant("keyed-spread-forgets-held-runs", "a take counts only what it starts toward the "
+           "spread, not the runs of the key the worker holds: a worker takes its share again "
+           "each time", "scheduler/scripts/lua/take.lua",
+           "  for i = 1, #flat, 2 do spent[flat[i]] = tonumber(flat[i + 1]) end\n", "",
+           ("tests/lua/test_take.py::test_a_call_starts_no_more_of_one_key_than_its_spread",),
+           fast=True),
+    Mutant("keyed-no-spread", "a worker asks for no spread: a busy key's permits stay with "
+           "the worker that asked first, which takes each back as its runs end",
+           "scheduler/worker/keyed.py",
+           "    if per_key is None or per_key < 0:\n        return None\n",
+           "    if True:\n        return None\n",
+           ("tests/e2e/test_tenants.py::"
+            "test_a_busy_key_spreads_over_the_workers_up_to_its_limit",)),
+    Mutant("keyed-leases-not-written", "take.lua's batched ZADD of the leases is lost: a "
+           "keyed run whose worker dies is never reclaimed",
+           "scheduler/scripts/lua/take.lua",
+           "  redis.call('ZADD', leases, unpack(leased, i, math.min(i + 999, #leased)))",
+           "  local _ = leased",
+           ("tests/lua/test_take.py::test_every_end_of_an_attempt_gives_the_permit_back",),
+           fast=True),
+    Mutant("keyed-complete-keeps-permits", "complete.lua's batched give-back of the leases "
+           "and the keys' permits is lost: a key at its limit never starts again",
+           "scheduler/scripts/lua/complete.lua", "end_leases(prefix, ends)\n", "",
+           ("tests/lua/test_take.py::test_the_per_key_limit_holds_and_passes_over_a_full_key",),
+           fast=True),
 ]

@@ -51,10 +51,13 @@ class Keyed:
         return [f"{row[0]}:{row[3]}" for row in rows]
 
     def take(self, n: int, per_key: int | None = None, worker: str = W,
-             rate: float | None = None) -> list[str]:
+             rate: float | None = None, spread: int | None = None,
+             mine: dict[str, int] | None = None) -> list[str]:
         reply = self.run(scripts.take(self.prefix, self.clock.now_ms(), worker, LEASE,
-                                      self.queue, n, per_key, per_key_rate=rate))
-        entries, flat, self.wait_ms = replies.taken(reply, self.queue)
+                                      self.queue, n, per_key, per_key_rate=rate,
+                                      spread=spread, mine=mine))
+        entries, flat, self.wait_ms, keys = replies.taken(reply, self.queue)
+        assert len(keys) == len(entries)
         grants = replies.claimed(flat, entries)
         assert all(g is not None for g in grants)
         return [slot for _, _, slot in entries]
@@ -128,6 +131,24 @@ def test_a_turn_is_the_key_s_even_share_of_the_call(
     r.lrem(k.keys.key_ring(SHARD, "share"), 0, "b")
     r.lrem(k.keys.key_ring(SHARD, "share"), 0, "c")  # one key: the whole call
     assert [k.key_of(s) for s in k.take(9)] == ["a"] * 9
+
+
+def test_a_call_starts_no_more_of_one_key_than_its_spread(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """spread bounds the worker's runs of one key, those it holds (`mine`) and those started
+    over all the key's turns in the call (a short ring gives a key many), so the rest of the
+    key's limit is left for the other workers."""
+    k = make_keyed(r, client, clock, "spread")
+    k.submit("a", 10)
+    k.submit("b", 1)
+    first = [k.key_of(s) for s in k.take(10, per_key=6, spread=2)]
+    assert sorted(first) == ["a", "a", "b"]
+    assert k.take(10, per_key=6, spread=2, mine={"a": 2}) == []  # the worker holds its 2
+    assert [k.key_of(s) for s in k.take(10, per_key=6, spread=2, mine={"a": 1})] == ["a"]
+    assert [k.key_of(s) for s in k.take(10, per_key=6, spread=2, worker="w2")] == ["a", "a"]
+    assert [k.key_of(s) for s in k.take(10, per_key=6, spread=2, worker="w3")] == ["a"]
+    assert k.take(10, per_key=6, spread=2, worker="w4") == []  # a at its limit of 6
+    assert k.running("a") == 6
 
 
 def test_priorities_order_within_a_key(r: redis.Redis, client: Client,
@@ -319,7 +340,7 @@ def test_a_take_sent_again_is_granted_its_slots_again(
     clock.advance(1)
     reply = k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5, None,
                                again=True))
-    entries, flat, _ = replies.taken(reply, "again")
+    entries, flat, _, _ = replies.taken(reply, "again")
     assert [slot for _, _, slot in entries] == first
     assert [g[0] for g in replies.claimed(flat, entries)] == [1, 1]  # the same attempt
     assert int(r.hget(k.keys.slot(SHARD, first[0]), "lease_until")) == clock.now_ms() + LEASE

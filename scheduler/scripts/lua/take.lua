@@ -28,6 +28,12 @@
                            only those it does not run (its running table); past its lease such
                            a slot is the reclaimer's, as in claim.lua's repeat_of. Read from the
                            shard's `leases`, so it costs one pass over them, only then.
+  ARGV[10] spread          optional: the most of one key's slots the worker runs at once, or
+                           "" / -1 for no such bound: its even share of per_key among the
+                           live workers, so that a busy key's runs spread over them rather
+                           than stay with the worker whose run ended and asked first
+  ARGV[11] mine            optional (with spread): msgpack array of key, count pairs: the
+                           runs the worker holds of each key already ("" : none)
 
   The turns (the one place the rule is written): the key at the head of the ring takes its
   turn and goes to the tail, so keys with queued slots are served round-robin, whatever
@@ -36,7 +42,9 @@
   call's even share, n over the ring's length at the call's start (at least 1), so a long
   ring is served a weight a turn and a short one in a few long turns, each key getting its
   share of the call; fewer when its running set (`krun:<queue>:<key>`: its permits in use)
-  would pass per_key, or the call's n would, or its rate's bucket holds fewer tokens. A key
+  would pass per_key, or the call's n would, or the worker's runs of the key would pass the
+  spread (those it holds and those started in this call, over all its turns), or its
+  rate's bucket holds fewer tokens. A key
   whose queue empties leaves the ring. Turns go on until n are claimed, or every key of the
   ring had a turn in a row that started nothing (all at their limit), or the ring was walked
   once more than n: a call's work is bounded by the ring's length plus n. The turns are
@@ -57,10 +65,12 @@
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
 
-  Reply: {ids, grants, wait_ms}: ids the claimed slot ids in order; grants claim.lua's reply
+  Reply: {ids, grants, wait_ms, keys}: ids the claimed slot ids in order; grants claim.lua's reply
   for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with trace "1": then
   traceparent, kind, slot id) per slot (decoded by replies.claimed); wait_ms how long until
-  a key held back by its rate has a token again (the least of them), or -1.
+  a key held back by its rate has a token again (the least of them), or -1; keys the
+  concurrency key of each claimed slot, in the same order (the worker counts its runs of
+  each key, for spread).
 
   Event: none (as claim.lua).
 ]]
@@ -74,6 +84,12 @@ local per_key = tonumber(ARGV[6])
 local trace = ARGV[7] == '1'
 local rate = tonumber(ARGV[8]) or -1
 local again = ARGV[9] == '1'
+local spread = tonumber(ARGV[10]) or -1
+local spent = {}  -- key -> its runs this worker holds, and those started in this call
+if spread >= 0 and ARGV[11] and ARGV[11] ~= '' then
+  local flat = cmsgpack.unpack(ARGV[11])
+  for i = 1, #flat, 2 do spent[flat[i]] = tonumber(flat[i + 1]) end
+end
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 
 --- @include "_lib.lua"
@@ -99,13 +115,14 @@ local function recount(running)
 end
 
 local weighted = redis.call('EXISTS', weights) == 1  -- else every key weighs 1
-local ids, grants = {}, {}
+local ids, grants, of = {}, {}, {}  -- of: each claimed slot's key
 local rate_wait = -1
 
 -- Add slot_id's grant to the reply (claim.lua's R.OK form).
-local function grant(slot_id, attempt, job_id)
+local function grant(slot_id, attempt, job_id, key)
   local job = redis.call('HMGET', prefix .. 'job:' .. job_id, unpack(job_fields))
   ids[#ids + 1] = slot_id
+  of[#ids] = key
   local g = #grants
   grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5], grants[g + 6] =
     R.OK, tonumber(attempt), job[1], job[2], job[3], job[4]
@@ -122,7 +139,7 @@ if again then
         and (tonumber(st[7]) or 0) >= now then
       redis.call('HSET', slot_key, 'lease_until', lease_s)
       redis.call('ZADD', leases, lease_s, slot_id)
-      grant(slot_id, st[3], st[4])
+      grant(slot_id, st[3], st[4], st[6])
       granted = granted + 1
     end
   end
@@ -149,6 +166,7 @@ while granted < n and idle < length and turns < length + n do
     local running = key_running(prefix, queue, key)
     local room = math.min(n - granted,
       share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))
+    if spread >= 0 then room = math.min(room, spread - (spent[key] or 0)) end
     if per_key >= 0 then
       local held = redis.call('ZCARD', running)
       if held + room > per_key then
@@ -177,13 +195,14 @@ while granted < n and idle < length and turns < length + n do
             worker, 'claimed_ms', now_s, 'lease_until', lease_s)
           leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
           runs[#runs + 1], runs[#runs + 2] = now_s, slot_id
-          grant(slot_id, attempt, st[4])
+          grant(slot_id, attempt, st[4], key)
           started = started + 1
         end
       end
       if #popped < 2 * want then emptied = true; break end
     end
     if #runs > 0 then redis.call('ZADD', running, unpack(runs)) end
+    if spread >= 0 then spent[key] = (spent[key] or 0) + started end
     granted = granted + started
     if started > 0 then idle = 0 else idle = idle + 1 end
     -- A key that started nothing here had its queue untouched (it holds slots: it is in the
@@ -202,4 +221,4 @@ end
 for i = 1, #leased, 1000 do
   redis.call('ZADD', leases, unpack(leased, i, math.min(i + 999, #leased)))
 end
-return {ids, grants, rate_wait}
+return {ids, grants, rate_wait, of}
