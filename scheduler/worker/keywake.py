@@ -10,7 +10,8 @@ One read stays in flight across the loop's short sleeps (it is never cancelled t
 loop for something else, which would cost a new connection each time); it ends when an entry
 comes or its block runs out, and the next sleep starts another. On a Redis Cluster a read
 names the streams of one hash tag only, so each shard has a read of its own, sent to its
-node, and the first to bring an entry ends the wait.
+node, kept in flight the same way: the first to bring an entry ends the wait, and the next
+wait starts again only the reads that ended.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class KeyWake:
         self.last: dict[str, bytes] = {}  # stream key -> the id of the last entry seen
         self._shards: dict[int, list[str]] = {}  # shard -> its streams
         self._read: asyncio.Task[bool] | None = None
+        self._reads: dict[int, asyncio.Task[Any]] = {}  # on a Cluster: shard -> its read
         self.woken = 0  # reads that brought an entry (for tests)
 
     async def open(self, shards: int, queues: Iterable[str]) -> None:
@@ -58,46 +60,57 @@ class KeyWake:
         if not self.last:
             await _first(events, seconds)
             return False
-        if self._read is None:
-            self._read = asyncio.create_task(self._read_all())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
         waits = [asyncio.ensure_future(e.wait()) for e in events]
         try:
-            await asyncio.wait([self._read, *waits], timeout=seconds,
-                               return_when=asyncio.FIRST_COMPLETED)
+            while True:  # a read that ended with nothing (its block ran out) goes on
+                if self._read is None:
+                    self._read = asyncio.create_task(self._read_all())
+                left = deadline - loop.time()
+                if left <= 0:
+                    return False
+                await asyncio.wait([self._read, *waits], timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if not self._read.done():
+                    return False  # an event, or the time
+                read, self._read = self._read, None
+                if read.result():  # a failed read raises here: the loop backs off
+                    return True
+                if any(t.done() for t in waits):
+                    return False
         finally:
             for t in waits:
                 t.cancel()
-        if not self._read.done():
-            return False
-        read, self._read = self._read, None
-        return read.result()  # a failed read raises here: the loop backs off
 
     async def close(self) -> None:
         """End the read in flight (a stopping worker waits for no block)."""
-        if self._read is not None:
-            self._read.cancel()
-            with contextlib.suppress(BaseException):
-                await self._read
-            self._read = None
+        for task in (self._read, *self._reads.values()):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
+        self._read, self._reads = None, {}
 
     async def _read_all(self) -> bool:
         if not self.per_shard:
             return self._seen(await self._xread(self.redis, list(self.last)))
-        reads = [asyncio.create_task(self._xread(cluster.node_client(self.redis, keys[0]), keys))
-                 for keys in self._shards.values() if keys]
+        # The shards' reads outlive a wait that one of them ended: cancelling the others
+        # would drop their connections, and the pass the wake starts would make new ones.
+        for shard, keys in self._shards.items():
+            if keys and shard not in self._reads:
+                self._reads[shard] = asyncio.create_task(
+                    self._xread(cluster.node_client(self.redis, keys[0]), keys))
         try:
-            pending = set(reads)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if sum(self._seen(t.result()) for t in done):  # every one noted
-                    return True
-            return False
+            done, _ = await asyncio.wait(self._reads.values(),
+                                         return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
             cluster.mark_stale(self.redis)
             raise
-        finally:
-            for t in reads:
-                t.cancel()
+        for shard, task in list(self._reads.items()):
+            if task in done:
+                del self._reads[shard]
+        return sum(self._seen(t.result()) for t in done) > 0  # every one noted
 
     async def _xread(self, client: Any, streams: list[str]) -> Any:
         return await transport.command(client, "XREAD", "COUNT", 1, "BLOCK", self.block_ms,
