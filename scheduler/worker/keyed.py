@@ -215,8 +215,9 @@ class KeyedClaims(Service):
         for (s, q, _), reply in zip(asks, answers, strict=True):
             self._again.discard((s, q))
             entries, flat, wait_ms, keys = replies.taken(reply, q)
-            for (_, _, slot_id), key in zip(entries, keys, strict=True):
-                keys_of[slot_id] = (q, key.decode())
+            if spread[q] is not None:  # (only a spread counts the runs of each key)
+                for (_, _, slot_id), key in zip(entries, keys, strict=True):
+                    keys_of[slot_id] = (q, key.decode())
             if entries:
                 self._found[q] = mono
             if wait_ms >= 0:
@@ -230,7 +231,9 @@ class KeyedClaims(Service):
 
     def _on_start(self, run: Run, permits: dict[str, list[str]],
                   keys_of: dict[str, tuple[str, str]]) -> None:
-        self.held.add(run.slot_id, *keys_of[run.slot_id])
+        key = keys_of.get(run.slot_id)
+        if key is not None:
+            self.held.add(run.slot_id, *key)
         queue = run.lane
         held = permits.get(queue)
         if held:  # a queue-wide permit goes with it, given back when it ends
