@@ -954,8 +954,8 @@ MUTANTS = [
     Mutant("take-not-asked-again", "a worker whose take's reply was lost does not ask for "
            "its grants again: they wait out their lease and count a failed attempt",
            "scheduler/worker/keyed.py",
-           "per_key.get(q, none).per_key_rate, (s, q) in self._again)",
-           "per_key.get(q, none).per_key_rate, False)",
+           "per_key.get(q, none).per_key_rate, (s, q) in self._again,",
+           "per_key.get(q, none).per_key_rate, False,",
            ("tests/services/test_keyed_claims.py",), fast=True),
     Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
@@ -1061,7 +1061,8 @@ MUTANTS = [
            (TAKE + "test_priorities_order_within_a_key",), fast=True),
     Mutant("key-weight-ignored", "take.lua gives every key one start a turn, whatever its "
            "weight", "scheduler/scripts/lua/take.lua",
-           "    weighted and tonumber(redis.call('HGET', weights, key)) or 1)", "    1)",
+           "      share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))",
+           "      share * 1)",
            (TAKE + "test_a_weight_is_turns_per_round",), fast=True),
     Mutant("dedupe-not-scoped-by-tenant", "a dedupe key with a concurrency key is named by the "
            "dedupe key alone: two tenants of one home shard share one job",
