@@ -107,13 +107,11 @@ class Worker:
         if supervisor is not None:  # `sched workers` groups the children under it
             self.heartbeat.info.update(supervisor.registry_fields())
         self.limited = LimitedClaims(self.claims, self.errors)
-        # As many keyed loops as claim pipelines: one loop's take and the runs it starts
-        # alternate, Redis idle while the worker works and the other way round; two overlap.
-        held = HeldKeys()
-        self.keyed_loops = [KeyedClaims(self.claims, self.limited, self.errors,
-                                        live=lambda: self.heartbeat.live, held=held)
-                            for _ in range(max(1, config.pipelines))]
-        self.keyed = self.keyed_loops[0]
+        # One keyed loop: a second (to overlap one loop's take with the other's runs) showed
+        # no gain on a busy box and doubled the passes that start nothing while keys wait at
+        # their limits (docs/benchmarks.md).
+        self.keyed = KeyedClaims(self.claims, self.limited, self.errors,
+                                 live=lambda: self.heartbeat.live, held=HeldKeys())
         self.pool: ProcessPool | None = None  # start_pool()
 
     @property
@@ -150,8 +148,7 @@ class Worker:
         await catalog.publish(self.redis, self.keys, self.registry, self.worker_id,
                               self.clock.now_ms())
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
-        for keyed in self.keyed_loops:
-            await keyed.open(self.shards)
+        await self.keyed.open(self.shards)
 
     async def run_once(self, block_ms: int | None = None) -> int:
         """One claim pass (Claims.run_once): claim what the free run slots can take (reading
@@ -240,8 +237,7 @@ class Worker:
                                        name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
         readers.append(asyncio.create_task(self.limited.run(), name="claim-limited"))
-        readers += [asyncio.create_task(keyed.run(), name=f"claim-keyed-{i}")
-                    for i, keyed in enumerate(self.keyed_loops)]
+        readers.append(asyncio.create_task(self.keyed.run(), name="claim-keyed"))
         stopped = asyncio.create_task(self.stopping.wait())
         try:
             await asyncio.wait({*readers, stopped, committer},
