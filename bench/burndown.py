@@ -59,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="WorkerConfig(eager_start=False), as `sched worker --no-eager-start`: "
                         "handlers' tasks are scheduled, not started eagerly (the default on "
                         "Python 3.12+; 3.11 has no eager start)")
+    p.add_argument("--commandstats", action="store_true",
+                   help="count the Redis commands the worker sends, per job (INFO "
+                        "commandstats, reset after the submit; commands run by a script "
+                        "count as commands): exact where the rates are noisy")
     p.add_argument("--out", default=None)
 
 
@@ -148,10 +152,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 with Client(args.redis_url, ns) as client:
                     client.set_queue_limit("default", concurrency=args.limit,
                                            per_key_concurrency=args.per_key)
+            if args.commandstats:
+                r.config_resetstat()
             result = uvloop.run(_burn(args.redis_url, ns, args.jobs, args.concurrency,
                                       args.batch, args.pipelines, provider=spans,
                                       sleep_ms=args.sleep_ms, eager=args.eager))
             result["submit_per_s"] = args.jobs / submit_s
+            if args.commandstats:
+                stats = r.info("commandstats")
+                result["commands_per_job"] = sum(v["calls"] for v in stats.values()) / args.jobs
+                result["scripts_per_job"] = stats.get("cmdstat_evalsha", {}).get("calls", 0) \
+                    / args.jobs
             runs.append(result)
         finally:
             drop_namespace(r, ns)
@@ -169,7 +180,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"x{args.runs}: {med('per_s'):,.0f} executions/s "
                f"(median), worker {med('worker_us_per_job'):.1f} us/job + redis "
                f"{med('redis_us_per_job'):.1f} us/job CPU; submit_many {med('submit_per_s'):,.0f}"
-               f" jobs/s; exactly once: {'yes' if ok else 'NO'}")
+               f" jobs/s; exactly once: {'yes' if ok else 'NO'}"
+               + (f"; {med('commands_per_job'):.3f} Redis commands a job "
+                  f"({med('scripts_per_job'):.4f} script calls)" if args.commandstats else ""))
     return {"summary": summary, "ok": ok, "jobs": args.jobs, "runs": runs,
             "median_per_s": med("per_s"), "median_submit_per_s": med("submit_per_s"),
             "machine": machine(r)}

@@ -77,6 +77,10 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           end_lease), scored by when the run was claimed (ms)
     <ns>:{sNN}:kbucket:<queue>:<ckey> hash the token bucket of a key's rate (per_key_rate), as
                                           acquire.lua's of a queue: tokens, at_ms
+    <ns>:{sNN}:kwake:<queue>      stream  the last key to enter the queue's ring (one entry, MAXLEN
+                                          1: _lib.lua's key_enqueue): workers with nothing
+                                          keyed to take block on it (XREAD), so a free key's
+                                          first job starts at once rather than at a poll
     <ns>:{sNN}:kweight:<queue>    hash    concurrency key -> its weight in the turns (turns per
                                           round; 1 when absent); written to the key's own shard
     <ns>:{sNN}:limited            set     queues with a queue-wide limit, copied into each
@@ -131,6 +135,7 @@ SUFFIX_KEY_RUNNING = "krun:"
 SUFFIX_KEY_WEIGHT = "kweight:"
 SUFFIX_KEY_BUCKET = "kbucket:"
 SUFFIX_KEY_LIMIT = "klimit:"
+SUFFIX_KEY_WAKE = "kwake:"
 
 # Priorities: 1 runs first, 5 last (Temporal's convention). Each priority of a queue has its
 # own dispatch stream (a "lane") so a worker can read the better ones first; the default keeps
@@ -142,7 +147,7 @@ DEFAULT_PRIORITY = 3
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, SUFFIX_FIRES,
                             SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
-                            SUFFIX_KEY_LIMIT, "limited", "kqueues", "due", "cron",
+                            SUFFIX_KEY_LIMIT, "limited", SUFFIX_KEY_WAKE, "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "finished", "done", "lanes"})
 
@@ -340,6 +345,9 @@ class Keys:
 
     def key_bucket(self, shard: int, queue: str, concurrency_key: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_KEY_BUCKET}{queue}:{concurrency_key}"  # hash
+
+    def key_wake(self, shard: int, queue: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_WAKE}{queue}"  # stream
 
     def key_weights(self, shard: int, queue: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_KEY_WEIGHT}{queue}"  # hash

@@ -87,14 +87,20 @@ def claim(prefix: str, now_ms: int, worker: str, lease_ms: int,
 
 
 def take(prefix: str, now_ms: int, worker: str, lease_ms: int, queue: str, n: int,
-         trace: object = None, again: bool = False, permitted: bool = False) -> Call:
+         trace: object = None, again: bool = False, permitted: bool = False,
+         workers: int | None = None, mine: dict[str, int] | None = None) -> Call:
     """Claim up to n of a queue's keyed slots in the keys' turns (lua/take.lua), under the
     per-key limit the script reads itself; again: the last take of this queue on this shard
     failed, so its grants are asked for again first; permitted: the worker took queue-wide
-    permits for this take (without, a queue with a queue-wide limit takes nothing)."""
+    permits for this take (without, a queue with a queue-wide limit takes nothing);
+    workers: the live workers taking keyed slots (None: one), among which a per-key limit is
+    shared out (the spread), counting `mine`, the runs this worker holds of each key."""
     args: tuple[Any, ...] = (now_ms, worker, lease_ms, queue, n, "1" if trace else "")
-    if again or permitted:
+    if again or permitted or workers is not None:
         args += ("1" if again else "", "1" if permitted else "")
+    if workers is not None:
+        flat = [x for key, count in (mine or {}).items() for x in (key, count)]
+        args += (workers, _packer.encode(flat) if flat else "")
     return Call("take", (prefix,), args)
 
 

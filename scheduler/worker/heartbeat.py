@@ -70,6 +70,9 @@ class Heartbeat(Service):
                      "lease_ms": lease_ms, "max_concurrency": max_concurrency or concurrency,
                      "state": "running"}
         self._last: tuple[int, dict[str, tuple[int, int, int, int]]] | None = None
+        # The namespace's workers seen within a lease, this one included (as of the last
+        # beat): the keyed claims share a key's limit among them (keyed.py).
+        self.live = 1
         self._reported = (0, 0)  # (succeeded, failed) at the last progress line
         # Without heartbeats every lease expires: after a failure, try again soon.
         self.backoff = Backoff(cap_s=min(1.0, self.interval_s))
@@ -125,7 +128,8 @@ class Heartbeat(Service):
                   mapping={**self.info, "inflight": len(runs), "seen_ms": now,
                            "queue_inflight": _by_queue(runs), **self._counts(now)})
         pipe.pexpire(self.keys.worker(self.worker_id), self.lease_ms * 2)
-        await transport.send(pipe)
+        pipe.zcount(self.keys.workers, now - self.lease_ms, "+inf")
+        self.live = max(1, int((await transport.send(pipe))[-1]))
 
     def _counts(self, now: int) -> dict[Any, Any]:
         """Totals since start, and per queue since the last beat: succeeded/s, failed/s and

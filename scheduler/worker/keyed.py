@@ -22,15 +22,19 @@ once and takes with permits from the next pass.
 
 A queue that started nothing keyed lately is first probed (an LLEN of its ring per shard,
 sent without holding a run slot or a permit, so the worker's other claims never wait on this
-loop and a rate loses no token to it); passes that find nothing come every POLL_S, or
-IDLE_POLL_S once nothing was found for IDLE_AFTER_S.
+loop and a rate loses no token to it). Between passes that started nothing the loop waits on
+the queues' wake streams (keywake.py: a key entering a ring ends the wait at once, so a free
+key's first job starts as soon as a plain job would), or a run of ours ending, for POLL_S
+while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says
+(a key's permit freed by another worker's run).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import scheduler.redis.transport as transport
@@ -40,14 +44,38 @@ from scheduler.redis.clock import resync
 from scheduler.redis.service import ErrorLog, Service, pause_until
 from scheduler.worker.claims import Claims
 from scheduler.worker.inflight import Run
+from scheduler.worker.keywake import KeyWake
 from scheduler.worker.limiter import LimitedClaims
 
 log = logging.getLogger("scheduler.worker.worker")
 
-POLL_S = 0.05  # a pass that started nothing waits this long (or until a run of ours ends)
-IDLE_POLL_S = 0.25  # ... or this long, once no keyed slot was found for IDLE_AFTER_S
-IDLE_AFTER_S = 5.0
+POLL_S = 0.05  # a pass that found keys but started nothing waits this long (or a wake)
+IDLE_POLL_S = 1.0  # ... and one that found no key this long: a key entering wakes it
+IDLE_AFTER_S = 5.0  # (only as "long ago": a queue never found is cold)
 HOT_S = 0.2  # a queue whose take started something this recently is taken without a probe
+
+
+class HeldKeys:
+    """The keyed runs a worker holds, by queue and key: what take.lua's spread counts."""
+
+    def __init__(self) -> None:
+        self.count: Counter[tuple[str, str]] = Counter()
+        self.of: dict[str, tuple[str, str]] = {}  # slot id -> (queue, key)
+
+    def add(self, slot_id: str, queue: str, key: str) -> None:
+        if slot_id not in self.of:
+            self.of[slot_id] = (queue, key)
+            self.count[queue, key] += 1
+
+    def remove(self, slot_id: str) -> None:
+        held = self.of.pop(slot_id, None)
+        if held is not None:
+            self.count[held] -= 1
+            if self.count[held] <= 0:
+                del self.count[held]
+
+    def mine(self, queue: str) -> dict[str, int]:
+        return {key: n for (q, key), n in self.count.items() if q == queue}
 
 
 class KeyedClaims(Service):
@@ -56,9 +84,12 @@ class KeyedClaims(Service):
     what = "claiming keyed slots"
     log = log
 
-    def __init__(self, claims: Claims, limited: LimitedClaims, errors: ErrorLog) -> None:
+    def __init__(self, claims: Claims, limited: LimitedClaims, errors: ErrorLog,
+                 live: Callable[[], int] | None = None, held: HeldKeys | None = None) -> None:
         super().__init__(stop=claims.stopping, errors=errors)
         self.claims = claims
+        self.live = live or (lambda: 1)  # the namespace's live workers (heartbeat.py)
+        self.held = held or HeldKeys()  # the worker's keyed runs (one for all its loops)
         self.limited = limited  # the limits (refreshed there) and the queue-wide permits
         self.shards = 0
         self.ended = asyncio.Event()  # a run of ours ended: its key may take another turn
@@ -67,9 +98,12 @@ class KeyedClaims(Service):
         self._again: set[tuple[int, str]] = set()  # (shard, queue) whose last take failed
         self._sleep_s = 0.0
         self._rate_wait_ms = -1  # the last take's: until a key its rate held back has a token
+        self.wake = KeyWake(claims.redis, claims.keys, claims.block_ms)
+        self._wake_ok = False  # the last pass worked: its sleep may wait on the wake streams
 
-    def open(self, shards: int) -> None:
+    async def open(self, shards: int) -> None:
         self.shards = shards
+        await self.wake.open(shards, self.claims.config.queues)
 
     async def ready(self) -> None:
         await self.claims.slots.wait(self.finished)
@@ -100,6 +134,7 @@ class KeyedClaims(Service):
         w = self.claims
         self.ended.clear()
         free = w.slots.free()
+        self._wake_ok = False
         if free <= 0 or not self.shards:
             self._sleep_s = POLL_S
             return 0
@@ -110,8 +145,9 @@ class KeyedClaims(Service):
                if q in again or mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
         cold = [q for q in w.config.queues if q not in hot]
         queues = hot + (await self._queued(cold) if cold else [])
+        self._wake_ok = True
         if not queues:
-            self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
+            self._sleep_s = IDLE_POLL_S
             return 0
         wide = [q for q in queues if q in self.limited.limits]
         permits: dict[str, list[str]] = {}
@@ -129,14 +165,10 @@ class KeyedClaims(Service):
         if started:
             self._sleep_s = 0.0
         else:
-            self._sleep_s = IDLE_POLL_S if self._idle() else POLL_S
+            self._sleep_s = POLL_S
         if self._rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
             self._sleep_s = min(self._sleep_s, max(0.001, self._rate_wait_ms / 1000))
         return started
-
-    def _idle(self) -> bool:
-        latest = max(self._found.values(), default=-IDLE_AFTER_S)
-        return self.claims.clock.monotonic() - latest >= IDLE_AFTER_S
 
     async def _queued(self, queues: Sequence[str]) -> list[str]:
         """The queues whose ring holds a key on some shard: asked without holding run slots
@@ -155,8 +187,14 @@ class KeyedClaims(Service):
         w = self.claims
         tracer = w.execution.tracer
         now = w.clock.now_ms()
+        # The spread: with several workers, a per-key limit is shared out among them
+        # (take.lua), counting the runs this one holds of each key.
+        live = self.live()
+        workers = live if live > 1 else None
+        mine = {q: self.held.mine(q) for q in {q for _, q, _ in asks}} if workers else {}
         calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n, tracer,
-                              (s, q) in self._again, q in permits or not w.wide_limits)
+                              (s, q) in self._again, q in permits or not w.wide_limits,
+                              workers, mine.get(q))
                  for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
@@ -175,10 +213,14 @@ class KeyedClaims(Service):
         granted, self._rate_wait_ms = [], -1
         mono = w.clock.monotonic()
         refused = False
+        keys_of: dict[str, tuple[str, str]] = {}  # slot id -> (queue, key), of this take
         for (s, q, _), reply in zip(asks, answers, strict=True):
             self._again.discard((s, q))
-            entries, flat, wait_ms, limited = replies.taken(reply, q)
+            entries, flat, wait_ms, limited, keys = replies.taken(reply, q)
             refused = refused or limited
+            if workers:  # (only a spread counts the runs of each key)
+                for (_, _, slot_id), key in zip(entries, keys, strict=True):
+                    keys_of[slot_id] = (q, key.decode())
             if entries:
                 self._found[q] = mono
             if wait_ms >= 0:
@@ -188,12 +230,16 @@ class KeyedClaims(Service):
                 else tracer.claimed(flat, entries)
             granted.append((s, entries, grants))
         started = w.start(granted, now, deadline, unconfirmed, w.reader,
-                          on_start=lambda run: self._on_start(run, permits))
+                          on_start=lambda run: self._on_start(run, permits, keys_of))
         if refused:  # a queue-wide limit not read yet: read it, take with permits next pass
             await self.limited.refresh()
         return started
 
-    def _on_start(self, run: Run, permits: dict[str, list[str]]) -> None:
+    def _on_start(self, run: Run, permits: dict[str, list[str]],
+                  keys_of: dict[str, tuple[str, str]]) -> None:
+        key = keys_of.get(run.slot_id)
+        if key is not None:
+            self.held.add(run.slot_id, *key)
         queue = run.lane
         held = permits.get(queue)
         if held:  # a queue-wide permit goes with it, given back when it ends
@@ -203,15 +249,32 @@ class KeyedClaims(Service):
             run.on_end = self._on_end
 
     def _on_end(self, run: Run) -> None:
+        self.held.remove(run.slot_id)
         self.ended.set()
 
     def _on_end_limited(self, run: Run) -> None:
         self.limited.on_end(run)
+        self.held.remove(run.slot_id)
         self.ended.set()
 
     def delay(self, result: Any) -> float:
         return self._sleep_s
 
     async def sleep(self, seconds: float) -> None:
-        """Cut short when a run of ours ends: its key may have room again."""
+        """Cut short when a run of ours ends (its key may have room again) or, after a pass
+        that worked, when a key enters one of the worker's rings; after an error, a pause."""
+        if self._wake_ok:
+            try:
+                await self.wake.wait(seconds, self.ended, self._stop)
+                return
+            except Exception as exc:  # (a failed read: the next pass finds out the rest)
+                self._wake_ok = False
+                self.errors.error(exc, " (waiting for keys)")
         await pause_until(self.ended, self._stop, seconds)
+
+    async def run(self) -> None:
+        try:
+            await super().run()
+        finally:
+            await self.wake.close()
+

@@ -48,7 +48,7 @@ from scheduler.worker.config import SupervisorRef, WorkerConfig
 from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
-from scheduler.worker.keyed import KeyedClaims
+from scheduler.worker.keyed import HeldKeys, KeyedClaims
 from scheduler.worker.limiter import LimitedClaims
 from scheduler.worker.pool import ProcessPool, cores
 from scheduler.worker.reader import Reader
@@ -114,7 +114,11 @@ class Worker:
         if supervisor is not None:  # `sched workers` groups the children under it
             self.heartbeat.info.update(supervisor.registry_fields())
         self.limited = LimitedClaims(self.claims, self.errors)
-        self.keyed = KeyedClaims(self.claims, self.limited, self.errors)
+        # One keyed loop: a second (to overlap one loop's take with the other's runs) showed
+        # no gain on a busy box and doubled the passes that start nothing while keys wait at
+        # their limits (docs/benchmarks.md).
+        self.keyed = KeyedClaims(self.claims, self.limited, self.errors,
+                                 live=lambda: self.heartbeat.live, held=HeldKeys())
         self.pool: ProcessPool | None = None  # start_pool()
 
     @property
@@ -150,7 +154,7 @@ class Worker:
         await resync(self.clock, self.redis)
         await self._publish()
         await self.limited.open(self.shards)  # limited queues move from self.reader to its own
-        self.keyed.open(self.shards)
+        await self.keyed.open(self.shards)
 
     async def run_once(self, block_ms: int | None = None) -> int:
         """One claim pass (Claims.run_once): claim what the free run slots can take (reading

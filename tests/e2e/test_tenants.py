@@ -15,6 +15,7 @@ import pytest
 
 from helpers import running_workers
 from scheduler import AsyncClient, Context, JobSpec, Registry
+from scheduler.worker.worker import Worker
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +107,39 @@ def test_a_per_key_limit_holds_across_workers_and_every_key_reaches_it(
     print(f"per-key limit {limit}: {took:.2f} s for a floor of {floor:.2f} s "
           f"({took / floor:.3f}x)")
     assert took <= 1.3 * floor, f"{took:.2f} s for a floor of {floor:.2f} s"
+
+
+def test_a_busy_key_spreads_over_the_workers_up_to_its_limit(redis_url: str, ns: str) -> None:
+    """One key, limit 6, 3 workers with room to spare: a take starts at most the worker's
+    share of the limit (2), so each worker runs its part of the key, rather than the first
+    to ask holding all 6 permits and taking each back as its runs end."""
+    jobs, limit = 36, 6
+    who: list[int] = []
+    registry = Registry()
+    workers: list[Worker] = []
+
+    @registry.task("tenant.work")
+    async def work(ctx: Context, payload: Any) -> None:
+        who.append(next(i for i, w in enumerate(workers) if ctx.slot_id in w.running))
+        await asyncio.sleep(0.1)
+
+    async def main() -> None:
+        async with running_workers(redis_url, ns, registry, 3, concurrency=20,
+                                   queues=("tenants",)) as started:
+            workers.extend(started)
+            async with AsyncClient(redis_url, ns) as client:
+                await set_limit(client, "tenants", per_key_concurrency=limit)
+                for w in workers:  # each knows the others (its next beat would tell it)
+                    await w.heartbeat.run_once()
+                assert [w.heartbeat.live for w in workers] == [3, 3, 3]
+                await client.submit_many([
+                    JobSpec(task="tenant.work", queue="tenants", concurrency_key="busy")
+                    for _ in range(jobs)])
+            await wait_for(lambda: len(who) == jobs, timeout=60)
+
+    asyncio.run(main())
+    counts = [who.count(i) for i in range(3)]
+    assert min(counts) >= jobs // 6, counts  # an even share is 12
 
 
 def test_a_key_at_its_limit_does_not_hold_up_other_keys(redis_url: str, ns: str) -> None:

@@ -957,8 +957,8 @@ MUTANTS = [
     Mutant("take-not-asked-again", "a worker whose take's reply was lost does not ask for "
            "its grants again: they wait out their lease and count a failed attempt",
            "scheduler/worker/keyed.py",
-           "(s, q) in self._again, q in permits or not w.wide_limits)",
-           "False, q in permits or not w.wide_limits)",
+           "(s, q) in self._again, q in permits or not w.wide_limits,",
+           "False, q in permits or not w.wide_limits,",
            ("tests/services/test_keyed_claims.py",), fast=True),
     Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
@@ -1064,7 +1064,8 @@ MUTANTS = [
            (TAKE + "test_priorities_order_within_a_key",), fast=True),
     Mutant("key-weight-ignored", "take.lua gives every key one start a turn, whatever its "
            "weight", "scheduler/scripts/lua/take.lua",
-           "    weighted and tonumber(redis.call('HGET', weights, key)) or 1)", "    1)",
+           "      share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))",
+           "      share * 1)",
            (TAKE + "test_a_weight_is_turns_per_round",), fast=True),
     Mutant("dedupe-not-scoped-by-tenant", "a dedupe key with a concurrency key is named by the "
            "dedupe key alone: two tenants of one home shard share one job",
@@ -1499,5 +1500,42 @@ MUTANTS = [
            "scheduler/testing/harness.py",
            "        times += [] if held is None else [held]\n", "",
            ("tests/sdk/test_queue_limits.py::test_the_testing_mode_holds_a_rate_in_fake_time",),
+           fast=True),
+    Mutant("keyed-no-wake", "a key entering a ring wakes no worker: an idle worker starts "
+           "a free key's job only at its next poll", "scheduler/scripts/lua/_lib.lua",
+           "    redis.call('XADD', prefix .. 'kwake:' .. queue, 'MAXLEN', '1', '*', 'k', key)\n",
+           "",
+           ("tests/services/test_keyed_claims.py::"
+            "test_a_free_keys_job_starts_at_once_on_an_idle_worker",)),
+    Mutant("keyed-turn-of-one", "a key's turn takes one slot (its weight) whatever the call's "
+           "n and the ring's length: a short ring costs a ring move and a pop per slot",
+           "scheduler/scripts/lua/take.lua",
+           "local share = math.max(1, math.floor(n / math.max(length, 1)))",
+           "local share = 1",
+           ("tests/lua/test_take.py::test_a_turn_is_the_key_s_even_share_of_the_call",),
+           fast=True),
+    Mutant("keyed-spread-forgets-held-runs", "a take counts only what it starts toward the "
+           "spread, not the runs of the key the worker holds: a worker takes its share again "
+           "each time", "scheduler/scripts/lua/take.lua",
+           "  for i = 1, #flat, 2 do spent[flat[i]] = tonumber(flat[i + 1]) end\n", "",
+           ("tests/lua/test_take.py::test_a_call_starts_no_more_of_one_key_than_its_spread",),
+           fast=True),
+    Mutant("keyed-no-spread", "a worker asks for no spread: a busy key's permits stay with "
+           "the worker that asked first, which takes each back as its runs end",
+           "scheduler/worker/keyed.py",
+           "workers = live if live > 1 else None", "workers = None",
+           ("tests/e2e/test_tenants.py::"
+            "test_a_busy_key_spreads_over_the_workers_up_to_its_limit",)),
+    Mutant("keyed-leases-not-written", "take.lua's batched ZADD of the leases is lost: a "
+           "keyed run whose worker dies is never reclaimed",
+           "scheduler/scripts/lua/take.lua",
+           "  redis.call('ZADD', leases, unpack(leased, i, math.min(i + 999, #leased)))",
+           "  local _ = leased",
+           ("tests/lua/test_take.py::test_every_end_of_an_attempt_gives_the_permit_back",),
+           fast=True),
+    Mutant("keyed-complete-keeps-permits", "complete.lua's batched give-back of the leases "
+           "and the keys' permits is lost: a key at its limit never starts again",
+           "scheduler/scripts/lua/complete.lua", "end_leases(prefix, ends)\n", "",
+           ("tests/lua/test_take.py::test_the_per_key_limit_holds_and_passes_over_a_full_key",),
            fast=True),
 ]

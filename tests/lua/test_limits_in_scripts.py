@@ -76,7 +76,7 @@ def test_a_take_reads_the_per_key_limit_and_refuses_without_permits(
     def take(permitted: bool = False) -> tuple[int, bool]:
         reply = scripts.run_sync(r, [scripts.take(prefix, clock.now_ms(), W, LEASE, "kq", 10,
                                                   permitted=permitted)])[0]
-        entries, _, _, limited = replies.taken(reply, "kq")
+        entries, _, _, limited, _ = replies.taken(reply, "kq")
         return len(entries), limited
 
     client.set_queue_limit("kq", per_key_concurrency=1)

@@ -51,7 +51,8 @@ class Keyed:
         return [f"{row[0]}:{row[3]}" for row in rows]
 
     def take(self, n: int, per_key: int | None = None, worker: str = W,
-             rate: float | None = None) -> list[str]:
+             rate: float | None = None, workers: int | None = None,
+             mine: dict[str, int] | None = None) -> list[str]:
         # The queue's per-key limit where take.lua reads it (set_queue_limit writes it so).
         limit = self.keys.key_limit(SHARD, self.queue)
         self.r.delete(limit)
@@ -59,9 +60,9 @@ class Keyed:
         if any(v is not None for v in fields.values()):
             self.r.hset(limit, mapping={f: v for f, v in fields.items() if v is not None})
         reply = self.run(scripts.take(self.prefix, self.clock.now_ms(), worker, LEASE,
-                                      self.queue, n))
-        entries, flat, self.wait_ms, limited = replies.taken(reply, self.queue)
-        assert not limited
+                                      self.queue, n, workers=workers, mine=mine))
+        entries, flat, self.wait_ms, limited, keys = replies.taken(reply, self.queue)
+        assert not limited and len(keys) == len(entries)
         grants = replies.claimed(flat, entries)
         assert all(g is not None for g in grants)
         return [slot for _, _, slot in entries]
@@ -93,8 +94,10 @@ def test_keys_take_turns_whatever_order_their_slots_came_in(
     k.submit("b", 2)
     k.submit("c", 1)
     assert k.ring() == ["a", "b", "c"]
-    taken = [k.key_of(s) for s in k.take(7)]
-    assert taken == ["a", "b", "c", "a", "b", "a", "a"]
+    taken = [k.key_of(s) for s in k.take(3)]  # an even share of one each: one turn each
+    assert taken == ["a", "b", "c"]
+    taken = [k.key_of(s) for s in k.take(4)]  # c left; a's share is 2, b's last, a again
+    assert taken == ["a", "a", "b", "a"]
     assert k.ring() == ["a"]  # b and c emptied: they left the ring
     # The next call goes on where this one stopped: a's last two.
     assert [k.key_of(s) for s in k.take(5)] == ["a", "a"]
@@ -115,7 +118,42 @@ def test_a_weight_is_turns_per_round(r: redis.Redis, client: Client, clock: Manu
     k.submit("a", 6)
     k.submit("b", 6)
     r.hset(k.keys.key_weights(SHARD, "weights"), "b", 2)
-    assert [k.key_of(s) for s in k.take(9)] == ["a", "b", "b", "a", "b", "b", "a", "b", "b"]
+    assert [k.key_of(s) for s in k.take(3) + k.take(3) + k.take(3)] == \
+        ["a", "b", "b", "a", "b", "b", "a", "b", "b"]
+
+
+def test_a_turn_is_the_key_s_even_share_of_the_call(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """n over the ring's length, times the key's weight: a call over few keys takes few long
+    turns; each key still gets its share of the call, and the next call goes on in turn."""
+    k = make_keyed(r, client, clock, "share")
+    for key in "abc":
+        k.submit(key, 20)
+    r.hset(k.keys.key_weights(SHARD, "share"), "b", 2)
+    assert [k.key_of(s) for s in k.take(6)] == ["a"] * 2 + ["b"] * 4
+    assert k.ring() == ["c", "a", "b"]
+    assert [k.key_of(s) for s in k.take(9)] == ["c"] * 3 + ["a"] * 3 + ["b"] * 3
+    r.lrem(k.keys.key_ring(SHARD, "share"), 0, "b")
+    r.lrem(k.keys.key_ring(SHARD, "share"), 0, "c")  # one key: the whole call
+    assert [k.key_of(s) for s in k.take(9)] == ["a"] * 9
+
+
+def test_a_call_starts_no_more_of_one_key_than_its_spread(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """spread bounds the worker's runs of one key, those it holds (`mine`) and those started
+    over all the key's turns in the call (a short ring gives a key many), so the rest of the
+    key's limit is left for the other workers."""
+    k = make_keyed(r, client, clock, "spread")
+    k.submit("a", 10)
+    k.submit("b", 1)
+    first = [k.key_of(s) for s in k.take(10, per_key=6, workers=3)]
+    assert sorted(first) == ["a", "a", "b"]
+    assert k.take(10, per_key=6, workers=3, mine={"a": 2}) == []  # the worker holds its 2
+    assert [k.key_of(s) for s in k.take(10, per_key=6, workers=3, mine={"a": 1})] == ["a"]
+    assert [k.key_of(s) for s in k.take(10, per_key=6, workers=3, worker="w2")] == ["a", "a"]
+    assert [k.key_of(s) for s in k.take(10, per_key=6, workers=3, worker="w3")] == ["a"]
+    assert k.take(10, per_key=6, workers=3, worker="w4") == []  # a at its limit of 6
+    assert k.running("a") == 6
 
 
 def test_priorities_order_within_a_key(r: redis.Redis, client: Client,
@@ -306,7 +344,7 @@ def test_a_take_sent_again_is_granted_its_slots_again(
     other = k.take(1, worker="worker-2")
     clock.advance(1)
     reply = k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5, again=True))
-    entries, flat, _, _ = replies.taken(reply, "again")
+    entries, flat, _, _, _ = replies.taken(reply, "again")
     assert [slot for _, _, slot in entries] == first
     assert [g.token for g in replies.claimed(flat, entries)] == [1, 1]  # type: ignore[union-attr]  # the same attempt
     assert int(r.hget(k.keys.slot(SHARD, first[0]), "lease_until")) == clock.now_ms() + LEASE

@@ -6,6 +6,7 @@ their lease (and count a failed attempt)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from typing import Any
 
@@ -69,3 +70,46 @@ def test_a_take_whose_reply_was_lost_is_granted_again_at_the_next_pass(
         assert again == 3 and committed == 3
         assert sorted(ran) == sorted((client.slots(j)[0].slot_id, 1) for j in ids)
         assert {client.slots(j)[0].status for j in ids} == {SlotStatus.SUCCEEDED}
+
+
+@pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
+def test_a_free_keys_job_starts_at_once_on_an_idle_worker(redis_url: str, ns: str) -> None:
+    """An idle worker's keyed loop waits on the wake streams, not a poll: each job of a new
+    key, submitted while the worker has had nothing to do for a while, starts within a
+    fraction of the idle poll (without the wake each waits up to the whole of it)."""
+    from scheduler import AsyncClient
+    from scheduler.worker.keyed import IDLE_POLL_S
+
+    registry = Registry()
+    started: dict[str, float] = {}
+    arrived = asyncio.Event()
+
+    @registry.task("mark")
+    async def mark(ctx: Context, payload: Any) -> None:
+        started[payload] = time.perf_counter()
+        arrived.set()
+
+    async def main() -> list[float]:
+        async with AsyncClient(redis_url, ns) as sub:
+            await sub.submit("mark", "first", concurrency_key="k-first")  # makes the namespace
+            client = async_redis(redis_url)
+            worker = Worker(client, registry, namespace=ns, config=WorkerConfig(concurrency=5))
+            run = asyncio.create_task(worker.run())
+            await asyncio.wait_for(arrived.wait(), 30)
+            lags = []
+            for i in range(8):
+                await asyncio.sleep(IDLE_POLL_S * 1.5)  # the loop is in its idle wait
+                arrived.clear()
+                t = time.perf_counter()
+                await sub.submit("mark", f"j{i}", concurrency_key=f"k{i}")
+                await asyncio.wait_for(arrived.wait(), 30)
+                lags.append(started[f"j{i}"] - t)
+            worker.stop()
+            await run
+            await client.aclose()
+            return lags
+
+    lags = asyncio.run(main())
+    print("start lags of a free key's job on an idle worker:",
+          ", ".join(f"{x * 1000:.1f} ms" for x in sorted(lags)))
+    assert max(lags) < IDLE_POLL_S * 0.4, [f"{x * 1000:.0f} ms" for x in lags]

@@ -95,6 +95,34 @@ local function end_lease(prefix, slot_id, s)
   if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end
 end
 
+-- end_lease for a batch of attempts (complete.lua's): an entry is acked at once, the lease
+-- set and the keys' running sets are collected in `ends` ({leases = {}, runs = {}}) and left
+-- by end_leases in one ZREM each, not one per slot.
+local function end_lease_later(prefix, slot_id, s, ends)
+  if s.msg and s.msg ~= '' then
+    ack(prefix, s.lane, s.msg)
+  else
+    ends.leases[#ends.leases + 1] = slot_id
+  end
+  if s.key then
+    local running = key_running(prefix, s.queue, s.key)
+    local ids = ends.runs[running]
+    if not ids then ids = {}; ends.runs[running] = ids end
+    ids[#ids + 1] = slot_id
+  end
+end
+
+local function end_leases(prefix, ends)
+  for i = 1, #ends.leases, 1000 do  -- bounded: unpack puts every id on the Lua stack
+    redis.call('ZREM', prefix .. 'leases', unpack(ends.leases, i, math.min(i + 999, #ends.leases)))
+  end
+  for running, ids in pairs(ends.runs) do
+    for i = 1, #ids, 1000 do
+      redis.call('ZREM', running, unpack(ids, i, math.min(i + 999, #ids)))
+    end
+  end
+end
+
 -- How the current attempt ended, for field `a:<n>` of the slot hash. Attempts that end the
 -- slot's life on the hot path (complete) are not archived this way: the slot's own fields
 -- (worker, claimed_ms, lease_until, started_ms, finished_ms, outcome) describe its last one.
@@ -144,9 +172,10 @@ end
 -- priority then dispatch time: keys.key_score), instead of a dispatch stream: take.lua claims
 -- it in the key's turn. A key is in the queue's ring exactly while its queue holds slots
 -- (take.lua removes it as it empties the queue), so it enters the ring when its first slot
--- arrives. The slot's status and msg ('' : no entry) are the caller's to set. `seen`, a
--- table a caller of many keyed slots keeps for one call (or nil), spares the checks of a key
--- queue and a queue already seen holding slots in this call.
+-- arrives, and then writes the queue's wake stream (`kwake:<queue>`). The slot's status and
+-- msg ('' : no entry) are the caller's to set. `seen`, a table a caller of many keyed slots
+-- keeps for one call (or nil), spares the checks of a key queue and a queue already seen
+-- holding slots in this call.
 local function key_enqueue(prefix, queue, key, priority, slot_id, now, seen)
   local kq = prefix .. 'kq:' .. queue .. ':' .. key
   local score = string.format('%d', (tonumber(priority) or DEFAULT.priority) * 1e13 + tonumber(now))
@@ -156,6 +185,9 @@ local function key_enqueue(prefix, queue, key, priority, slot_id, now, seen)
   end
   if redis.call('ZADD', kq, score, slot_id) == 1 and redis.call('ZCARD', kq) == 1 then
     redis.call('RPUSH', prefix .. 'kring:' .. queue, key)
+    -- Wakes the workers blocked on the queue's wake stream (keywake.py): a key has no stream
+    -- entry of its own, and a free key's job should start as soon as a plain one.
+    redis.call('XADD', prefix .. 'kwake:' .. queue, 'MAXLEN', '1', '*', 'k', key)
   end
   if not (seen and seen[queue]) then redis.call('ZADD', prefix .. 'kqueues', now, queue) end
   if seen then seen[kq], seen[queue] = true, true end

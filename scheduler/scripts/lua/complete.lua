@@ -86,6 +86,7 @@ end
 local reply = {}
 local ended = {}  -- "<finished_ms>:<slot id>" of each: the `done` list, in one RPUSH
 local done, tokens, refused = {}, {}, {}  -- done: the slots committed, with their tokens
+local ends = {leases = {}, runs = {}}  -- the leases and permits of those read (end_leases)
 for i = 0, n - 1 do
   local b = i * 6
   local slot_id, token = items[b + 1], items[b + 2]
@@ -103,8 +104,8 @@ for i = 0, n - 1 do
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if st then  -- its attempt ends here (a repeat XACK of an acked entry is a no-op)
-      end_lease(prefix, slot_id, {msg = st[3], lane = lane(st[4], st[5]), queue = st[4],
-        key = st[6]})
+      end_lease_later(prefix, slot_id, {msg = st[3], lane = lane(st[4], st[5]), queue = st[4],
+        key = st[6]}, ends)
     end
     reply[i + 1] = R.OK
     done[#done + 1], tokens[#done + 1] = slot_id, token
@@ -116,6 +117,8 @@ for i = 0, n - 1 do
     refused[#refused + 1] = refusal(slot_id, token, st, 'succeeded')
   end
 end
+
+end_leases(prefix, ends)
 
 if #done > 0 then
   -- Successes are most finished work: they are indexed in completion order in a list (an

@@ -25,6 +25,14 @@
                            shard's `leases`, so it costs one pass over them, only then.
   ARGV[8]  permitted       optional: "1" when the worker took queue-wide permits for this
                            take (limiter.py's acquire: n is no more than it got)
+  ARGV[9]  workers         optional: how many live workers take keyed slots (the worker's
+                           heartbeat count), "" for one: with a per-key limit, this worker
+                           runs at most its even share of it, ceil(per_key / workers), of
+                           one key's slots at once (the spread), so that a busy key's runs
+                           spread over the workers rather than stay with the one whose run
+                           ended and asked first
+  ARGV[10] mine            optional (with workers): msgpack array of key, count pairs: the
+                           runs the worker holds of each key already ("" : none)
 
   The limits are read here, at each call, not passed by the worker, so a limit applies to
   every take after the call that set it returns (scheduler/core/limits.py):
@@ -37,13 +45,22 @@
       yet seen that limit, reads the limits and takes again with permits.
 
   The turns (the one place the rule is written): the key at the head of the ring takes its
-  turn and goes to the tail (LMOVE), so keys with queued slots are served round-robin,
-  whatever order their slots came in and however many one key has. In its turn a key starts
-  up to its weight (`kweight:<queue>`, 1 when absent) of its best queued slots, fewer when its
-  running set (`krun:<queue>:<key>`: its permits in use) would pass per_key, or the call's n
-  would, or its rate's bucket holds fewer tokens. A key whose queue empties leaves the ring. Turns go on until n are claimed, or every
-  key of the ring had a turn in a row that started nothing (all at their limit), or the ring
-  was walked once more than n: a call's work is bounded by the ring's length plus n.
+  turn and goes to the tail, so keys with queued slots are served round-robin, whatever
+  order their slots came in and however many one key has. In its turn a key starts up to its
+  quantum of its best queued slots: its weight (`kweight:<queue>`, 1 when absent) times the
+  call's even share, n over the ring's length at the call's start (at least 1), so a long
+  ring is served a weight a turn and a short one in a few long turns, each key getting its
+  share of the call; fewer when its running set (`krun:<queue>:<key>`: its permits in use)
+  would pass per_key, or the call's n would, or the worker's runs of the key would pass the
+  spread (those it holds and those started in this call, over all its turns), or its
+  rate's bucket holds fewer tokens. A key
+  whose queue empties leaves the ring. Turns go on until n are claimed, or every key of the
+  ring had a turn in a row that started nothing (all at their limit), or the ring was walked
+  once more than n: a call's work is bounded by the ring's length plus n. The turns are
+  taken in rounds of keys read from the head at once (LRANGE), which then leave it (LTRIM)
+  and, those still holding slots, go to the tail (RPUSH): the order one move a turn would
+  give, in two calls a round; the leases are written in one ZADD a call, a key's permits in
+  one a turn.
 
   The limit is exact: a key's running set holds one member per running attempt, added here
   and removed when the attempt ends (_lib.lua's end_lease, complete.lua), whatever ends it.
@@ -57,11 +74,13 @@
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
 
-  Reply: {ids, grants, wait_ms, limited}: ids the claimed slot ids in order; grants
+  Reply: {ids, grants, wait_ms, limited, keys}: ids the claimed slot ids in order; grants
   claim.lua's reply for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with
   trace "1": then traceparent, kind, slot id) per slot (decoded by replies.claimed); wait_ms
   how long until a key held back by its rate has a token again (the least of them), or -1;
-  limited 1 when the take was refused for want of permits (above), else 0.
+  limited 1 when the take was refused for want of permits (above), else 0; keys the
+  concurrency key of each claimed slot, in the same order (the worker counts its runs of
+  each key, for spread).
 
   Event: none (as claim.lua).
 ]]
@@ -74,6 +93,12 @@ local n = tonumber(ARGV[5])
 local trace = ARGV[6] == '1'
 local again = ARGV[7] == '1'
 local permitted = ARGV[8] == '1'
+local workers = tonumber(ARGV[9]) or 1
+local spent = {}  -- key -> its runs this worker holds, and those started in this call
+if ARGV[10] and ARGV[10] ~= '' then
+  local flat = cmsgpack.unpack(ARGV[10])
+  for i = 1, #flat, 2 do spent[flat[i]] = tonumber(flat[i + 1]) end
+end
 local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until)
 
 --- @include "_lib.lua"
@@ -99,13 +124,14 @@ local function recount(running)
 end
 
 local weighted = redis.call('EXISTS', weights) == 1  -- else every key weighs 1
-local ids, grants = {}, {}
+local ids, grants, of = {}, {}, {}  -- of: each claimed slot's key
 local rate_wait = -1
 
 -- Add slot_id's grant to the reply (claim.lua's R.OK form).
-local function grant(slot_id, attempt, job_id)
+local function grant(slot_id, attempt, job_id, key)
   local job = redis.call('HMGET', prefix .. 'job:' .. job_id, unpack(job_fields))
   ids[#ids + 1] = slot_id
+  of[#ids] = key
   local g = #grants
   grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5], grants[g + 6] =
     R.OK, tonumber(attempt), job[1], job[2], job[3], job[4]
@@ -122,65 +148,94 @@ if again then
         and (tonumber(st[7]) or 0) >= now then
       redis.call('HSET', slot_key, 'lease_until', lease_s)
       redis.call('ZADD', leases, lease_s, slot_id)
-      grant(slot_id, st[3], st[4])
+      grant(slot_id, st[3], st[4], st[6])
       granted = granted + 1
     end
   end
 end
 if not permitted and redis.call('SISMEMBER', prefix .. 'limited', queue) == 1 then
-  return {ids, grants, -1, 1}
+  return {ids, grants, -1, 1, of}
 end
 local limit = redis.call('HMGET', prefix .. 'klimit:' .. queue, 'concurrency', 'rate')
 local per_key = tonumber(limit[1]) or -1
 local rate = tonumber(limit[2]) or -1
+local spread = -1  -- the most of one key's slots this worker runs at once (-1: no bound)
+if per_key >= 0 and workers > 1 then spread = math.max(1, math.ceil(per_key / workers)) end
 local length = redis.call('LLEN', ring)
+-- A turn's quantum: the key's weight times its even share of this call (n over the ring's
+-- length, at least 1), so a short ring is served in a few long turns, a long one in turns of
+-- the weight; the keys still share each call evenly.
+local share = math.max(1, math.floor(n / math.max(length, 1)))
+local leased = {}  -- ZADD leases' arguments, sent once at the end
 local turns, idle = 0, 0
 while granted < n and idle < length and turns < length + n do
-  local key = redis.call('LMOVE', ring, ring, 'LEFT', 'RIGHT')
-  if not key then break end
-  turns = turns + 1
-  local kq = prefix .. 'kq:' .. queue .. ':' .. key
-  local running = key_running(prefix, queue, key)
-  local room = math.min(n - granted,
-    weighted and tonumber(redis.call('HGET', weights, key)) or 1)
-  if per_key >= 0 then
-    local held = redis.call('ZCARD', running)
-    if held + room > per_key then
-      if held >= per_key then held = recount(running) end
-      room = math.min(room, per_key - held)
+  -- A round: the next keys from the head of the ring, read at once; each takes its turn in
+  -- order, and at the round's end those taken leave the head and the ones still holding
+  -- slots go to the tail in the same order (what one LMOVE a turn would do, in two calls).
+  local keys = redis.call('LRANGE', ring, 0, math.min(length, n - granted) - 1)
+  if #keys == 0 then break end
+  local back, done = {}, 0
+  for _, key in ipairs(keys) do
+    if granted >= n or idle >= length or turns >= length + n then break end
+    done = done + 1
+    turns = turns + 1
+    local kq = prefix .. 'kq:' .. queue .. ':' .. key
+    local running = key_running(prefix, queue, key)
+    local room = math.min(n - granted,
+      share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))
+    if spread >= 0 then room = math.min(room, spread - (spent[key] or 0)) end
+    if per_key >= 0 then
+      local held = redis.call('ZCARD', running)
+      if held + room > per_key then
+        if held >= per_key then held = recount(running) end
+        room = math.min(room, per_key - held)
+      end
+    end
+    if rate > 0 and room > 0 and redis.call('EXISTS', kq) == 1 then
+      -- Tokens only for slots there are: a key's bucket fills while it has nothing queued.
+      local got, wait = bucket_take(prefix .. 'kbucket:' .. queue .. ':' .. key, now, rate,
+        math.min(room, redis.call('ZCARD', kq)))
+      if wait >= 0 and (rate_wait < 0 or wait < rate_wait) then rate_wait = wait end
+      room = got
+    end
+    local started, emptied, runs = 0, false, {}
+    while started < room do
+      local want = room - started
+      local popped = redis.call('ZPOPMIN', kq, want)
+      for i = 1, #popped, 2 do
+        local slot_id = popped[i]
+        local slot_key = prefix .. 'slot:' .. slot_id
+        local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id')
+        if st[1] == 'queued' and (not st[2] or st[2] == '') then
+          local attempt = string.format('%d', (tonumber(st[3]) or 0) + 1)
+          redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker',
+            worker, 'claimed_ms', now_s, 'lease_until', lease_s)
+          leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
+          runs[#runs + 1], runs[#runs + 2] = now_s, slot_id
+          grant(slot_id, attempt, st[4], key)
+          started = started + 1
+        end
+      end
+      if #popped < 2 * want then emptied = true; break end
+    end
+    if #runs > 0 then redis.call('ZADD', running, unpack(runs)) end
+    if spread >= 0 then spent[key] = (spent[key] or 0) + started end
+    granted = granted + started
+    if started > 0 then idle = 0 else idle = idle + 1 end
+    -- A key that started nothing here had its queue untouched (it holds slots: it is in the
+    -- ring); one that started its whole room may have emptied it.
+    if emptied or (started > 0 and redis.call('EXISTS', kq) == 0) then
+      length = length - 1
+    else
+      back[#back + 1] = key
     end
   end
-  if rate > 0 and room > 0 and redis.call('EXISTS', kq) == 1 then
-    -- Tokens only for slots there are: a key's bucket fills while it has nothing queued.
-    local got, wait = bucket_take(prefix .. 'kbucket:' .. queue .. ':' .. key, now, rate,
-      math.min(room, redis.call('ZCARD', kq)))
-    if wait >= 0 and (rate_wait < 0 or wait < rate_wait) then rate_wait = wait end
-    room = got
-  end
-  local started, emptied = 0, false
-  while started < room do
-    local popped = redis.call('ZPOPMIN', kq)
-    if #popped == 0 then emptied = true; break end
-    local slot_id = popped[1]
-    local slot_key = prefix .. 'slot:' .. slot_id
-    local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id')
-    if st[1] == 'queued' and (not st[2] or st[2] == '') then
-      local attempt = string.format('%d', (tonumber(st[3]) or 0) + 1)
-      redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker', worker,
-        'claimed_ms', now_s, 'lease_until', lease_s)
-      redis.call('ZADD', leases, lease_s, slot_id)
-      redis.call('ZADD', running, now_s, slot_id)
-      grant(slot_id, attempt, st[4])
-      started = started + 1
-    end
-  end
-  granted = granted + started
-  if started > 0 then idle = 0 else idle = idle + 1 end
-  -- A key that started nothing here had its queue untouched (it holds slots: it is in the
-  -- ring); one that started its whole room may have emptied it.
-  if emptied or (started > 0 and redis.call('EXISTS', kq) == 0) then
-    redis.call('RPOP', ring)  -- the key, which its turn just moved to the tail
-    length = length - 1
+  redis.call('LTRIM', ring, done, -1)
+  for i = 1, #back, 1000 do  -- bounded: unpack puts every key on the Lua stack
+    redis.call('RPUSH', ring, unpack(back, i, math.min(i + 999, #back)))
   end
 end
-return {ids, grants, rate_wait, 0}
+for i = 1, #leased, 1000 do
+  redis.call('ZADD', leases, unpack(leased, i, math.min(i + 999, #leased)))
+end
+return {ids, grants, rate_wait, 0, of}
