@@ -8,8 +8,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from scheduler.core.cron import CronSpec
-from scheduler.core.errors import JobNotFound, ValidationError
+from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id
 from scheduler.core.ledger import (
     MAX_FIRES_PAGE,
@@ -24,7 +26,7 @@ from scheduler.core.ledger import (
 )
 from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot, slot_from_hash, whole_number
 from scheduler.core.timing import ms_of_utc, utc_of_ms
-from scheduler.sdk.requests import Op, Pipe
+from scheduler.sdk.requests import Op, Pipe, StoreCall
 from scheduler.sdk.schedules import _placements
 from scheduler.sdk.state import ClientState, ready
 from scheduler.sdk.status import workers
@@ -73,11 +75,16 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
                 withscores=True)
     pipe.zrange(core.fires_key(job_id), lo, top, byscore=True, offset=0, num=limit + 1)
     pipe.zscore(core.cron_key(job_id), job_id)
-    ran, noted, watermark = yield pipe
+    pipe.zrange(core.runs_key(job_id), 0, 0, withscores=True)  # the oldest each holds
+    pipe.zrange(core.fires_key(job_id), 0, 0, withscores=True)
+    ran, noted, watermark, *oldest = yield pipe
     slot_ids = {int(score): member.decode() for member, score in ran}
     entries = {e[0]: (e[1], e[2]) for e in map(parse_entry, noted) if e is not None}
-    page = sorted({*times[:limit], *slot_ids, *entries})
-    more = len(times) > limit or len(ran) > limit or len(noted) > limit or len(page) > limit
+    past = yield from _past(core, job_id, lo, top, limit, times, slot_ids, entries, watermark,
+                            min((int(r[0][1]) for r in oldest if r), default=None))
+    page = sorted({*times[:limit], *slot_ids, *entries, *past.slots, *past.entries})
+    more = (len(times) > limit or len(ran) > limit or len(noted) > limit or len(page) > limit
+            or past.more)
     page = page[:limit]
 
     pipe = Pipe()
@@ -92,16 +99,62 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     for fire in page:
         sid, slot_raw = slots.get(fire, ("", {}))
         if slot_raw:
-            slot = slot_from_hash(sid, slot_raw)
-            yielded = slot_raw.get(b"yielded_to")
-            out.append(from_slot(slot, entries, yielded.decode() if yielded else None,
-                                 held.get(slot.slot_id)))
+            out.append(_from_hash(sid, slot_raw, entries, held.get(sid)))
         elif fire in entries:
             out.append(from_entry(fire, *entries[fire]))
+        elif fire in past.slots:  # left Redis: the history store's copy
+            out.append(_from_hash(f"{job_id}:{fire}", past.slots[fire], past.entries, None))
+        elif fire in past.entries:
+            out.append(from_entry(fire, *past.entries[fire]))
         else:
             out.append(_unmade(fire, watermark, now, on_time_ms))
     return FirePage(job_id=job_id, fires=out, summary=summarize(out, on_time_ms, unlisted),
                     cursor=page[-1] if more and page else None)
+
+
+def _from_hash(slot_id: str, raw: dict[bytes, bytes], entries: dict[int, tuple[Reason, str]],
+               held: Reason | None) -> Fire:
+    slot = slot_from_hash(slot_id, raw)
+    yielded = raw.get(b"yielded_to")
+    return from_slot(slot, entries, yielded.decode() if yielded else None, held)
+
+
+class _Past(msgspec.Struct):
+    """What the history store holds of a page's range that Redis no longer does."""
+
+    slots: dict[int, dict[bytes, bytes]] = {}
+    entries: dict[int, tuple[Reason, str]] = {}
+    more: bool = False
+
+
+def _past(core: ClientState, job_id: str, lo: int, top: int, limit: int, times: list[int],
+          slot_ids: dict[int, str], entries: dict[int, tuple[Reason, str]], watermark: Any,
+          oldest: int | None) -> Op[_Past]:
+    """The history store's slots and ledger entries of the part of [lo, top] Redis has
+    forgotten: before the oldest record Redis holds of the job (all of it when it holds
+    none), and up to the last fire time of the page with no record in Redis below the
+    watermark (one whose slot expired, or whose entry was trimmed). One store read, only
+    when there is such a part; without a store those occurrences read `unrecorded`."""
+    mark = int(watermark) if watermark is not None else None
+    missing = [t for t in times[:limit] if t not in slot_ids and t not in entries
+               and (mark is None or t < mark)]
+    if oldest is None:
+        upto = top
+    else:
+        upto = max(min(top, oldest - 1), missing[-1] if missing else -1)
+    if upto < lo:
+        return _Past()
+    try:
+        # the store's Ledger: (slots, entries), each (fire_ms, ...) in fire-time order
+        rows, noted = yield StoreCall("ledger", (core.namespace, job_id, lo, upto + 1,
+                                                 limit + 1))
+    except StoreUnavailable:
+        return _Past()
+    return _Past(
+        slots={f: {k.encode(): v.encode() for k, v in state.items()} for f, state in rows
+               if f not in slot_ids},
+        entries={f: (Reason(r), "") for f, r in noted if r in set(Reason) and f not in entries},
+        more=len(rows) > limit or len(noted) > limit)
 
 
 def _check_page(limit: int, cursor: int | None) -> None:

@@ -265,8 +265,8 @@ def test_upgrading_a_version_1_store_keeps_its_attempt_rows(store_dsn: str) -> N
 
         day = DAY0 // DAY_MS
         with psycopg.connect(store_dsn, autocommit=True) as c:  # the fixture migrated it
-            c.execute("DROP TABLE jobs, slots, attempt_log, namespaces, schema_migrations "
-                      "CASCADE")
+            c.execute("DROP TABLE jobs, slots, attempt_log, namespaces, schema_migrations, "
+                      "fire_entries CASCADE")
             c.execute(v1.encode())
             parts = (f"CREATE TABLE {_day_name('slots', day)} PARTITION OF slots FOR VALUES "
                      f"FROM ({DAY0}) TO ({DAY0 + DAY_MS});"
