@@ -130,23 +130,20 @@ class _Past(msgspec.Struct):
 def _past(core: ClientState, job_id: str, lo: int, top: int, limit: int, times: list[int],
           slot_ids: dict[int, str], entries: dict[int, tuple[Reason, str]], watermark: Any,
           oldest: int | None) -> Op[_Past]:
-    """The history store's slots and ledger entries of the part of [lo, top] Redis has
-    forgotten: before the oldest record Redis holds of the job (all of it when it holds
-    none), and up to the last fire time of the page with no record in Redis below the
-    watermark (one whose slot expired, or whose entry was trimmed). One store read, only
-    when there is such a part; without a store those occurrences read `unrecorded`."""
+    """The history store's slots and ledger entries of [lo, top], when Redis may have
+    forgotten part of it: the window starts before the oldest record Redis holds of the job
+    (or it holds none), or a fire time of the page below the watermark has no record in Redis
+    (its slot expired, its entry was trimmed). One store read, of at most limit + 1 rows of
+    each; Redis's records win over the store's. Without a store those occurrences read
+    `unrecorded`."""
     mark = int(watermark) if watermark is not None else None
-    missing = [t for t in times[:limit] if t not in slot_ids and t not in entries
-               and (mark is None or t < mark)]
-    if oldest is None:
-        upto = top
-    else:
-        upto = max(min(top, oldest - 1), missing[-1] if missing else -1)
-    if upto < lo:
+    missing = any(t not in slot_ids and t not in entries and (mark is None or t < mark)
+                  for t in times[:limit])
+    if not (oldest is None or lo < oldest or missing):
         return _Past()
     try:
         # the store's Ledger: (slots, entries), each (fire_ms, ...) in fire-time order
-        rows, noted = yield StoreCall("ledger", (core.namespace, job_id, lo, upto + 1,
+        rows, noted = yield StoreCall("ledger", (core.namespace, job_id, lo, top + 1,
                                                  limit + 1))
     except StoreUnavailable:
         return _Past()

@@ -1453,4 +1453,26 @@ MUTANTS = [
            "            for f in page.fires]",
            ("tests/e2e/test_console_pages.py::"
             "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
+    Mutant("catchup-not-in-history", "materialize.lua lists catch-up drops in Redis but "
+           "sends no `not_run` event: once the ledger key is trimmed or lost, the history "
+           "store cannot say why those occurrences did not run",
+           "scheduler/scripts/lua/materialize.lua",
+           "  emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'catchup', listed), "
+           "nil)\n", "",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("not-run-events-not-copied", "the snapshotter acks `not_run` events without "
+           "copying their entries: the store's fire_entries stays empty",
+           "scheduler/history/intake.py",
+           "                if kind == NOT_RUN and isinstance(job, str):",
+           "                if False:",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("fires-ignores-history", "`fires` reads Redis alone: occurrences whose records "
+           "left Redis read `unrecorded` (or vanish) though the history store holds them",
+           "scheduler/sdk/fires.py",
+           "    if not (oldest is None or lo < oldest or missing):",
+           "    if True:",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
 ]
