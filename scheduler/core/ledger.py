@@ -36,7 +36,9 @@ event: an occurrence whose fire time passed and
 - that has no slot and no entry below the watermark: `not_run`, `unrecorded` (its slot has
   left Redis, see the history store, or its entry was trimmed).
 
-A slot cancelled by an operator (`cancel`) reads `cancelled`. A run that started is `ran`
+A slot whose attempt failed and whose next attempt waits for its retry time reads
+`retrying` (it started: its start lag is its first attempt's). A slot cancelled by an
+operator (`cancel`) reads `cancelled`. A run that started is `ran`
 (or `running`) with its outcome (`succeeded`, `dead`, `lost`, `cancelled`), and no reason.
 
 The fire times of a window are the job's cron expression's, enumerated (croniter) from
@@ -74,6 +76,7 @@ class FireState(StrEnum):
 
     RAN = "ran"  # it started and ended (see `outcome`)
     RUNNING = "running"
+    RETRYING = "retrying"  # an attempt failed; the next waits for its retry time
     PENDING = "pending"  # its fire time passed and it has not started yet
     NOT_RUN = "not_run"  # it will not run (see `reason`)
 
@@ -192,9 +195,11 @@ def from_slot(slot: Slot, entries: dict[int, tuple[Reason, str]], yielded_to: st
     base = Fire(fire_ms=slot.fire_ms, fire_at=utc_of_ms(slot.fire_ms), slot_id=slot.slot_id,
                 state=FireState.NOT_RUN)
     replace = msgspec.structs.replace
-    if slot.status is SlotStatus.RUNNING or (
-            slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED) and lag is not None):
-        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)  # or a retry waits
+    if slot.status is SlotStatus.RUNNING:
+        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)
+    if slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED) and lag is not None:
+        # an attempt started and failed: it started (its lag counts), and waits to retry
+        return replace(base, state=FireState.RETRYING, start_lag_ms=lag)
     if slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED):
         return replace(base, state=FireState.PENDING, reason=pending_reason)
     if slot.status is SlotStatus.SKIPPED:

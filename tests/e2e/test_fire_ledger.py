@@ -26,7 +26,7 @@ import redis
 
 from conftest import SCHED
 from helpers import running, sched_process
-from scheduler import Client, FireState, Reason
+from scheduler import Client, FireState, Reason, RetryPolicy
 from scheduler.core.ledger import start_lag_ms
 from scheduler.history.store import open_store
 
@@ -255,3 +255,57 @@ def test_the_same_ledger_read_back_from_the_history_store_once_redis_forgot_it(
     # Without it, only the current cadence's fire times are known, and none has a record.
     assert len(forgot.fires) < len(in_redis.fires)
     assert all(f.reason is Reason.UNRECORDED for f in forgot.fires), forgot.fires
+
+
+def test_a_queue_held_by_its_concurrency_limit(r: redis.Redis, redis_url: str, ns: str,
+                                               app_env: dict[str, str]) -> None:
+    """A concurrency limit of 1 taken by a long run: the schedule's occurrences on that
+    queue wait past their objective, `paused_by_limit` (not `behind`)."""
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        client.set_queue_limit("narrow", concurrency=1)
+        narrow = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
+                               "--queues", "narrow", "--log-level", "warning")
+        with running(node(redis_url, ns, app_env), narrow):
+            hog = client.submit("test.sleep_then_effect", {"seconds": 30, "effects": effects},
+                                queue="narrow")
+            wait_for(lambda: client.slots(hog)[0].status.value == "running", 15, "the hog")
+            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                                   queue="narrow")
+            first = client.get_job(job_id).fire_ms
+            wait_for(lambda: redis_ms(r) > first + 7000, 15, "a few occurrences")
+            read_at = redis_ms(r)
+            page = client.fires(job_id, since=at(first))
+    old = [f for f in page.fires if read_at - f.fire_ms > 3000]
+    assert len(old) >= 3 and all(
+        f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
+        (f.state, f.reason) for f in page.fires]
+
+
+def test_a_run_waiting_to_retry_reads_retrying(r: redis.Redis, redis_url: str, ns: str,
+                                               app_env: dict[str, str]) -> None:
+    """Each occurrence's first attempt fails and its retry waits a minute: it started (its
+    lag is the first attempt's), and reads `retrying`, not `running`."""
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(node(redis_url, ns, app_env), worker(redis_url, ns, app_env)):
+            job_id = client.submit("chaos.flaky", {"fail_first": 99, "effects": effects},
+                                   cron="* * * * * *",
+                                   retry=RetryPolicy(max_attempts=2, base_s=60, jitter=0))
+            first = client.get_job(job_id).fire_ms
+            window = range(first, first + 3001, 1000)
+
+            def failed_once() -> bool:
+                waiting = {s.fire_ms for s in client.slots(job_id)
+                           if s.status.value == "scheduled" and s.attempts}
+                return waiting >= set(window)
+            wait_for(failed_once, 40, "four failed first attempts")
+            page = client.fires(job_id, since=at(first), until=at(first + 3000))
+            slots = {s.fire_ms: s for s in client.slots(job_id)}
+    assert [f.state for f in page.fires] == [FireState.RETRYING] * 4, page.fires
+    for f in page.fires:
+        assert f.reason is None and f.start_lag_ms == start_lag_ms(slots[f.fire_ms])
+        assert slots[f.fire_ms].status.value == "scheduled"
+    assert page.summary.started == 4 and page.summary.not_started == {}

@@ -1475,4 +1475,10 @@ MUTANTS = [
            "    if True:",
            ("tests/lua/test_fire_ledger.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("retry-reads-running", "an occurrence whose attempt failed and waits a minute for "
+           "its retry reads `running`: nothing is running, and the failure is hidden",
+           "scheduler/core/ledger.py",
+           "        return replace(base, state=FireState.RETRYING, start_lag_ms=lag)",
+           "        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)",
+           ("tests/e2e/test_fire_ledger.py::test_a_run_waiting_to_retry_reads_retrying",)),
 ]
