@@ -90,4 +90,7 @@ def summary_lines(s: FiresSummary) -> list[str]:
     if s.missed_unlisted:
         out.append(f"{s.missed_unlisted} more occurrence(s) dropped by catch-up, counted "
                    f"but not listed")
+    if not s.complete and s.through_ms is not None:
+        out.append(f"(the summary stops at {when(s.through_ms)}: the window holds more "
+                   f"occurrences than one summary reads; --since less)")
     return out

@@ -33,8 +33,8 @@ event: an occurrence whose fire time passed and
   hold back), `behind` otherwise (workers read the queue but have not reached it);
 - that has no slot and no entry and lies at or past the job's watermark (the next occurrence
   a node will make): `pending`, `no_scheduler` (no scheduler node has made it yet);
-- that has no slot and no entry below the watermark: `not_run`, `unrecorded` (its slot has
-  left Redis, see the history store, or its entry was trimmed).
+- that has no slot and no entry below the watermark, in Redis or the history store:
+  `not_run`, `unrecorded` (its records left Redis and no store holds them).
 
 A slot whose attempt failed and whose next attempt waits for its retry time reads
 `retrying` (it started: its start lag is its first attempt's). A slot cancelled by an
@@ -46,7 +46,15 @@ max(window start, the current definition's start) to min(window end, now, end_at
 deleted_ms), joined with the slots and the ledger entries in the same range: the old
 cadence of a redefined job shows through its slots and entries, and a `trigger()`ed run
 through its slot. A page enumerates at most `limit` fire times from its cursor, so it costs
-the same whatever the schedule's age.
+the same whatever the schedule's age. Its summary covers the whole window: when the window
+holds more than the page, the window is read again page after page (MAX_FIRES_PAGE each),
+at most SUMMARY_CAP occurrences, and a summary cut there says so (`complete`, `through_ms`).
+
+Redis holds the recent past; the snapshotter copies each slot and each ledger entry (the
+`not_run` events of materialize, redefine and delete_job) to the history store, which keeps
+them `history_days`. A page reads the store too when Redis may have forgotten part of its
+range (its window starts before the oldest record Redis holds of the job, or one of its fire
+times below the watermark has no record in Redis), in one read; Redis's records win.
 
 An occurrence started on time when its start lag (its first attempt's start, else its
 claim, minus its fire time) is at most the job's `on_time_within` (default 2 s).
@@ -69,6 +77,9 @@ from scheduler.core.timing import utc_of_ms
 FIRES_CAP = 10_000  # ledger entries kept per job (the newest)
 CATCHUP_LISTED = 1_000  # catch-up drops listed per materialize pass; the rest only counted
 MAX_FIRES_PAGE = 10_000  # most fire times one page enumerates
+# Most occurrences one summary reads (page after page): a window past it is summarized up to
+# there, and says so, so that a year of a per-second schedule costs a bounded read.
+SUMMARY_CAP = 100_000
 
 
 class FireState(StrEnum):
@@ -131,7 +142,7 @@ class Fire(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FiresSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """The occurrences of one page: how many fell due, how many started within the
+    """The occurrences of a window (all its pages): how many fell due, how many started within the
     objective (`on_time_within_ms`) and after it, how many did not start by reason, and the
     start lag's nearest-rank p50 / p99 / max over those that started. `on_time_share` is
     on_time over the occurrences due less those skipped by overlap (a skip is the
@@ -148,6 +159,8 @@ class FiresSummary(msgspec.Struct, frozen=True, kw_only=True):
     lag_p99_ms: int | None
     lag_max_ms: int | None
     missed_unlisted: int = 0  # catch-up drops of the job only counted, never listed
+    complete: bool = True  # False: the window held more than SUMMARY_CAP occurrences
+    through_ms: int | None = None  # when not complete: the last fire time summarized
 
 
 class FirePage(msgspec.Struct, frozen=True, kw_only=True):

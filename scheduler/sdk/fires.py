@@ -15,8 +15,10 @@ from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id
 from scheduler.core.ledger import (
     MAX_FIRES_PAGE,
+    SUMMARY_CAP,
     Fire,
     FirePage,
+    FiresSummary,
     FireState,
     Reason,
     from_entry,
@@ -42,8 +44,10 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     hour; until: an aware datetime, default and at most now), in fire-time order, at most
     `limit` (1 to 10,000) of them, each with its state (ran, running, pending, not_run),
     the reason it did not run (None when it ran), its slot, start lag and outcome; and
-    their summary (due, on time, late, not started by reason, start-lag p50/p99/max; on
-    time is within the job's `on_time_within`). Pass the page's `cursor` back for the next
+    the summary of the whole window, not only the page (due, on time, late, not started
+    by reason, start-lag p50/p99/max; on time is within the job's `on_time_within`; over
+    at most 100,000 occurrences, else `complete` is False and `through_ms` says where it
+    stopped). Pass the page's `cursor` back for the next
     page (None: the window is done). `name_or_job_id`: a schedule's name (`schedule()`)
     or a cron job's id. JobNotFound when there is none; ValidationError for a job that
     does not recur or a bad argument."""
@@ -52,8 +56,6 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     now = core.clock.now_ms()
     lo = _since_ms(since, now)
     hi = now if until is None else min(now, _instant("until", until))
-    if cursor is not None:
-        lo = max(lo, cursor + 1)
     job_id, raw = yield from _find(core, name_or_job_id)
     job = core.job(job_id, raw, None)
     if not job.cron:
@@ -61,7 +63,36 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
                                                 "one run (see `sched jobs show`)")
     on_time_ms = whole_number(raw.get(b"on_time_ms", b"")) or DEFAULT_ON_TIME_MS
     unlisted = whole_number(raw.get(b"missed_unlisted", b"")) or 0
+    start = lo if cursor is None else max(lo, cursor + 1)
+    out, more = yield from _page(core, job_id, job, start, hi, limit, now, on_time_ms)
+    if start == lo and more is None:
+        summary = summarize(out, on_time_ms, unlisted)
+    else:  # the summary covers the whole window, read page by page up to SUMMARY_CAP
+        summary = yield from _whole_window(core, job_id, job, lo, hi, now, on_time_ms,
+                                           unlisted)
+    return FirePage(job_id=job_id, fires=out, summary=summary, cursor=more)
 
+
+def _whole_window(core: ClientState, job_id: str, job: Any, lo: int, hi: int, now: int,
+                  on_time_ms: int, unlisted: int) -> Op[FiresSummary]:
+    """The summary of [lo, hi], from pages of MAX_FIRES_PAGE read in turn; past SUMMARY_CAP
+    occurrences it stops and says how far it got (`complete`, `through_ms`)."""
+    seen: list[Fire] = []
+    cursor: int | None = lo - 1
+    while cursor is not None and len(seen) < SUMMARY_CAP:
+        part, cursor = yield from _page(core, job_id, job, cursor + 1, hi, MAX_FIRES_PAGE, now,
+                                        on_time_ms)
+        seen.extend(part)
+    summary = summarize(seen, on_time_ms, unlisted)
+    if cursor is None:
+        return summary
+    return msgspec.structs.replace(summary, complete=False, through_ms=seen[-1].fire_ms)
+
+
+def _page(core: ClientState, job_id: str, job: Any, lo: int, hi: int, limit: int, now: int,
+          on_time_ms: int) -> Op[tuple[list[Fire], int | None]]:
+    """The occurrences of [lo, hi], at most `limit`, and the cursor of the next (None: the
+    window is done)."""
     # The current definition's fire times; its earlier ones show through slots and entries.
     ends = [hi, job.end_ms or hi, job.deleted_ms or hi]
     times: list[int] = []
@@ -108,8 +139,7 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
             out.append(from_entry(fire, *past.entries[fire]))
         else:
             out.append(_unmade(fire, watermark, now, on_time_ms))
-    return FirePage(job_id=job_id, fires=out, summary=summarize(out, on_time_ms, unlisted),
-                    cursor=page[-1] if more and page else None)
+    return out, page[-1] if more and page else None
 
 
 def _from_hash(slot_id: str, raw: dict[bytes, bytes], entries: dict[int, tuple[Reason, str]],

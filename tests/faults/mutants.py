@@ -1481,4 +1481,9 @@ MUTANTS = [
            "        return replace(base, state=FireState.RETRYING, start_lag_ms=lag)",
            "        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)",
            ("tests/e2e/test_fire_ledger.py::test_a_run_waiting_to_retry_reads_retrying",)),
+    Mutant("summary-of-one-page", "`fires` summarizes only the page it returns: a week's "
+           "explain reads as on time from its first thousand occurrences",
+           "scheduler/sdk/fires.py", "    if start == lo and more is None:", "    if True:",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_summary_covers_the_whole_window_not_the_page",), fast=True),
 ]

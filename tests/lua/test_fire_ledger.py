@@ -255,3 +255,27 @@ def test_the_history_store_keeps_the_ledger_and_fires_reads_it_back(
     for j in jobs:
         assert after[j].summary == before[j].summary, j
         assert after[j].fires == before[j].fires, j
+
+
+def test_the_summary_covers_the_whole_window_not_the_page(r: redis.Redis, redis_url: str,
+                                                          ns: str) -> None:
+    """A 10-occurrence page of a 101-occurrence window: the page's summary is the window's,
+    the same on every page of it, and the pages together are the window's occurrences."""
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        job_id = client.submit("t", cron="* * * * * *", catchup="latest")
+        node_pass(redis_url, ns, clock)
+        clock.advance(100)
+        node_pass(redis_url, ns, clock)
+        since = utc_of_ms(T0 - 500)
+        whole = client.fires(job_id, since=since, limit=1000)
+        assert whole.cursor is None and whole.summary.due == len(whole.fires) == 101
+        pages, cursor = [], None
+        while True:
+            page = client.fires(job_id, since=since, limit=10, cursor=cursor)
+            assert page.summary == whole.summary and len(page.fires) <= 10
+            pages.extend(page.fires)
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+    assert pages == whole.fires and whole.summary.complete
