@@ -1486,4 +1486,9 @@ MUTANTS = [
            "scheduler/sdk/fires.py", "    if start == lo and more is None:", "    if True:",
            ("tests/lua/test_fire_ledger.py::"
             "test_the_summary_covers_the_whole_window_not_the_page",), fast=True),
+    Mutant("timeline-marks-mute", "the console's timeline marks say nothing on hover: a "
+           "user sees a red mark and not why", "scheduler/web/pages.py",
+           '    return {"kind": kind, "title": title,', '    return {"kind": kind, "title": "",',
+           ("tests/e2e/test_console_pages.py::"
+            "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
 ]
