@@ -1457,8 +1457,7 @@ MUTANTS = [
            "sends no `not_run` event: once the ledger key is trimmed or lost, the history "
            "store cannot say why those occurrences did not run",
            "scheduler/scripts/lua/materialize.lua",
-           "  emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'catchup', listed), "
-           "nil)\n", "",
+           "  emit(prefix, maxlen, now, 'not_run',\n", "  emit(prefix, maxlen, now, 'none',\n",
            ("tests/lua/test_fire_ledger.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
     Mutant("not-run-events-not-copied", "the snapshotter acks `not_run` events without "
@@ -1491,4 +1490,11 @@ MUTANTS = [
            '    return {"kind": kind, "title": title,', '    return {"kind": kind, "title": "",',
            ("tests/e2e/test_console_pages.py::"
             "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
+    Mutant("redefined-not-in-history", "redefine.lua sends the occurrences it withdrew "
+           "without those no node made: once Redis forgets them, the history store cannot "
+           "say why the old cadence stopped", "scheduler/scripts/lua/redefine.lua",
+           "not_run_records(job_id, 'redefined', gone, unmade)",
+           "not_run_records(job_id, 'redefined', gone)",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
 ]

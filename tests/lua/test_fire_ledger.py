@@ -210,7 +210,8 @@ def test_the_exporter_counts_occurrences_not_run_by_reason(r: redis.Redis, redis
 
 def test_the_history_store_keeps_the_ledger_and_fires_reads_it_back(
         r: redis.Redis, redis_url: str, ns: str, store_dsn: str) -> None:
-    """Catch-up drops, a redefinition's withdrawn occurrences and a delete's: the snapshotter
+    """Catch-up drops, a redefinition's withdrawn occurrences (made, and never made while no
+    node ran) and a delete's: the snapshotter
     copies each entry (the `not_run` events) to the store; once Redis has forgotten them
     (the ledger key, the cancelled slots), `fires` reads the same timeline from the store."""
     from helpers import drain
@@ -222,13 +223,15 @@ def test_the_history_store_keeps_the_ledger_and_fires_reads_it_back(
         dropped = client.submit("t", cron="* * * * * *", catchup="latest")
         gone = client.submit("t", cron="* * * * * *")
         client.schedule("s", "t", cron="* * * * * *")
+        client.schedule("u", "t", cron="* * * * * *")
         node_pass(redis_url, ns, clock)  # T0 .. T0+3 s made ahead
         clock.advance(0.5)
         client.schedule("s", "t", cron="*/2 * * * * *")  # T0+1, +3 withdrawn
         client.delete_job(gone)
         clock.advance(100)  # every node down: the catch-up policy drops T0+4 .. T0+93
+        client.schedule("u", "t", cron="*/30 * * * * *")  # T0+4 .. T0+100 never made
         node_pass(redis_url, ns, clock)
-        jobs = [dropped, gone, "s"]
+        jobs = [dropped, gone, "s", "u"]
         before = {j: client.fires(j, since=timedelta(seconds=200)) for j in jobs}
         in_redis = {j: ledger(r, ns, j) for j in jobs}
     assert {e[1] for j in jobs for e in in_redis[j]} == {

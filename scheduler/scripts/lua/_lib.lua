@@ -318,10 +318,9 @@ end
 -- fire_ms; scheduler/core/ledger.py): each of `fires` (fire_ms values, or slot ids
 -- `<job_id>:<fire_ms>`) as "<fire_ms>:<reason>[:<detail>]", then trim the ledger to its
 -- newest FIRES_CAP entries. The new entries count in the shard's stats `not_run:<reason>`
--- (stats.lua: the exporter's sched_occurrences_not_run). Returns the fire_ms values written,
--- for the caller's `not_run` event (not_run_records).
+-- (stats.lua: the exporter's sched_occurrences_not_run).
 local function note_fires(prefix, job_id, fires, reason, detail)
-  if #fires == 0 then return {} end
+  if #fires == 0 then return end
   local key = prefix .. 'fires:' .. job_id
   local tail = detail and (':' .. reason .. ':' .. detail) or (':' .. reason)
   local args = {}
@@ -337,15 +336,17 @@ local function note_fires(prefix, job_id, fires, reason, detail)
   redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)
   local extra = redis.call('ZCARD', key) - FIRES_CAP
   if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end
-  local written = {}
-  for i = 1, #args, 2 do written[#written + 1] = args[i] end
-  return written
 end
 
--- The records of a `not_run` event (events.py): the ledger entries a script wrote, as one
--- record {job, reason, fires = fire_ms values as text}, which the snapshotter copies to the
--- history store; none when it wrote none (an empty list would encode as a JSON object).
-local function not_run_records(job_id, reason, fires)
+-- The records of a `not_run` event (events.py): the occurrences a script wrote to the fire
+-- ledger (note_fires), given as the same lists (fire_ms values, or slot ids), as one record
+-- {job, reason, fires = fire_ms values as text}, which the snapshotter copies to the history
+-- store; none when there are none (an empty list would encode as a JSON object).
+local function not_run_records(job_id, reason, ...)
+  local fires = {}
+  for _, list in ipairs({...}) do
+    for _, f in ipairs(list) do fires[#fires + 1] = string.match(f, '(%d+)$') end
+  end
   if #fires == 0 then return {} end
   return {{job = job_id, reason = reason, fires = fires}}
 end

@@ -63,11 +63,9 @@ for _, slot_id in ipairs(slots) do
 end
 
 if job[4] == 'cron' then
-  local listed = note_fires(prefix, job_id, gone, 'deleted')
-  for _, fire in ipairs(note_fires(prefix, job_id, unmade, 'deleted')) do
-    listed[#listed + 1] = fire
-  end
-  emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'deleted', listed), nil)
+  note_fires(prefix, job_id, gone, 'deleted')
+  note_fires(prefix, job_id, unmade, 'deleted')
+  emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'deleted', gone, unmade), nil)
 end
 emit(prefix, maxlen, now, 'deleted', {{job = job_id, reason = reason}}, nil)
 emit(prefix, maxlen, now, 'cancelled', cancelled, nil)

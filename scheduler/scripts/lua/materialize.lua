@@ -98,8 +98,9 @@ if missed > 0 then
     redis.call('HINCRBY', job_key, 'missed_unlisted', missed - k)
     redis.call('HINCRBY', prefix .. 'stats', 'not_run:catchup', missed - k)
   end
-  local listed = note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')
-  emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'catchup', listed), nil)
+  note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')
+  emit(prefix, maxlen, now, 'not_run',
+    not_run_records(job_id, 'catchup', {unpack(ARGV, 10 + n, 9 + n + k)}), nil)
   emit(prefix, maxlen, now, 'missed', {{job = job_id, missed = missed}}, nil)
 end
 if #created > 0 or next_ms < 0 then

@@ -95,11 +95,10 @@ for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf
     gone[#gone + 1] = slot_id
   end
 end
-local listed = note_fires(prefix, job_id, gone, 'redefined')
-for _, fire in ipairs(note_fires(prefix, job_id,
-    unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), 'redefined')) do
-  listed[#listed + 1] = fire
-end
+-- for the not_run event, read before the watermark moves (note_fires changes no slot)
+local unmade = unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)})
+note_fires(prefix, job_id, gone, 'redefined')
+note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), 'redefined')
 
 redis.call('DEL', job_key)
 redis.call('HSET', job_key, 'fire_ms', next_ms, 'created_ms', cur[2], 'redefined_ms', now,
@@ -109,5 +108,5 @@ if cur[5] then redis.call('HSET', job_key, 'missed', cur[5]) end
 redis.call('ZADD', prefix .. 'cron', next_ms, job_id)
 emit(prefix, maxlen, now, 'cancelled', withdrawn, nil)
 emit(prefix, maxlen, now, 'redefined', {{job = job_id}}, nil)
-emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'redefined', listed), nil)
+emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'redefined', gone, unmade), nil)
 return {R.OK, scheduled, queued}
