@@ -46,7 +46,7 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     the reason it did not run (None when it ran), its slot, start lag and outcome; and
     the summary of the whole window, not only the page (due, on time, late, not started
     by reason, start-lag p50/p99/max; on time is within the job's `on_time_within`; over
-    at most 100,000 occurrences, else `complete` is False and `through_ms` says where it
+    at most 10,000 occurrences, else `complete` is False and `through_ms` says where it
     stopped). Pass the page's `cursor` back for the next
     page (None: the window is done). `name_or_job_id`: a schedule's name (`schedule()`)
     or a cron job's id. JobNotFound when there is none; ValidationError for a job that
