@@ -250,6 +250,14 @@ def test_the_same_ledger_read_back_from_the_history_store_once_redis_forgot_it(
         from_store = client.fires(job_id, since=at(first), until=at(until))
     assert from_store.fires == in_redis.fires
     assert from_store.summary == in_redis.summary
+    text = subprocess.run(
+        [*SCHED, "--redis-url", redis_url, "--namespace", ns, "schedules", "explain", "every",
+         "--since", "1h", "--json", "--postgres-dsn", pg_dsn], env=app_env,
+        capture_output=True, text=True, check=True).stdout
+    listed = [(f["fire_ms"], f["state"], f["reason"]) for f in json.loads(text)["fires"]
+              if first <= f["fire_ms"] <= until]
+    assert listed == [(f.fire_ms, f.state.value, f.reason and f.reason.value)
+                      for f in in_redis.fires]
     with Client(redis_url, ns, history=f"sqlite://{tmp_path / 'empty.sqlite3'}") as client:
         forgot = client.fires(job_id, since=at(first), until=at(until))
     # Without it, only the current cadence's fire times are known, and none has a record.
