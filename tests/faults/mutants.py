@@ -1497,4 +1497,10 @@ MUTANTS = [
            "not_run_records(job_id, 'redefined', gone)",
            ("tests/lua/test_fire_ledger.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("fire-entries-kept-forever", "history retention leaves the fire ledger's entries: "
+           "the store grows past history_days", "scheduler/history/store/postgres.py",
+           '            cur.execute(Q["drop_fires_before"], {"cutoff_ms": cutoff_ms})', "",
+           ("tests/store/test_store.py::"
+            "test_fire_ledger_entries_are_upserted_read_by_range_and_kept_history_days",),
+           fast=True),
 ]
