@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from scheduler.cli.inspect import echo_json, printable, schedule_text, when
-from scheduler.cli.options import duration_s
+from scheduler.cli.options import duration_s, history_source, store_options
 from scheduler.core.errors import ValidationError
 from scheduler.core.ledger import MAX_FIRES_PAGE, REASON_WORDS, Fire, FiresSummary, FireState
 from scheduler.core.models import MAX_SECONDS
@@ -26,18 +26,21 @@ def schedules() -> None:
 @click.option("--limit", type=click.IntRange(1, MAX_FIRES_PAGE), default=1000,
               show_default=True, help="Most occurrences shown (the oldest of the window).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@store_options
 @click.pass_obj
 def explain(obj: dict[str, str], name_or_job_id: str, since: str, limit: int,
-            as_json: bool) -> None:
+            as_json: bool, postgres_dsn: str | None, history_file: str) -> None:
     """One line per fire time of a schedule (a name given to `schedule()`, or a cron job's
-    id) over the window: whether it ran and how late, or why not; then the summary."""
+    id) over the window: whether it ran and how late, or why not; then the summary. What
+    has left Redis is read from the history store (--postgres-dsn, else the history file)."""
     from scheduler import Client
 
     seconds = duration_s("since", since) or 0.0
     if not 0 < seconds <= MAX_SECONDS:
         raise ValidationError("since", f"{since!r} is not allowed; give a duration from 1ms "
                                        f"to {MAX_SECONDS:,}s, e.g. 30m or 1h")
-    with Client(obj["redis_url"], obj["namespace"]) as client:
+    with Client(obj["redis_url"], obj["namespace"],
+                history=history_source(postgres_dsn, history_file, read_only=True)) as client:
         page = client.fires(name_or_job_id, since=timedelta(seconds=seconds), limit=limit)
         job = client.get_job(page.job_id)
     if as_json:
@@ -87,4 +90,7 @@ def summary_lines(s: FiresSummary) -> list[str]:
     if s.missed_unlisted:
         out.append(f"{s.missed_unlisted} more occurrence(s) dropped by catch-up, counted "
                    f"but not listed")
+    if not s.complete and s.through_ms is not None:
+        out.append(f"(the summary stops at {when(s.through_ms)}: the window holds more "
+                   f"occurrences than one summary reads; --since less)")
     return out

@@ -28,6 +28,10 @@ class EventType(StrEnum):
     MATERIALIZED = "materialized"
     SKIPPED = "skipped"
     MISSED = "missed"
+    # occurrences written to a job's fire ledger (core/ledger.py) by materialize, redefine or
+    # delete_job: one record {job, reason, fires: [fire_ms as text]}; promote's overlap
+    # entries have their skipped slot instead
+    NOT_RUN = "not_run"
     # a slot's way through its attempts
     QUEUED = "queued"  # promoted from `due` into its dispatch stream
     CLAIMED = "claimed"  # a run still going at its worker's first heartbeat (heartbeat.lua)

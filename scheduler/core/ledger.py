@@ -33,10 +33,12 @@ event: an occurrence whose fire time passed and
   hold back), `behind` otherwise (workers read the queue but have not reached it);
 - that has no slot and no entry and lies at or past the job's watermark (the next occurrence
   a node will make): `pending`, `no_scheduler` (no scheduler node has made it yet);
-- that has no slot and no entry below the watermark: `not_run`, `unrecorded` (its slot has
-  left Redis, see the history store, or its entry was trimmed).
+- that has no slot and no entry below the watermark, in Redis or the history store:
+  `not_run`, `unrecorded` (its records left Redis and no store holds them).
 
-A slot cancelled by an operator (`cancel`) reads `cancelled`. A run that started is `ran`
+A slot whose attempt failed and whose next attempt waits for its retry time reads
+`retrying` (it started: its start lag is its first attempt's). A slot cancelled by an
+operator (`cancel`) reads `cancelled`. A run that started is `ran`
 (or `running`) with its outcome (`succeeded`, `dead`, `lost`, `cancelled`), and no reason.
 
 The fire times of a window are the job's cron expression's, enumerated (croniter) from
@@ -44,7 +46,15 @@ max(window start, the current definition's start) to min(window end, now, end_at
 deleted_ms), joined with the slots and the ledger entries in the same range: the old
 cadence of a redefined job shows through its slots and entries, and a `trigger()`ed run
 through its slot. A page enumerates at most `limit` fire times from its cursor, so it costs
-the same whatever the schedule's age.
+the same whatever the schedule's age. Its summary covers the whole window: when the window
+holds more than the page, the window is read again page after page (MAX_FIRES_PAGE each),
+at most SUMMARY_CAP occurrences, and a summary cut there says so (`complete`, `through_ms`).
+
+Redis holds the recent past; the snapshotter copies each slot and each ledger entry (the
+`not_run` events of materialize, redefine and delete_job) to the history store, which keeps
+them `history_days`. A page reads the store too when Redis may have forgotten part of its
+range (its window starts before the oldest record Redis holds of the job, or one of its fire
+times below the watermark has no record in Redis), in one read; Redis's records win.
 
 An occurrence started on time when its start lag (its first attempt's start, else its
 claim, minus its fire time) is at most the job's `on_time_within` (default 2 s).
@@ -67,6 +77,10 @@ from scheduler.core.timing import utc_of_ms
 FIRES_CAP = 10_000  # ledger entries kept per job (the newest)
 CATCHUP_LISTED = 1_000  # catch-up drops listed per materialize pass; the rest only counted
 MAX_FIRES_PAGE = 10_000  # most fire times one page enumerates
+# Most occurrences one summary reads (page after page): a window past it is summarized up to
+# there, and says so, so that a year of a per-second schedule costs a bounded read (about
+# 0.25 s: enumerating the cron expression's fire times is most of it).
+SUMMARY_CAP = 10_000
 
 
 class FireState(StrEnum):
@@ -74,6 +88,7 @@ class FireState(StrEnum):
 
     RAN = "ran"  # it started and ended (see `outcome`)
     RUNNING = "running"
+    RETRYING = "retrying"  # an attempt failed; the next waits for its retry time
     PENDING = "pending"  # its fire time passed and it has not started yet
     NOT_RUN = "not_run"  # it will not run (see `reason`)
 
@@ -128,7 +143,7 @@ class Fire(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FiresSummary(msgspec.Struct, frozen=True, kw_only=True):
-    """The occurrences of one page: how many fell due, how many started within the
+    """The occurrences of a window (all its pages): how many fell due, how many started within the
     objective (`on_time_within_ms`) and after it, how many did not start by reason, and the
     start lag's nearest-rank p50 / p99 / max over those that started. `on_time_share` is
     on_time over the occurrences due less those skipped by overlap (a skip is the
@@ -145,6 +160,8 @@ class FiresSummary(msgspec.Struct, frozen=True, kw_only=True):
     lag_p99_ms: int | None
     lag_max_ms: int | None
     missed_unlisted: int = 0  # catch-up drops of the job only counted, never listed
+    complete: bool = True  # False: the window held more than SUMMARY_CAP occurrences
+    through_ms: int | None = None  # when not complete: the last fire time summarized
 
 
 class FirePage(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,9 +209,11 @@ def from_slot(slot: Slot, entries: dict[int, tuple[Reason, str]], yielded_to: st
     base = Fire(fire_ms=slot.fire_ms, fire_at=utc_of_ms(slot.fire_ms), slot_id=slot.slot_id,
                 state=FireState.NOT_RUN)
     replace = msgspec.structs.replace
-    if slot.status is SlotStatus.RUNNING or (
-            slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED) and lag is not None):
-        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)  # or a retry waits
+    if slot.status is SlotStatus.RUNNING:
+        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)
+    if slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED) and lag is not None:
+        # an attempt started and failed: it started (its lag counts), and waits to retry
+        return replace(base, state=FireState.RETRYING, start_lag_ms=lag)
     if slot.status in (SlotStatus.SCHEDULED, SlotStatus.QUEUED):
         return replace(base, state=FireState.PENDING, reason=pending_reason)
     if slot.status is SlotStatus.SKIPPED:

@@ -15,7 +15,7 @@ import msgspec
 
 from scheduler.core.bounds import SNAPSHOTTER_BOUNDS
 from scheduler.core.errors import ConfigError
-from scheduler.core.events import SLOT_ONLY
+from scheduler.core.events import SLOT_ONLY, EventType
 from scheduler.core.finite import check_bounds, check_finite
 from scheduler.redis.clock import Clock
 
@@ -73,10 +73,13 @@ class _Record(msgspec.Struct):
     task: Any = None
     queue: Any = None
     attempt: Any = None
+    fires: Any = None  # a `not_run` record's fire times, and their reason
+    reason: Any = None
 
 
 # A record is an object, or a slot id alone (a "succeeded" entry's: events.py).
 _records = msgspec.json.Decoder(list[_Record | str])
+NOT_RUN = EventType.NOT_RUN.value
 # Most slots held back at once (defer_s), each a little memory. Past it (a long backlog of
 # submissions no worker takes), slots are written at once.
 DEFER_MAX = 200_000
@@ -106,13 +109,16 @@ def version_of(entry_id: bytes | str) -> int:
 class Work:
     """What one batch touches in one shard."""
 
-    __slots__ = ("ids", "slots", "jobs", "created")
+    __slots__ = ("ids", "slots", "jobs", "created", "fires")
 
     def __init__(self) -> None:
         self.ids: list[bytes] = []
         self.slots: dict[str, tuple[str, _Record]] = {}  # slot -> (event type, record)
         self.jobs: set[str] = set()
         self.created: set[str] = set()  # slots and "job:" ids whose `submitted` event is here
+        # fire ledger entries (job, fire_ms, reason) of `not_run` events: the event holds
+        # them whole, nothing is read from Redis
+        self.fires: list[tuple[str, int, str]] = []
 
 
 class Intake:
@@ -147,6 +153,8 @@ class Intake:
                 if isinstance(record, str):
                     record = _Record(slot=record)
                 job = record.job  # submitted and materialized: cron jobs have no slot
+                if kind == NOT_RUN and isinstance(job, str):
+                    self._fires(w, job, record)
                 slot = record.slot
                 if isinstance(slot, str):
                     if kind not in SLOT_ONLY and not isinstance(job, str):
@@ -170,10 +178,22 @@ class Intake:
                         self.reheld += 1
                     else:
                         self._slot(w, slot, kind, record)
-                if isinstance(job, str) and seen.get("job:" + job, -1) < version:
-                    w.jobs.add(job)
-                    if kind == "submitted":
-                        w.created.add("job:" + job)
+                if isinstance(job, str):
+                    self._job(w, job, kind, version)
+
+    def _job(self, w: Work, job: str, kind: str, version: int) -> None:
+        if self.seen.get("job:" + job, -1) < version:
+            w.jobs.add(job)
+            if kind == "submitted":
+                w.created.add("job:" + job)
+
+    @staticmethod
+    def _fires(w: Work, job: str, record: _Record) -> None:
+        reason = record.reason if isinstance(record.reason, str) else ""
+        for fire in record.fires if isinstance(record.fires, list) else []:
+            text = str(fire)
+            if text.isdigit() and reason:
+                w.fires.append((job, int(text), reason))
 
     def _slot(self, w: Work, slot: str, kind: str, record: _Record) -> None:
         w.slots[slot] = (kind, record)

@@ -20,6 +20,9 @@ The rows of slots and jobs submitted within the batch, and not written before by
 process, go to the store as new (`Batch.new_*`: Postgres COPYs them without the upsert);
 everything else is upserted.
 
+A `not_run` event carries the fire ledger entries its script wrote (scheduler/core/ledger.py):
+they are copied from the event itself, with no read, into the store's `fire_entries`.
+
 A slot whose `submitted` event comes with no later event of it in the batch, and that is due
 within `defer_s` (an immediate job, a delayed one about to run), is held back unread: its
 next event (claimed, succeeded...) brings it into a later batch, where it is still new and
@@ -51,6 +54,7 @@ from scheduler.core.keys import HISTORY_GROUP, Keys
 from scheduler.history.intake import Intake, SnapshotterConfig, Work, version_of
 from scheduler.history.store import (
     Batch,
+    FireRow,
     HistoryStore,
     event_slot_row,
     is_terminal,
@@ -195,7 +199,7 @@ class Snapshotter(Service):
                 plan.append(shard)
         states = await hash_read.read(self.redis, reads)
         batch = Batch(jobs=[], slots=[], attempts=[], new_jobs=[], new_slots=[],
-                      new_attempts=[])
+                      new_attempts=[], fires=[])
         finished: list[tuple[int, str, int]] = []
         seen = self.intake.seen
         for shard, r, state in zip(plan, reads, states, strict=True):
@@ -226,6 +230,9 @@ class Snapshotter(Service):
                 if flat:
                     (batch.new_jobs if fresh else batch.jobs).append(
                         job_row(self.namespace, job_id, text_hash(flat)))
+        for w in work.values():
+            batch.fires.extend(FireRow(self.namespace, job, fire, reason)
+                               for job, fire, reason in w.fires)
         self.intake.forget_oldest()
         return batch, finished
 
@@ -251,7 +258,7 @@ class Snapshotter(Service):
             self.intake.seen.clear()
             await self._drop_inflight()
             return 0
-        if not any(w.ids or w.slots for w in work.values()):
+        if not any(w.ids or w.slots or w.fires for w in work.values()):
             await self.settle()
             if self._own_pending:
                 self._own_pending = False

@@ -8,13 +8,17 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from scheduler.core.cron import CronSpec
-from scheduler.core.errors import JobNotFound, ValidationError
+from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id
 from scheduler.core.ledger import (
     MAX_FIRES_PAGE,
+    SUMMARY_CAP,
     Fire,
     FirePage,
+    FiresSummary,
     FireState,
     Reason,
     from_entry,
@@ -24,7 +28,7 @@ from scheduler.core.ledger import (
 )
 from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot, slot_from_hash, whole_number
 from scheduler.core.timing import ms_of_utc, utc_of_ms
-from scheduler.sdk.requests import Op, Pipe
+from scheduler.sdk.requests import Op, Pipe, StoreCall
 from scheduler.sdk.schedules import _placements
 from scheduler.sdk.state import ClientState, ready
 from scheduler.sdk.status import workers
@@ -40,8 +44,10 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     hour; until: an aware datetime, default and at most now), in fire-time order, at most
     `limit` (1 to 10,000) of them, each with its state (ran, running, pending, not_run),
     the reason it did not run (None when it ran), its slot, start lag and outcome; and
-    their summary (due, on time, late, not started by reason, start-lag p50/p99/max; on
-    time is within the job's `on_time_within`). Pass the page's `cursor` back for the next
+    the summary of the whole window, not only the page (due, on time, late, not started
+    by reason, start-lag p50/p99/max; on time is within the job's `on_time_within`; over
+    at most 10,000 occurrences, else `complete` is False and `through_ms` says where it
+    stopped). Pass the page's `cursor` back for the next
     page (None: the window is done). `name_or_job_id`: a schedule's name (`schedule()`)
     or a cron job's id. JobNotFound when there is none; ValidationError for a job that
     does not recur or a bad argument."""
@@ -50,8 +56,6 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     now = core.clock.now_ms()
     lo = _since_ms(since, now)
     hi = now if until is None else min(now, _instant("until", until))
-    if cursor is not None:
-        lo = max(lo, cursor + 1)
     job_id, raw = yield from _find(core, name_or_job_id)
     job = core.job(job_id, raw, None)
     if not job.cron:
@@ -59,7 +63,36 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
                                                 "one run (see `sched jobs show`)")
     on_time_ms = whole_number(raw.get(b"on_time_ms", b"")) or DEFAULT_ON_TIME_MS
     unlisted = whole_number(raw.get(b"missed_unlisted", b"")) or 0
+    start = lo if cursor is None else max(lo, cursor + 1)
+    out, more = yield from _page(core, job_id, job, start, hi, limit, now, on_time_ms)
+    if start == lo and more is None:
+        summary = summarize(out, on_time_ms, unlisted)
+    else:  # the summary covers the whole window, read page by page up to SUMMARY_CAP
+        summary = yield from _whole_window(core, job_id, job, lo, hi, now, on_time_ms,
+                                           unlisted)
+    return FirePage(job_id=job_id, fires=out, summary=summary, cursor=more)
 
+
+def _whole_window(core: ClientState, job_id: str, job: Any, lo: int, hi: int, now: int,
+                  on_time_ms: int, unlisted: int) -> Op[FiresSummary]:
+    """The summary of [lo, hi], from pages of MAX_FIRES_PAGE read in turn; past SUMMARY_CAP
+    occurrences it stops and says how far it got (`complete`, `through_ms`)."""
+    seen: list[Fire] = []
+    cursor: int | None = lo - 1
+    while cursor is not None and len(seen) < SUMMARY_CAP:
+        part, cursor = yield from _page(core, job_id, job, cursor + 1, hi, MAX_FIRES_PAGE, now,
+                                        on_time_ms)
+        seen.extend(part)
+    summary = summarize(seen, on_time_ms, unlisted)
+    if cursor is None:
+        return summary
+    return msgspec.structs.replace(summary, complete=False, through_ms=seen[-1].fire_ms)
+
+
+def _page(core: ClientState, job_id: str, job: Any, lo: int, hi: int, limit: int, now: int,
+          on_time_ms: int) -> Op[tuple[list[Fire], int | None]]:
+    """The occurrences of [lo, hi], at most `limit`, and the cursor of the next (None: the
+    window is done)."""
     # The current definition's fire times; its earlier ones show through slots and entries.
     ends = [hi, job.end_ms or hi, job.deleted_ms or hi]
     times: list[int] = []
@@ -73,11 +106,16 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
                 withscores=True)
     pipe.zrange(core.fires_key(job_id), lo, top, byscore=True, offset=0, num=limit + 1)
     pipe.zscore(core.cron_key(job_id), job_id)
-    ran, noted, watermark = yield pipe
+    pipe.zrange(core.runs_key(job_id), 0, 0, withscores=True)  # the oldest each holds
+    pipe.zrange(core.fires_key(job_id), 0, 0, withscores=True)
+    ran, noted, watermark, *oldest = yield pipe
     slot_ids = {int(score): member.decode() for member, score in ran}
     entries = {e[0]: (e[1], e[2]) for e in map(parse_entry, noted) if e is not None}
-    page = sorted({*times[:limit], *slot_ids, *entries})
-    more = len(times) > limit or len(ran) > limit or len(noted) > limit or len(page) > limit
+    past = yield from _past(core, job_id, lo, top, limit, times, slot_ids, entries, watermark,
+                            min((int(r[0][1]) for r in oldest if r), default=None))
+    page = sorted({*times[:limit], *slot_ids, *entries, *past.slots, *past.entries})
+    more = (len(times) > limit or len(ran) > limit or len(noted) > limit or len(page) > limit
+            or past.more)
     page = page[:limit]
 
     pipe = Pipe()
@@ -92,16 +130,58 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     for fire in page:
         sid, slot_raw = slots.get(fire, ("", {}))
         if slot_raw:
-            slot = slot_from_hash(sid, slot_raw)
-            yielded = slot_raw.get(b"yielded_to")
-            out.append(from_slot(slot, entries, yielded.decode() if yielded else None,
-                                 held.get(slot.slot_id)))
+            out.append(_from_hash(sid, slot_raw, entries, held.get(sid)))
         elif fire in entries:
             out.append(from_entry(fire, *entries[fire]))
+        elif fire in past.slots:  # left Redis: the history store's copy
+            out.append(_from_hash(f"{job_id}:{fire}", past.slots[fire], past.entries, None))
+        elif fire in past.entries:
+            out.append(from_entry(fire, *past.entries[fire]))
         else:
             out.append(_unmade(fire, watermark, now, on_time_ms))
-    return FirePage(job_id=job_id, fires=out, summary=summarize(out, on_time_ms, unlisted),
-                    cursor=page[-1] if more and page else None)
+    return out, page[-1] if more and page else None
+
+
+def _from_hash(slot_id: str, raw: dict[bytes, bytes], entries: dict[int, tuple[Reason, str]],
+               held: Reason | None) -> Fire:
+    slot = slot_from_hash(slot_id, raw)
+    yielded = raw.get(b"yielded_to")
+    return from_slot(slot, entries, yielded.decode() if yielded else None, held)
+
+
+class _Past(msgspec.Struct):
+    """What the history store holds of a page's range that Redis no longer does."""
+
+    slots: dict[int, dict[bytes, bytes]] = {}
+    entries: dict[int, tuple[Reason, str]] = {}
+    more: bool = False
+
+
+def _past(core: ClientState, job_id: str, lo: int, top: int, limit: int, times: list[int],
+          slot_ids: dict[int, str], entries: dict[int, tuple[Reason, str]], watermark: Any,
+          oldest: int | None) -> Op[_Past]:
+    """The history store's slots and ledger entries of [lo, top], when Redis may have
+    forgotten part of it: the window starts before the oldest record Redis holds of the job
+    (or it holds none), or a fire time of the page below the watermark has no record in Redis
+    (its slot expired, its entry was trimmed). One store read, of at most limit + 1 rows of
+    each; Redis's records win over the store's. Without a store those occurrences read
+    `unrecorded`."""
+    mark = int(watermark) if watermark is not None else None
+    missing = any(t not in slot_ids and t not in entries and (mark is None or t < mark)
+                  for t in times[:limit])
+    if not (oldest is None or lo < oldest or missing):
+        return _Past()
+    try:
+        # the store's Ledger: (slots, entries), each (fire_ms, ...) in fire-time order
+        rows, noted = yield StoreCall("ledger", (core.namespace, job_id, lo, top + 1,
+                                                 limit + 1))
+    except StoreUnavailable:
+        return _Past()
+    return _Past(
+        slots={f: {k.encode(): v.encode() for k, v in state.items()} for f, state in rows
+               if f not in slot_ids},
+        entries={f: (Reason(r), "") for f, r in noted if r in set(Reason) and f not in entries},
+        more=len(rows) > limit or len(noted) > limit)
 
 
 def _check_page(limit: int, cursor: int | None) -> None:

@@ -20,7 +20,7 @@ import msgspec
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id, split_slot_id
-from scheduler.core.ledger import REASON_WORDS
+from scheduler.core.ledger import REASON_WORDS, Fire, FireState, Reason
 from scheduler.core.models import Job, Slot
 from scheduler.core.states import JobKind, SlotStatus
 from scheduler.core.timing import ms_of_utc, utc_of_ms
@@ -418,17 +418,44 @@ async def job(client: Any, job_id: str) -> Page:
     if j.cron:
         tables.insert(0, ("Next fire times (no slot yet)", ["fire time"],
                           [[when(f)] for f in fires]))
-        field, timeline = await _timeline(client, j)
+        field, timeline, marks = await _timeline(client, j)
         fields.append(field)
         tables.insert(0, timeline)
+    else:
+        marks = []
     return "detail.html", {"title": f"Job {job_id}", "fields": fields, "actions": actions,
-                           "tables": tables}
+                           "tables": tables, "marks": marks, "mark_legend": MARK_LEGEND}
+
+
+# A timeline mark's class (console.css colours it) and its legend, in the order shown.
+MARK_LEGEND = [("ran", "ran on time"), ("late", "ran late"), ("failed", "ran, did not succeed"),
+               ("running", "running"), ("retrying", "waiting to retry"),
+               ("pending", "pending"), ("skipped", "skipped (overlap)"),
+               ("not_run", "not run")]
+
+
+def _mark(f: Fire, on_time_ms: int) -> dict[str, Any]:
+    """One occurrence as a timeline mark: its class, its title (shown on hover: the fire
+    time, state, start lag and outcome or reason in words), and its slot's page."""
+    if f.state is FireState.RAN:
+        kind = ("failed" if f.outcome != "succeeded" else
+                "late" if (f.start_lag_ms or 0) > on_time_ms else "ran")
+    elif f.reason is Reason.OVERLAP:
+        kind = "skipped"
+    else:
+        kind = f.state.value
+    lag = "" if f.start_lag_ms is None else f", start lag {f.start_lag_ms / 1000:.3f}s"
+    why = REASON_WORDS.get(f.reason, str(f.reason)) if f.reason else (f.outcome or "")
+    title = f"{when(f.fire_ms)}: {f.state.value}{lag}" + (f", {why}" if why else "")
+    return {"kind": kind, "title": title,
+            "href": f"/slots/{f.slot_id}" if f.slot_id else None}
 
 
 async def _timeline(client: Any, j: Job) -> tuple[tuple[str, str], tuple[str, list[str],
-                                                                       list[list[Any]]]]:
+                                                                       list[list[Any]]],
+                                                  list[dict[str, Any]]]:
     """The job's latest TIMELINE occurrences (Client.fires), newest first: whether each ran
-    and how late, or why not; and their on-time line."""
+    and how late, or why not; their on-time line; and their marks, oldest first."""
     now = await client.now_ms()
     back = [t for _, t in zip(range(TIMELINE), CronSpec(j.cron or "", j.tz or "UTC").before(
         now + 1), strict=False)]
@@ -450,7 +477,8 @@ async def _timeline(client: Any, j: Job) -> tuple[tuple[str, str], tuple[str, li
             for f in reversed(page.fires)]
     return (("on time", line),
             (f"Did it fire? (the last {len(rows)} occurrences)",
-             ["fire time", "state", "start lag", "outcome or why not"], rows))
+             ["fire time", "state", "start lag", "outcome or why not"], rows),
+            [_mark(f, s.on_time_within_ms) for f in page.fires])
 
 
 async def slot(client: Any, slot_id: str) -> Page:

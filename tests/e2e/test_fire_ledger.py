@@ -19,14 +19,16 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import redis
 
 from conftest import SCHED
 from helpers import running, sched_process
-from scheduler import Client, FireState, Reason
+from scheduler import Client, FireState, Reason, RetryPolicy
 from scheduler.core.ledger import start_lag_ms
+from scheduler.history.store import open_store
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 
@@ -182,3 +184,136 @@ def test_a_queue_held_by_its_limit(r: redis.Redis, redis_url: str, ns: str,
     assert len(old) >= 3 and len([f for f in page.fires if f.state is FireState.RAN]) <= 1 and all(
         f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
         (f.state, f.reason) for f in page.fires]
+
+
+def test_the_same_ledger_read_back_from_the_history_store_once_redis_forgot_it(
+        r: redis.Redis, redis_url: str, ns: str, app_env: dict[str, str], pg_dsn: str,
+        tmp_path: Path) -> None:
+    """A real `sched snapshotter` into Postgres beside the node and the worker: occurrences
+    that ran, that the catch-up policy dropped while no node ran, and that a redefinition
+    withdrew. Once every record of the window has left Redis (the slots, the ledger key),
+    `fires` reads the same timeline back from the history store; without the store, none
+    of those records is known."""
+    grace = ("--misfire-grace", "1", "--lookahead", "1")
+    effects = f"{ns}:test:effects"
+    subprocess.run([*SCHED, "db", "upgrade", "--postgres-dsn", pg_dsn], env=app_env,
+                   check=True, capture_output=True)
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        snap = sched_process(redis_url, ns, app_env, "snapshotter", "--postgres-dsn", pg_dsn,
+                             "--keep-redis", "--defer", "0", "--settle", "0.1",
+                             "--log-level", "warning")
+        with running(worker(redis_url, ns, app_env), snap):
+            client.schedule("every", "test.effect", {"effects": effects},
+                            cron="* * * * * *", catchup="latest")
+            with running(node(redis_url, ns, app_env, *grace)):
+                wait_for(lambda: sum(s.status.value == "succeeded"
+                                     for s in client.slots("every")) >= 3, 15, "first runs")
+            time.sleep(6)  # every node down: catch-up drops what it missed
+            # the default lookahead: occurrences made ahead, for the redefinition to withdraw
+            with running(node(redis_url, ns, app_env, "--misfire-grace", "1")):
+                back = redis_ms(r)
+                wait_for(lambda: any(s.fire_ms > back + 1000 and s.status.value == "succeeded"
+                                     for s in client.slots("every")), 15, "runs after restart")
+                wait_for(lambda: sum(s.fire_ms > redis_ms(r) + 500 and s.fire_ms // 1000 % 7
+                                     for s in client.slots("every")) >= 1, 10, "made ahead")
+                client.schedule("every", "test.effect", {"effects": effects},
+                                cron="*/7 * * * * *", catchup="latest")
+                wait_for(lambda: redis_ms(r) > back + 5000, 10, "a few seconds more")
+                until = redis_ms(r) - 500
+                time.sleep(2)  # every run of the window ended
+            job_id = client.fires("every").job_id
+            first = min(s.fire_ms for s in client.slots(job_id))
+            in_redis = client.fires(job_id, since=at(first), until=at(until))
+            reasons = {f.reason for f in in_redis.fires}
+            assert {Reason.CATCHUP, Reason.REDEFINED, None} <= reasons, reasons
+            assert Reason.UNRECORDED not in reasons
+            ran = {f.fire_ms for f in in_redis.fires if f.state is FireState.RAN}
+            noted = {f.fire_ms for f in in_redis.fires if f.reason is not None}
+            store = open_store(pg_dsn)
+
+            def copied() -> bool:
+                past = store.ledger(ns, job_id, first, until + 1, 10_000)
+                done = {f for f, s in past.slots if s.get("status") == "succeeded"}
+                return ran <= done and noted <= {f for f, _ in past.entries} | set(
+                    dict(past.slots))
+            try:
+                wait_for(copied, 20, "the snapshotter's copy")
+            finally:
+                store.close()
+        # Redis forgets the window: its slots, their index, the ledger key.
+        gone = [k for k in r.scan_iter(match=f"{ns}:*", count=1000)
+                if k.decode().endswith((f"fires:{job_id}", f"runs:{job_id}"))
+                or f"slot:{job_id}:" in k.decode()]
+        assert gone and r.delete(*gone) == len(gone)
+    with Client(redis_url, ns, history=pg_dsn) as client:
+        from_store = client.fires(job_id, since=at(first), until=at(until))
+    assert from_store.fires == in_redis.fires
+    assert from_store.summary == in_redis.summary
+    text = subprocess.run(
+        [*SCHED, "--redis-url", redis_url, "--namespace", ns, "schedules", "explain", "every",
+         "--since", "1h", "--json", "--postgres-dsn", pg_dsn], env=app_env,
+        capture_output=True, text=True, check=True).stdout
+    listed = [(f["fire_ms"], f["state"], f["reason"]) for f in json.loads(text)["fires"]
+              if first <= f["fire_ms"] <= until]
+    assert listed == [(f.fire_ms, f.state.value, f.reason and f.reason.value)
+                      for f in in_redis.fires]
+    with Client(redis_url, ns, history=f"sqlite://{tmp_path / 'empty.sqlite3'}") as client:
+        forgot = client.fires(job_id, since=at(first), until=at(until))
+    # Without it, only the current cadence's fire times are known, and none has a record.
+    assert len(forgot.fires) < len(in_redis.fires)
+    assert all(f.reason is Reason.UNRECORDED for f in forgot.fires), forgot.fires
+
+
+def test_a_queue_held_by_its_concurrency_limit(r: redis.Redis, redis_url: str, ns: str,
+                                               app_env: dict[str, str]) -> None:
+    """A concurrency limit of 1 taken by a long run: the schedule's occurrences on that
+    queue wait past their objective, `paused_by_limit` (not `behind`)."""
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        client.set_queue_limit("narrow", concurrency=1)
+        narrow = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
+                               "--queues", "narrow", "--log-level", "warning")
+        with running(node(redis_url, ns, app_env), narrow):
+            hog = client.submit("test.sleep_then_effect", {"seconds": 30, "effects": effects},
+                                queue="narrow")
+            wait_for(lambda: client.slots(hog)[0].status.value == "running", 15, "the hog")
+            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                                   queue="narrow")
+            first = client.get_job(job_id).fire_ms
+            wait_for(lambda: redis_ms(r) > first + 7000, 15, "a few occurrences")
+            read_at = redis_ms(r)
+            page = client.fires(job_id, since=at(first))
+    old = [f for f in page.fires if read_at - f.fire_ms > 3000]
+    assert len(old) >= 3 and all(
+        f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
+        (f.state, f.reason) for f in page.fires]
+
+
+def test_a_run_waiting_to_retry_reads_retrying(r: redis.Redis, redis_url: str, ns: str,
+                                               app_env: dict[str, str]) -> None:
+    """Each occurrence's first attempt fails and its retry waits a minute: it started (its
+    lag is the first attempt's), and reads `retrying`, not `running`."""
+    effects = f"{ns}:test:effects"
+    with Client(redis_url, ns) as client:
+        client.create_namespace()
+        with running(node(redis_url, ns, app_env), worker(redis_url, ns, app_env)):
+            job_id = client.submit("chaos.flaky", {"fail_first": 99, "effects": effects},
+                                   cron="* * * * * *",
+                                   retry=RetryPolicy(max_attempts=2, base_s=60, jitter=0))
+            first = client.get_job(job_id).fire_ms
+            window = range(first, first + 3001, 1000)
+
+            def failed_once() -> bool:
+                waiting = {s.fire_ms for s in client.slots(job_id)
+                           if s.status.value == "scheduled" and s.attempts}
+                return waiting >= set(window)
+            wait_for(failed_once, 40, "four failed first attempts")
+            page = client.fires(job_id, since=at(first), until=at(first + 3000))
+            slots = {s.fire_ms: s for s in client.slots(job_id)}
+    assert [f.state for f in page.fires] == [FireState.RETRYING] * 4, page.fires
+    for f in page.fires:
+        assert f.reason is None and f.start_lag_ms == start_lag_ms(slots[f.fire_ms])
+        assert slots[f.fire_ms].status.value == "scheduled"
+    assert page.summary.started == 4 and page.summary.not_started == {}

@@ -1538,4 +1538,54 @@ MUTANTS = [
            "scheduler/scripts/lua/complete.lua", "end_leases(prefix, ends)\n", "",
            ("tests/lua/test_take.py::test_the_per_key_limit_holds_and_passes_over_a_full_key",),
            fast=True),
+    Mutant("catchup-not-in-history", "materialize.lua lists catch-up drops in Redis but "
+           "sends no `not_run` event: once the ledger key is trimmed or lost, the history "
+           "store cannot say why those occurrences did not run",
+           "scheduler/scripts/lua/materialize.lua",
+           "  emit(prefix, maxlen, now, 'not_run',\n", "  emit(prefix, maxlen, now, 'none',\n",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("not-run-events-not-copied", "the snapshotter acks `not_run` events without "
+           "copying their entries: the store's fire_entries stays empty",
+           "scheduler/history/intake.py",
+           "                if kind == NOT_RUN and isinstance(job, str):",
+           "                if False:",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("fires-ignores-history", "`fires` reads Redis alone: occurrences whose records "
+           "left Redis read `unrecorded` (or vanish) though the history store holds them",
+           "scheduler/sdk/fires.py",
+           "    if not (oldest is None or lo < oldest or missing):",
+           "    if True:",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("retry-reads-running", "an occurrence whose attempt failed and waits a minute for "
+           "its retry reads `running`: nothing is running, and the failure is hidden",
+           "scheduler/core/ledger.py",
+           "        return replace(base, state=FireState.RETRYING, start_lag_ms=lag)",
+           "        return replace(base, state=FireState.RUNNING, start_lag_ms=lag)",
+           ("tests/e2e/test_fire_ledger.py::test_a_run_waiting_to_retry_reads_retrying",)),
+    Mutant("summary-of-one-page", "`fires` summarizes only the page it returns: a week's "
+           "explain reads as on time from its first thousand occurrences",
+           "scheduler/sdk/fires.py", "    if start == lo and more is None:", "    if True:",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_summary_covers_the_whole_window_not_the_page",), fast=True),
+    Mutant("timeline-marks-mute", "the console's timeline marks say nothing on hover: a "
+           "user sees a red mark and not why", "scheduler/web/pages.py",
+           '    return {"kind": kind, "title": title,', '    return {"kind": kind, "title": "",',
+           ("tests/e2e/test_console_pages.py::"
+            "test_a_cron_jobs_page_says_whether_each_occurrence_fired",)),
+    Mutant("redefined-not-in-history", "redefine.lua sends the occurrences it withdrew "
+           "without those no node made: once Redis forgets them, the history store cannot "
+           "say why the old cadence stopped", "scheduler/scripts/lua/redefine.lua",
+           "not_run_records(job_id, 'redefined', gone, unmade)",
+           "not_run_records(job_id, 'redefined', gone)",
+           ("tests/lua/test_fire_ledger.py::"
+            "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
+    Mutant("fire-entries-kept-forever", "history retention leaves the fire ledger's entries: "
+           "the store grows past history_days", "scheduler/history/store/postgres.py",
+           '            cur.execute(Q["drop_fires_before"], {"cutoff_ms": cutoff_ms})', "",
+           ("tests/store/test_store.py::"
+            "test_fire_ledger_entries_are_upserted_read_by_range_and_kept_history_days",),
+           fast=True),
 ]

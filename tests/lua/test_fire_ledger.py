@@ -206,3 +206,79 @@ def test_the_exporter_counts_occurrences_not_run_by_reason(r: redis.Redis, redis
         assert missed > CATCHUP_LISTED and overlap >= 1
         assert got["catchup"] == missed + client.get_job(skips).missed
         assert got["overlap"] == overlap and got["redefined"] == got["deleted"] == 0
+
+
+def test_the_history_store_keeps_the_ledger_and_fires_reads_it_back(
+        r: redis.Redis, redis_url: str, ns: str, store_dsn: str) -> None:
+    """Catch-up drops, a redefinition's withdrawn occurrences (made, and never made while no
+    node ran) and a delete's: the snapshotter
+    copies each entry (the `not_run` events) to the store; once Redis has forgotten them
+    (the ledger key, the cancelled slots), `fires` reads the same timeline from the store."""
+    from helpers import drain
+    from scheduler.history.snapshotter import SnapshotterConfig
+    from scheduler.history.store import open_store
+
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        dropped = client.submit("t", cron="* * * * * *", catchup="latest")
+        gone = client.submit("t", cron="* * * * * *")
+        client.schedule("s", "t", cron="* * * * * *")
+        client.schedule("u", "t", cron="* * * * * *")
+        node_pass(redis_url, ns, clock)  # T0 .. T0+3 s made ahead
+        clock.advance(0.5)
+        client.schedule("s", "t", cron="*/2 * * * * *")  # T0+1, +3 withdrawn
+        client.delete_job(gone)
+        clock.advance(100)  # every node down: the catch-up policy drops T0+4 .. T0+93
+        client.schedule("u", "t", cron="*/30 * * * * *")  # T0+4 .. T0+100 never made
+        node_pass(redis_url, ns, clock)
+        jobs = [dropped, gone, "s", "u"]
+        before = {j: client.fires(j, since=timedelta(seconds=200)) for j in jobs}
+        in_redis = {j: ledger(r, ns, j) for j in jobs}
+    assert {e[1] for j in jobs for e in in_redis[j]} == {
+        Reason.CATCHUP, Reason.REDEFINED, Reason.DELETED}
+    asyncio.run(drain(redis_url, ns, store_dsn, config=SnapshotterConfig(defer_s=0)))
+    store = open_store(store_dsn)
+    try:
+        for j in jobs:
+            copied = store.ledger(ns, j, 0, 2**62, 10_000).entries
+            assert copied == [(f, str(reason)) for f, reason, _ in in_redis[j]], j
+    finally:
+        store.close()
+    # Redis forgets: the ledger keys, and the slots that will never run.
+    keys = Keys(ns)
+    for j in jobs:
+        shard = shard_of(j, SHARDS)
+        r.delete(keys.fires(shard, j))
+        for f in before[j].fires:
+            if f.slot_id and f.state is FireState.NOT_RUN:
+                r.delete(keys.slot(shard, f.slot_id))
+                r.zrem(keys.runs(shard, j), f.slot_id)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock, history=store_dsn) as client:
+        after = {j: client.fires(j, since=timedelta(seconds=200)) for j in jobs}
+    for j in jobs:
+        assert after[j].summary == before[j].summary, j
+        assert after[j].fires == before[j].fires, j
+
+
+def test_the_summary_covers_the_whole_window_not_the_page(r: redis.Redis, redis_url: str,
+                                                          ns: str) -> None:
+    """A 10-occurrence page of a 101-occurrence window: the page's summary is the window's,
+    the same on every page of it, and the pages together are the window's occurrences."""
+    clock = ManualClock(T0)
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        job_id = client.submit("t", cron="* * * * * *", catchup="latest")
+        node_pass(redis_url, ns, clock)
+        clock.advance(100)
+        node_pass(redis_url, ns, clock)
+        since = utc_of_ms(T0 - 500)
+        whole = client.fires(job_id, since=since, limit=1000)
+        assert whole.cursor is None and whole.summary.due == len(whole.fires) == 101
+        pages, cursor = [], None
+        while True:
+            page = client.fires(job_id, since=since, limit=10, cursor=cursor)
+            assert page.summary == whole.summary and len(page.fires) <= 10
+            pages.extend(page.fires)
+            if page.cursor is None:
+                break
+            cursor = page.cursor
+    assert pages == whole.fires and whole.summary.complete

@@ -52,7 +52,7 @@ def test_the_snapshotter_and_the_store_know_every_event_type() -> None:
     costly); one that ends a slot must be in FINAL_STATUS for a slot whose hash is gone."""
     job_events = {EventType.SUBMITTED, EventType.MATERIALIZED, EventType.MISSED,
                   EventType.OWNER, EventType.DELETED, EventType.TRIGGERED,
-                  EventType.REDEFINED}
+                  EventType.REDEFINED, EventType.NOT_RUN}
     assert set(EventType) == SLOT_ONLY | job_events and not SLOT_ONLY & job_events
     assert {EventType.SUCCEEDED, EventType.DEAD, EventType.CANCELLED,
             EventType.LOST} <= set(FINAL_STATUS)

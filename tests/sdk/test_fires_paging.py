@@ -1,6 +1,7 @@
 """`Client.fires` pages: a schedule with 100,000 past occurrences answers each page in well
 under a second (the fire times are enumerated from the page's start, never from the
-schedule's first occurrence), and paging with the cursor visits each occurrence once."""
+schedule's first occurrence; its summary reads at most SUMMARY_CAP of the window), and
+paging with the cursor visits each occurrence once."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def test_a_page_of_a_long_past_costs_the_same(r: redis.Redis, redis_url: str, ns
         took.append(time.perf_counter() - t)
         assert [f.fire_ms for f in first.fires] == [T0 + i * 1000 for i in range(1000)]
         assert first.cursor == T0 + 999_000
+        # the summary reads past the page, up to its cap, and says where it stopped
+        assert not first.summary.complete and first.summary.through_ms == T0 + 9_999_000
         tail_from = T0 + (PAST - 2500) * 1000
         t = time.perf_counter()
         tail = client.fires(job_id, since=since, limit=1000, cursor=tail_from)

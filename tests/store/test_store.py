@@ -196,6 +196,29 @@ def test_retention_forgets_whole_days_before_the_cutoff(store: Any) -> None:
                              limit=10)) == 1
 
 
+def test_fire_ledger_entries_are_upserted_read_by_range_and_kept_history_days(
+        store: Any) -> None:
+    """A `not_run` event's entries: written twice (a replayed batch) they are one row each;
+    a job's range reads back in fire-time order with its slots; retention forgets those
+    before the cutoff."""
+    from scheduler.history.store import FireRow
+
+    entries = [FireRow(NS, "cron1", DAY0 + i * 1000, "catchup") for i in range(3)]
+    late = FireRow(NS, "cron1", DAY0 + 3 * DAY_MS, "redefined")
+    store.write(Batch(fires=[*entries, late]))
+    store.write(Batch(fires=entries))  # replayed
+    write(store, [], [slot("cron1", DAY0 + 5000, "succeeded", 1, attempt=1,
+                           finished_ms=DAY0 + 5010)])
+    got = store.ledger(NS, "cron1", DAY0, DAY0 + 10_000, 100)
+    assert got.entries == [(DAY0 + i * 1000, "catchup") for i in range(3)]
+    assert [(f, s["status"]) for f, s in got.slots] == [(DAY0 + 5000, "succeeded")]
+    assert store.ledger(NS, "cron1", DAY0, DAY0 + 10_000, 2).entries == [
+        (DAY0, "catchup"), (DAY0 + 1000, "catchup")]
+    assert store.ledger(NS, "other", 0, 2**62, 100) == ([], [])
+    store.drop_before(DAY0 + 2 * DAY_MS)
+    assert store.ledger(NS, "cron1", 0, 2**62, 100).entries == [(late.fire_ms, "redefined")]
+
+
 def test_postgres_unreachable_is_one_clear_error() -> None:
     from scheduler.core.errors import StoreUnavailable
     from scheduler.history.store import open_store
@@ -265,8 +288,8 @@ def test_upgrading_a_version_1_store_keeps_its_attempt_rows(store_dsn: str) -> N
 
         day = DAY0 // DAY_MS
         with psycopg.connect(store_dsn, autocommit=True) as c:  # the fixture migrated it
-            c.execute("DROP TABLE jobs, slots, attempt_log, namespaces, schema_migrations "
-                      "CASCADE")
+            c.execute("DROP TABLE jobs, slots, attempt_log, namespaces, schema_migrations, "
+                      "fire_entries CASCADE")
             c.execute(v1.encode())
             parts = (f"CREATE TABLE {_day_name('slots', day)} PARTITION OF slots FOR VALUES "
                      f"FROM ({DAY0}) TO ({DAY0 + DAY_MS});"

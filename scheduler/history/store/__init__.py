@@ -14,7 +14,9 @@ from scheduler.history.store.rows import (
     SCHEMA_VERSION,
     AttemptRow,
     Batch,
+    FireRow,
     JobRow,
+    Ledger,
     RecoveryJob,
     SlotRow,
     event_slot_row,
@@ -24,6 +26,6 @@ from scheduler.history.store.rows import (
     text_hash,
 )
 
-__all__ = ["DAY_MS", "DEFAULT_SQLITE_PATH", "SCHEMA_VERSION", "AttemptRow", "Batch",
-           "HistoryStore", "JobRow", "RecoveryJob", "SlotRow", "event_slot_row", "is_postgres",
+__all__ = ["DAY_MS", "DEFAULT_SQLITE_PATH", "SCHEMA_VERSION", "AttemptRow", "Batch", "FireRow",
+           "HistoryStore", "JobRow", "Ledger", "RecoveryJob", "SlotRow", "event_slot_row", "is_postgres",
            "is_terminal", "job_row", "open_store", "slot_rows", "text_hash"]

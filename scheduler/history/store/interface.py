@@ -10,7 +10,7 @@ from scheduler.core.errors import MissingExtra, StoreUnavailable
 from scheduler.core.masking import masked
 from scheduler.core.models import Slot
 from scheduler.core.namespace import Meta
-from scheduler.history.store.rows import Batch, RecoveryJob
+from scheduler.history.store.rows import Batch, Ledger, RecoveryJob
 
 DEFAULT_SQLITE_PATH = Path.home() / ".local" / "share" / "sched" / "history.sqlite3"
 
@@ -39,6 +39,11 @@ class HistoryStore(Protocol):
     def history(self, namespace: str, *, job_id: str | None, status: str | None,
                 since_ms: int, until_ms: int, limit: int) -> list[Slot]: ...
 
+    def ledger(self, namespace: str, job_id: str, since_ms: int, until_ms: int,
+               limit: int) -> Ledger:
+        """One job's slots and fire ledger entries whose fire time is in [since_ms,
+        until_ms), at most `limit` of each, the earliest."""
+
     def recovery_jobs(self, namespace: str) -> list[RecoveryJob]: ...
 
     def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
@@ -52,7 +57,8 @@ class HistoryStore(Protocol):
         """(job_id, job hash) of every job the store holds."""
 
     def drop_before(self, cutoff_ms: int) -> None:
-        """Forget slots (and their attempts) that fired before cutoff_ms."""
+        """Forget slots (and their attempts) and fire ledger entries that fired before
+        cutoff_ms."""
 
     def close(self) -> None: ...
 

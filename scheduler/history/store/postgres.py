@@ -29,6 +29,7 @@ from scheduler.history.store.rows import (
     DAY_MS,
     SCHEMA_VERSION,
     Batch,
+    Ledger,
     RecoveryJob,
     days_of,
     decode_state,
@@ -177,6 +178,8 @@ class PostgresStore:
                     for row in rows:
                         out.write_row(row)
                 cur.execute(Q[upsert])
+            if batch.fires:
+                cur.executemany(Q["upsert_fires"], sorted(batch.fires))
 
     def put_namespace(self, namespace: str, shards: int, now_ms: int,
                       max_payload_bytes: int | None = None) -> None:
@@ -203,6 +206,15 @@ class PostgresStore:
                                       "until_ms": until_ms, "limit": limit})
         return [slot_from_state(j, f, s) for j, f, s in rows]
 
+    def ledger(self, namespace: str, job_id: str, since_ms: int, until_ms: int,
+               limit: int) -> Ledger:
+        params = {"namespace": namespace, "job_id": job_id, "since_ms": since_ms,
+                  "until_ms": until_ms, "limit": limit}
+        with self.conn.transaction():  # one snapshot for both
+            slots = self.conn.execute(Q["ledger_slots"], params).fetchall()
+            entries = self.conn.execute(Q["fire_entries"], params).fetchall()
+        return Ledger([(f, decode_state(s)) for f, s in slots], [(f, r) for f, r in entries])
+
     def recovery_jobs(self, namespace: str) -> list[RecoveryJob]:
         rows = self._rows("recovery_jobs", {"namespace": namespace})
         return [RecoveryJob(j, decode_state(d), k, c, last) for j, d, k, c, last in rows]
@@ -222,7 +234,8 @@ class PostgresStore:
     # --- retention ---------------------------------------------------------------------
 
     def drop_before(self, cutoff_ms: int) -> None:
-        """Drop each day partition that ends at or before the cutoff (no DELETE)."""
+        """Drop each day partition that ends at or before the cutoff (no DELETE; the few
+        fire ledger entries are deleted)."""
         cutoff_day = datetime.fromtimestamp(cutoff_ms / 1000, UTC).strftime("%Y%m%d")
         with self.conn.transaction(), self.conn.cursor() as cur:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
@@ -232,6 +245,7 @@ class PostgresStore:
                 if m and m.group(2) < cutoff_day:
                     cur.execute(sql.SQL(Q["drop_partition"]).format(part=sql.Identifier(name)))
             cur.execute(Q["drop_orphan_jobs"], {"cutoff_ms": cutoff_ms})
+            cur.execute(Q["drop_fires_before"], {"cutoff_ms": cutoff_ms})
         self._days.clear()
 
     def close(self) -> None:

@@ -21,7 +21,7 @@ from scheduler.core.models import Slot, slot_from_hash, whole_number
 from scheduler.core.states import TERMINAL, JobKind
 
 DAY_MS = 86_400_000
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _json = msgspec.json.Encoder()
 _TERMINAL = frozenset(s.value for s in TERMINAL)
@@ -69,6 +69,24 @@ class AttemptRow(NamedTuple):
     version: int
 
 
+class FireRow(NamedTuple):
+    """A fire ledger entry: an occurrence of a recurring job that will not run, and why
+    (a `not_run` event's; scheduler/core/ledger.py)."""
+
+    namespace: str
+    job_id: str
+    fire_ms: int
+    reason: str
+
+
+class Ledger(NamedTuple):
+    """What the store holds of one job's timeline over a range of fire times: its slots
+    (fire_ms, slot hash) and its ledger entries (fire_ms, reason), each in fire-time order."""
+
+    slots: list[tuple[int, dict[str, str]]]
+    entries: list[tuple[int, str]]
+
+
 class Batch(msgspec.Struct):
     """Rows to upsert, and rows the writer believes are new (`new_*`: the snapshotter puts
     there the slots and jobs submitted within the batch that it has not written before). A
@@ -81,17 +99,18 @@ class Batch(msgspec.Struct):
     new_jobs: list[JobRow] = []
     new_slots: list[SlotRow] = []
     new_attempts: list[AttemptRow] = []
+    fires: list[FireRow] = []  # always upserted: few, and an entry may be written twice
 
     def __len__(self) -> int:
         return (len(self.jobs) + len(self.slots) + len(self.attempts) + len(self.new_jobs)
-                + len(self.new_slots) + len(self.new_attempts))
+                + len(self.new_slots) + len(self.new_attempts) + len(self.fires))
 
     def merged(self) -> Batch:
         """Every row as an upsert."""
         if not (self.new_jobs or self.new_slots or self.new_attempts):
             return self
         return Batch(jobs=self.jobs + self.new_jobs, slots=self.slots + self.new_slots,
-                     attempts=self.attempts + self.new_attempts)
+                     attempts=self.attempts + self.new_attempts, fires=self.fires)
 
 
 class RecoveryJob(NamedTuple):

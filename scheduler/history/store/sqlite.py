@@ -12,7 +12,13 @@ import scheduler.history.sqlfiles as sqlfiles
 from scheduler.core.errors import StoreUnavailable
 from scheduler.core.models import Slot
 from scheduler.core.namespace import Meta
-from scheduler.history.store.rows import Batch, RecoveryJob, decode_state, slot_from_state
+from scheduler.history.store.rows import (
+    Batch,
+    Ledger,
+    RecoveryJob,
+    decode_state,
+    slot_from_state,
+)
 
 Q = sqlfiles.queries("sqlite")
 M = sqlfiles.queries("sqlite", "migrations.sql")
@@ -95,6 +101,7 @@ class SqliteStore:
             conn.executemany(Q["upsert_jobs"], batch.jobs)
             conn.executemany(Q["upsert_slots"], batch.slots)
             conn.executemany(Q["upsert_attempts"], batch.attempts)
+            conn.executemany(Q["upsert_fires"], batch.fires)
 
         self._run(put)
 
@@ -115,6 +122,14 @@ class SqliteStore:
             "until_ms": until_ms, "limit": limit}).fetchall()
         return [slot_from_state(j, f, s) for j, f, s in rows]
 
+    def ledger(self, namespace: str, job_id: str, since_ms: int, until_ms: int,
+               limit: int) -> Ledger:
+        params = {"namespace": namespace, "job_id": job_id, "since_ms": since_ms,
+                  "until_ms": until_ms, "limit": limit}
+        slots = self.conn.execute(Q["ledger_slots"], params).fetchall()
+        entries = self.conn.execute(Q["fire_entries"], params).fetchall()
+        return Ledger([(f, decode_state(s)) for f, s in slots], [(f, r) for f, r in entries])
+
     def recovery_jobs(self, namespace: str) -> list[RecoveryJob]:
         rows = self.conn.execute(Q["recovery_jobs"], {"namespace": namespace}).fetchall()
         return [RecoveryJob(j, decode_state(d), k, c, last) for j, d, k, c, last in rows]
@@ -133,7 +148,8 @@ class SqliteStore:
 
     def drop_before(self, cutoff_ms: int) -> None:
         def drop(conn: sqlite3.Connection) -> None:
-            for name in ("drop_attempts_before", "drop_slots_before", "drop_orphan_jobs"):
+            for name in ("drop_attempts_before", "drop_slots_before", "drop_orphan_jobs",
+                         "drop_fires_before"):
                 conn.execute(Q[name], {"cutoff_ms": cutoff_ms})
 
         self._run(drop)

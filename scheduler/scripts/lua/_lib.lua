@@ -369,3 +369,16 @@ local function note_fires(prefix, job_id, fires, reason, detail)
   local extra = redis.call('ZCARD', key) - FIRES_CAP
   if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end
 end
+
+-- The records of a `not_run` event (events.py): the occurrences a script wrote to the fire
+-- ledger (note_fires), given as the same lists (fire_ms values, or slot ids), as one record
+-- {job, reason, fires = fire_ms values as text}, which the snapshotter copies to the history
+-- store; none when there are none (an empty list would encode as a JSON object).
+local function not_run_records(job_id, reason, ...)
+  local fires = {}
+  for _, list in ipairs({...}) do
+    for _, f in ipairs(list) do fires[#fires + 1] = string.match(f, '(%d+)$') end
+  end
+  if #fires == 0 then return {} end
+  return {{job = job_id, reason = reason, fires = fires}}
+end

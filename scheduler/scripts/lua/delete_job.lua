@@ -17,7 +17,7 @@
   The job hash stays (history and `jobs show` still find it) with `deleted_ms` and `deleted`
   (the reason) set; its slots stay indexed in `runs:<job_id>`. A recurring job's cancelled
   occurrences are written to its fire ledger `fires:<job_id>` as "<fire_ms>:deleted"
-  (_lib.lua's note_fires).
+  (_lib.lua's note_fires), and go out as one `not_run` event (the history store's copy).
 
   Reply (R, replies.py): {R.OK, cancelled, running} the job was ended now: how many slots were
   cancelled and how many are still running; {R.TERMINAL, 0, 0} it was deleted before;
@@ -65,6 +65,7 @@ end
 if job[4] == 'cron' then
   note_fires(prefix, job_id, gone, 'deleted')
   note_fires(prefix, job_id, unmade, 'deleted')
+  emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'deleted', gone, unmade), nil)
 end
 emit(prefix, maxlen, now, 'deleted', {{job = job_id, reason = reason}}, nil)
 emit(prefix, maxlen, now, 'cancelled', cancelled, nil)

@@ -19,7 +19,9 @@
                            most recent); then k fire_ms values. Each is written to the job's
                            fire ledger `fires:<job_id>` as "<fire_ms>:catchup" (_lib.lua's
                            note_fires); the missed - k not listed add to the job's
-                           `missed_unlisted` (and all to the shard's stats `not_run:catchup`)
+                           `missed_unlisted` (and all to the shard's stats `not_run:catchup`);
+                           the listed ones also go out as a `not_run` event (the history
+                           store's copy of the ledger)
 
   Each occurrence's slot `<job_id>:<fire_ms>` is created only if absent, or withdrawn by a
   redefinition (redefine.lua: cancelled, with `redefined_ms`; the new definition's occurrence
@@ -97,6 +99,8 @@ if missed > 0 then
     redis.call('HINCRBY', prefix .. 'stats', 'not_run:catchup', missed - k)
   end
   note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')
+  emit(prefix, maxlen, now, 'not_run',
+    not_run_records(job_id, 'catchup', {unpack(ARGV, 10 + n, 9 + n + k)}), nil)
   emit(prefix, maxlen, now, 'missed', {{job = job_id, missed = missed}}, nil)
 end
 if #created > 0 or next_ms < 0 then

@@ -33,7 +33,8 @@
     between claims, never during one.
   Their hashes stay (history reads the cancellation there, as for cancel.lua's), and each is
   written to the job's fire ledger `fires:<job_id>` as "<fire_ms>:redefined" (_lib.lua's
-  note_fires: the new definition may take the slot id over). Slots due
+  note_fires: the new definition may take the slot id over), and all go out as one
+  `not_run` event (the history store's copy of the ledger). Slots due
   by now (fire time <= now: scheduled, queued or running) go on as they were.
 
   Reply (R, replies.py): {R.OK, scheduled, queued} how many occurrences of each kind were
@@ -94,6 +95,8 @@ for _, slot_id in ipairs(redis.call('ZRANGEBYSCORE', runs, '(' .. ARGV[1], '+inf
     gone[#gone + 1] = slot_id
   end
 end
+-- for the not_run event, read before the watermark moves (note_fires changes no slot)
+local unmade = unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)})
 note_fires(prefix, job_id, gone, 'redefined')
 note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), 'redefined')
 
@@ -105,4 +108,5 @@ if cur[5] then redis.call('HSET', job_key, 'missed', cur[5]) end
 redis.call('ZADD', prefix .. 'cron', next_ms, job_id)
 emit(prefix, maxlen, now, 'cancelled', withdrawn, nil)
 emit(prefix, maxlen, now, 'redefined', {{job = job_id}}, nil)
+emit(prefix, maxlen, now, 'not_run', not_run_records(job_id, 'redefined', gone, unmade), nil)
 return {R.OK, scheduled, queued}

@@ -116,3 +116,24 @@ WHERE j.namespace = %(namespace)s
 -- name: recovery_slots
 SELECT job_id, fire_ms, state FROM slots
 WHERE namespace = %(namespace)s AND status IN ('scheduled', 'queued', 'running');
+
+-- name: upsert_fires
+INSERT INTO fire_entries (namespace, job_id, fire_ms, reason) VALUES (%s, %s, %s, %s)
+ON CONFLICT (namespace, job_id, fire_ms) DO UPDATE SET reason = excluded.reason;
+
+-- name: drop_fires_before
+DELETE FROM fire_entries WHERE fire_ms < %(cutoff_ms)s;
+
+-- name: fire_entries
+SELECT fire_ms, reason FROM fire_entries
+WHERE namespace = %(namespace)s AND job_id = %(job_id)s
+  AND fire_ms >= %(since_ms)s AND fire_ms < %(until_ms)s
+ORDER BY fire_ms
+LIMIT %(limit)s;
+
+-- name: ledger_slots
+SELECT fire_ms, state FROM slots
+WHERE namespace = %(namespace)s AND job_id = %(job_id)s
+  AND fire_ms >= %(since_ms)s AND fire_ms < %(until_ms)s
+ORDER BY fire_ms
+LIMIT %(limit)s;

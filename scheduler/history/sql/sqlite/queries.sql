@@ -81,3 +81,24 @@ WHERE j.namespace = :namespace
 -- name: recovery_slots
 SELECT job_id, fire_ms, state FROM slots
 WHERE namespace = :namespace AND status IN ('scheduled', 'queued', 'running');
+
+-- name: upsert_fires
+INSERT INTO fire_entries (namespace, job_id, fire_ms, reason) VALUES (?, ?, ?, ?)
+ON CONFLICT (namespace, job_id, fire_ms) DO UPDATE SET reason = excluded.reason;
+
+-- name: drop_fires_before
+DELETE FROM fire_entries WHERE fire_ms < :cutoff_ms;
+
+-- name: fire_entries
+SELECT fire_ms, reason FROM fire_entries
+WHERE namespace = :namespace AND job_id = :job_id
+  AND fire_ms >= :since_ms AND fire_ms < :until_ms
+ORDER BY fire_ms
+LIMIT :limit;
+
+-- name: ledger_slots
+SELECT fire_ms, state FROM slots
+WHERE namespace = :namespace AND job_id = :job_id
+  AND fire_ms >= :since_ms AND fire_ms < :until_ms
+ORDER BY fire_ms
+LIMIT :limit;
