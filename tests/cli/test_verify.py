@@ -129,7 +129,8 @@ def _planted(name: str, tmp: Path) -> Path:
     return tmp
 
 
-@pytest.mark.parametrize(("mutant", "broken"), [("materializer-skips-a-second", "cron")])
+@pytest.mark.parametrize(("mutant", "broken"), [("materializer-skips-a-second", "cron"),
+                                                ("retry-without-backoff", "retry")])
 def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
         mutant: str, broken: str) -> None:
@@ -143,7 +144,7 @@ def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
         code, out, err, _ = verify(redis_url, ns, "--duration", "10s", "--rate", "40")
     assert code == 1, out + err
     assert f"FAIL {broken}" in out and f"FAILED: {broken}" in out, out
-    assert f"{broken}: job " in out, out  # the evidence names the job
+    assert f"    {broken}: " in out, out  # the evidence, naming a job or a slot
     assert per_run(ns_keys(r, ns), before) == []
 
 
