@@ -110,10 +110,12 @@ def _as_dict(raw: Any) -> dict[bytes, bytes]:
     return dict(zip(raw[::2], raw[1::2], strict=True))
 
 
-def observe(client: Any, ns: str, jobs: set[str] | None = None) -> Observed:
+def observe(client: Any, ns: str, jobs: set[str] | None = None, *,
+            with_events: bool = True) -> Observed:
     """Read what the checker judges from the Redis of namespace `ns` (a blocking client).
     `jobs`: read only these jobs and their slots (their ids known: a run that shares the
-    namespace with other work); None reads every slot and job of the namespace."""
+    namespace with other work); None reads every slot and job of the namespace.
+    `with_events=False` skips the events streams (the slots alone: whether a run settled)."""
     keys = Keys(ns)
     obs = Observed()
     shards = int(transport.call_sync(client, "hget", keys.meta, "shards") or 0)
@@ -141,7 +143,8 @@ def observe(client: Any, ns: str, jobs: set[str] | None = None) -> Observed:
             obs.jobs[job_id] = text_hash(raw)
         dlq = transport.call_sync(client, "zrange", keys.dlq(shard), 0, -1)
         obs.dlq |= {m.decode() for m in dlq if wanted is None or m.decode() in wanted}
-        for _, fields in transport.call_sync(client, "xrange", keys.events(shard)):
+        entries = transport.call_sync(client, "xrange", keys.events(shard)) if with_events else []
+        for _, fields in entries:
             kind = fields[b"type"].decode()
             records = events.records(fields)
             obs.events[kind] += len(records)

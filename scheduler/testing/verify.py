@@ -252,13 +252,11 @@ class Run:
         deadline = time.monotonic() + self.config.settle_s
         jobs = set(self.truth.jobs)
         while True:
-            obs = observe(self.client.redis, self.client.namespace, jobs)
+            obs = observe(self.client.redis, self.client.namespace, jobs, with_events=False)
             open_ = [s for s in obs.slots.values() if s.status not in TERMINAL]
-            if not open_ and {s.job_id for s in obs.slots.values()} >= jobs \
-                    and self._cron_done(obs):
-                return obs
-            if time.monotonic() > deadline:
-                return obs
+            if (not open_ and {s.job_id for s in obs.slots.values()} >= jobs
+                    and self._cron_done(obs)) or time.monotonic() > deadline:
+                return observe(self.client.redis, self.client.namespace, jobs)
             self.say(f"waiting for {len(open_)} canary slot(s) to settle")
             time.sleep(1.0)
 

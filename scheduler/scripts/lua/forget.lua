@@ -4,7 +4,8 @@
 
   KEYS[1]  shard prefix, e.g. "sched:{s03}:"
 
-  ARGV[1..n]  job ids, each of this shard
+  ARGV[1]     a job id of this shard
+  ARGV[2..n]  more job ids of this shard
 
   A job's slots are those `runs:<job_id>` indexes, or its one slot (`<job_id>:<fire_ms>`).
   When every one is terminal (or gone), each leaves `finished`, `retain`, `dlq`, `due` and
@@ -12,6 +13,8 @@
   marker. A success's entry in `done` stays: the expirer drops an entry whose slot is gone
   (expire.lua), and finding it here would read the whole list. Its events stay in the capped
   stream, and the history store keeps what the snapshotter read.
+
+  A job Redis does not hold is skipped.
 
   Reply: {jobs removed, keys removed, jobs left (a slot not ended)}
 ]]
@@ -32,7 +35,9 @@ for i = 1, #ARGV do
     local status = redis.call('HGET', prefix .. 'slot:' .. slot_id, 'status')
     if status and not terminal[status] then ended = false end
   end
-  if not ended then
+  if #slots == 0 and redis.call('EXISTS', job_key) == 0 then
+    -- not in Redis: nothing to remove, nothing counted
+  elseif not ended then
     left = left + 1
   else
     for _, slot_id in ipairs(slots) do
