@@ -32,7 +32,7 @@ from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.keys import check_name
 from scheduler.core.models import RetryPolicy, Slot
-from scheduler.core.states import TERMINAL, Delivery, SlotStatus
+from scheduler.core.states import TERMINAL, Delivery, Outcome, SlotStatus
 from scheduler.redis import transport
 from scheduler.sdk.client import Client
 from scheduler.testing.invariants import Observed, observe, violations
@@ -327,7 +327,9 @@ class Run:
                 out.append(f"retry: {s.slot_id}: {s.status.value} after {len(att)} attempt(s); "
                            f"a canary failing its first attempt succeeds on its second")
                 continue
-            if first.finished_ms is not None and second.started_ms is not None:
+            # A lost first attempt is retried by its reclaim, not by the policy's backoff.
+            if (first.outcome is Outcome.FAILED and first.finished_ms is not None
+                    and second.started_ms is not None):
                 gap = second.started_ms - first.finished_ms
                 if gap < RETRY.base_s * 1000 - RETRY_EARLY_MS:
                     out.append(f"retry: {s.slot_id}: attempt 2 started {gap} ms after attempt 1 "

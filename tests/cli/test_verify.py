@@ -37,8 +37,8 @@ def verify(redis_url: str, ns: str, *args: str, env: dict[str, str] | None = Non
     return done.returncode, done.stdout, done.stderr, time.monotonic() - started
 
 
-def stack(redis_url: str, ns: str, env: dict[str, str],
-          cwd: Path | None = None) -> list[subprocess.Popen[bytes]]:
+def stack(redis_url: str, ns: str, env: dict[str, str], cwd: Path | None = None,
+          worker: tuple[str, ...] = ()) -> list[subprocess.Popen[bytes]]:
     """`sched scheduler` and `sched worker`; from `cwd`, the copy of the code there (`-m`
     imports from the working directory first)."""
     if cwd is None:
@@ -47,7 +47,7 @@ def stack(redis_url: str, ns: str, env: dict[str, str],
     return [subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
                              env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
-            for args in (["scheduler"], ["worker", "--app", "app_tasks:registry"])]
+            for args in (["scheduler"], ["worker", "--app", "app_tasks:registry", *worker])]
 
 
 def warm(redis_url: str, ns: str) -> None:
@@ -86,6 +86,19 @@ def test_verify_passes_on_a_healthy_stack_and_leaves_no_key(
     # The second run left nothing the first had not: the SCAN after equals the SCAN before.
     assert set(after) - set(first) == set(), sorted(set(after) - set(first))[:5]
     assert per_run(after, before) == []
+
+
+@pytest.mark.parametrize("redis_url", ["cluster"], indirect=True)
+def test_verify_passes_on_a_cluster_and_leaves_no_key(
+        redis_url: str, ns: str, r: Any, app_env: dict[str, str]) -> None:
+    """Three masters: the canaries' shards spread over them, each read and removed there."""
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    with running(*stack(redis_url, ns, app_env)):
+        code, out, err, _ = verify(redis_url, ns, "--duration", "6s", "--rate", "50")
+    assert code == 0, out + err
+    assert "every invariant holds" in out
+    assert per_run(ns_keys(r, ns), before) == []
 
 
 @pytest.mark.parametrize("serving", ["nothing", "node only", "worker only"])
@@ -129,22 +142,27 @@ def _planted(name: str, tmp: Path) -> Path:
     return tmp
 
 
-@pytest.mark.parametrize(("mutant", "broken"), [("materializer-skips-a-second", "cron"),
-                                                ("retry-without-backoff", "retry")])
+@pytest.mark.parametrize(("mutant", "broken", "rule", "worker"), [
+    ("materializer-skips-a-second", "cron", "cron", ()),
+    ("retry-without-backoff", "retry", "retry", ()),
+    # Outcomes dropped on a healthy worker: their leases (short here) run out, and the
+    # reclaimed attempts are lost on a worker nobody stopped.
+    ("committer-drops-a-batch", "ran", "lost", ("--lease", "3")),
+])
 def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
-        mutant: str, broken: str) -> None:
+        mutant: str, broken: str, rule: str, worker: tuple[str, ...]) -> None:
     """The stack runs a copy of the code with the bug; `sched verify` runs the real code."""
     copy = _planted(mutant, tmp_path)
     env: dict[str, Any] = {**app_env, "PYTHONDONTWRITEBYTECODE": "1",
                            "PYTHONPATH": os.pathsep.join([str(copy), app_env["PYTHONPATH"]])}
     warm(redis_url, ns)
     before = ns_keys(r, ns)
-    with running(*stack(redis_url, ns, env, copy)):
+    with running(*stack(redis_url, ns, env, copy, worker)):
         code, out, err, _ = verify(redis_url, ns, "--duration", "10s", "--rate", "40")
     assert code == 1, out + err
     assert f"FAIL {broken}" in out and f"FAILED: {broken}" in out, out
-    assert f"    {broken}: " in out, out  # the evidence, naming a job or a slot
+    assert f"\n    {rule}: " in out, out  # the checker's evidence, naming a job or a slot
     assert per_run(ns_keys(r, ns), before) == []
 
 
