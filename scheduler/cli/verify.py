@@ -10,7 +10,7 @@ from typing import Any
 import click
 import msgspec
 
-from scheduler.cli.options import Finite
+from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.core.errors import RedisUnavailable
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.testing import verify as run
@@ -44,27 +44,35 @@ class Duration(Finite):
                    "scheduler node, before the run gives up (exit 2).")
 @click.option("--settle-timeout", type=Finite(min=1, max=3600), default=60.0,
               help="Seconds the run waits for its canaries to end after the last was due.")
+@click.option("--history/--no-history", default=True,
+              help="Judge the history store against Redis for every canary slot, when the "
+                   "namespace keeps history (a snapshotter runs on it).")
+@store_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
-           start_timeout: float, settle_timeout: float, as_json: bool) -> None:
+           start_timeout: float, settle_timeout: float, history: bool,
+           postgres_dsn: str | None, history_file: str, as_json: bool) -> None:
     """Prove the guarantees on this deployment: submit canary jobs for --duration, wait for
     them to end, judge them (every accepted one ran, at most one committed success per slot,
-    one slot per cron fire time, retries by their policy, start lag against 2 s) and remove
+    one slot per cron fire time, retries by their policy, start lag against 2 s, and the
+    history store equal to Redis when the namespace keeps history) and remove
     every key the run made. Exit 0: every invariant holds; 1: one does not (its evidence
     names the slots); 2: the run could not judge (no worker serves the canary, no scheduler
     node, Redis unreachable)."""
     from scheduler import Client
 
     config = run.VerifyConfig(duration_s=duration, rate=rate, queue=queue,
-                              start_timeout_s=start_timeout, settle_s=settle_timeout)
+                              start_timeout_s=start_timeout, settle_s=settle_timeout,
+                              history=history)
+    store = history_source(postgres_dsn, history_file, read_only=True)
 
     def say(line: str) -> None:
         if not as_json:
             click.echo(line, err=True)
 
     try:
-        with Client(obj["redis_url"], obj["namespace"]) as client:
+        with Client(obj["redis_url"], obj["namespace"], history=store) as client:
             verdict = run.verify(client, config, say)
     except run.CannotVerify as exc:
         click.echo(f"error: cannot verify: {exc}", err=True)

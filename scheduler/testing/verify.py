@@ -30,12 +30,13 @@ import msgspec
 from scheduler.core import canary
 from scheduler.core.errors import JobNotFound, ValidationError
 from scheduler.core.jobspec import JobSpec
-from scheduler.core.keys import check_name
+from scheduler.core.keys import HISTORY_GROUP, check_name
 from scheduler.core.models import RetryPolicy, Slot
 from scheduler.core.states import TERMINAL, Delivery, Outcome, SlotStatus
 from scheduler.redis import transport
+from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.sdk.client import Client
-from scheduler.testing.invariants import Observed, observe, violations
+from scheduler.testing.invariants import History, Observed, observe, read_history, violations
 from scheduler.testing.truth import JobTruth, Truth
 
 # The bounds of a run's options (the CLI's ranges are these: docs/operating/cli.md).
@@ -52,6 +53,8 @@ SPREAD_MAX = 2000  # delayed canaries spread over the run
 # How long a lost attempt may sit past its lease before it counts against the lease rule:
 # the worker's default grace, and a reclaim pass.
 GRACE_MS = 15_000
+# After the snapshotters acked every event: their store's commit of the last batch.
+HISTORY_SETTLE_S = 1.0
 
 
 class CannotVerify(Exception):
@@ -62,14 +65,16 @@ class CannotVerify(Exception):
 class VerifyConfig(msgspec.Struct, frozen=True, kw_only=True):
     """One run's settings: how long canaries are submitted (`duration_s`), how many
     immediate ones a second (`rate`), on which queue, how long the probes wait for a start
-    (`start_timeout_s`) and how long the run waits for its canaries to settle after the
-    last was due (`settle_s`)."""
+    (`start_timeout_s`), how long the run waits for its canaries to settle after the last
+    was due (`settle_s`), and whether the history store is judged (`history`; only when the
+    namespace keeps history: a snapshotter reads its events)."""
 
     duration_s: float = 60.0
     rate: float = 200.0
     queue: str = "default"
     start_timeout_s: float = 10.0
     settle_s: float = 60.0
+    history: bool = True  # judge the history store too, when the namespace keeps history
 
     def __post_init__(self) -> None:
         if not MIN_DURATION_S <= self.duration_s <= MAX_DURATION_S:
@@ -119,7 +124,7 @@ class Verdict:
 # starts with its rule's name).
 GROUPS = {"ran": ("accepted", "terminal", "lost", "failed", "effect", "orphan", "lease"),
           "commit": ("commit",), "cron": ("cron",), "retry": ("dead", "retry"),
-          "at-most-once": ("at-most-once",), "dedupe": ("dedupe",)}
+          "at-most-once": ("at-most-once",), "dedupe": ("dedupe",), "history": ("history",)}
 
 
 def _percentile(values: list[int], q: float) -> int:
@@ -140,6 +145,7 @@ class Run:
         self.retried: set[str] = set()  # job ids of the canaries that fail their first attempt
         self.dedupe_pairs: list[tuple[str, str, str]] = []  # (key, first id, repeat's id)
         self.kinds: Counter[str] = Counter()
+        self.group = f"verify:{self.run_id}"  # holds the events streams' entries (hold_events)
 
     # --- submitting ----------------------------------------------------------------------
 
@@ -176,6 +182,21 @@ class Run:
                 return True
             time.sleep(0.1)
         return False
+
+    def hold_events(self) -> None:
+        """A consumer group of the run's own on each shard's events stream that exists (one
+        that does not is trimmed by no one but its cap): the snapshotters trim the entries
+        every group has read (trim_history.lua), and this one reads none, so the success
+        events of the canaries stay until the run has judged them. `remove` drops it."""
+        # A namespace that keeps history has every stream (the snapshotters make them).
+        make = keeps_history(self.client) is not None
+        for shard in range(self.client.shards):
+            try:
+                transport.call_sync(self.client.redis, "xgroup_create",
+                                    self.client.keys.events(shard), self.group, id="$",
+                                    mkstream=make)
+            except REDIS_ERRORS:
+                pass  # no stream: nothing trims it
 
     def probe(self) -> None:
         """Prove a worker serves the canary and a node promotes delayed jobs (CannotVerify
@@ -275,7 +296,8 @@ class Run:
                 self.truth.starts[r.slot] = self.truth.starts.get(r.slot, 0) + 1
             elif r.event == "end":
                 self.truth.effects[r.slot] = self.truth.effects.get(r.slot, 0) + 1
-        report = violations(obs, self.truth, grace_ms=GRACE_MS, settled=True)
+        history = self._history(obs)
+        report = violations(obs, self.truth, grace_ms=GRACE_MS, settled=True, history=history)
         found = list(report.violations)
         found += self._retry_rule(obs)
         found += [f"dedupe: key {key}: the first submit returned {a}, a repeat {b}"
@@ -302,8 +324,12 @@ class Run:
             "retry": f"{len(self.retried)} canaries failed their first attempt and were retried",
             "at-most-once": f"{self.kinds['at_most_once']} at-most-once canaries",
             "dedupe": f"{len(self.dedupe_pairs)} dedupe pairs",
+            "history": ("not judged: the namespace keeps no history" if history is None
+                        else f"{len(history.slots)} canary slots and {len(history.jobs)} jobs "
+                             f"in the history store"),
         }
-        invariants = [Invariant(g, not by_group[g], figures[g], by_group[g]) for g in GROUPS]
+        invariants = [Invariant(g, not by_group[g], figures[g], by_group[g]) for g in GROUPS
+                      if g != "history" or history is not None]
         p99 = lag.get("p99")
         invariants.append(Invariant(
             "start-lag", p99 is not None and p99 <= START_OBJECTIVE_MS,
@@ -313,6 +339,28 @@ class Run:
              for s in slots if (x := _first_lag(s)) is not None and x > START_OBJECTIVE_MS
              ][:50]))
         return Verdict(self.run_id, invariants, lag, self.kinds, len(slots))
+
+    def _history(self, obs: Observed) -> History | None:
+        """What the history store holds of the canaries, once the snapshotters acked every
+        event (None: history not judged, or the namespace keeps none). Waits at most
+        settle_s for them to catch up; the rule then shows what they had not written."""
+        if not self.config.history or keeps_history(self.client) is None:
+            return None
+        deadline = time.monotonic() + self.config.settle_s
+        while not keeps_history(self.client) and time.monotonic() < deadline:
+            self.say("waiting for the snapshotter to record the canaries")
+            time.sleep(1.0)
+        time.sleep(HISTORY_SETTLE_S)
+        try:
+            whole = read_history(self.client.store, self.client.namespace)
+        except Exception as exc:  # sqlite3's and psycopg's errors alike: a store unreadable
+            raise CannotVerify(
+                f"the namespace keeps history, but its store could not be read "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); pass "
+                f"the snapshotter's --postgres-dsn or --history-file, or --no-history") from None
+        jobs = self.truth.jobs
+        return History({s: h for s, h in whole.slots.items() if s.rpartition(":")[0] in jobs},
+                       {j: h for j, h in whole.jobs.items() if j in jobs})
 
     def _retry_rule(self, obs: Observed) -> list[str]:
         """A canary failing its first attempt by design: its second attempt starts no sooner
@@ -341,8 +389,32 @@ class Run:
     def remove(self) -> int:
         """Remove the run's log, and its canaries' jobs and slots (cancelling what has not
         started). Returns how many keys went."""
+        for shard in range(self.client.shards):
+            try:
+                transport.call_sync(self.client.redis, "xgroup_destroy",
+                                    self.client.keys.events(shard), self.group)
+            except REDIS_ERRORS:
+                pass  # never made
         cron = {j for j, job in self.truth.jobs.items() if job.cron}
         return _remove(self.client, self.run_id, set(self.truth.jobs), cron)
+
+
+def keeps_history(client: Client) -> bool | None:
+    """None: no shard's events stream has the snapshotters' group (the namespace keeps no
+    history); else whether they have read and acked every entry."""
+    found, caught_up = False, True
+    for shard in range(client.shards):
+        try:
+            groups = transport.call_sync(client.redis, "xinfo_groups",
+                                         client.keys.events(shard))
+        except REDIS_ERRORS:
+            continue  # no stream yet
+        for g in groups:
+            name = g["name"].decode() if isinstance(g["name"], bytes) else g["name"]
+            if name == HISTORY_GROUP:
+                found = True
+                caught_up = caught_up and not g.get("pending") and not g.get("lag")
+    return caught_up if found else None
 
 
 def _first_lag(slot: Slot) -> int | None:
@@ -382,6 +454,7 @@ def verify(client: Client, config: VerifyConfig,
     run = Run(client, config, say)
     try:
         say(f"verify run {run.run_id}: probing for a worker and a scheduler node")
+        run.hold_events()
         run.probe()
         say(f"submitting canaries for {config.duration_s:g} s at {config.rate:g}/s")
         run.submit_workload()

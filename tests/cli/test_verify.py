@@ -21,6 +21,7 @@ from faults.mutants import MUTANTS
 from conftest import SCHED, ns_keys
 from helpers import running, sched_process
 from scheduler import Client
+from scheduler.testing.verify import keeps_history
 
 ROOT = Path(__file__).resolve().parents[2]
 # Keys that hold one job or slot, or a verify run's records: none may outlive a run.
@@ -163,6 +164,40 @@ def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
     assert code == 1, out + err
     assert f"FAIL {broken}" in out and f"FAILED: {broken}" in out, out
     assert f"\n    {rule}: " in out, out  # the checker's evidence, naming a job or a slot
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize("mutant", [None, "history-skips-slot-ends"])
+def test_verify_judges_the_history_store_when_the_namespace_keeps_history(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
+        mutant: str | None) -> None:
+    """A snapshotter runs on the namespace: every canary slot's state in its store equals
+    Redis's (a planted snapshotter bug fails the history invariant, naming slots)."""
+    store = tmp_path / "history.db"
+    env: dict[str, Any] = dict(app_env)
+    copy = None
+    if mutant is not None:
+        copy = _planted(mutant, tmp_path / "copy")
+        env.update(PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=os.pathsep.join([str(copy), app_env["PYTHONPATH"]]))
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    snapshotter = subprocess.Popen(
+        [*SCHED, "--redis-url", redis_url, "--namespace", ns, "snapshotter", "--history-file",
+         str(store)], env=env, cwd=copy, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with running(*stack(redis_url, ns, env, copy), snapshotter):
+        with Client(redis_url, ns) as client:  # the snapshotter is reading
+            deadline = time.monotonic() + 30
+            while keeps_history(client) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        code, out, err, _ = verify(redis_url, ns, "--duration", "6s", "--rate", "40",
+                                   "--history-file", str(store))
+    if mutant is None:
+        assert code == 0, out + err
+        assert "ok   history" in out and "every invariant holds" in out, out
+    else:
+        assert code == 1, out + err
+        assert "FAIL history" in out and "\n    history: " in out, out
     assert per_run(ns_keys(r, ns), before) == []
 
 
