@@ -99,6 +99,8 @@ def _print(verdict: run.Verdict) -> None:
             click.echo(f"    {line}")
         if len(i.evidence) > 20:
             click.echo(f"    ... and {len(i.evidence) - 20} more ({i.name})")
-    click.echo(f"removed {verdict.removed_keys} keys the run made")
+    click.echo(f"removed {verdict.removed_keys} keys the run made"
+               + (f"; {verdict.left_jobs} canary jobs still running were left (they end and "
+                  f"leave by the namespace's retention)" if verdict.left_jobs else ""))
     click.echo("every invariant holds" if verdict.holds else
                f"FAILED: {', '.join(i.name for i in verdict.invariants if not i.holds)}")

@@ -107,6 +107,7 @@ class Verdict:
     canaries: Counter[str]
     slots: int
     removed_keys: int = 0
+    left_jobs: int = 0  # canary jobs still running when the run gave up waiting to remove them
 
     @property
     def holds(self) -> bool:
@@ -115,7 +116,7 @@ class Verdict:
     def as_json(self) -> dict[str, Any]:
         return {"run": self.run, "holds": self.holds, "slots": self.slots,
                 "canaries": dict(self.canaries), "lag_ms": self.lag_ms,
-                "removed_keys": self.removed_keys,
+                "removed_keys": self.removed_keys, "left_jobs": self.left_jobs,
                 "invariants": [{"name": i.name, "holds": i.holds, "figure": i.figure,
                                 "evidence": i.evidence[:50]} for i in self.invariants]}
 
@@ -386,9 +387,10 @@ class Run:
 
     # --- removing what it made -----------------------------------------------------------
 
-    def remove(self) -> int:
+    def remove(self) -> tuple[int, int]:
         """Remove the run's log, and its canaries' jobs and slots (cancelling what has not
-        started). Returns how many keys went."""
+        started). Returns how many keys went, and how many jobs were left (still running
+        after settle_s more)."""
         for shard in range(self.client.shards):
             try:
                 transport.call_sync(self.client.redis, "xgroup_destroy",
@@ -396,7 +398,8 @@ class Run:
             except REDIS_ERRORS:
                 pass  # never made
         cron = {j for j, job in self.truth.jobs.items() if job.cron}
-        return _remove(self.client, self.run_id, set(self.truth.jobs), cron)
+        return _remove(self.client, self.run_id, set(self.truth.jobs), cron,
+                       self.config.settle_s)
 
 
 def keeps_history(client: Client) -> bool | None:
@@ -424,10 +427,12 @@ def _first_lag(slot: Slot) -> int | None:
     return max(0, first.started_ms - slot.fire_ms)
 
 
-def _remove(client: Client, run_id: str, jobs: set[str], cron: set[str]) -> int:
-    """The cron canary is deleted first (no occurrence after it); a job left whole (a slot
-    not ended: the run did not settle) is deleted too, cancelling what has not started, and
-    then removed, if nothing of it still runs."""
+def _remove(client: Client, run_id: str, jobs: set[str], cron: set[str],
+            wait_s: float) -> tuple[int, int]:
+    """(keys removed, jobs left). The cron canary is deleted first (no occurrence after it).
+    A job left whole (a slot not ended: the run did not settle) is deleted too, cancelling
+    what has not started; what still runs is waited for, at most `wait_s`, and removed once
+    it ends (a running slot is never removed under its worker)."""
     for job_id in cron:
         _delete(client, job_id)
     done = client.forget(sorted(jobs))
@@ -435,9 +440,15 @@ def _remove(client: Client, run_id: str, jobs: set[str], cron: set[str]) -> int:
     if done.left:
         for job_id in jobs:
             _delete(client, job_id)
-        removed += client.forget(sorted(jobs)).keys
-    return removed + int(transport.call_sync(client.redis, "delete",
-                                             client.keys.verify_log(run_id)))
+        deadline = time.monotonic() + wait_s
+        while True:
+            done = client.forget(sorted(jobs))
+            removed += done.keys
+            if not done.left or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+    removed += int(transport.call_sync(client.redis, "delete", client.keys.verify_log(run_id)))
+    return removed, done.left
 
 
 def _delete(client: Client, job_id: str) -> None:
@@ -461,6 +472,6 @@ def verify(client: Client, config: VerifyConfig,
         obs = run.settle()
         verdict = run.judge(obs)
     finally:
-        removed = run.remove()
-    verdict.removed_keys = removed
+        removed, left = run.remove()
+    verdict.removed_keys, verdict.left_jobs = removed, left
     return verdict
