@@ -26,6 +26,7 @@ import scheduler.cli.outbox as outbox_cmds
 import scheduler.cli.queues as queue_cmds
 import scheduler.cli.run as run_cmds
 import scheduler.cli.schedules as schedule_cmds
+import scheduler.cli.verify as verify_cmds
 import scheduler.cli.web as web_cmds
 from scheduler import __version__
 from scheduler.cli.options import Finite, Root, global_options
@@ -217,6 +218,7 @@ cli.add_command(outbox_cmds.outbox)
 cli.add_command(web_cmds.web)
 cli.add_command(queue_cmds.queues)
 cli.add_command(namespace_cmds.namespace)
+cli.add_command(verify_cmds.verify)
 
 
 def _sources(argv: list[str]) -> tuple[str, ...]:

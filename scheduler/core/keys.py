@@ -13,6 +13,7 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:worker:<id>              hash    one worker's details (host, pid, concurrency, in-flight,
                                           rates, the tasks it serves: `tasks`, JSON task ->
                                           digest of its defaults, core/catalog.py)
+    <ns>:verify:<run>:log         list    a `sched verify` run's canary records (core/canary.py)
     <ns>:limits                   hash    queue -> its limit (JSON, limits.py): what is listed and
                                           what workers read to pick their readers; the
                                           scripts read the copies below
@@ -307,6 +308,10 @@ class Keys:
 
     def slot(self, shard: int, slot: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_SLOT}{slot}"  # hash
+
+    def verify_log(self, run: str) -> str:
+        """A verify run's canary log (list of JSON records, scheduler/core/canary.py)."""
+        return f"{self.ns}:verify:{run}:log"  # list
 
     def pattern(self) -> str:
         """SCAN MATCH pattern of every key of the namespace (a name has no glob character,

@@ -252,6 +252,10 @@ def delete_job(prefix: str, now_ms: int, maxlen: int, job_id: str, reason: str,
                                           *unmade))
 
 
+def forget(prefix: str, job_ids: list[str]) -> Call:
+    return Call("forget", (prefix,), tuple(job_ids))
+
+
 def trigger(prefix: str, now_ms: int, maxlen: int, job_id: str) -> Call:
     return Call("trigger", (prefix,), (now_ms, maxlen, job_id))
 

@@ -19,7 +19,7 @@ NAMES = ("submit", "claim", "complete", "fail", "release", "promote", "heartbeat
          "cancel", "replay", "purge", "once", "requeue", "materialize", "lease", "stats",
          "trim_history", "retire", "expire", "restore", "sweep", "delete_job", "trigger",
          "redefine", "acquire", "clean_lanes", "take",
-         "key_stats")
+         "key_stats", "forget")
 _INCLUDE = re.compile(r'^--- @include "([\w.]+)"$', re.M)
 
 

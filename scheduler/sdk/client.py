@@ -75,7 +75,7 @@ from scheduler.sdk.requests import (
     advance,
     translated,
 )
-from scheduler.sdk.schedules import JobDeleted
+from scheduler.sdk.schedules import Forgotten, JobDeleted
 from scheduler.sdk.state import ClientState
 
 if TYPE_CHECKING:
@@ -363,6 +363,10 @@ class Client(_Driver):
     @_drives(schedule_ops.delete_job)
     def delete_job(self, job_id: str, reason: str = "deleted by operator") -> JobDeleted:
         return self._drive(schedule_ops.delete_job(self._core, job_id, reason))
+
+    @_drives(schedule_ops.forget)
+    def forget(self, job_ids: list[str]) -> Forgotten:
+        return self._drive(schedule_ops.forget(self._core, job_ids))
 
     @_drives(schedule_ops.next_fires)
     def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:
@@ -654,6 +658,10 @@ class AsyncClient(_Driver):
     @_drives(schedule_ops.delete_job)
     async def delete_job(self, job_id: str, reason: str = "deleted by operator") -> JobDeleted:
         return await self._drive(schedule_ops.delete_job(self._core, job_id, reason))
+
+    @_drives(schedule_ops.forget)
+    async def forget(self, job_ids: list[str]) -> Forgotten:
+        return await self._drive(schedule_ops.forget(self._core, job_ids))
 
     @_drives(schedule_ops.next_fires)
     async def next_fires(self, job_id: str, n: int = 10) -> list[datetime]:

@@ -62,6 +62,40 @@ def delete_job(core: ClientState, job_id: str, reason: str = "deleted by operato
     return JobDeleted(job_id, done.cancelled, done.running, before=done.code is Code.TERMINAL)
 
 
+class Forgotten(msgspec.Struct, frozen=True):
+    """What `forget` did: `jobs` removed from Redis with `keys` keys of theirs; `left` jobs
+    kept whole because a slot of theirs had not ended."""
+
+    jobs: int
+    keys: int
+    left: int
+
+
+FORGET_BATCH = 500  # job ids per script call
+
+
+def forget(core: ClientState, job_ids: list[str]) -> Op[Forgotten]:
+    """Remove ended jobs from Redis now: each job whose slots have all ended leaves with its
+    slots and their index entries (a success's entry in the completion list waits for the
+    node's expirer, which drops entries whose slot is gone); a job with a slot that has not
+    ended stays whole (delete_job it first to cancel what has not started). Jobs Redis does
+    not hold are skipped. The history store keeps what it recorded. For work whose record
+    nobody needs, such as `sched verify`'s canaries; other work leaves by the namespace's
+    retention."""
+    ids = [check_job_id(j) for j in job_ids]
+    yield from ready(core)
+    by_prefix: dict[str, list[str]] = {}
+    for job_id in ids:
+        by_prefix.setdefault(core.prefix_of(job_id), []).append(job_id)
+    calls = [scripts.forget(prefix, batch[i:i + FORGET_BATCH])
+             for prefix, batch in by_prefix.items()
+             for i in range(0, len(batch), FORGET_BATCH)]
+    if not calls:
+        return Forgotten(0, 0, 0)
+    replies = yield Scripts(calls)
+    return Forgotten(*(sum(int(r[k]) for r in replies) for k in range(3)))
+
+
 def next_fires(core: ClientState, job_id: str, n: int = 10) -> Op[list[datetime]]:
     """The next `n` fire times of a job, from now, as timezone-aware UTC datetimes (to the
     millisecond; `.astimezone(zone)` for local time): a recurring job's coming occurrences

@@ -403,7 +403,7 @@ class Claims:
         # Task names come from Redis: only the ones this worker knows get metrics and a
         # place in the caches of their own; every unknown name shares one, found again
         # each time, so a flood of distinct names costs the worker nothing that stays.
-        known = self.registry.get(task) is not None
+        known = self.registry.get(task) is not None or task in self.execution.reserved
         label = task if known else UNKNOWN_TASK
         m = self.run_metrics.get((queue, label))
         if m is None:

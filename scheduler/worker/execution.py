@@ -111,6 +111,7 @@ class Execution:
         self.keys = keys
         self.clock = clock
         self.registry = registry
+        self.reserved: dict[str, Task] = {}  # the scheduler's own tasks (the worker sets)
         self.committer = committer
         self.running = running
         self.capacity = capacity  # set whenever a run ends: the reader may claim again
@@ -153,7 +154,8 @@ class Execution:
         try:
             if run.stop_reason is not None:  # stopped before this task could start
                 raise asyncio.CancelledError
-            task = self.registry.tasks.get(run.task) or self._unknown(run)
+            task = (self.registry.tasks.get(run.task) or self.reserved.get(run.task)
+                    or self._unknown(run))
             job_id = run.slot_id.rpartition(":")[0]
             ctx = run.ctx = Context(run.slot_id, job_id, run.attempt, run.fire_ms, run.task,
                                     run.delivery, lambda name: self._once(run, name),

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from scheduler.core.canary import RESERVED_PREFIX, is_reserved
 from scheduler.core.models import RetryPolicy, check_progress, check_task, decode_payload
 from scheduler.sdk.declared import DeclaredSchedule, declare_schedule
 from scheduler.worker.handles import TaskHandle, check_defaults, check_payload, payload_type
@@ -101,7 +102,10 @@ class Registry:
     `@registry.task("reports.build", pool="process")` on a plain `def` that runs in a child
     process of the worker (CPU-bound work: the docs' "Concurrency" guide)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, canary: bool = True) -> None:
+        """`canary=False`: workers of this registry do not serve the canary task that
+        `sched verify` submits (by default every worker does, as a no-op)."""
+        self.canary = canary
         self.tasks: dict[str, Task] = {}
         self.schedules: dict[str, DeclaredSchedule] = {}  # by name: registry.schedule
 
@@ -124,6 +128,9 @@ class Registry:
         already registered to another handler; TypeError on a handler the process pool
         cannot run."""
         check_task(name)
+        if is_reserved(name):
+            raise ValueError(f"task {name!r}: names starting with {RESERVED_PREFIX!r} are kept "
+                             f"for the scheduler's own tasks; choose another name")
         if pool not in POOLS:
             raise ValueError(f"task {name!r}: pool must be \"thread\" or \"process\", "
                              f"not {pool!r}")

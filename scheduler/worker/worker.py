@@ -36,12 +36,14 @@ import scheduler.core.namespace as namespace
 import scheduler.observe.metrics as metrics
 import scheduler.redis.transport as transport
 import scheduler.worker.catalog as catalog
+from scheduler.core import canary
 from scheduler.core.errors import NamespaceMissing
 from scheduler.core.keys import Keys
 from scheduler.redis.clients import socket_timeout
 from scheduler.redis.clock import Clock, RedisClock, resync
 from scheduler.redis.service import Backoff, ErrorLog, pause
 from scheduler.worker.autoscale import Autoscaler
+from scheduler.worker.canary import Canary
 from scheduler.worker.claims import ClaimLoop, Claims
 from scheduler.worker.committer import Committer
 from scheduler.worker.config import SupervisorRef, WorkerConfig
@@ -100,6 +102,8 @@ class Worker:
                                    slots.running, slots.capacity, lease_s=config.lease_s,
                                    threads=min(most, 64), tracing=config.tracing,
                                    eager=config.eager_start, pace=slots.pace)
+        if registry.canary:  # not in the registry's tasks: the catalog lists the app's alone
+            self.execution.reserved[canary.TASK] = Canary(client, keys, worker_id).task()
         self.claims = Claims(client, keys, clock, config, registry, worker_id, slots,
                              self.reader, self.committer, self.execution, self.stopping,
                              self.block_ms)

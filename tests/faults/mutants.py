@@ -1588,4 +1588,19 @@ MUTANTS = [
            ("tests/store/test_store.py::"
             "test_fire_ledger_entries_are_upserted_read_by_range_and_kept_history_days",),
            fast=True),
+    Mutant("retry-without-backoff", "fail.lua retries at once, whatever the policy's backoff "
+           "(`sched verify`'s retry rule)", "scheduler/scripts/lua/fail.lua",
+           "retry_ms = math.min(cap, base * 2 ^ (failures - 1)) * (1 - jitter * u)",
+           "retry_ms = 0",
+           ("tests/cli/test_verify.py::test_verify_passes_on_a_healthy_stack_and_leaves_no_key",)),
+    Mutant("canary-not-served", "a Registry serves no canary unless asked: `sched verify` "
+           "must say no worker serves it (exit 2), not blame the scheduler node",
+           "scheduler/worker/registry.py", "        self.canary = canary\n",
+           "        self.canary = False\n",
+           ("tests/cli/test_verify.py::test_verify_cannot_run_without_a_worker_or_a_node_and_"
+            "says_so_in_seconds[worker only]",)),
+    Mutant("forget-leaves-slots", "forget.lua removes a job but not its slots: a verify run "
+           "leaves a slot hash per canary behind", "scheduler/scripts/lua/forget.lua",
+           "      keys = keys + redis.call('DEL', prefix .. 'slot:' .. slot_id)\n", "",
+           ("tests/cli/test_verify.py::test_verify_passes_on_a_healthy_stack_and_leaves_no_key",)),
 ]

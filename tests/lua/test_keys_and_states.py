@@ -76,6 +76,7 @@ def test_each_script_header_documents_the_keys_its_wrapper_passes(name: str) -> 
         "restore": lambda p: scripts.restore(p, 1, 10, [], []),
         "sweep": lambda p: scripts.sweep(p, 1, 10, []),
         "delete_job": lambda p: scripts.delete_job(p, 1, 10, "j", "why"),
+        "forget": lambda p: scripts.forget(p, ["j"]),
         "trigger": lambda p: scripts.trigger(p, 1, 10, "j"),
         "redefine": lambda p: scripts.redefine(p, 1, 10, "j", "", 2, []),
         "take": lambda p: scripts.take(p, 1, "w", 1000, "q", 1),

@@ -1,0 +1,62 @@
+"""The canary: a task every worker serves unless told not to, which `sched verify` submits to
+prove the scheduler's guarantees on a running deployment. Its name is reserved: no user task
+may take it, and the worker's catalog does not list it (it is no task of the user's app).
+
+Each run records its start and its end (or its planned failure) as a line of its verify run's
+log, a list in the namespace named by the run's id (`Keys.verify_log`), apart from the slot
+it runs: a bug that rewrites or drops the slot cannot erase that a run started or ended.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+TASK = "sched.canary"
+RESERVED_PREFIX = "sched."  # task names kept for the scheduler's own tasks
+LOG_TTL_S = 86_400  # a run's log outlives a verify that died before removing it, for a day
+
+
+class Payload(msgspec.Struct, frozen=True, kw_only=True):
+    """What a canary is asked to do: record into run `run`'s log; `fail_first` fails its
+    first attempt (so its retry is seen to follow the policy)."""
+
+    run: str
+    fail_first: bool = False
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a run's log: `event` "start", "end" or "failed" (the planned failure of
+    a first attempt), by `worker`, for attempt `attempt` of slot `slot`, at `ms` (the
+    worker's wall clock)."""
+
+    slot: str
+    attempt: int
+    worker: str
+    event: str
+    ms: int
+
+
+_payload_decoder = msgspec.json.Decoder(Payload)
+_record_encoder = msgspec.json.Encoder()
+_record_decoder = msgspec.json.Decoder(Record)
+
+
+def decode_payload(data: bytes | None) -> Payload:
+    """A canary's payload (msgspec.ValidationError on one that is not a canary's)."""
+    return _payload_decoder.decode(data or b"null")
+
+
+def encode_record(record: Record) -> bytes:
+    return _record_encoder.encode(record)
+
+
+def decode_records(lines: list[Any]) -> list[Record]:
+    """A run's log as its lines (LRANGE's reply), oldest first."""
+    return [_record_decoder.decode(line) for line in lines]
+
+
+def is_reserved(task: str) -> bool:
+    """Whether `task` is a name kept for the scheduler's own tasks."""
+    return task.startswith(RESERVED_PREFIX)

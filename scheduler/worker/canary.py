@@ -1,0 +1,50 @@
+"""The canary's handler (scheduler/core/canary.py): a no-op that records its start and end in
+its verify run's log, with this worker's id and its attempt. Every worker serves it unless
+its registry was made with `canary=False`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scheduler.core import canary
+from scheduler.core.keys import Keys
+from scheduler.redis import transport
+from scheduler.worker.registry import Context, Task
+
+
+class CanaryFailed(Exception):
+    """The planned failure of a canary's first attempt (its payload asked for it)."""
+
+
+class Canary:
+    """The canary of one worker: what it records names that worker."""
+
+    def __init__(self, client: Any, keys: Keys, worker_id: str) -> None:
+        self.redis = client
+        self.keys = keys
+        self.worker_id = worker_id
+
+    def task(self) -> Task:
+        """The canary as the worker runs it (a Task under the reserved name)."""
+        return Task(canary.TASK, self.run)
+
+    async def run(self, ctx: Context, asked: canary.Payload) -> None:
+        """Record the start; fail a first attempt when asked (recorded as "failed"), or
+        record the end."""
+        await self._record(asked.run, ctx, "start")
+        if asked.fail_first and ctx.attempt == 1:
+            await self._record(asked.run, ctx, "failed")
+            raise CanaryFailed("the canary fails its first attempt, as its payload asks")
+        await self._record(asked.run, ctx, "end")
+
+    async def _record(self, run: str, ctx: Context, event: str) -> None:
+        line = canary.encode_record(canary.Record(
+            slot=ctx.slot_id, attempt=ctx.attempt, worker=self.worker_id, event=event,
+            ms=int(time.time() * 1000)))
+        key = self.keys.verify_log(run)
+        pipe = transport.pipeline(self.redis)
+        pipe.execute_command("RPUSH", key, line)
+        pipe.execute_command("EXPIRE", key, canary.LOG_TTL_S)
+        await transport.send(pipe)
+

@@ -1,0 +1,210 @@
+"""`sched verify` against real processes: a healthy `sched scheduler` + `sched worker` passes
+every invariant and the run leaves no key behind (a SCAN of the namespace before and after);
+no worker serving the canary, no scheduler node, or no Redis is exit 2 within seconds; a
+planted bug (a mutant of the fault suite, run by the stack from a copy of the code) is exit 1
+naming the invariant it broke."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from faults.mutants import MUTANTS
+
+from conftest import SCHED, ns_keys
+from helpers import running, sched_process
+from scheduler import Client
+from scheduler.testing.verify import keeps_history
+
+ROOT = Path(__file__).resolve().parents[2]
+# Keys that hold one job or slot, or a verify run's records: none may outlive a run.
+PER_RUN = (b":job:", b":slot:", b":runs:", b":submitted:", b":verify:", b":dedupe:")
+
+
+def verify(redis_url: str, ns: str, *args: str, env: dict[str, str] | None = None,
+           timeout: float = 180) -> tuple[int, str, str, float]:
+    """Run `sched verify` as a user does: (exit code, stdout, stderr, seconds)."""
+    started = time.monotonic()
+    done = subprocess.run([*SCHED, "--redis-url", redis_url, "--namespace", ns, "verify",
+                           *args], capture_output=True, text=True, timeout=timeout,
+                          env=env or dict(os.environ))
+    return done.returncode, done.stdout, done.stderr, time.monotonic() - started
+
+
+def stack(redis_url: str, ns: str, env: dict[str, str], cwd: Path | None = None,
+          worker: tuple[str, ...] = ()) -> list[subprocess.Popen[bytes]]:
+    """`sched scheduler` and `sched worker`; from `cwd`, the copy of the code there (`-m`
+    imports from the working directory first)."""
+    if cwd is None:
+        return [sched_process(redis_url, ns, env, "scheduler"),
+                sched_process(redis_url, ns, env, "worker", "--app", "app_tasks:registry")]
+    return [subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
+                             env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE)
+            for args in (["scheduler"], ["worker", "--app", "app_tasks:registry", *worker])]
+
+
+def warm(redis_url: str, ns: str) -> None:
+    """The namespace exists, as on a deployment that has run work."""
+    with Client(redis_url, ns) as client:
+        client.submit("noop")
+
+
+def per_run(keys: list[bytes], before: list[bytes] | None = None) -> list[bytes]:
+    """The keys of one job, slot or verify run among `keys` that were not in `before`."""
+    return [k for k in keys if any(p in k for p in PER_RUN) and k not in (before or [])]
+
+
+def test_verify_passes_on_a_healthy_stack_and_leaves_no_key(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str]) -> None:
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    with running(*stack(redis_url, ns, app_env)):
+        code, out, err, _ = verify(redis_url, ns, "--duration", "5s", "--rate", "40")
+        assert code == 0, out + err
+        assert "every invariant holds" in out
+        first = ns_keys(r, ns)
+        assert per_run(first, before) == [], per_run(first, before)[:5]
+        code, out, err, _ = verify(redis_url, ns, "--duration", "10s", "--rate", "100",
+                                   "--json")
+        assert code == 0, out + err
+        after = ns_keys(r, ns)
+    verdict = json.loads(out)
+    names = {i["name"]: i for i in verdict["invariants"]}
+    assert set(names) == {"ran", "commit", "cron", "retry", "at-most-once", "dedupe",
+                          "start-lag"}
+    assert all(i["holds"] for i in names.values()), names
+    assert verdict["canaries"]["flaky"] > 0 and verdict["canaries"]["at_most_once"] > 0
+    assert verdict["canaries"]["cron"] == 1 and verdict["lag_ms"]["count"] > 1000
+    assert verdict["removed_keys"] > 1000
+    # The second run left nothing the first had not: the SCAN after equals the SCAN before.
+    assert set(after) - set(first) == set(), sorted(set(after) - set(first))[:5]
+    assert per_run(after, before) == []
+
+
+@pytest.mark.parametrize("redis_url", ["cluster"], indirect=True)
+def test_verify_passes_on_a_cluster_and_leaves_no_key(
+        redis_url: str, ns: str, r: Any, app_env: dict[str, str]) -> None:
+    """Three masters: the canaries' shards spread over them, each read and removed there."""
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    with running(*stack(redis_url, ns, app_env)):
+        code, out, err, _ = verify(redis_url, ns, "--duration", "6s", "--rate", "50")
+    assert code == 0, out + err
+    assert "every invariant holds" in out
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize("serving", ["nothing", "node only", "worker only"])
+def test_verify_cannot_run_without_a_worker_or_a_node_and_says_so_in_seconds(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str],
+        serving: str) -> None:
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    procs = [] if serving == "nothing" else [sched_process(
+        redis_url, ns, app_env,
+        *(["scheduler"] if serving == "node only" else ["worker", "--app", "app_tasks:registry"]))]
+    with running(*procs):
+        time.sleep(2)  # the worker is up
+        code, out, err, took = verify(redis_url, ns, "--duration", "60s",
+                                      "--start-timeout", "3")
+    assert code == 2, out + err
+    lines = err.strip().splitlines()
+    assert lines[-1].startswith("error: cannot verify: "), err
+    assert ("scheduler node" if serving == "worker only" else "no worker") in lines[-1]
+    assert took < 30, f"took {took:.0f} s: the probe must not wait out --duration"
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+def test_verify_says_redis_is_unreachable_with_exit_2() -> None:
+    code, out, err, took = verify("redis://127.0.0.1:1/0", "sched", "--duration", "5s")
+    assert code == 2 and out == "", out + err
+    assert err.strip().splitlines()[-1].startswith("error: cannot verify: Redis is "
+                                                   "unreachable"), err
+    assert took < 30
+
+
+def _planted(name: str, tmp: Path) -> Path:
+    """A copy of the package with the fault suite's mutant `name` applied."""
+    m = next(m for m in MUTANTS if m.name == name)
+    shutil.copytree(ROOT / "scheduler", tmp / "scheduler",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp / m.path
+    text = target.read_text()
+    assert text.count(m.old) == 1, f"mutant {name} no longer applies"
+    target.write_text(text.replace(m.old, m.new))
+    return tmp
+
+
+@pytest.mark.parametrize(("mutant", "broken", "rule", "worker"), [
+    ("materializer-skips-a-second", "cron", "cron", ()),
+    ("retry-without-backoff", "retry", "retry", ()),
+    # Outcomes dropped on a healthy worker: their leases (short here) run out, and the
+    # reclaimed attempts are lost on a worker nobody stopped.
+    ("committer-drops-a-batch", "ran", "lost", ("--lease", "3")),
+])
+def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
+        mutant: str, broken: str, rule: str, worker: tuple[str, ...]) -> None:
+    """The stack runs a copy of the code with the bug; `sched verify` runs the real code."""
+    copy = _planted(mutant, tmp_path)
+    env: dict[str, Any] = {**app_env, "PYTHONDONTWRITEBYTECODE": "1",
+                           "PYTHONPATH": os.pathsep.join([str(copy), app_env["PYTHONPATH"]])}
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    with running(*stack(redis_url, ns, env, copy, worker)):
+        code, out, err, _ = verify(redis_url, ns, "--duration", "10s", "--rate", "40")
+    assert code == 1, out + err
+    assert f"FAIL {broken}" in out and f"FAILED: {broken}" in out, out
+    assert f"\n    {rule}: " in out, out  # the checker's evidence, naming a job or a slot
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize("mutant", [None, "history-skips-slot-ends"])
+def test_verify_judges_the_history_store_when_the_namespace_keeps_history(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
+        mutant: str | None) -> None:
+    """A snapshotter runs on the namespace: every canary slot's state in its store equals
+    Redis's (a planted snapshotter bug fails the history invariant, naming slots)."""
+    store = tmp_path / "history.db"
+    env: dict[str, Any] = dict(app_env)
+    copy = None
+    if mutant is not None:
+        copy = _planted(mutant, tmp_path / "copy")
+        env.update(PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONPATH=os.pathsep.join([str(copy), app_env["PYTHONPATH"]]))
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    snapshotter = subprocess.Popen(
+        [*SCHED, "--redis-url", redis_url, "--namespace", ns, "snapshotter", "--history-file",
+         str(store)], env=env, cwd=copy, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    with running(*stack(redis_url, ns, env, copy), snapshotter):
+        with Client(redis_url, ns) as client:  # the snapshotter is reading
+            deadline = time.monotonic() + 30
+            while keeps_history(client) is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+        code, out, err, _ = verify(redis_url, ns, "--duration", "6s", "--rate", "40",
+                                   "--history-file", str(store))
+    if mutant is None:
+        assert code == 0, out + err
+        assert "ok   history" in out and "every invariant holds" in out, out
+    else:
+        assert code == 1, out + err
+        assert "FAIL history" in out and "\n    history: " in out, out
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+def test_the_canary_is_reserved_and_unlisted() -> None:
+    from scheduler import Registry
+
+    registry = Registry()
+    with pytest.raises(ValueError, match="kept for the scheduler's own tasks"):
+        registry.task("sched.canary")(lambda ctx, payload: None)
+    assert registry.names() == [] and Registry(canary=False).canary is False
