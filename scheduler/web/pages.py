@@ -418,9 +418,13 @@ async def job(client: Any, job_id: str) -> Page:
     if j.cron:
         tables.insert(0, ("Next fire times (no slot yet)", ["fire time"],
                           [[when(f)] for f in fires]))
-        field, timeline, marks = await _timeline(client, j)
-        fields.append(field)
-        tables.insert(0, timeline)
+        try:
+            field, timeline, marks = await _timeline(client, j)
+            fields.append(field)
+            tables.insert(0, timeline)
+        except ValidationError as exc:  # a stored cron or zone this version cannot read
+            fields.append(("on time", f"- (no timeline: {exc})"))
+            marks = []
     else:
         marks = []
     return "detail.html", {"title": f"Job {job_id}", "fields": fields, "actions": actions,

@@ -77,7 +77,7 @@ def test_the_async_client_reads_history_and_runs_too(redis_url: str, ns: str, r:
 def test_db_upgrade_is_idempotent(pg_dsn: str, redis_url: str, ns: str, capsys: Any) -> None:
     for _ in range(2):
         code, out, _ = sched(capsys, redis_url, ns, "db", "upgrade", "--postgres-dsn", pg_dsn)
-        assert code == 0 and out.strip() == "history schema at version 3 (postgres)"
+        assert code == 0 and out.strip() == "history schema at version 4 (postgres)"
 
 
 def test_history_errors_are_one_line(redis_url: str, ns: str, tmp_path: Path,

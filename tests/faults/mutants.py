@@ -1392,45 +1392,45 @@ MUTANTS = [
            "policy dropped but lists none in the fire ledger: `fires` cannot say which fire "
            "times were dropped, nor why", "scheduler/scripts/lua/materialize.lua",
            "  note_fires(prefix, job_id, {unpack(ARGV, 10 + n, 9 + n + k)}, 'catchup')\n", "",
-           ("tests/lua/test_fire_ledger.py::test_catchup_drops_are_listed_one_by_one",),
+           ("tests/lua/test_fire_ledger_scripts.py::test_catchup_drops_are_listed_one_by_one",),
            fast=True),
     Mutant("overlap-skip-not-in-the-ledger", "promote.lua ends an overlap=\"skip\" occurrence "
            "`skipped` without its ledger entry: once the skipped slot leaves Redis, nothing "
            "says which run it yielded to", "scheduler/scripts/lua/promote.lua",
            "        note_fires(prefix, st[5], {slot_id}, 'overlap', active)\n", "",
-           ("tests/lua/test_fire_ledger.py::test_an_overlap_skip_names_the_run_it_yielded_to",),
+           ("tests/lua/test_fire_ledger_scripts.py::test_an_overlap_skip_names_the_run_it_yielded_to",),
            fast=True),
     Mutant("redefined-not-in-the-ledger", "redefine.lua withdraws the old cadence's "
            "occurrences without ledger entries: a new definition that takes a slot id over "
            "erases why the old one did not run", "scheduler/scripts/lua/redefine.lua",
            "note_fires(prefix, job_id, gone, 'redefined')\n", "",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_a_redefinition_and_a_delete_record_what_they_withdrew",),
            fast=True),
     Mutant("fire-ledger-unbounded", "the fire ledger is never trimmed: a schedule that skips "
            "or is dropped forever grows its key without bound", "scheduler/scripts/lua/_lib.lua",
            "  if extra > 0 then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end",
            "  if false then redis.call('ZREMRANGEBYRANK', key, 0, extra - 1) end",
-           ("tests/lua/test_fire_ledger.py::test_the_ledger_keeps_its_newest_entries",),
+           ("tests/lua/test_fire_ledger_scripts.py::test_the_ledger_keeps_its_newest_entries",),
            fast=True),
     Mutant("no-worker-not-told", "an occurrence waiting past its objective on a queue no live "
            "worker reads reads `behind`, as if workers were merely slow",
            "scheduler/sdk/fires.py",
            "    return {s.slot_id: (Reason.NO_WORKER if s.queue not in served",
            "    return {s.slot_id: (Reason.BEHIND if s.queue not in served",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_a_redefinition_and_a_delete_record_what_they_withdrew",), fast=True),
     Mutant("on-time-share-counts-overlap", "the on-time share counts overlap skips as misses: "
            "a schedule whose skips are its policy reads as behind its objective",
            "scheduler/core/ledger.py", "    counted = due - overlap\n", "    counted = due\n",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_summary_counts_from_the_occurrences_themselves",), fast=True),
     Mutant("unmade-occurrences-not-listed", "a redefinition while no node ran drops the old "
            "definition's occurrences no node made without a word: the timeline skips them",
            "scheduler/scripts/lua/redefine.lua",
            "note_fires(prefix, job_id, unmade_fires(prefix, job_id, {unpack(ARGV, 8, 7 + k)}), "
            "'redefined')\n", "",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_occurrences_no_node_made_are_listed_by_a_redefinition_or_a_delete",),
            fast=True),
     Mutant("objective-not-stored", "a schedule's on_time_within is not stored: "
@@ -1444,7 +1444,7 @@ MUTANTS = [
            "counted: sched_occurrences_not_run stays 0 and its alert never fires",
            "scheduler/scripts/lua/_lib.lua",
            "  redis.call('HINCRBY', prefix .. 'stats', 'not_run:' .. reason, added)", "",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_exporter_counts_occurrences_not_run_by_reason",), fast=True),
     Mutant("timeline-oldest-first", "the console's job page lists a recurring job's "
            "occurrences oldest first: the one a user came to see is at the bottom",
@@ -1543,21 +1543,21 @@ MUTANTS = [
            "store cannot say why those occurrences did not run",
            "scheduler/scripts/lua/materialize.lua",
            "  emit(prefix, maxlen, now, 'not_run',\n", "  emit(prefix, maxlen, now, 'none',\n",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
     Mutant("not-run-events-not-copied", "the snapshotter acks `not_run` events without "
            "copying their entries: the store's fire_entries stays empty",
            "scheduler/history/intake.py",
            "                if kind == NOT_RUN and isinstance(job, str):",
            "                if False:",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
     Mutant("fires-ignores-history", "`fires` reads Redis alone: occurrences whose records "
            "left Redis read `unrecorded` (or vanish) though the history store holds them",
            "scheduler/sdk/fires.py",
            "    if not (oldest is None or lo < oldest or missing):",
            "    if True:",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
     Mutant("retry-reads-running", "an occurrence whose attempt failed and waits a minute for "
            "its retry reads `running`: nothing is running, and the failure is hidden",
@@ -1568,7 +1568,7 @@ MUTANTS = [
     Mutant("summary-of-one-page", "`fires` summarizes only the page it returns: a week's "
            "explain reads as on time from its first thousand occurrences",
            "scheduler/sdk/fires.py", "    if start == lo and more is None:", "    if True:",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_summary_covers_the_whole_window_not_the_page",), fast=True),
     Mutant("timeline-marks-mute", "the console's timeline marks say nothing on hover: a "
            "user sees a red mark and not why", "scheduler/web/pages.py",
@@ -1580,7 +1580,7 @@ MUTANTS = [
            "say why the old cadence stopped", "scheduler/scripts/lua/redefine.lua",
            "not_run_records(job_id, 'redefined', gone, unmade)",
            "not_run_records(job_id, 'redefined', gone)",
-           ("tests/lua/test_fire_ledger.py::"
+           ("tests/lua/test_fire_ledger_scripts.py::"
             "test_the_history_store_keeps_the_ledger_and_fires_reads_it_back",), fast=True),
     Mutant("fire-entries-kept-forever", "history retention leaves the fire ledger's entries: "
            "the store grows past history_days", "scheduler/history/store/postgres.py",

@@ -62,13 +62,16 @@ def reclaim(redis_url: str, ns: str, clock: ManualClock) -> tuple[dict[str, int]
 
 
 def run_to_end(sh: Shard) -> None:
-    """Read, claim and complete the shard's one entry, as a worker does."""
+    """Read, claim and complete the shard's one entry, as a worker does (holding a permit,
+    should its queue have a queue-wide limit)."""
     [(lane, msg, slot)] = sh.read()
     [grant] = replies.claimed(sh.run(scripts.claim(sh.prefix, sh.clock.now_ms(), "w", 30_000,
-                                                   [(lane, msg, slot)])), [(lane, msg, slot)])
+                                                   [(lane, msg, slot)], permitted=True)),
+                              [(lane, msg, slot)])
     assert isinstance(grant, replies.Grant)
     now = sh.clock.now_ms()
-    sh.run(scripts.complete(sh.prefix, now, 1000, "w", [scripts.Succeeded(slot, grant.token, now, now, lane, msg)]))
+    sh.run(scripts.complete(sh.prefix, now, 1000, "w",
+                            [scripts.Succeeded(slot, grant.token, now, now, lane, msg)]))
 
 
 @pytest.fixture
