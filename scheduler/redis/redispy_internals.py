@@ -4,7 +4,7 @@ parsing consumes. Nothing else in the package imports `redis._...` (tests/test_l
 checks it) or touches a connection's underscored attributes.
 
 These names move between redis-py releases, so this module says which releases it was
-written for (`SUPPORTED`) and tests/services/test_redispy_internals.py fails with a plain
+written for (`SUPPORTED`) and tests/redis/test_redispy_internals.py fails with a plain
 message on any other. Each helper keeps redis-py's own behaviour: an error reply comes back
 as its exception in its place, a broken connection raises redis-py's ConnectionError.
 """

@@ -4,7 +4,7 @@ terminal, nothing that had succeeded runs again, at_most_once slots are never re
 recurring jobs get their watermark back.
 
 A recurring job's watermark restoration is tested at the Redis-key level, from job and slot
-rows written straight into the store; tests/services/test_materializer.py checks that such a
+rows written straight into the store; tests/node/test_materializer.py checks that such a
 watermark (last fire + 1 ms) resumes at the next real occurrence."""
 
 from __future__ import annotations

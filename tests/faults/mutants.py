@@ -34,17 +34,17 @@ CLUSTER = "tests/faults/test_cluster.py::test_one_namespace_runs_over_three_mast
 MIGRATING = ("tests/faults/test_cluster.py::"
              "test_a_call_to_a_migrating_shard_waits_for_its_new_node")
 PRIORITIES = "tests/sdk/test_priorities.py"
-EXPIRER = "tests/services/test_expirer.py::"
+EXPIRER = "tests/node/test_expirer.py::"
 LIMITS = "tests/sdk/test_queue_limits.py"
 AT_ONCE = "tests/e2e/test_limits_apply_at_once.py::"
 IN_SCRIPTS = "tests/lua/test_limits_in_scripts.py::"
 HELD_BACK = (f"{LIMITS}::test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_"
              "the_limit_cleared")
-EARLY = "tests/services/test_early_dispatch.py"
+EARLY = "tests/worker/test_early_dispatch.py"
 AHEAD = "tests/lua/test_promote_ahead.py"
 FENCE = ("tests/lua/test_recovery_transitions.py::"
          "test_an_entry_a_reclaim_acked_fences_out_the_old_commit")
-ANNOUNCED = "tests/services/test_heartbeat.py::test_a_run_is_announced_by_its_first_renewal_only"
+ANNOUNCED = "tests/worker/test_heartbeat.py::test_a_run_is_announced_by_its_first_renewal_only"
 SUBMITTED = ("tests/lua/test_transitions.py::"
              "test_a_submitted_entry_names_slots_by_id_and_the_rest_as_objects")
 COMPACT = ("tests/lua/test_recovery_transitions.py::"
@@ -63,27 +63,27 @@ METRICS_ENDPOINTS = "tests/e2e/test_metrics_endpoints.py::"
 SUPERVISED = "tests/cli/test_supervised_workers.py::"
 HOSTILE_CLI = "tests/cli/test_hostile_cli.py::"
 HOSTILE_SDK = "tests/sdk/test_hostile_input.py::"
-UNKNOWN_NAMES = ("tests/services/test_worker.py::"
+UNKNOWN_NAMES = ("tests/worker/test_worker.py::"
                  "test_distinct_unknown_task_names_cost_a_worker_no_memory_each")
 GROUPED = SUPERVISED + "test_children_are_grouped_under_their_supervisor"
 GARBLED = SUPERVISED + "test_garbled_registry_entries_break_no_reader"
 SUPERVISED_CHILD = SUPERVISED + "test_sched_worker_reads_its_supervisor_from_the_environment"
 SUPERVISOR_PAGE = ("tests/e2e/test_console_pages.py::"
                    "test_the_workers_page_groups_the_children_under_their_supervisor")
-CLEANER = "tests/services/test_queue_cleaner.py"
+CLEANER = "tests/node/test_queue_cleaner.py"
 IDLE_LANES = (f"{CLEANER}::"
               "test_idle_lanes_that_hold_nothing_leave_the_index_and_status[single]")
 IDLE_LEASE = (f"{CLEANER}::"
               "test_the_reclaimer_finds_an_expired_lease_in_a_lane_that_went_idle[single]")
 REINDEXED = (f"{CLEANER}::"
              "test_an_entry_written_after_its_lane_left_the_index_indexes_it_again[single-")
-READ_COVERS = ("tests/services/test_snapshotter.py::"
+READ_COVERS = ("tests/history/test_snapshotter.py::"
                "test_an_event_right_after_a_read_brings_the_slots_new_state[sqlite-single]")
 # The fault test of the same rule caught this one only when nothing else named the job
 # after its promotion; the snapshotter test makes that so every time.
-ACTIVE_READ = ("tests/services/test_snapshotter.py::"
+ACTIVE_READ = ("tests/history/test_snapshotter.py::"
                "test_an_overlap_skip_jobs_active_run_reaches_the_store[sqlite-single]")
-RETRY_POLICY = ("tests/services/test_retry_policy.py::"
+RETRY_POLICY = ("tests/worker/test_retry_policy.py::"
                 "test_each_retry_waits_what_the_policy_says_capped_and_jittered")
 SUBMIT_CHECKS = ("tests/sdk/test_hostile_input.py::"
                  "test_submit_lua_refuses_a_bad_job_anywhere_in_a_batch_and_writes_nothing")
@@ -91,8 +91,8 @@ START_STOPPED = ("tests/faults/test_supervisor.py::"
                  "test_sigterm_during_the_start_of_many_children_stops_it_and_leaves_none")
 KEEPS_DYING = ("tests/faults/test_supervisor.py::"
                "test_a_child_that_keeps_dying_after_it_is_up_backs_off_then_stops_the_supervisor")
-SIZES = "tests/services/test_supervisor_parts.py::"
-POOL = "tests/services/test_process_pool.py::"
+SIZES = "tests/worker/test_supervisor_parts.py::"
+POOL = "tests/worker/test_process_pool.py::"
 POOL_TIMEOUT = POOL + "test_a_cpu_bound_handler_past_its_timeout_is_killed_and_the_pool_goes_on"
 SUPERVISED = ("tests/faults/test_supervisor.py::"
               "test_sigkilled_children_are_restarted_and_lose_nothing")
@@ -126,7 +126,7 @@ WINDOW_REPEAT = (DEDUPE + "test_a_repeat_within_the_window_returns_the_first_id_
 BAD_WINDOW = DEDUPE + "test_bad_window_options_are_refused_with_one_line[single]"
 HEAD_OF_LINE = TAKE + "test_a_key_at_its_limit_holds_up_only_itself"
 TENANTS = "tests/sdk/test_concurrency_keys.py::"
-KEY_STATUS = "tests/services/test_key_status.py::"
+KEY_STATUS = "tests/observe/test_key_status.py::"
 OUTBOX_WINDOW = (OUTBOX + "test_the_outbox_refuses_a_dedupe_window_and_a_debounce_in_one_line")
 PROGRESS_FENCE = ("tests/lua/test_heartbeat_progress.py::"
                   "test_a_stale_attempts_progress_is_not_written")
@@ -326,7 +326,7 @@ MUTANTS = [
            "                    except Exception:\n"
            "                        self.alone += [(kind, shard, item) for item in part]",
            "                    except Exception:\n                        raise",
-           ("tests/services/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
+           ("tests/worker/test_committer.py::test_a_poison_outcome_is_dropped_alone",)),
     Mutant("sentinel-pins-first-primary", "a sentinel URL is resolved once, at start: after a "
            "failover every process keeps talking to the dead primary (settling times out)",
            "scheduler/redis/clients.py",
@@ -440,7 +440,7 @@ MUTANTS = [
            "                        carried[msg_id.decode()] = (fields[3], fields[5], fields[7],"
            " fields[9])",
            ("tests/lua/test_carried.py::test_the_reader_keeps_what_entries_carry_and_reads_f_at_"
-            "the_end", "tests/services/test_worker.py")),
+            "the_end", "tests/worker/test_worker.py")),
     Mutant("claim-starts-early-slots", "claim.lua drops its not-before guard: an entry "
            "handed back without its time (a stopping worker's requeue) starts before its "
            "fire time", "scheduler/scripts/lua/claim.lua",
@@ -466,26 +466,26 @@ MUTANTS = [
            "other idles", "scheduler/worker/slots.py",
            "        return max(1, min(batch, -(-self.concurrency // pipelines)))",
            "        return max(1, min(batch, self.concurrency))",
-           ("tests/services/test_claim_share.py",)),
+           ("tests/worker/test_claim_share.py",)),
     Mutant("hash-read-slots-as-jobs", "the snapshotter's raw read asks for each slot's hash "
            "under the job key: history gets job hashes for slots (or nothing)",
            "scheduler/history/reads.py",
            "_bulk(slot_key + s) for s in r.slots", "_bulk(job_key + s) for s in r.slots",
-           ("tests/services/test_hash_read.py",), fast=True),
+           ("tests/history/test_hash_read.py",), fast=True),
     Mutant("reheld-slot-dropped", "a held-back slot's early promotion drops it from the held "
            "set instead of renewing its hold: never claimed, it never reaches history",
            "scheduler/history/intake.py",
            "                        deferred[slot] = (shard, deadline)\n                        self.reheld += 1",
            "                        self.reheld += 1",
-           ("tests/services/test_snapshotter.py::"
+           ("tests/history/test_snapshotter.py::"
             "test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_deadline",),
            fast=True),
     Mutant("flying-outcomes-forgotten", "the outcomes of the committer's round trip in flight "
            "are not this worker's (slots()): a recovery read meanwhile takes their entries back",
            "scheduler/worker/committer.py",
            "        batches = [self.pending, *self.flying]\n", "        batches = [self.pending]\n",
-           ("tests/services/test_committer.py::test_outcomes_in_flight_are_still_this_workers",
-            "tests/services/test_committer.py::"
+           ("tests/worker/test_committer.py::test_outcomes_in_flight_are_still_this_workers",
+            "tests/worker/test_committer.py::"
             "test_outcomes_that_ride_a_claim_are_committed_or_kept"),
            fast=True),
     Mutant("boarded-outcomes-dropped", "the outcomes that rode a claim's round trip are "
@@ -495,20 +495,20 @@ MUTANTS = [
            "                results = [results] * len(boarding.built)\n",
            "            if isinstance(results, BaseException):\n"
            "                return\n",
-           ("tests/services/test_committer.py::"
+           ("tests/worker/test_committer.py::"
             "test_outcomes_that_ride_a_claim_are_committed_or_kept",),
            fast=True),
     Mutant("dead-slot-unlogged", "a slot dead-lettered by a worker's commit logs no line of "
            "its own: behind the traceback's rate limit, most dead slots go unseen in the log",
            "scheduler/worker/committer.py", "                self._dead(answers, items)\n",
            "                pass\n",
-           ("tests/services/test_service_logs.py::"
+           ("tests/redis/test_service_logs.py::"
             "test_every_attempt_that_ends_a_slot_dead_logs_one_line_naming_it",), fast=True),
     Mutant("attempts-view-twice", "the attempts view shows a single attempt twice when an "
            "older version left a row for it: the slot's state does not hide the stale row",
            "scheduler/history/sql/postgres/0002_attempt_log.sql",
            "WHERE NOT EXISTS (SELECT 1 FROM slots s", "WHERE 1 = 1 OR NOT EXISTS (SELECT 1 FROM slots s",
-           ("tests/store/test_store.py::test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored",),
+           ("tests/history/test_store.py::test_the_attempts_view_has_a_row_per_attempt_however_it_is_stored",),
            fast=True),
     Mutant("running-never-announced", "no heartbeat tells history that a run outlived its "
            "first interval (the claim writes no event: a long run stays `queued` in history)",
@@ -684,7 +684,7 @@ MUTANTS = [
            "history stays minutes behind after a crash", "scheduler/history/snapshotter.py",
            "                self.caught_up = False\n                self._claim_more = True\n",
            "                pass\n",
-           ("tests/services/test_snapshotter.py::test_a_dead_snapshotters_pending_events_are_"
+           ("tests/history/test_snapshotter.py::test_a_dead_snapshotters_pending_events_are_"
             "taken_over_in_a_few_claims[sqlite-single]",), fast=True),
     Mutant("retry-cap-forgotten", "fail.lua forgets the policy's max_s: base * 2^(n-1) "
            "uncapped (RetryPolicy(base_s=1, max_s=300, max_attempts=20) would wait six days "
@@ -768,7 +768,7 @@ MUTANTS = [
            "scheduler/observe/children.py",
            "                self.gone[key] = self.gone.get(key, 0.0) + value\n",
            "                pass\n",
-           ("tests/services/test_supervisor_parts.py::"
+           ("tests/worker/test_supervisor_parts.py::"
             "test_counters_and_histograms_are_summed_and_gauges_kept_per_child",)),
     Mutant("supervisor-loops-on-crashes", "a child that cannot start is started again "
            "forever: the supervisor never stops with its error",
@@ -780,7 +780,7 @@ MUTANTS = [
            "raises out of the materializer's pass: every other cron job's occurrences stop",
            "scheduler/node/materializer.py", "    except (SchedulerError, ValueError) as exc:",
            "    except ZeroDivisionError as exc:",
-           ("tests/services/test_materializer.py::test_a_job_whose_definition_does_not_parse_"
+           ("tests/node/test_materializer.py::test_a_job_whose_definition_does_not_parse_"
             "stops_no_other[single-cron-not a cron]",), fast=True),
     Mutant("outbox-deletes-before-redis-acks", "the relay commits the DELETE of its rows "
            "before Redis acknowledged their jobs: a Redis failure then loses them (accepted rule)",
@@ -959,7 +959,7 @@ MUTANTS = [
            "scheduler/worker/keyed.py",
            "(s, q) in self._again, q in permits or not w.wide_limits,",
            "False, q in permits or not w.wide_limits,",
-           ("tests/services/test_keyed_claims.py",), fast=True),
+           ("tests/worker/test_keyed_claims.py",), fast=True),
     Mutant("key-limit-ignored", "take.lua grants past the per-key limit",
            "scheduler/scripts/lua/take.lua", "      room = math.min(room, per_key - held)",
            "      room = room", (TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key",),
@@ -1300,13 +1300,13 @@ MUTANTS = [
            "scheduler/worker/claims.py",
            "            target = max(0, min(self.config.batch, free + ahead))",
            "            target = self.config.batch",
-           ("tests/services/test_read_ahead.py::test_a_burst_is_shared_by_the_workers_waiting_"
+           ("tests/worker/test_read_ahead.py::test_a_burst_is_shared_by_the_workers_waiting_"
             "for_it",), fast=True),
     Mutant("pool-fed-by-run-slots", "a worker whose tasks all run in its process pool "
            "claims up to its run slots: runs wait for its busy children while other workers "
            "idle", "scheduler/worker/claims.py",
            "                free = min(free, pool.startable() - taking)", "                pass",
-           ("tests/services/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
+           ("tests/worker/test_read_ahead.py::test_a_worker_whose_tasks_run_in_its_process_"
             "pool_claims_what_its_children_can_start",), fast=True),
     Mutant("claim-ignores-queue-wide-limit", "claim.lua claims an entry of a queue with a "
            "queue-wide limit without a permit: a worker that has not read the limit yet runs "
@@ -1505,7 +1505,7 @@ MUTANTS = [
            "a free key's job only at its next poll", "scheduler/scripts/lua/_lib.lua",
            "    redis.call('XADD', prefix .. 'kwake:' .. queue, 'MAXLEN', '1', '*', 'k', key)\n",
            "",
-           ("tests/services/test_keyed_claims.py::"
+           ("tests/worker/test_keyed_claims.py::"
             "test_a_free_keys_job_starts_at_once_on_an_idle_worker",)),
     Mutant("keyed-turn-of-one", "a key's turn takes one slot (its weight) whatever the call's "
            "n and the ring's length: a short ring costs a ring move and a pop per slot",
@@ -1585,7 +1585,7 @@ MUTANTS = [
     Mutant("fire-entries-kept-forever", "history retention leaves the fire ledger's entries: "
            "the store grows past history_days", "scheduler/history/store/postgres.py",
            '            cur.execute(Q["drop_fires_before"], {"cutoff_ms": cutoff_ms})', "",
-           ("tests/store/test_store.py::"
+           ("tests/history/test_store.py::"
             "test_fire_ledger_entries_are_upserted_read_by_range_and_kept_history_days",),
            fast=True),
     Mutant("retry-without-backoff", "fail.lua retries at once, whatever the policy's backoff "
