@@ -128,6 +128,12 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _cpu(procs: list[subprocess.Popen[bytes]]) -> tuple[float, float]:
+    """CPU seconds so far of the worker processes, and of their children."""
+    return (sum(process_cpu_s(p.pid) for p in procs),
+            sum(process_cpu_s(c) for p in procs for c in _children(p.pid)))
+
+
 def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
          ) -> dict[str, Any]:
     r = redis.Redis.from_url(url)
@@ -149,14 +155,17 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
                 procs = _workers(url, ns, kind, n, args.concurrency, args.separate, env)
         low, high = max(1, args.jobs // 10), args.jobs - args.jobs // 10
         marks: dict[int, float] = {}
+        cpu: dict[int, tuple[float, float]] = {}  # mark -> (workers', their children's) CPU s
         deadline = started + 600
         while True:
             done = int(r.get(key) or 0)
             now = time.perf_counter()
             if done >= low and low not in marks:
                 marks[low], low_count = now, done
+                cpu[low] = _cpu(procs)
             if done >= high and high not in marks:
                 marks[high], high_count = now, done
+                cpu[high] = _cpu(procs)
             if done >= args.jobs:
                 break
             if now > deadline or any(p.poll() is not None for p in procs):
@@ -165,14 +174,15 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
         total = time.perf_counter() - started
         window = marks[high] - marks[low]
         by_pid = [int(v) for v in r.hvals(f"{key}:by-pid")]
-        # CPU per job, not wall time: on a shared box wall time is mostly the neighbours'.
-        parents = sum(process_cpu_s(p.pid) for p in procs)
-        children = sum(process_cpu_s(c) for p in procs for c in _children(p.pid))
+        # CPU per job over the same window, not wall time: on a shared box wall time is
+        # mostly the neighbours'. (Children that retire within it take theirs along.)
+        ran = max(1, high_count - low_count)
+        parents, children = (b - a for a, b in zip(cpu[low], cpu[high], strict=True))
         return {"mode": f"{kind}:{n}", "per_s": (high_count - low_count) / window
                 if window > 0 else 0.0, "drain_s": total, "done": done,
                 "busiest": max(by_pid) / sum(by_pid) if by_pid else 0.0,
-                "parent_ms_per_job": parents * 1000 / done,
-                "children_ms_per_job": children * 1000 / done}
+                "parent_ms_per_job": parents * 1000 / ran,
+                "children_ms_per_job": children * 1000 / ran}
     finally:
         stop_processes(procs)
         r.delete(key, f"{key}:by-pid")

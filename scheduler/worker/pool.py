@@ -467,6 +467,7 @@ def _start(theirs: socket.socket) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "scheduler.worker.child",
                              str(theirs.fileno()), str(os.getpid())],
                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                            start_new_session=True,
                             env={**os.environ,
                                  "PYTHONPATH": here if not path else f"{here}{os.pathsep}{path}"})
 
