@@ -3,16 +3,25 @@
 the one core the worker's event loop and thread pool share, and a run that must stop can be
 stopped.
 
-The worker starts the pool only when its registry has a process task. A run waits for an
-idle child (its timeout counts from when one takes it), sends it its context and payload,
-and serves what comes back: log lines into the run's `ctx.logger`, `ctx.progress` reports
-onto its context (the heartbeat carries them), `ctx.once` questions
-answered by the worker's own `ctx.once` (Execution._once), then the outcome. The worker
-keeps the run's lease, heartbeat and commit throughout, as for any run.
+The worker starts the pool only when its registry has a process task. A run goes to a child
+holding fewer than DEPTH runs (or waits for one): each child has its next run at hand while
+it runs one, and begins it without waiting for the worker to be scheduled (on a busy machine
+that wait came once per run). Its timeout counts from when the child begins it. The worker
+sends the run's context and payload, and serves what comes back: log lines into the run's
+`ctx.logger`, `ctx.progress` reports onto its context (the heartbeat carries them),
+`ctx.once` questions answered by the worker's own `ctx.once` (Execution._once), then the
+outcome. The worker keeps the run's lease, heartbeat and commit throughout, as for any run.
 
 A run stopped for its timeout, a cancel request, a lost lease or the worker's shutdown
 SIGKILLs its child at once (a thread cannot be stopped; a process can), and the pool starts
-another in its place; so does a child that died, and one that ran `max_tasks_per_child` runs.
+another in its place (the runs that child held and had not begun go to another); so does a
+child that died, and one that ran `max_tasks_per_child` runs. A run stopped while it waits in
+a child is taken back (`Drop`); should the child begin it before the Drop arrives, it is
+SIGKILLed as for a run going.
+
+Each child runs in a session of its own: Linux's autogroup scheduling shares a busy machine's
+CPU between sessions, and in the worker's session the worker and all its children would get
+one share between them.
 """
 
 from __future__ import annotations
@@ -460,7 +469,9 @@ class ProcessPool:
 
 def _start(theirs: socket.socket) -> subprocess.Popen[bytes]:
     """A fresh interpreter (not a fork of the worker, its event loop and its threads), which
-    inherits the worker's stdout and stderr: what a handler prints shows where it would."""
+    inherits the worker's stdout and stderr: what a handler prints shows where it would. In
+    a session of its own (autogroup: a scheduling group of its own; it ignores the terminal's
+    signals anyway, and dies with the worker by PR_SET_PDEATHSIG)."""
     # The child runs this very scheduler package, wherever the worker found it.
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.environ.get("PYTHONPATH")
