@@ -878,7 +878,7 @@ MUTANTS = [
            (POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs",)),
     Mutant("pool-child-logs-dropped", "ctx.logger's lines in a process-pool child reach "
            "neither the worker's log nor the attempt's run log", "scheduler/worker/pool.py",
-           "run.ctx.logger.log(message.level, message.text)", "pass",
+           "current.run.ctx.logger.log(message.level, message.text)", "pass",
            (POOL + "test_a_handler_in_a_child_gets_its_context_logs_once_and_returns",)),
     Mutant("pool-close-spares-the-children", "the pool's close at the worker's exit leaves "
            "its children running: a busy one outlives its worker",
