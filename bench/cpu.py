@@ -37,7 +37,7 @@ import redis
 from scheduler import Client
 
 from .app import spin
-from .common import drop_namespace, fresh_namespace, machine, stop_processes
+from .common import drop_namespace, fresh_namespace, machine, process_cpu_s, stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,6 +117,23 @@ def _registered(client: Client, kind: str, n: int, procs: list[subprocess.Popen[
     time.sleep(0.5)  # each in its blocking read
 
 
+def _children(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux /proc; none elsewhere)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(c) for c in task.read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def _cpu(procs: list[subprocess.Popen[bytes]]) -> tuple[float, float]:
+    """CPU seconds so far of the worker processes, and of their children."""
+    return (sum(process_cpu_s(p.pid) for p in procs),
+            sum(process_cpu_s(c) for p in procs for c in _children(p.pid)))
+
+
 def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
          ) -> dict[str, Any]:
     r = redis.Redis.from_url(url)
@@ -138,14 +155,17 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
                 procs = _workers(url, ns, kind, n, args.concurrency, args.separate, env)
         low, high = max(1, args.jobs // 10), args.jobs - args.jobs // 10
         marks: dict[int, float] = {}
+        cpu: dict[int, tuple[float, float]] = {}  # mark -> (workers', their children's) CPU s
         deadline = started + 600
         while True:
             done = int(r.get(key) or 0)
             now = time.perf_counter()
             if done >= low and low not in marks:
                 marks[low], low_count = now, done
+                cpu[low] = _cpu(procs)
             if done >= high and high not in marks:
                 marks[high], high_count = now, done
+                cpu[high] = _cpu(procs)
             if done >= args.jobs:
                 break
             if now > deadline or any(p.poll() is not None for p in procs):
@@ -154,9 +174,15 @@ def once(url: str, kind: str, n: int, args: argparse.Namespace, iterations: int
         total = time.perf_counter() - started
         window = marks[high] - marks[low]
         by_pid = [int(v) for v in r.hvals(f"{key}:by-pid")]
+        # CPU per job over the same window, not wall time: on a shared box wall time is
+        # mostly the neighbours'. (Children that retire within it take theirs along.)
+        ran = max(1, high_count - low_count)
+        parents, children = (b - a for a, b in zip(cpu[low], cpu[high], strict=True))
         return {"mode": f"{kind}:{n}", "per_s": (high_count - low_count) / window
                 if window > 0 else 0.0, "drain_s": total, "done": done,
-                "busiest": max(by_pid) / sum(by_pid) if by_pid else 0.0}
+                "busiest": max(by_pid) / sum(by_pid) if by_pid else 0.0,
+                "parent_ms_per_job": parents * 1000 / ran,
+                "children_ms_per_job": children * 1000 / ran}
     finally:
         stop_processes(procs)
         r.delete(key, f"{key}:by-pid")
@@ -178,7 +204,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               for m in names[1:]}
     ok = all(r[m]["done"] >= args.jobs for r in rounds for m in names)
     busiest = {m: statistics.median(r[m]["busiest"] for r in rounds) for m in names}
-    shown = ", ".join(f"{m} {median[m]:,.0f} jobs/s (busiest process {busiest[m]:.0%})"
+    cpu = {m: (statistics.median(r[m]["parent_ms_per_job"] for r in rounds),
+               statistics.median(r[m]["children_ms_per_job"] for r in rounds)) for m in names}
+    shown = ", ".join(f"{m} {median[m]:,.0f} jobs/s (busiest process {busiest[m]:.0%}; CPU "
+                      f"ms/job: worker {cpu[m][0]:.2f}, its children {cpu[m][1]:.2f})"
                       for m in names)
     more = "".join(f"; {k} {v:.2f}x" for k, v in ratios.items())
     flags = (" --separate" if args.separate else "") + (
@@ -187,5 +216,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                f"concurrency {args.concurrency}, x{args.runs}): {shown} (median){more}")
     return {"summary": summary, "ok": ok, "iterations": iterations, "modes": names,
             "median_per_s": median, "median_busiest": busiest, "ratios": ratios,
+            "median_cpu_ms_per_job": cpu,
             "rounds": rounds,
             "machine": machine(redis.Redis.from_url(args.redis_url))}

@@ -9,6 +9,12 @@ crosses), each run's context and its payload (the JSON bytes the slot holds) in,
 lines, its `ctx.once` questions and its outcome (the return value as JSON, or the error
 line) out. The child holds no lease and talks to no Redis: the worker keeps the run.
 
+The worker sends a child its next run while it runs one (pipelined: the child starts the
+next without waiting for the worker to be scheduled), so the child keeps the runs it was
+sent in order and says `Started` as it begins each; a `Drop` takes back one not begun (its
+run was stopped meanwhile). The outcome of one run and the start of the next go out in one
+write.
+
 It dies with its worker (PR_SET_PDEATHSIG on Linux, and the socket's end of file when it
 waits), ignores SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group: the
 worker decides when its runs stop), and is stopped by SIGKILL when its run must stop.
@@ -18,9 +24,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import io
 import logging
 import os
+import select
 import signal
 import socket
 import struct
@@ -49,6 +55,7 @@ class Setup(msgspec.Struct, tag=True):
 
 
 class Job(msgspec.Struct, tag=True):
+    seq: int  # the worker's number for this run on this child
     task: str
     slot_id: str
     job_id: str
@@ -57,6 +64,12 @@ class Job(msgspec.Struct, tag=True):
     delivery: str
     payload: msgspec.Raw
     result_limit: int
+
+
+class Drop(msgspec.Struct, tag=True):
+    """Do not begin run `seq` (stopped before this child took it)."""
+
+    seq: int
 
 
 class OnceReply(msgspec.Struct, tag=True):
@@ -68,6 +81,12 @@ class OnceReply(msgspec.Struct, tag=True):
 class Ready(msgspec.Struct, tag=True):
     pid: int
     error: str = ""
+
+
+class Started(msgspec.Struct, tag=True):
+    """The child begins run `seq`: what it says next is that run's, until its outcome."""
+
+    seq: int
 
 
 class Line(msgspec.Struct, tag=True):
@@ -98,41 +117,78 @@ class Failed(msgspec.Struct, tag=True):
     trace: str = ""  # the traceback, for the worker's log
 
 
-ToChild = Setup | Job | OnceReply
-FromChild = Ready | Line | OnceAsk | Report | Done | Failed
+ToChild = Setup | Job | Drop | OnceReply
+FromChild = Ready | Started | Line | OnceAsk | Report | Done | Failed
 _encode = msgspec.json.Encoder().encode
 
 
-def send(stream: io.BufferedIOBase, message: Any) -> None:
+def frame(message: Any) -> bytes:
     data = _encode(message)
-    stream.write(HEADER.pack(len(data)) + data)
-    stream.flush()
+    return HEADER.pack(len(data)) + data
 
 
 class Parent:
     """The child's end of the socket: one message out at a time (a handler's threads may
-    log at once), and a `ctx.once` question waits for its answer."""
+    log at once), the runs sent and not begun (`jobs`, in order), and a `ctx.once` question
+    that waits for its answer (runs and drops that come meanwhile are kept)."""
 
-    def __init__(self, stream: io.BufferedIOBase) -> None:
-        self.stream = stream
-        self.lock = threading.Lock()
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()  # writes
+        self.reading = threading.Lock()
         self.decoder = msgspec.json.Decoder(ToChild)
+        self.buffer = bytearray()
+        self.jobs: list[Job] = []
+        self.setup: Setup | None = None
+        self.reply: OnceReply | None = None
+        self.eof = False
 
-    def read(self) -> ToChild | None:
-        head = self.stream.read(HEADER.size)
-        if len(head) < HEADER.size:
-            return None  # the worker closed its end (or died)
-        (size,) = HEADER.unpack(head)
-        return self.decoder.decode(self.stream.read(size))
+    def _parse(self) -> None:
+        buf, pos = self.buffer, 0
+        while len(buf) - pos >= HEADER.size:
+            (size,) = HEADER.unpack_from(buf, pos)
+            end = pos + HEADER.size + size
+            if len(buf) < end:
+                break
+            message = self.decoder.decode(bytes(buf[pos + HEADER.size:end]))
+            pos = end
+            if isinstance(message, Job):
+                self.jobs.append(message)
+            elif isinstance(message, Drop):
+                self.jobs = [j for j in self.jobs if j.seq != message.seq]
+            elif isinstance(message, OnceReply):
+                self.reply = message
+            else:
+                self.setup = message
+        del buf[:pos]
+
+    def receive(self, block: bool) -> None:
+        """Take in what the worker sent: waiting for something when `block`, else only
+        what has come (end of file sets `eof`)."""
+        with self.reading:
+            if not block and not select.select([self.sock], [], [], 0)[0]:
+                return
+            data = self.sock.recv(1 << 16)
+            if not data:
+                self.eof = True
+                return
+            self.buffer += data
+            self._parse()
+
+    def write(self, data: bytes) -> None:
+        with self.lock:
+            self.sock.sendall(data)
 
     def send(self, message: Any) -> None:
-        with self.lock:
-            send(self.stream, message)
+        self.write(frame(message))
 
     def once(self, name: str) -> bool:
-        with self.lock:
-            send(self.stream, OnceAsk(name))
-            reply = self.read()
+        with self.lock:  # one question at a time
+            self.reply = None
+            self.sock.sendall(frame(OnceAsk(name)))
+            while self.reply is None and not self.eof:
+                self.receive(block=True)
+            reply = self.reply
         if not isinstance(reply, OnceReply):
             raise RuntimeError("ctx.once: the worker did not answer")
         if reply.stale:
@@ -250,10 +306,11 @@ def main(argv: list[str]) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sock = socket.socket(fileno=fd)
-    parent = Parent(sock.makefile("rwb"))
-    setup = parent.read()
-    if not isinstance(setup, Setup):
+    parent = Parent(socket.socket(fileno=fd))
+    while parent.setup is None and not parent.eof:
+        parent.receive(block=True)
+    setup = parent.setup
+    if setup is None:
         return
     try:
         handlers = resolve(setup)
@@ -261,12 +318,20 @@ def main(argv: list[str]) -> None:
         parent.send(Ready(os.getpid(), f"{type(exc).__name__}: {exc}"))
         return
     parent.send(Ready(os.getpid()))
+    outcome = b""  # the last run's, sent with the next one's start
     while True:
-        job = parent.read()
-        if job is None:
-            return
-        if isinstance(job, Job):
-            parent.send(run(handlers[job.task], job, parent, setup.log_level))
+        parent.receive(block=False)  # a Drop sent while the last run went
+        if not parent.jobs:
+            if outcome:
+                parent.write(outcome)
+                outcome = b""
+            if parent.eof:
+                return
+            parent.receive(block=True)
+            continue
+        job = parent.jobs.pop(0)
+        parent.write(outcome + frame(Started(job.seq)))
+        outcome = frame(run(handlers[job.task], job, parent, setup.log_level))
 
 
 if __name__ == "__main__":

@@ -3,16 +3,25 @@
 the one core the worker's event loop and thread pool share, and a run that must stop can be
 stopped.
 
-The worker starts the pool only when its registry has a process task. A run waits for an
-idle child (its timeout counts from when one takes it), sends it its context and payload,
-and serves what comes back: log lines into the run's `ctx.logger`, `ctx.progress` reports
-onto its context (the heartbeat carries them), `ctx.once` questions
-answered by the worker's own `ctx.once` (Execution._once), then the outcome. The worker
-keeps the run's lease, heartbeat and commit throughout, as for any run.
+The worker starts the pool only when its registry has a process task. A run goes to a child
+holding fewer than DEPTH runs (or waits for one): each child has its next run at hand while
+it runs one, and begins it without waiting for the worker to be scheduled (on a busy machine
+that wait came once per run). Its timeout counts from when the child begins it. The worker
+sends the run's context and payload, and serves what comes back: log lines into the run's
+`ctx.logger`, `ctx.progress` reports onto its context (the heartbeat carries them),
+`ctx.once` questions answered by the worker's own `ctx.once` (Execution._once), then the
+outcome. The worker keeps the run's lease, heartbeat and commit throughout, as for any run.
 
 A run stopped for its timeout, a cancel request, a lost lease or the worker's shutdown
 SIGKILLs its child at once (a thread cannot be stopped; a process can), and the pool starts
-another in its place; so does a child that died, and one that ran `max_tasks_per_child` runs.
+another in its place (the runs that child held and had not begun go to another); so does a
+child that died, and one that ran `max_tasks_per_child` runs. A run stopped while it waits in
+a child is taken back (`Drop`); should the child begin it before the Drop arrives, it is
+SIGKILLed as for a run going.
+
+Each child runs in a session of its own: Linux's autogroup scheduling shares a busy machine's
+CPU between sessions, and in the worker's session the worker and all its children would get
+one share between them.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from scheduler.redis.service import Backoff
 from scheduler.worker.child import (
     HEADER,
     Done,
+    Drop,
     Failed,
     FromChild,
     Job,
@@ -45,12 +55,17 @@ from scheduler.worker.child import (
     Ready,
     Report,
     Setup,
+    Started,
 )
 from scheduler.worker.execution import ChildFailed
 from scheduler.worker.inflight import Run
 from scheduler.worker.registry import Registry
 
 log = logging.getLogger("scheduler.worker.pool")
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(FromChild).decode
+DEPTH = 2  # runs sent to a child at once: the one it runs, and the next at hand
+RESEND = object()  # an Item's result: its child went before it began; send it to another
 START_S = 60.0  # how long a new child has to import the handlers and say it is ready
 RETIRE_S = 5.0  # how long a retired child has to exit by itself
 
@@ -63,31 +78,70 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-class Child:
-    __slots__ = ("proc", "reader", "writer", "runs")
+class Item:
+    """A run sent to a child: done when its outcome (or the word to send it again) comes."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+    __slots__ = ("run", "seq", "future")
+
+    def __init__(self, run: Run, seq: int, future: asyncio.Future[Any]) -> None:
+        self.run = run
+        self.seq = seq
+        self.future = future
+
+
+class Child(asyncio.Protocol):
+    """The worker's end of one child's socket. Messages are decoded as they arrive, every
+    whole one of a read at once (the last run's outcome and the next one's start come in
+    one write): no task per run, one wake-up for both."""
+
+    def __init__(self, pool: ProcessPool, proc: subprocess.Popen[bytes]) -> None:
+        self.pool = pool
         self.proc = proc
-        self.reader = reader
-        self.writer = writer
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.items: dict[int, Item] = {}  # sent and not ended, in the order sent
+        self.current: Item | None = None  # the one it said it started
+        self.ready: asyncio.Future[FromChild] = asyncio.get_running_loop().create_future()
+        self.sent = 0
         self.runs = 0
+        self.gone = False  # retired, or its connection lost
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
     def send(self, message: Any) -> None:
         data = _encode(message)
-        self.writer.write(HEADER.pack(len(data)) + data)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(HEADER.pack(len(data)) + data)
 
-    async def read(self) -> FromChild:
-        (size,) = HEADER.unpack(await self.reader.readexactly(HEADER.size))
-        return _decode(await self.reader.readexactly(size))
+    def data_received(self, data: bytes) -> None:
+        buf = self.buffer
+        buf += data
+        pos = 0
+        try:
+            while len(buf) - pos >= HEADER.size:
+                (size,) = HEADER.unpack_from(buf, pos)
+                end = pos + HEADER.size + size
+                if len(buf) < end:
+                    break
+                message = _decode(bytes(buf[pos + HEADER.size:end]))
+                pos = end
+                self.pool._received(self, message)
+                if self.gone:
+                    return
+        except msgspec.DecodeError:
+            self.pool._lost(self)
+            return
+        del buf[:pos]
 
-
-_encode = msgspec.json.Encoder().encode
-_decode = msgspec.json.Decoder(FromChild).decode
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.ready.done():
+            self.ready.set_exception(ConnectionError("closed"))
+        self.pool._lost(self)
 
 
 class ProcessPool:
@@ -103,17 +157,35 @@ class ProcessPool:
             tasks={t.name: t.where for t in registry.tasks.values() if t.process},
             main=getattr(main, "__file__", None),
             log_level=min(logging.INFO, logging.getLogger("scheduler.task").getEffectiveLevel()))
-        self.idle: asyncio.Queue[Child] = asyncio.Queue()
+        self.children: list[Child] = []  # started and serving
+        self.free = asyncio.Event()  # set when a child can take another run
+        self.seq = 0
         self.procs: set[subprocess.Popen[bytes]] = set()  # every child alive or starting
         self.replacing: set[asyncio.Task[None]] = set()
         self.closed = False
         self.replaced = 0  # children started in place of one that stopped
-        self.waiting = 0  # runs claimed that wait for an idle child (the worker reads less)
+        self.waiting = 0  # runs claimed that wait for a child to take them (the worker reads less)
 
     def startable(self) -> int:
-        """Runs the children can start now or next: one per idle child and one waiting per
-        child (each child's next run is at hand when it ends one), less the runs waiting."""
-        return self.idle.qsize() + self.size - self.waiting
+        """Runs the children can take now or next: DEPTH per child, less those they hold,
+        and one waiting per child (its next run is at hand when it ends one), less the runs
+        waiting."""
+        held = sum(len(c.items) for c in self.children)
+        return DEPTH * len(self.children) - held + self.size - self.waiting
+
+    def _pick(self) -> Child | None:
+        """The child to send a run to: the one holding the fewest (an idle one first), none
+        when each holds DEPTH or has been sent its max_tasks_per_child."""
+        best: Child | None = None
+        limit = self.max_tasks_per_child
+        for child in self.children:
+            n = len(child.items)
+            if n < DEPTH and not (limit and child.sent >= limit) and (
+                    best is None or n < len(best.items)):
+                best = child
+                if n == 0:
+                    break
+        return best
 
     def pids(self) -> list[int]:
         return sorted(p.pid for p in self.procs)
@@ -142,7 +214,8 @@ class ProcessPool:
         started = spawning.result()
         for child in started:
             if isinstance(child, Child):
-                self.idle.put_nowait(child)
+                self.children.append(child)
+        self.free.set()
         failed = [e for e in started if isinstance(e, BaseException)]
         if failed:
             self.close()
@@ -161,14 +234,14 @@ class ProcessPool:
         finally:
             theirs.close()
         self.procs.add(proc)
-        writer: asyncio.StreamWriter | None = None
+        child: Child | None = None
         try:
-            reader, writer = await asyncio.open_connection(sock=mine)
-            child = Child(proc, reader, writer)
+            child = Child(self, proc)
+            await asyncio.get_running_loop().create_connection(lambda: child, sock=mine)
             child.send(self.setup)
             try:
-                ready = await asyncio.wait_for(child.read(), START_S)
-            except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
+                ready = await asyncio.wait_for(child.ready, START_S)
+            except (ConnectionError, TimeoutError):
                 raise ConfigError(f"a process-pool child did not start ({_ended(proc)})"
                                   ) from None
             if not isinstance(ready, Ready) or ready.error:
@@ -177,8 +250,10 @@ class ProcessPool:
             return child
         except BaseException:
             self._kill(proc)
-            if writer is not None:
-                writer.close()
+            if child is not None:
+                child.gone = True
+                if child.transport is not None:
+                    child.transport.close()
             mine.close()
             raise
 
@@ -197,10 +272,21 @@ class ProcessPool:
                 loop.run_in_executor(None, proc.wait)
 
     def _retire(self, child: Child, kill: bool = True) -> None:
-        """Stop a child and start another in its place. One that served its
-        max_tasks_per_child runs is not killed: it exits at the end of file (its atexit
-        hooks run), SIGKILLed only if it has not within RETIRE_S."""
-        child.writer.close()
+        """Stop a child and start another in its place; the runs it held and had not begun
+        go to another child. One that served its max_tasks_per_child runs is not killed: it
+        exits at the end of file (its atexit hooks run), SIGKILLed only if it has not within
+        RETIRE_S."""
+        if child.gone:
+            return
+        child.gone = True
+        with contextlib.suppress(ValueError):
+            self.children.remove(child)
+        for item in list(child.items.values()):
+            if item is not child.current and not item.future.done():
+                item.future.set_result(RESEND)
+        child.items.clear()
+        if child.transport is not None:
+            child.transport.close()
         if kill:
             self._kill(child.proc)
         else:
@@ -232,42 +318,43 @@ class ProcessPool:
             if self.closed:
                 self._retire(child)
             else:
-                self.idle.put_nowait(child)
+                self.children.append(child)
+                self.free.set()
             return
 
     async def run(self, run: Run) -> Any:
         """Run a process task's handler in a child; its return value, or what it raised
-        (Retry, Cancel, LeaseLost, ChildFailed), as the thread pool would give them."""
-        child = self.idle.get_nowait() if not self.idle.empty() else await self._wait(run)
-        try:
-            child.send(Job(run.task, run.slot_id, run.slot_id.rpartition(":")[0],
+        (Retry, Cancel, LeaseLost, ChildFailed), as the thread pool would give them.
+
+        The run goes to a child that holds fewer than DEPTH runs, so a busy child has its
+        next run at hand when it ends one. The timeout counts from when the child begins it
+        (its `Started`): no timer until then (a placeholder keeps Execution.start from
+        arming one)."""
+        loop = asyncio.get_running_loop()
+        if run.timer is not None:
+            run.timer.cancel()
+        run.timer = loop.call_later(0, _nothing)
+        run.timer.cancel()
+        while True:
+            child = self._pick() or await self._wait()
+            self.seq += 1
+            item = Item(run, self.seq, loop.create_future())
+            child.items[item.seq] = item
+            child.sent += 1
+            child.send(Job(item.seq, run.task, run.slot_id, run.slot_id.rpartition(":")[0],
                            run.attempt, run.fire_ms, run.delivery,
                            msgspec.Raw(run.payload or b"null"), self.result_limit))
-            while True:
-                message = await child.read()
-                if isinstance(message, Line):
-                    run.ctx.logger.log(message.level, message.text)
-                elif isinstance(message, OnceAsk):
-                    child.send(await self._once(run, message.name))
-                elif isinstance(message, Report):
-                    run.ctx.progress(message.fraction, message.message)
-                else:
-                    break
-        except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, shutdown
-            self._retire(child)
-            raise
-        except (asyncio.IncompleteReadError, ConnectionError, msgspec.DecodeError):
-            with contextlib.suppress(subprocess.TimeoutExpired):  # its own exit status
-                await asyncio.to_thread(child.proc.wait, 1.0)
-            ended = _ended(child.proc)
-            self._retire(child)
-            raise ChildFailed(f"the process-pool child running this handler died ({ended})"
-                              ) from None
-        child.runs += 1
-        if self.max_tasks_per_child and child.runs >= self.max_tasks_per_child:
-            self._retire(child, kill=False)
-        else:
-            self.idle.put_nowait(child)
+            try:
+                message = await item.future
+            except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, shutdown
+                if child.current is item:
+                    self._retire(child)  # it runs this one: SIGKILL
+                elif child.items.pop(item.seq, None) is not None:
+                    child.send(Drop(item.seq))  # not begun: it never will (or is killed)
+                    self.free.set()
+                raise
+            if message is not RESEND:
+                break
         if isinstance(message, Done):
             if message.unkept:
                 log.warning("task %s (slot %s) returned a value that is not kept: %s",
@@ -275,23 +362,84 @@ class ProcessPool:
             return decode_payload(message.value)
         if isinstance(message, Failed):
             raise _raised(message)
+        if isinstance(message, BaseException):
+            raise message
         raise ChildFailed(f"the process-pool child sent {type(message).__name__}")
 
-    async def _wait(self, run: Run) -> Child:
-        """An idle child, once there is one. The timeout counts from when a child takes the
-        run: no timer while it waits (a placeholder keeps Execution.start from arming one)."""
-        loop = asyncio.get_running_loop()
-        if run.timer is not None:
-            run.timer.cancel()
-        run.timer = loop.call_later(0, _nothing)
-        run.timer.cancel()
+    def _received(self, child: Child, message: FromChild) -> None:
+        """One message from a child, as it arrives."""
+        current = child.current
+        if isinstance(message, Started):
+            item = child.items.get(message.seq)
+            if item is None:  # a run stopped before it began, begun before the Drop came
+                self._retire(child)
+                return
+            child.current = item
+            run = item.run
+            if run.timeout_ms:
+                run.timer = asyncio.get_running_loop().call_later(
+                    run.timeout_ms / 1000, run.stop, "timeout")
+        elif current is None:
+            if isinstance(message, Ready) and not child.ready.done():
+                child.ready.set_result(message)
+        elif isinstance(message, Line):
+            current.run.ctx.logger.log(message.level, message.text)
+        elif isinstance(message, OnceAsk):
+            task = asyncio.get_running_loop().create_task(
+                self._answer(child, current.run, message.name))
+            self.replacing.add(task)
+            task.add_done_callback(self.replacing.discard)
+        elif isinstance(message, Report):
+            current.run.ctx.progress(message.fraction, message.message)
+        else:  # its outcome
+            child.current = None
+            child.items.pop(current.seq, None)
+            child.runs += 1
+            if not current.future.done():
+                current.future.set_result(message)
+            if self.max_tasks_per_child and child.runs >= self.max_tasks_per_child:
+                self._retire(child, kill=False)
+            self.free.set()
+
+    def _lost(self, child: Child) -> None:
+        """A child's socket closed under it: it died (or was killed by the OOM killer, a
+        segfault). The run it began fails once its exit status is known; the others go to
+        another child."""
+        if child.gone:
+            return
+        current = child.current
+        with contextlib.suppress(ValueError):
+            self.children.remove(child)  # no run is sent to it any more
+        if current is None or current.future.done():
+            self._retire(child)
+            return
+        task = asyncio.get_running_loop().create_task(self._died(child, current))
+        self.replacing.add(task)
+        task.add_done_callback(self.replacing.discard)
+
+    async def _died(self, child: Child, item: Item) -> None:
+        try:
+            with contextlib.suppress(subprocess.TimeoutExpired):  # its own exit status
+                await asyncio.to_thread(child.proc.wait, 1.0)
+            ended = _ended(child.proc)
+        finally:
+            self._retire(child)
+        if not item.future.done():
+            item.future.set_result(ChildFailed(
+                f"the process-pool child running this handler died ({ended})"))
+
+    async def _answer(self, child: Child, run: Run, name: str) -> None:
+        child.send(await self._once(run, name))
+
+    async def _wait(self) -> Child:
+        """A child that can take a run, once there is one."""
         self.waiting += 1
         try:
-            child = await self.idle.get()
+            while (child := self._pick()) is None:
+                self.free.clear()
+                await self.free.wait()
         finally:
             self.waiting -= 1
-        if run.timeout_ms:
-            run.timer = loop.call_later(run.timeout_ms / 1000, run.stop, "timeout")
         return child
 
     async def _once(self, run: Run, name: str) -> OnceReply:
@@ -307,8 +455,10 @@ class ProcessPool:
         self.closed = True
         for task in self.replacing:
             task.cancel()
-        while not self.idle.empty():
-            self.idle.get_nowait().writer.close()
+        for child in self.children:
+            child.gone = True
+            if child.transport is not None:
+                child.transport.close()
         for proc in list(self.procs):
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGKILL)
@@ -319,13 +469,16 @@ class ProcessPool:
 
 def _start(theirs: socket.socket) -> subprocess.Popen[bytes]:
     """A fresh interpreter (not a fork of the worker, its event loop and its threads), which
-    inherits the worker's stdout and stderr: what a handler prints shows where it would."""
+    inherits the worker's stdout and stderr: what a handler prints shows where it would. In
+    a session of its own (autogroup: a scheduling group of its own; it ignores the terminal's
+    signals anyway, and dies with the worker by PR_SET_PDEATHSIG)."""
     # The child runs this very scheduler package, wherever the worker found it.
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     path = os.environ.get("PYTHONPATH")
     return subprocess.Popen([sys.executable, "-m", "scheduler.worker.child",
                              str(theirs.fileno()), str(os.getpid())],
                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL,
+                            start_new_session=True,
                             env={**os.environ,
                                  "PYTHONPATH": here if not path else f"{here}{os.pathsep}{path}"})
 

@@ -839,10 +839,10 @@ MUTANTS = [
            "cancel, a lost lease, shutdown) leaves its child running: the CPU goes on being "
            "spent and the child never serves again",
            "scheduler/worker/pool.py",
-           "        except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, "
-           "shutdown\n            self._retire(child)\n",
-           "        except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, "
-           "shutdown\n            pass\n", (POOL_TIMEOUT,)),
+           "                if child.current is item:\n"
+           "                    self._retire(child)  # it runs this one: SIGKILL\n",
+           "                if child.current is item:\n                    pass\n",
+           (POOL_TIMEOUT,)),
     Mutant("pool-child-not-replaced", "a process-pool child killed or retired is not replaced: "
            "the pool shrinks until no run of a process task can start",
            "scheduler/worker/pool.py", "        if self.closed:\n            return\n",
@@ -852,16 +852,17 @@ MUTANTS = [
            "no timeout timer once one takes it (the wait's placeholder holds its slot): it "
            "runs past its timeout to the end, holding the child",
            "scheduler/worker/pool.py",
-           "        if run.timeout_ms:\n            run.timer = loop.call_later(",
-           "        if run.timeout_ms and run.timer is None:\n            run.timer = "
-           "loop.call_later(",
+           "            if run.timeout_ms:\n                run.timer = asyncio.get_running_",
+           "            if run.timeout_ms and run.timer is None:\n                run.timer = "
+           "asyncio.get_running_",
            (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
     Mutant("pool-dead-child-not-retired", "a process-pool child that died under a handler has "
            "its pipe closed but is not retired: no child replaces it, and a pool of one serves "
            "no process task again, the runs waiting for a child with their lease kept alive",
            "scheduler/worker/pool.py",
-           "            ended = _ended(child.proc)\n            self._retire(child)\n",
-           "            ended = _ended(child.proc)\n            child.writer.close()\n",
+           "            ended = _ended(child.proc)\n        finally:\n"
+           "            self._retire(child)\n",
+           "            ended = _ended(child.proc)\n        finally:\n            pass\n",
            (POOL + "test_a_pool_of_one_replaces_its_dead_child",)),
     Mutant("pool-timeout-counts-from-the-claim", "a process-pool run that waits for a child "
            "has its timeout armed at its claim: it times out waiting, without ever running "
@@ -875,7 +876,7 @@ MUTANTS = [
            (POOL + "test_a_child_is_replaced_after_max_tasks_per_child_runs",)),
     Mutant("pool-child-logs-dropped", "ctx.logger's lines in a process-pool child reach "
            "neither the worker's log nor the attempt's run log", "scheduler/worker/pool.py",
-           "run.ctx.logger.log(message.level, message.text)", "pass",
+           "current.run.ctx.logger.log(message.level, message.text)", "pass",
            (POOL + "test_a_handler_in_a_child_gets_its_context_logs_once_and_returns",)),
     Mutant("pool-close-spares-the-children", "the pool's close at the worker's exit leaves "
            "its children running: a busy one outlives its worker",
@@ -1603,4 +1604,16 @@ MUTANTS = [
            "leaves a slot hash per canary behind", "scheduler/scripts/lua/forget.lua",
            "      keys = keys + redis.call('DEL', prefix .. 'slot:' .. slot_id)\n", "",
            ("tests/cli/test_verify.py::test_verify_passes_on_a_healthy_stack_and_leaves_no_key",)),
+    Mutant("pool-queued-run-not-dropped", "a process-pool run stopped (cancel, timeout, lost "
+           "lease) while it waits in its child behind the run going there is not taken back: "
+           "the child begins it anyway",
+           "scheduler/worker/pool.py",
+           "                    child.send(Drop(item.seq))  # not begun: it never will",
+           "                    pass  # not begun: it never will",
+           (POOL + "test_a_run_stopped_while_queued_behind_a_busy_child_never_begins",)),
+    Mutant("pool-children-in-the-workers-session", "the process pool's children share the "
+           "worker's session, so Linux's autogroup scheduling gives the worker and all its "
+           "children one share of the CPU between them on a busy machine",
+           "scheduler/worker/pool.py", "                            start_new_session=True,\n",
+           "", (POOL + "test_a_run_stopped_while_queued_behind_a_busy_child_never_begins",)),
 ]

@@ -444,3 +444,40 @@ def test_progress_from_a_child_reaches_the_slot(redis_url: str, ns: str) -> None
     assert slot.progress is not None
     assert (slot.progress.fraction, slot.progress.message, slot.progress.attempt) == (
         0.5, "half way", 1)
+
+
+@pytest.mark.slow
+def test_a_run_stopped_while_queued_behind_a_busy_child_never_begins(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """A pool of one child runs a long job; a second run is claimed meanwhile and sent to the
+    child to go next (pipelined), then cancelled before the child reaches it. It never
+    begins (its file is never written), the busy child is not killed for it, and the first
+    job succeeds. The child runs in a session of its own (its own scheduling group)."""
+    busy, queued = tmp_path / "busy.json", tmp_path / "queued.json"
+    seen: dict[str, Any] = {}
+    with Client(redis_url, ns) as client:
+        first = client.submit("pool.spin", {"file": str(busy), "seconds": 4})
+        second: list[str] = []
+
+        def done() -> bool:
+            if not second and busy.exists() and busy.read_text():
+                seen.update(json.loads(busy.read_text()))
+                seen["sid"] = os.getsid(seen["pid"])
+                second.append(client.submit("pool.spin", {"file": str(queued), "seconds": 0}))
+            if second and "cancelled" not in seen:
+                [slot] = client.runs(second[0])[-1:] or [None]
+                if slot is not None and slot.status is SlotStatus.RUNNING:
+                    assert time.time() - seen["at"] < 3, "claimed too late to test this"
+                    client.cancel(second[0])
+                    seen["cancelled"] = True
+            return "cancelled" in seen and all(_ended(client, j) for j in (first, *second))
+
+        asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done, process_pool=1,
+                              lease_s=1.5, timeout=30))
+        ran, stopped = _ended(client, first), _ended(client, second[0])
+    assert not queued.exists()
+    assert stopped is not None and [(a.outcome, a.error) for a in stopped.attempts] == [
+        ("cancelled", "cancelled on request")]
+    assert ran is not None and ran.status is SlotStatus.SUCCEEDED
+    assert ran.result == seen["pid"]  # its child was not killed for the other run
+    assert seen["sid"] == seen["pid"] != os.getsid(0)
