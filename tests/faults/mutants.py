@@ -947,13 +947,10 @@ MUTANTS = [
            "  if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end",
            "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",
                 TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key"), fast=True),
-    Mutant("key-turn-skipped", "a key that started something loses its next turn (the ring "
-           "moves on twice): keys no longer alternate and weights are off",
+    Mutant("key-turn-skipped", "the keys of a round go back to the ring's tail in reverse "
+           "order: the key that just had its turn comes round again first, and others wait",
            "scheduler/scripts/lua/take.lua",
-           "  if started > 0 then idle = 0 else idle = idle + 1 end",
-           "  if started > 0 then idle = 0 else idle = idle + 1 end\n"
-           "  if started > 0 and granted < n then redis.call('LMOVE', ring, ring, 'LEFT', "
-           "'RIGHT') end", (TAKE + "test_keys_take_turns_whatever_order_their_slots_came_in",
+           "      back[#back + 1] = key", "      table.insert(back, 1, key)", (TAKE + "test_keys_take_turns_whatever_order_their_slots_came_in",
                            TAKE + "test_a_weight_is_turns_per_round"), fast=True),
     Mutant("take-not-asked-again", "a worker whose take's reply was lost does not ask for "
            "its grants again: they wait out their lease and count a failed attempt",
