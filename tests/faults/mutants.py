@@ -1603,4 +1603,33 @@ MUTANTS = [
            "leaves a slot hash per canary behind", "scheduler/scripts/lua/forget.lua",
            "      keys = keys + redis.call('DEL', prefix .. 'slot:' .. slot_id)\n", "",
            ("tests/cli/test_verify.py::test_verify_passes_on_a_healthy_stack_and_leaves_no_key",)),
+    Mutant("behind-never-listed", "the objective watch takes an occurrence waiting past its "
+           "objective for one on time: a schedule no worker reads is never named",
+           "scheduler/node/objectives.py",
+           "            if now_ms - slot.fire_ms > on_time_ms:\n                return True",
+           "            if now_ms - slot.fire_ms > on_time_ms:\n                return False",
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-never-leaves", "a schedule that started on time again stays listed behind "
+           "its objective", "scheduler/node/objectives.py",
+           "            elif missed is False:\n                met.append(job_id)",
+           "            elif missed is False:\n                pass",
+           ("tests/e2e/test_behind_objective.py::test_status_names_a_schedule_nobody_reads_"
+            "until_it_catches_up",)),
+    Mutant("behind-deleted-kept", "a deleted schedule stays listed behind its objective "
+           "forever", "scheduler/node/objectives.py", "if score is None]",
+           "if score is None and not listed]",
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-since-reset", "each pass moves when a schedule fell behind to now: its "
+           "age says nothing", "scheduler/node/objectives.py",
+           "pipe.zadd(behind, {j: now for j in late}, nx=True)",
+           "pipe.zadd(behind, {j: now for j in late})",
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-healthy", "`sched status` stays healthy while a schedule is behind its "
+           "objective", "scheduler/observe/records.py",
+           "        if self.schedules_behind:\n            found.append(self.behind_line())\n",
+           "", ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+                "listed_and_leaves_when_deleted",), fast=True),
 ]
