@@ -1,6 +1,6 @@
 """Schedules behind their objective, with a real `sched scheduler` on the real clock: a
 schedule whose queue no worker reads is named by `sched status` (and makes it unhealthy)
-within a few seconds; once a worker reads its queue and it catches up, it leaves the list."""
+and the console's overview within a few seconds; once a worker reads its queue and it catches up, it leaves the list."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from conftest import SCHED
-from helpers import running, sched_process
+from helpers import http_get, running, sched_process, serve_console
 from scheduler import Client, FireState, Reason
 
 pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
@@ -49,6 +49,11 @@ def test_status_names_a_schedule_nobody_reads_until_it_catches_up(
             assert out.returncode == 3, out.stdout
             assert "1 schedule(s) behind their objective: lonely" in out.stdout
             assert "nightly-report" not in out.stdout.split("schedules:")[1]
+            console, base = serve_console(redis_url, ns)
+            with running(console):
+                code, body = http_get(f"{base}/partials/health")
+            assert code == 200 and 'id="behind"' in body and "/jobs/lonely" in body
+            assert "/jobs/nightly-report" not in body
             page = client.fires("lonely")
             assert any(f.state is FireState.PENDING and f.reason is Reason.NO_WORKER
                        for f in page.fires)

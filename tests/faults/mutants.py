@@ -1632,4 +1632,9 @@ MUTANTS = [
            "        if self.schedules_behind:\n            found.append(self.behind_line())\n",
            "", ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
                 "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-not-on-overview", "the console's overview leaves out the schedules behind "
+           "their objective", "scheduler/web/templates/health.html",
+           "{% if status.schedules_behind %}", "{% if false %}",
+           ("tests/e2e/test_behind_objective.py::test_status_names_a_schedule_nobody_reads_"
+            "until_it_catches_up",)),
 ]
