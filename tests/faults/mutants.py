@@ -1637,4 +1637,10 @@ MUTANTS = [
            "{% if status.schedules_behind %}", "{% if false %}",
            ("tests/e2e/test_behind_objective.py::test_status_names_a_schedule_nobody_reads_"
             "until_it_catches_up",)),
+    Mutant("behind-not-exported", "the exporter leaves sched_schedules_behind_objective at 0",
+           "scheduler/observe/metrics.py",
+           'g["sched_schedules_behind_objective"].add_metric([], status.schedules_behind)',
+           'g["sched_schedules_behind_objective"].add_metric([], 0)',
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
 ]

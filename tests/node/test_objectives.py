@@ -12,6 +12,7 @@ from scheduler import Client
 from scheduler.core.keys import Keys, shard_of
 from scheduler.node.materializer import Materializer
 from scheduler.node.objectives import ObjectiveWatch
+from scheduler.observe.metrics import NamespaceCollector
 from scheduler.redis.clients import async_redis
 from scheduler.redis.clock import ManualClock
 
@@ -36,6 +37,12 @@ def node_pass(redis_url: str, ns: str, clock: ManualClock, *, materialize: bool 
     return asyncio.run(go())
 
 
+def gauge(r: redis.Redis, ns: str, name: str) -> float:
+    """The exporter's value of a namespace gauge without labels."""
+    found = [m for m in NamespaceCollector(r, ns).collect() if m.name == name]
+    return sum(sample.value for m in found for sample in m.samples)
+
+
 def test_a_schedule_waiting_past_its_objective_is_listed_and_leaves_when_deleted(
         r: redis.Redis, redis_url: str, ns: str) -> None:
     clock = ManualClock(T0)
@@ -56,6 +63,7 @@ def test_a_schedule_waiting_past_its_objective_is_listed_and_leaves_when_deleted
         assert [b.job_id for b in s.behind_listed] == [late]
         assert late in s.behind_line() and calm not in s.behind_line()
         assert any(late in p for p in s.problems())
+        assert gauge(r, ns, "sched_schedules_behind_objective") == 1
         since = r.zscore(Keys(ns).behind(shard_of(late, SHARDS)), late)
         assert since == T0 + 2500
 
@@ -66,6 +74,7 @@ def test_a_schedule_waiting_past_its_objective_is_listed_and_leaves_when_deleted
         client.delete_job(late)
         node_pass(redis_url, ns, clock)
         assert client.status().schedules_behind == 0
+        assert gauge(r, ns, "sched_schedules_behind_objective") == 0
 
 
 def test_status_reads_only_the_head_of_many_behind(r: redis.Redis, redis_url: str,
