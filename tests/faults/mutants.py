@@ -1612,8 +1612,8 @@ MUTANTS = [
             "listed_and_leaves_when_deleted",), fast=True),
     Mutant("behind-never-leaves", "a schedule that started on time again stays listed behind "
            "its objective", "scheduler/node/objectives.py",
-           "            elif missed is False:\n                met.append(job_id)",
-           "            elif missed is False:\n                pass",
+           "        met = [j for j, v in verdicts.items() if v is False]",
+           "        met: list[str] = []",
            ("tests/e2e/test_behind_objective.py::test_status_names_a_schedule_nobody_reads_"
             "until_it_catches_up",)),
     Mutant("behind-deleted-kept", "a deleted schedule stays listed behind its objective "
