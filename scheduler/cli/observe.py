@@ -45,6 +45,7 @@ def render(s: Any, problems: list[str]) -> None:
     late = f", oldest {_age(s.oldest_overdue_s)} late" if s.due_backlog else ""
     click.echo(f"due:          {s.due_slots:,} scheduled, {s.due_backlog:,} due now{late}")
     click.echo(f"dead letters: {s.dead_letter_size:,}")
+    click.echo(f"schedules:    {s.schedules_behind:,} behind their objective")
     oldest = ("" if s.finished_oldest_age_s is None
               else f", the oldest finished {_age(s.finished_oldest_age_s)} ago")
     click.echo(f"finished:     {s.finished_kept:,} kept in Redis{oldest} (retention "

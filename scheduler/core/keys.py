@@ -38,6 +38,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
     <ns>:{sNN}:fires:<job_id>     zset    its fire ledger: occurrences that did not run, and
                                           why, scored by fire time (ledger.py)
+    <ns>:{sNN}:behind             zset    recurring job ids behind their objective, scored by
+                                          when the node saw it fall behind (objectives.py)
     <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
                                           orphans recovered, `retired_ms`: the latest finish
                                           time of the work retention removed)
@@ -150,7 +152,7 @@ SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, 
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             SUFFIX_KEY_LIMIT, "limited", SUFFIX_KEY_WAKE, "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
-                            "retain", "finished", "done", "lanes"})
+                            "retain", "finished", "done", "lanes", "behind"})
 
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 # A concurrency key: a tenant, customer, account, domain... It ends a key name and reaches
@@ -368,6 +370,9 @@ class Keys:
 
     def cron(self, shard: int) -> str:
         return f"{self.prefix(shard)}cron"  # zset
+
+    def behind(self, shard: int) -> str:
+        return f"{self.prefix(shard)}behind"  # zset: job ids behind their objective, by since (ms)
 
     def jobs(self, shard: int) -> str:
         return f"{self.prefix(shard)}jobs"  # zset

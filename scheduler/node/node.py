@@ -1,11 +1,12 @@
 """A scheduler node (`sched scheduler`): any number may run against one namespace.
 
-Seven loops share the node's shards: `ShardLeases` decides which shards this node owns (and
+Eight loops share the node's shards: `ShardLeases` decides which shards this node owns (and
 tells the others it is alive), the `Promoter` moves their due slots to dispatch streams, the
 `Materializer` creates their cron occurrences' slots, the `Reclaimer` recovers slots whose
 worker stopped heartbeating, the `QueueCleaner` drops idle empty lanes from their queue
-index, the `Expirer` removes their finished work past the namespace's retention, and, on the
-owner of shard 0, the `Sweeper` finds slots that fell out of every index.
+index, the `Expirer` removes their finished work past the namespace's retention, the
+`ObjectiveWatch` lists their schedules behind their objective (what `sched status` names),
+and, on the owner of shard 0, the `Sweeper` finds slots that fell out of every index.
 Ownership only spreads the work; the scripts are correct however many nodes run them on one
 shard. That is why the promoter and the materializer also take,
 on the shards other nodes own, what those nodes have left overdue: a dead or frozen owner
@@ -17,7 +18,7 @@ A node started before its namespace exists waits for it, registered in `<ns>:sch
 meanwhile (so `sched status` counts it as waiting), and starts once it exists.
 
 Shutdown order (`stop()`, e.g. on SIGTERM): the promoter, materializer, reclaimer, cleaner,
-expirer and sweeper finish their round and stop; then the leases are released and the node leaves the
+expirer, objective watch and sweeper finish their round and stop; then the leases are released and the node leaves the
 registry, so the remaining nodes take its shards on their next tick instead of after the
 lease ttl.
 """
@@ -44,6 +45,7 @@ from scheduler.core.namespace import EVENTS_MAXLEN
 from scheduler.node.expirer import Expirer
 from scheduler.node.leases import ShardLeases
 from scheduler.node.materializer import Materializer
+from scheduler.node.objectives import ObjectiveWatch
 from scheduler.node.promoter import PROMOTE_AHEAD_MS, Promoter
 from scheduler.node.queue_cleaner import IDLE_S, QueueCleaner
 from scheduler.node.reclaimer import Reclaimer
@@ -113,6 +115,7 @@ class SchedulerNode:
         self.cleaner = QueueCleaner(client, self.keys, [], self.clock,
                                     idle_s=self.config.queue_idle_s)
         self.expirer = Expirer(client, self.keys, [], self.clock)
+        self.objectives = ObjectiveWatch(client, self.keys, [], self.clock)
         self.leases: ShardLeases | None = None
         self._stop = asyncio.Event()
         self._waited = False  # registered as waiting for the namespace
@@ -124,6 +127,7 @@ class SchedulerNode:
         self.promoter.prefixes = self.materializer.prefixes = prefixes
         self.promoter.others = self.materializer.others = others
         self.reclaimer.shards = self.cleaner.shards = self.expirer.shards = shards
+        self.objectives.shards = shards
         self.cleaner.total_shards = self.expirer.total_shards = self.leases.shards
         self.sweeper.active = 0 in shards
 
@@ -183,7 +187,7 @@ class SchedulerNode:
         assert self.leases is not None
         log.info("scheduler node %s started (%d shards)", self.node_id, self.leases.shards)
         services = (self.leases, self.promoter, self.materializer, self.reclaimer,
-                    self.cleaner, self.expirer, self.sweeper)
+                    self.cleaner, self.expirer, self.objectives, self.sweeper)
         loops = [asyncio.create_task(s.run(), name=type(s).__name__) for s in services]
         stopped = asyncio.create_task(self._stop.wait())
         await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)

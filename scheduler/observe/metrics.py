@@ -225,6 +225,9 @@ GAUGES = {
                             "the namespace's retention bounds.", ("shard",)),
     "sched_finished_oldest_age_seconds": ("Since the oldest finished slot kept in Redis "
                                           "finished; absent while none is kept.", ("shard",)),
+    "sched_schedules_behind_objective": ("Recurring jobs whose latest occurrence did not start "
+                                         "within its on_time_within (`sched status` names "
+                                         "them; `sched schedules explain NAME` says why).", ()),
     "sched_retention_behind": ("1 when finished work is kept past the namespace's retention "
                                "(`sched status` says why: no scheduler node applying it, or "
                                "the history store behind), else 0.", ()),
@@ -373,6 +376,7 @@ class NamespaceCollector(Collector):
         self._log_worker_changes(status.workers)
         g["sched_shards_owned"].add_metric([], status.shards_owned)
         g["sched_retention_behind"].add_metric([], 1 if status.retention_behind() else 0)
+        g["sched_schedules_behind_objective"].add_metric([], status.schedules_behind)
         g["sched_shards"].add_metric([], status.shards)
         g["sched_exporter_up"].add_metric([], 1)
         g["sched_exporter_scrape_seconds"].add_metric([], time.perf_counter() - started)

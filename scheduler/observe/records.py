@@ -201,6 +201,14 @@ class Scaling(msgspec.Struct, kw_only=True):
     target_utilisation: float
 
 
+class BehindSchedule(msgspec.Struct, kw_only=True):
+    """A schedule behind its objective: its latest decided occurrence did not start within
+    its `on_time_within` (the scheduler node's objective watch decides)."""
+
+    job_id: str
+    behind_s: float  # since the node saw it fall behind
+
+
 class Status(msgspec.Struct, kw_only=True):
     namespace: str
     now_ms: int
@@ -231,6 +239,9 @@ class Status(msgspec.Struct, kw_only=True):
     finished_oldest_age_s: float | None = None  # since the oldest of them finished
     retention_s: float = DEFAULT_RETENTION_S  # the namespace's bounds (`sched namespace show`)
     retain_max: int = DEFAULT_RETAIN_MAX
+    schedules_behind: int = 0  # recurring jobs behind their objective, over every shard
+    # the longest behind of them (at most BEHIND_LISTED per shard), longest first
+    behind_listed: list[BehindSchedule] = []
 
     def retention_behind(self) -> str | None:
         """Finished work kept past the namespace's bounds by more than the expirer's slack
@@ -246,6 +257,15 @@ class Status(msgspec.Struct, kw_only=True):
                 f"{oldest:.0f}s ago, past the retention ({self.retention_s:g}s, at most "
                 f"{self.retain_max:,}): is a `sched scheduler` running, and, when the namespace "
                 f"keeps history, is the snapshotter keeping up? (docs: operating/retention.md)")
+
+    def behind_line(self, shown: int = 5) -> str:
+        """The schedules behind their objective, in one line: up to `shown` named (longest
+        behind first), the rest counted."""
+        named = [f"{b.job_id} ({b.behind_s:.0f}s)" for b in self.behind_listed[:shown]]
+        rest = self.schedules_behind - len(named)
+        more = f" and {rest:,} more" if rest > 0 else ""
+        return (f"{self.schedules_behind:,} schedule(s) behind their objective: "
+                f"{', '.join(named)}{more}; see `sched schedules explain NAME` for why")
 
     def not_created(self) -> str | None:
         """What `sched status` says of a namespace that does not exist yet (None once it
@@ -300,6 +320,8 @@ class Status(msgspec.Struct, kw_only=True):
                 found.append(f"the snapshotter is {self.snapshot_lag_s:.1f}s behind")
         if max_dead_letter is not None and self.dead_letter_size > max_dead_letter:
             found.append(f"{self.dead_letter_size} dead slot(s), over {max_dead_letter}")
+        if self.schedules_behind:
+            found.append(self.behind_line())
         if self.orphans_waiting:
             found.append(f"{self.orphans_waiting} running slot(s) lost their pending stream "
                          f"entry; the sweeper re-runs them when their lease is over (see the "

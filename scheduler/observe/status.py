@@ -41,6 +41,7 @@ import scheduler.scripts.source as sources
 from scheduler.core.keys import Keys
 from scheduler.core.limits import QueueLimit
 from scheduler.observe.records import (
+    BehindSchedule,
     KeyStatus,
     NodeStatus,
     OutboxStatus,
@@ -61,6 +62,7 @@ __all__ = ["KeyStatus", "NodeStatus", "QueueShardStatus", "QueueStatus", "Rate",
            "is_alive", "read_status_async", "read_workers", "read_workers_async"]
 
 NOT_RUN_REASONS = ("overlap", "catchup", "redefined", "deleted")  # stats.lua's not_run order
+BEHIND_LISTED = 20  # schedules behind their objective named by a status read (per shard, at most)
 MAX_WORKERS = 200  # most recently seen workers read per status; bounds the work of a scrape
 ALIVE_SLACK_MS = 2000  # a heartbeat this late past 1.5 intervals (a busy box): still alive
 NODE_WAITING_MS = 10_000  # a waiting node re-registers about every second (node.py)
@@ -261,6 +263,9 @@ class _Reader:
             pipe.zrange(self.keys.finished(shard), 0, 0, withscores=True)
             pipe.llen(self.keys.done(shard))
             pipe.lindex(self.keys.done(shard), 0)
+        for shard in range(topo.shards):  # only the head: cheap with any number of schedules
+            pipe.zcard(self.keys.behind(shard))
+            pipe.zrange(self.keys.behind(shard), 0, BEHIND_LISTED - 1, withscores=True)
 
     @staticmethod
     def needs_scripts(topo: Topology, replies: list[Any]) -> bool:
@@ -281,7 +286,8 @@ class _Reader:
         hashes = scripted + len(topo.worker_ids)
         workers = [_worker(_s(w), int(score), self.now, raw)
                    for (w, score), raw in zip(self.seen, replies[scripted:hashes], strict=True)]
-        finished = replies[hashes:]
+        finished = replies[hashes:hashes + 4 * topo.shards]
+        behind = replies[hashes + 4 * topo.shards:]
         for d in details:
             kept, head, listed, first = finished[4 * d.shard:4 * d.shard + 4]
             d.finished_kept = int(kept) + int(listed)
@@ -301,6 +307,10 @@ class _Reader:
         status.retention_s = self.retention.retention_s
         status.retain_max = self.retention.retain_max
         status.finished_kept = sum(d.finished_kept for d in details)
+        status.schedules_behind = sum(int(n) for n in behind[0::2])
+        listed = sorted(((since, _s(j)) for head in behind[1::2] for j, since in head))
+        status.behind_listed = [BehindSchedule(job_id=j, behind_s=_age_s(self.now, int(since)))
+                                for since, j in listed[:BEHIND_LISTED]]
         ages = [d.finished_oldest_age_s for d in details if d.finished_oldest_age_s is not None]
         status.finished_oldest_age_s = max(ages) if ages else None
         status.nodes = self.nodes or [NodeStatus(node=self.where, shards=list(range(

@@ -1613,4 +1613,44 @@ MUTANTS = [
            "children one share of the CPU between them on a busy machine",
            "scheduler/worker/pool.py", "                            start_new_session=True,\n",
            "", (POOL + "test_a_run_stopped_while_queued_behind_a_busy_child_never_begins",)),
+    Mutant("behind-never-listed", "the objective watch takes an occurrence waiting past its "
+           "objective for one on time: a schedule no worker reads is never named",
+           "scheduler/node/objectives.py",
+           "            if now_ms - slot.fire_ms > on_time_ms:\n                return True",
+           "            if now_ms - slot.fire_ms > on_time_ms:\n                return False",
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-never-leaves", "a schedule that started on time again stays listed behind "
+           "its objective", "scheduler/node/objectives.py",
+           "        met = [j for j, v in verdicts.items() if v is False]",
+           "        met: list[str] = []",
+           ("tests/e2e/test_behind_objective.py::test_status_names_a_schedule_nobody_reads_"
+            "until_it_catches_up",)),
+    Mutant("behind-deleted-kept", "a deleted schedule stays listed behind its objective "
+           "forever", "scheduler/node/objectives.py", "if score is None]",
+           "if score is None and not listed]",
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-since-reset", "each pass moves when a schedule fell behind to now: its "
+           "age says nothing", "scheduler/node/objectives.py",
+           "pipe.zadd(behind, {j: now for j in late}, nx=True)",
+           "pipe.zadd(behind, {j: now for j in late})",
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-healthy", "`sched status` stays healthy while a schedule is behind its "
+           "objective", "scheduler/observe/records.py",
+           "        if self.schedules_behind:\n            found.append(self.behind_line())\n",
+           "", ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+                "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("behind-not-on-overview", "the console's overview leaves out the schedules behind "
+           "their objective", "scheduler/web/templates/health.html",
+           "{% if status.schedules_behind %}", "{% if false %}",
+           ("tests/e2e/test_behind_objective.py::test_status_names_a_schedule_nobody_reads_"
+            "until_it_catches_up",)),
+    Mutant("behind-not-exported", "the exporter leaves sched_schedules_behind_objective at 0",
+           "scheduler/observe/metrics.py",
+           'g["sched_schedules_behind_objective"].add_metric([], status.schedules_behind)',
+           'g["sched_schedules_behind_objective"].add_metric([], 0)',
+           ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
+            "listed_and_leaves_when_deleted",), fast=True),
 ]
