@@ -852,8 +852,8 @@ MUTANTS = [
            "no timeout timer once one takes it (the wait's placeholder holds its slot): it "
            "runs past its timeout to the end, holding the child",
            "scheduler/worker/pool.py",
-           "            if run.timeout_ms:\n                run.timer = asyncio.get_running_",
-           "            if run.timeout_ms and run.timer is None:\n                run.timer = "
+           "        if run.timeout_ms:\n            run.timer = asyncio.get_running_",
+           "        if run.timeout_ms and run.timer is None:\n            run.timer = "
            "asyncio.get_running_",
            (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
     Mutant("pool-dead-child-not-retired", "a process-pool child that died under a handler has "
@@ -1616,4 +1616,10 @@ MUTANTS = [
            "children one share of the CPU between them on a busy machine",
            "scheduler/worker/pool.py", "                            start_new_session=True,\n",
            "", (POOL + "test_a_run_stopped_while_queued_behind_a_busy_child_never_begins",)),
+    Mutant("pool-no-run-moves-to-a-free-child", "a process-pool run queued in a child behind "
+           "a long run stays there while another child is free: a short job starts when the "
+           "long one ends", "scheduler/worker/pool.py",
+           "        for busy in self.children:\n            if busy is free or busy.current",
+           "        for busy in ():\n            if busy is free or busy.current",
+           (POOL + "test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free",)),
 ]
