@@ -1622,4 +1622,8 @@ MUTANTS = [
            "        for busy in self.children:\n            if busy is free or busy.current",
            "        for busy in ():\n            if busy is free or busy.current",
            (POOL + "test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free",)),
+    Mutant("pool-child-drops-but-keeps-the-run", "a process-pool child says Dropped for a run "
+           "it keeps: the run moved to a free child also begins in the busy one (twice)",
+           "scheduler/worker/child.py", "                    self.jobs = kept\n", "",
+           (POOL + "test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free",)),
 ]

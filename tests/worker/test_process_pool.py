@@ -494,7 +494,7 @@ def test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free(
     then a third is claimed, and sent to the first child (each holds one: the first in order
     wins) to go after the long run. When the second child ends its run it is free, and the
     third moves to it: it begins about when the short one ends, not when the long one does.
-    Each run began exactly once (its file has one line)."""
+    Each run began exactly once (its file has one line), and no child was killed."""
     files = {name: tmp_path / f"{name}.jsonl" for name in ("long", "short", "queued")}
     seconds = {"long": 5.0, "short": 1.0, "queued": 0.0}
     ids: dict[str, str] = {}
@@ -511,8 +511,13 @@ def test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free(
                 submit("short")
             elif "queued" not in ids and _marks(files["short"]):
                 submit("queued")
-            return len(ids) == 3 and all(_ended(client, j) for j in ids.values())
+            if len(ids) < 3 or not all(_ended(client, j) for j in ids.values()):
+                return False
+            # A child that began a run it had said Dropped is killed for it at once.
+            alive.append(not _gone(_marks(files["long"])[0]["pid"]))
+            return True
 
+        alive: list[bool] = []
         worker = asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done,
                                        process_pool=2, timeout=60))
         slots = {name: _ended(client, job_id) for name, job_id in ids.items()}
@@ -527,3 +532,4 @@ def test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free(
     assert queued["at"] - short["at"] < 1 + 1.5
     assert queued["pid"] == short["pid"]
     assert worker.pool is not None and worker.pool.moved == 1  # it was queued on the first
+    assert alive == [True]  # the long run's child was not killed
