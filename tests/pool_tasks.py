@@ -55,6 +55,19 @@ def spin(ctx: SyncContext, payload: Any) -> int:
     return os.getpid()
 
 
+@registry.task("pool.mark", pool="process")
+def mark(ctx: SyncContext, payload: Any) -> int:
+    """Appends a line (its pid, start time and attempt) to `file` each time it begins, then
+    spins for `seconds`: the file counts its executions."""
+    with open(payload["file"], "a") as f:
+        f.write(json.dumps({"pid": os.getpid(), "at": time.time(), "attempt": ctx.attempt})
+                + "\n")
+    end = time.monotonic() + payload["seconds"]
+    while time.monotonic() < end:
+        sum(range(1000))
+    return os.getpid()
+
+
 @registry.task("pool.pid", pool="process")
 def pid(ctx: SyncContext, payload: Any) -> int:
     return os.getpid()

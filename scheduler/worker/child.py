@@ -12,8 +12,9 @@ line) out. The child holds no lease and talks to no Redis: the worker keeps the 
 The worker sends a child its next run while it runs one (pipelined: the child starts the
 next without waiting for the worker to be scheduled), so the child keeps the runs it was
 sent in order and says `Started` as it begins each; a `Drop` takes back one not begun (its
-run was stopped meanwhile). The outcome of one run and the start of the next go out in one
-write.
+run was stopped meanwhile, or another child is free for it), answered `Dropped` when it was
+not begun. A thread of its own reads what the worker sends, so a Drop is answered while a
+run goes. The outcome of one run and the start of the next go out in one write.
 
 It dies with its worker (PR_SET_PDEATHSIG on Linux, and the socket's end of file when it
 waits), ignores SIGINT and SIGTERM (a terminal's Ctrl-C reaches the whole process group: the
@@ -26,7 +27,6 @@ import importlib
 import importlib.util
 import logging
 import os
-import select
 import signal
 import socket
 import struct
@@ -67,7 +67,13 @@ class Job(msgspec.Struct, tag=True):
 
 
 class Drop(msgspec.Struct, tag=True):
-    """Do not begin run `seq` (stopped before this child took it)."""
+    """Do not begin run `seq` (stopped before this child took it, or moved to another)."""
+
+    seq: int
+
+
+class Dropped(msgspec.Struct, tag=True):
+    """Run `seq` was taken back before it began: it never will here."""
 
     seq: int
 
@@ -118,7 +124,7 @@ class Failed(msgspec.Struct, tag=True):
 
 
 ToChild = Setup | Job | Drop | OnceReply
-FromChild = Ready | Started | Line | OnceAsk | Report | Done | Failed
+FromChild = Ready | Started | Dropped | Line | OnceAsk | Report | Done | Failed
 _encode = msgspec.json.Encoder().encode
 
 
@@ -130,50 +136,72 @@ def frame(message: Any) -> bytes:
 class Parent:
     """The child's end of the socket: one message out at a time (a handler's threads may
     log at once), the runs sent and not begun (`jobs`, in order), and a `ctx.once` question
-    that waits for its answer (runs and drops that come meanwhile are kept)."""
+    that waits for its answer. A thread of its own reads the socket (`read`), so a Drop is
+    answered while a run goes; `cond` guards what it takes in."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.lock = threading.Lock()  # writes
-        self.reading = threading.Lock()
+        self.cond = threading.Condition()  # jobs, setup, reply, eof
+        self.asking = threading.Lock()  # one ctx.once question at a time
         self.decoder = msgspec.json.Decoder(ToChild)
-        self.buffer = bytearray()
         self.jobs: list[Job] = []
         self.setup: Setup | None = None
         self.reply: OnceReply | None = None
         self.eof = False
 
-    def _parse(self) -> None:
-        buf, pos = self.buffer, 0
-        while len(buf) - pos >= HEADER.size:
-            (size,) = HEADER.unpack_from(buf, pos)
-            end = pos + HEADER.size + size
-            if len(buf) < end:
-                break
-            message = self.decoder.decode(bytes(buf[pos + HEADER.size:end]))
-            pos = end
+    def read(self) -> None:
+        """Take in what the worker sends, until end of file (or what is not the worker's)."""
+        buf = bytearray()
+        try:
+            while data := self.sock.recv(1 << 16):
+                buf += data
+                pos = 0
+                while len(buf) - pos >= HEADER.size:
+                    (size,) = HEADER.unpack_from(buf, pos)
+                    end = pos + HEADER.size + size
+                    if len(buf) < end:
+                        break
+                    self._take(self.decoder.decode(bytes(buf[pos + HEADER.size:end])))
+                    pos = end
+                del buf[:pos]
+        except (OSError, msgspec.DecodeError):
+            pass
+        with self.cond:
+            self.eof = True
+            self.cond.notify_all()
+
+    def _take(self, message: Any) -> None:
+        with self.cond:
             if isinstance(message, Job):
                 self.jobs.append(message)
             elif isinstance(message, Drop):
-                self.jobs = [j for j in self.jobs if j.seq != message.seq]
+                kept = [j for j in self.jobs if j.seq != message.seq]
+                if len(kept) < len(self.jobs):
+                    self.jobs = kept
+                    # Said under `cond`: `next` cannot begin it meanwhile, so the worker
+                    # hears either this or the run's Started, never both.
+                    self.send(Dropped(message.seq))
             elif isinstance(message, OnceReply):
                 self.reply = message
             else:
                 self.setup = message
-        del buf[:pos]
+            self.cond.notify_all()
 
-    def receive(self, block: bool) -> None:
-        """Take in what the worker sent: waiting for something when `block`, else only
-        what has come (end of file sets `eof`)."""
-        with self.reading:
-            if not block and not select.select([self.sock], [], [], 0)[0]:
-                return
-            data = self.sock.recv(1 << 16)
-            if not data:
-                self.eof = True
-                return
-            self.buffer += data
-            self._parse()
+    def next(self, outcome: bytes) -> Job | None:
+        """The next run, its Started sent (with the last run's `outcome` in one write when
+        one waits); None at end of file."""
+        with self.cond:
+            if not self.jobs and outcome:
+                self.write(outcome)
+                outcome = b""
+            while not self.jobs and not self.eof:
+                self.cond.wait()
+            if not self.jobs:
+                return None
+            job = self.jobs.pop(0)
+            self.write(outcome + frame(Started(job.seq)))
+            return job
 
     def write(self, data: bytes) -> None:
         with self.lock:
@@ -183,12 +211,14 @@ class Parent:
         self.write(frame(message))
 
     def once(self, name: str) -> bool:
-        with self.lock:  # one question at a time
-            self.reply = None
-            self.sock.sendall(frame(OnceAsk(name)))
-            while self.reply is None and not self.eof:
-                self.receive(block=True)
-            reply = self.reply
+        with self.asking:
+            with self.cond:
+                self.reply = None
+            self.send(OnceAsk(name))
+            with self.cond:
+                while self.reply is None and not self.eof:
+                    self.cond.wait()
+                reply = self.reply
         if not isinstance(reply, OnceReply):
             raise RuntimeError("ctx.once: the worker did not answer")
         if reply.stale:
@@ -307,8 +337,10 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     parent = Parent(socket.socket(fileno=fd))
-    while parent.setup is None and not parent.eof:
-        parent.receive(block=True)
+    threading.Thread(target=parent.read, name="reader", daemon=True).start()
+    with parent.cond:
+        while parent.setup is None and not parent.eof:
+            parent.cond.wait()
     setup = parent.setup
     if setup is None:
         return
@@ -319,18 +351,7 @@ def main(argv: list[str]) -> None:
         return
     parent.send(Ready(os.getpid()))
     outcome = b""  # the last run's, sent with the next one's start
-    while True:
-        parent.receive(block=False)  # a Drop sent while the last run went
-        if not parent.jobs:
-            if outcome:
-                parent.write(outcome)
-                outcome = b""
-            if parent.eof:
-                return
-            parent.receive(block=True)
-            continue
-        job = parent.jobs.pop(0)
-        parent.write(outcome + frame(Started(job.seq)))
+    while (job := parent.next(outcome)) is not None:
         outcome = frame(run(handlers[job.task], job, parent, setup.log_level))
 
 

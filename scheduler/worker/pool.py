@@ -19,6 +19,13 @@ child that died, and one that ran `max_tasks_per_child` runs. A run stopped whil
 a child is taken back (`Drop`); should the child begin it before the Drop arrives, it is
 SIGKILLed as for a run going.
 
+No run waits behind a long one while a child is free. When a child is started, or ends a run
+with none other sent to it, and another child holds a run it has not begun behind one it has,
+the pool takes that run back (`Drop`) and keeps the free child a place for it. The busy child
+answers exactly one of two ways, in the order it did them: `Dropped` (it never will begin
+it), and only then is the run sent to the free child; or that run's `Started` (it began it
+before the Drop came), and the run stays where it is. A run never goes to two children.
+
 Each child runs in a session of its own: Linux's autogroup scheduling shares a busy machine's
 CPU between sessions, and in the worker's session the worker and all its children would get
 one share between them.
@@ -46,6 +53,7 @@ from scheduler.worker.child import (
     HEADER,
     Done,
     Drop,
+    Dropped,
     Failed,
     FromChild,
     Job,
@@ -81,12 +89,14 @@ def cores() -> int:
 class Item:
     """A run sent to a child: done when its outcome (or the word to send it again) comes."""
 
-    __slots__ = ("run", "seq", "future")
+    __slots__ = ("run", "seq", "future", "child", "moving")
 
-    def __init__(self, run: Run, seq: int, future: asyncio.Future[Any]) -> None:
+    def __init__(self, run: Run, seq: int, future: asyncio.Future[Any], child: Child) -> None:
         self.run = run
         self.seq = seq
         self.future = future
+        self.child = child  # the one holding it
+        self.moving: Child | None = None  # the free child it goes to once Dropped comes
 
 
 class Child(asyncio.Protocol):
@@ -102,6 +112,7 @@ class Child(asyncio.Protocol):
         self.items: dict[int, Item] = {}  # sent and not ended, in the order sent
         self.current: Item | None = None  # the one it said it started
         self.ready: asyncio.Future[FromChild] = asyncio.get_running_loop().create_future()
+        self.incoming: Item | None = None  # a run taken back from a busy child for this one
         self.sent = 0
         self.runs = 0
         self.gone = False  # retired, or its connection lost
@@ -109,6 +120,10 @@ class Child(asyncio.Protocol):
     @property
     def pid(self) -> int:
         return self.proc.pid
+
+    def held(self) -> int:
+        """The runs it holds, and the place kept for one coming to it."""
+        return len(self.items) + (self.incoming is not None)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -164,13 +179,14 @@ class ProcessPool:
         self.replacing: set[asyncio.Task[None]] = set()
         self.closed = False
         self.replaced = 0  # children started in place of one that stopped
+        self.moved = 0  # runs taken back from a busy child and sent to a free one
         self.waiting = 0  # runs claimed that wait for a child to take them (the worker reads less)
 
     def startable(self) -> int:
         """Runs the children can take now or next: DEPTH per child, less those they hold,
         and one waiting per child (its next run is at hand when it ends one), less the runs
         waiting."""
-        held = sum(len(c.items) for c in self.children)
+        held = sum(c.held() for c in self.children)
         return DEPTH * len(self.children) - held + self.size - self.waiting
 
     def _pick(self) -> Child | None:
@@ -179,9 +195,9 @@ class ProcessPool:
         best: Child | None = None
         limit = self.max_tasks_per_child
         for child in self.children:
-            n = len(child.items)
+            n = child.held()
             if n < DEPTH and not (limit and child.sent >= limit) and (
-                    best is None or n < len(best.items)):
+                    best is None or n < best.held()):
                 best = child
                 if n == 0:
                     break
@@ -216,6 +232,8 @@ class ProcessPool:
             if isinstance(child, Child):
                 self.children.append(child)
         self.free.set()
+        for child in list(self.children):
+            self._steal(child)
         failed = [e for e in started if isinstance(e, BaseException)]
         if failed:
             self.close()
@@ -282,9 +300,13 @@ class ProcessPool:
         with contextlib.suppress(ValueError):
             self.children.remove(child)
         for item in list(child.items.values()):
+            self._unmove(item)
             if item is not child.current and not item.future.done():
                 item.future.set_result(RESEND)
         child.items.clear()
+        if child.incoming is not None:  # it goes to another once Dropped comes
+            child.incoming.moving = None
+            child.incoming = None
         if child.transport is not None:
             child.transport.close()
         if kill:
@@ -320,6 +342,7 @@ class ProcessPool:
             else:
                 self.children.append(child)
                 self.free.set()
+                self._steal(child)
             return
 
     async def run(self, run: Run) -> Any:
@@ -338,15 +361,13 @@ class ProcessPool:
         while True:
             child = self._pick() or await self._wait()
             self.seq += 1
-            item = Item(run, self.seq, loop.create_future())
-            child.items[item.seq] = item
-            child.sent += 1
-            child.send(Job(item.seq, run.task, run.slot_id, run.slot_id.rpartition(":")[0],
-                           run.attempt, run.fire_ms, run.delivery,
-                           msgspec.Raw(run.payload or b"null"), self.result_limit))
+            item = Item(run, self.seq, loop.create_future(), child)
+            self._send(child, item)
             try:
                 message = await item.future
             except asyncio.CancelledError:  # stopped: timeout, cancel, lost lease, shutdown
+                child = item.child  # it may have moved
+                self._unmove(item)
                 if child.current is item:
                     self._retire(child)  # it runs this one: SIGKILL
                 elif child.items.pop(item.seq, None) is not None:
@@ -366,19 +387,44 @@ class ProcessPool:
             raise message
         raise ChildFailed(f"the process-pool child sent {type(message).__name__}")
 
+    def _send(self, child: Child, item: Item) -> None:
+        run = item.run
+        item.child = child
+        child.items[item.seq] = item
+        child.sent += 1
+        child.send(Job(item.seq, run.task, run.slot_id, run.slot_id.rpartition(":")[0],
+                       run.attempt, run.fire_ms, run.delivery,
+                       msgspec.Raw(run.payload or b"null"), self.result_limit))
+
+    def _steal(self, free: Child) -> None:
+        """Take back for `free` (started, or just idle) a run another child holds behind
+        one it has begun; it goes to `free` once that child says Dropped."""
+        limit = self.max_tasks_per_child
+        if (free.gone or free.items or free.incoming is not None
+                or (limit and free.sent >= limit) or free not in self.children):
+            return
+        for busy in self.children:
+            if busy is free or busy.current is None:
+                continue
+            for item in busy.items.values():
+                if item is not busy.current and item.moving is None and not item.future.done():
+                    item.moving, free.incoming = free, item
+                    busy.send(Drop(item.seq))
+                    return
+
+    def _unmove(self, item: Item) -> None:
+        """Give up moving `item`: its child began it, or it is stopped, or a child went."""
+        if item.moving is not None:
+            item.moving.incoming = None
+            item.moving = None
+
     def _received(self, child: Child, message: FromChild) -> None:
         """One message from a child, as it arrives."""
         current = child.current
         if isinstance(message, Started):
-            item = child.items.get(message.seq)
-            if item is None:  # a run stopped before it began, begun before the Drop came
-                self._retire(child)
-                return
-            child.current = item
-            run = item.run
-            if run.timeout_ms:
-                run.timer = asyncio.get_running_loop().call_later(
-                    run.timeout_ms / 1000, run.stop, "timeout")
+            self._started(child, message)
+        elif isinstance(message, Dropped):
+            self._dropped(child, message)
         elif current is None:
             if isinstance(message, Ready) and not child.ready.done():
                 child.ready.set_result(message)
@@ -400,6 +446,40 @@ class ProcessPool:
             if self.max_tasks_per_child and child.runs >= self.max_tasks_per_child:
                 self._retire(child, kill=False)
             self.free.set()
+            self._steal(child)
+
+    def _started(self, child: Child, message: Started) -> None:
+        """A child begins a run: its timer starts."""
+        item = child.items.get(message.seq)
+        if item is None:  # a run stopped before it began, begun before the Drop came
+            self._retire(child)
+            return
+        child.current = item
+        if item.moving is not None:  # begun before the Drop came: it stays
+            free = item.moving
+            self._unmove(item)
+            self._steal(free)
+        run = item.run
+        if run.timeout_ms:
+            run.timer = asyncio.get_running_loop().call_later(
+                run.timeout_ms / 1000, run.stop, "timeout")
+
+    def _dropped(self, child: Child, message: Dropped) -> None:
+        """A child took back a run before it began: it goes to the free child kept for it."""
+        item = child.items.pop(message.seq, None)
+        if item is None:  # a stopped run's Drop: popped when it was sent
+            return
+        child.sent -= 1
+        free = item.moving
+        self._unmove(item)
+        if item.future.done():
+            pass
+        elif free is None or free.gone or free.held() >= DEPTH:  # that child went
+            item.future.set_result(RESEND)
+        else:
+            self._send(free, item)
+            self.moved += 1
+        self.free.set()
 
     def _lost(self, child: Child) -> None:
         """A child's socket closed under it: it died (or was killed by the OOM killer, a

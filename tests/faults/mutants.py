@@ -852,8 +852,8 @@ MUTANTS = [
            "no timeout timer once one takes it (the wait's placeholder holds its slot): it "
            "runs past its timeout to the end, holding the child",
            "scheduler/worker/pool.py",
-           "            if run.timeout_ms:\n                run.timer = asyncio.get_running_",
-           "            if run.timeout_ms and run.timer is None:\n                run.timer = "
+           "        if run.timeout_ms:\n            run.timer = asyncio.get_running_",
+           "        if run.timeout_ms and run.timer is None:\n            run.timer = "
            "asyncio.get_running_",
            (POOL + "test_a_run_that_waited_for_the_child_is_still_killed_at_its_timeout",)),
     Mutant("pool-dead-child-not-retired", "a process-pool child that died under a handler has "
@@ -1653,4 +1653,14 @@ MUTANTS = [
            'g["sched_schedules_behind_objective"].add_metric([], 0)',
            ("tests/node/test_objectives.py::test_a_schedule_waiting_past_its_objective_is_"
             "listed_and_leaves_when_deleted",), fast=True),
+    Mutant("pool-no-run-moves-to-a-free-child", "a process-pool run queued in a child behind "
+           "a long run stays there while another child is free: a short job starts when the "
+           "long one ends", "scheduler/worker/pool.py",
+           "        for busy in self.children:\n            if busy is free or busy.current",
+           "        for busy in ():\n            if busy is free or busy.current",
+           (POOL + "test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free",)),
+    Mutant("pool-child-drops-but-keeps-the-run", "a process-pool child says Dropped for a run "
+           "it keeps: the run moved to a free child also begins in the busy one (twice)",
+           "scheduler/worker/child.py", "                    self.jobs = kept\n", "",
+           (POOL + "test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free",)),
 ]

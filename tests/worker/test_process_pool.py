@@ -481,3 +481,55 @@ def test_a_run_stopped_while_queued_behind_a_busy_child_never_begins(
     assert ran is not None and ran.status is SlotStatus.SUCCEEDED
     assert ran.result == seen["pid"]  # its child was not killed for the other run
     assert seen["sid"] == seen["pid"] != os.getsid(0)
+
+
+def _marks(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow
+def test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free(
+        redis_url: str, ns: str, tmp_path: Path) -> None:
+    """Two children: a long run (5 s) goes to the first, a short one (1 s) to the second,
+    then a third is claimed, and sent to the first child (each holds one: the first in order
+    wins) to go after the long run. When the second child ends its run it is free, and the
+    third moves to it: it begins about when the short one ends, not when the long one does.
+    Each run began exactly once (its file has one line), and no child was killed."""
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("long", "short", "queued")}
+    seconds = {"long": 5.0, "short": 1.0, "queued": 0.0}
+    ids: dict[str, str] = {}
+    with Client(redis_url, ns) as client:
+        def submit(name: str) -> None:
+            ids[name] = client.submit("pool.mark", {"file": str(files[name]),
+                                                    "seconds": seconds[name]})
+
+        def done() -> bool:
+            # Each is submitted once the one before began, so each is claimed in order.
+            if "long" not in ids:
+                submit("long")
+            elif "short" not in ids and _marks(files["long"]):
+                submit("short")
+            elif "queued" not in ids and _marks(files["short"]):
+                submit("queued")
+            if len(ids) < 3 or not all(_ended(client, j) for j in ids.values()):
+                return False
+            # A child that began a run it had said Dropped is killed for it at once.
+            alive.append(not _gone(_marks(files["long"])[0]["pid"]))
+            return True
+
+        alive: list[bool] = []
+        worker = asyncio.run(run_until(redis_url, ns, pool_tasks.registry, done,
+                                       process_pool=2, timeout=60))
+        slots = {name: _ended(client, job_id) for name, job_id in ids.items()}
+    marks = {name: _marks(path) for name, path in files.items()}
+    assert all(len(m) == 1 for m in marks.values()), marks  # none ran twice
+    assert all(s is not None and s.status is SlotStatus.SUCCEEDED for s in slots.values())
+    long, short, queued = marks["long"][0], marks["short"][0], marks["queued"][0]
+    assert long["pid"] != short["pid"]
+    assert short["at"] - long["at"] < 3, "the short run began too late to test this"
+    # Without the move it would begin when the long one ends, 5 s after it began.
+    assert queued["at"] - long["at"] < 3.5, (queued["at"] - long["at"], marks)
+    assert queued["at"] - short["at"] < 1 + 1.5
+    assert queued["pid"] == short["pid"]
+    assert worker.pool is not None and worker.pool.moved == 1  # it was queued on the first
+    assert alive == [True]  # the long run's child was not killed
