@@ -292,3 +292,34 @@ def http_get(url: str) -> tuple[int, str]:
             return int(resp.status), resp.read().decode()
     except urllib.error.HTTPError as exc:
         return int(exc.code), exc.read().decode()
+
+
+def materialize(url: str, ns: str, clock: ManualClock, shards: int) -> None:
+    """One pass of a materializer over the namespace's `shards` shards, on `clock`."""
+    from scheduler.node.materializer import Materializer
+
+    async def go() -> None:
+        client = async_redis(url)
+        try:
+            await Materializer(client, [Keys(ns).prefix(s) for s in range(shards)],
+                               clock).run_once()
+        finally:
+            await client.aclose()
+    asyncio.run(go())
+
+
+@contextmanager
+def outbox_schema(dsn: str, ns: str) -> Iterator[str]:
+    """A fresh outbox schema of the namespace's own in Postgres, dropped afterwards."""
+    import psycopg
+
+    from scheduler.outbox.rows import upgrade
+
+    schema = f"ob_{ns.replace('-', '_')[-12:].lower()}"
+    with psycopg.connect(dsn, autocommit=True) as admin:
+        upgrade(admin, schema)
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from faults.harness import wait_for
 
-from helpers import Shard, drain, running, sched_process
+from helpers import Shard, drain, materialize, running, sched_process
 from scheduler import Client, SlotStatus, ValidationError
 from scheduler.core.keys import Keys, shard_of
 from scheduler.history.snapshotter import SnapshotterConfig
@@ -28,16 +28,6 @@ from scheduler.scripts.replies import Code
 T0 = 1_700_000_000_000
 SHARDS = 4
 
-
-def materialize(url: str, ns: str, clock: ManualClock) -> None:
-    async def go() -> None:
-        client = async_redis(url)
-        try:
-            await Materializer(client, [Keys(ns).prefix(s) for s in range(SHARDS)],
-                               clock).run_once()
-        finally:
-            await client.aclose()
-    asyncio.run(go())
 
 
 def events(r: object, ns: str, job_id: str) -> int:
@@ -68,14 +58,14 @@ def test_a_changed_spec_replaces_the_series_from_its_next_occurrence(
     clock = ManualClock(T0)
     with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
         job_id = client.schedule("tick", "t.old", cron="*/2 * * * * *")  # every 2 s
-        materialize(redis_url, ns, clock)  # T0, T0+2 s (3 s ahead)
+        materialize(redis_url, ns, clock, SHARDS)  # T0, T0+2 s (3 s ahead)
         assert [s.fire_ms for s in client.slots(job_id)] == [T0, T0 + 2000]
         clock.advance(0.5)
         client.schedule("tick", "t.new", {"v": 2}, cron="* * * * * *", queue="fast")
         job = client.get_job(job_id)
         assert (job.task, job.queue, job.payload, job.cron) == ("t.new", "fast", {"v": 2},
                                                                  "* * * * * *")
-        materialize(redis_url, ns, clock)
+        materialize(redis_url, ns, clock, SHARDS)
         slots = {s.fire_ms: s for s in client.slots(job_id)}
         # T0 was due under the old definition and stays; T0+2 s is made again, as t.new
         assert slots[T0].task == "t.old" and slots[T0].status is SlotStatus.SCHEDULED
@@ -146,7 +136,7 @@ def test_a_redefinition_withdraws_what_was_dispatched_ahead_and_leaves_what_is_d
     with Client(redis_url, ns, shards=SHARDS, clock=clock, history=history) as client:
         client.schedule("tick", "t.old", cron="* * * * * *")
         clock.advance(1.2)
-        materialize(redis_url, ns, clock)  # T0 .. T0+4 s
+        materialize(redis_url, ns, clock, SHARDS)  # T0 .. T0+4 s
         promote_ahead(redis_url, ns, clock, 2000)  # T0, T0+1 s; T0+2 s and T0+3 s early
         s = Shard(r, client, clock, "tick")
         entries = {int(slot.rpartition(":")[2]) - T0: (q, msg, slot) for q, msg, slot in s.read()}
@@ -170,7 +160,7 @@ def test_a_redefinition_withdraws_what_was_dispatched_ahead_and_leaves_what_is_d
         assert s.claim([entries[2000]])[0][0] == Code.STALE  # the worker held it: refused
         assert snapshot()[T0 + 3000] == "cancelled"
 
-        materialize(redis_url, ns, clock)
+        materialize(redis_url, ns, clock, SHARDS)
         promote_ahead(redis_url, ns, clock, 2000)
         status = {x.fire_ms - T0: (x.status.value, x.task) for x in client.slots("tick")}
         assert status[2000] == ("queued", "t.new") and status[4000] == ("scheduled", "t.new")
@@ -189,7 +179,7 @@ def test_a_redefinition_keeps_the_series_active_slot_and_missed_count(
     clock = ManualClock(T0)
     with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
         client.schedule("tick", "t", cron="* * * * * *", overlap="skip")
-        materialize(redis_url, ns, clock)
+        materialize(redis_url, ns, clock, SHARDS)
         promote_ahead(redis_url, ns, clock, 0)  # T0 dispatched: the job's active slot
         key = Keys(ns).job(shard_of("tick", SHARDS), "tick")
         r.hset(key, "missed", 7)

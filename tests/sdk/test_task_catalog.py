@@ -13,7 +13,7 @@ import msgspec
 import pytest
 import redis
 
-from helpers import run_until, sched
+from helpers import outbox_schema, run_until, sched
 from scheduler import AsyncClient, Client, Context, Registry, RetryPolicy, TaskInfo
 from scheduler.core.jobspec import TASK_OPTIONS
 from scheduler.core.keys import Keys
@@ -154,13 +154,9 @@ def test_the_outbox_relay_applies_the_catalog_to_rows_that_leave_an_option_out(
     from conftest import POSTGRES_DSN
     from scheduler import outbox
     from scheduler.outbox.relay import OutboxRelay
-    from scheduler.outbox.rows import upgrade
 
     _published(redis_url, ns, r)
-    schema = f"ob_{ns.replace('-', '_')[-12:].lower()}"
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-        upgrade(admin, schema)
-    try:
+    with outbox_schema(POSTGRES_DSN, ns) as schema:
         with psycopg.connect(POSTGRES_DSN) as conn:
             left_out = outbox.submit(conn, "emails.send", {"number": 1}, schema=schema)
             said = outbox.submit(conn, "emails.send", {"number": 2}, queue="default",
@@ -176,9 +172,6 @@ def test_the_outbox_relay_applies_the_catalog_to_rows_that_leave_an_option_out(
                 ("mail", 30.0)
             assert (client.get_job(said).queue, client.get_job(said).timeout_s) == \
                 ("default", 30.0)
-    finally:
-        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 # --- who serves each task, and two versions at once ------------------------------------------

@@ -13,7 +13,7 @@ import warnings
 import pytest
 import redis
 
-from helpers import run_until, sched
+from helpers import outbox_schema, run_until, sched
 from scheduler import (
     AsyncClient,
     Client,
@@ -205,13 +205,9 @@ def test_the_outbox_relay_with_strict_tasks_rejects_the_row_with_the_reason(
     from conftest import POSTGRES_DSN
     from scheduler import outbox
     from scheduler.outbox.relay import OutboxRelay
-    from scheduler.outbox.rows import upgrade
 
     _published(redis_url, ns, r)
-    schema = f"ob_{ns.replace('-', '_')[-12:].lower()}"
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-        upgrade(admin, schema)
-    try:
+    with outbox_schema(POSTGRES_DSN, ns) as schema:
         with psycopg.connect(POSTGRES_DSN) as conn:
             typo = outbox.submit(conn, "emails.sned", {"number": 1}, schema=schema)
             good = outbox.submit(conn, "emails.send", {"number": 2}, schema=schema)
@@ -231,6 +227,3 @@ def test_the_outbox_relay_with_strict_tasks_rejects_the_row_with_the_reason(
         assert list(rejected) == [typo]
         assert "'emails.sned' is not a task" in rejected[typo]
         assert "strict_tasks is on" in rejected[typo]
-    finally:
-        with psycopg.connect(POSTGRES_DSN, autocommit=True) as admin:
-            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
