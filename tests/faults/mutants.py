@@ -1603,4 +1603,9 @@ MUTANTS = [
            "leaves a slot hash per canary behind", "scheduler/scripts/lua/forget.lua",
            "      keys = keys + redis.call('DEL', prefix .. 'slot:' .. slot_id)\n", "",
            ("tests/cli/test_verify.py::test_verify_passes_on_a_healthy_stack_and_leaves_no_key",)),
+    Mutant("chaos-forgets-its-kills", "`sched verify --chaos` does not tell the checker which "
+           "workers it killed: their lost attempts fail the lost rule on a healthy deployment",
+           "scheduler/testing/chaos.py", "        self.truth.faulted_pids.add(proc.pid)\n", "",
+           ("tests/cli/test_verify.py::test_verify_chaos_kills_and_restarts_its_children_and_"
+            "every_invariant_holds",)),
 ]
