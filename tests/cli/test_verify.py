@@ -2,13 +2,16 @@
 every invariant and the run leaves no key behind (a SCAN of the namespace before and after);
 no worker serving the canary, no scheduler node, or no Redis is exit 2 within seconds; a
 planted bug (a mutant of the fault suite, run by the stack from a copy of the code) is exit 1
-naming the invariant it broke."""
+naming the invariant it broke. `--chaos` runs workers and a node of the app beside the stack,
+killed and restarted through the run: it passes on this code, fails naming the invariant on
+a bug only a crash reaches, and stops its children however it ends."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -257,6 +260,57 @@ def test_verify_chaos_fails_on_a_planted_reclaim_bug_and_names_the_invariant(
     assert "FAIL ran" in out and "FAILED: ran" in out, out
     assert "\n    terminal: " in out and "ended lost" in out, out
     assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_verify_chaos_interrupted_stops_its_children_and_removes_its_keys(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], sig: int) -> None:
+    """Ctrl-C (or SIGTERM) mid-run: the chaos children are stopped and the run's keys
+    removed before it exits."""
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    p = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "verify",
+                          "--duration", "60s", "--rate", "20", *CHAOS, "11"], env=app_env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        children: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(children) < 3 and time.monotonic() < deadline:  # two workers and a node
+            time.sleep(0.5)
+            children = _children(p.pid)
+        assert len(children) >= 3, children
+        time.sleep(3)  # probing or submitting
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, out + err
+    assert err.strip().splitlines()[-1].startswith("error: verify interrupted"), err
+    assert not [c for c in children if _alive(c)], children
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--chaos",), "--chaos starts workers of your app: give --app"),
+    (("--app", "app_tasks:registry"), "--app and --seed are for --chaos"),
+    (("--seed", "3"), "--app and --seed are for --chaos"),
+    (("--chaos", "--app", "app_tasks:registry", "--kills", "0"), "'--kills'"),
+])
+def test_verify_chaos_bad_options_say_so_in_one_line_and_change_nothing(
+        redis_url: str, ns: str, r: redis.Redis, args: tuple[str, ...], says: str) -> None:
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    code, out, err, _ = verify(redis_url, ns, "--duration", "5s", *args)
+    assert code == 2 and out == "", out + err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+    assert ns_keys(r, ns) == before
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
 
 
 def _alive(pid: int) -> bool:
