@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import signal
 import sys
 from typing import Any
 
@@ -13,6 +14,7 @@ import msgspec
 from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.core.errors import RedisUnavailable
 from scheduler.redis.failures import REDIS_ERRORS
+from scheduler.testing import chaos as chaos_mod
 from scheduler.testing import verify as run
 
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -47,11 +49,25 @@ class Duration(Finite):
 @click.option("--history/--no-history", default=True,
               help="Judge the history store against Redis for every canary slot, when the "
                    "namespace keeps history (a snapshotter runs on it).")
+@click.option("--chaos", is_flag=True,
+              help="For a staging deployment: start extra workers and a scheduler node of "
+                   "--app, and kill (SIGKILL) and restart them at random through the run.")
+@click.option("--app", "app_spec", default=None,
+              help="MODULE:ATTRIBUTE of your Registry, for the workers --chaos starts.")
+@click.option("--kills", type=click.IntRange(min=chaos_mod.MIN_KILLS, max=chaos_mod.MAX_KILLS),
+              default=5, help="With --chaos: how many kills, spread at random over the run.")
+@click.option("--chaos-workers", type=click.IntRange(min=chaos_mod.MIN_WORKERS,
+                                                     max=chaos_mod.MAX_WORKERS),
+              default=2, help="With --chaos: how many workers it starts (and a node).")
+@click.option("--seed", type=click.IntRange(min=0, max=chaos_mod.MAX_SEED), default=None,
+              help="With --chaos: the seed of the random schedule (printed at the start; "
+                   "give it again to repeat a run's kills).")
 @store_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
-           start_timeout: float, settle_timeout: float, history: bool,
+           start_timeout: float, settle_timeout: float, history: bool, chaos: bool,
+           app_spec: str | None, kills: int, chaos_workers: int, seed: int | None,
            postgres_dsn: str | None, history_file: str, as_json: bool) -> None:
     """Prove the guarantees on this deployment: submit canary jobs for --duration, wait for
     them to end, judge them (every accepted one ran, at most one committed success per slot,
@@ -59,21 +75,39 @@ def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
     history store equal to Redis when the namespace keeps history) and remove
     every key the run made. Exit 0: every invariant holds; 1: one does not (its evidence
     names the slots); 2: the run could not judge (no worker serves the canary, no scheduler
-    node, Redis unreachable)."""
+    node, Redis unreachable). With --chaos (staging only) it also runs workers and a node of
+    --app and kills and restarts them at random through the run."""
     from scheduler import Client
+
+    if chaos and app_spec is None:
+        raise click.UsageError("--chaos starts workers of your app: give --app "
+                               "MODULE:ATTRIBUTE (e.g. --app tasks:registry)")
+    if not chaos and (app_spec is not None or seed is not None):
+        raise click.UsageError("--app and --seed are for --chaos: add --chaos, or leave "
+                               "them out")
 
     config = run.VerifyConfig(duration_s=duration, rate=rate, queue=queue,
                               start_timeout_s=start_timeout, settle_s=settle_timeout,
-                              history=history)
+                              history=history, hold_ms=run.CHAOS_HOLD_MS if chaos else 0)
     store = history_source(postgres_dsn, history_file, read_only=True)
 
     def say(line: str) -> None:
         if not as_json:
             click.echo(line, err=True)
 
+    monkey = None
+    if chaos and app_spec is not None:
+        monkey = chaos_mod.Chaos(obj["redis_url"], obj["namespace"], app_spec, queue,
+                                 kills=kills, workers=chaos_workers,
+                                 seed=chaos_mod.new_seed() if seed is None else seed, say=say)
+        # SIGTERM unwinds like Ctrl-C: the children are stopped and the run's keys removed.
+        signal.signal(signal.SIGTERM, _interrupt)
+        # Even with --json: the seed repeats a failing run's kills.
+        click.echo(f"chaos: {chaos_workers} worker(s) and a scheduler node of {app_spec}, "
+                   f"{kills} kill(s), seed {monkey.seed}", err=True)
     try:
         with Client(obj["redis_url"], obj["namespace"], history=store) as client:
-            verdict = run.verify(client, config, say)
+            verdict = run.verify(client, config, say, monkey)
     except run.CannotVerify as exc:
         click.echo(f"error: cannot verify: {exc}", err=True)
         sys.exit(2)
@@ -81,11 +115,25 @@ def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
         click.echo(f"error: cannot verify: Redis is unreachable ({exc}); check --redis-url / "
                    f"SCHED_REDIS_URL", err=True)
         sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo("error: verify interrupted; its children were stopped and its keys "
+                   "removed", err=True)
+        sys.exit(130)
     if as_json:
-        click.echo(msgspec.json.encode(verdict.as_json()).decode())
+        out = verdict.as_json()
+        if monkey is not None:
+            out["chaos"] = {"seed": monkey.seed, "killed": monkey.killed}
+        click.echo(msgspec.json.encode(out).decode())
     else:
+        if monkey is not None:
+            click.echo(f"chaos: seed {monkey.seed}, {len(monkey.killed)} kills: "
+                       f"{', '.join(monkey.killed) or 'none'}")
         _print(verdict)
     sys.exit(0 if verdict.holds else 1)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _print(verdict: run.Verdict) -> None:

@@ -15,15 +15,19 @@ import msgspec
 
 TASK = "sched.canary"
 RESERVED_PREFIX = "sched."  # task names kept for the scheduler's own tasks
+MAX_HOLD_MS = 10_000  # a canary never keeps its worker longer
 LOG_TTL_S = 86_400  # a run's log outlives a verify that died before removing it, for a day
 
 
 class Payload(msgspec.Struct, frozen=True, kw_only=True):
     """What a canary is asked to do: record into run `run`'s log; `fail_first` fails its
-    first attempt (so its retry is seen to follow the policy)."""
+    first attempt (so its retry is seen to follow the policy); `hold_ms` keeps its worker
+    that long between start and end (so a worker killed by a chaos run holds attempts in
+    flight; at most MAX_HOLD_MS)."""
 
     run: str
     fail_first: bool = False
+    hold_ms: int = 0
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True):

@@ -4,6 +4,7 @@ its registry was made with `canary=False`."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -33,6 +34,8 @@ class Canary:
         """Record the start; fail a first attempt when asked (recorded as "failed"), or
         record the end."""
         await self._record(asked.run, ctx, "start")
+        if asked.hold_ms > 0:
+            await asyncio.sleep(min(asked.hold_ms, canary.MAX_HOLD_MS) / 1000)
         if asked.fail_first and ctx.attempt == 1:
             await self._record(asked.run, ctx, "failed")
             raise CanaryFailed("the canary fails its first attempt, as its payload asks")

@@ -2,13 +2,16 @@
 every invariant and the run leaves no key behind (a SCAN of the namespace before and after);
 no worker serving the canary, no scheduler node, or no Redis is exit 2 within seconds; a
 planted bug (a mutant of the fault suite, run by the stack from a copy of the code) is exit 1
-naming the invariant it broke."""
+naming the invariant it broke. `--chaos` runs workers and a node of the app beside the stack,
+killed and restarted through the run: it passes on this code, fails naming the invariant on
+a bug only a crash reaches, and stops its children however it ends."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -208,3 +211,111 @@ def test_the_canary_is_reserved_and_unlisted() -> None:
     with pytest.raises(ValueError, match="kept for the scheduler's own tasks"):
         registry.task("sched.canary")(lambda ctx, payload: None)
     assert registry.names() == [] and Registry(canary=False).canary is False
+
+
+# --- --chaos: extra workers and a node of the app, killed and restarted through the run ----
+
+CHAOS = ("--chaos", "--app", "app_tasks:registry", "--kills", "5", "--seed")
+
+
+def test_verify_chaos_kills_and_restarts_its_children_and_every_invariant_holds(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str]) -> None:
+    """Five SIGKILLs (workers and the node, at random) within a 20 s run, shorter than the
+    60 s of the requirement to fit the suite's budget: the attempts the killed workers held
+    are lost and reclaimed, nothing else is, no slot commits twice, and the run's children
+    are gone and its keys removed at the end."""
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    with running(*stack(redis_url, ns, app_env)):
+        code, out, err, _ = verify(redis_url, ns, "--duration", "20s", "--rate", "50",
+                                   *CHAOS, "7", "--json", env=app_env)
+    assert code == 0, out + err
+    verdict = json.loads(out)
+    assert verdict["chaos"]["seed"] == 7 and len(verdict["chaos"]["killed"]) == 5, verdict
+    names = {i["name"]: i for i in verdict["invariants"]}
+    assert all(i["holds"] for i in names.values()), names
+    assert "0 slots with more than one committed success" in names["commit"]["figure"]
+    assert "seed 7" in err  # printed at the start, so a failing run can be repeated
+    killed = [int(k.split()[1]) for k in verdict["chaos"]["killed"]]
+    assert not any(_alive(pid) for pid in killed)
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+def test_verify_chaos_fails_on_a_planted_reclaim_bug_and_names_the_invariant(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str],
+        tmp_path: Path) -> None:
+    """An expired lease ends `lost` instead of re-running: a bug only a crash reaches, so only
+    the chaos's kills put it on the canaries' path. The whole run (stack, chaos children and
+    verify) runs the copy: the bug is in a Lua script only a node's reclaimer calls."""
+    copy = _planted("reclaim-ends-lost", tmp_path)
+    env: dict[str, Any] = {**app_env, "PYTHONDONTWRITEBYTECODE": "1",
+                           "PYTHONPATH": os.pathsep.join([str(copy), app_env["PYTHONPATH"]])}
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    with running(*stack(redis_url, ns, env, copy)):
+        # Worker kills only early in the run (seed 3): their leases run out while it settles.
+        code, out, err, _ = verify(redis_url, ns, "--duration", "20s", "--rate", "50",
+                                   *CHAOS, "3", env=env)
+    assert code == 1, out + err
+    assert "FAIL ran" in out and "FAILED: ran" in out, out
+    assert "\n    terminal: " in out and "ended lost" in out, out
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_verify_chaos_interrupted_stops_its_children_and_removes_its_keys(
+        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], sig: int) -> None:
+    """Ctrl-C (or SIGTERM) mid-run: the chaos children are stopped and the run's keys
+    removed before it exits."""
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    p = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "verify",
+                          "--duration", "60s", "--rate", "20", *CHAOS, "11"], env=app_env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        children: list[int] = []
+        deadline = time.monotonic() + 30
+        while len(children) < 3 and time.monotonic() < deadline:  # two workers and a node
+            time.sleep(0.5)
+            children = _children(p.pid)
+        assert len(children) >= 3, children
+        time.sleep(3)  # probing or submitting
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, out + err
+    assert err.strip().splitlines()[-1].startswith("error: verify interrupted"), err
+    assert not [c for c in children if _alive(c)], children
+    assert per_run(ns_keys(r, ns), before) == []
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (("--chaos",), "--chaos starts workers of your app: give --app"),
+    (("--app", "app_tasks:registry"), "--app and --seed are for --chaos"),
+    (("--seed", "3"), "--app and --seed are for --chaos"),
+    (("--chaos", "--app", "app_tasks:registry", "--kills", "0"), "'--kills'"),
+])
+def test_verify_chaos_bad_options_say_so_in_one_line_and_change_nothing(
+        redis_url: str, ns: str, r: redis.Redis, args: tuple[str, ...], says: str) -> None:
+    warm(redis_url, ns)
+    before = ns_keys(r, ns)
+    code, out, err, _ = verify(redis_url, ns, "--duration", "5s", *args)
+    assert code == 2 and out == "", out + err
+    assert len(err.strip().splitlines()) == 1 and says in err, err
+    assert ns_keys(r, ns) == before
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

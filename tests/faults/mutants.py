@@ -1663,4 +1663,9 @@ MUTANTS = [
            "it keeps: the run moved to a free child also begins in the busy one (twice)",
            "scheduler/worker/child.py", "                    self.jobs = kept\n", "",
            (POOL + "test_a_run_queued_behind_a_long_one_moves_to_a_child_that_becomes_free",)),
+    Mutant("chaos-forgets-its-kills", "`sched verify --chaos` does not tell the checker which "
+           "workers it killed: their lost attempts fail the lost rule on a healthy deployment",
+           "scheduler/testing/chaos.py", "        self.truth.faulted_pids.add(proc.pid)\n", "",
+           ("tests/cli/test_verify.py::test_verify_chaos_kills_and_restarts_its_children_and_"
+            "every_invariant_holds",)),
 ]
