@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from scheduler.core import catalog
+from scheduler.core.canary import is_reserved
 from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import UnknownTaskWarning, ValidationError
 from scheduler.observe.status import MAX_WORKERS, is_alive
@@ -94,8 +95,9 @@ def check_tasks(core: ClientState, names: Iterable[str]) -> Op[bool]:
     once per name per client) or, with the namespace's `strict_tasks` on, refuse the submit
     (ValidationError naming the known tasks, closest first). A name already warned about
     costs nothing more, unless the namespace is strict. Returns whether the catalog changed
-    (the caller validates its jobs again, with the defaults now listed)."""
-    names = set(names)
+    (the caller validates its jobs again, with the defaults now listed). The scheduler's own
+    tasks (`sched.`, the canary) are served by every worker and never listed: not checked."""
+    names = {n for n in names if not is_reserved(n)}
     if not names or (not core.strict_tasks and names <= core.warned):
         return False
     before = core.catalog

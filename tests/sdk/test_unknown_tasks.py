@@ -131,6 +131,8 @@ def test_strict_tasks_refuses_an_unknown_task_and_writes_nothing(
         assert text.startswith("task: 'emails.sned' is not a task any worker")
         assert "closest first: emails.send, " in text and "strict_tasks is on" in text
         assert client.get_job(client.submit("emails.send", {"number": 2})).queue == "mail"
+        # The scheduler's own task (`sched verify`'s canary), never listed, is not refused.
+        assert client.get_job(client.submit("sched.canary", {})).task == "sched.canary"
         with pytest.raises(ValidationError, match="True or False"):
             client.set_strict_tasks("yes")  # type: ignore[arg-type]
         client.set_strict_tasks(False)
