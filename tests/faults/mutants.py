@@ -1668,4 +1668,10 @@ MUTANTS = [
            "scheduler/testing/chaos.py", "        self.truth.faulted_pids.add(proc.pid)\n", "",
            ("tests/cli/test_verify.py::test_verify_chaos_kills_and_restarts_its_children_and_"
             "every_invariant_holds",)),
+    Mutant("canary-refused-as-unknown", "the unknown-task check judges the scheduler's own "
+           "canary: every verify run warns, and a strict namespace refuses its canaries",
+           "scheduler/sdk/catalog.py", "names = {n for n in names if not is_reserved(n)}",
+           "names = set(names)",
+           ("tests/sdk/test_unknown_tasks.py::"
+            "test_strict_tasks_refuses_an_unknown_task_and_writes_nothing",), fast=True),
 ]
