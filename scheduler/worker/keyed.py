@@ -32,6 +32,7 @@ while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -228,6 +229,8 @@ class KeyedClaims(Service):
                     if self._rate_wait_ms >= 0 else wait_ms
             grants = replies.claimed(flat, entries) if tracer is None \
                 else tracer.claimed(flat, entries)
+            if len(set(keys)) > 1:
+                entries, grants = _alternate(keys, entries, grants)
             granted.append((s, entries, grants))
         started = w.start(granted, now, deadline, unconfirmed, w.reader,
                           on_start=lambda run: self._on_start(run, permits, keys_of))
@@ -278,3 +281,16 @@ class KeyedClaims(Service):
         finally:
             await self.wake.close()
 
+
+def _alternate(keys: list[bytes], entries: list[Any], grants: list[Any]
+               ) -> tuple[list[Any], list[Any]]:
+    """A take's grants in the order the worker starts them: one of each key in turn, as the
+    turns went, rather than a key's whole share before the next key's (take.lua gives each
+    key its share of the call in one turn): a tenant with a few jobs does not wait for the
+    start of a flood's share."""
+    by_key: dict[bytes, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_key.setdefault(key, []).append(i)
+    order = [i for group in itertools.zip_longest(*by_key.values()) for i in group
+             if i is not None]
+    return [entries[i] for i in order], [grants[i] for i in order]

@@ -1674,4 +1674,9 @@ MUTANTS = [
            "names = set(names)",
            ("tests/sdk/test_unknown_tasks.py::"
             "test_strict_tasks_refuses_an_unknown_task_and_writes_nothing",), fast=True),
+    Mutant("keyed-starts-a-key-s-whole-share-first", "a take's grants start in take.lua's "
+           "order, a key's whole share before the next key's: a tenant with few jobs waits "
+           "for the start of a flood's share", "scheduler/worker/keyed.py",
+           "if len(set(keys)) > 1:", "if False:",
+           ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
 ]

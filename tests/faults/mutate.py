@@ -33,9 +33,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from faults.mutants import MUTANTS, Mutant  # noqa: E402
 
-# docs/, scripts/ and mkdocs.yml: tests/docs builds the site (scripts/griffe_drives.py feeds
-# its API reference).
-COPIED = ("scheduler", "tests", "pyproject.toml", "docs", "scripts", "mkdocs.yml")
+# bench/: the bench smoke tests run it; docs/, scripts/ and mkdocs.yml: tests/docs builds the
+# site (scripts/griffe_drives.py feeds its API reference).
+COPIED = ("scheduler", "tests", "bench", "pyproject.toml", "docs", "scripts", "mkdocs.yml")
 
 
 _template: Path | None = None
