@@ -148,6 +148,9 @@ def test_rows_wait_while_redis_is_stopped_then_all_run(redis_url: str, ns: str,
         try:
             with processes(server.url, ns, redis_url, sc.truth) as procs:
                 sc.client.create_namespace()
+                # A node, as a deployment runs one: a claim Redis ran just before it stopped,
+                # whose reply the outage cut, is the reclaimer's once its lease ran out.
+                procs.node()
                 procs.worker("--concurrency", "50")
                 relay = procs.relay(dsn, schema)
                 with psycopg.connect(dsn) as conn:
