@@ -65,6 +65,7 @@ def per_run(keys: list[bytes], before: list[bytes] | None = None) -> list[bytes]
     return [k for k in keys if any(p in k for p in PER_RUN) and k not in (before or [])]
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 def test_verify_passes_on_a_healthy_stack_and_leaves_no_key(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str]) -> None:
     warm(redis_url, ns)
@@ -92,6 +93,7 @@ def test_verify_passes_on_a_healthy_stack_and_leaves_no_key(
     assert per_run(after, before) == []
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 @pytest.mark.parametrize("redis_url", ["cluster"], indirect=True)
 def test_verify_passes_on_a_cluster_and_leaves_no_key(
         redis_url: str, ns: str, r: Any, app_env: dict[str, str]) -> None:
@@ -105,6 +107,7 @@ def test_verify_passes_on_a_cluster_and_leaves_no_key(
     assert per_run(ns_keys(r, ns), before) == []
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 @pytest.mark.parametrize("serving", ["nothing", "node only", "worker only"])
 def test_verify_cannot_run_without_a_worker_or_a_node_and_says_so_in_seconds(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str],
@@ -146,6 +149,7 @@ def _planted(name: str, tmp: Path) -> Path:
     return tmp
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 @pytest.mark.parametrize(("mutant", "broken", "rule", "worker"), [
     ("materializer-skips-a-second", "cron", "cron", ()),
     ("retry-without-backoff", "retry", "retry", ()),
@@ -170,6 +174,7 @@ def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
     assert per_run(ns_keys(r, ns), before) == []
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 @pytest.mark.parametrize("mutant", [None, "history-skips-slot-ends"])
 def test_verify_judges_the_history_store_when_the_namespace_keeps_history(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
@@ -218,6 +223,7 @@ def test_the_canary_is_reserved_and_unlisted() -> None:
 CHAOS = ("--chaos", "--app", "app_tasks:registry", "--kills", "5", "--seed")
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 def test_verify_chaos_kills_and_restarts_its_children_and_every_invariant_holds(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str]) -> None:
     """Five SIGKILLs (workers and the node, at random) within a 20 s run, shorter than the
@@ -241,6 +247,7 @@ def test_verify_chaos_kills_and_restarts_its_children_and_every_invariant_holds(
     assert per_run(ns_keys(r, ns), before) == []
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 def test_verify_chaos_fails_on_a_planted_reclaim_bug_and_names_the_invariant(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str],
         tmp_path: Path) -> None:
@@ -262,6 +269,7 @@ def test_verify_chaos_fails_on_a_planted_reclaim_bug_and_names_the_invariant(
     assert per_run(ns_keys(r, ns), before) == []
 
 
+@pytest.mark.slow  # real processes: seconds to a minute each
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_verify_chaos_interrupted_stops_its_children_and_removes_its_keys(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], sig: int) -> None:

@@ -72,6 +72,7 @@ def test_a_take_whose_reply_was_lost_is_granted_again_at_the_next_pass(
         assert {client.slots(j)[0].status for j in ids} == {SlotStatus.SUCCEEDED}
 
 
+@pytest.mark.slow  # waits for the worker to go idle
 @pytest.mark.parametrize("redis_url", ["single", "cluster"], indirect=True)
 def test_a_free_keys_job_starts_at_once_on_an_idle_worker(redis_url: str, ns: str) -> None:
     """An idle worker's keyed loop waits on the wake streams, not a poll: each job of a new
