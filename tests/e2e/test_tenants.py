@@ -129,8 +129,9 @@ def test_a_busy_key_spreads_over_the_workers_up_to_its_limit(redis_url: str, ns:
             workers.extend(started)
             async with AsyncClient(redis_url, ns) as client:
                 await set_limit(client, "tenants", per_key_concurrency=limit)
-                for w in workers:  # each knows the others (its next beat would tell it)
-                    await w.heartbeat.run_once()
+                for _ in range(2):  # each knows the others (its next beat would tell it):
+                    for w in workers:  # the first round writes every presence, the second reads
+                        await w.heartbeat.run_once()
                 assert [w.heartbeat.live for w in workers] == [3, 3, 3]
                 await client.submit_many([
                     JobSpec(task="tenant.work", queue="tenants", concurrency_key="busy")
