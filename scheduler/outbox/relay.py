@@ -85,6 +85,9 @@ class OutboxRelay:
     def __init__(self, client: Client, dsn: str, *, schema: str = DEFAULT_SCHEMA,
                  config: RelayConfig | None = None) -> None:
         self.client = client
+        # A row naming a task no worker registered goes on (unless the namespace is strict:
+        # then it is rejected with the reason); the operator reads that in the relay's log.
+        client._core.on_unknown_task = lambda text: log.warning("outbox: %s", text)
         self.dsn = dsn
         self.config = config or RelayConfig()
         self.schema = schema

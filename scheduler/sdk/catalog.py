@@ -115,7 +115,7 @@ def check_tasks(core: ClientState, names: Iterable[str]) -> Op[bool]:
             if len(core.warned) >= MAX_WARNED:
                 core.warned.clear()
             core.warned.add(name)
-            warn(unknown_text(name, core.catalog, core.namespace))
+            (core.on_unknown_task or warn)(unknown_text(name, core.catalog, core.namespace))
     return core.catalog is not before
 
 

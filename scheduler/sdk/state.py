@@ -6,7 +6,7 @@ namespace (`ready`, `ensure_namespace`), which every other operation starts with
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -99,6 +99,9 @@ class ClientState:
         # names already warned about (once per name per client).
         self.unseen: set[str] = set()
         self.warned: set[str] = set()
+        # Where an unknown task's sentence goes: an UnknownTaskWarning (None), or a callable
+        # (a service logs it: the outbox relay, whose warnings nobody reads).
+        self.on_unknown_task: Callable[[str], None] | None = None
 
     def take_catalog(self, raw: Mapping[Any, Any], strict: Any = None) -> None:
         """The catalog as HGETALL read it, and the `strict_tasks` setting as HGET read it

@@ -33,6 +33,7 @@ watches each rule fire. The rules, each named in its message:
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,9 +72,10 @@ class History:
     jobs: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def read_history(store: HistoryStore, ns: str) -> History:
-    """What `store` holds of namespace `ns`, for the history rule."""
-    return History(dict(store.slot_states(ns)), dict(store.job_definitions(ns)))
+def read_history(store: HistoryStore, ns: str, jobs: Collection[str] | None = None) -> History:
+    """What `store` holds of namespace `ns` (of `jobs` alone, when given), for the history
+    rule."""
+    return History(dict(store.slot_states(ns, jobs)), dict(store.job_definitions(ns, jobs)))
 
 
 @dataclass

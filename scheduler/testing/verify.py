@@ -384,15 +384,13 @@ class Run:
             time.sleep(1.0)
         time.sleep(HISTORY_SETTLE_S)
         try:
-            whole = read_history(self.client.store, self.client.namespace)
+            # The canaries' rows alone: a deployment's store may hold millions of others.
+            return read_history(self.client.store, self.client.namespace, self.truth.jobs)
         except Exception as exc:  # sqlite3's and psycopg's errors alike: a store unreadable
             raise CannotVerify(
                 f"the namespace keeps history, but its store could not be read "
                 f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); pass "
                 f"the snapshotter's --postgres-dsn or --history-file, or --no-history") from None
-        jobs = self.truth.jobs
-        return History({s: h for s, h in whole.slots.items() if s.rpartition(":")[0] in jobs},
-                       {j: h for j, h in whole.jobs.items() if j in jobs})
 
     def _retry_rule(self, obs: Observed) -> list[str]:
         """A canary failing its first attempt by design: its second attempt starts no sooner

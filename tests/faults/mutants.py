@@ -1679,4 +1679,18 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("history-read-of-jobs-reads-all", "the history store's read of given jobs reads "
+           "the whole namespace: `sched verify` judges every slot a deployment ever kept",
+           "scheduler/history/sql/sqlite/queries.sql",
+           "WHERE namespace = :namespace AND job_id IN (SELECT value FROM json_each(:jobs))\n"
+           "ORDER BY job_id, fire_ms;", "WHERE namespace = :namespace\nORDER BY job_id, fire_ms;",
+           ("tests/history/test_store.py::test_slot_states_and_job_definitions_of_given_jobs_"
+            "alone",), fast=True),
+    Mutant("relay-unknown-task-warns", "the outbox relay's unknown task is a Python warning "
+           "again: a service's warnings reach no one, the operator never reads the typo",
+           "scheduler/outbox/relay.py",
+           '        client._core.on_unknown_task = lambda text: log.warning("outbox: %s", text)\n',
+           "",
+           ("tests/outbox/test_transactional_submit.py::test_a_row_naming_an_unknown_task_goes_"
+            "on_and_the_relay_logs_it_once",), fast=True),
 ]

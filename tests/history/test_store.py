@@ -173,6 +173,25 @@ def test_every_slot_state_and_job_definition_reads_back_as_written(store: Any) -
     assert store.slot_states("other-ns") == [] and store.job_definitions("other-ns") == []
 
 
+def test_slot_states_and_job_definitions_of_given_jobs_alone(store: Any) -> None:
+    """What `sched verify` reads of its canaries, whatever else the store holds: those jobs'
+    rows alone, as the whole read has them (a name with quotes or commas is one name)."""
+    odd = 'it\'s, "odd"'
+    write(store, [job("a", DAY0), job("b", DAY0), job(odd, DAY0)],
+          [slot("a", DAY0, "succeeded", 1, attempt=1, finished_ms=DAY0 + 3),
+           slot("a", DAY0 + DAY_MS, "queued", 1), slot("b", DAY0, "queued", 1),
+           slot(odd, DAY0, "dead", 1, attempt=1, finished_ms=DAY0 + 3)])
+    whole_states, whole_jobs = dict(store.slot_states(NS)), dict(store.job_definitions(NS))
+    for jobs in ({"a"}, {"a", odd, "missing"}, set()):
+        states = dict(store.slot_states(NS, jobs))
+        assert states == {s: h for s, h in whole_states.items()
+                          if s.rpartition(":")[0] in jobs}, jobs
+        assert dict(store.job_definitions(NS, jobs)) == {
+            j: h for j, h in whole_jobs.items() if j in jobs}, jobs
+    assert len(store.slot_states(NS, {"a"})) == 2
+    assert store.slot_states("other-ns", {"a"}) == []
+
+
 def test_namespaces_keep_their_shard_count_and_payload_limit(store: Any) -> None:
     assert store.get_namespace(NS) is None
     store.put_namespace(NS, 8, DAY0)

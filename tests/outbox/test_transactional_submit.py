@@ -5,6 +5,7 @@ the two leaves (tests/faults/test_outbox.py runs the real processes)."""
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -15,7 +16,15 @@ import redis
 
 from conftest import POSTGRES_DSN
 from helpers import sched
-from scheduler import Client, JobSpec, RedisFailure, RetryPolicy, ValidationError, outbox
+from scheduler import (
+    Client,
+    JobSpec,
+    RedisFailure,
+    RetryPolicy,
+    UnknownTaskWarning,
+    ValidationError,
+    outbox,
+)
 from scheduler.core.errors import ConfigError
 from scheduler.outbox.relay import OutboxRelay, RelayConfig
 from scheduler.outbox.rows import upgrade
@@ -662,3 +671,21 @@ def test_relays_of_two_namespaces_starting_at_once_leave_one_namespace(
     assert len(started) == 1, outcomes
     [winner] = started
     assert sorted(outcomes.values()) == sorted([winner] * 4 + ["refused"] * 4)
+
+
+def test_a_row_naming_an_unknown_task_goes_on_and_the_relay_logs_it_once(
+        conn: psycopg.Connection[Any], schema: str, relay: OutboxRelay, client: Client,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A relay's warnings reach no one (it runs as a service): the sentence a client would
+    warn with is a log line of the relay instead, once per name, and the job is submitted."""
+    for n in range(3):
+        outbox.submit(conn, "emails.sned", {"n": n}, schema=schema)
+        conn.commit()
+        with warnings.catch_warnings(record=True) as warned, \
+                caplog.at_level("WARNING", logger="scheduler.outbox.relay"):
+            warnings.simplefilter("always")
+            assert relay.run_once() == 1
+        assert not [w for w in warned if issubclass(w.category, UnknownTaskWarning)]
+    said = [r.getMessage() for r in caplog.records if "emails.sned" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("outbox: 'emails.sned' is not a task"), said
+    assert rows(conn, schema) == 0

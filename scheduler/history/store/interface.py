@@ -3,6 +3,7 @@ production, sqlite.py as the embedded default); the backends import only rows.py
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Protocol
 
@@ -49,12 +50,15 @@ class HistoryStore(Protocol):
     def recovery_slots(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
         """(slot_id, slot hash) of every slot whose last known status is not terminal."""
 
-    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        """(slot_id, slot hash) of every slot the store holds, whatever its status: the whole
-        state as the snapshotter last read it (what a check of history against Redis reads)."""
+    def slot_states(self, namespace: str, jobs: Collection[str] | None = None
+                    ) -> list[tuple[str, dict[str, str]]]:
+        """(slot_id, slot hash) of every slot the store holds (of `jobs` alone, when given),
+        whatever its status: the whole state as the snapshotter last read it (what a check
+        of history against Redis reads)."""
 
-    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        """(job_id, job hash) of every job the store holds."""
+    def job_definitions(self, namespace: str, jobs: Collection[str] | None = None
+                        ) -> list[tuple[str, dict[str, str]]]:
+        """(job_id, job hash) of every job the store holds (of `jobs` alone, when given)."""
 
     def drop_before(self, cutoff_ms: int) -> None:
         """Forget slots (and their attempts) and fire ledger entries that fired before

@@ -10,6 +10,7 @@ same day), and retention drops whole days."""
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -223,12 +224,16 @@ class PostgresStore:
         rows = self._rows("recovery_slots", {"namespace": namespace})
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
 
-    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        rows = self._rows("slot_states", {"namespace": namespace})
+    def slot_states(self, namespace: str, jobs: Collection[str] | None = None
+                    ) -> list[tuple[str, dict[str, str]]]:
+        rows = (self._rows("slot_states", {"namespace": namespace}) if jobs is None else
+                self._rows("slot_states_of", {"namespace": namespace, "jobs": sorted(jobs)}))
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
 
-    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        rows = self._rows("job_definitions", {"namespace": namespace})
+    def job_definitions(self, namespace: str, jobs: Collection[str] | None = None
+                        ) -> list[tuple[str, dict[str, str]]]:
+        rows = (self._rows("job_definitions", {"namespace": namespace}) if jobs is None else
+                self._rows("job_definitions_of", {"namespace": namespace, "jobs": sorted(jobs)}))
         return [(j, decode_state(d)) for j, d in rows]
 
     # --- retention ---------------------------------------------------------------------

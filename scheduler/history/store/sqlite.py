@@ -4,7 +4,9 @@ a DELETE by fire time. Postgres is what production should use."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -138,13 +140,23 @@ class SqliteStore:
         rows = self.conn.execute(Q["recovery_slots"], {"namespace": namespace}).fetchall()
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
 
-    def slot_states(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        rows = self.conn.execute(Q["slot_states"], {"namespace": namespace}).fetchall()
+    def slot_states(self, namespace: str, jobs: Collection[str] | None = None
+                    ) -> list[tuple[str, dict[str, str]]]:
+        rows = self._select("slot_states", namespace, jobs)
         return [(f"{j}:{f}", decode_state(s)) for j, f, s in rows]
 
-    def job_definitions(self, namespace: str) -> list[tuple[str, dict[str, str]]]:
-        rows = self.conn.execute(Q["job_definitions"], {"namespace": namespace}).fetchall()
+    def job_definitions(self, namespace: str, jobs: Collection[str] | None = None
+                        ) -> list[tuple[str, dict[str, str]]]:
+        rows = self._select("job_definitions", namespace, jobs)
         return [(j, decode_state(d)) for j, d in rows]
+
+    def _select(self, query: str, namespace: str, jobs: Collection[str] | None) -> list[Any]:
+        """The namespace's rows, or those of `jobs` alone (passed as one JSON array: no
+        limit on how many, as SQLite has on bound parameters)."""
+        if jobs is None:
+            return self.conn.execute(Q[query], {"namespace": namespace}).fetchall()
+        return self.conn.execute(Q[f"{query}_of"], {"namespace": namespace,
+                                                    "jobs": json.dumps(sorted(jobs))}).fetchall()
 
     def drop_before(self, cutoff_ms: int) -> None:
         def drop(conn: sqlite3.Connection) -> None:

@@ -100,6 +100,14 @@ SELECT job_id, fire_ms, state FROM slots WHERE namespace = %(namespace)s ORDER B
 -- name: job_definitions
 SELECT job_id, definition FROM jobs WHERE namespace = %(namespace)s ORDER BY job_id;
 
+-- name: slot_states_of
+SELECT job_id, fire_ms, state FROM slots
+WHERE namespace = %(namespace)s AND job_id = ANY(%(jobs)s) ORDER BY job_id, fire_ms;
+
+-- name: job_definitions_of
+SELECT job_id, definition FROM jobs
+WHERE namespace = %(namespace)s AND job_id = ANY(%(jobs)s) ORDER BY job_id;
+
 -- name: recovery_jobs
 SELECT j.job_id, j.definition, j.kind, j.created_ms,
        (SELECT max(s.fire_ms) FROM slots s

@@ -65,6 +65,16 @@ SELECT job_id, fire_ms, state FROM slots WHERE namespace = :namespace ORDER BY j
 -- name: job_definitions
 SELECT job_id, definition FROM jobs WHERE namespace = :namespace ORDER BY job_id;
 
+-- name: slot_states_of
+SELECT job_id, fire_ms, state FROM slots
+WHERE namespace = :namespace AND job_id IN (SELECT value FROM json_each(:jobs))
+ORDER BY job_id, fire_ms;
+
+-- name: job_definitions_of
+SELECT job_id, definition FROM jobs
+WHERE namespace = :namespace AND job_id IN (SELECT value FROM json_each(:jobs))
+ORDER BY job_id;
+
 -- name: recovery_jobs
 SELECT j.job_id, j.definition, j.kind, j.created_ms,
        (SELECT max(s.fire_ms) FROM slots s
