@@ -165,7 +165,8 @@ class Retry(Exception):
     """Raise from a handler to fail this attempt and retry after `after` seconds.
 
     The retry still counts against the job's max_attempts; when they are exhausted the slot
-    goes to the dead-letter queue as with any other failure.
+    goes to the dead-letter queue as with any other failure. An `at_most_once` job is never
+    run again: its Retry ends it dead at once.
     """
 
     def __init__(self, after: float | None = None, reason: str = "retry requested") -> None:

@@ -1693,4 +1693,10 @@ MUTANTS = [
            "",
            ("tests/outbox/test_transactional_submit.py::test_a_row_naming_an_unknown_task_goes_"
             "on_and_the_relay_logs_it_once",), fast=True),
+    Mutant("at-most-once-failure-retried", "fail.lua retries a failed at_most_once attempt "
+           "by its policy: a handler that had its effect and then raised starts again",
+           "scheduler/scripts/lua/fail.lua", "if job[5] ~= 'at_most_once' and failures <",
+           "if failures <",
+           ("tests/lua/test_transitions.py::test_an_at_most_once_failure_is_final_whatever_"
+            "attempts_are_left",), fast=True),
 ]

@@ -208,6 +208,29 @@ def test_at_most_once_is_acked_at_claim(r: redis.Redis, client: Client,
     assert s.slot().status is SlotStatus.RUNNING
 
 
+@pytest.mark.parametrize("outcome", ["failed", "timed_out", "retried"])
+def test_an_at_most_once_failure_is_final_whatever_attempts_are_left(
+        r: redis.Redis, client: Client, clock: ManualClock, outcome: str) -> None:
+    """An at_most_once handler that failed may have had its effect: a second start could
+    repeat it, so its first failure (a Retry raised included) ends the slot dead, with
+    attempts its policy still allows; the same job at_least_once retries."""
+    policy = RetryPolicy(max_attempts=5, base_s=0, jitter=0)
+    for delivery, expected in (("at_most_once", Code.DEAD), ("at_least_once", Code.RETRY)):
+        s = make(r, client, clock, retry=policy, delivery=delivery)
+        [reply] = s.claim(s.read())
+        now = clock.now_ms()
+        assert s.run(scripts.fail(s.prefix, now, 1000, W, [
+            scripts.Failed(s.slot_id, reply[1], outcome, "boom", -1, 0.0, now, now)])) == [expected]
+        s.run(scripts.promote(s.prefix, now, 1000, 100))
+        slot = s.slot()
+        if expected is Code.DEAD:
+            assert slot.status is SlotStatus.DEAD and slot.attempt == 1 and slot.failures == 1
+            assert r.zscore(s.keys.dlq(s.shard), s.slot_id) is not None
+            assert s.read() == []  # nothing to claim: it never starts again
+        else:
+            assert slot.status is SlotStatus.QUEUED
+
+
 def test_stale_entries_are_dropped_and_held_ones_left(r: redis.Redis, client: Client,
                                                       clock: ManualClock) -> None:
     s = make(r, client, clock)

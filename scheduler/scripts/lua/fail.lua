@@ -17,14 +17,16 @@
   ARGV[5 + 8n]  logs       (optional) msgpack array of pairs: item number (1-based), the
                            lines the run logged (JSON), kept in the slot's `log:<attempt>`
 
-  The policy delay after f failures: min(backoff_max_ms, backoff_base_ms * 2^(f-1)) *
+  An at_most_once job's failure (Retry raised included) ends it dead at once: it never starts
+  twice. The policy delay after f failures: min(backoff_max_ms, backoff_base_ms * 2^(f-1)) *
   (1 - jitter * u). A retry goes back through the `due` set (the promoter dispatches it).
   Job fields missing from the hash take their defaults: `DEFAULT.<field>` (replaced at load by
   models.JOB_FIELD_DEFAULTS; job_fields stores no field equal to its default).
 
   Reply: one code per slot, in order (R, replies.py)
      R.RETRY      retry scheduled (status scheduled, in `due` at now + delay)
-     R.DEAD       failures reached max_attempts; status dead, in the shard's `dlq`
+     R.DEAD       failures reached max_attempts (an at_most_once job: its first); status dead,
+                  in the shard's `dlq`
      R.CANCELLED  cancelled (terminal)
      R.STALE      refused: not running under this token; nothing changed but the refusal
                   event
@@ -81,8 +83,10 @@ for i = 0, n - 1 do
     else
       local failures = redis.call('HINCRBY', slot_key, 'failures', 1)
       local job = redis.call('HMGET', prefix .. 'job:' .. s.job_id, 'max_attempts',
-        'backoff_base_ms', 'backoff_max_ms', 'jitter')
-      if failures < (tonumber(job[1]) or DEFAULT.max_attempts) then
+        'backoff_base_ms', 'backoff_max_ms', 'jitter', 'delivery')
+      -- An at_most_once job never starts twice (its handler may have had its effect before
+      -- it failed): its first failure is final, whatever attempts its policy has left.
+      if job[5] ~= 'at_most_once' and failures < (tonumber(job[1]) or DEFAULT.max_attempts) then
         if retry_ms < 0 then
           local base, cap = tonumber(job[2]) or DEFAULT.backoff_base_ms,
             tonumber(job[3]) or DEFAULT.backoff_max_ms
