@@ -7,7 +7,8 @@ per-second cron canary, canaries that fail their first attempt, at-most-once can
 dedupe pairs. It waits for them to settle, then judges them with the invariant checker the
 fault suite uses (scheduler.testing.invariants), against what it knows from outside the slots:
 the ids each submit returned and the canaries' own records of every start and end. Last it
-removes every key it made: the run's log and its canaries' jobs and slots.
+removes every key it made: the run's log and its canaries' jobs and slots; and it pushes its
+summary onto the namespace's list of the last runs (`record`), the one key it leaves.
 
 It first proves it can run at all: an immediate canary must start (a worker serves the
 canary on the queue) and a delayed one must start near its time (a scheduler node promotes
@@ -497,6 +498,7 @@ def verify(client: Client, config: VerifyConfig,
     are started before the probe, killed and restarted through the canaries' submission,
     and stopped before the keys are removed (whatever the outcome)."""
     run = Run(client, config, say)
+    began_ms, began = int(time.time() * 1000), time.monotonic()
     try:
         if chaos is not None:
             chaos.truth, run.kill_ms = run.truth, chaos.kill_ms
@@ -512,6 +514,12 @@ def verify(client: Client, config: VerifyConfig,
             chaos.wait()
         obs = run.settle()
         verdict = run.judge(obs)
+    except CannotVerify as exc:
+        record(client, canary.VerifyRun(
+            run=run.run_id, started_ms=began_ms, took_ms=int((time.monotonic() - began) * 1000),
+            exit_code=2, chaos=chaos is not None, seed=chaos.seed if chaos else None,
+            reason=str(exc)[:canary.MAX_FIGURE]))
+        raise
     finally:
         try:
             if chaos is not None:
@@ -519,4 +527,22 @@ def verify(client: Client, config: VerifyConfig,
         finally:
             removed, left = run.remove()
     verdict.removed_keys, verdict.left_jobs = removed, left
+    record(client, canary.VerifyRun(
+        run=run.run_id, started_ms=began_ms, took_ms=int((time.monotonic() - began) * 1000),
+        exit_code=0 if verdict.holds else 1, chaos=chaos is not None,
+        seed=chaos.seed if chaos else None, slots=verdict.slots,
+        checks=tuple(canary.Check(i.name, i.holds, i.figure[:canary.MAX_FIGURE])
+                     for i in verdict.invariants)))
     return verdict
+
+
+def record(client: Client, summary: canary.VerifyRun) -> None:
+    """Push a run's summary onto the namespace's list of the last RUNS_KEPT (the one key a
+    run leaves: the console lists it). A Redis failure here loses the summary, not the run's
+    verdict."""
+    key = client.keys.verify_runs()
+    try:
+        transport.call_sync(client.redis, "lpush", key, canary.encode_run(summary))
+        transport.call_sync(client.redis, "ltrim", key, 0, canary.RUNS_KEPT - 1)
+    except REDIS_ERRORS:
+        pass

@@ -1679,4 +1679,18 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("verify-runs-uncapped", "a verify run's summary is pushed onto the namespace's list "
+           "of runs, never trimmed: the one key a run leaves grows with every run",
+           "scheduler/testing/verify.py",
+           "        transport.call_sync(client.redis, \"ltrim\", key, 0, canary.RUNS_KEPT - 1)\n",
+           "", ("tests/e2e/test_console_verify.py::"
+                "test_the_verify_page_lists_the_last_runs_and_answers_hostile_entries",),
+           fast=True),
+    Mutant("verify-page-hides-the-failed-invariants", "the console's Verify page says a run "
+           "FAILED without naming the invariants that did not hold",
+           "scheduler/web/pages.py", "        word += \": \" + \", \".join(c.name for c in run.checks "
+           "if not c.holds)", "        pass",
+           ("tests/e2e/test_console_verify.py::"
+            "test_the_verify_page_lists_the_last_runs_and_answers_hostile_entries",),
+           fast=True),
 ]
