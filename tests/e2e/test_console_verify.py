@@ -14,7 +14,7 @@ from pathlib import Path
 import msgspec
 import pytest
 import redis
-from test_console import CHROMIUM, SHOTS
+from test_console import SHOTS, open_from_nav
 
 from helpers import http_get, running, serve_console
 from scheduler import Client
@@ -90,11 +90,7 @@ def test_the_verify_page_in_a_browser(redis_url: str, ns: str, web: str,
         record(client, summary("passedrun001", 1_800_000_000_000))
         record(client, summary("failedrun001", 1_800_000_060_000, 1))
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        page = browser.new_page(viewport={"width": 1280, "height": 600})
-        page.goto(f"{web}/")
-        page.click("nav a[href='/verify']")
-        assert page.locator("h1").inner_text() == "Verify runs"
+        browser, page = open_from_nav(p, web, "/verify", "Verify runs", height=600)
         headings = page.locator("#rows tr.group th").all_inner_texts()
         assert len(headings) == 2 and "failedrun001" in headings[0], headings
         assert headings[0].endswith("exit 1: FAILED: retry"), headings
