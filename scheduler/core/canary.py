@@ -18,7 +18,9 @@ import msgspec
 
 TASK = "sched.canary"
 RESERVED_PREFIX = "sched."  # task names kept for the scheduler's own tasks
-MAX_HOLD_MS = 10_000  # a canary never keeps its worker longer
+# A canary never keeps its worker longer: a lease canary holds the workers' lease (30 s by
+# default) and a second.
+MAX_HOLD_MS = 60_000
 LOG_TTL_S = 86_400  # a run's log outlives a verify that died before removing it, for a day
 RUNS_KEPT = 20  # the verify runs' summaries kept (Keys.verify_runs)
 MAX_FIGURE = 300  # a summary keeps this much of an invariant's figure or a run's reason
@@ -26,12 +28,14 @@ MAX_FIGURE = 300  # a summary keeps this much of an invariant's figure or a run'
 
 class Payload(msgspec.Struct, frozen=True, kw_only=True):
     """What a canary is asked to do: record into run `run`'s log; `fail_first` fails its
-    first attempt (so its retry is seen to follow the policy); `hold_ms` keeps its worker
-    that long between start and end (so a worker killed by a chaos run holds attempts in
-    flight; at most MAX_HOLD_MS)."""
+    first attempt, `fail_attempts` its first that many (so its retries are seen to follow the
+    policy, its cap included); `hold_ms` keeps its worker that long between start and end (so
+    a worker killed by a chaos run holds attempts in flight, and a run outlives its lease;
+    at most MAX_HOLD_MS)."""
 
     run: str
     fail_first: bool = False
+    fail_attempts: int = 0
     hold_ms: int = 0
 
 

@@ -1679,6 +1679,24 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("heartbeat-renews-nothing", "heartbeat.lua answers OK but renews no lease (neither "
+           "the slot's lease_until nor its pending entry, nor an at-most-once slot's `leases` "
+           "score): a run longer than its lease is reclaimed under its worker",
+           "scheduler/scripts/lua/heartbeat.lua",
+           "    redis.call('HSET', slot_key, 'lease_until', lease_until)\n"
+           "    if st[3] and st[3] ~= '' then\n"
+           "      redis.call('XCLAIM', prefix .. 'q:' .. lane(st[4], st[6]), 'workers', worker, "
+           "0, st[3], 'JUSTID')\n"
+           "    else  -- at_most_once: no pending entry; its lease lives in the `leases` zset\n"
+           "      redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)\n"
+           "    end\n",
+           "",
+           (f"{PRIORITIES}::test_a_long_run_in_a_priority_lane_keeps_its_lease",)),
+    Mutant("materializer-doubles-a-second", "cron occurrences at seconds ending in 3 or 8 are "
+           "written twice (a second slot a millisecond later): one fire time, two runs",
+           "scheduler/node/materializer.py", "        else:\n            fires.append(t)",
+           "        else:\n            fires.append(t)\n            if (t // 1000) % 5 == 3:\n"
+           "                fires.append(t + 1)", (MANY,)),
     Mutant("verify-runs-uncapped", "a verify run's summary is pushed onto the namespace's list "
            "of runs, never trimmed: the one key a run leaves grows with every run",
            "scheduler/testing/verify.py",
