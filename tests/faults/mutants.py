@@ -1696,7 +1696,9 @@ MUTANTS = [
            "written twice (a second slot a millisecond later): one fire time, two runs",
            "scheduler/node/materializer.py", "        else:\n            fires.append(t)",
            "        else:\n            fires.append(t)\n            if (t // 1000) % 5 == 3:\n"
-           "                fires.append(t + 1)", (MANY,)),
+           "                fires.append(t + 1)",
+           ("tests/node/test_materializer.py::"
+            "test_two_materializers_at_once_create_each_slot_once",), fast=True),
     Mutant("verify-runs-uncapped", "a verify run's summary is pushed onto the namespace's list "
            "of runs, never trimmed: the one key a run leaves grows with every run",
            "scheduler/testing/verify.py",
