@@ -88,7 +88,8 @@ def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
 
     config = run.VerifyConfig(duration_s=duration, rate=rate, queue=queue,
                               start_timeout_s=start_timeout, settle_s=settle_timeout,
-                              history=history, hold_ms=run.CHAOS_HOLD_MS if chaos else 0)
+                              history=history, hold_ms=run.CHAOS_HOLD_MS if chaos else 0,
+                              lease_canaries=not chaos)
     store = history_source(postgres_dsn, history_file, read_only=True)
 
     def say(line: str) -> None:

@@ -14,6 +14,9 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           rates, the tasks it serves: `tasks`, JSON task ->
                                           digest of its defaults, core/catalog.py)
     <ns>:verify:<run>:log         list    a `sched verify` run's canary records (core/canary.py)
+    <ns>:verify:runs              list    the last RUNS_KEPT verify runs' summaries, newest
+                                          first (JSON, core/canary.py): the one key a run
+                                          leaves, what the console's Verify page lists
     <ns>:limits                   hash    queue -> its limit (JSON, limits.py): what is listed and
                                           what workers read to pick their readers; the
                                           scripts read the copies below
@@ -314,6 +317,10 @@ class Keys:
     def verify_log(self, run: str) -> str:
         """A verify run's canary log (list of JSON records, scheduler/core/canary.py)."""
         return f"{self.ns}:verify:{run}:log"  # list
+
+    def verify_runs(self) -> str:
+        """The last verify runs' summaries, newest first (list of JSON, core/canary.py)."""
+        return f"{self.ns}:verify:runs"  # list, capped at canary.RUNS_KEPT
 
     def pattern(self) -> str:
         """SCAN MATCH pattern of every key of the namespace (a name has no glob character,

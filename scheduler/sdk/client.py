@@ -38,6 +38,7 @@ import scheduler.sdk.results as result_ops
 import scheduler.sdk.schedules as schedule_ops
 import scheduler.sdk.state as state
 import scheduler.sdk.status as status_ops
+from scheduler.core.canary import RUNS_KEPT, VerifyRun
 from scheduler.core.catalog import TaskInfo
 from scheduler.core.errors import ValidationError
 from scheduler.core.finite import finite_number
@@ -352,6 +353,10 @@ class Client(_Driver):
     def supervisors(self) -> list[Supervisor]:
         return self._drive(status_ops.supervisors(self._core))
 
+    @_drives(status_ops.verify_runs)
+    def verify_runs(self, limit: int = RUNS_KEPT) -> list[VerifyRun]:
+        return self._drive(status_ops.verify_runs(self._core, limit))
+
     # The task catalog: scheduler/sdk/catalog.py
 
     @_drives(catalog_ops.tasks)
@@ -646,6 +651,10 @@ class AsyncClient(_Driver):
     @_drives(status_ops.supervisors)
     async def supervisors(self) -> list[Supervisor]:
         return await self._drive(status_ops.supervisors(self._core))
+
+    @_drives(status_ops.verify_runs)
+    async def verify_runs(self, limit: int = RUNS_KEPT) -> list[VerifyRun]:
+        return await self._drive(status_ops.verify_runs(self._core, limit))
 
     # The task catalog: scheduler/sdk/catalog.py
 

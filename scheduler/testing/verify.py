@@ -7,7 +7,8 @@ per-second cron canary, canaries that fail their first attempt, at-most-once can
 dedupe pairs. It waits for them to settle, then judges them with the invariant checker the
 fault suite uses (scheduler.testing.invariants), against what it knows from outside the slots:
 the ids each submit returned and the canaries' own records of every start and end. Last it
-removes every key it made: the run's log and its canaries' jobs and slots.
+removes every key it made: the run's log and its canaries' jobs and slots; and it pushes its
+summary onto the namespace's list of the last runs (`record`), the one key it leaves.
 
 It first proves it can run at all: an immediate canary must start (a worker serves the
 canary on the queue) and a delayed one must start near its time (a scheduler node promotes
@@ -48,6 +49,12 @@ START_OBJECTIVE_MS = 2000  # the promise: a run starts within 2 s of its fire ti
 # retry rule can tell a retry that came early.
 RETRY = RetryPolicy(max_attempts=3, base_s=1.0, max_s=1.0, jitter=0.0)
 RETRY_EARLY_MS = 50  # clock steps between the worker's and Redis's stamps
+# One canary in twenty fails its first four attempts under a policy whose backoff is capped
+# at its base: each retry waits the cap (0.5 s), not base * 2^n (4 s before the fifth), and
+# the retry rule holds it to the cap and the start objective.
+CAPPED = RetryPolicy(max_attempts=5, base_s=0.5, max_s=0.5, jitter=0.0)
+# A canary held this long past the workers' lease outlives it unless heartbeats renew it.
+LEASE_MARGIN_MS = 1000
 TICK_S = 0.1  # the immediate canaries go in a batch per tick
 BURST_MAX = 500  # canaries due at one instant
 SPREAD_MAX = 2000  # delayed canaries spread over the run
@@ -80,6 +87,10 @@ class VerifyConfig(msgspec.Struct, frozen=True, kw_only=True):
     # One immediate canary in ten holds its worker this long (a chaos run: a kill finds
     # attempts in flight, so their loss and reclaim are judged).
     hold_ms: int = 0
+    # Two canaries (an at-least-once and an at-most-once) hold their worker past the serving
+    # workers' lease, when that fits in duration_s: a lease not renewed is reclaimed under
+    # them (a chaos run leaves them out: its kills already lose attempts on purpose).
+    lease_canaries: bool = True
 
     def __post_init__(self) -> None:
         if not MIN_DURATION_S <= self.duration_s <= MAX_DURATION_S:
@@ -152,6 +163,8 @@ class Run:
         self.run_id = uuid.uuid4().hex[:12]
         self.truth = Truth()
         self.retried: set[str] = set()  # job ids of the canaries that fail their first attempt
+        self.capped: set[str] = set()  # of those, the ones failing three under CAPPED
+        self.lease_note = "lease renewal not judged"  # the lease canaries, for the ran figure
         self.dedupe_pairs: list[tuple[str, str, str]] = []  # (key, first id, repeat's id)
         self.kinds: Counter[str] = Counter()
         self.kill_ms: list[int] = []  # when a chaos run killed a child (wall-clock ms)
@@ -159,19 +172,27 @@ class Run:
 
     # --- submitting ----------------------------------------------------------------------
 
-    def _payload(self, fail_first: bool = False, hold_ms: int = 0) -> dict[str, Any]:
+    def _payload(self, fail_first: bool = False, hold_ms: int = 0,
+                 fail_attempts: int = 0) -> dict[str, Any]:
         out: dict[str, Any] = {"run": self.run_id, "fail_first": fail_first}
         if hold_ms:
             out["hold_ms"] = hold_ms
+        if fail_attempts:
+            out["fail_attempts"] = fail_attempts
         return out
 
-    def _spec(self, kind: str, **options: Any) -> tuple[JobSpec, JobTruth]:
+    def _spec(self, kind: str, hold_ms: int | None = None,
+              **options: Any) -> tuple[JobSpec, JobTruth]:
+        """A canary of `kind`; "capped" fails all but its last attempt under CAPPED (judged
+        as a "flaky" one); `hold_ms` overrides how long it holds its worker."""
         fail_first = kind == "flaky"
+        policy, fails = (CAPPED, CAPPED.max_attempts - 1) if kind == "capped" else (RETRY, 0)
         delivery = Delivery.AT_MOST_ONCE.value if kind == "at_most_once" else None
-        hold = self.config.hold_ms if kind == "slow" else 0
-        spec = JobSpec(task=canary.TASK, payload=self._payload(fail_first, hold),
-                       queue=self.config.queue, retry=RETRY, delivery=delivery, **options)
-        return spec, JobTruth(kind, delivery or "at_least_once", RETRY.max_attempts)
+        hold = hold_ms if hold_ms is not None else self.config.hold_ms if kind == "slow" else 0
+        spec = JobSpec(task=canary.TASK, payload=self._payload(fail_first, hold, fails),
+                       queue=self.config.queue, retry=policy, delivery=delivery, **options)
+        return spec, JobTruth("flaky" if fails else kind, delivery or "at_least_once",
+                              policy.max_attempts)
 
     def _submit(self, pairs: list[tuple[JobSpec, JobTruth]]) -> list[str]:
         if not pairs:
@@ -182,6 +203,8 @@ class Run:
             self.kinds[job.kind] += 1
             if job.kind == "flaky":
                 self.retried.add(job_id)
+                if job.max_attempts == CAPPED.max_attempts:
+                    self.capped.add(job_id)
         return ids
 
     def _log(self) -> list[canary.Record]:
@@ -250,7 +273,33 @@ class Run:
                                                end_ms=int(end_at.timestamp() * 1000),
                                                submitted_ms=(lo, hi))])
         self.kinds["cron"] += 1
+        self._lease_canaries()
         self._immediate(total)
+
+    def _lease_canaries(self) -> None:
+        """Two canaries held LEASE_MARGIN_MS past the longest lease of the live workers
+        reading the queue (their heartbeats say it), when that fits in the run."""
+        if not self.config.lease_canaries:
+            self.lease_note = "lease renewal not judged in a chaos run"
+            return
+        leases = []
+        for w in self.client.workers():
+            if w.alive and self.config.queue in w.queues:
+                raw = transport.call_sync(self.client.redis, "hget",
+                                          self.client.keys.worker(w.worker_id), "lease_ms")
+                if raw is not None and raw.isdigit():
+                    leases.append(int(raw))
+        if not leases:
+            return
+        hold = max(leases) + LEASE_MARGIN_MS
+        if hold > min(canary.MAX_HOLD_MS, self.config.duration_s * 1000):
+            self.lease_note = (f"lease renewal not judged: the workers' lease "
+                               f"({max(leases) / 1000:g} s) and a second is longer than the run")
+            return
+        self._submit([self._spec("slow", hold_ms=hold),
+                      self._spec("at_most_once", hold_ms=hold)])
+        self.lease_note = (f"2 canaries held {hold / 1000:g} s, past the workers' "
+                           f"{max(leases) / 1000:g} s lease")
 
     def _immediate(self, total: int) -> None:
         cfg = self.config
@@ -263,7 +312,8 @@ class Run:
             for _ in range(due - sent):
                 n += 1
                 kind = ("flaky" if n % 10 == 3 else "at_most_once" if n % 10 == 7
-                        else "slow" if n % 10 == 5 and cfg.hold_ms else "noop")
+                        else "slow" if n % 10 == 5 and cfg.hold_ms
+                        else "capped" if n % 20 == 9 else "noop")
                 pairs.append(self._spec(kind))
             self._submit(pairs)
             if n // 20 > len(self.dedupe_pairs):  # a dedupe pair each 20 canaries
@@ -343,11 +393,12 @@ class Run:
             "ran": f"{ran} of {len(slots)} canary slots succeeded, from {len(self.truth.jobs)} "
                    f"accepted jobs" + (f"; {lost} attempts lost on the workers the chaos "
                                        f"killed" if self.truth.faulted_pids
-                                       else ""),
+                                       else "") + f"; {self.lease_note}",
             "commit": f"{doubles} slots with more than one committed success "
                       f"({wins} successes committed)",
             "cron": f"{cron_slots} slots of the per-second cron canary",
-            "retry": f"{len(self.retried)} canaries failed their first attempt and were retried",
+            "retry": f"{len(self.retried)} canaries failed their first attempt and were retried "
+                     f"({len(self.capped)} of them four times, each retry within its cap)",
             "at-most-once": f"{self.kinds['at_most_once']} at-most-once canaries",
             "dedupe": f"{len(self.dedupe_pairs)} dedupe pairs",
             "history": ("not judged: the namespace keeps no history" if history is None
@@ -393,25 +444,38 @@ class Run:
                 f"the snapshotter's --postgres-dsn or --history-file, or --no-history") from None
 
     def _retry_rule(self, obs: Observed) -> list[str]:
-        """A canary failing its first attempt by design: its second attempt starts no sooner
-        than the policy's backoff after the first ended, and it succeeds there."""
+        """A canary failing its first attempt(s) by design: each retry starts no sooner than
+        the policy's backoff after the failure (a capped canary's, no later than its cap and
+        the start objective either), and it succeeds on the attempt after its planned
+        failures."""
         out = []
         for s in obs.slots.values():
             if s.job_id not in self.retried:
                 continue
+            policy = CAPPED if s.job_id in self.capped else RETRY
+            fails = policy.max_attempts - 1 if policy is CAPPED else 1
             att = {a.number: a for a in s.attempts}
-            first, second = att.get(1), att.get(2)
-            if s.status is not SlotStatus.SUCCEEDED or second is None or first is None:
+            if s.status is not SlotStatus.SUCCEEDED or any(
+                    att.get(n) is None for n in range(1, fails + 2)):
                 out.append(f"retry: {s.slot_id}: {s.status.value} after {len(att)} attempt(s); "
-                           f"a canary failing its first attempt succeeds on its second")
+                           f"a canary failing its first {fails} succeeds on attempt {fails + 1}")
                 continue
-            # A lost first attempt is retried by its reclaim, not by the policy's backoff.
-            if (first.outcome is Outcome.FAILED and first.finished_ms is not None
-                    and second.started_ms is not None):
-                gap = second.started_ms - first.finished_ms
-                if gap < RETRY.base_s * 1000 - RETRY_EARLY_MS:
-                    out.append(f"retry: {s.slot_id}: attempt 2 started {gap} ms after attempt 1 "
-                               f"failed; its policy waits {RETRY.base_s * 1000:g} ms")
+            for n in range(1, fails + 1):
+                failed, retry = att[n], att[n + 1]
+                # A lost attempt is retried by its reclaim, not by the policy's backoff.
+                if (failed.outcome is not Outcome.FAILED or failed.finished_ms is None
+                        or retry.started_ms is None):
+                    continue
+                gap = retry.started_ms - failed.finished_ms
+                wait = min(policy.max_s, policy.base_s * 2 ** (n - 1)) * 1000
+                # As for a first start: a retry late across a chaos kill is not held to it.
+                late_ok = self._in_outage(retry.started_ms) or any(
+                    failed.finished_ms <= k <= retry.started_ms for k in self.kill_ms)
+                if gap < wait - RETRY_EARLY_MS or (policy is CAPPED and not late_ok
+                                                   and gap > wait + START_OBJECTIVE_MS):
+                    out.append(f"retry: {s.slot_id}: attempt {n + 1} started {gap} ms after "
+                               f"attempt {n} failed; its policy waits {wait:g} ms (capped at "
+                               f"{policy.max_s * 1000:g})")
         return out
 
     # --- removing what it made -----------------------------------------------------------
@@ -495,6 +559,7 @@ def verify(client: Client, config: VerifyConfig,
     are started before the probe, killed and restarted through the canaries' submission,
     and stopped before the keys are removed (whatever the outcome)."""
     run = Run(client, config, say)
+    began_ms, began = int(time.time() * 1000), time.monotonic()
     try:
         if chaos is not None:
             chaos.truth, run.kill_ms = run.truth, chaos.kill_ms
@@ -510,6 +575,12 @@ def verify(client: Client, config: VerifyConfig,
             chaos.wait()
         obs = run.settle()
         verdict = run.judge(obs)
+    except CannotVerify as exc:
+        record(client, canary.VerifyRun(
+            run=run.run_id, started_ms=began_ms, took_ms=int((time.monotonic() - began) * 1000),
+            exit_code=2, chaos=chaos is not None, seed=chaos.seed if chaos else None,
+            reason=str(exc)[:canary.MAX_FIGURE]))
+        raise
     finally:
         try:
             if chaos is not None:
@@ -517,4 +588,22 @@ def verify(client: Client, config: VerifyConfig,
         finally:
             removed, left = run.remove()
     verdict.removed_keys, verdict.left_jobs = removed, left
+    record(client, canary.VerifyRun(
+        run=run.run_id, started_ms=began_ms, took_ms=int((time.monotonic() - began) * 1000),
+        exit_code=0 if verdict.holds else 1, chaos=chaos is not None,
+        seed=chaos.seed if chaos else None, slots=verdict.slots,
+        checks=tuple(canary.Check(i.name, i.holds, i.figure[:canary.MAX_FIGURE])
+                     for i in verdict.invariants)))
     return verdict
+
+
+def record(client: Client, summary: canary.VerifyRun) -> None:
+    """Push a run's summary onto the namespace's list of the last RUNS_KEPT (the one key a
+    run leaves: the console lists it). A Redis failure here loses the summary, not the run's
+    verdict."""
+    key = client.keys.verify_runs()
+    try:
+        transport.call_sync(client.redis, "lpush", key, canary.encode_run(summary))
+        transport.call_sync(client.redis, "ltrim", key, 0, canary.RUNS_KEPT - 1)
+    except REDIS_ERRORS:
+        pass

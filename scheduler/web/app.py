@@ -57,7 +57,7 @@ HERE = resources.files("scheduler.web")
 NAV = [("/", "Overview"), ("/queues", "Queues"), ("/running", "Running"),
        ("/scheduled", "Scheduled"), ("/jobs", "Jobs"), ("/recent", "Recent"),
        ("/schedules", "Schedules"), ("/tasks", "Tasks"), ("/workers", "Workers"),
-       ("/dead-letters", "Dead letters"), ("/history", "History")]
+       ("/dead-letters", "Dead letters"), ("/history", "History"), ("/verify", "Verify")]
 
 
 def create_app(client: Any, *, token: str | None = None, read_only: bool = False,
@@ -103,6 +103,7 @@ class Console:
             "/tasks": lambda r: pages.tasks(client),
             "/dead-letters": lambda r: pages.dead_letters(client, r.query_params),
             "/history": lambda r: pages.history(client, r.query_params),
+            "/verify": lambda r: pages.verify_runs(client),
             "/jobs/{job_id}": lambda r: pages.job(client, r.path_params["job_id"]),
             "/slots/{slot_id}": lambda r: pages.slot(client, r.path_params["slot_id"]),
             "/queues/{queue}": lambda r: pages.slot_list(

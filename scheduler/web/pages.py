@@ -17,6 +17,7 @@ from urllib.parse import urlencode
 
 import msgspec
 
+from scheduler.core.canary import RUNS_KEPT, VerifyRun
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id, split_slot_id
@@ -586,3 +587,37 @@ async def history(client: Any, params: Params) -> Page:
                          (s.attempts[-1].error or "")[:100] if s.attempts else "")
                     for s in found]
     return "table.html", page
+
+
+# --- verify runs ----------------------------------------------------------------------------
+
+VERIFY_EMPTY = ("no verify run yet: `sched verify --duration 30s` against this namespace "
+                "submits canary jobs, judges the guarantees on them and lists its verdict here "
+                "(docs: Verify your deployment)")
+VERDICTS = {0: "every invariant holds", 1: "FAILED", 2: "could not run"}
+
+
+def _verdict(run: VerifyRun) -> str:
+    word = VERDICTS.get(run.exit_code, "unknown")
+    if run.exit_code == 1:
+        word += ": " + ", ".join(c.name for c in run.checks if not c.holds)
+    chaos = f", --chaos seed {run.seed}" if run.chaos else ""
+    return (f"{when(run.started_ms)} \u00b7 run {run.run} \u00b7 {run.took_ms / 1000:.1f} s"
+            f"{chaos} \u00b7 {run.slots:,} canary slots \u00b7 exit {run.exit_code}: {word}")
+
+
+async def verify_runs(client: Any) -> Page:
+    """The last verify runs, newest first: a heading row per run (when, how long, chaos and
+    seed, its exit code and verdict), each invariant under it with its figure."""
+    rows: list[dict[str, Any]] = []
+    for run in await client.verify_runs():
+        rows.append({"key": run.run, "cells": [], "heading": _verdict(run)})
+        rows += [_row(f"{run.run}:{c.name}", "ok" if c.holds else "FAIL", c.name, c.figure)
+                 | {"child": True} for c in run.checks]
+        if run.reason:
+            rows.append(_row(f"{run.run}:reason", "-", "could not run", run.reason)
+                        | {"child": True})
+    return "table.html", {
+        "title": "Verify runs", "rows": rows, "header": ["verdict", "invariant", "figure"],
+        "empty": VERIFY_EMPTY,
+        "note": f"The last {RUNS_KEPT} runs of `sched verify` on this namespace, newest first."}

@@ -31,14 +31,14 @@ class Canary:
         return Task(canary.TASK, self.run)
 
     async def run(self, ctx: Context, asked: canary.Payload) -> None:
-        """Record the start; fail a first attempt when asked (recorded as "failed"), or
+        """Record the start; fail the attempts asked to fail (recorded as "failed"), or
         record the end."""
         await self._record(asked.run, ctx, "start")
         if asked.hold_ms > 0:
             await asyncio.sleep(min(asked.hold_ms, canary.MAX_HOLD_MS) / 1000)
-        if asked.fail_first and ctx.attempt == 1:
+        if ctx.attempt <= max(asked.fail_attempts, 1 if asked.fail_first else 0):
             await self._record(asked.run, ctx, "failed")
-            raise CanaryFailed("the canary fails its first attempt, as its payload asks")
+            raise CanaryFailed(f"the canary fails attempt {ctx.attempt}, as its payload asks")
         await self._record(asked.run, ctx, "end")
 
     async def _record(self, run: str, ctx: Context, event: str) -> None:

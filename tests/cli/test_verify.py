@@ -4,7 +4,10 @@ no worker serving the canary, no scheduler node, or no Redis is exit 2 within se
 planted bug (a mutant of the fault suite, run by the stack from a copy of the code) is exit 1
 naming the invariant it broke. `--chaos` runs workers and a node of the app beside the stack,
 killed and restarted through the run: it passes on this code, fails naming the invariant on
-a bug only a crash reaches, and stops its children however it ends."""
+a bug only a crash reaches, and stops its children however it ends. The tests that need only a healthy
+stack share one per module (`healthy`: its node and worker on a 3 s lease, so a run's lease
+canaries hold 4 s); each run is its own, in the stack's namespace. A run leaves one key, its
+summary on the namespace's list of the last runs (`RUNS`)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +25,7 @@ import pytest
 import redis
 from faults.mutants import MUTANTS
 
-from conftest import SCHED, ns_keys
+from conftest import SCHED, TESTS, close_plain, drop_namespace, new_namespace, ns_keys
 from helpers import running, sched_process
 from scheduler import Client
 from scheduler.testing.verify import keeps_history
@@ -29,6 +33,8 @@ from scheduler.testing.verify import keeps_history
 ROOT = Path(__file__).resolve().parents[2]
 # Keys that hold one job or slot, or a verify run's records: none may outlive a run.
 PER_RUN = (b":job:", b":slot:", b":runs:", b":submitted:", b":verify:", b":dedupe:")
+RUNS = b":verify:runs"  # the one key a run leaves: the last runs' summaries
+LEASE = ("--lease", "3")  # a short lease: a run's lease canaries hold 4 s
 
 
 def verify(redis_url: str, ns: str, *args: str, env: dict[str, str] | None = None,
@@ -42,16 +48,36 @@ def verify(redis_url: str, ns: str, *args: str, env: dict[str, str] | None = Non
 
 
 def stack(redis_url: str, ns: str, env: dict[str, str], cwd: Path | None = None,
-          worker: tuple[str, ...] = ()) -> list[subprocess.Popen[bytes]]:
+          worker: tuple[str, ...] = (), node: tuple[str, ...] = ()
+          ) -> list[subprocess.Popen[bytes]]:
     """`sched scheduler` and `sched worker`; from `cwd`, the copy of the code there (`-m`
     imports from the working directory first)."""
     if cwd is None:
-        return [sched_process(redis_url, ns, env, "scheduler"),
-                sched_process(redis_url, ns, env, "worker", "--app", "app_tasks:registry")]
+        return [sched_process(redis_url, ns, env, "scheduler", *node),
+                sched_process(redis_url, ns, env, "worker", "--app", "app_tasks:registry",
+                              *worker)]
     return [subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, *args],
                              env=env, cwd=cwd, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
-            for args in (["scheduler"], ["worker", "--app", "app_tasks:registry", *worker])]
+            for args in (["scheduler", *node], ["worker", "--app", "app_tasks:registry",
+                                                *worker])]
+
+
+@pytest.fixture(scope="module")
+def healthy(redis_url: str) -> Iterator[str]:
+    """One healthy stack (a node and a worker, each on a 3 s lease) for the module's tests
+    that need nothing else: its namespace, warmed. Each test's runs are its own."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    name = new_namespace()
+    warm(redis_url, name)
+    plain = redis.Redis.from_url(redis_url)
+    try:
+        with running(*stack(redis_url, name, env, worker=LEASE, node=LEASE)):
+            yield name
+    finally:
+        drop_namespace(plain, name)
+        close_plain(plain)
 
 
 def warm(redis_url: str, ns: str) -> None:
@@ -61,36 +87,51 @@ def warm(redis_url: str, ns: str) -> None:
 
 
 def per_run(keys: list[bytes], before: list[bytes] | None = None) -> list[bytes]:
-    """The keys of one job, slot or verify run among `keys` that were not in `before`."""
-    return [k for k in keys if any(p in k for p in PER_RUN) and k not in (before or [])]
+    """The keys of one job, slot or verify run among `keys` that were not in `before`, but
+    the list of the last runs' summaries."""
+    return [k for k in keys if any(p in k for p in PER_RUN) and k not in (before or [])
+            and not k.endswith(RUNS)]
 
 
 @pytest.mark.slow  # real processes: seconds to a minute each
 def test_verify_passes_on_a_healthy_stack_and_leaves_no_key(
-        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str]) -> None:
-    warm(redis_url, ns)
+        redis_url: str, healthy: str, r: redis.Redis) -> None:
+    """Two runs: every invariant holds, lease renewal included (two canaries outlive the 3 s
+    lease); the first leaves one key, the list of the last runs, and the second none more
+    (a SCAN before and after); the list shows both, newest first, with their verdicts."""
+    ns = healthy
     before = ns_keys(r, ns)
-    with running(*stack(redis_url, ns, app_env)):
-        code, out, err, _ = verify(redis_url, ns, "--duration", "5s", "--rate", "40")
-        assert code == 0, out + err
-        assert "every invariant holds" in out
-        first = ns_keys(r, ns)
-        assert per_run(first, before) == [], per_run(first, before)[:5]
-        code, out, err, _ = verify(redis_url, ns, "--duration", "10s", "--rate", "100",
-                                   "--json")
-        assert code == 0, out + err
-        after = ns_keys(r, ns)
+    code, out, err, _ = verify(redis_url, ns, "--duration", "5s", "--rate", "40")
+    assert code == 0, out + err
+    assert "every invariant holds" in out
+    assert "2 canaries held 4 s, past the workers' 3 s lease" in out, out
+    first = ns_keys(r, ns)
+    assert [k for k in set(first) - set(before) if b":verify:" in k] in (
+        [], [f"{ns}:verify:runs".encode()]), sorted(set(first) - set(before))[:5]
+    assert per_run(first, before) == [], per_run(first, before)[:5]
+    code, out, err, _ = verify(redis_url, ns, "--duration", "5s", "--rate", "100", "--json")
+    assert code == 0, out + err
+    after = ns_keys(r, ns)
     verdict = json.loads(out)
     names = {i["name"]: i for i in verdict["invariants"]}
     assert set(names) == {"ran", "commit", "cron", "retry", "at-most-once", "dedupe",
                           "start-lag"}
     assert all(i["holds"] for i in names.values()), names
     assert verdict["canaries"]["flaky"] > 0 and verdict["canaries"]["at_most_once"] > 0
-    assert verdict["canaries"]["cron"] == 1 and verdict["lag_ms"]["count"] > 1000
-    assert verdict["removed_keys"] > 1000
+    assert "four times, each retry within its cap" in names["retry"]["figure"]
+    assert verdict["canaries"]["cron"] == 1 and verdict["lag_ms"]["count"] > 400
+    assert verdict["removed_keys"] > 400
     # The second run left nothing the first had not: the SCAN after equals the SCAN before.
     assert set(after) - set(first) == set(), sorted(set(after) - set(first))[:5]
     assert per_run(after, before) == []
+    with Client(redis_url, ns) as client:
+        runs = client.verify_runs()
+    latest = runs[0]
+    assert latest.run == verdict["run"]
+    assert latest.exit_code == 0 and latest.slots == verdict["slots"] and not latest.chaos
+    assert [(c.name, c.holds, c.figure) for c in latest.checks] == [
+        (i["name"], True, i["figure"]) for i in verdict["invariants"]]
+    assert len(runs) >= 2 and runs[1].exit_code == 0 and runs[1].started_ms < latest.started_ms
 
 
 @pytest.mark.slow  # real processes: seconds to a minute each
@@ -118,7 +159,8 @@ def test_verify_cannot_run_without_a_worker_or_a_node_and_says_so_in_seconds(
         redis_url, ns, app_env,
         *(["scheduler"] if serving == "node only" else ["worker", "--app", "app_tasks:registry"]))]
     with running(*procs):
-        time.sleep(2)  # the worker is up
+        if procs:
+            time.sleep(2)  # the worker is up
         code, out, err, took = verify(redis_url, ns, "--duration", "60s",
                                       "--start-timeout", "3")
     assert code == 2, out + err
@@ -127,6 +169,9 @@ def test_verify_cannot_run_without_a_worker_or_a_node_and_says_so_in_seconds(
     assert ("scheduler node" if serving == "worker only" else "no worker") in lines[-1]
     assert took < 30, f"took {took:.0f} s: the probe must not wait out --duration"
     assert per_run(ns_keys(r, ns), before) == []
+    with Client(redis_url, ns) as client:  # the console lists it, with the reason
+        (summary,) = client.verify_runs()
+    assert summary.exit_code == 2 and summary.checks == () and summary.reason in lines[-1]
 
 
 def test_verify_says_redis_is_unreachable_with_exit_2() -> None:
@@ -150,28 +195,37 @@ def _planted(name: str, tmp: Path) -> Path:
 
 
 @pytest.mark.slow  # real processes: seconds to a minute each
-@pytest.mark.parametrize(("mutant", "broken", "rule", "worker"), [
+@pytest.mark.parametrize(("mutant", "broken", "rule", "lease"), [
     ("materializer-skips-a-second", "cron", "cron", ()),
+    # One fire time gets a second slot (a millisecond later).
+    ("materializer-doubles-a-second", "cron", "cron", ()),
     ("retry-without-backoff", "retry", "retry", ()),
+    # Uncapped backoff: the canaries failing four times under a 0.5 s cap wait 4 s.
+    ("retry-cap-forgotten", "retry", "retry", ()),
     # Outcomes dropped on a healthy worker: their leases (short here) run out, and the
     # reclaimed attempts are lost on a worker nobody stopped.
-    ("committer-drops-a-batch", "ran", "lost", ("--lease", "3")),
+    ("committer-drops-a-batch", "ran", "lost", LEASE),
+    # Leases never renewed: the lease canaries (4 s) are reclaimed under their worker.
+    ("heartbeat-renews-nothing", "ran", "lost", LEASE),
 ])
 def test_verify_fails_on_a_planted_bug_and_names_the_invariant(
         redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str], tmp_path: Path,
-        mutant: str, broken: str, rule: str, worker: tuple[str, ...]) -> None:
+        mutant: str, broken: str, rule: str, lease: tuple[str, ...]) -> None:
     """The stack runs a copy of the code with the bug; `sched verify` runs the real code."""
     copy = _planted(mutant, tmp_path)
     env: dict[str, Any] = {**app_env, "PYTHONDONTWRITEBYTECODE": "1",
                            "PYTHONPATH": os.pathsep.join([str(copy), app_env["PYTHONPATH"]])}
     warm(redis_url, ns)
     before = ns_keys(r, ns)
-    with running(*stack(redis_url, ns, env, copy, worker)):
-        code, out, err, _ = verify(redis_url, ns, "--duration", "10s", "--rate", "40")
+    with running(*stack(redis_url, ns, env, copy, lease, lease)):
+        code, out, err, _ = verify(redis_url, ns, "--duration", "6s", "--rate", "40")
     assert code == 1, out + err
     assert f"FAIL {broken}" in out and f"FAILED: {broken}" in out, out
     assert f"\n    {rule}: " in out, out  # the checker's evidence, naming a job or a slot
     assert per_run(ns_keys(r, ns), before) == []
+    with Client(redis_url, ns) as client:  # the console lists the run, failed
+        (summary,) = client.verify_runs()
+    assert summary.exit_code == 1 and broken in [c.name for c in summary.checks if not c.holds]
 
 
 @pytest.mark.slow  # real processes: seconds to a minute each
@@ -225,16 +279,15 @@ CHAOS = ("--chaos", "--app", "app_tasks:registry", "--kills", "5", "--seed")
 
 @pytest.mark.slow  # real processes: seconds to a minute each
 def test_verify_chaos_kills_and_restarts_its_children_and_every_invariant_holds(
-        redis_url: str, ns: str, r: redis.Redis, app_env: dict[str, str]) -> None:
+        redis_url: str, healthy: str, r: redis.Redis, app_env: dict[str, str]) -> None:
     """Five SIGKILLs (workers and the node, at random) within a 20 s run, shorter than the
     60 s of the requirement to fit the suite's budget: the attempts the killed workers held
     are lost and reclaimed, nothing else is, no slot commits twice, and the run's children
     are gone and its keys removed at the end."""
-    warm(redis_url, ns)
+    ns = healthy
     before = ns_keys(r, ns)
-    with running(*stack(redis_url, ns, app_env)):
-        code, out, err, _ = verify(redis_url, ns, "--duration", "20s", "--rate", "50",
-                                   *CHAOS, "7", "--json", env=app_env)
+    code, out, err, _ = verify(redis_url, ns, "--duration", "20s", "--rate", "50",
+                               *CHAOS, "7", "--json", env=app_env)
     assert code == 0, out + err
     verdict = json.loads(out)
     assert verdict["chaos"]["seed"] == 7 and len(verdict["chaos"]["killed"]) == 5, verdict
@@ -245,6 +298,10 @@ def test_verify_chaos_kills_and_restarts_its_children_and_every_invariant_holds(
     killed = [int(k.split()[1]) for k in verdict["chaos"]["killed"]]
     assert not any(_alive(pid) for pid in killed)
     assert per_run(ns_keys(r, ns), before) == []
+    with Client(redis_url, ns) as client:
+        latest = client.verify_runs()[0]
+    assert (latest.run, latest.chaos, latest.seed, latest.exit_code) == (verdict["run"], True,
+                                                                        7, 0)
 
 
 @pytest.mark.slow  # real processes: seconds to a minute each

@@ -34,6 +34,18 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 SHOTS = TESTS.parent / "docs" / "img"
 
 
+def open_from_nav(p: Any, base: str, href: str, title: str, height: int = 800) -> Any:
+    """A chromium page of the console at `base`, walked from the overview's nav to `href`,
+    whose heading must be `title`: (browser, page); close the browser when done."""
+    assert os.path.exists(CHROMIUM), "the browser tests need Debian's chromium (apt-get)"
+    browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+    page = browser.new_page(viewport={"width": 1280, "height": height})
+    page.goto(f"{base}/")
+    page.click(f"nav a[href='{href}']")
+    assert page.locator("h1").inner_text() == title
+    return browser, page
+
+
 def _get(url: str, **headers: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers),

@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 import pytest
 import redis
-from test_console import CHROMIUM, SHOTS, _get
+from test_console import CHROMIUM, SHOTS, _get, open_from_nav
 
 from helpers import (
     garble,
@@ -606,11 +606,7 @@ def test_the_tasks_page_in_a_browser(redis_url: str, ns: str, web: str,
             _wait("the worker to serve its tasks",
                   lambda: any(t.workers for t in client.tasks()))
             client.submit_many([{"task": "demo.noop", "payload": i} for i in range(3)])
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"{web}/")
-            page.click("nav a[href='/tasks']")
-            assert page.locator("h1").inner_text() == "Tasks"
+            browser, page = open_from_nav(p, web, "/tasks", "Tasks")
             shown = page.locator("#rows tbody tr td:first-child").all_inner_texts()
             assert shown == [t.task for t in client.tasks()]
             page.screenshot(path=str(tmp_path / "tasks.png"), full_page=True)

@@ -1699,4 +1699,38 @@ MUTANTS = [
            "if failures <",
            ("tests/lua/test_transitions.py::test_an_at_most_once_failure_is_final_whatever_"
             "attempts_are_left",), fast=True),
+    Mutant("heartbeat-renews-nothing", "heartbeat.lua answers OK but renews no lease (neither "
+           "the slot's lease_until nor its pending entry, nor an at-most-once slot's `leases` "
+           "score): a run longer than its lease is reclaimed under its worker",
+           "scheduler/scripts/lua/heartbeat.lua",
+           "    redis.call('HSET', slot_key, 'lease_until', lease_until)\n"
+           "    if st[3] and st[3] ~= '' then\n"
+           "      redis.call('XCLAIM', prefix .. 'q:' .. lane(st[4], st[6]), 'workers', worker, "
+           "0, st[3], 'JUSTID')\n"
+           "    else  -- at_most_once: no pending entry; its lease lives in the `leases` zset\n"
+           "      redis.call('ZADD', prefix .. 'leases', 'XX', lease_until, slot_id)\n"
+           "    end\n",
+           "",
+           (f"{PRIORITIES}::test_a_long_run_in_a_priority_lane_keeps_its_lease",)),
+    Mutant("materializer-doubles-a-second", "cron occurrences at seconds ending in 3 or 8 are "
+           "written twice (a second slot a millisecond later): one fire time, two runs",
+           "scheduler/node/materializer.py", "        else:\n            fires.append(t)",
+           "        else:\n            fires.append(t)\n            if (t // 1000) % 5 == 3:\n"
+           "                fires.append(t + 1)",
+           ("tests/node/test_materializer.py::"
+            "test_two_materializers_at_once_create_each_slot_once",), fast=True),
+    Mutant("verify-runs-uncapped", "a verify run's summary is pushed onto the namespace's list "
+           "of runs, never trimmed: the one key a run leaves grows with every run",
+           "scheduler/testing/verify.py",
+           "        transport.call_sync(client.redis, \"ltrim\", key, 0, canary.RUNS_KEPT - 1)\n",
+           "", ("tests/e2e/test_console_verify.py::"
+                "test_the_verify_page_lists_the_last_runs_and_answers_hostile_entries",),
+           fast=True),
+    Mutant("verify-page-hides-the-failed-invariants", "the console's Verify page says a run "
+           "FAILED without naming the invariants that did not hold",
+           "scheduler/web/pages.py", "        word += \": \" + \", \".join(c.name for c in run.checks "
+           "if not c.holds)", "        pass",
+           ("tests/e2e/test_console_verify.py::"
+            "test_the_verify_page_lists_the_last_runs_and_answers_hostile_entries",),
+           fast=True),
 ]
