@@ -1679,4 +1679,17 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("claims-before-commits", "a worker's round trip sends its claims ahead of the "
+           "outcomes it carries: a claim of an ended run's own entry is granted again, and "
+           "the handler runs a second time",
+           "scheduler/worker/exchange.py", 'ORDER = ("commits", "claims")',
+           'ORDER = ("claims", "commits")',
+           ("tests/worker/test_exchange.py::"
+            "test_commits_go_ahead_of_the_claims_of_their_round_trip",), fast=True),
+    Mutant("boarded-replies-unlanded", "the replies to the outcomes a claim's round trip "
+           "carried never reach the committer: they stay in flight for ever, never counted",
+           "scheduler/worker/exchange.py", '        committer.land(boarding, got["commits"])\n',
+           "",
+           ("tests/worker/test_exchange.py::"
+            "test_commits_go_ahead_of_the_claims_of_their_round_trip",), fast=True),
 ]
