@@ -4,8 +4,8 @@ project's own Lua scripts and services run on, on a fake clock, in the test's pr
 What runs is what a deployment runs, in the order one node and one worker would run it: the
 scheduler node's shard leases, materializer and promoter, then the worker's claims (those of
 its limited queues with their permits, a rate counted on the fake clock), its handlers (the
-registry's own, on asyncio tasks or the thread pool) and its committer, each through its
-`run_once()`. Nothing of a transition is written again here: this module only
+registry's own, on asyncio tasks or the thread pool) and its commits, each through its
+`run_once()` (the commits: `Exchange.commit`). Nothing of a transition is written again here: this module only
 decides when each pass runs and what time it is. The heartbeat, reclaimer and sweeper do not
 run: every run ends within the pass that started it, so no lease can run out.
 
@@ -279,7 +279,7 @@ class TestScheduler:
             if not started and not worker.reader.backlog:
                 break
         if len(worker.committer):
-            await worker.committer.run_once()
+            await worker.exchange.commit()
         return runs
 
     async def _advance(self, target_ms: int) -> list[Run]:

@@ -1,5 +1,7 @@
 """A worker's claims: what its free run slots can take, claimed in one round trip per batch
-(one claim.lua call per shard), and the start of the runs that round trip grants.
+(one claim.lua call per shard, sent by the worker's exchange: exchange.py, which packs the
+outcomes waiting to be committed ahead of them and the next read behind), and the start of
+the runs that round trip grants.
 
 A pass (`Claims.run_once`) reads when the reader's backlog is empty, takes what still fits
 the free slots, and claims it; each of the worker's claim pipelines (`ClaimLoop`) runs passes
@@ -33,15 +35,14 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio
 
 import scheduler.observe.metrics as metrics
-import scheduler.redis.cluster as cluster
 import scheduler.scripts.calls as scripts
 import scheduler.scripts.replies as replies
 from scheduler.core.keys import Keys, queue_of
 from scheduler.redis.clock import Clock, resync
 from scheduler.redis.service import ErrorLog, Service
 from scheduler.worker.backlog import Entry
-from scheduler.worker.committer import Committer
 from scheduler.worker.config import WorkerConfig
+from scheduler.worker.exchange import Exchange
 from scheduler.worker.execution import Execution
 from scheduler.worker.inflight import Run
 from scheduler.worker.reader import Reader
@@ -65,7 +66,7 @@ class Claims:
 
     def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock,
                  config: WorkerConfig, registry: Registry, worker_id: str, slots: Slots,
-                 reader: Reader, committer: Committer, execution: Execution,
+                 reader: Reader, exchange: Exchange, execution: Execution,
                  stopping: asyncio.Event, block_ms: int) -> None:
         self.redis = client
         self.keys = keys
@@ -77,7 +78,7 @@ class Claims:
         self.slots = slots
         self.running = slots.running
         self.reader = reader
-        self.committer = committer
+        self.exchange = exchange  # its round trips, and the outcomes it holds
         self.execution = execution
         self.stopping = stopping
         self.block_ms = block_ms  # a pipeline's blocking read (ClaimLoop)
@@ -193,7 +194,7 @@ class Claims:
         abandoned = self.execution.abandoned
         for slot in [s for s, t in abandoned.items() if t < cutoff]:
             del abandoned[slot]
-        return self.running.keys() | self.committer.slots() | abandoned.keys()
+        return self.running.keys() | self.exchange.committer.slots() | abandoned.keys()
 
     # --- the claim round trip ------------------------------------------------------------
 
@@ -308,33 +309,11 @@ class Claims:
         return started
 
     async def send(self, calls: list[scripts.Call], prefetch: int) -> tuple[list[Any], Any]:
-        """The claim round trip: the claims' replies, and the fewest replicas that confirmed
-        them when short of claim_replicas (_take_tails). The outcomes waiting to be committed
-        ride along, ahead of the claims: one round trip instead of two (committer.py)."""
-        boarding = self.committer.board()
-        if boarding is not None:
-            calls = [*boarding.calls, *calls]
-        unconfirmed = None
-        try:
-            if prefetch or self.config.claim_replicas:
-                answers, tails = await scripts.run_async_then(
-                    self.redis, calls, self._tail(prefetch), raise_errors=boarding is None)
-                unconfirmed = self._take_tails(tails, prefetch)
-            else:
-                answers = await scripts.run_async(self.redis, calls,
-                                                  raise_errors=boarding is None)
-        except BaseException as exc:
-            if boarding is not None:
-                self.committer.land(boarding, exc)
-            raise
-        if boarding is not None:
-            n = len(boarding.calls)
-            self.committer.land(boarding, answers[:n])
-            answers = answers[n:]
-            for answer in answers:
-                if isinstance(answer, Exception):
-                    raise answer
-        return answers, unconfirmed
+        """The round trip of these claims or takes (Exchange.send: the outcomes waiting to be
+        committed ahead of them, a read of `prefetch` entries behind): their replies, and the
+        fewest replicas that confirmed them when short of claim_replicas. The keyed and
+        limited queues' claims go through it too."""
+        return await self.exchange.send(calls, prefetch)
 
     @staticmethod
     def _carried(reader: Reader, batch: list[tuple[str, bytes, str]]
@@ -362,32 +341,6 @@ class Claims:
         claimed = self._untrimmed.get(shard, 0) + n
         self._untrimmed[shard] = 0 if claimed >= TRIM_EVERY else claimed
         return claimed >= TRIM_EVERY
-
-    def _tail(self, prefetch: int) -> Any:
-        def tail(pipe: Any) -> int:
-            n = self.reader.prefetch(pipe, prefetch) if prefetch else 0
-            if self.config.claim_replicas:
-                cluster.each_node(pipe, "WAIT", self.config.claim_replicas,
-                                  max(1, int(self.config.replica_timeout_s * 1000)))
-                n += 1
-            return n
-        return tail
-
-    def _take_tails(self, tails: list[list[Any]], prefetch: int) -> Any:
-        """Each claim pipeline's tail (scripts.run_async_then): its prefetched read, then its
-        WAIT. Returns the fewest replicas a pipeline's WAIT confirmed when short of
-        `claim_replicas` (an error counts as none), else None."""
-        short: list[Any] = []
-        for tail in tails:
-            if self.config.claim_replicas:
-                for got in replies.wait_replies(tail.pop(), self.reader.per_shard):
-                    if not (isinstance(got, int) and got >= self.config.claim_replicas):
-                        short.append(got)
-            if prefetch and not isinstance(tail[0], Exception):  # NOGROUP etc.: the next
-                self.reader.add(tail[0])                       # blocking read says
-            elif prefetch:
-                self.reader.must_recover = True
-        return min(short, key=lambda got: got if isinstance(got, int) else -1) if short else None
 
     def _not_replicated(self, slot_id: str, confirmed: Any) -> None:
         metrics.CLAIMS_NOT_REPLICATED.inc()

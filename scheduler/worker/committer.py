@@ -1,17 +1,18 @@
-"""Commits the outcomes of finished runs in batches: one pipelined round trip carries every
-shard's `complete`, `fail` and `release` calls. Usually that round trip is the worker's next
-claim (`board`: the claim takes what is pending along, ahead of its claims); the committer's
-own loop sends what no claim took, and whatever came back from a claim that failed.
+"""The outcomes of finished runs, held until Redis took them: what a commit sends, and what
+its replies do. It sends nothing itself: the worker's exchange (exchange.py) packs the
+pending outcomes ahead of its next claim or take (`board`, `land`), and its commit loop
+sends what no claim took, and whatever came back from a round trip that failed.
 
-Outcomes wait in memory until Redis took them. A call that fails for a reason that passes
-(a dropped connection, a timeout, OOM, a read-only or loading server) is kept and sent again
-after a backoff, however long Redis takes to come back; the calls of the same round trip
-that succeeded are not sent again. Sending one twice is harmless anyway: the scripts fence by
-token and answer "already" to a repeat of the same attempt's outcome. A call that fails for
-any other reason (a bug: Lua raised, an argument Redis cannot take) is split, and each of its
-outcomes sent alone; one that still fails alone is dropped with an error line, and its slot
-is reclaimed when its lease runs out, like a crashed worker's. So one bad outcome never holds
-up, or takes down, the others.
+Each shard's successes go in one `complete` call, its failures in one `fail` and its hand-
+backs in one `release`. Outcomes wait in memory until Redis took them. A call that fails for
+a reason that passes (a dropped connection, a timeout, OOM, a read-only or loading server) is
+kept and sent again after a backoff, however long Redis takes to come back; the calls of the
+same round trip that succeeded are not sent again. Sending one twice is harmless anyway: the
+scripts fence by token and answer "already" to a repeat of the same attempt's outcome. A call
+that fails for any other reason (a bug: Lua raised, an argument Redis cannot take) is split,
+and each of its outcomes sent alone (`take_alone`, `land_alone`); one that still fails alone
+is dropped with an error line, and its slot is reclaimed when its lease runs out, like a
+crashed worker's. So one bad outcome never holds up, or takes down, the others.
 
 A round trip carries at most CHUNK outcomes per script call, so no single call holds Redis
 long however many outcomes waited (a Redis that was away for a while).
@@ -24,13 +25,11 @@ import logging
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-import redis.asyncio
-
 import scheduler.observe.metrics as metrics
 import scheduler.scripts.calls as scripts
 from scheduler.core.keys import Keys
 from scheduler.redis.clock import Clock
-from scheduler.redis.service import Service, transient
+from scheduler.redis.service import transient
 from scheduler.scripts.replies import Code, codes
 
 log = logging.getLogger("scheduler.worker.worker")
@@ -38,23 +37,21 @@ log = logging.getLogger("scheduler.worker.worker")
 KINDS = ("complete", "fail", "release")
 CHUNK = 1000  # outcomes per script call: bounds how long one call holds Redis
 Built = tuple[str, int, list[Any], scripts.Call]  # kind, shard, items, their call
+Alone = tuple[str, int, Any]  # kind, shard, the one outcome
 
 
 class Boarding(NamedTuple):
-    """Pending outcomes handed to a claim's round trip (Committer.board)."""
+    """Pending outcomes handed to a round trip (Committer.board)."""
     batch: dict[str, defaultdict[int, list[Any]]]
     built: list[Built]
     calls: list[scripts.Call]
 
 
-class Committer(Service):
-    what = "commit"
-    log = log
+class Committer:
+    """The outcomes a worker holds: pending, on their way in a round trip, or set aside to
+    go alone; and its tallies of what Redis answered. `wake` is set when one arrives."""
 
-    def __init__(self, client: redis.asyncio.Redis, keys: Keys, clock: Clock, worker_id: str,
-                 events_maxlen: int) -> None:
-        super().__init__()
-        self.redis = client
+    def __init__(self, keys: Keys, clock: Clock, worker_id: str, events_maxlen: int) -> None:
         self.keys = keys
         self.clock = clock
         self.worker_id = worker_id
@@ -62,11 +59,11 @@ class Committer(Service):
         # kind -> shard -> items, in arrival order
         self.pending: dict[str, defaultdict[int, list[Any]]] = {
             k: defaultdict(list) for k in KINDS}
-        self.alone: list[tuple[str, int, Any]] = []  # (kind, shard, item) to send one by one
+        self.alone: list[Alone] = []  # to send one by one
         # What the round trip in flight carries: still this worker's to commit (slots()), so
         # a recovery read meanwhile does not take those slots' entries back and run them again.
         self.flying: list[dict[str, defaultdict[int, list[Any]]]] = []  # batches (board())
-        self.flying_alone: list[tuple[str, int, Any]] = []
+        self.flying_alone: list[Alone] = []
         self.wake = asyncio.Event()
         self.refused = 0
         self.committed = 0
@@ -102,27 +99,16 @@ class Committer(Service):
                                    self.worker_id, items)
         return call
 
-    async def run_once(self) -> int:
-        """Send everything pending in one round trip (and each outcome set aside alone in
-        its own); returns how many outcomes Redis took. Raises the first error after keeping
-        what it could not send."""
-        batch = self._take()
-        try:
-            return await self._send(batch)
-        finally:
-            self._landed(batch)
-            self.flying_alone = []
+    # --- a round trip's share --------------------------------------------------------------
+    # The exchange takes what is pending (`board`) into its round trip and gives the replies
+    # back (`land`); the outcomes stay this worker's (slots()) in between.
 
-    # --- riding a claim's round trip ----------------------------------------------------
-    # A claim about to go out takes what is pending (`board`) and sends its calls in its own
-    # pipeline, ahead of the claims; `land` takes the replies back as run_once would. At the
-    # default concurrency the burn-down runs faster so (`python -m bench burndown`).
-
-    def board(self) -> Boarding | None:
-        """The pending outcomes' calls, now carried by the caller's round trip (and counted
-        in slots() until `land`); None when nothing is pending or some outcome waits to go
-        alone (the committer's own loop sends those, in order)."""
-        if self.alone or not any(self.pending[k] for k in KINDS):
+    def board(self, riding: bool = True) -> Boarding | None:
+        """The pending outcomes' calls, now carried by a round trip (and counted in slots()
+        until `land`); None when nothing is pending. `riding`: for a claim's round trip,
+        which takes nothing while some outcome waits to go alone (the commit loop sends
+        those, in order, after the rest)."""
+        if (riding and self.alone) or not any(self.pending[k] for k in KINDS):
             return None
         batch = self._take()
         built = self._build(batch, self.clock.now_ms())
@@ -130,19 +116,55 @@ class Committer(Service):
             self.wake.set()
         return Boarding(batch, built, [call for *_, call in built])
 
-    def land(self, boarding: Boarding, results: list[Any] | BaseException) -> None:
-        """The replies of a boarded round trip, one per call, or the error that failed it
-        (a cancelled one may have run or not: its outcomes are sent again, harmlessly)."""
+    def land(self, boarding: Boarding, results: list[Any] | BaseException
+             ) -> BaseException | None:
+        """The replies of a boarded round trip, one per call (an error in the place of a
+        call that failed), or the error that failed it whole (a cancelled one may have run
+        or not: its outcomes are sent again, harmlessly). Returns the first error."""
         self._landed(boarding.batch)
+        first_error: BaseException | None = None
         if isinstance(results, asyncio.CancelledError):
             for kind, shard, items, _ in boarding.built:
                 self.pending[kind][shard][:0] = items
         else:
             if isinstance(results, BaseException):
                 results = [results] * len(boarding.built)
-            self._absorb(boarding.built, results)
+            first_error = self._absorb(boarding.built, results)
         if len(self):
-            self.wake.set()  # what came back goes in the committer's own round trips
+            self.wake.set()  # what came back goes in the commit loop's own round trips
+        return first_error
+
+    def take_alone(self) -> list[Alone]:
+        """The outcomes set aside to go one by one, each in a round trip of its own (and
+        counted in slots() until `landed_alone`)."""
+        alone, self.alone = self.alone, []
+        self.flying_alone = alone
+        return alone
+
+    def call_alone(self, kind: str, shard: int, item: Any) -> scripts.Call:
+        """The call of one outcome sent alone (it may raise: an outcome no call can carry)."""
+        return self._call(kind, shard, [item], self.clock.now_ms())
+
+    def land_alone(self, kind: str, shard: int, item: Any, result: Any) -> BaseException | None:
+        """The reply to one outcome sent alone, or the error that failed it: kept to go
+        alone again when the error passes, else dropped. Returns the error if kept."""
+        if not isinstance(result, BaseException):
+            self._tally(kind, result, [item])
+            return None
+        if transient(result):
+            self.alone.append((kind, shard, item))
+            return result
+        self.dropped += 1
+        # %r: the id may hold what Redis refused (a lone surrogate), which a UTF-8 log file
+        # could not take either
+        log.error("dropped the %s outcome of %r: Redis will not take it (%s: %s); its lease "
+                  "will expire and the slot be reclaimed", kind, item.slot_id,
+                  type(result).__name__, result)
+        return None
+
+    def landed_alone(self) -> None:
+        """The outcomes sent alone are back: kept (alone) or taken."""
+        self.flying_alone = []
 
     def _take(self) -> dict[str, defaultdict[int, list[Any]]]:
         """What is pending, now in flight."""
@@ -168,51 +190,17 @@ class Committer(Service):
                         self.alone += [(kind, shard, item) for item in part]
         return built
 
-    def _absorb(self, built: list[Built], results: list[Any]) -> tuple[int, BaseException | None]:
-        """Tally the replies; keep the outcomes of a call that failed. Returns how many
-        outcomes Redis took, and the first error."""
-        took, first_error = 0, None
+    def _absorb(self, built: list[Built], results: list[Any]) -> BaseException | None:
+        """Tally the replies; keep the outcomes of a call that failed. Returns the first
+        error."""
+        first_error = None
         for (kind, shard, items, _), result in zip(built, results, strict=True):
             if isinstance(result, BaseException):
                 first_error = first_error or result
                 self._keep(kind, shard, items, result)
             else:
-                took += self._tally(kind, result, items)
-        return took, first_error
-
-    async def _send(self, batch: dict[str, defaultdict[int, list[Any]]]) -> int:
-        now = self.clock.now_ms()
-        built = self._build(batch, now)
-        took, first_error = 0, None
-        if built:
-            try:
-                results: list[Any] = await scripts.run_async(
-                    self.redis, [call for *_, call in built], raise_errors=False)
-            except Exception as exc:  # the round trip itself: every call failed alike
-                results = [exc] * len(built)
-            took, first_error = self._absorb(built, results)
-        alone, self.alone = self.alone, []
-        self.flying_alone = alone
-        for kind, shard, item in alone:
-            try:
-                call = self._call(kind, shard, [item], now)
-                [result] = await scripts.run_async(self.redis, [call])
-            except Exception as exc:
-                if transient(exc):
-                    self.alone.append((kind, shard, item))
-                    first_error = first_error or exc
-                else:
-                    self.dropped += 1
-                    # %r: the id may hold what Redis refused (a lone surrogate), which a
-                    # UTF-8 log file could not take either
-                    log.error("dropped the %s outcome of %r: Redis will not take it (%s: %s); "
-                              "its lease will expire and the slot be reclaimed", kind, item.slot_id,
-                              type(exc).__name__, exc)
-                continue
-            took += self._tally(kind, result, [item])
-        if first_error is not None:
-            raise first_error
-        return took
+                self._tally(kind, result, items)
+        return first_error
 
     def _keep(self, kind: str, shard: int, items: list[Any], exc: BaseException) -> None:
         if transient(exc):  # the same call will do later: keep it first in line
@@ -248,33 +236,3 @@ class Committer(Service):
                             item.task, item.token, item.outcome, item.error or "(no error text)",
                             extra={"slot_id": item.slot_id, "task": item.task,
                                    "attempt": item.token})
-
-    # --- the loop (a Service: scheduler/redis/service.py) ------------------------------
-    # Flush whenever outcomes arrive; while a flush is in flight new ones accumulate, so
-    # batches grow with load. run() returns after stop() once nothing is pending (or, when
-    # Redis fails every try, never: the caller bounds that wait).
-
-    async def ready(self) -> None:
-        while not len(self) and not self.stopping:
-            self.wake.clear()
-            await self.wake.wait()
-            # The runs that just ended freed their slots: a claim loop woken with this one
-            # goes first, and takes these outcomes along in its round trip (board).
-            await asyncio.sleep(0)
-
-    def finished(self) -> bool:
-        return self.stopping and not len(self)
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)  # stopping does not cut the backoff short: Redis is down
-
-    def delay(self, result: Any) -> float:
-        return 0
-
-    def error_context(self) -> str:
-        return f" ({len(self)} outcome(s) kept)"
-
-    def stop(self) -> None:
-        """Idempotent: finish what is pending, then return from run()."""
-        super().stop()
-        self.wake.set()

@@ -2,7 +2,9 @@
 
 A `Worker` is its run slots (slots.py), its reader (reader.py), its claims (claims.py: the
 claim pipelines read, claim in batches and start runs), its execution of handlers
-(execution.py), its committer (committer.py: outcomes in batches), its heartbeat
+(execution.py), its committer (committer.py: the outcomes it holds), its exchange
+(exchange.py: the round trips that carry its claims, takes, commits and read-ahead, and
+the commit loop that sends what no claim took), its heartbeat
 (heartbeat.py: leases and presence), the claims of its limited queues (limiter.py), the
 claims of keyed slots (keyed.py: jobs with a concurrency key, in their keys' turns), when
 asked, its autoscaler (autoscale.py), and, when the registry has a `pool="process"` task,
@@ -15,7 +17,7 @@ Shutdown order (`stop()`, e.g. on SIGTERM):
   3. runs still going are cancelled and released for redelivery (a new stream entry; the
      attempt is recorded `released` and does not count as a failure); a process-pool run's
      child is killed;
-  4. the committer flushes every outcome, then the heartbeat stops and the worker leaves the
+  4. the commit loop flushes every outcome, then the heartbeat stops and the worker leaves the
      registry.
 
 A worker started before its namespace exists waits for it, registered meanwhile as waiting
@@ -47,6 +49,7 @@ from scheduler.worker.canary import Canary
 from scheduler.worker.claims import ClaimLoop, Claims
 from scheduler.worker.committer import Committer
 from scheduler.worker.config import SupervisorRef, WorkerConfig
+from scheduler.worker.exchange import CommitLoop, Exchange
 from scheduler.worker.execution import Execution
 from scheduler.worker.heartbeat import Heartbeat
 from scheduler.worker.inflight import Inflight
@@ -97,7 +100,9 @@ class Worker:
         self.errors = ErrorLog(log, "reading from Redis")
         self.reader = Reader(client, keys, worker_id, config.batch, config.events_maxlen,
                              clock, HOLD_RUNS * most)
-        self.committer = Committer(client, keys, clock, worker_id, config.events_maxlen)
+        self.committer = Committer(keys, clock, worker_id, config.events_maxlen)
+        self.exchange = Exchange(client, self.committer, config, self.reader)
+        self.commits = CommitLoop(self.exchange)
         self.execution = Execution(client, keys, clock, registry, self.committer,
                                    slots.running, slots.capacity, lease_s=config.lease_s,
                                    threads=min(most, 64), tracing=config.tracing,
@@ -105,7 +110,7 @@ class Worker:
         if registry.canary:  # not in the registry's tasks: the catalog lists the app's alone
             self.execution.reserved[canary.TASK] = Canary(client, keys, worker_id).task()
         self.claims = Claims(client, keys, clock, config, registry, worker_id, slots,
-                             self.reader, self.committer, self.execution, self.stopping,
+                             self.reader, self.exchange, self.execution, self.stopping,
                              self.block_ms)
         self.heartbeat = Heartbeat(client, keys, clock, worker_id, self.lease_ms,
                                    slots.concurrency, config.queues, slots.running,
@@ -246,7 +251,7 @@ class Worker:
                  ",".join(self.config.queues), self.shards,
                  f"{auto.min_concurrency}..{auto.max_concurrency}, autoscaled" if auto
                  else self.slots.concurrency)
-        committer = asyncio.create_task(self.committer.run(), name="committer")
+        committer = asyncio.create_task(self.commits.run(), name="committer")
         scaler = asyncio.create_task(Autoscaler(self, auto, stop=self.stopping).run(),
                                      name="autoscale") if auto else None
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
@@ -271,7 +276,7 @@ class Worker:
                 task.cancel()
             # A claim cut short hands the outcomes riding it back to the committer first.
             await asyncio.wait(readers, timeout=1.0)
-            self.committer.stop()
+            self.commits.stop()
             try:
                 await asyncio.wait_for(committer, timeout=max(self.config.grace_s, 5.0))
             except TimeoutError:

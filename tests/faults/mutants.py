@@ -1733,4 +1733,17 @@ MUTANTS = [
            ("tests/e2e/test_console_verify.py::"
             "test_the_verify_page_lists_the_last_runs_and_answers_hostile_entries",),
            fast=True),
+    Mutant("claims-before-commits", "a worker's round trip sends its claims ahead of the "
+           "outcomes it carries: a claim of an ended run's own entry is granted again, and "
+           "the handler runs a second time",
+           "scheduler/worker/exchange.py", 'ORDER = ("commits", "claims")',
+           'ORDER = ("claims", "commits")',
+           ("tests/worker/test_exchange.py::"
+            "test_commits_go_ahead_of_the_claims_of_their_round_trip",), fast=True),
+    Mutant("boarded-replies-unlanded", "the replies to the outcomes a claim's round trip "
+           "carried never reach the committer: they stay in flight for ever, never counted",
+           "scheduler/worker/exchange.py", '        committer.land(boarding, got["commits"])\n',
+           "",
+           ("tests/worker/test_exchange.py::"
+            "test_commits_go_ahead_of_the_claims_of_their_round_trip",), fast=True),
 ]

@@ -20,6 +20,7 @@ from scheduler.redis.clock import ManualClock
 from scheduler.scripts import calls as scripts
 from scheduler.worker.committer import Committer
 from scheduler.worker.config import WorkerConfig
+from scheduler.worker.exchange import Exchange
 from scheduler.worker.worker import Worker
 
 
@@ -33,8 +34,9 @@ def _claimed(r: redis.Redis, client: Client, clock: ManualClock, n: int) -> list
     return out
 
 
-def _committer(conn: Any, client: Client, clock: ManualClock) -> Committer:
-    return Committer(conn, client.keys, clock, W, 1000)
+def _exchange(conn: Any, client: Client, clock: ManualClock) -> Exchange:
+    """A committer, and the round trips that carry its outcomes (no claims, no reads)."""
+    return Exchange(conn, Committer(client.keys, clock, W, 1000), WorkerConfig())
 
 
 def test_outcomes_of_every_shard_go_in_one_round_trip_and_a_repeat_is_harmless(
@@ -44,13 +46,14 @@ def test_outcomes_of_every_shard_go_in_one_round_trip_and_a_repeat_is_harmless(
 
     async def scenario() -> tuple[int, int]:
         conn = async_redis(redis_url)
-        committer = _committer(conn, client, clock)
+        exchange = _exchange(conn, client, clock)
+        committer = exchange.committer
         for shard, token in runs:
             committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
-        took = await committer.run_once()
+        took = await exchange.commit()
         for shard, token in runs[:3]:  # sent again (a reply lost): "already", not refused
             committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
-        again = await committer.run_once()
+        again = await exchange.commit()
         await conn.aclose()
         assert committer.refused == 0 and len(committer) == 0
         return took, again
@@ -65,19 +68,20 @@ def test_outcomes_wait_through_a_redis_that_does_not_answer(
 
     async def scenario() -> None:
         dead = process_redis("redis://127.0.0.1:1/0", 3.0)  # nothing listens there
-        committer = _committer(dead, client, clock)
+        exchange = _exchange(dead, client, clock)
+        committer = exchange.committer
         for shard, token in runs:
             committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
         for _ in range(3):
             try:
-                await committer.run_once()
+                await exchange.commit()
                 raise AssertionError("a round trip to nowhere succeeded")
             except redis.exceptions.ConnectionError:
                 pass
             assert len(committer) == 4 and committer.slots() == {s.slot_id for s, _ in runs}
         await dead.aclose()
-        committer.redis = live = async_redis(redis_url)
-        assert await committer.run_once() == 4 and len(committer) == 0
+        exchange.redis = live = async_redis(redis_url)
+        assert await exchange.commit() == 4 and len(committer) == 0
         await live.aclose()
 
     asyncio.run(scenario())
@@ -97,10 +101,11 @@ def test_outcomes_in_flight_are_still_this_workers(r: redis.Redis, client: Clien
             silent.bind(("127.0.0.1", 0))
             silent.listen()
             conn = process_redis(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", 3.0)
-            committer = _committer(conn, client, clock)
+            exchange = _exchange(conn, client, clock)
+            committer = exchange.committer
             for shard, token in runs:
                 committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
-            flight = asyncio.create_task(committer.run_once())
+            flight = asyncio.create_task(exchange.commit())
             await asyncio.sleep(0.2)
             assert not flight.done()
             in_flight = committer.slots()
@@ -120,7 +125,8 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
 
     async def scenario() -> Committer:
         conn = async_redis(redis_url)
-        committer = _committer(conn, client, clock)
+        exchange = _exchange(conn, client, clock)
+        committer = exchange.committer
         for shard, t in good:
             committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, t, 1, 2))
         # one its call cannot even be built for, one Redis cannot be sent (a lone surrogate)
@@ -128,7 +134,7 @@ def test_a_poison_outcome_is_dropped_alone(r: redis.Redis, redis_url: str, clien
         committer.add_succeeded(bad.shard, scripts.Succeeded(bad.slot_id + "\udcff", token, 1, 2))
         for _ in range(3):
             try:
-                await committer.run_once()
+                await exchange.commit()
             except redis.exceptions.ResponseError:
                 pass
         await conn.aclose()
@@ -151,7 +157,8 @@ def test_outcomes_that_ride_a_claim_are_committed_or_kept(
 
     async def scenario() -> None:
         conn = async_redis(redis_url)
-        committer = _committer(conn, client, clock)
+        exchange = _exchange(conn, client, clock)
+        committer = exchange.committer
         assert committer.board() is None  # nothing pending: the claim goes alone
         for shard, token in runs:
             committer.add_succeeded(shard.shard, scripts.Succeeded(shard.slot_id, token, 1, 2))
@@ -188,13 +195,13 @@ def test_a_worker_commits_in_its_claims_round_trips(redis_url: str, client: Clie
     async def scenario() -> tuple[int, int]:
         conn = async_redis(redis_url)
         worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(concurrency=50))
-        own, sent_alone = worker.committer.run_once, [0]
+        own, sent_alone = worker.exchange.commit, [0]
 
         async def counted() -> int:
             sent_alone[0] += len(worker.committer)
             return await own()
 
-        worker.committer.run_once = counted  # type: ignore[method-assign]
+        worker.exchange.commit = counted  # type: ignore[method-assign]
         task = asyncio.create_task(worker.run())
         try:
             while worker.committer.committed < len(ids):

@@ -33,7 +33,7 @@ EAGER = sys.version_info >= (3, 12)
 def _execution(registry: Registry, eager: bool = True) -> tuple[Execution, Inflight, Committer]:
     client = redis.asyncio.Redis()  # never connected: nothing here reaches Redis
     keys, clock, running = Keys("eager"), ManualClock(), {}
-    committer = Committer(client, keys, clock, "w", 1000)
+    committer = Committer(keys, clock, "w", 1000)
     return (Execution(client, keys, clock, registry, committer, running, asyncio.Event(),
                       lease_s=30, threads=2, eager=eager), running, committer)
 

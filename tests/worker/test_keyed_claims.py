@@ -56,7 +56,7 @@ def test_a_take_whose_reply_was_lost_is_granted_again_at_the_next_pass(
             if not worker.running:
                 break
             await asyncio.sleep(0.01)
-        committed = await worker.committer.run_once()
+        committed = await worker.exchange.commit()
         worker.execution.close()
         await client.aclose()
         return again, committed
