@@ -1679,4 +1679,11 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("sentinel-pool-fails-past-its-size", "a Sentinel URL's clients fail a call past "
+           "the pool's 100 connections at once instead of waiting for a free one: a worker's "
+           "handlers fail during a failover", "scheduler/redis/clients.py",
+           "max_connections=MAX_CONNECTIONS, timeout=timeout_s,\n                                **_options",
+           "max_connections=MAX_CONNECTIONS, timeout=0.001,\n                                **_options",
+           ("tests/redis/test_sentinel_pool.py::"
+            "test_more_calls_than_connections_wait_on_a_sentinel_url",)),
 ]
