@@ -106,8 +106,8 @@ def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any
     module = redis.asyncio.sentinel if asyncio else redis.sentinel
     manager = module.Sentinel(list(s.sentinels), sentinel_kwargs=sentinel_kwargs)
     pool_class = _AsyncBlockingSentinelPool if asyncio else _BlockingSentinelPool
-    client = manager.master_for(s.service, connection_pool_class=pool_class, db=s.db,
-                                username=s.username, password=s.password, retry=retry,
+    client = manager.master_for(s.service, db=s.db, username=s.username, password=s.password,
+                                retry=retry, connection_pool_class=pool_class,
                                 max_connections=MAX_CONNECTIONS, timeout=timeout_s,
                                 **_options(timeout_s), **tls)
     if asyncio:
