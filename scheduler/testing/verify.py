@@ -28,8 +28,8 @@ from typing import Any
 import msgspec
 
 from scheduler.core import canary
-from scheduler.core.errors import JobNotFound, ValidationError
-from scheduler.core.jobspec import JobSpec
+from scheduler.core.errors import JobNotFound, RedisFailure, ValidationError
+from scheduler.core.jobspec import JobSpec, dedupe_job_id, job_ids
 from scheduler.core.keys import HISTORY_GROUP, check_name
 from scheduler.core.models import RetryPolicy, Slot
 from scheduler.core.states import TERMINAL, Delivery, Outcome, SlotStatus
@@ -38,7 +38,8 @@ from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.sdk.client import Client
 from scheduler.testing.chaos import Chaos
 from scheduler.testing.invariants import History, Observed, observe, read_history, violations
-from scheduler.testing.truth import JobTruth, Truth
+from scheduler.testing.restart import RedisRestart
+from scheduler.testing.truth import JobTruth, Truth, wall_ms, worker_pid
 
 # The bounds of a run's options (the CLI's ranges are these: docs/operating/cli.md).
 MIN_DURATION_S, MAX_DURATION_S = 5.0, 3600.0
@@ -155,6 +156,8 @@ class Run:
         self.dedupe_pairs: list[tuple[str, str, str]] = []  # (key, first id, repeat's id)
         self.kinds: Counter[str] = Counter()
         self.kill_ms: list[int] = []  # when a chaos run killed a child (wall-clock ms)
+        # With --redis-restart: submits refused while Redis is away are sent again.
+        self.restart: RedisRestart | None = None
         self.group = f"verify:{self.run_id}"  # holds the events streams' entries (hold_events)
 
     # --- submitting ----------------------------------------------------------------------
@@ -176,13 +179,38 @@ class Run:
     def _submit(self, pairs: list[tuple[JobSpec, JobTruth]]) -> list[str]:
         if not pairs:
             return []
-        ids = self.client.submit_many([p[0] for p in pairs])
+        specs = [p[0] for p in pairs]
+        ids = (self._submit_through(specs) if self.restart is not None
+               else self.client.submit_many(specs))
         self.truth.accept(ids, [p[1] for p in pairs])
         for job_id, (_, job) in zip(ids, pairs, strict=True):
             self.kinds[job.kind] += 1
             if job.kind == "flaky":
                 self.retried.add(job_id)
         return ids
+
+    def _submit_through(self, specs: list[JobSpec]) -> list[str]:
+        """Submit under ids of the run's own, sending the batch again while Redis is away
+        (a failure may hide which jobs were written; the same ids write each once), for at
+        most settle_s; the first submit through after the restart command ended closes its
+        outage."""
+        ids = [dedupe_job_id(s.dedupe_key) if s.dedupe_key else job_ids.next() for s in specs]
+        deadline = time.monotonic() + self.config.settle_s
+        failed = False
+        while True:
+            try:
+                got = self.client.submit_many(specs, ids=ids)
+            except RedisFailure as exc:
+                if time.monotonic() > deadline:
+                    raise
+                if not failed:
+                    self.say(f"redis away ({type(exc).__name__}); sending again")
+                failed = True
+                time.sleep(0.2)
+                continue
+            if self.restart is not None:
+                self.restart.came_back(wall_ms())
+            return got
 
     def _log(self) -> list[canary.Record]:
         lines = transport.call_sync(self.client.redis, "lrange",
@@ -198,19 +226,19 @@ class Run:
         return False
 
     def hold_events(self) -> None:
-        """A consumer group of the run's own on each shard's events stream that exists (one
-        that does not is trimmed by no one but its cap): the snapshotters trim the entries
-        every group has read (trim_history.lua), and this one reads none, so the success
-        events of the canaries stay until the run has judged them. `remove` drops it."""
-        # A namespace that keeps history has every stream (the snapshotters make them).
-        make = keeps_history(self.client) is not None
+        """A consumer group of the run's own on each shard's events stream: the snapshotters
+        trim the entries every group has read (trim_history.lua), and this one reads none,
+        so the success events of the canaries stay until the run has judged them. `remove`
+        drops it. A stream that does not exist yet is made (its first canary would make it
+        anyway): a snapshotter starting during the run (`sched dev` just started) makes its
+        group there and trims."""
         for shard in range(self.client.shards):
             try:
                 transport.call_sync(self.client.redis, "xgroup_create",
                                     self.client.keys.events(shard), self.group, id="$",
-                                    mkstream=make)
+                                    mkstream=True)
             except REDIS_ERRORS:
-                pass  # no stream: nothing trims it
+                pass  # a transient failure: the commit rule then names what it missed
 
     def probe(self) -> None:
         """Prove a worker serves the canary and a node promotes delayed jobs (CannotVerify
@@ -277,7 +305,8 @@ class Run:
         key = f"verify-{self.run_id}-{len(self.dedupe_pairs)}"
         spec, job = self._spec("noop", dedupe_key=key)
         (first,) = self._submit([(spec, job)])
-        repeat = self.client.submit_many([spec])[0]
+        repeat = (self._submit_through([spec]) if self.restart is not None
+                  else self.client.submit_many([spec]))[0]
         self.dedupe_pairs.append((key, first, repeat))
 
     # --- settling and judging ------------------------------------------------------------
@@ -329,6 +358,7 @@ class Run:
         excused = {s.slot_id for s in slots
                    if (x := _first_lag(s)) is not None and x > START_OBJECTIVE_MS
                    and (self._in_outage(s.fire_ms)
+                        or self.truth.outage_ms(s.fire_ms, s.fire_ms + x) > 0
                         or any(s.fire_ms <= k <= s.fire_ms + x for k in self.kill_ms))}
         lags = [x for s in slots
                 if s.slot_id not in excused and (x := _first_lag(s)) is not None]
@@ -338,12 +368,15 @@ class Run:
         wins = sum(len(obs.successes.get(s.slot_id, [])) for s in slots)
         doubles = sum(1 for s in slots if len(obs.successes.get(s.slot_id, [])) > 1)
         lost = sum(1 for s in slots for a in s.attempts if a.outcome is Outcome.LOST)
+        across = self._lost_across_restart(slots)
         cron_slots = sum(1 for s in slots if self.truth.jobs[s.job_id].cron)
         figures = {
             "ran": f"{ran} of {len(slots)} canary slots succeeded, from {len(self.truth.jobs)} "
                    f"accepted jobs" + (f"; {lost} attempts lost on the workers the chaos "
                                        f"killed" if self.truth.faulted_pids
-                                       else ""),
+                                       else "")
+                   + (f"; {across} attempts lost in flight across the Redis restart and "
+                      f"run again" if self.restart is not None else ""),
             "commit": f"{doubles} slots with more than one committed success "
                       f"({wins} successes committed)",
             "cron": f"{cron_slots} slots of the per-second cron canary",
@@ -361,12 +394,19 @@ class Run:
             "start-lag", p99 is not None and p99 <= START_OBJECTIVE_MS,
             (f"p50 {lag['p50']} ms, p99 {p99} ms, max {lag['max']} ms over {len(lags)} starts "
              f"(objective: p99 within {START_OBJECTIVE_MS} ms)"
-             + (f"; {len(excused)} late across a kill of the chaos, not counted"
+             + (f"; {len(excused)} late across a kill or the Redis restart, not counted"
                 if excused else "")) if lags else "no start",
             [f"start-lag: {s.slot_id}: started {x} ms after its fire time"
              for s in slots if s.slot_id not in excused
              and (x := _first_lag(s)) is not None and x > START_OBJECTIVE_MS][:50]))
         return Verdict(self.run_id, invariants, lag, self.kinds, len(slots))
+
+    def _lost_across_restart(self, slots: list[Slot]) -> int:
+        """Lost attempts excused by the Redis restart alone (in flight while it was away,
+        on a worker no chaos killed)."""
+        return sum(1 for s in slots for a in s.attempts if a.outcome is Outcome.LOST
+                   and worker_pid(a.worker) not in self.truth.faulted_pids
+                   and self.truth.in_flight_across_redis_away(a.claimed_ms, a.lease_until_ms))
 
     def _in_outage(self, t_ms: int) -> bool:
         return any(o.start_ms <= t_ms <= (o.end_ms if o.end_ms is not None else t_ms)
@@ -491,12 +531,17 @@ def _delete(client: Client, job_id: str) -> None:
 
 def verify(client: Client, config: VerifyConfig,
            say: Callable[[str], None] = lambda line: None,
-           chaos: Chaos | None = None) -> Verdict:
+           chaos: Chaos | None = None, restart: RedisRestart | None = None) -> Verdict:
     """Run the canaries against `client`'s namespace and judge them (CannotVerify when it
     cannot run); every key it made is removed, whatever the outcome. `chaos`: its children
     are started before the probe, killed and restarted through the canaries' submission,
-    and stopped before the keys are removed (whatever the outcome)."""
+    and stopped before the keys are removed (whatever the outcome). `restart`: its command
+    runs once through the submission, which rides over the outage; CannotVerify naming it
+    when it fails."""
     run = Run(client, config, say)
+    run.restart = restart
+    if restart is not None:
+        restart.truth, restart.say = run.truth, say
     try:
         if chaos is not None:
             chaos.truth, run.kill_ms = run.truth, chaos.kill_ms
@@ -507,16 +552,42 @@ def verify(client: Client, config: VerifyConfig,
         say(f"submitting canaries for {config.duration_s:g} s at {config.rate:g}/s")
         if chaos is not None:
             chaos.begin(config.duration_s)
+        if restart is not None:
+            restart.begin()
         run.submit_workload()
         if chaos is not None:
             chaos.wait()
+        if restart is not None:
+            _restarted(run, restart)
         obs = run.settle()
         verdict = run.judge(obs)
     finally:
         try:
+            if restart is not None:
+                restart.stop()
             if chaos is not None:
                 chaos.stop()
         finally:
             removed, left = run.remove()
     verdict.removed_keys, verdict.left_jobs = removed, left
     return verdict
+
+
+def _restarted(run: Run, restart: RedisRestart) -> None:
+    """Wait for the restart command to end; CannotVerify naming it when it failed (the run
+    could not judge across a restart that did not happen). When no submit went through
+    after it ended (it ran late), Redis answering now closes its outage."""
+    restart.wait()
+    if restart.failed:
+        raise CannotVerify(f"the --redis-restart command failed: {restart.report()}; fix the "
+                           f"command (run it by hand first) and run again")
+    deadline = time.monotonic() + run.config.settle_s
+    while True:
+        try:
+            run.client.now_ms()
+            break
+        except RedisFailure:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    restart.came_back(wall_ms())
