@@ -8,16 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
 import subprocess
-import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from faults.sentinel import SERVICE, sentinel_set
+from faults.harness import wait_for
+from faults.sentinel import sentinel_set
 
 from conftest import SCHED, ns_keys
 from helpers import running, sched_process
@@ -52,20 +51,10 @@ def sched_dev(tmp: Path) -> Iterator[dict[str, str]]:
                              "--ready-file", str(ready), "--history-file",
                              str(tmp / "history.db")],
                             cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 30
-        while not ready.exists():
-            assert proc.poll() is None, proc.communicate()[1].decode()
-            assert time.monotonic() < deadline, "sched dev did not get ready"
-            time.sleep(0.05)
+    with running(proc):
+        wait_for(lambda: ready.exists() or proc.poll() is not None, 30, "sched dev's ready file")
+        assert proc.poll() is None, "sched dev exited before it was ready"
         yield json.loads(ready.read_text())
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 @pytest.mark.slow  # `sched dev` and a verify run: about 15 s
