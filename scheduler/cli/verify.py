@@ -68,16 +68,17 @@ class Duration(Finite):
                    "\"redis-cli -p 26379 SENTINEL FAILOVER mymaster\"); split like a shell "
                    "line, run without a shell. The run submits through the outage and "
                    "judges across it.")
-@click.option("--redis-restart-at", "restart_at", default="50%", show_default=True,
-              help="When --redis-restart runs: a share of --duration (50%) or seconds from "
-                   "the start of the canaries (12s), within the first 80% of the run.")
+@click.option("--redis-restart-at", "restart_at", default=None,
+              help="When --redis-restart runs: a share of --duration (50%, the default) or "
+                   "seconds from the start of the canaries (12s), within the first 80% of "
+                   "the run.")
 @store_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
            start_timeout: float, settle_timeout: float, history: bool, chaos: bool,
            app_spec: str | None, kills: int, chaos_workers: int, seed: int | None,
-           restart_cmd: str | None, restart_at: str, postgres_dsn: str | None, history_file: str, as_json: bool) -> None:
+           restart_cmd: str | None, restart_at: str | None, postgres_dsn: str | None, history_file: str, as_json: bool) -> None:
     """Prove the guarantees on this deployment: submit canary jobs for --duration, wait for
     them to end, judge them (every accepted one ran, at most one committed success per slot,
     one slot per cron fire time, retries by their policy, start lag against 2 s, and the
@@ -151,10 +152,13 @@ def _emit(verdict: run.Verdict, as_json: bool, monkey: chaos_mod.Chaos | None,
     _print(verdict)
 
 
-def _restart(command: str | None, at: str, duration: float
+def _restart(command: str | None, at: str | None, duration: float
              ) -> restart_mod.RedisRestart | None:
     """The --redis-restart command, checked before anything runs."""
     if command is None:
+        if at is not None:
+            raise click.UsageError("--redis-restart-at is for --redis-restart: add the "
+                                   "command, or leave it out")
         return None
     try:
         argv = restart_mod.split(command)
@@ -163,7 +167,7 @@ def _restart(command: str | None, at: str, duration: float
                                  f"\"redis-cli -p 26379 SENTINEL FAILOVER mymaster\"",
                                  param_hint="--redis-restart") from None
     try:
-        at_s = restart_mod.at_seconds(at, duration)
+        at_s = restart_mod.at_seconds(at or "50%", duration)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--redis-restart-at") from None
     return restart_mod.RedisRestart(argv, at_s)

@@ -97,7 +97,7 @@ class RedisRestart:
         self.truth.redis_away.append(self._away)
         self.say(f"redis restart: running {self.command}")
         try:
-            done = subprocess.run(self.argv, capture_output=True, text=True,  # noqa: S603
+            done = subprocess.run(self.argv, capture_output=True, text=True,
                                   timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
             self.code, self.output = done.returncode, (done.stdout + done.stderr).strip()
         except subprocess.TimeoutExpired:

@@ -334,7 +334,8 @@ class Run:
         return True
 
     def judge(self, obs: Observed) -> Verdict:
-        records = self._log()
+        # A record the canary sent again after a cut reply is counted once.
+        records = list({(r.slot, r.attempt, r.worker, r.event): r for r in self._log()}.values())
         for r in records:
             if r.event == "start":
                 self.truth.starts[r.slot] = self.truth.starts.get(r.slot, 0) + 1
