@@ -15,6 +15,7 @@ from scheduler.cli.options import Finite, history_source, store_options
 from scheduler.core.errors import RedisUnavailable
 from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.testing import chaos as chaos_mod
+from scheduler.testing import restart as restart_mod
 from scheduler.testing import verify as run
 
 _UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -62,13 +63,22 @@ class Duration(Finite):
 @click.option("--seed", type=click.IntRange(min=0, max=chaos_mod.MAX_SEED), default=None,
               help="With --chaos: the seed of the random schedule (printed at the start; "
                    "give it again to repeat a run's kills).")
+@click.option("--redis-restart", "restart_cmd", default=None, metavar="CMD",
+              help="A command run once mid-run that restarts or fails over Redis (e.g. "
+                   "\"redis-cli -p 26379 SENTINEL FAILOVER mymaster\"); split like a shell "
+                   "line, run without a shell. The run submits through the outage and "
+                   "judges across it.")
+@click.option("--redis-restart-at", "restart_at", default=None,
+              help="When --redis-restart runs: a share of --duration (50%, the default) or "
+                   "seconds from the start of the canaries (12s), within the first 80% of "
+                   "the run.")
 @store_options
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
            start_timeout: float, settle_timeout: float, history: bool, chaos: bool,
            app_spec: str | None, kills: int, chaos_workers: int, seed: int | None,
-           postgres_dsn: str | None, history_file: str, as_json: bool) -> None:
+           restart_cmd: str | None, restart_at: str | None, postgres_dsn: str | None, history_file: str, as_json: bool) -> None:
     """Prove the guarantees on this deployment: submit canary jobs for --duration, wait for
     them to end, judge them (every accepted one ran, at most one committed success per slot,
     one slot per cron fire time, retries by their policy, start lag against 2 s, and the
@@ -86,6 +96,7 @@ def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
         raise click.UsageError("--app and --seed are for --chaos: add --chaos, or leave "
                                "them out")
 
+    restart = _restart(restart_cmd, restart_at, duration)
     config = run.VerifyConfig(duration_s=duration, rate=rate, queue=queue,
                               start_timeout_s=start_timeout, settle_s=settle_timeout,
                               history=history, hold_ms=run.CHAOS_HOLD_MS if chaos else 0,
@@ -108,7 +119,7 @@ def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
                    f"{kills} kill(s), seed {monkey.seed}", err=True)
     try:
         with Client(obj["redis_url"], obj["namespace"], history=store) as client:
-            verdict = run.verify(client, config, say, monkey)
+            verdict = run.verify(client, config, say, monkey, restart)
     except run.CannotVerify as exc:
         click.echo(f"error: cannot verify: {exc}", err=True)
         sys.exit(2)
@@ -120,17 +131,47 @@ def verify(obj: dict[str, str], duration: float, rate: float, queue: str,
         click.echo("error: verify interrupted; its children were stopped and its keys "
                    "removed", err=True)
         sys.exit(130)
+    _emit(verdict, as_json, monkey, restart)
+    sys.exit(0 if verdict.holds else 1)
+
+
+def _emit(verdict: run.Verdict, as_json: bool, monkey: chaos_mod.Chaos | None,
+          restart: restart_mod.RedisRestart | None) -> None:
     if as_json:
         out = verdict.as_json()
         if monkey is not None:
             out["chaos"] = {"seed": monkey.seed, "killed": monkey.killed}
+        if restart is not None:
+            out["redis_restart"] = restart.as_json()
         click.echo(msgspec.json.encode(out).decode())
-    else:
-        if monkey is not None:
-            click.echo(f"chaos: seed {monkey.seed}, {len(monkey.killed)} kills: "
-                       f"{', '.join(monkey.killed) or 'none'}")
-        _print(verdict)
-    sys.exit(0 if verdict.holds else 1)
+        return
+    if monkey is not None:
+        click.echo(f"chaos: seed {monkey.seed}, {len(monkey.killed)} kills: "
+                   f"{', '.join(monkey.killed) or 'none'}")
+    if restart is not None:
+        click.echo(restart.report())
+    _print(verdict)
+
+
+def _restart(command: str | None, at: str | None, duration: float
+             ) -> restart_mod.RedisRestart | None:
+    """The --redis-restart command, checked before anything runs."""
+    if command is None:
+        if at is not None:
+            raise click.UsageError("--redis-restart-at is for --redis-restart: add the "
+                                   "command, or leave it out")
+        return None
+    try:
+        argv = restart_mod.split(command)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}: give the command as you would type it, e.g. "
+                                 f"\"redis-cli -p 26379 SENTINEL FAILOVER mymaster\"",
+                                 param_hint="--redis-restart") from None
+    try:
+        at_s = restart_mod.at_seconds(at or "50%", duration)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--redis-restart-at") from None
+    return restart_mod.RedisRestart(argv, at_s)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -83,6 +83,17 @@ def _plain(asyncio: bool, host: str, port: int, opts: dict[str, Any], retry: Any
     return module.Redis.from_pool(pool)
 
 
+class _BlockingSentinelPool(redis.sentinel.SentinelConnectionPool,
+                            redis.BlockingConnectionPool):
+    """The primary's pool, waiting for a free connection like every other pool of ours: a
+    failover stalls calls by the hundred, and redis-py's sentinel pool fails the 101st."""
+
+
+class _AsyncBlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool,
+                                 redis.asyncio.BlockingConnectionPool):
+    """The asyncio one (a worker's handlers call Redis by the hundred at once)."""
+
+
 def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any) -> Any:
     """A client whose connections ask the sentinels for the primary: after a failover each
     new connection goes to the new one (a connection to a demoted primary is dropped on its
@@ -94,8 +105,11 @@ def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any
                        "password": s.sentinel_password}
     module = redis.asyncio.sentinel if asyncio else redis.sentinel
     manager = module.Sentinel(list(s.sentinels), sentinel_kwargs=sentinel_kwargs)
+    pool_class = _AsyncBlockingSentinelPool if asyncio else _BlockingSentinelPool
     client = manager.master_for(s.service, db=s.db, username=s.username, password=s.password,
-                                retry=retry, **_options(timeout_s), **tls)
+                                retry=retry, connection_pool_class=pool_class,
+                                max_connections=MAX_CONNECTIONS, timeout=timeout_s,
+                                **_options(timeout_s), **tls)
     if asyncio:
         packing.adopt(client.connection_pool)
     return client

@@ -11,7 +11,8 @@ watches each rule fire. The rules, each named in its message:
               lease; a succeeded slot has exactly one
   terminal    once settled, every slot is terminal, and in a state its kind may end in
               (or cancelled, if the test cancelled it)
-  lost        every lost attempt ran on a worker the test faulted
+  lost        every lost attempt ran on a worker the test faulted, or was in flight while
+              Redis itself was away (truth.redis_away: a restart or failover)
   failed      an attempt fails only if its handler fails by design
   dead        a slot is dead only after max_attempts failed attempts; the DLQ holds exactly
               the dead slots
@@ -238,7 +239,8 @@ def _slot(v: list[str], slot: Slot, kind: str, delivery: str, max_attempts: int,
         if a.outcome in FAILURES:
             failures += 1
         if a.outcome is Outcome.LOST:
-            if worker_pid(a.worker) not in truth.faulted_pids:
+            if worker_pid(a.worker) not in truth.faulted_pids and not (
+                    truth.in_flight_across_redis_away(a.claimed_ms, a.lease_until_ms)):
                 v.append(f"lost: {s}: attempt {a.number} lost on worker {a.worker}, which no "
                          f"fault touched")
             if a.lease_until_ms is not None and a.finished_ms is not None:

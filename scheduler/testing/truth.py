@@ -61,6 +61,9 @@ class Truth:
     jobs: dict[str, JobTruth] = field(default_factory=dict)
     faulted_pids: set[int] = field(default_factory=set)  # workers whose leases may be lost
     outages: list[Outage] = field(default_factory=list)
+    # Spans in which Redis itself was away (a restart or failover the caller made): any
+    # attempt in flight across one may lose its lease, on whatever worker it ran.
+    redis_away: list[Outage] = field(default_factory=list)
     planted_orphans: set[str] = field(default_factory=set)  # slots whose entries we removed
     cancelled: set[str] = field(default_factory=set)  # slots the test asked to cancel
     effects: dict[str, int] = field(default_factory=dict)  # slot -> effects recorded
@@ -70,6 +73,14 @@ class Truth:
         """Record what submit_many returned for these jobs (in input order)."""
         assert len(ids) == len(jobs), "submit_many returned a different number of ids"
         self.jobs.update(zip(ids, jobs, strict=True))
+
+    def in_flight_across_redis_away(self, claimed_ms: int | None,
+                                    lease_until_ms: int | None) -> bool:
+        """Whether an attempt was claimed before Redis came back and held a lease that had
+        not run out when it went away (`redis_away`): its loss is the outage's, not a bug's."""
+        return claimed_ms is not None and lease_until_ms is not None and any(
+            claimed_ms <= (o.end_ms if o.end_ms is not None else claimed_ms)
+            and lease_until_ms >= o.start_ms for o in list(self.redis_away))
 
     def outage_ms(self, lo: int, hi: int) -> int:
         """How much of [lo, hi] the outages cover (overlapping ones counted once)."""

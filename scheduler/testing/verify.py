@@ -29,8 +29,8 @@ from typing import Any
 import msgspec
 
 from scheduler.core import canary
-from scheduler.core.errors import JobNotFound, ValidationError
-from scheduler.core.jobspec import JobSpec
+from scheduler.core.errors import JobNotFound, RedisFailure, ValidationError
+from scheduler.core.jobspec import JobSpec, dedupe_job_id, job_ids
 from scheduler.core.keys import HISTORY_GROUP, check_name
 from scheduler.core.models import RetryPolicy, Slot
 from scheduler.core.states import TERMINAL, Delivery, Outcome, SlotStatus
@@ -39,7 +39,8 @@ from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.sdk.client import Client
 from scheduler.testing.chaos import Chaos
 from scheduler.testing.invariants import History, Observed, observe, read_history, violations
-from scheduler.testing.truth import JobTruth, Truth
+from scheduler.testing.restart import RedisRestart
+from scheduler.testing.truth import JobTruth, Truth, wall_ms, worker_pid
 
 # The bounds of a run's options (the CLI's ranges are these: docs/operating/cli.md).
 MIN_DURATION_S, MAX_DURATION_S = 5.0, 3600.0
@@ -168,6 +169,8 @@ class Run:
         self.dedupe_pairs: list[tuple[str, str, str]] = []  # (key, first id, repeat's id)
         self.kinds: Counter[str] = Counter()
         self.kill_ms: list[int] = []  # when a chaos run killed a child (wall-clock ms)
+        # With --redis-restart: submits refused while Redis is away are sent again.
+        self.restart: RedisRestart | None = None
         self.group = f"verify:{self.run_id}"  # holds the events streams' entries (hold_events)
 
     # --- submitting ----------------------------------------------------------------------
@@ -197,7 +200,9 @@ class Run:
     def _submit(self, pairs: list[tuple[JobSpec, JobTruth]]) -> list[str]:
         if not pairs:
             return []
-        ids = self.client.submit_many([p[0] for p in pairs])
+        specs = [p[0] for p in pairs]
+        ids = (self._submit_through(specs) if self.restart is not None
+               else self.client.submit_many(specs))
         self.truth.accept(ids, [p[1] for p in pairs])
         for job_id, (_, job) in zip(ids, pairs, strict=True):
             self.kinds[job.kind] += 1
@@ -206,6 +211,29 @@ class Run:
                 if job.max_attempts == CAPPED.max_attempts:
                     self.capped.add(job_id)
         return ids
+
+    def _submit_through(self, specs: list[JobSpec]) -> list[str]:
+        """Submit under ids of the run's own, sending the batch again while Redis is away
+        (a failure may hide which jobs were written; the same ids write each once), for at
+        most settle_s; the first submit through after the restart command ended closes its
+        outage."""
+        ids = [dedupe_job_id(s.dedupe_key) if s.dedupe_key else job_ids.next() for s in specs]
+        deadline = time.monotonic() + self.config.settle_s
+        failed = False
+        while True:
+            try:
+                got = self.client.submit_many(specs, ids=ids)
+            except RedisFailure as exc:
+                if time.monotonic() > deadline:
+                    raise
+                if not failed:
+                    self.say(f"redis away ({type(exc).__name__}); sending again")
+                failed = True
+                time.sleep(0.2)
+                continue
+            if self.restart is not None:
+                self.restart.came_back(wall_ms())
+            return got
 
     def _log(self) -> list[canary.Record]:
         lines = transport.call_sync(self.client.redis, "lrange",
@@ -221,19 +249,19 @@ class Run:
         return False
 
     def hold_events(self) -> None:
-        """A consumer group of the run's own on each shard's events stream that exists (one
-        that does not is trimmed by no one but its cap): the snapshotters trim the entries
-        every group has read (trim_history.lua), and this one reads none, so the success
-        events of the canaries stay until the run has judged them. `remove` drops it."""
-        # A namespace that keeps history has every stream (the snapshotters make them).
-        make = keeps_history(self.client) is not None
+        """A consumer group of the run's own on each shard's events stream: the snapshotters
+        trim the entries every group has read (trim_history.lua), and this one reads none,
+        so the success events of the canaries stay until the run has judged them. `remove`
+        drops it. A stream that does not exist yet is made (its first canary would make it
+        anyway): a snapshotter starting during the run (`sched dev` just started) makes its
+        group there and trims."""
         for shard in range(self.client.shards):
             try:
                 transport.call_sync(self.client.redis, "xgroup_create",
                                     self.client.keys.events(shard), self.group, id="$",
-                                    mkstream=make)
+                                    mkstream=True)
             except REDIS_ERRORS:
-                pass  # no stream: nothing trims it
+                pass  # a transient failure: the commit rule then names what it missed
 
     def probe(self) -> None:
         """Prove a worker serves the canary and a node promotes delayed jobs (CannotVerify
@@ -327,7 +355,8 @@ class Run:
         key = f"verify-{self.run_id}-{len(self.dedupe_pairs)}"
         spec, job = self._spec("noop", dedupe_key=key)
         (first,) = self._submit([(spec, job)])
-        repeat = self.client.submit_many([spec])[0]
+        repeat = (self._submit_through([spec]) if self.restart is not None
+                  else self.client.submit_many([spec]))[0]
         self.dedupe_pairs.append((key, first, repeat))
 
     # --- settling and judging ------------------------------------------------------------
@@ -355,7 +384,8 @@ class Run:
         return True
 
     def judge(self, obs: Observed) -> Verdict:
-        records = self._log()
+        # A record the canary sent again after a cut reply is counted once.
+        records = list({(r.slot, r.attempt, r.worker, r.event): r for r in self._log()}.values())
         for r in records:
             if r.event == "start":
                 self.truth.starts[r.slot] = self.truth.starts.get(r.slot, 0) + 1
@@ -379,6 +409,7 @@ class Run:
         excused = {s.slot_id for s in slots
                    if (x := _first_lag(s)) is not None and x > START_OBJECTIVE_MS
                    and (self._in_outage(s.fire_ms)
+                        or self.truth.outage_ms(s.fire_ms, s.fire_ms + x) > 0
                         or any(s.fire_ms <= k <= s.fire_ms + x for k in self.kill_ms))}
         lags = [x for s in slots
                 if s.slot_id not in excused and (x := _first_lag(s)) is not None]
@@ -388,12 +419,16 @@ class Run:
         wins = sum(len(obs.successes.get(s.slot_id, [])) for s in slots)
         doubles = sum(1 for s in slots if len(obs.successes.get(s.slot_id, [])) > 1)
         lost = sum(1 for s in slots for a in s.attempts if a.outcome is Outcome.LOST)
+        across = self._lost_across_restart(slots)
         cron_slots = sum(1 for s in slots if self.truth.jobs[s.job_id].cron)
         figures = {
             "ran": f"{ran} of {len(slots)} canary slots succeeded, from {len(self.truth.jobs)} "
                    f"accepted jobs" + (f"; {lost} attempts lost on the workers the chaos "
                                        f"killed" if self.truth.faulted_pids
-                                       else "") + f"; {self.lease_note}",
+                                       else "")
+                   + (f"; {across} attempts lost in flight across the Redis restart and "
+                      f"run again" if self.restart is not None else "")
+                   + f"; {self.lease_note}",
             "commit": f"{doubles} slots with more than one committed success "
                       f"({wins} successes committed)",
             "cron": f"{cron_slots} slots of the per-second cron canary",
@@ -412,12 +447,19 @@ class Run:
             "start-lag", p99 is not None and p99 <= START_OBJECTIVE_MS,
             (f"p50 {lag['p50']} ms, p99 {p99} ms, max {lag['max']} ms over {len(lags)} starts "
              f"(objective: p99 within {START_OBJECTIVE_MS} ms)"
-             + (f"; {len(excused)} late across a kill of the chaos, not counted"
+             + (f"; {len(excused)} late across a kill or the Redis restart, not counted"
                 if excused else "")) if lags else "no start",
             [f"start-lag: {s.slot_id}: started {x} ms after its fire time"
              for s in slots if s.slot_id not in excused
              and (x := _first_lag(s)) is not None and x > START_OBJECTIVE_MS][:50]))
         return Verdict(self.run_id, invariants, lag, self.kinds, len(slots))
+
+    def _lost_across_restart(self, slots: list[Slot]) -> int:
+        """Lost attempts excused by the Redis restart alone (in flight while it was away,
+        on a worker no chaos killed)."""
+        return sum(1 for s in slots for a in s.attempts if a.outcome is Outcome.LOST
+                   and worker_pid(a.worker) not in self.truth.faulted_pids
+                   and self.truth.in_flight_across_redis_away(a.claimed_ms, a.lease_until_ms))
 
     def _in_outage(self, t_ms: int) -> bool:
         return any(o.start_ms <= t_ms <= (o.end_ms if o.end_ms is not None else t_ms)
@@ -553,13 +595,18 @@ def _delete(client: Client, job_id: str) -> None:
 
 def verify(client: Client, config: VerifyConfig,
            say: Callable[[str], None] = lambda line: None,
-           chaos: Chaos | None = None) -> Verdict:
+           chaos: Chaos | None = None, restart: RedisRestart | None = None) -> Verdict:
     """Run the canaries against `client`'s namespace and judge them (CannotVerify when it
     cannot run); every key it made is removed, whatever the outcome. `chaos`: its children
     are started before the probe, killed and restarted through the canaries' submission,
-    and stopped before the keys are removed (whatever the outcome)."""
+    and stopped before the keys are removed (whatever the outcome). `restart`: its command
+    runs once through the submission, which rides over the outage; CannotVerify naming it
+    when it fails."""
     run = Run(client, config, say)
     began_ms, began = int(time.time() * 1000), time.monotonic()
+    run.restart = restart
+    if restart is not None:
+        restart.truth, restart.say = run.truth, say
     try:
         if chaos is not None:
             chaos.truth, run.kill_ms = run.truth, chaos.kill_ms
@@ -570,9 +617,13 @@ def verify(client: Client, config: VerifyConfig,
         say(f"submitting canaries for {config.duration_s:g} s at {config.rate:g}/s")
         if chaos is not None:
             chaos.begin(config.duration_s)
+        if restart is not None:
+            restart.begin()
         run.submit_workload()
         if chaos is not None:
             chaos.wait()
+        if restart is not None:
+            _restarted(run, restart)
         obs = run.settle()
         verdict = run.judge(obs)
     except CannotVerify as exc:
@@ -583,6 +634,8 @@ def verify(client: Client, config: VerifyConfig,
         raise
     finally:
         try:
+            if restart is not None:
+                restart.stop()
             if chaos is not None:
                 chaos.stop()
         finally:
@@ -607,3 +660,23 @@ def record(client: Client, summary: canary.VerifyRun) -> None:
         transport.call_sync(client.redis, "ltrim", key, 0, canary.RUNS_KEPT - 1)
     except REDIS_ERRORS:
         pass
+
+
+def _restarted(run: Run, restart: RedisRestart) -> None:
+    """Wait for the restart command to end; CannotVerify naming it when it failed (the run
+    could not judge across a restart that did not happen). When no submit went through
+    after it ended (it ran late), Redis answering now closes its outage."""
+    restart.wait()
+    if restart.failed:
+        raise CannotVerify(f"the --redis-restart command failed: {restart.report()}; fix the "
+                           f"command (run it by hand first) and run again")
+    deadline = time.monotonic() + run.config.settle_s
+    while True:
+        try:
+            run.client.now_ms()
+            break
+        except RedisFailure:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    restart.came_back(wall_ms())

@@ -11,7 +11,11 @@ from typing import Any
 from scheduler.core import canary
 from scheduler.core.keys import Keys
 from scheduler.redis import transport
+from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.worker.registry import Context, Task
+
+RECORD_RETRY_S = 30.0  # how long a record waits for Redis to come back
+RECORD_RETRY_PAUSE_S = 0.2
 
 
 class CanaryFailed(Exception):
@@ -46,8 +50,19 @@ class Canary:
             slot=ctx.slot_id, attempt=ctx.attempt, worker=self.worker_id, event=event,
             ms=int(time.time() * 1000)))
         key = self.keys.verify_log(run)
-        pipe = transport.pipeline(self.redis)
-        pipe.execute_command("RPUSH", key, line)
-        pipe.execute_command("EXPIRE", key, canary.LOG_TTL_S)
-        await transport.send(pipe)
+        deadline = time.monotonic() + RECORD_RETRY_S
+        while True:
+            pipe = transport.pipeline(self.redis)
+            pipe.execute_command("RPUSH", key, line)
+            pipe.execute_command("EXPIRE", key, canary.LOG_TTL_S)
+            try:
+                await transport.send(pipe)
+                return
+            except REDIS_ERRORS:
+                # Redis away (a restart or failover under `--redis-restart`): the attempt
+                # waits for it rather than fail, as a no-op never does. A record sent twice
+                # is read once (verify counts each slot, attempt, worker and event once).
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(RECORD_RETRY_PAUSE_S)
 

@@ -1746,4 +1746,32 @@ MUTANTS = [
            "",
            ("tests/worker/test_exchange.py::"
             "test_commits_go_ahead_of_the_claims_of_their_round_trip",), fast=True),
+    Mutant("sentinel-pool-fails-past-its-size", "a Sentinel URL's clients fail a call past "
+           "the pool's 100 connections at once instead of waiting for a free one: a worker's "
+           "handlers fail during a failover", "scheduler/redis/clients.py",
+           "max_connections=MAX_CONNECTIONS, timeout=timeout_s,\n                                **_options",
+           "max_connections=MAX_CONNECTIONS, timeout=0.001,\n                                **_options",
+           ("tests/redis/test_sentinel_pool.py::"
+            "test_more_calls_than_connections_wait_on_a_sentinel_url",)),
+    Mutant("redis-away-excuses-expired-leases", "an attempt lost before Redis went away is "
+           "blamed on the restart: `sched verify --redis-restart` excuses a lease that ran out "
+           "before the outage (a worker that stopped renewing for a reason of its own)",
+           "scheduler/testing/truth.py",
+           "            and lease_until_ms >= o.start_ms for o in", "            for o in",
+           ("tests/faults/test_invariants.py::"
+            "test_redis_away_excuses_only_the_attempts_in_flight_across_it",), fast=True),
+    Mutant("verify-gives-up-on-the-first-refused-submit", "`sched verify --redis-restart` "
+           "does not send a batch again while Redis is away: a failover mid-run ends the run "
+           "(exit 2) instead of being judged across", "scheduler/testing/verify.py",
+           "                if time.monotonic() > deadline:\n                    raise",
+           "                if True:\n                    raise",
+           ("tests/e2e/test_verify_failover.py::test_verify_passes_across_a_sentinel_failover",)),
+    Mutant("verify-holds-only-streams-that-exist", "`sched verify` holds no events on a shard "
+           "whose stream does not exist yet: a snapshotter starting with the run (`sched dev` "
+           "just started) trims the canaries' success events and the commit rule fails",
+           "scheduler/testing/verify.py",
+           "self.group, id=\"$\",\n                                    mkstream=True)",
+           "self.group, id=\"$\",\n                                    mkstream=False)",
+           ("tests/e2e/test_verify_failover.py::"
+            "test_verify_passes_against_sched_dev_and_judges_its_history",)),
 ]

@@ -331,3 +331,26 @@ def test_the_history_rule_names_what_differs() -> None:
     assert done.startswith(f"history: {S['ok']}: succeeded in Redis, queued in history")
     assert any("cancel reason differs: cancel 'not needed' in Redis, 'cancelled by operator' "
                "in history" in m for m in found), found
+
+
+def test_redis_away_excuses_only_the_attempts_in_flight_across_it() -> None:
+    """`sched verify --redis-restart`: Redis itself went away, so an attempt claimed before
+    it came back, whose lease had not run out when it went, may be lost on any worker; one
+    claimed after it came back, or whose lease ran out before it went, still fails `lost`."""
+    h = good()
+    h.job("across", "noop", "succeeded", [attempt(1, "lost"), attempt(2, "succeeded", B)])
+    assert rule(h.check()) == {"lost"}  # no fault touched worker A
+    h.truth.redis_away.append(Outage("redis restart", BASE + 1500, BASE + 6000))
+    assert h.check() == []
+    for claimed, lease_until in ((BASE + 6001, BASE + 8000), (BASE - 2000, BASE + 1499)):
+        h.truth.redis_away[0] = Outage("redis restart", BASE + 1500, BASE + 6000)
+        h.job("outside", "noop", "succeeded", [
+            attempt(1, "lost", claimed_ms=claimed, lease_until_ms=lease_until,
+                    finished_ms=lease_until + 100), attempt(2, "succeeded", B)])
+        found = h.check()
+        assert rule(found) == {"lost"} and all("outside" in f for f in found), found
+        del h.obs.slots[f"outside:{BASE}"], h.obs.hashes[f"outside:{BASE}"]
+        del h.obs.jobs["outside"], h.truth.jobs["outside"]
+    # An outage still going (no end yet) covers every attempt claimed so far.
+    h.truth.redis_away[0] = Outage("redis restart", BASE + 1500)
+    assert h.check() == []
