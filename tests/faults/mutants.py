@@ -1679,4 +1679,22 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("objective-late-counted-on-time", "the objective watch counts an occurrence that "
+           "started past its on_time_within as on time: a schedule that starts late is never "
+           "behind", "scheduler/node/objectives.py",
+           "        return objective.LATE if missed else objective.ON_TIME",
+           "        return objective.ON_TIME",
+           ("tests/node/test_objectives.py::test_behind_is_a_share_below_the_target_and_each_"
+            "occurrence_counts_once",), fast=True),
+    Mutant("objective-recounts-each-look", "the objective watch forgets how far it counted: "
+           "each look counts a job's whole window again", "scheduler/node/objectives.py",
+           "            pipe.hset(key, objective.THROUGH, through)\n", "",
+           ("tests/node/test_objectives.py::test_behind_is_a_share_below_the_target_and_each_"
+            "occurrence_counts_once",), fast=True),
+    Mutant("objective-window-never-moves", "the on-time share is taken over every occurrence "
+           "counted, not the window's: a schedule that fell behind once stays behind",
+           "scheduler/core/objective.py", "and int(start) > now_ms - window_ms:",
+           "and int(start) > 0:",
+           ("tests/node/test_objectives.py::test_a_schedule_leaves_once_its_window_is_on_time_"
+            "again",), fast=True),
 ]
