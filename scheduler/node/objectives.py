@@ -37,7 +37,7 @@ import redis.asyncio
 
 import scheduler.redis.transport as transport
 from scheduler.core import objective
-from scheduler.core.keys import Keys
+from scheduler.core.keys import Keys, split_slot_id
 from scheduler.core.ledger import Reason, parse_entry, start_lag_ms
 from scheduler.core.models import DEFAULT_ON_TIME_MS, Slot, slot_from_hash, whole_number
 from scheduler.core.states import SlotStatus
@@ -92,8 +92,8 @@ def count(slots: Sequence[Slot], reasons: dict[int, Reason], on_time_ms: int, no
           horizon_ms: int) -> tuple[list[tuple[int, str]], int | None]:
     """The occurrences decided, in fire-time order, up to the first still undecided or
     `horizon_ms` (beyond it, what was read may be cut): ([(fire_ms, kind)], the fire time
-    of the last one counted, None for none). A ledger entry without a slot counts its
-    reason."""
+    of the first undecided, None for none before the horizon). A ledger entry without a
+    slot counts its reason."""
     by_fire: dict[int, Slot | Reason] = {f: reason for f, reason in reasons.items()}
     by_fire.update({s.fire_ms: s for s in slots})
     out: list[tuple[int, str]] = []
@@ -104,9 +104,9 @@ def count(slots: Sequence[Slot], reasons: dict[int, Reason], on_time_ms: int, no
         kind = what.value if isinstance(what, Reason) else counted_as(what, reasons, on_time_ms,
                                                                       now_ms)
         if kind is None:
-            break
+            return out, fire_ms
         out.append((fire_ms, kind))
-    return out, out[-1][0] if out else None
+    return out, None
 
 
 class ObjectiveWatch(Service):
@@ -127,12 +127,19 @@ class ObjectiveWatch(Service):
         self.target = target
         self.window_ms = int(window_s * 1000)
         self._cursors: dict[int, int] = {}  # per shard: the cron index's ZSCAN cursor
+        # per shard: job id -> when it may have an occurrence to count (ms); a job is read
+        # only from then (at most a bucket later), so a per-minute schedule costs one read a
+        # minute, not one a sweep
+        self._next: dict[int, dict[str, int]] = {}
+        self.looked = 0  # jobs read in the last pass
 
     async def run_once(self) -> int:
         """One batch per owned shard; returns how many shards are mid-sweep (0: go idle)."""
         await resync(self.clock, self.redis)
         now = self.clock.now_ms()
-        busy = 0
+        busy = self.looked = 0
+        for shard in set(self._next) - set(self.shards):
+            del self._next[shard]  # another node counts there meanwhile
         for shard in list(self.shards):
             busy += await self._shard(shard, now)
         return busy
@@ -142,7 +149,10 @@ class ObjectiveWatch(Service):
         cursor, found = await transport.call(self.redis, "zscan", cron,
                                              self._cursors.get(shard, 0), None, self.batch)
         self._cursors[shard] = int(cursor)
-        job_ids = [_text(m) for m, _ in found]
+        nexts = self._next.setdefault(shard, {})
+        marks = {_text(m): int(score) for m, score in found}  # job -> its watermark
+        job_ids = [j for j in marks if nexts.get(j, 0) <= now]
+        self.looked += len(job_ids)
         pipe = transport.pipeline(self.redis)
         for job_id in job_ids:
             pipe.hget(self.keys.job(shard, job_id), "on_time_ms")
@@ -154,13 +164,14 @@ class ObjectiveWatch(Service):
                    for i, j in enumerate(job_ids)}
         counts = {j: replies[2 * i + 1] for i, j in enumerate(job_ids)}
         # Each job from the occurrence after the last it counted (a job first seen: the
-        # window's start), up to now.
+        # window's start); past now, only to learn when its next occurrence fires.
         since = {j: whole_number(counts[j].get(objective.THROUGH.encode(), b""))
                  or now - self.window_ms for j in job_ids}
         pipe = transport.pipeline(self.redis)
         for job_id in job_ids:
             low = f"({since[job_id]}"
-            pipe.zrangebyscore(self.keys.runs(shard, job_id), low, now, start=0, num=COUNTED)
+            pipe.zrangebyscore(self.keys.runs(shard, job_id), low, "+inf", start=0,
+                               num=COUNTED)
             pipe.zrangebyscore(self.keys.fires(shard, job_id), low, now, start=0, num=COUNTED)
         replies = await transport.send(pipe) if job_ids else []
         runs = {j: [_text(s) for s in replies[2 * i]] for i, j in enumerate(job_ids)}
@@ -169,17 +180,19 @@ class ObjectiveWatch(Service):
         pipe = transport.pipeline(self.redis)
         for job_id in job_ids:
             for slot_id in runs[job_id]:
-                pipe.hgetall(self.keys.slot(shard, slot_id))
+                if split_slot_id(slot_id)[1] <= now:
+                    pipe.hgetall(self.keys.slot(shard, slot_id))
         if listed:  # entries whose job left the cron index
             pipe.zmscore(cron, listed)
         raws = iter(await transport.send(pipe) if len(pipe) else [])
         verdicts: dict[str, bool | None] = {}
         pipe = transport.pipeline(self.redis)
         for job_id in job_ids:
-            slots = [slot_from_hash(s, r) for s, r in ((s, next(raws)) for s in runs[job_id])
-                     if r]
-            verdicts[job_id] = self._note(pipe, shard, job_id, slots, runs[job_id],
-                                          entries[job_id], on_time[job_id], counts[job_id], now)
+            past = [s for s in runs[job_id] if split_slot_id(s)[1] <= now]
+            slots = [slot_from_hash(s, r) for s, r in ((s, next(raws)) for s in past) if r]
+            verdicts[job_id], nexts[job_id] = self._note(
+                pipe, shard, job_id, slots, runs[job_id], entries[job_id], on_time[job_id],
+                counts[job_id], now, marks[job_id])
         late = [j for j, v in verdicts.items() if v]
         met = [j for j, v in verdicts.items() if v is False]
         gone = [j for j, score in zip(listed, next(raws), strict=True)
@@ -190,19 +203,24 @@ class ObjectiveWatch(Service):
             pipe.zrem(behind, *met, *gone)
         if len(pipe):
             await transport.send(pipe)
+        if not self._cursors[shard]:  # a sweep ended: forget the jobs due anyway (or gone)
+            self._next[shard] = {j: t for j, t in nexts.items() if t > now}
         return 1 if self._cursors[shard] else 0
 
     def _note(self, pipe: Any, shard: int, job_id: str, slots: list[Slot], read: list[str],
               entries: list[tuple[int, Reason, str]], on_time_ms: int,
-              held: dict[bytes, bytes], now: int) -> bool:
-        """Queue on `pipe` the counts of a job's occurrences decided since its last look;
-        whether its window now misses the target."""
+              held: dict[bytes, bytes], now: int, watermark: int) -> tuple[bool, int]:
+        """Queue on `pipe` the counts of a job's occurrences decided since its last look
+        (`read`: its slot ids from there, the first to come included); whether its window
+        now misses the target, and when it may have one more to count."""
         reasons = {fire: reason for fire, reason, _ in entries}
+        fires = [split_slot_id(s)[1] for s in read]
         # A read cut at COUNTED ends where it was cut: the rest is the next look's.
-        horizon = min([now] + [int(s.rsplit(":", 1)[1]) for s in read[-1:]
-                               if len(read) == COUNTED]
+        cut = len(read) == COUNTED or len(entries) == COUNTED
+        horizon = min([now] + fires[-1:] * (len(read) == COUNTED)
                       + [f for f, _, _ in entries[-1:] if len(entries) == COUNTED])
-        decided, through = count(slots, reasons, on_time_ms, now, horizon)
+        decided, waiting = count(slots, reasons, on_time_ms, now, horizon)
+        through = decided[-1][0] if decided else None
         window = objective.totals(held, now, self.window_ms)
         key, width = self.keys.ontime(shard, job_id), objective.bucket_ms(self.window_ms)
         for fire_ms, kind in decided:
@@ -216,7 +234,16 @@ class ObjectiveWatch(Service):
             pipe.hset(key, objective.THROUGH, through)
             # a job no longer counted (ended, deleted) leaves no key behind for long
             pipe.pexpire(key, 2 * self.window_ms)
-        return objective.is_behind(window, self.target)
+        # The next decision: the waiting one's, once past its objective (or at its start);
+        # else the first to come's, at its fire time at the earliest. The window moves a
+        # bucket at a time: looked at again by then, whatever comes.
+        if cut:
+            due = now
+        elif waiting is not None:
+            due = waiting + on_time_ms + 1
+        else:
+            due = min([f for f in fires if f > now] + [watermark])
+        return objective.is_behind(window, self.target), min(due, now + width)
 
     def delay(self, busy: int) -> float:
         return BETWEEN_S if busy else self.interval_s

@@ -1697,4 +1697,11 @@ MUTANTS = [
            "and int(start) > 0:",
            ("tests/node/test_objectives.py::test_a_schedule_leaves_once_its_window_is_on_time_"
             "again",), fast=True),
+    Mutant("objective-reads-a-waiting-job-too-late", "the objective watch reads a job whose "
+           "occurrence waits within its objective again only at the next one's fire time: a "
+           "schedule no worker reads is named a minute late", "scheduler/node/objectives.py",
+           "            due = waiting + on_time_ms + 1",
+           "            due = min([f for f in fires if f > now] + [watermark])",
+           ("tests/node/test_objectives.py::test_a_job_is_read_again_only_once_it_may_have_an_"
+            "occurrence_to_count",), fast=True),
 ]

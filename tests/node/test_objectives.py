@@ -169,3 +169,35 @@ def test_a_schedule_leaves_once_its_window_is_on_time_again(
         assert r.pttl(key) > 0  # a schedule no longer counted leaves no key for long
         buckets = [f for f in r.hkeys(key) if f != objective.THROUGH.encode()]
         assert len(buckets) <= 2 * (objective.BUCKETS + 1)  # old buckets are trimmed
+
+
+def test_a_job_is_read_again_only_once_it_may_have_an_occurrence_to_count(
+        r: redis.Redis, redis_url: str, ns: str) -> None:
+    clock = ManualClock(T0)  # T0 is 20 s into a minute
+    fire = T0 + 40_000
+
+    async def go(client: Client) -> list[tuple[int, int]]:
+        c = async_redis(redis_url)
+        k = Keys(ns)
+        watch = ObjectiveWatch(c, k, range(SHARDS), clock)
+        seen = []
+        try:
+            for at in (T0, T0 + 10_000, fire, fire + 1_000, fire + 2_500):
+                clock.advance((at - clock.now_ms()) / 1000)
+                await Materializer(c, [k.prefix(s) for s in range(SHARDS)], clock).run_once()
+                while await watch.run_once():
+                    pass
+                seen.append((watch.looked, client.status().schedules_behind))
+            return seen
+        finally:
+            await c.aclose()
+
+    with Client(redis_url, ns, shards=SHARDS, clock=clock) as client:
+        client.submit("t", cron="* * * * *", on_time_within=2)  # no worker reads it
+        assert asyncio.run(go(client)) == [
+            (1, 0),  # first seen: read
+            (0, 0),  # its next occurrence is half a minute away: not read
+            (1, 0),  # it fired: read, waiting within its objective
+            (0, 0),  # not read until its objective passes
+            (1, 1),  # past it: late, behind
+        ]
