@@ -28,13 +28,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from scheduler.core.ledger import Reason
+from scheduler.core.ledger import Objective, Reason
+from scheduler.core.timing import utc_of_ms
 
 DEFAULT_ON_TIME_TARGET = 0.99  # the share of a window's occurrences started on time
 DEFAULT_OBJECTIVE_WINDOW_S = 3600.0  # the window the share is taken over
 BUCKETS = 12  # a window's counts, in this many buckets: the window moves a bucket at a time
 MIN_BUCKET_MS = 1_000
 THROUGH = "through"  # the hash field: the fire time of the last occurrence counted (ms)
+WINDOW = "window_ms"  # the hash field: the window of the node that counted last (ms)
+TARGET = "target"  # the hash field: that node's target
 ON_TIME = "on"
 LATE = "late"
 # What counts against the share besides a late start: an occurrence no node made in time.
@@ -91,3 +94,18 @@ def is_behind(counts: Mapping[str, int], target: float) -> bool:
     """Whether a window's counts miss the target (a window that decided none does not)."""
     share = on_time_share(counts)
     return share is not None and share < target
+
+
+def reading(raw: Mapping[bytes, bytes], behind_ms: float | None, now_ms: int
+            ) -> Objective | None:
+    """A schedule's `ontime` hash (and its score in `behind`) as a record; None until a
+    node counted it."""
+    window_ms, target = raw.get(WINDOW.encode()), raw.get(TARGET.encode())
+    if not window_ms or not target:
+        return None
+    counts = totals(raw, now_ms, int(window_ms))
+    return Objective(window_s=int(window_ms) / 1000, target=float(target),
+                     on_time=counts.get(ON_TIME, 0), late=counts.get(LATE, 0),
+                     catchup=counts.get(Reason.CATCHUP.value, 0),
+                     on_time_share=on_time_share(counts),
+                     behind_since=None if behind_ms is None else utc_of_ms(int(behind_ms)))

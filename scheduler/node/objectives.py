@@ -232,6 +232,8 @@ class ObjectiveWatch(Service):
             pipe.hdel(key, *old)
         if through is not None:
             pipe.hset(key, objective.THROUGH, through)
+            pipe.hset(key, mapping={objective.WINDOW: self.window_ms,
+                                    objective.TARGET: repr(self.target)})
             # a job no longer counted (ended, deleted) leaves no key behind for long
             pipe.pexpire(key, 2 * self.window_ms)
         # The next decision: the waiting one's, once past its objective (or at its start);

@@ -1704,4 +1704,10 @@ MUTANTS = [
            "            due = min([f for f in fires if f > now] + [watermark])",
            ("tests/node/test_objectives.py::test_a_job_is_read_again_only_once_it_may_have_an_"
             "occurrence_to_count",), fast=True),
+    Mutant("explain-objective-counts-past-the-window", "`explain`'s objective line counts "
+           "occurrences older than the node's window", "scheduler/core/objective.py",
+           "    counts = totals(raw, now_ms, int(window_ms))",
+           "    counts = totals(raw, now_ms, now_ms)",
+           ("tests/cli/test_schedules_cli.py::test_explain_prints_the_schedule_against_its_"
+            "objective",), fast=True),
 ]

@@ -150,6 +150,11 @@ def test_behind_is_a_share_below_the_target_and_each_occurrence_counts_once(
         # 2 late of 150: 0.987, below 0.99
         assert counts(r, ns, two, clock.now_ms()) == {"on": 148, "late": 2}
         assert [b.job_id for b in client.status().behind_listed] == [two]
+        o = client.fires(two).objective  # what `explain` prints
+        assert o is not None and (o.window_s, o.target) == (3600, 0.99)
+        assert (o.on_time, o.late, o.catchup, o.on_time_share) == (148, 2, 0, 148 / 150)
+        assert o.behind_since is not None
+        assert client.fires(one).objective.behind_since is None  # type: ignore[union-attr]
 
 
 def test_a_schedule_leaves_once_its_window_is_on_time_again(
