@@ -24,7 +24,8 @@ extra write on every start of the hot path, and this loop reads each schedule's 
 slots anyway. The share trails the present by up to a sweep.
 
 Reads and writes go through plain commands, not a script: a stale answer is repaired at the
-next sweep, and nothing else writes the keys.
+next sweep, and nothing else writes the keys. Two nodes that both hold a shard for a moment
+(its lease passing) may count an occurrence twice; the window forgets it within the hour.
 """
 
 from __future__ import annotations

@@ -1710,4 +1710,10 @@ MUTANTS = [
            "    counts = totals(raw, now_ms, now_ms)",
            ("tests/cli/test_schedules_cli.py::test_explain_prints_the_schedule_against_its_"
             "objective",), fast=True),
+    Mutant("forget-keeps-the-objective-counts", "`forget` (and so `sched verify`) leaves a "
+           "schedule's objective counts in Redis", "scheduler/scripts/lua/forget.lua",
+           "      prefix .. 'fires:' .. job_id, prefix .. 'ontime:' .. job_id)",
+           "      prefix .. 'fires:' .. job_id)",
+           ("tests/sdk/test_forget.py::test_forget_removes_a_schedules_fire_ledger_and_"
+            "objective_counts",), fast=True),
 ]
