@@ -6,8 +6,8 @@ as well as its reads. An in-process materializer makes their slots throughout. T
 of `--seconds` each, on the same schedules: the materializer alone, then the materializer
 and the objective watch at its own pace (scheduler/node/objectives.py). The watch's load is
 the second less the first: Redis commands per second and Redis CPU (% of one core, summed
-over the masters), and Redis CPU per job looked at; with its sweeps (each looks at every
-schedule once) and their mean duration. `--cluster`: on a `--masters` Redis Cluster
+over the masters), and Redis CPU per job read; with its sweeps (each looks at every
+schedule once, reading those that may have an occurrence to count) and their mean duration. `--cluster`: on a `--masters` Redis Cluster
 (tests/faults/cluster.py's launcher), the namespace's `--shards` over its masters.
 """
 
@@ -51,11 +51,17 @@ def _commands(nodes: list[redis.Redis]) -> int:
 
 
 class _Counted(ObjectiveWatch):
-    """The watch, counting the sweeps it ends (one shard's cron index walked through)."""
+    """The watch, counting the sweeps it ends (one shard's cron index walked through) and
+    the jobs it reads."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.swept = 0
+        self.swept = self.read = 0
+
+    async def run_once(self) -> int:
+        busy = await super().run_once()
+        self.read += self.looked
+        return busy
 
     async def _shard(self, shard: int, now: int) -> int:
         busy = await super()._shard(shard, now)
@@ -86,6 +92,7 @@ async def _phase(url: str, ns: str, shards: int, seconds: float, watch: bool,
     if counted:
         out["sweeps"] = counted.swept / shards  # every schedule looked at once
         out["sweep_s"] = elapsed / out["sweeps"] if counted.swept else None
+        out["jobs_read"] = counted.read  # a job is read only when it may have one to count
     return out
 
 
@@ -117,15 +124,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             drop_namespace(nodes[0], ns)
     cpu_pct = both["redis_cpu_pct"] - alone["redis_cpu_pct"]
     per_s = both["commands_per_s"] - alone["commands_per_s"]
-    # each sweep looks at every schedule once
-    looked = args.schedules * both["seconds"] / both["sweep_s"] if both["sweep_s"] else 0
-    us_per_job = 1e4 * cpu_pct * both["seconds"] / max(1.0, looked)
+    us_per_job = 1e4 * cpu_pct * both["seconds"] / max(1, both["jobs_read"])
+    per_minute = both["jobs_read"] / args.schedules / (both["seconds"] / 60)
     where = f"{args.masters}-master cluster" if args.cluster else "one Redis"
     summary = (f"objectives: {args.schedules:,} per-minute schedules, {args.shards} shards, "
                f"{where}: sweep {both['sweep_s'] or 0:.1f} s ({both['sweeps']:.1f} sweeps); watch "
-               f"+{cpu_pct:.1f}% Redis CPU, +{per_s:,.0f} commands/s, {us_per_job:.1f} us "
-               f"Redis CPU per job looked at; {behind:,} behind")
+               f"+{cpu_pct:.1f}% Redis CPU, +{per_s:,.0f} commands/s; each schedule read "
+               f"{per_minute:.1f} times a minute, {us_per_job:.0f} us Redis CPU a read; "
+               f"{behind:,} behind")
     return {"summary": summary, "schedules": args.schedules, "shards": args.shards,
             "cluster": args.cluster, "alone": alone, "with_watch": both,
             "watch_redis_cpu_pct": cpu_pct, "watch_commands_per_s": per_s,
-            "watch_redis_us_per_job": us_per_job, "behind": behind, "machine": info}
+            "watch_redis_us_per_read": us_per_job, "reads_per_schedule_minute": per_minute, "behind": behind, "machine": info}
