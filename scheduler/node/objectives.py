@@ -128,8 +128,8 @@ class ObjectiveWatch(Service):
         self.target = target
         self.window_ms = int(window_s * 1000)
         self._cursors: dict[int, int] = {}  # per shard: the cron index's ZSCAN cursor
-        # per shard: job id -> when it may have an occurrence to count (ms); a job is read
-        # only from then (at most a bucket later), so a per-minute schedule costs one read a
+        # per shard: job id -> when its next occurrence is decided (ms); a job is read only
+        # from then (at most a bucket later), so a per-minute schedule costs one read a
         # minute, not one a sweep
         self._next: dict[int, dict[str, int]] = {}
         self.looked = 0  # jobs read in the last pass
@@ -237,15 +237,16 @@ class ObjectiveWatch(Service):
                                     objective.TARGET: repr(self.target)})
             # a job no longer counted (ended, deleted) leaves no key behind for long
             pipe.pexpire(key, 2 * self.window_ms)
-        # The next decision: the waiting one's, once past its objective (or at its start);
-        # else the first to come's, at its fire time at the earliest. The window moves a
-        # bucket at a time: looked at again by then, whatever comes.
+        # Read again once the next occurrence is decided whatever it does: past its
+        # objective it started (its lag says whether on time) or is late. The waiting one's,
+        # else the first to come's (at the watermark at the latest). The window moves a
+        # bucket at a time: read again by then, whatever comes.
         if cut:
             due = now
         elif waiting is not None:
             due = waiting + on_time_ms + 1
         else:
-            due = min([f for f in fires if f > now] + [watermark])
+            due = min([f for f in fires if f > now] + [watermark]) + on_time_ms + 1
         return objective.is_behind(window, self.target), min(due, now + width)
 
     def delay(self, busy: int) -> float:

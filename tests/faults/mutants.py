@@ -1697,13 +1697,12 @@ MUTANTS = [
            "and int(start) > 0:",
            ("tests/node/test_objectives.py::test_a_schedule_leaves_once_its_window_is_on_time_"
             "again",), fast=True),
-    Mutant("objective-reads-a-waiting-job-too-late", "the objective watch reads a job whose "
-           "occurrence waits within its objective again only at the next one's fire time: a "
-           "schedule no worker reads is named a minute late", "scheduler/node/objectives.py",
-           "            due = waiting + on_time_ms + 1",
-           "            due = min([f for f in fires if f > now] + [watermark])",
-           ("tests/node/test_objectives.py::test_a_job_is_read_again_only_once_it_may_have_an_"
-            "occurrence_to_count",), fast=True),
+    Mutant("objective-reads-a-job-too-late", "the objective watch reads a job again only "
+           "after its next occurrence's objective plus a minute: a schedule no worker reads "
+           "is named a minute late", "scheduler/node/objectives.py",
+           "[watermark]) + on_time_ms + 1", "[watermark]) + on_time_ms + 60_000",
+           ("tests/node/test_objectives.py::test_a_job_is_read_again_only_once_its_next_"
+            "occurrence_is_decided",), fast=True),
     Mutant("explain-objective-counts-past-the-window", "`explain`'s objective line counts "
            "occurrences older than the node's window", "scheduler/core/objective.py",
            "    counts = totals(raw, now_ms, int(window_ms))",
