@@ -4,7 +4,8 @@ Submits `--schedules` per-minute cron jobs and no worker, so each occurrence wai
 objective: every job is counted late once a minute and sits in `behind`, the watch's writes
 as well as its reads. An in-process materializer makes their slots throughout. Two phases
 of `--seconds` each, on the same schedules: the materializer alone, then the materializer
-and the objective watch at its own pace (scheduler/node/objectives.py). The watch's load is
+and the objective watch at its own pace (scheduler/node/objectives.py), measured from the
+end of the watch's first sweep (which reads every schedule once, as after a node starts). The watch's load is
 the second less the first: Redis commands per second and Redis CPU (% of one core, summed
 over the masters), and Redis CPU per job read; with its sweeps (each looks at every
 schedule once, reading those that may have an occurrence to count) and their mean duration. `--cluster`: on a `--masters` Redis Cluster
@@ -57,6 +58,7 @@ class _Counted(ObjectiveWatch):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.swept = self.read = 0
+        self.swept_once = asyncio.Event()  # every shard walked through once
 
     async def run_once(self) -> int:
         busy = await super().run_once()
@@ -66,6 +68,8 @@ class _Counted(ObjectiveWatch):
     async def _shard(self, shard: int, now: int) -> int:
         busy = await super()._shard(shard, now)
         self.swept += not busy
+        if self.swept >= len(self.shards):
+            self.swept_once.set()
         return busy
 
 
@@ -78,8 +82,11 @@ async def _phase(url: str, ns: str, shards: int, seconds: float, watch: bool,
     counted = _Counted(client, keys, range(shards), clock) if watch else None
     if counted:
         services.append(counted)
-    cpu0, cmd0, t0 = _cpu(nodes), _commands(nodes), time.monotonic()
     tasks = [asyncio.create_task(s.run()) for s in services]
+    if counted:  # measured from its second sweep on: the first reads every schedule once
+        await asyncio.wait_for(counted.swept_once.wait(), 300)
+        counted.swept = counted.read = 0
+    cpu0, cmd0, t0 = _cpu(nodes), _commands(nodes), time.monotonic()
     await asyncio.sleep(seconds)
     for s in services:
         s.stop()
