@@ -4,6 +4,7 @@
 `python -m bench delayed [--burst N]`,
 `python -m bench fairness [--flood N] [--few M] [--runs R]`,
 `python -m bench metrics_cost`,
+`python -m bench objectives [--schedules N] [--shards S] [--seconds T] [--cluster]`,
 `python -m bench outbox [--rows N] [--batch B] [--commits C]`,
 `python -m bench peers [--jobs N] [--runs R] [--only ours,arq,...] [--delayed N]`,
 `python -m bench processes [--jobs N] [--processes P]`,
@@ -32,6 +33,7 @@ from . import (
     delayed,
     fairness,
     metrics_cost,
+    objectives,
     outbox,
     peers,
     processes,
@@ -46,7 +48,8 @@ from . import (
 from .common import private_redis
 
 COMMANDS = {"ab": ab, "burndown": burndown, "burst": burst, "cluster": cluster, "cpu": cpu,
-            "delayed": delayed, "fairness": fairness, "metrics_cost": metrics_cost, "outbox": outbox, "peers": peers,
+            "delayed": delayed, "fairness": fairness, "metrics_cost": metrics_cost,
+            "objectives": objectives, "outbox": outbox, "peers": peers,
             "processes": processes,
             "queue_names": queue_names,
             "retention": retention, "retention-soak": retention_soak,

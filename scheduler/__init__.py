@@ -16,7 +16,7 @@ from scheduler.core.errors import (
     UnknownTaskWarning,
     ValidationError,
 )
-from scheduler.core.ledger import Fire, FirePage, FiresSummary, FireState, Reason
+from scheduler.core.ledger import Fire, FirePage, FiresSummary, FireState, Objective, Reason
 from scheduler.core.limits import QueueLimit
 from scheduler.core.models import Attempt, Job, Progress, RetryPolicy, Slot
 from scheduler.core.namespace import RetentionSettings
@@ -27,7 +27,7 @@ from scheduler.worker.registry import Context, Registry, SyncContext
 
 __all__ = [
     "AsyncClient", "Attempt", "Cancel", "Client", "Context", "Delivery", "Durability", "Fire",
-    "FirePage", "FireState", "FiresSummary", "Reason",
+    "FirePage", "FireState", "FiresSummary", "Objective", "Reason",
     "DurabilityError", "Job", "JobSpec", "Outcome", "Progress", "QueueLimit", "RedisFailure",
     "RedisRefused", "RedisUnavailable", "Registry", "ResultExpired", "ResultTimeout",
     "RetentionSettings", "Retry", "RetryPolicy",

@@ -20,6 +20,7 @@ from scheduler.cli.options import autoscale_option, bounded, scaling_options
 from scheduler.core.bounds import MAX_PROCESSES, NODE_BOUNDS, WORKER_BOUNDS
 from scheduler.core.errors import ConfigError, RedisUnavailable
 from scheduler.core.models import MAX_COUNT
+from scheduler.core.objective import DEFAULT_OBJECTIVE_WINDOW_S, DEFAULT_ON_TIME_TARGET
 from scheduler.redis.clients import process_redis, sync_redis
 from scheduler.redis.failures import REDIS_ERRORS
 
@@ -377,6 +378,15 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
               default=3600.0, show_default=True,
               help="Seconds a queue stays listed (by `sched status`, and walked by the "
                    "reclaimer) after its last job, once it holds nothing.")
+@click.option("--on-time-target", "on_time_target",
+              type=bounded(NODE_BOUNDS, "on_time_target"), default=DEFAULT_ON_TIME_TARGET,
+              show_default=True,
+              help="A schedule is behind its objective when the share of its occurrences "
+                   "started within its on_time_within over --objective-window is below this.")
+@click.option("--objective-window", "objective_window_s",
+              type=bounded(NODE_BOUNDS, "objective_window_s"),
+              default=DEFAULT_OBJECTIVE_WINDOW_S, show_default=True,
+              help="Seconds of recent occurrences the on-time share is taken over.")
 @click.option("--outbox-dsn", default=None, envvar="SCHED_OUTBOX_DSN",
               help="Also relay the transactional outbox of this Postgres database (env "
                    "SCHED_OUTBOX_DSN), as `sched outbox relay` does.")
@@ -389,7 +399,7 @@ def supervise(processes: int, grace_s: float, metrics_port: int | None, log_leve
 def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_lease_s: float,
               reclaim_s: float, sweep_s: float, sweep_rate: int, lookahead_s: float,
               misfire_grace_s: float, promote_ahead_s: float, queue_idle_s: float,
-              outbox_dsn: str | None, outbox_schema: str, metrics_port: int | None,
+              on_time_target: float, objective_window_s: float, outbox_dsn: str | None, outbox_schema: str, metrics_port: int | None,
               metrics_host: str, log_level: str, log_format: str) -> None:
     """Run a scheduler node: own a share of the shards, create cron slots, promote due
     slots, reclaim expired leases. Run as many as you like; they share the shards."""
@@ -399,7 +409,8 @@ def scheduler(obj: dict[str, str], app_spec: str | None, lease_s: float, shard_l
                         reclaim_interval_s=reclaim_s, sweep_interval_s=sweep_s,
                         sweep_keys_per_s=sweep_rate, lookahead_s=lookahead_s,
                         misfire_grace_s=misfire_grace_s, promote_ahead_s=promote_ahead_s,
-                        queue_idle_s=queue_idle_s)
+                        queue_idle_s=queue_idle_s, on_time_target=on_time_target,
+                        objective_window_s=objective_window_s)
     registry = None if app_spec is None else load_app(app_spec)
     relay = _outbox_relay(obj, outbox_dsn, outbox_schema)
     setup_logging(log_level, log_format)

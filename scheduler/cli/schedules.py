@@ -10,7 +10,14 @@ import click
 from scheduler.cli.inspect import echo_json, printable, schedule_text, when
 from scheduler.cli.options import duration_s, history_source, store_options
 from scheduler.core.errors import ValidationError
-from scheduler.core.ledger import MAX_FIRES_PAGE, REASON_WORDS, Fire, FiresSummary, FireState
+from scheduler.core.ledger import (
+    MAX_FIRES_PAGE,
+    REASON_WORDS,
+    Fire,
+    FiresSummary,
+    FireState,
+    Objective,
+)
 from scheduler.core.models import MAX_SECONDS
 
 
@@ -53,6 +60,8 @@ def explain(obj: dict[str, str], name_or_job_id: str, since: str, limit: int,
         click.echo("(no fire time in the window)")
     for text in summary_lines(page.summary):
         click.echo(text)
+    for text in objective_lines(page.objective) if page.objective else []:
+        click.echo(text)
     if page.cursor is not None:
         click.echo(f"(more after {when(page.cursor)}: --limit shows more, or --since less)")
 
@@ -94,3 +103,19 @@ def summary_lines(s: FiresSummary) -> list[str]:
         out.append(f"(the summary stops at {when(s.through_ms)}: the window holds more "
                    f"occurrences than one summary reads; --since less)")
     return out
+
+
+def objective_lines(o: Objective) -> list[str]:
+    """The schedule against its objective over the node's window, for people."""
+    share = "-" if o.on_time_share is None else f"{o.on_time_share * 100:.1f}%"
+    if o.on_time_share is None:
+        state = "nothing decided"
+    elif o.on_time_share >= o.target:
+        state = "met"
+    else:  # listed once the node's next look at it, a sweep at most
+        state = "behind" + (f" since {when(int(o.behind_since.timestamp() * 1000))}"
+                            if o.behind_since else "")
+    return [f"objective: {share} on time over the last {o.window_s:g}s (target "
+            f"{o.target * 100:g}%): {state}",
+            f"  of {o.on_time + o.late + o.catchup} decided: on time {o.on_time}, late "
+            f"{o.late}, catchup {o.catchup}"]

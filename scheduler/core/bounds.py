@@ -39,6 +39,7 @@ NODE_BOUNDS: Bounds = {
     "promote_ahead_s": (0, MAX_SECONDS), "misfire_grace_s": (0, MAX_SECONDS),
     "sweep_interval_s": (0, MAX_SECONDS), "sweep_keys_per_s": (1, MAX_COUNT),
     "queue_idle_s": (0, MAX_SECONDS), "events_maxlen": (1, MAX_EVENTS_MAXLEN),
+    "on_time_target": (0, 1), "objective_window_s": (1, 7 * 86400),
 }
 
 # SnapshotterConfig (scheduler/history/intake.py): `sched snapshotter`.

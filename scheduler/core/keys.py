@@ -41,6 +41,8 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
     <ns>:{sNN}:runs:<job_id>      zset    a recurring job's slot ids scored by fire time (ms)
     <ns>:{sNN}:fires:<job_id>     zset    its fire ledger: occurrences that did not run, and
                                           why, scored by fire time (ledger.py)
+    <ns>:{sNN}:ontime:<job_id>    hash    its occurrences decided in the recent past, counted
+                                          by kind in time buckets (objective.py)
     <ns>:{sNN}:behind             zset    recurring job ids behind their objective, scored by
                                           when the node saw it fall behind (objectives.py)
     <ns>:{sNN}:stats              hash    shard counters (missed occurrences, owner epoch,
@@ -133,6 +135,7 @@ SUFFIX_SLOT = "slot:"
 SUFFIX_QUEUE = "q:"
 SUFFIX_RUNS = "runs:"
 SUFFIX_FIRES = "fires:"
+SUFFIX_ONTIME = "ontime:"
 SUFFIX_SUBMITTED = "submitted:"
 SUFFIX_DEDUPE = "dedupe:"
 SUFFIX_KEY_QUEUE = "kq:"
@@ -151,6 +154,7 @@ DEFAULT_PRIORITY = 3
 # Every suffix a shard's keys have after its prefix (tests/lua/test_lua_contracts.py checks that
 # the Lua scripts append no other and that each Keys method builds one of these).
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, SUFFIX_FIRES,
+                            SUFFIX_ONTIME,
                             SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
                             SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
                             SUFFIX_KEY_LIMIT, "limited", SUFFIX_KEY_WAKE, "kqueues", "due", "cron",
@@ -389,6 +393,9 @@ class Keys:
 
     def fires(self, shard: int, job_id: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_FIRES}{job_id}"  # zset: ledger.py's entries
+
+    def ontime(self, shard: int, job_id: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_ONTIME}{job_id}"  # hash: objective.py's counts
 
     def stats(self, shard: int) -> str:
         return f"{self.prefix(shard)}stats"  # hash

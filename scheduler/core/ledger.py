@@ -164,14 +164,33 @@ class FiresSummary(msgspec.Struct, frozen=True, kw_only=True):
     through_ms: int | None = None  # when not complete: the last fire time summarized
 
 
+class Objective(msgspec.Struct, frozen=True, kw_only=True):
+    """A schedule against its objective, as the scheduler node counts it
+    (scheduler/core/objective.py): over the node's last `window_s`, its occurrences started
+    on time, started or left waiting past their objective (`late`) and dropped by
+    `catchup`; the share on time of those (None while the window decided none); the
+    node's `target`; and since when it is listed behind its objective (None: it is not)."""
+
+    window_s: float
+    target: float
+    on_time: int
+    late: int
+    catchup: int
+    on_time_share: float | None
+    behind_since: datetime | None = None
+
+
 class FirePage(msgspec.Struct, frozen=True, kw_only=True):
     """One page of a schedule's timeline (`Client.fires`): its occurrences in fire-time
-    order, their summary, and `cursor`, to pass back for the next page (None: none left)."""
+    order, their summary, and `cursor`, to pass back for the next page (None: none left);
+    `objective`: the schedule against its objective over the node's window (None until a
+    scheduler node counted it)."""
 
     job_id: str
     fires: list[Fire]
     summary: FiresSummary
     cursor: int | None = None
+    objective: Objective | None = None
 
 
 def entry(fire_ms: int, reason: Reason, detail: str = "") -> str:

@@ -42,6 +42,7 @@ from scheduler.core.errors import ConfigError, NamespaceMissing
 from scheduler.core.finite import check_bounds, check_finite
 from scheduler.core.keys import Keys
 from scheduler.core.namespace import EVENTS_MAXLEN
+from scheduler.core.objective import DEFAULT_OBJECTIVE_WINDOW_S, DEFAULT_ON_TIME_TARGET
 from scheduler.node.expirer import Expirer
 from scheduler.node.leases import ShardLeases
 from scheduler.node.materializer import Materializer
@@ -71,6 +72,10 @@ class NodeConfig(msgspec.Struct, kw_only=True, frozen=True):
     """How long a lane stays in its shard's queue index (what status and the reclaimer walk)
     after its last entry, once it holds nothing (queue_cleaner.py)."""
     events_maxlen: int = EVENTS_MAXLEN
+    on_time_target: float = DEFAULT_ON_TIME_TARGET
+    """A schedule is behind its objective when the share of its occurrences started on time
+    over the last `objective_window_s` is below this (scheduler/core/objective.py)."""
+    objective_window_s: float = DEFAULT_OBJECTIVE_WINDOW_S
 
     def __post_init__(self) -> None:
         check_finite(self)
@@ -115,7 +120,9 @@ class SchedulerNode:
         self.cleaner = QueueCleaner(client, self.keys, [], self.clock,
                                     idle_s=self.config.queue_idle_s)
         self.expirer = Expirer(client, self.keys, [], self.clock)
-        self.objectives = ObjectiveWatch(client, self.keys, [], self.clock)
+        self.objectives = ObjectiveWatch(client, self.keys, [], self.clock,
+                                         target=self.config.on_time_target,
+                                         window_s=self.config.objective_window_s)
         self.leases: ShardLeases | None = None
         self._stop = asyncio.Event()
         self._waited = False  # registered as waiting for the namespace

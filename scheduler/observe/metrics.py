@@ -225,8 +225,9 @@ GAUGES = {
                             "the namespace's retention bounds.", ("shard",)),
     "sched_finished_oldest_age_seconds": ("Since the oldest finished slot kept in Redis "
                                           "finished; absent while none is kept.", ("shard",)),
-    "sched_schedules_behind_objective": ("Recurring jobs whose latest occurrence did not start "
-                                         "within its on_time_within (`sched status` names "
+    "sched_schedules_behind_objective": ("Recurring jobs whose share of occurrences started "
+                                         "within their on_time_within over the node's window "
+                                         "is below its target (`sched status` names "
                                          "them; `sched schedules explain NAME` says why).", ()),
     "sched_retention_behind": ("1 when finished work is kept past the namespace's retention "
                                "(`sched status` says why: no scheduler node applying it, or "

@@ -202,8 +202,9 @@ class Scaling(msgspec.Struct, kw_only=True):
 
 
 class BehindSchedule(msgspec.Struct, kw_only=True):
-    """A schedule behind its objective: its latest decided occurrence did not start within
-    its `on_time_within` (the scheduler node's objective watch decides)."""
+    """A schedule behind its objective: the share of its recent occurrences started within
+    its `on_time_within` is below the target (the scheduler node's objective watch decides:
+    scheduler/core/objective.py)."""
 
     job_id: str
     behind_s: float  # since the node saw it fall behind

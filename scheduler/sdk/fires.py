@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from scheduler.core import objective
 from scheduler.core.cron import CronSpec
 from scheduler.core.errors import JobNotFound, StoreUnavailable, ValidationError
 from scheduler.core.keys import check_job_id
@@ -70,7 +71,12 @@ def fires(core: ClientState, name_or_job_id: str, since: datetime | timedelta | 
     else:  # the summary covers the whole window, read page by page up to SUMMARY_CAP
         summary = yield from _whole_window(core, job_id, job, lo, hi, now, on_time_ms,
                                            unlisted)
-    return FirePage(job_id=job_id, fires=out, summary=summary, cursor=more)
+    pipe = Pipe()
+    pipe.hgetall(core.ontime_key(job_id))
+    pipe.zscore(core.behind_key(job_id), job_id)
+    counted, behind_ms = yield pipe
+    return FirePage(job_id=job_id, fires=out, summary=summary, cursor=more,
+                    objective=objective.reading(counted, behind_ms, now))
 
 
 def _whole_window(core: ClientState, job_id: str, job: Any, lo: int, hi: int, now: int,

@@ -160,6 +160,12 @@ class ClientState:
     def fires_key(self, job_id: str) -> str:
         return self.keys.fires(shard_of(job_id, self.shards), job_id)
 
+    def ontime_key(self, job_id: str) -> str:
+        return self.keys.ontime(shard_of(job_id, self.shards), job_id)
+
+    def behind_key(self, job_id: str) -> str:
+        return self.keys.behind(shard_of(job_id, self.shards))
+
     def cron_key(self, job_id: str) -> str:
         return self.keys.cron(shard_of(job_id, self.shards))
 

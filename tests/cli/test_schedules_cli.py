@@ -12,6 +12,8 @@ import redis
 from conftest import ns_keys
 from helpers import sched
 from scheduler import Client
+from scheduler.core import objective
+from scheduler.core.keys import Keys, shard_of
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -55,3 +57,30 @@ def test_explain_prints_a_line_per_fire_time_and_the_summary(
     page = json.loads(out)
     assert code == 0 and page["summary"]["on_time_within_ms"] == 500
     assert {f["state"] for f in page["fires"]} == {"pending"}
+
+
+def test_explain_prints_the_schedule_against_its_objective(
+        capsys: pytest.CaptureFixture[str], r: redis.Redis, redis_url: str, ns: str) -> None:
+    with Client(redis_url, ns) as client:
+        job_id = client.submit("t", cron="0 0 1 1 *")
+        now = client.now_ms()
+        code, out, _ = sched(capsys, redis_url, ns, "schedules", "explain", job_id)
+        assert code == 0 and "objective:" not in out  # no node counted it yet
+        width = objective.bucket_ms(3_600_000)
+        shard = shard_of(job_id, client.shards)
+        r.hset(Keys(ns).ontime(shard, job_id), mapping={
+            objective.field(now - 60_000, "on", width): 96,
+            objective.field(now - 60_000, "late", width): 3,
+            objective.field(now - 60_000, "catchup", width): 1,
+            objective.field(now - 7_200_000, "late", width): 50,  # out of the window
+            objective.WINDOW: 3_600_000, objective.TARGET: "0.99"})
+        r.zadd(Keys(ns).behind(shard), {job_id: now - 30_000})
+    code, out, _ = sched(capsys, redis_url, ns, "schedules", "explain", job_id)
+    lines = out.splitlines()
+    at = [i for i, x in enumerate(lines) if x.startswith("objective:")]
+    assert code == 0 and len(at) == 1 and all(len(x) <= 100 for x in lines)
+    assert lines[at[0]].startswith("objective: 96.0% on time over the last 3600s (target 99%): "
+                                   "behind since 20")
+    assert lines[at[0] + 1] == "  of 100 decided: on time 96, late 3, catchup 1"
+    code, out, _ = sched(capsys, redis_url, ns, "schedules", "explain", job_id, "--json")
+    assert json.loads(out)["objective"]["on_time_share"] == 0.96

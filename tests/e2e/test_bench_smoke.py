@@ -33,6 +33,12 @@ def test_burndown_smoke(tmp_path: Path) -> None:
     assert result["runs"][0]["duplicates"] == 0 and result["runs"][0]["committed"] == 300
 
 
+def test_objectives_smoke(tmp_path: Path) -> None:
+    stdout, result = bench(tmp_path, "objectives", "--schedules", "200", "--seconds", "2")
+    assert stdout.startswith("objectives: 200 per-minute schedules, 2 shards, one Redis: sweep ")
+    assert result["with_watch"]["sweeps"] > 0 and "watch_redis_cpu_pct" in result
+
+
 def test_submit_smoke(tmp_path: Path) -> None:
     stdout, result = bench(tmp_path, "submit", "--jobs", "500", "--batch", "200",
                            "--singles", "20", "--runs", "1")

@@ -1774,4 +1774,40 @@ MUTANTS = [
            "self.group, id=\"$\",\n                                    mkstream=False)",
            ("tests/e2e/test_verify_failover.py::"
             "test_verify_passes_against_sched_dev_and_judges_its_history",)),
+    Mutant("objective-late-counted-on-time", "the objective watch counts an occurrence that "
+           "started past its on_time_within as on time: a schedule that starts late is never "
+           "behind", "scheduler/node/objectives.py",
+           "        return objective.LATE if missed else objective.ON_TIME",
+           "        return objective.ON_TIME",
+           ("tests/node/test_objectives.py::test_behind_is_a_share_below_the_target_and_each_"
+            "occurrence_counts_once",), fast=True),
+    Mutant("objective-recounts-each-look", "the objective watch forgets how far it counted: "
+           "each look counts a job's whole window again", "scheduler/node/objectives.py",
+           "            pipe.hset(key, objective.THROUGH, through)\n", "",
+           ("tests/node/test_objectives.py::test_behind_is_a_share_below_the_target_and_each_"
+            "occurrence_counts_once",), fast=True),
+    Mutant("objective-window-never-moves", "the on-time share is taken over every occurrence "
+           "counted, not the window's: a schedule that fell behind once stays behind",
+           "scheduler/core/objective.py", "and int(start) > now_ms - window_ms:",
+           "and int(start) > 0:",
+           ("tests/node/test_objectives.py::test_a_schedule_leaves_once_its_window_is_on_time_"
+            "again",), fast=True),
+    Mutant("objective-reads-a-job-too-late", "the objective watch reads a job again only "
+           "after its next occurrence's objective plus a minute: a schedule no worker reads "
+           "is named a minute late", "scheduler/node/objectives.py",
+           "[watermark]) + on_time_ms + 1", "[watermark]) + on_time_ms + 60_000",
+           ("tests/node/test_objectives.py::test_a_job_is_read_again_only_once_its_next_"
+            "occurrence_is_decided",), fast=True),
+    Mutant("explain-objective-counts-past-the-window", "`explain`'s objective line counts "
+           "occurrences older than the node's window", "scheduler/core/objective.py",
+           "    counts = totals(raw, now_ms, int(window_ms))",
+           "    counts = totals(raw, now_ms, now_ms)",
+           ("tests/cli/test_schedules_cli.py::test_explain_prints_the_schedule_against_its_"
+            "objective",), fast=True),
+    Mutant("forget-keeps-the-objective-counts", "`forget` (and so `sched verify`) leaves a "
+           "schedule's objective counts in Redis", "scheduler/scripts/lua/forget.lua",
+           "      prefix .. 'fires:' .. job_id, prefix .. 'ontime:' .. job_id)",
+           "      prefix .. 'fires:' .. job_id)",
+           ("tests/sdk/test_forget.py::test_forget_removes_a_schedules_fire_ledger_and_"
+            "objective_counts",), fast=True),
 ]

@@ -9,8 +9,8 @@
 
   A job's slots are those `runs:<job_id>` indexes, or its one slot (`<job_id>:<fire_ms>`).
   When every one is terminal (or gone), each leaves `finished`, `retain`, `dlq`, `due` and
-  Redis; the job leaves `jobs` and `cron` and Redis, with its `runs` index and its submit
-  marker. A success's entry in `done` stays: the expirer drops an entry whose slot is gone
+  Redis; the job leaves `jobs` and `cron` and Redis, with its `runs` index, its submit
+  marker, its fire ledger (`fires`) and its objective counts (`ontime`). A success's entry in `done` stays: the expirer drops an entry whose slot is gone
   (expire.lua), and finding it here would read the whole list. Its events stay in the capped
   stream, and the history store keeps what the snapshotter read.
 
@@ -48,7 +48,8 @@ for i = 1, #ARGV do
     end
     redis.call('ZREM', prefix .. 'jobs', job_id)
     redis.call('ZREM', prefix .. 'cron', job_id)
-    keys = keys + redis.call('DEL', job_key, runs, prefix .. 'submitted:' .. job_id)
+    keys = keys + redis.call('DEL', job_key, runs, prefix .. 'submitted:' .. job_id,
+      prefix .. 'fires:' .. job_id, prefix .. 'ontime:' .. job_id)
     removed = removed + 1
   end
 end
