@@ -1679,4 +1679,18 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("keyed-take-in-flight-answers-a-re-ask", "a take sent before another's reply "
+           "was lost clears the re-ask when its own reply lands: the lost take's grants wait "
+           "out their lease and count a failed attempt", "scheduler/worker/keyed.py",
+           "        self._again -= asking\n",
+           "        self._again -= {(s, q) for s, q, _ in asks}\n",
+           ("tests/worker/test_keyed_claims.py::test_a_take_in_flight_when_another_s_reply_"
+            "is_lost_does_not_answer_the_re_ask",), fast=True),
+    Mutant("keyed-two-takes-of-a-queue-past-the-spread", "with several live workers a "
+           "worker's two take loops take one queue at once: each counts the runs it holds "
+           "without the other's grants, and the worker runs a key past its share of the "
+           "per-key limit", "scheduler/worker/keyed.py",
+           "        if workers and flying & set(queues):", "        if False:",
+           ("tests/worker/test_keyed_claims.py::test_with_several_workers_a_queue_has_one_"
+            "take_in_flight",), fast=True),
 ]
