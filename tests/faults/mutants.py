@@ -1693,4 +1693,12 @@ MUTANTS = [
            "        if workers and flying & set(queues):", "        if False:",
            ("tests/worker/test_keyed_claims.py::test_with_several_workers_a_queue_has_one_"
             "take_in_flight",), fast=True),
+    Mutant("keyed-re-ask-beside-a-take-in-flight", "a worker re-asks for a lost take's "
+           "grants while another take of the queue is in flight: it grants that take's slots "
+           "again, and a run that ended already starts a second time",
+           "scheduler/worker/keyed.py",
+           "        return (shard, queue) not in self._asking and not (",
+           "        return True or (shard, queue) not in self._asking and not (",
+           ("tests/worker/test_keyed_claims.py::test_a_re_ask_waits_for_the_take_in_flight",),
+           fast=True),
 ]

@@ -119,13 +119,16 @@ def test_a_free_keys_job_starts_at_once_on_an_idle_worker(redis_url: str, ns: st
 class TwoTakes:
     """A worker's two take loops with their takes in flight at once: the first take's
     scripts run, then it waits until the second's have run too; `first_fails` loses the
-    first's reply, after which the second's reply lands."""
+    first's reply, after which the second's reply lands (before it, `second_lands_first`)."""
 
-    def __init__(self, worker: Worker, first_fails: bool) -> None:
+    def __init__(self, worker: Worker, first_fails: bool,
+                 second_lands_first: bool = False) -> None:
         self.real, self.sent = worker.claims.send, 0
         self.first_sent, self.second_ran = asyncio.Event(), asyncio.Event()
         self.first_done = asyncio.Event()
         self.first_fails = first_fails
+        if second_lands_first:
+            self.first_done.set()
         worker.claims.send = self.send  # type: ignore[method-assign]
 
     async def send(self, calls: Any, prefetch: bool) -> Any:
@@ -144,15 +147,18 @@ class TwoTakes:
             return answers
         return await self.real(calls, prefetch)
 
-    async def both(self, worker: Worker) -> int:
+    async def both(self, worker: Worker, again: bool = False) -> int:
         """The first loop's pass and a follower's, both takes in flight; what they started
-        (the first's, when its reply was lost, counted as none)."""
+        (the first's, when its reply was lost, counted as none). `again`: an earlier take's
+        reply was lost, and the first loop's next pass runs beside the first take."""
         # As after a pass that took all it asked: the follower takes the queues found.
         worker.keyed.busy.set()
         worker.keyed._found["default"] = worker.claims.clock.monotonic()
         first = asyncio.create_task(worker.keyed.take_pass(lead=True))
         await asyncio.wait_for(self.first_sent.wait(), 10)
-        second = asyncio.create_task(worker.keyed.take_pass(lead=False))
+        if again:
+            worker.keyed._again.update((s, "default") for s in range(worker.shards))
+        second = asyncio.create_task(worker.keyed.take_pass(lead=again))
         second.add_done_callback(lambda _: self.second_ran.set())  # (when it sent nothing)
         started = 0
         try:
@@ -240,3 +246,36 @@ def test_with_several_workers_a_queue_has_one_take_in_flight(redis_url: str, ns:
         client.submit_many([JobSpec(task="hold", concurrency_key="k") for _ in range(4)])
         started, running = asyncio.run(main())
         assert (started, running) == (1, 1)
+
+
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+def test_a_re_ask_waits_for_the_take_in_flight(redis_url: str, ns: str) -> None:
+    """A re-ask grants again the worker's running slots of the queue: sent while another
+    take of it is in flight, it would grant that take's slots too, and once the take's reply
+    started them (a no-op ends at once), the re-ask's would start them a second time."""
+    registry = Registry()
+    ran: Counter[tuple[str, int]] = Counter()
+
+    @registry.task("noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        ran[(ctx.slot_id, ctx.attempt)] += 1
+
+    async def main() -> int:
+        client = async_redis(redis_url)
+        worker = Worker(client, registry, namespace=ns,
+                        config=WorkerConfig(concurrency=16, pipelines=2))
+        await worker.setup()
+        takes = TwoTakes(worker, first_fails=False, second_lands_first=True)
+        started = await takes.both(worker, again=True)
+        for _ in range(3):  # the re-ask, once the take landed, and the rest of the jobs
+            started += await worker.keyed.run_once()
+        await _settle(worker)
+        worker.execution.close()
+        await client.aclose()
+        return started
+
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([JobSpec(task="noop", concurrency_key=f"k{i}")
+                                  for i in range(16)])
+        asyncio.run(main())
+        assert sorted(ran.elements()) == sorted((client.slots(j)[0].slot_id, 1) for j in ids)
