@@ -243,7 +243,7 @@ class KeyedClaims(Service):
         mine = {q: self.held.mine(q) for q in {q for _, q, _ in asks}} if workers else {}
         asking = {(s, q) for s, q, _ in asks if (s, q) in self._again}
         calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n, tracer,
-                              (s, q) in asking, q in permits or not w.wide_limits,
+                              (s, q) in self._again, q in permits or not w.wide_limits,
                               workers, mine.get(q))
                  for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
