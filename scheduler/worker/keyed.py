@@ -30,10 +30,11 @@ while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no 
 
 A worker runs up to `pipelines` take loops, as its plain claims do, so that a take's round trip
 overlaps the runs the last one started (without it, the worker's and Redis's time per job
-add up). The first loop is the one above; the others (`KeyedFollower`) take only while the
-last pass took all it asked for (keys hold more than the free slots), each loop asking for no
-more than its share of the run slots then, and never probe or poll: passes that start
-nothing are the first loop's alone. Two takes in flight keep the rules of one:
+add up). The first loop is the one above; the others (`KeyedFollower`) take only while
+the last pass took all it asked for, a loop's share of the run slots at least (the keys hold
+more than the free slots, and runs free them by the share, not one at a time), each loop
+asking for no more than its share then; they never probe or poll: passes that start nothing
+are the first loop's alone. Two takes in flight keep the rules of one:
   * a re-ask (`again`) of a shard and queue is sent only when no other take of it is in
     flight, and none is sent while it flies, so a slot granted by the other take is never
     granted again after its run ended; only a take that carried the re-ask clears it, so a
@@ -114,7 +115,7 @@ class KeyedClaims(Service):
         self._flying: Counter[tuple[int, str]] = Counter()  # takes in flight, by (shard, queue)
         self._asking: set[tuple[int, str]] = set()  # ... of them, those carrying a re-ask
         self.loops = max(1, claims.config.pipelines)  # this one and its followers
-        self.busy = asyncio.Event()  # the last pass took all it asked: followers take too
+        self.busy = asyncio.Event()  # the last pass took all it asked, a share at least
         self._sleep_s = 0.0
         self.wake = KeyWake(claims.redis, claims.keys, claims.block_ms)
         self._wake_ok = False  # the last pass worked: its sleep may wait on the wake streams
@@ -162,8 +163,9 @@ class KeyedClaims(Service):
         free = w.slots.free()
         if free <= 0 or not self.shards or not (lead or self.busy.is_set()):
             return 0, POLL_S
+        share = -(-w.slots.concurrency // self.loops)  # a loop's share of the run slots
         if self.loops > 1 and self.busy.is_set():  # a share each, so both have a take going
-            free = min(free, -(-w.slots.concurrency // self.loops))
+            free = min(free, share)
         await resync(w.clock, w.redis)
         queues = await self._queues(lead)
         if lead:
@@ -192,8 +194,10 @@ class KeyedClaims(Service):
             for q, members in permits.items():  # not used (or the take failed): back at once
                 for member in members:
                     self.limited.give_back(q, member)
+        # Took all it asked, a share or more: the keys hold more, the followers take too
+        # (not for a slot or two freed at a time: their passes would mostly find nothing).
         asked = sum(n for _, _, n in asks)
-        (self.busy.set if 0 < asked <= started else self.busy.clear)()  # followers take too
+        (self.busy.set if started >= max(asked, share) else self.busy.clear)()
         sleep_s = 0.0 if started else POLL_S
         if rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
             sleep_s = min(sleep_s, max(0.001, rate_wait_ms / 1000))
@@ -345,7 +349,7 @@ class KeyedClaims(Service):
 
 class KeyedFollower(Service):
     """A further take loop of a worker's keyed claims (the module's header): it takes while
-    the first loop's last pass took all it asked for, and otherwise waits for that."""
+    the last pass took all it asked for, a share at least, and otherwise waits for that."""
 
     what = "claiming keyed slots"
     log = log
