@@ -216,8 +216,8 @@ class Processes(click.ParamType[int]):
               help="Most entries per read (a worker reads about what it can start soon, "
                    "at most this).")
 @click.option("--pipelines", type=bounded(WORKER_BOUNDS, "pipelines", integer=True), default=2,
-              help="Claim round trips in flight at once (Redis claims one batch while the "
-                   "worker starts another's runs).")
+              help="Claim round trips in flight at once, of plain jobs and of keyed jobs each "
+                   "(Redis claims one batch while the worker starts another's runs).")
 @click.option("--claim-replicas", type=bounded(WORKER_BOUNDS, "claim_replicas", integer=True),
               default=0,
               help="Start an at_most_once run only once this many replicas have its claim "

@@ -27,6 +27,21 @@ the queues' wake streams (keywake.py: a key entering a ring ends the wait at onc
 key's first job starts as soon as a plain job would), or a run of ours ending, for POLL_S
 while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says
 (a key's permit freed by another worker's run).
+
+A worker runs up to `pipelines` take loops, as its plain claims do, so that a take's round trip
+overlaps the runs the last one started (without it, the worker's and Redis's time per job
+add up). The first loop is the one above; the others (`KeyedFollower`) take only while
+the last pass took all it asked for, a loop's share of the run slots at least (the keys hold
+more than the free slots, and runs free them by the share, not one at a time), each loop
+asking for no more than its share then; they never probe or poll: passes that start nothing
+are the first loop's alone. Two takes in flight keep the rules of one:
+  * a re-ask (`again`) of a shard and queue is sent only when no other take of it is in
+    flight, and none is sent while it flies, so a slot granted by the other take is never
+    granted again after its run ended; only a take that carried the re-ask clears it, so a
+    take sent before another's reply was lost does not pass for the re-ask;
+  * with several live workers (the spread counts this worker's runs of each key, from
+    `HeldKeys`) a queue has one take in flight at a time: a second would count without the
+    first's grants. The per-key limit itself is take.lua's, exact under any number of takes.
 """
 
 from __future__ import annotations
@@ -97,8 +112,11 @@ class KeyedClaims(Service):
         self._turn = 0  # which (shard, queue) asks first when the free slots are fewer
         self._found: dict[str, float] = {}  # queue -> when a take last started one (monotonic)
         self._again: set[tuple[int, str]] = set()  # (shard, queue) whose last take failed
+        self._flying: Counter[tuple[int, str]] = Counter()  # takes in flight, by (shard, queue)
+        self._asking: set[tuple[int, str]] = set()  # ... of them, those carrying a re-ask
+        self.loops = max(1, claims.config.pipelines)  # this one and its followers
+        self.busy = asyncio.Event()  # the last pass took all it asked, a share at least
         self._sleep_s = 0.0
-        self._rate_wait_ms = -1  # the last take's: until a key its rate held back has a token
         self.wake = KeyWake(claims.redis, claims.keys, claims.block_ms)
         self._wake_ok = False  # the last pass worked: its sleep may wait on the wake streams
 
@@ -132,44 +150,75 @@ class KeyedClaims(Service):
         return out
 
     async def run_once(self) -> int:
-        w = self.claims
         self.ended.clear()
-        free = w.slots.free()
         self._wake_ok = False
-        if free <= 0 or not self.shards:
-            self._sleep_s = POLL_S
-            return 0
+        started, self._sleep_s = await self.take_pass(lead=True)
+        return started
+
+    async def take_pass(self, lead: bool) -> tuple[int, float]:
+        """One pass of a take loop: (how many started, how long to wait before the next).
+        The first loop (`lead`) probes cold queues and re-asks; a follower takes only the
+        queues found lately, and only while `busy`."""
+        w = self.claims
+        free = w.slots.free()
+        if free <= 0 or not self.shards or not (lead or self.busy.is_set()):
+            return 0, POLL_S
+        share = -(-w.slots.concurrency // self.loops)  # a loop's share of the run slots
+        if self.loops > 1 and self.busy.is_set():  # a share each, so both have a take going
+            free = min(free, share)
         await resync(w.clock, w.redis)
-        mono = w.clock.monotonic()
-        again = {q for _, q in self._again}  # asked again whatever their rings hold
-        hot = [q for q in w.config.queues
-               if q in again or mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
-        cold = [q for q in w.config.queues if q not in hot]
-        queues = hot + (await self._queued(cold) if cold else [])
-        self._wake_ok = True
+        queues = await self._queues(lead)
+        if lead:
+            self._wake_ok = True
+        live = self.live()
+        workers = live if live > 1 else None
+        flying = {q for _, q in self._flying}
+        if workers and flying & set(queues):  # the spread counts runs held: one take a queue
+            queues = [q for q in queues if q not in flying]
+            if not queues:
+                return 0, POLL_S  # (a run of the take in flight ending cuts it short)
         if not queues:
-            self._sleep_s = IDLE_POLL_S
-            return 0
+            self.busy.clear()
+            return 0, IDLE_POLL_S
         wide = [q for q in queues if q in self.limited.limits]
         permits: dict[str, list[str]] = {}
         if wide:  # queue-wide permits first: take no more than were granted
             got = await self.limited.acquire({q: free for q in wide})
             permits = {q: list(g.members) for q, g in got.items() if g.granted}
-        asks = self._asks(free, [q for q in queues if q not in wide or q in permits],
-                          {q: len(members) for q, members in permits.items()})
+        asks = [(s, q, n) for s, q, n in self._asks(
+                    free, [q for q in queues if q not in wide or q in permits],
+                    {q: len(members) for q, members in permits.items()}) if self._may(s, q)]
         try:
-            started = await self._take(asks, permits) if asks else 0
+            started, rate_wait_ms = await self._take(asks, permits, workers)
         finally:
             for q, members in permits.items():  # not used (or the take failed): back at once
                 for member in members:
                     self.limited.give_back(q, member)
-        if started:
-            self._sleep_s = 0.0
-        else:
-            self._sleep_s = POLL_S
-        if self._rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
-            self._sleep_s = min(self._sleep_s, max(0.001, self._rate_wait_ms / 1000))
-        return started
+        # Took all it asked, a share or more: the keys hold more, the followers take too
+        # (not for a slot or two freed at a time: their passes would mostly find nothing).
+        asked = sum(n for _, _, n in asks)
+        (self.busy.set if started >= max(asked, share) else self.busy.clear)()
+        sleep_s = 0.0 if started else POLL_S
+        if rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
+            sleep_s = min(sleep_s, max(0.001, rate_wait_ms / 1000))
+        return started, sleep_s
+
+    def _may(self, shard: int, queue: str) -> bool:
+        """May a take of the queue on the shard go now? Not while a re-ask of it flies, nor
+        a re-ask while another take of it flies (the module's header)."""
+        return (shard, queue) not in self._asking and not (
+            (shard, queue) in self._again and self._flying[shard, queue])
+
+    async def _queues(self, lead: bool) -> list[str]:
+        """The queues a pass takes: those found lately, and for the first loop those asked
+        again and the cold ones whose ring holds a key (_queued)."""
+        w = self.claims
+        mono = w.clock.monotonic()
+        again = {q for _, q in self._again} if lead else set()  # asked whatever rings hold
+        hot = [q for q in w.config.queues
+               if q in again or mono - self._found.get(q, -IDLE_AFTER_S) < HOT_S]
+        cold = [q for q in w.config.queues if q not in hot] if lead else []
+        return hot + (await self._queued(cold) if cold else [])
 
     async def _queued(self, queues: Sequence[str]) -> list[str]:
         """The queues whose ring holds a key on some shard: asked without holding run slots
@@ -184,21 +233,27 @@ class KeyedClaims(Service):
         return [q for i, q in enumerate(queues)
                 if any(lengths[i * self.shards:(i + 1) * self.shards])]
 
-    async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]]) -> int:
+    async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]],
+                    workers: int | None) -> tuple[int, int]:
+        """Send the takes and start what they granted: (how many started, the least wait
+        for a key's rate token, -1 for none)."""
+        if not asks:
+            return 0, -1
         w = self.claims
         tracer = w.execution.tracer
         now = w.clock.now_ms()
         # The spread: with several workers, a per-key limit is shared out among them
         # (take.lua), counting the runs this one holds of each key.
-        live = self.live()
-        workers = live if live > 1 else None
         mine = {q: self.held.mine(q) for q in {q for _, q, _ in asks}} if workers else {}
+        asking = {(s, q) for s, q, _ in asks if (s, q) in self._again}
         calls = [scripts.take(w.keys.prefix(s), now, w.worker_id, w.lease_ms, q, n, tracer,
                               (s, q) in self._again, q in permits or not w.wide_limits,
                               workers, mine.get(q))
                  for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
+        self._flying.update((s, q) for s, q, _ in asks)
+        self._asking |= asking
         try:
             answers, unconfirmed = await w.send(calls, False)
         except BaseException:
@@ -210,13 +265,18 @@ class KeyedClaims(Service):
             # Slots held for the take and not used are free again: wake a loop that waited
             # on them.
             w.slots.claiming -= sum(n for _, _, n in asks)
+            self._flying.subtract((s, q) for s, q, _ in asks)
+            self._flying = +self._flying
+            self._asking -= asking
             w.slots.capacity.set()
-        granted, self._rate_wait_ms = [], -1
+        granted, rate_wait_ms = [], -1
         mono = w.clock.monotonic()
         refused = False
         keys_of: dict[str, tuple[str, str]] = {}  # slot id -> (queue, key), of this take
+        # Only a take that carried the re-ask answers it: one sent before another take's
+        # reply was lost did not ask again.
+        self._again -= asking
         for (s, q, _), reply in zip(asks, answers, strict=True):
-            self._again.discard((s, q))
             entries, flat, wait_ms, limited, keys = replies.taken(reply, q)
             refused = refused or limited
             if workers:  # (only a spread counts the runs of each key)
@@ -225,8 +285,7 @@ class KeyedClaims(Service):
             if entries:
                 self._found[q] = mono
             if wait_ms >= 0:
-                self._rate_wait_ms = min(wait_ms, self._rate_wait_ms) \
-                    if self._rate_wait_ms >= 0 else wait_ms
+                rate_wait_ms = min(wait_ms, rate_wait_ms) if rate_wait_ms >= 0 else wait_ms
             grants = replies.claimed(flat, entries) if tracer is None \
                 else tracer.claimed(flat, entries)
             if len(set(keys)) > 1:
@@ -236,7 +295,7 @@ class KeyedClaims(Service):
                           on_start=lambda run: self._on_start(run, permits, keys_of))
         if refused:  # a queue-wide limit not read yet: read it, take with permits next pass
             await self.limited.refresh()
-        return started
+        return started, rate_wait_ms
 
     def _on_start(self, run: Run, permits: dict[str, list[str]],
                   keys_of: dict[str, tuple[str, str]]) -> None:
@@ -276,10 +335,42 @@ class KeyedClaims(Service):
         await pause_until(self.ended, self._stop, seconds)
 
     async def run(self) -> None:
+        followers = [asyncio.create_task(KeyedFollower(self).run(), name=f"claim-keyed-{i}")
+                     for i in range(1, self.loops)]
         try:
             await super().run()
         finally:
+            for task in followers:
+                task.cancel()
+            if followers:  # (a take cut short hands its outcomes back first: claims.py)
+                await asyncio.wait(followers, timeout=1.0)
             await self.wake.close()
+
+
+class KeyedFollower(Service):
+    """A further take loop of a worker's keyed claims (the module's header): it takes while
+    the last pass took all it asked for, a share at least, and otherwise waits for that."""
+
+    what = "claiming keyed slots"
+    log = log
+
+    def __init__(self, first: KeyedClaims) -> None:
+        super().__init__(stop=first.claims.stopping, errors=first.errors)
+        self.first = first
+
+    async def ready(self) -> None:
+        while not self.finished():
+            if self.first.busy.is_set():
+                await self.first.claims.slots.wait(self.finished)
+                return
+            await pause_until(self.first.busy, self._stop, IDLE_POLL_S)
+
+    async def run_once(self) -> int:
+        started, _ = await self.first.take_pass(lead=False)
+        return started
+
+    def delay(self, result: Any) -> float:
+        return 0.0  # (ready() waits for the first loop's busy passes)
 
 
 def _alternate(keys: list[bytes], entries: list[Any], grants: list[Any]

@@ -123,9 +123,7 @@ class Worker:
         if supervisor is not None:  # `sched workers` groups the children under it
             self.heartbeat.info.update(supervisor.registry_fields())
         self.limited = LimitedClaims(self.claims, self.errors)
-        # One keyed loop: a second (to overlap one loop's take with the other's runs) showed
-        # no gain on a busy box and doubled the passes that start nothing while keys wait at
-        # their limits (docs/benchmarks.md).
+        # Its keyed take loops (`pipelines` of them, the first starting the others: keyed.py).
         self.keyed = KeyedClaims(self.claims, self.limited, self.errors,
                                  live=lambda: self.heartbeat.live, held=HeldKeys())
         self.pool: ProcessPool | None = None  # start_pool()

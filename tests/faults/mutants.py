@@ -1810,4 +1810,26 @@ MUTANTS = [
            "      prefix .. 'fires:' .. job_id)",
            ("tests/sdk/test_forget.py::test_forget_removes_a_schedules_fire_ledger_and_"
             "objective_counts",), fast=True),
+    Mutant("keyed-take-in-flight-answers-a-re-ask", "a take sent before another's reply "
+           "was lost clears the re-ask when its own reply lands: the lost take's grants wait "
+           "out their lease and count a failed attempt", "scheduler/worker/keyed.py",
+           "        self._again -= asking\n",
+           "        self._again -= {(s, q) for s, q, _ in asks}\n",
+           ("tests/worker/test_keyed_claims.py::test_a_take_in_flight_when_another_s_reply_"
+            "is_lost_does_not_answer_the_re_ask",), fast=True),
+    Mutant("keyed-two-takes-of-a-queue-past-the-spread", "with several live workers a "
+           "worker's two take loops take one queue at once: each counts the runs it holds "
+           "without the other's grants, and the worker runs a key past its share of the "
+           "per-key limit", "scheduler/worker/keyed.py",
+           "        if workers and flying & set(queues):", "        if False:",
+           ("tests/worker/test_keyed_claims.py::test_with_several_workers_a_queue_has_one_"
+            "take_in_flight",), fast=True),
+    Mutant("keyed-re-ask-beside-a-take-in-flight", "a worker re-asks for a lost take's "
+           "grants while another take of the queue is in flight: it grants that take's slots "
+           "again, and a run that ended already starts a second time",
+           "scheduler/worker/keyed.py",
+           "        return (shard, queue) not in self._asking and not (",
+           "        return True or (shard, queue) not in self._asking and not (",
+           ("tests/worker/test_keyed_claims.py::test_a_re_ask_waits_for_the_take_in_flight",),
+           fast=True),
 ]

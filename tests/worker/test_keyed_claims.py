@@ -114,3 +114,168 @@ def test_a_free_keys_job_starts_at_once_on_an_idle_worker(redis_url: str, ns: st
     print("start lags of a free key's job on an idle worker:",
           ", ".join(f"{x * 1000:.1f} ms" for x in sorted(lags)))
     assert max(lags) < IDLE_POLL_S * 0.4, [f"{x * 1000:.0f} ms" for x in lags]
+
+
+class TwoTakes:
+    """A worker's two take loops with their takes in flight at once: the first take's
+    scripts run, then it waits until the second's have run too; `first_fails` loses the
+    first's reply, after which the second's reply lands (before it, `second_lands_first`)."""
+
+    def __init__(self, worker: Worker, first_fails: bool,
+                 second_lands_first: bool = False) -> None:
+        self.real, self.sent = worker.claims.send, 0
+        self.first_sent, self.second_ran = asyncio.Event(), asyncio.Event()
+        self.first_done = asyncio.Event()
+        self.first_fails = first_fails
+        if second_lands_first:
+            self.first_done.set()
+        worker.claims.send = self.send  # type: ignore[method-assign]
+
+    async def send(self, calls: Any, prefetch: bool) -> Any:
+        self.sent += 1
+        if self.sent == 1:
+            self.first_sent.set()
+            answers = await self.real(calls, prefetch)  # the scripts ran...
+            await asyncio.wait_for(self.second_ran.wait(), 10)
+            if self.first_fails:
+                raise redis.ConnectionError("the reply was lost")  # ...and the reply is gone
+            return answers
+        if self.sent == 2:
+            answers = await self.real(calls, prefetch)
+            self.second_ran.set()
+            await asyncio.wait_for(self.first_done.wait(), 10)
+            return answers
+        return await self.real(calls, prefetch)
+
+    async def both(self, worker: Worker, again: bool = False) -> int:
+        """The first loop's pass and a follower's, both takes in flight; what they started
+        (the first's, when its reply was lost, counted as none). `again`: an earlier take's
+        reply was lost, and the first loop's next pass runs beside the first take."""
+        # As after a pass that took all it asked: the follower takes the queues found.
+        worker.keyed.busy.set()
+        worker.keyed._found["default"] = worker.claims.clock.monotonic()
+        first = asyncio.create_task(worker.keyed.take_pass(lead=True))
+        await asyncio.wait_for(self.first_sent.wait(), 10)
+        if again:
+            worker.keyed._again.update((s, "default") for s in range(worker.shards))
+        second = asyncio.create_task(worker.keyed.take_pass(lead=again))
+        second.add_done_callback(lambda _: self.second_ran.set())  # (when it sent nothing)
+        started = 0
+        try:
+            started += (await first)[0]
+        except redis.ConnectionError:
+            assert self.first_fails
+        self.second_ran.set()
+        self.first_done.set()
+        return started + (await second)[0]
+
+
+async def _settle(worker: Worker) -> int:
+    for _ in range(200):
+        if not worker.running:
+            break
+        await asyncio.sleep(0.01)
+    return await worker.committer.run_once()
+
+
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+def test_a_take_in_flight_when_another_s_reply_is_lost_does_not_answer_the_re_ask(
+        redis_url: str, ns: str) -> None:
+    """Two takes in flight (a worker's two take loops): the first's reply is lost, then the
+    second's lands. The second did not ask again, so the next pass still does: the first's
+    grants run now, under their attempt, rather than waiting out their lease."""
+    registry = Registry()
+    ran: Counter[tuple[str, int]] = Counter()
+
+    @registry.task("noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        ran[(ctx.slot_id, ctx.attempt)] += 1
+
+    async def main() -> tuple[int, int]:
+        client = async_redis(redis_url)
+        worker = Worker(client, registry, namespace=ns,
+                        config=WorkerConfig(concurrency=16, pipelines=2))
+        await worker.setup()
+        takes = TwoTakes(worker, first_fails=True)
+        second = await takes.both(worker)
+        assert takes.sent == 2 and second > 0
+        again = await worker.keyed.run_once()  # asks again for the first take's grants
+        await _settle(worker)
+        worker.execution.close()
+        await client.aclose()
+        return second, again
+
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([JobSpec(task="noop", concurrency_key=f"k{i}")
+                                  for i in range(16)])
+        second, again = asyncio.run(main())
+        assert again > 0 and second + again == 16
+        assert sorted(ran) == sorted((client.slots(j)[0].slot_id, 1) for j in ids)
+        assert {client.slots(j)[0].status for j in ids} == {SlotStatus.SUCCEEDED}
+
+
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+def test_with_several_workers_a_queue_has_one_take_in_flight(redis_url: str, ns: str) -> None:
+    """The spread (take.lua) counts the runs a worker holds of each key: a second take of
+    the queue sent before the first's grants are counted would run the key past the
+    worker's share of its limit (here 1 of a limit of 2 over two live workers)."""
+    registry = Registry()
+    release = asyncio.Event()
+
+    @registry.task("hold")
+    async def hold(ctx: Context, payload: Any) -> None:
+        await release.wait()
+
+    async def main() -> tuple[int, int]:
+        client = async_redis(redis_url)
+        worker = Worker(client, registry, namespace=ns,
+                        config=WorkerConfig(concurrency=8, pipelines=2))
+        await worker.setup()
+        worker.keyed.live = lambda: 2
+        takes = TwoTakes(worker, first_fails=False)
+        started = await takes.both(worker)
+        running = len(worker.running)
+        release.set()
+        await _settle(worker)
+        worker.execution.close()
+        await client.aclose()
+        return started, running
+
+    with Client(redis_url, ns) as client:
+        client.set_queue_limit("default", per_key_concurrency=2)
+        client.submit_many([JobSpec(task="hold", concurrency_key="k") for _ in range(4)])
+        started, running = asyncio.run(main())
+        assert (started, running) == (1, 1)
+
+
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+def test_a_re_ask_waits_for_the_take_in_flight(redis_url: str, ns: str) -> None:
+    """A re-ask grants again the worker's running slots of the queue: sent while another
+    take of it is in flight, it would grant that take's slots too, and once the take's reply
+    started them (a no-op ends at once), the re-ask's would start them a second time."""
+    registry = Registry()
+    ran: Counter[tuple[str, int]] = Counter()
+
+    @registry.task("noop")
+    async def noop(ctx: Context, payload: Any) -> None:
+        ran[(ctx.slot_id, ctx.attempt)] += 1
+
+    async def main() -> int:
+        client = async_redis(redis_url)
+        worker = Worker(client, registry, namespace=ns,
+                        config=WorkerConfig(concurrency=16, pipelines=2))
+        await worker.setup()
+        takes = TwoTakes(worker, first_fails=False, second_lands_first=True)
+        started = await takes.both(worker, again=True)
+        for _ in range(3):  # the re-ask, once the take landed, and the rest of the jobs
+            started += await worker.keyed.run_once()
+        await _settle(worker)
+        worker.execution.close()
+        await client.aclose()
+        return started
+
+    with Client(redis_url, ns) as client:
+        ids = client.submit_many([JobSpec(task="noop", concurrency_key=f"k{i}")
+                                  for i in range(16)])
+        asyncio.run(main())
+        assert sorted(ran.elements()) == sorted((client.slots(j)[0].slot_id, 1) for j in ids)
