@@ -175,7 +175,7 @@ async def _settle(worker: Worker) -> int:
         if not worker.running:
             break
         await asyncio.sleep(0.01)
-    return await worker.committer.run_once()
+    return await worker.exchange.commit()
 
 
 @pytest.mark.parametrize("redis_url", ["single"], indirect=True)
