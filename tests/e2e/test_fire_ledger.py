@@ -173,8 +173,10 @@ def test_queues_held_by_their_rate_or_concurrency_limit(r: redis.Redis, redis_ur
         client.create_namespace()
         client.set_queue_limit("limited", rate="1/m")  # one start a minute
         client.set_queue_limit("narrow", concurrency=1)
+        # --grace: the hog's run is released at once when the block ends, not in 10 s
         both = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
-                             "--queues", "limited,narrow", "--log-level", "warning")
+                             "--queues", "limited,narrow", "--grace", "0.5",
+                             "--log-level", "warning")
         with running(node(redis_url, ns, app_env), both):
             hog = client.submit("test.sleep_then_effect", {"seconds": 30, "effects": effects},
                                 queue="narrow")
