@@ -1679,4 +1679,11 @@ MUTANTS = [
            "for the start of a flood's share", "scheduler/worker/keyed.py",
            "if len(set(keys)) > 1:", "if False:",
            ("tests/e2e/test_bench_smoke.py::test_fairness_smoke",)),
+    Mutant("limit-held-reads-behind", "an occurrence its queue's rate or concurrency limit "
+           "holds back reads `behind` (the workers are slow), not `paused_by_limit`",
+           "scheduler/sdk/fires.py",
+           "else Reason.PAUSED_BY_LIMIT if s.queue in limited else Reason.BEHIND)",
+           "else Reason.BEHIND)",
+           ("tests/e2e/test_fire_ledger.py::"
+            "test_queues_held_by_their_rate_or_concurrency_limit",)),
 ]
