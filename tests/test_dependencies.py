@@ -123,11 +123,33 @@ def test_without_psycopg_the_cli_says_in_one_line_what_to_install(args: list[str
     assert done.stdout == ""
 
 
+# Runs each command line of argv[1] (JSON) in turn in this one interpreter: (args, exit code,
+# what it printed) per line, as JSON.
+_EACH_COMMAND = '''
+import contextlib, io, json
+from scheduler.cli.main import main
+
+said = []
+for args in json.loads(sys.argv[1]):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code
+    said.append([args, code, out.getvalue()])
+print(json.dumps(said))
+'''
+
+
 def test_without_psycopg_the_cli_runs_what_needs_no_postgres() -> None:
-    for args in (["--help"], ["worker", "--help"], ["scheduler", "--help"], ["dev", "--help"]):
-        done = _without_psycopg("from scheduler.cli.main import main\nmain(sys.argv[1:])",
-                                *args)
-        assert done.returncode == 0 and "Usage:" in done.stdout, (args, done.stderr)
+    asked = [["--help"], ["worker", "--help"], ["scheduler", "--help"], ["dev", "--help"]]
+    done = _without_psycopg(_EACH_COMMAND, json.dumps(asked))
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert [args for args, _, _ in said] == asked
+    for args, code, out in said:
+        assert code in (0, None) and out.startswith("Usage: "), (args, code, out, done.stderr)
 
 
 def test_without_psycopg_a_postgres_history_store_is_unavailable_saying_why() -> None:

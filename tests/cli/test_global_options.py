@@ -94,6 +94,7 @@ def test_the_one_after_the_command_wins(capsys: pytest.CaptureFixture[str], redi
     assert code == 1 and "127.0.0.1:2" in err
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 def test_a_worker_process_given_both_after_its_command(redis_url: str, ns: str,
                                                       app_env: dict[str, str]) -> None:
     """`sched worker --app m:r --redis-url URL --namespace NS` runs the jobs of NS there (the

@@ -287,6 +287,7 @@ def test_sched_jobs_list_shows_a_job_whose_payload_does_not_decode(
     assert code == 0 and "(not shown: 60001 bytes of JSON nested deeper than 64 levels)" in out
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 def test_the_console_shows_a_job_whose_payload_does_not_decode(
         redis_url: str, ns: str, deep_job: str) -> None:
     """/jobs and /schedules failed with such a job; a real `sched web` serves both, and the

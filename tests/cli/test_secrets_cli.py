@@ -141,6 +141,7 @@ def test_a_long_running_process_logs_no_redis_password(ns: str, url: str,
                                  DSNS["keywords quoted"], DSNS["space"]],
                          ids=["malformed", "unencoded @", "no such role", "keywords quoted",
                               "space"])
+@pytest.mark.slow  # a real long-running `sched` process
 def test_the_history_page_shows_no_postgres_password(redis_url: str, ns: str,
                                                      dsn: str) -> None:
     """The console's History page showed psycopg's error, DSN and password in it, to every
@@ -152,6 +153,7 @@ def test_the_history_page_shows_no_postgres_password(redis_url: str, ns: str,
         assert not leaked(page), page
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 def test_sched_dev_logs_no_postgres_password(tmp_path: Path, ns: str) -> None:
     start = time.monotonic()
     done = run("--namespace", ns, "dev", "--no-web", "--metrics-port", "0", "--postgres-dsn",

@@ -45,6 +45,7 @@ def stop(proc: subprocess.Popen[bytes]) -> str:
     return out.decode()
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 def test_exporter_process(redis_url: str, ns: str) -> None:
     port = free_port()
     proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "exporter",
@@ -60,6 +61,7 @@ def test_exporter_process(redis_url: str, ns: str) -> None:
     assert json.loads(out.splitlines()[0])["message"].startswith("exporter for namespace")
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 def test_worker_metrics_port(redis_url: str, ns: str, app_env: dict[str, str]) -> None:
     port = free_port()
     proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "worker",
@@ -113,6 +115,7 @@ def test_sched_worker_starts_handlers_eagerly_unless_told_not_to(
     assert places == {"": {eager}, "--no-eager-start": {"loop"}}
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 def test_status_watch_refreshes_until_interrupted(redis_url: str, ns: str) -> None:
     proc = subprocess.Popen([*SCHED, "--redis-url", redis_url, "--namespace", ns, "status",
                              "--watch", "--interval", "0.2"],
@@ -178,6 +181,7 @@ def _read_lines(stream: Any, into: queue.Queue[str]) -> None:
         into.put(line)
 
 
+@pytest.mark.slow  # a real long-running `sched` process
 @pytest.mark.parametrize("password", [False, True])
 def test_sched_web_logs_where_it_serves_once_bound_and_that_it_stopped(
         redis_url: str, ns: str, password: bool) -> None:

@@ -4,7 +4,8 @@ planted cookies, odd bytes), and what each refused request did not do checked in
 through the SDK. One console without a token and one with, for the module; the options that
 change the doors (--behind-proxy, --allow-host) start their own. Each test that sends wrong
 tokens connects from a loopback address of its own (127.0.0.N): the sign-in limit counts per
-client address."""
+client address. The tests against a `sched web` process are in the slow set (real
+processes); the limiter's and the cookie's own tests run in-process in the fast set."""
 
 from __future__ import annotations
 
@@ -153,6 +154,7 @@ BAD_NEXT = ["///evil.example", "//evil.example", "/\\evil.example", "\\\\evil.ex
             "evil.example", " /jobs", "javascript:alert(1)", ""]
 
 
+@pytest.mark.slow
 def test_next_after_sign_in_is_a_path_of_the_console(token_console: Console) -> None:
     for target in BAD_NEXT:
         reply = call(token_console.base, "POST", "/login", source="127.0.0.11",
@@ -165,6 +167,7 @@ def test_next_after_sign_in_is_a_path_of_the_console(token_console: Console) -> 
     assert 'name="next" value="/"' in page.body
 
 
+@pytest.mark.slow
 def test_an_action_forms_next_is_a_path_of_the_console(open_console: Console) -> None:
     cookie, csrf = open_console.session()
     for target in BAD_NEXT:
@@ -177,6 +180,7 @@ def test_an_action_forms_next_is_a_path_of_the_console(open_console: Console) ->
 
 # --- without a token: loopback Host names only ----------------------------------------------
 
+@pytest.mark.slow
 def test_without_a_token_only_loopback_names_are_served(open_console: Console,
                                                         token_console: Console) -> None:
     port = urlsplit(open_console.base).port
@@ -211,6 +215,7 @@ def test_without_a_token_only_loopback_names_are_served(open_console: Console,
     assert call(token_console.base, "GET", "/jobs", host=evil).status == 401
 
 
+@pytest.mark.slow
 def test_allow_host_names_one_more_host(redis_url: str, namespace: Console) -> None:
     with serving(redis_url, namespace, "--allow-host", "Console.Example") as console:
         port = urlsplit(console.base).port
@@ -227,6 +232,7 @@ def test_allow_host_names_one_more_host(redis_url: str, namespace: Console) -> N
 
 # --- CSRF: a field only the console can make, from the console's own pages ------------------
 
+@pytest.mark.slow
 def test_a_planted_cookie_pair_does_not_pass(open_console: Console) -> None:
     """A sibling site can plant cookies for the console's host, and send a form field equal
     to them: the field must be the console's HMAC of the session, which it cannot make."""
@@ -247,6 +253,7 @@ def test_a_planted_cookie_pair_does_not_pass(open_console: Console) -> None:
     assert open_console.runs() == before + 1
 
 
+@pytest.mark.slow
 def test_a_post_from_another_site_is_refused(open_console: Console,
                                              token_console: Console) -> None:
     cookie, csrf = open_console.session()
@@ -281,6 +288,7 @@ def test_a_post_from_another_site_is_refused(open_console: Console,
 
 # --- odd bytes: refusals, never errors ------------------------------------------------------
 
+@pytest.mark.slow
 def test_odd_tokens_and_fields_are_refused_never_an_error(open_console: Console,
                                                           token_console: Console) -> None:
     source = "127.0.0.13"  # a wrong token counts: this address is limited (429) midway
@@ -310,6 +318,7 @@ def test_odd_tokens_and_fields_are_refused_never_an_error(open_console: Console,
 
 # --- cookies and sign-out -------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_sign_in_cookie_and_sign_out(token_console: Console,
                                          open_console: Console) -> None:
     reply = token_console.sign_in("127.0.0.14", X_Forwarded_Proto="https")
@@ -336,6 +345,7 @@ def test_the_sign_in_cookie_and_sign_out(token_console: Console,
     assert cleared.startswith('sched_token="";') and "Max-Age=0" in cleared, cleared
 
 
+@pytest.mark.slow
 def test_behind_a_proxy(redis_url: str, namespace: Console) -> None:
     """--behind-proxy: the proxy's X-Forwarded-Proto makes the cookie Secure, and its
     X-Forwarded-For (the last entry, the one the proxy wrote) is the address limited."""
@@ -357,6 +367,7 @@ def test_behind_a_proxy(redis_url: str, namespace: Console) -> None:
 
 # --- headers on every response --------------------------------------------------------------
 
+@pytest.mark.slow
 def test_security_headers_on_every_response(open_console: Console,
                                             token_console: Console) -> None:
     o, t = open_console, token_console
@@ -397,6 +408,7 @@ def test_security_headers_on_every_response(open_console: Console,
 
 # --- sign-in rate limit ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_failed_sign_ins_are_limited_per_address(token_console: Console) -> None:
     t = token_console
     for _ in range(5):

@@ -2,7 +2,8 @@
 the real Redis: a link puts no sentence of its own on a page (results are codes); a POST's
 body is read only when it is a small URL-encoded form (415 / 413 before reading, and a
 chunked body cut at the limit); and no route answers 500 to hostile path, query or form
-values (huge numbers, NUL, unicode digits, negatives, `..`), every route of the app walked."""
+values (huge numbers, NUL, unicode digits, negatives, `..`), every route of the app walked.
+The tests against the `sched web` processes are in the slow set (real processes)."""
 
 from __future__ import annotations
 
@@ -124,6 +125,7 @@ def stack(redis_url: str) -> Iterator[Stack]:
 
 # --- results are codes ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_link_puts_no_sentence_of_its_own_on_any_page(stack: Stack) -> None:
     """`?failed=` and `?done=` put any text on every page, the sign-in page included."""
     spoof = quote(SPOOF)
@@ -156,6 +158,7 @@ def test_every_result_code_says_a_fixed_sentence_with_its_counts() -> None:
     assert message({"done": "nope"}) is None and message({}) is None
 
 
+@pytest.mark.slow
 def test_an_action_redirects_with_its_code_and_a_refused_one_says_why_itself(
         stack: Stack) -> None:
     cookie, csrf = stack.session()
@@ -209,6 +212,7 @@ def _unsent_body(base: str, path: str, length: int | str, content_type: str) -> 
     return Reply(status, "", data.decode("latin-1"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["/login", "/actions/cancel", "/logout"])
 def test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read(stack: Stack,
                                                                       path: str) -> None:
@@ -228,6 +232,7 @@ def test_a_body_that_is_not_a_small_form_is_refused_before_it_is_read(stack: Sta
         assert reply.status in (400, 413), (length, reply.body[:300])  # 400: the HTTP parser's
 
 
+@pytest.mark.slow
 def test_a_chunked_form_is_read_to_the_limit_and_no_further(stack: Stack) -> None:
     """A chunked body names no length: the console answers 413 once it has read past the
     limit, while the body is still coming (a server that read it all would still wait)."""
@@ -271,6 +276,7 @@ def routes(redis_url: str) -> list[tuple[str, set[str]]]:
     return [(r.path, set(r.methods or ())) for r in starlette.routes if isinstance(r, Route)]
 
 
+@pytest.mark.slow
 def test_no_route_answers_500_to_hostile_values(stack: Stack, redis_url: str) -> None:
     """`GET /slots/a:<5000 digits>` and the cancel / replay actions with such ids answered
     500."""

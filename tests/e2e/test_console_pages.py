@@ -3,7 +3,7 @@ default 5 s chart sampling) over the real Redis, with real workers and scheduler
 a page shows their work: each page says what Redis says at the moment it is viewed; the
 overview and /queues show every queue with its limit and runs; lists of queued, scheduled,
 retrying and running slots page through to their end; a search by id; immediate jobs found;
-empty pages say what would fill them; no query string gets a 500. The browser tests (slow)
+empty pages say what would fill them; no query string gets a 500. The browser tests
 open the console before its worker starts, and walk the new pages in chromium."""
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ from helpers import (
 )
 from scheduler import AsyncClient, Client, Registry, RetryPolicy, SlotStatus
 from scheduler.worker.worker import SupervisorRef
+
+pytestmark = pytest.mark.slow  # real processes: `-m 'not slow'` skips them
 
 WORKER_APP = "scheduler.dev.examples.tasks:registry"
 JOB_STATES = ["active", "ended", "deleted"]
@@ -512,7 +514,6 @@ def test_no_query_a_user_or_attacker_can_send_answers_500(redis_url: str, ns: st
 
 # --- in a browser -------------------------------------------------------------------------
 
-@pytest.mark.slow
 def test_a_console_opened_before_its_worker_shows_it_within_one_page_load(
         redis_url: str, ns: str, web: str) -> None:
     """As users start things: the console first, then a worker and a scheduler node, then a
@@ -547,7 +548,6 @@ def test_a_console_opened_before_its_worker_shows_it_within_one_page_load(
         browser.close()
 
 
-@pytest.mark.slow
 def test_the_new_pages_in_a_browser(redis_url: str, ns: str, web: str,
                                     tmp_path: Path) -> None:
     """From the overview's counts to their lists, a queue's pages, the running page, the
@@ -592,7 +592,6 @@ def test_the_new_pages_in_a_browser(redis_url: str, ns: str, web: str,
         shutil.copy(tmp_path / "running.png", SHOTS / "console-running.png")
 
 
-@pytest.mark.slow
 def test_the_tasks_page_in_a_browser(redis_url: str, ns: str, web: str,
                                      tmp_path: Path) -> None:
     """From the nav to the Tasks page, and from a task to its jobs; a screenshot
@@ -625,7 +624,6 @@ def ms_of(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-@pytest.mark.slow
 def test_a_schedules_timeline_in_a_browser(redis_url: str, ns: str, web: str,
                                            tmp_path: Path) -> None:
     """A schedule that runs every second: its page draws a mark per occurrence, coloured

@@ -8,7 +8,7 @@ real clock, and `Client.fires` / `sched schedules explain` reading what they did
   the latest of them ran;
 - a queue no worker reads: its occurrences read `pending`, `no_worker`;
 - a redefinition: the old cadence's withdrawn occurrences read `redefined`;
-- a queue whose rate limit holds its runs back: `pending`, `paused_by_limit`.
+- queues whose rate or concurrency limit holds their runs back: `pending`, `paused_by_limit`.
 """
 
 from __future__ import annotations
@@ -163,27 +163,42 @@ def test_no_worker_and_a_redefinition(r: redis.Redis, redis_url: str, ns: str,
 
 
 
-def test_a_queue_held_by_its_limit(r: redis.Redis, redis_url: str, ns: str,
-                                   app_env: dict[str, str]) -> None:
+def test_queues_held_by_their_rate_or_concurrency_limit(r: redis.Redis, redis_url: str, ns: str,
+                                                       app_env: dict[str, str]) -> None:
+    """Two queues under one node and worker: one whose rate limit lets one start a minute,
+    and one whose concurrency limit of 1 a long run takes. Each schedule's occurrences wait
+    past their objective, `paused_by_limit` (not `behind`)."""
     effects = f"{ns}:test:effects"
     with Client(redis_url, ns) as client:
         client.create_namespace()
         client.set_queue_limit("limited", rate="1/m")  # one start a minute
-        hog = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
-                            "--queues", "limited", "--log-level", "warning")
-        with running(node(redis_url, ns, app_env), hog):
-            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
-                                   queue="limited")
-            first = client.get_job(job_id).fire_ms
-            wait_for(lambda: redis_ms(r) > first + 7000, 15, "a few occurrences")
+        client.set_queue_limit("narrow", concurrency=1)
+        # --grace: the hog's run is released at once when the block ends, not in 10 s
+        both = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
+                             "--queues", "limited,narrow", "--grace", "0.5",
+                             "--log-level", "warning")
+        with running(node(redis_url, ns, app_env), both):
+            hog = client.submit("test.sleep_then_effect", {"seconds": 30, "effects": effects},
+                                queue="narrow")
+            wait_for(lambda: client.slots(hog)[0].status.value == "running", 15, "the hog")
+            by_rate, by_concurrency = (
+                client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
+                              queue=queue) for queue in ("limited", "narrow"))
+            first = {j: client.get_job(j).fire_ms for j in (by_rate, by_concurrency)}
+            wait_for(lambda: redis_ms(r) > max(first.values()) + 7000, 15, "a few occurrences")
             read_at = redis_ms(r)
-            page = client.fires(job_id, since=at(first))
+            rated, narrowed = (client.fires(j, since=at(first[j])).fires
+                               for j in (by_rate, by_concurrency))
     # past the objective (with a margin for the client's clock), and not the one start the
-    # limit let through
-    old = [f for f in page.fires if read_at - f.fire_ms > 3000 and f.state is not FireState.RAN]
-    assert len(old) >= 3 and len([f for f in page.fires if f.state is FireState.RAN]) <= 1 and all(
+    # rate limit let through
+    old = [f for f in rated if read_at - f.fire_ms > 3000 and f.state is not FireState.RAN]
+    assert len(old) >= 3 and len([f for f in rated if f.state is FireState.RAN]) <= 1 and all(
         f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
-        (f.state, f.reason) for f in page.fires]
+        (f.state, f.reason) for f in rated]
+    old = [f for f in narrowed if read_at - f.fire_ms > 3000]
+    assert len(old) >= 3 and all(
+        f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
+        (f.state, f.reason) for f in narrowed]
 
 
 def test_the_same_ledger_read_back_from_the_history_store_once_redis_forgot_it(
@@ -263,32 +278,6 @@ def test_the_same_ledger_read_back_from_the_history_store_once_redis_forgot_it(
     # Without it, only the current cadence's fire times are known, and none has a record.
     assert len(forgot.fires) < len(in_redis.fires)
     assert all(f.reason is Reason.UNRECORDED for f in forgot.fires), forgot.fires
-
-
-def test_a_queue_held_by_its_concurrency_limit(r: redis.Redis, redis_url: str, ns: str,
-                                               app_env: dict[str, str]) -> None:
-    """A concurrency limit of 1 taken by a long run: the schedule's occurrences on that
-    queue wait past their objective, `paused_by_limit` (not `behind`)."""
-    effects = f"{ns}:test:effects"
-    with Client(redis_url, ns) as client:
-        client.create_namespace()
-        client.set_queue_limit("narrow", concurrency=1)
-        narrow = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
-                               "--queues", "narrow", "--log-level", "warning")
-        with running(node(redis_url, ns, app_env), narrow):
-            hog = client.submit("test.sleep_then_effect", {"seconds": 30, "effects": effects},
-                                queue="narrow")
-            wait_for(lambda: client.slots(hog)[0].status.value == "running", 15, "the hog")
-            job_id = client.submit("test.effect", {"effects": effects}, cron="* * * * * *",
-                                   queue="narrow")
-            first = client.get_job(job_id).fire_ms
-            wait_for(lambda: redis_ms(r) > first + 7000, 15, "a few occurrences")
-            read_at = redis_ms(r)
-            page = client.fires(job_id, since=at(first))
-    old = [f for f in page.fires if read_at - f.fire_ms > 3000]
-    assert len(old) >= 3 and all(
-        f.state is FireState.PENDING and f.reason is Reason.PAUSED_BY_LIMIT for f in old), [
-        (f.state, f.reason) for f in page.fires]
 
 
 def test_a_run_waiting_to_retry_reads_retrying(r: redis.Redis, redis_url: str, ns: str,

@@ -1832,4 +1832,11 @@ MUTANTS = [
            "        return True or (shard, queue) not in self._asking and not (",
            ("tests/worker/test_keyed_claims.py::test_a_re_ask_waits_for_the_take_in_flight",),
            fast=True),
+    Mutant("limit-held-reads-behind", "an occurrence its queue's rate or concurrency limit "
+           "holds back reads `behind` (the workers are slow), not `paused_by_limit`",
+           "scheduler/sdk/fires.py",
+           "else Reason.PAUSED_BY_LIMIT if s.queue in limited else Reason.BEHIND)",
+           "else Reason.BEHIND)",
+           ("tests/e2e/test_fire_ledger.py::"
+            "test_queues_held_by_their_rate_or_concurrency_limit",)),
 ]
