@@ -7,6 +7,7 @@ scheduler/observe/status.py's readers in either client; the last `sched verify` 
 from __future__ import annotations
 
 from scheduler.core import canary
+from scheduler.core.canary import VerifyRun
 from scheduler.core.errors import ValidationError
 from scheduler.observe.status import (
     Status,
@@ -42,7 +43,7 @@ def supervisors(core: ClientState) -> Op[list[Supervisor]]:
     return group_supervisors((yield from workers(core)))
 
 
-def verify_runs(core: ClientState, limit: int = canary.RUNS_KEPT) -> Op[list[canary.VerifyRun]]:
+def verify_runs(core: ClientState, limit: int = canary.RUNS_KEPT) -> Op[list[VerifyRun]]:
     """The last `sched verify` runs on this namespace, newest first (at most `limit`, and
     at most the 20 a namespace keeps): each one's start, duration, exit code, chaos and seed,
     and every invariant with its figure."""
