@@ -140,14 +140,17 @@ def _emit(verdict: run.Verdict, as_json: bool, monkey: chaos_mod.Chaos | None,
     if as_json:
         out = verdict.as_json()
         if monkey is not None:
-            out["chaos"] = {"seed": monkey.seed, "killed": monkey.killed}
+            out["chaos"] = {"seed": monkey.seed, "killed": monkey.killed,
+                            "in_flight": monkey.in_flight}
         if restart is not None:
             out["redis_restart"] = restart.as_json()
         click.echo(msgspec.json.encode(out).decode())
         return
     if monkey is not None:
+        workers = sum(1 for k in monkey.killed if k.startswith("worker "))
         click.echo(f"chaos: seed {monkey.seed}, {len(monkey.killed)} kills: "
-                   f"{', '.join(monkey.killed) or 'none'}")
+                   f"{', '.join(monkey.killed) or 'none'}; {monkey.in_flight} of {workers} "
+                   f"worker kills found a canary in flight")
     if restart is not None:
         click.echo(restart.report())
     _print(verdict)

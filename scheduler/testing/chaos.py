@@ -5,8 +5,11 @@ the canaries' path.
 The schedule is drawn from a seed (printed at the start of a run, so a failing one can be
 repeated). Every worker it kills goes into the run's ground truth (`Truth.faulted_pids`: its
 attempts may be lost), and every node it kills opens an outage for as long as its shards
-wait for a new owner (no node may reclaim them then). Its children are stopped when the run
-ends, whatever the outcome.
+wait for a new owner (no node may reclaim them then). A worker's kill waits, at most until
+the canaries' submission ends, for that worker to hold a canary (`holding`: the slow ones
+hold it a second), so the kill loses an attempt in flight and its reclaim is on the path;
+`in_flight` counts the kills that did. Its children are stopped when the run ends, whatever
+the outcome.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from scheduler.redis.failures import REDIS_ERRORS
 from scheduler.testing.truth import Outage, Truth, wall_ms
 
 MIN_KILLS, MAX_KILLS = 1, 1000
@@ -31,6 +35,7 @@ MAX_SEED = 2**32 - 1
 NODE_TAKEOVER_MS = 5000 * 4 // 3
 RESTART_S = (0.5, 2.0)  # how long a killed child stays down before it is restarted
 STOP_S = 20.0  # how long a child may drain on SIGTERM before it is killed
+AIM_POLL_S = 0.05  # how often a worker's kill looks for a canary it holds
 
 
 @dataclass
@@ -59,6 +64,10 @@ class Chaos:
     say: Callable[[str], None] = lambda line: None
     killed: list[str] = field(default_factory=list)  # "worker 1234" per kill, in order
     kill_ms: list[int] = field(default_factory=list)  # wall-clock ms of each kill
+    # The pids of the workers holding a canary now (the run's: verify() hands it over);
+    # None: kills are not aimed.
+    holding: Callable[[], set[int]] | None = None
+    in_flight: int = 0  # worker kills that found a canary in flight
     _children: list[Child] = field(default_factory=list)
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -86,20 +95,41 @@ class Chaos:
         # Within the run's first 80 %: a lost attempt is reclaimed while the run settles.
         at = sorted(rng.uniform(0.05, 0.8) * duration_s for _ in range(self.kills))
         plan = [(t, rng.randrange(len(self._children)), rng.uniform(*RESTART_S)) for t in at]
-        self._thread = threading.Thread(target=self._run, args=(plan,), name="verify-chaos",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(plan, duration_s),
+                                        name="verify-chaos", daemon=True)
         self._thread.start()
 
-    def _run(self, plan: list[tuple[float, int, float]]) -> None:
+    def _run(self, plan: list[tuple[float, int, float]], duration_s: float) -> None:
         start = time.monotonic()
         for at, index, down_s in plan:
             if self._stop.wait(max(0.0, start + at - time.monotonic())):
                 return
             child = self._children[index]
+            if child.role == "worker":
+                self._aim(child, start + duration_s)
             self._kill(child)
             if self._stop.wait(down_s):
                 return
             self._spawn(child)
+
+    def _held(self, pid: int) -> bool:
+        """Whether the worker `pid` holds a canary now (False when Redis cannot say)."""
+        if self.holding is None:
+            return False
+        try:
+            return pid in self.holding()
+        except REDIS_ERRORS:
+            return False
+
+    def _aim(self, child: Child, until: float) -> None:
+        """Wait until the worker holds a canary, its process ends, the submission ends
+        (`until`: no new canary starts after) or the run stops."""
+        proc = child.proc
+        if self.holding is None or proc is None:
+            return
+        while proc.poll() is None and time.monotonic() < until and not self._held(proc.pid):
+            if self._stop.wait(AIM_POLL_S):
+                return
 
     def _kill(self, child: Child) -> None:
         proc = child.proc
@@ -113,7 +143,11 @@ class Chaos:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         self.killed.append(f"{child.role} {proc.pid}")
-        self.say(f"chaos: killed {child.role} {proc.pid} ({len(self.killed)} of {self.kills})")
+        # Read after its death: a canary it started and never ended was in flight.
+        held = child.role == "worker" and self._held(proc.pid)
+        self.in_flight += held
+        self.say(f"chaos: killed {child.role} {proc.pid} ({len(self.killed)} of {self.kills})"
+                 + (", a canary in flight" if held else ""))
 
     def wait(self) -> None:
         """Until every kill of the schedule is done and its victim restarted."""

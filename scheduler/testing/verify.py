@@ -172,6 +172,8 @@ class Run:
         # With --redis-restart: submits refused while Redis is away are sent again.
         self.restart: RedisRestart | None = None
         self.group = f"verify:{self.run_id}"  # holds the events streams' entries (hold_events)
+        self._read = 0  # lines of the run's log `holding` has read
+        self._open: set[tuple[str, int, str]] = set()  # (slot, attempt, worker) started, not ended
 
     # --- submitting ----------------------------------------------------------------------
 
@@ -239,6 +241,19 @@ class Run:
         lines = transport.call_sync(self.client.redis, "lrange",
                                     self.client.keys.verify_log(self.run_id), 0, -1)
         return canary.decode_records(lines)
+
+    def holding(self) -> set[int]:
+        """The pids of the workers holding a canary now (a start logged without its end or
+        failure), read on from where the last call stopped: a chaos kill is aimed at them."""
+        lines = transport.call_sync(self.client.redis, "lrange",
+                                    self.client.keys.verify_log(self.run_id), self._read, -1)
+        self._read += len(lines)
+        for r in canary.decode_records(lines):
+            if r.event == "start":
+                self._open.add((r.slot, r.attempt, r.worker))
+            else:
+                self._open.discard((r.slot, r.attempt, r.worker))
+        return {pid for _, _, worker in self._open if (pid := worker_pid(worker)) is not None}
 
     def _wait_start(self, job_id: str, within_s: float) -> bool:
         deadline = time.monotonic() + within_s
@@ -609,7 +624,7 @@ def verify(client: Client, config: VerifyConfig,
         restart.truth, restart.say = run.truth, say
     try:
         if chaos is not None:
-            chaos.truth, run.kill_ms = run.truth, chaos.kill_ms
+            chaos.truth, run.kill_ms, chaos.holding = run.truth, chaos.kill_ms, run.holding
             chaos.start()
         say(f"verify run {run.run_id}: probing for a worker and a scheduler node")
         run.hold_events()

@@ -5,6 +5,7 @@ History page, which showed a store's error to every viewer."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,9 @@ from conftest import SCHED
 from helpers import http_get, running, sched, serve_console
 
 SECRET = "Hunter2pw"
+FORMATS = ("text", "json")
+UP_WITHIN_S = 60  # how long a long-running process may take to log its first line
+RETRYING_S = 3  # then how long it keeps trying (and logging) before its Ctrl-C
 
 # Postgres DSNs that cannot be used, each holding SECRET (or pieces of it).
 DSNS = {
@@ -112,29 +116,41 @@ def test_the_sched_process_prints_no_password(ns: str, args: list[str]) -> None:
     assert not leaked(done.stdout + done.stderr), done.stderr
 
 
-@pytest.mark.slow  # each process runs its 4 s of retries in both log formats
+@pytest.mark.slow  # each process runs seconds of retries in both log formats
 @pytest.mark.parametrize("url", [URLS["unencoded @"], URLS["ssl_password"], URLS["sentinel"],
                                  URLS["refused"]], ids=["unencoded @", "ssl_password",
                                                         "sentinel", "refused"])
 @pytest.mark.parametrize("command", [
     ["worker", "--app", "scheduler.dev.examples.tasks:registry"], ["scheduler"],
     ["dev", "--no-web", "--no-history", "--metrics-port", "0"]], ids=lambda c: c[0])
-def test_a_long_running_process_logs_no_redis_password(ns: str, url: str,
+def test_a_long_running_process_logs_no_redis_password(tmp_path: Path, ns: str, url: str,
                                                        command: list[str]) -> None:
     """A process that keeps trying logs the failure again and again, in both formats (one
     process each, side by side)."""
-    procs = [subprocess.Popen([*SCHED, "--redis-url", url, "--namespace", ns, *command,
-                               "--log-format", fmt], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for fmt in ("text", "json")]
-    time.sleep(4)
+    files = {fmt: (tmp_path / f"{fmt}.out", tmp_path / f"{fmt}.err") for fmt in FORMATS}
+    with contextlib.ExitStack() as stack:
+        procs = [subprocess.Popen([*SCHED, "--redis-url", url, "--namespace", ns, *command,
+                                   "--log-format", fmt],
+                                  stdout=stack.enter_context(out.open("w")),
+                                  stderr=stack.enter_context(err.open("w")))
+                 for fmt, (out, err) in files.items()]
+    # Up once it logs its first line (its imports done, Redis tried): a Ctrl-C before then
+    # lands in its imports, which a loaded box can make take seconds.
+    deadline = time.monotonic() + UP_WITHIN_S
+    while not all(proc.poll() is not None or err.read_text().endswith("\n")
+                  for proc, (_, err) in zip(procs, files.values(), strict=True)):
+        assert time.monotonic() < deadline, f"a process logged nothing in {UP_WITHIN_S} s"
+        time.sleep(0.1)
+    time.sleep(RETRYING_S)
     for proc in procs:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
-    for proc in procs:
-        out, err = proc.communicate(timeout=30)
-        assert out + err, "the process said nothing"
-        assert not leaked(out + err), err
-        assert "Traceback" not in err, err
+    for proc, (out, err) in zip(procs, files.values(), strict=True):
+        proc.wait(timeout=30)
+        said = out.read_text() + err.read_text()
+        assert said, "the process said nothing"
+        assert not leaked(said), said
+        assert "Traceback" not in said, said
 
 
 @pytest.mark.parametrize("dsn", [DSNS["malformed"], DSNS["unencoded @"], DSNS["no such role"],

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -291,6 +292,9 @@ def test_verify_chaos_kills_and_restarts_its_children_and_every_invariant_holds(
     assert code == 0, out + err
     verdict = json.loads(out)
     assert verdict["chaos"]["seed"] == 7 and len(verdict["chaos"]["killed"]) == 5, verdict
+    # Worker kills are aimed at a canary in flight (a kill of an idle worker proves little).
+    workers = sum(1 for k in verdict["chaos"]["killed"] if k.startswith("worker "))
+    assert 0 < verdict["chaos"]["in_flight"] <= workers, verdict["chaos"]
     names = {i["name"]: i for i in verdict["invariants"]}
     assert all(i["holds"] for i in names.values()), names
     assert "0 slots with more than one committed success" in names["commit"]["figure"]
@@ -322,6 +326,7 @@ def test_verify_chaos_fails_on_a_planted_reclaim_bug_and_names_the_invariant(
                                    *CHAOS, "3", env=env)
     assert code == 1, out + err
     assert "FAIL ran" in out and "FAILED: ran" in out, out
+    assert re.search(r"; [1-9]\d* of \d+ worker kills found a canary in flight", out), out
     assert "\n    terminal: " in out and "ended lost" in out, out
     assert per_run(ns_keys(r, ns), before) == []
 

@@ -1839,4 +1839,19 @@ MUTANTS = [
            "else Reason.BEHIND)",
            ("tests/e2e/test_fire_ledger.py::"
             "test_queues_held_by_their_rate_or_concurrency_limit",)),
+    Mutant("fires-walk-the-whole-past", "a page of a recurring job's timeline enumerates "
+           "its fire times from the schedule's first occurrence, not the page's start: the "
+           "page is right, but one at the end of a long past costs the whole past",
+           "scheduler/sdk/fires.py",
+           "    for t in CronSpec(job.cron, job.tz or \"UTC\").after(max(lo, job.fire_ms) - 1):\n",
+           "    for t in CronSpec(job.cron, job.tz or \"UTC\").after(job.fire_ms - 1):\n"
+           "        if t < lo:\n            continue\n",
+           ("tests/sdk/test_fires_paging.py::test_a_page_of_a_long_past_costs_the_same",),
+           fast=True),
+    Mutant("chaos-kills-found-nothing-in-flight", "`sched verify --chaos` reports no worker "
+           "kill that found a canary in flight: a run whose kills hit idle workers and one "
+           "whose kills lost attempts read the same", "scheduler/testing/chaos.py",
+           "        self.in_flight += held\n", "        self.in_flight += 0\n",
+           ("tests/cli/test_verify.py::test_verify_chaos_kills_and_restarts_its_children_and_"
+            "every_invariant_holds",)),
 ]
