@@ -93,6 +93,14 @@ class _AsyncBlockingSentinelPool(redis.asyncio.sentinel.SentinelConnectionPool,
                                  redis.asyncio.BlockingConnectionPool):
     """The asyncio one (a worker's handlers call Redis by the hundred at once)."""
 
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        # The sentinels' own clients close with it (each new connection asked them for the
+        # primary, a burst by the hundred): left open, their sockets outlive the event loop
+        # and are reclaimed by the garbage collector with a ResourceWarning each.
+        for sentinel in self.sentinel_manager.sentinels:
+            await sentinel.connection_pool.disconnect()
+
 
 def _sentinel_client(s: SentinelUrl, asyncio: bool, timeout_s: float, retry: Any) -> Any:
     """A client whose connections ask the sentinels for the primary: after a failover each

@@ -1854,4 +1854,10 @@ MUTANTS = [
            "        self.in_flight += held\n", "        self.in_flight += 0\n",
            ("tests/cli/test_verify.py::test_verify_chaos_kills_and_restarts_its_children_and_"
             "every_invariant_holds",)),
+    Mutant("sentinel-clients-left-open", "closing a Sentinel URL's asyncio client leaves the "
+           "sentinels' own connections open: each is reclaimed after the event loop with a "
+           "ResourceWarning", "scheduler/redis/clients.py",
+           "            await sentinel.connection_pool.disconnect()\n", "            pass\n",
+           ("tests/redis/test_sentinel_pool.py::test_more_calls_than_connections_wait_on_a_"
+            "sentinel_url",)),
 ]
