@@ -118,16 +118,24 @@ class Reader:
                 await asyncio.sleep(max(0, min(wait, block_ms)) / 1000)
                 return
             if wait <= SHARP_MS:
+                pause = max(0, min(wait, POLL_MS)) / 1000
+                if self.per_shard:
+                    # Shard reads run beside the pass: each shard keeps one in flight (it
+                    # answers as soon as the shard has an entry), and the pass comes back by
+                    # the held entry's time. Skipping them here left the shards unread for
+                    # as long as held entries kept falling due (a run of delayed jobs).
+                    return await self._read_shards(self._count(free), block_ms, pause)
                 # Redis ends a BLOCK on its own timer (every 100 ms when idle): the last
                 # stretch is polled, so the held entries start on time.
-                if not self.per_shard:  # (shard reads in flight go on meanwhile)
-                    await self.read(free, None)
-                await asyncio.sleep(max(0, min(wait, POLL_MS)) / 1000)
+                await self.read(free, None)
+                await asyncio.sleep(pause)
                 return
             block_ms = min(block_ms, wait - SHARP_MS)
-        count = -(-min(self.batch, free) // self._per_priority)
+        count = self._count(free)
         if self.per_shard:
-            return await self._read_shards(count, block_ms)
+            return await self._read_shards(
+                count, block_ms, block_ms / 1000 if self.early and block_ms is not None
+                else None)
         try:
             reply: Any = await transport.command(self.redis, *self._xreadgroup(count, block_ms))
         except redis.exceptions.ResponseError as exc:
@@ -140,16 +148,21 @@ class Reader:
             raise
         self.add(reply)
 
-    async def _read_shards(self, count: int, block_ms: int | None) -> None:
+    def _count(self, free: int) -> int:
+        """A read's COUNT with `free` run slots: shared among the streams of one priority."""
+        return -(-min(self.batch, free) // self._per_priority)
+
+    async def _read_shards(self, count: int, block_ms: int | None,
+                           timeout_s: float | None) -> None:
+        """Start a read on every shard that has none in flight, and wait for the first to
+        end, at most `timeout_s` (None: no limit)."""
         for shard, tail in self._shard_tail.items():
             if shard not in self._reads:
                 self._reads[shard] = asyncio.create_task(self._read_shard(shard, tail, count,
                                                                           block_ms))
         # Reads in flight keep their first block: while entries are held for their time,
         # wait for those reads no longer than the time asks (they stay in flight).
-        done, _ = await asyncio.wait(list(self._reads.values()),
-                                     timeout=block_ms / 1000 if self.early and block_ms is not None
-                                     else None,
+        done, _ = await asyncio.wait(list(self._reads.values()), timeout=timeout_s,
                                      return_when=asyncio.FIRST_COMPLETED)
         self._harvest(done)
 

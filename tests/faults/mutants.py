@@ -1860,4 +1860,13 @@ MUTANTS = [
            "            await sentinel.connection_pool.disconnect()\n", "            pass\n",
            ("tests/redis/test_sentinel_pool.py::test_more_calls_than_connections_wait_on_a_"
             "sentinel_url",)),
+    Mutant("cluster-reads-wait-for-a-gap-in-held-entries", "on a cluster a worker holding "
+           "entries due within the next 100 ms starts no shard read: while delayed jobs keep "
+           "falling due, jobs due now wait unread for seconds (sched verify's start lag on a "
+           "Cluster)", "scheduler/worker/reader.py",
+           "                    return await self._read_shards(self._count(free), block_ms, "
+           "pause)\n",
+           "                    return await asyncio.sleep(pause)\n",
+           (f"{EARLY}::test_jobs_due_now_start_on_time_while_held_entries_keep_falling_due"
+            "[cluster]",)),
 ]
