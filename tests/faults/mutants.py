@@ -1860,4 +1860,12 @@ MUTANTS = [
            "            await sentinel.connection_pool.disconnect()\n", "            pass\n",
            ("tests/redis/test_sentinel_pool.py::test_more_calls_than_connections_wait_on_a_"
             "sentinel_url",)),
+    Mutant("restart-command-outlives-the-run", "a `--redis-restart` command still running "
+           "when the run ends (Ctrl-C, SIGTERM, a failure) is left to run on, with whatever it "
+           "started", "scheduler/testing/restart.py",
+           "        if proc is not None and proc.poll() is None:\n            self._kill()\n",
+           "        if proc is not None and proc.poll() is None:\n            pass\n",
+           ("tests/e2e/test_verify_failover.py::test_a_run_that_ends_stops_its_restart_"
+            "command_and_what_it_started",),
+           fast=True),
 ]
