@@ -13,7 +13,9 @@ it) and as Redis away (an attempt in flight across it may lose its lease on any 
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import threading
 from collections.abc import Callable
@@ -26,6 +28,7 @@ from scheduler.testing.truth import Outage, Truth, wall_ms
 MAX_AT_SHARE = 0.8
 TIMEOUT_S = 300.0  # how long the command may take before the run gives up on it
 OUTPUT_CHARS = 200  # of the command's output, in its one line of report
+STOP_GRACE_S = 5.0  # a command stopped with the run gets SIGTERM, then SIGKILL after this
 
 
 def split(command: str) -> list[str]:
@@ -73,6 +76,8 @@ class RedisRestart:
     _away: Outage | None = None
     _thread: threading.Thread | None = None
     _stop: threading.Event = field(default_factory=threading.Event)
+    _proc: subprocess.Popen[str] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def command(self) -> str:
@@ -90,20 +95,31 @@ class RedisRestart:
     def _run(self) -> None:
         if self._stop.wait(self.at_s):
             return
-        self.started_ms = wall_ms()
-        # The outage opens now; the run closes it at its first submit through after the end.
-        self._away = Outage("redis restart", self.started_ms)
-        self.truth.outages.append(self._away)
-        self.truth.redis_away.append(self._away)
-        self.say(f"redis restart: running {self.command}")
+        with self._lock:  # stop() either drops the command or sees its process
+            if self._stop.is_set():
+                return
+            self.started_ms = wall_ms()
+            # The outage opens now; the run closes it at its first submit through after the end.
+            self._away = Outage("redis restart", self.started_ms)
+            self.truth.outages.append(self._away)
+            self.truth.redis_away.append(self._away)
+            self.say(f"redis restart: running {self.command}")
+            try:
+                # A session of its own: the run stops it, and whatever it started, as one
+                # group (stop), on Ctrl-C too: the terminal's SIGINT reaches only the run.
+                self._proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True,
+                                              stdin=subprocess.DEVNULL, start_new_session=True)
+            except OSError as exc:  # not found, not executable
+                self.code, self.output = 127, str(exc)
+                self.ended_ms = wall_ms()
+                return
         try:
-            done = subprocess.run(self.argv, capture_output=True, text=True,
-                                  timeout=TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
-            self.code, self.output = done.returncode, (done.stdout + done.stderr).strip()
+            out, _ = self._proc.communicate(timeout=TIMEOUT_S)
+            self.code, self.output = self._proc.returncode, out.strip()
         except subprocess.TimeoutExpired:
+            self._kill()
             self.output = f"did not end within {TIMEOUT_S:g} s"
-        except OSError as exc:  # not found, not executable
-            self.code, self.output = 127, str(exc)
         self.ended_ms = wall_ms()
 
     def came_back(self, at_ms: int) -> None:
@@ -122,8 +138,32 @@ class RedisRestart:
             self._thread.join()
 
     def stop(self) -> None:
-        """Drop the command if it has not started (the run ends early)."""
-        self._stop.set()
+        """The run ends: drop the command if it has not started; stop it, and what it
+        started, if it is still running (SIGTERM, then SIGKILL after STOP_GRACE_S)."""
+        with self._lock:
+            self._stop.set()
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            self._kill()
+            if self._thread is not None:
+                self._thread.join(STOP_GRACE_S)
+
+    def _kill(self) -> None:
+        """SIGTERM the command's process group, SIGKILL it if it is still there after
+        STOP_GRACE_S; reaps the command."""
+        proc = self._proc
+        if proc is None:
+            return
+        for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
 
     def as_json(self) -> dict[str, object]:
         """The command's outcome and the outage the run measured, for --json."""

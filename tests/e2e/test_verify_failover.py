@@ -142,6 +142,32 @@ def test_the_restart_command_is_split_like_a_shell_line_and_its_time_bounded() -
             restart.at_seconds(bad, 10)
 
 
+def test_a_run_that_ends_stops_its_restart_command_and_what_it_started(tmp_path: Path) -> None:
+    """Ctrl-C (or any other end of the run) stops a command still running, and what it
+    started (here a sleep in the background), rather than leaving them to run on."""
+    import os
+    import time
+
+    pids = tmp_path / "pids"
+    cmd = restart.RedisRestart(["sh", "-c", f"sleep 120 & echo $$ $! > {pids}; wait"], at_s=0)
+    cmd.begin()
+    wait_for(lambda: pids.exists() and pids.read_text().strip(), 10, "the command's pids")
+    shell, child = (int(p) for p in pids.read_text().split())
+    began = time.monotonic()
+    cmd.stop()
+    assert time.monotonic() - began < restart.STOP_GRACE_S + 2
+    assert cmd._thread is not None
+    cmd._thread.join(5)
+    assert not cmd._thread.is_alive(), "the command still runs after the run stopped it"
+    for pid in (shell, child):
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        wait_for(lambda pid=pid: not Path(f"/proc/{pid}").exists()
+                 or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2], 5,
+                 f"process {pid} gone")
+    assert cmd.code is not None and cmd.code < 0, cmd.report()
+
+
 @pytest.mark.slow  # a primary, two replicas, three sentinels, a node, a worker: about 30 s
 def test_verify_passes_across_a_sentinel_failover(app_env: dict[str, str]) -> None:
     """The primary's host dies mid-run (SIGKILL, as the operator's drill command does): the

@@ -1869,4 +1869,12 @@ MUTANTS = [
            "                    return await asyncio.sleep(pause)\n",
            (f"{EARLY}::test_jobs_due_now_start_on_time_while_held_entries_keep_falling_due"
             "[cluster]",)),
+    Mutant("restart-command-outlives-the-run", "a `--redis-restart` command still running "
+           "when the run ends (Ctrl-C, SIGTERM, a failure) is left to run on, with whatever it "
+           "started", "scheduler/testing/restart.py",
+           "        if proc is not None and proc.poll() is None:\n            self._kill()\n",
+           "        if proc is not None and proc.poll() is None:\n            pass\n",
+           ("tests/e2e/test_verify_failover.py::test_a_run_that_ends_stops_its_restart_"
+            "command_and_what_it_started",),
+           fast=True),
 ]
