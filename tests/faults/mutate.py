@@ -202,6 +202,15 @@ def run(m: Mutant, suite: bool, timeout_s: float) -> tuple[Mutant, bool, float, 
     return m, caught, time.monotonic() - started, tail
 
 
+def table() -> str:
+    """The mutants as the markdown table of docs/internals/invariants.md (`--table`)."""
+    rows = ["| mutant | the bug planted (and what catches it) | fast |", "|---|---|---|"]
+    bar = "\\|"  # a | inside a cell
+    rows += [f"| `{m.name}` | {m.why.replace('|', bar)} | {'yes' if m.fast else ''} |"
+             for m in MUTANTS]
+    return "\n".join(rows) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -210,7 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suite", action="store_true")
     parser.add_argument("--jobs", type=int, default=1, help="mutants run at once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per mutant")
+    parser.add_argument("--table", action="store_true",
+                        help="print the docs' table of the mutants and run none")
     args = parser.parse_args(argv)
+    if args.table:
+        sys.stdout.write(table())
+        return 0
     chosen = [m for m in MUTANTS if (not args.names or m.name in args.names)
               and (m.fast or not args.fast)]
     unknown = set(args.names) - {m.name for m in MUTANTS}
