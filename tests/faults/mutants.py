@@ -139,6 +139,7 @@ WHOLE_TEXT = MALFORMED + "test_the_scripts_store_whole_numbers_past_1e14"
 WHOLE_TEXT_1E17 = MALFORMED + "test_the_scripts_store_whole_numbers_past_1e17"
 UNREADABLE_SLOT = MALFORMED + "test_a_malformed_number_marks_the_slot_and_fails_no_read"
 BOUNDS_CLI = "tests/cli/test_bounds_cli.py::"
+KEYED_CARRY = "tests/lua/test_take.py::"
 
 @dataclass(frozen=True)
 class Mutant:
@@ -1860,4 +1861,49 @@ MUTANTS = [
            "            await sentinel.connection_pool.disconnect()\n", "            pass\n",
            ("tests/redis/test_sentinel_pool.py::test_more_calls_than_connections_wait_on_a_"
             "sentinel_url",)),
+    Mutant("keyed-take-keeps-its-copy", "a take leaves a keyed slot's copy of its job's "
+           "fields (carry_slot) marked: the slot queued again after its run (a release, a "
+           "reclaim) is granted the job as it was at its first queueing, not as it is",
+           "scheduler/scripts/lua/take.lua",
+           "'lease_until', lease_s, 'cp', '', 'cd', '')", "'lease_until', lease_s, 'cp', '')",
+           (f"{KEYED_CARRY}test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_"
+            "reads_the_job",), fast=True),
+    Mutant("keyed-take-keeps-the-payload-copy", "a take leaves the payload a keyed slot "
+           "carried in the slot hash: it holds the payload's memory twice until the slot "
+           "expires", "scheduler/scripts/lua/take.lua",
+           "'lease_until', lease_s, 'cp', '', 'cd', '')", "'lease_until', lease_s, 'cd', '')",
+           (f"{KEYED_CARRY}test_a_keyed_grant_reads_the_job_s_fields_from_its_slot",),
+           fast=True),
+    Mutant("keyed-take-trusts-a-missing-copy", "a take grants a slot queued without a copy "
+           "of its job's fields (before slots carried one) from the absent copy: no payload",
+           "scheduler/scripts/lua/take.lua", "if st[8] and st[8] ~= '' then",
+           "if st[8] ~= '' then",
+           (f"{KEYED_CARRY}test_a_slot_queued_without_the_copy_reads_its_job",), fast=True),
+    Mutant("keyed-slot-copies-a-big-payload", "a keyed slot copies a payload over 4 KiB: "
+           "its memory twice while queued", "scheduler/scripts/lua/_lib.lua",
+           "  if payload and #payload > 4096 then return {} end",
+           "  if false then return {} end",
+           (f"{KEYED_CARRY}test_a_payload_over_4_kib_is_not_copied_into_the_slot",),
+           fast=True),
+    Mutant("keyed-promote-carries-nothing", "promote.lua queues a keyed slot without the "
+           "copy of its job's fields: its take reads the job hash",
+           "scheduler/scripts/lua/promote.lua",
+           "unpack(job[1] == st[7] and carry_slot(job[2], job[3], job[4]) or {}))",
+           "unpack({}))",
+           (f"{KEYED_CARRY}test_a_promoted_keyed_slot_carries_its_job_s_fields",), fast=True),
+    Mutant("keyed-ring-drops-keys-holding-slots", "when a round's one EXISTS finds a key "
+           "emptied, take.lua drops every key of the round that took its whole room from the "
+           "ring, those still holding slots too: they are never taken again",
+           "scheduler/scripts/lua/take.lua",
+           "    if not check[i] or redis.call('EXISTS', check[i]) == 1 then",
+           "    if not check[i] then",
+           (f"{KEYED_CARRY}test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_"
+            "hold_slots",), fast=True),
+    Mutant("keyed-ring-keeps-an-empty-key", "take.lua keeps a key whose turn emptied its "
+           "queue in the ring: a slot queued for it later puts it in a second time, and the "
+           "key takes two turns a round", "scheduler/scripts/lua/take.lua",
+           "  if present == #queues then return back, length end",
+           "  if true then return back, length end",
+           (f"{KEYED_CARRY}test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_"
+            "hold_slots",), fast=True),
 ]

@@ -160,6 +160,17 @@ local function carry_entry(stream, slot_id, task, payload, timeout, delivery, nb
     'o', timeout or '', 'd', delivery or '')
 end
 
+-- The job fields a keyed slot carries to its take (take.lua), so that the take reads no job
+-- hash: field/value pairs for the HSET that queues the slot, cp payload and co timeout_ms
+-- ('' where the job has none), cd delivery (never '': a non-empty cd marks a copy; the take
+-- empties cp and cd as it grants the slot). The task is the slot's own field: a caller whose
+-- slot's task may differ from the job's passes none. None (and the take reads the job) for a
+-- payload over 4 KiB, as carry_entry: a copy would double its memory while queued.
+local function carry_slot(payload, timeout, delivery)
+  if payload and #payload > 4096 then return {} end
+  return {'cp', payload or '', 'co', timeout or '', 'cd', delivery or 'at_least_once'}
+end
+
 -- Name a lane in the shard's index of lanes that may hold entries (`lanes`, scored by the
 -- last write). Every script that adds an entry to a lane calls this in the same call (the
 -- hot paths once per lane per call), so a lane holding anything is always indexed, whatever
@@ -194,7 +205,9 @@ local function key_enqueue(prefix, queue, key, priority, slot_id, now, seen)
 end
 
 -- Put a slot (back) into its lane's dispatch stream under a new entry, or, for a slot with a
--- concurrency key, into its key's queue (then the reply is '': no entry).
+-- concurrency key, into its key's queue (then the reply is '': no entry). Neither carries the
+-- job's fields (carry_entry, carry_slot; a slot's copy was emptied by the take that started
+-- it): the claim or take reads the job as it is then.
 local function dispatch(prefix, slot_key, slot_id, lane_name, now)
   local keyed = redis.call('HMGET', slot_key, 'concurrency_key', 'queue', 'priority')
   if keyed[1] then
