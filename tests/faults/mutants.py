@@ -1862,34 +1862,34 @@ MUTANTS = [
            ("tests/redis/test_sentinel_pool.py::test_more_calls_than_connections_wait_on_a_"
             "sentinel_url",)),
     Mutant("keyed-take-keeps-its-copy", "a take leaves a keyed slot's copy of its job's "
-           "fields (carry_slot) marked: the slot queued again after its run (a release, a "
+           "fields (_lib.lua's grant_copy) marked: the slot queued again after its run (a release, a "
            "reclaim) is granted the job as it was at its first queueing, not as it is",
            "scheduler/scripts/lua/take.lua",
-           "'lease_until', lease_s, 'cp', '', 'cd', '')", "'lease_until', lease_s, 'cp', '')",
+           "'lease_until', lease_s, 'grant', '')", "'lease_until', lease_s)",
            (f"{KEYED_CARRY}test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_"
             "reads_the_job",), fast=True),
-    Mutant("keyed-take-keeps-the-payload-copy", "a take leaves the payload a keyed slot "
-           "carried in the slot hash: it holds the payload's memory twice until the slot "
-           "expires", "scheduler/scripts/lua/take.lua",
-           "'lease_until', lease_s, 'cp', '', 'cd', '')", "'lease_until', lease_s, 'cd', '')",
-           (f"{KEYED_CARRY}test_a_keyed_grant_reads_the_job_s_fields_from_its_slot",),
-           fast=True),
+    Mutant("keyed-take-grants-an-emptied-copy", "a take reads a keyed slot's emptied copy "
+           "of its job's fields (a take started it before, and a release queued it again) "
+           "as a copy, not falling back to the job hash", "scheduler/scripts/lua/take.lua",
+           "local copy = st[6] and st[6] ~= '' and st[6]", "local copy = st[6] and st[6]",
+           (f"{KEYED_CARRY}test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_"
+            "reads_the_job",), fast=True),
     Mutant("keyed-take-trusts-a-missing-copy", "a take grants a slot queued without a copy "
-           "of its job's fields (before slots carried one) from the absent copy: no payload",
-           "scheduler/scripts/lua/take.lua", "if st[8] and st[8] ~= '' then",
-           "if st[8] ~= '' then",
+           "of its job's fields (before slots carried one) from the copy it has not",
+           "scheduler/scripts/lua/take.lua", "          if copy and not trace then",
+           "          if not trace then",
            (f"{KEYED_CARRY}test_a_slot_queued_without_the_copy_reads_its_job",), fast=True),
     Mutant("keyed-slot-copies-a-big-payload", "a keyed slot copies a payload over 4 KiB: "
            "its memory twice while queued", "scheduler/scripts/lua/_lib.lua",
-           "  if payload and #payload > 4096 then return {} end",
-           "  if false then return {} end",
+           "  if payload and #payload > 4096 then return nil end",
+           "  if false then return nil end",
            (f"{KEYED_CARRY}test_a_payload_over_4_kib_is_not_copied_into_the_slot",),
            fast=True),
     Mutant("keyed-promote-carries-nothing", "promote.lua queues a keyed slot without the "
            "copy of its job's fields: its take reads the job hash",
            "scheduler/scripts/lua/promote.lua",
-           "unpack(job[1] == st[7] and carry_slot(job[2], job[3], job[4]) or {}))",
-           "unpack({}))",
+           "          if copy then\n            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'grant', copy)",
+           "          if false then\n            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'grant', copy)",
            (f"{KEYED_CARRY}test_a_promoted_keyed_slot_carries_its_job_s_fields",), fast=True),
     Mutant("keyed-ring-drops-keys-holding-slots", "when a round's one EXISTS finds a key "
            "emptied, take.lua drops every key of the round that took its whole room from the "

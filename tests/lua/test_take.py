@@ -366,16 +366,17 @@ def _grants(k: Keyed, n: int) -> list[replies.Grant]:
 
 def test_a_keyed_grant_reads_the_job_s_fields_from_its_slot(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
-    """submit.lua copies the fields a take grants into the slot (carry_slot): the take reads
+    """submit.lua copies the fields a take grants into the slot (_lib.lua's grant_copy): the take reads
     no job hash, and empties the copy as it grants."""
     k = make_keyed(r, client, clock, "carry")
-    [slot] = k.submit("a", 1, timeout_ms=2500, delivery="exactly_once")
+    [slot] = k.submit("a", 1, timeout_ms=2500, delivery="exactly_once",
+                      payload='{"at":"12:00"}')
     job_key = f"{k.prefix}job:{slot.rsplit(':', 1)[0]}"
     r.rename(job_key, job_key + ":away")  # a take that read the job would grant nothing
     [grant] = _grants(k, 1)
     assert (grant.task, grant.payload, grant.timeout_ms, grant.delivery) == \
-        ("t", b"1", 2500, "exactly_once")
-    assert r.hmget(k.keys.slot(SHARD, slot), "cp", "cd") == [b"", b""]  # emptied
+        ("t", b'{"at":"12:00"}', 2500, "exactly_once")
+    assert r.hget(k.keys.slot(SHARD, slot), "grant") == b""  # emptied
 
 
 def test_a_slot_queued_without_the_copy_reads_its_job(
@@ -383,7 +384,7 @@ def test_a_slot_queued_without_the_copy_reads_its_job(
     """A slot queued before slots carried the job's fields (or by a path that copies none)."""
     k = make_keyed(r, client, clock, "old")
     [slot] = k.submit("a", 1)
-    r.hdel(k.keys.slot(SHARD, slot), "cp", "co", "cd")
+    r.hdel(k.keys.slot(SHARD, slot), "grant")
     r.hset(f"{k.prefix}job:{slot.rsplit(':', 1)[0]}", "payload", '"from the job"')
     [grant] = _grants(k, 1)
     assert (grant.task, grant.payload, grant.delivery) == \
@@ -395,7 +396,7 @@ def test_a_payload_over_4_kib_is_not_copied_into_the_slot(
     k = make_keyed(r, client, clock, "big")
     blob = json.dumps("x" * 5000)
     [slot] = k.submit("a", 1, payload=blob)
-    assert r.hmget(k.keys.slot(SHARD, slot), "cp", "cd") == [None, None]
+    assert r.hget(k.keys.slot(SHARD, slot), "grant") is None
     [grant] = _grants(k, 1)
     assert grant.payload == blob.encode()
 

@@ -29,7 +29,7 @@
 
   Every entry carries the job fields its claim needs (_lib.lua's carry_entry: the job hash is
   read here, before the fire time, instead of by the claim at it), and every keyed slot
-  those its take needs (_lib.lua's carry_slot, take.lua), unless its task is no longer its
+  those its take needs (_lib.lua's grant_copy, take.lua), unless its task is no longer its
   job's.
 
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
@@ -100,11 +100,15 @@ for i = 1, #ids, 2 do
       else
         if st[6] then
           key_enqueue(prefix, st[2], st[6], st[4], slot_id, now, keyed)
-          -- The job's fields go to the slot (carry_slot) for its take, as to an entry below;
+          -- The job's fields go to the slot (grant_copy) for its take, as to an entry below;
           -- not when the job's task is no longer the slot's (the take grants the slot's).
           local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
-          redis.call('HSET', slot_key, 'status', 'queued', 'msg', '',
-            unpack(job[1] == st[7] and carry_slot(job[2], job[3], job[4]) or {}))
+          local copy = job[1] == st[7] and grant_copy(job[2] or nil, job[3] or nil, job[4] or nil)
+          if copy then
+            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'grant', copy)
+          else
+            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '')
+          end
         else
           -- The job's fields travel in the entry (carry_entry): read here, ahead of the
           -- fire time for an early slot, instead of by the claim at it.

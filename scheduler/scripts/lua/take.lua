@@ -76,7 +76,7 @@
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
 
-  A grant reads no job hash when the slot carries the job's fields (_lib.lua's carry_slot:
+  A grant reads no job hash when the slot carries the job's fields (_lib.lua's grant_copy:
   submit.lua and promote.lua copy them into the slot hash as they queue it, as carry_entry
   does into a stream entry): the grant is the job as it was when the slot was queued, as
   claim.lua's for a carried entry, whatever changed the job since. The copy serves one
@@ -117,6 +117,8 @@ local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until
 --- @include "_bucket.lua"
 
 local ring = prefix .. 'kring:' .. queue
+local kq_prefix = prefix .. 'kq:' .. queue .. ':'  -- a key's queue: this and the key
+local run_prefix = key_running(prefix, queue, '')  -- a key's running set: this and the key
 local weights = prefix .. 'kweight:' .. queue
 local leases = prefix .. 'leases'
 local job_fields = {'task', 'payload', 'timeout_ms', 'delivery'}
@@ -139,10 +141,10 @@ local weighted = redis.call('EXISTS', weights) == 1  -- else every key weighs 1
 local ids, grants, of = {}, {}, {}  -- of: each claimed slot's key
 local rate_wait = -1
 
--- Add slot_id's grant to the reply (claim.lua's R.OK form): the job's fields from `job`
--- (a slot's carried copy, in job_fields' order) or else from the job hash.
-local function grant(slot_id, attempt, job_id, key, job)
-  if not job then job = redis.call('HMGET', prefix .. 'job:' .. job_id, unpack(job_fields)) end
+-- Add slot_id's grant to the reply (claim.lua's R.OK form), its job's fields read from the
+-- job hash.
+local function grant(slot_id, attempt, job_id, key)
+  local job = redis.call('HMGET', prefix .. 'job:' .. job_id, unpack(job_fields))
   ids[#ids + 1] = slot_id
   of[#ids] = key
   local g = #grants
@@ -214,8 +216,8 @@ while granted < n and idle < length and turns < length + n do
     if granted >= n or idle >= length or turns >= length + n then break end
     done = done + 1
     turns = turns + 1
-    local kq = prefix .. 'kq:' .. queue .. ':' .. key
-    local running = key_running(prefix, queue, key)
+    local kq = kq_prefix .. key
+    local running = run_prefix .. key
     local room = math.min(n - granted,
       share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))
     if spread >= 0 then room = math.min(room, spread - (spent[key] or 0)) end
@@ -241,23 +243,32 @@ while granted < n and idle < length and turns < length + n do
         local slot_id = popped[i]
         local slot_key = prefix .. 'slot:' .. slot_id
         local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id',
-          'task', 'cp', 'co', 'cd')
+          'task', 'grant')
         if st[1] == 'queued' and (not st[2] or st[2] == '') then
           local attempt = string.format('%d', (tonumber(st[3]) or 0) + 1)
-          local job = nil
-          if st[8] and st[8] ~= '' then  -- the carried copy (carry_slot): emptied here
+          local copy = st[6] and st[6] ~= '' and st[6]  -- grant_copy's: emptied here
+          if copy then
             redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker',
-              worker, 'claimed_ms', now_s, 'lease_until', lease_s, 'cp', '', 'cd', '')
-            if not trace then
-              job = {st[5], st[6] ~= '' and st[6], st[7] ~= '' and st[7], st[8]}
-            end
+              worker, 'claimed_ms', now_s, 'lease_until', lease_s, 'grant', '')
           else
             redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker',
               worker, 'claimed_ms', now_s, 'lease_until', lease_s)
           end
           leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
           runs[#runs + 1], runs[#runs + 2] = now_s, slot_id
-          grant(slot_id, attempt, st[4], key, job)
+          if copy and not trace then  -- grant(), from the copy
+            ids[#ids + 1] = slot_id
+            of[#ids] = key
+            local a = string.find(copy, ':', 1, true)
+            local b = string.find(copy, ':', a + 1, true)
+            local g = #grants
+            grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5],
+              grants[g + 6] = R.OK, tonumber(attempt), st[5],
+              b < #copy and string.sub(copy, b + 1), a > 1 and string.sub(copy, 1, a - 1),
+              b > a + 1 and string.sub(copy, a + 1, b - 1)
+          else
+            grant(slot_id, attempt, st[4], key)
+          end
           started = started + 1
         end
       end
