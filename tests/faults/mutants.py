@@ -1879,11 +1879,11 @@ MUTANTS = [
            "scheduler/scripts/lua/take.lua", "          if copy and not trace then",
            "          if not trace then",
            (f"{KEYED_CARRY}test_a_slot_queued_without_the_copy_reads_its_job",), fast=True),
-    Mutant("keyed-slot-copies-a-big-payload", "a keyed slot copies a payload over 4 KiB: "
-           "its memory twice while queued", "scheduler/scripts/lua/_lib.lua",
-           "  if payload and #payload > 4096 then return nil end",
-           "  if false then return nil end",
-           (f"{KEYED_CARRY}test_a_payload_over_4_kib_is_not_copied_into_the_slot",),
+    Mutant("keyed-slot-copies-past-64-bytes", "a keyed slot carries a copy of its job's "
+           "fields longer than 64 bytes: its hash turns from a listpack into a hash table for "
+           "good, three times a finished slot's memory", "scheduler/scripts/lua/_lib.lua",
+           "  if #copy > 64 then return nil end", "  if #copy > 4096 then return nil end",
+           (f"{KEYED_CARRY}test_a_copy_past_64_bytes_is_not_made",),
            fast=True),
     Mutant("keyed-promote-carries-nothing", "promote.lua queues a keyed slot without the "
            "copy of its job's fields: its take reads the job hash",

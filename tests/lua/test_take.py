@@ -391,14 +391,17 @@ def test_a_slot_queued_without_the_copy_reads_its_job(
         ("t", b'"from the job"', "at_least_once")
 
 
-def test_a_payload_over_4_kib_is_not_copied_into_the_slot(
-        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+@pytest.mark.parametrize("payload", [json.dumps("x" * 52), json.dumps("x" * 5000)])
+def test_a_copy_past_64_bytes_is_not_made(
+        r: redis.Redis, client: Client, clock: ManualClock, payload: str) -> None:
+    """Its slot hash would stay a hash table (past Redis's hash-max-listpack-value): the
+    take reads the job. 54 bytes of payload with the timeout and delivery pass 64."""
     k = make_keyed(r, client, clock, "big")
-    blob = json.dumps("x" * 5000)
-    [slot] = k.submit("a", 1, payload=blob)
+    [slot] = k.submit("a", 1, payload=payload, timeout_ms=2500, delivery="exactly_once")
     assert r.hget(k.keys.slot(SHARD, slot), "grant") is None
+    assert r.object("encoding", k.keys.slot(SHARD, slot)) == b"listpack"
     [grant] = _grants(k, 1)
-    assert grant.payload == blob.encode()
+    assert (grant.payload, grant.timeout_ms) == (payload.encode(), 2500)
 
 
 def test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_reads_the_job(

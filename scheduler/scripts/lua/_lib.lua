@@ -166,12 +166,15 @@ end
 -- has not), written by the HSET that queues the slot, emptied by the take's. One field, not
 -- one per job field: every field more of a slot hash costs each later read and write of it.
 -- The task is the slot's own field: a caller whose slot's task may differ from the job's
--- copies nothing, nor (the take then reads the job) one whose payload is over 4 KiB, as
--- carry_entry: the copy would double its memory while queued.
+-- copies nothing. Nor is a copy longer than 64 bytes made (the take then reads the job):
+-- a longer value turns the slot hash from a listpack into a hash table for good (Redis's
+-- default hash-max-listpack-value), which would triple a finished slot's memory.
 local function grant_copy(payload, timeout, delivery)
-  if payload and #payload > 4096 then return nil end
+  if payload and #payload > 64 then return nil end
   if type(timeout) == 'number' then timeout = string.format('%d', timeout) end
-  return (timeout or '') .. ':' .. (delivery or '') .. ':' .. (payload or '')
+  local copy = (timeout or '') .. ':' .. (delivery or '') .. ':' .. (payload or '')
+  if #copy > 64 then return nil end
+  return copy
 end
 
 -- Name a lane in the shard's index of lanes that may hold entries (`lanes`, scored by the

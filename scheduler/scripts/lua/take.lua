@@ -83,7 +83,7 @@
   take: the claim's HSET empties it (its payload's memory is freed with no command more),
   and a slot queued again by another path (_lib.lua's dispatch) carries nothing, so its
   next grant reads the job as it is then. A slot without the copy (queued by such a path,
-  a payload over 4 KiB, or queued before slots carried one) and every grant of a take with
+  one whose copy would pass 64 bytes, or queued before slots carried one) and every grant of a take with
   trace "1" (the copy has no traceparent) read the job hash, as before.
 
   Reply: {ids, grants, wait_ms, limited, keys}: ids the claimed slot ids in order; grants
