@@ -76,15 +76,16 @@
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
 
-  A grant reads no job hash when the slot carries the job's fields (_lib.lua's grant_copy:
-  submit.lua and promote.lua copy them into the slot hash as they queue it, as carry_entry
-  does into a stream entry): the grant is the job as it was when the slot was queued, as
-  claim.lua's for a carried entry, whatever changed the job since. The copy serves one
-  take: the claim's HSET empties it (its payload's memory is freed with no command more),
-  and a slot queued again by another path (_lib.lua's dispatch) carries nothing, so its
-  next grant reads the job as it is then. A slot without the copy (queued by such a path,
-  one whose copy would pass 64 bytes, or queued before slots carried one) and every grant of a take with
-  trace "1" (the copy has no traceparent) read the job hash, as before.
+  A grant reads no job hash when the slot carries the job's fields (slot field `grant`,
+  _lib.lua's grant_copy: submit.lua and promote.lua write it as they queue the slot, as
+  carry_entry copies them into a stream entry): the grant is the job as it was when the
+  slot was queued, as claim.lua's for a carried entry, whatever changed the job since. The
+  copy serves one take: the claim's HSET empties it (its payload's bytes are freed for the
+  slot's remaining life with no command more), and a slot queued again by another path
+  (_lib.lua's dispatch) carries nothing, so its next grant reads the job as it is then. A
+  slot without the copy (queued by such a path, one whose copy would pass 64 bytes, or
+  queued before slots carried one), a grant sent again (`again`) and every grant of a take
+  with trace "1" (the copy has no traceparent) read the job hash, as before.
 
   Reply: {ids, grants, wait_ms, limited, keys}: ids the claimed slot ids in order; grants
   claim.lua's reply for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with
