@@ -1906,4 +1906,10 @@ MUTANTS = [
            "  if true then return back, length end",
            (f"{KEYED_CARRY}test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_"
             "hold_slots",), fast=True),
+    Mutant("history-keeps-the-grant-copy", "the history store keeps a keyed slot's copy of "
+           "its job's fields: `sched recover` restores the slot with a copy that may be older "
+           "than its job, and its take grants that", "scheduler/history/store/rows.py",
+           '    if "grant" in h:\n', '    if False:\n',
+           ("tests/history/test_store.py::test_a_keyed_slot_s_copy_of_its_grant_is_not_kept",),
+           fast=True),
 ]
