@@ -63,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commandstats", action="store_true",
                    help="count the Redis commands the worker sends, per job (INFO "
                         "commandstats, reset after the submit; commands run by a script "
-                        "count as commands): exact where the rates are noisy")
+                        "count as commands; each command's count in the JSON's "
+                        "runs[].commands): exact where the rates are noisy")
     p.add_argument("--out", default=None)
 
 
@@ -167,6 +168,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 result["commands_per_job"] = sum(v["calls"] for v in stats.values()) / args.jobs
                 result["scripts_per_job"] = stats.get("cmdstat_evalsha", {}).get("calls", 0) \
                     / args.jobs
+                # each command's count a job (the JSON's runs[].commands), by name
+                result["commands"] = {name.removeprefix("cmdstat_"): v["calls"] / args.jobs
+                                      for name, v in stats.items()}
             runs.append(result)
         finally:
             drop_namespace(r, ns)

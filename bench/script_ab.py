@@ -1,6 +1,7 @@
 """Script A/B: Redis's cost of claim, complete, promote and submit per entry (and of a call
-with no entries, of a submit of one job, and of a batch of delayed jobs with a payload and
-their schedule's fields) in two source trees, measured call by call in tight alternation on one private
+with no entries, of a submit of one job, of a batch of delayed jobs with a payload and
+their schedule's fields, and of keyed jobs over 100 concurrency keys: their submit, take and
+complete) in two source trees, measured call by call in tight alternation on one private
 redis-server, so both variants see the same noise. `INFO commandstats` usec is wall-clock
 inside the call and inflates when the CPU is contended; alternation makes the ratio fair.
 
@@ -30,7 +31,8 @@ from scheduler import Client
 from scheduler.core.keys import DISPATCH_GROUP
 from scheduler.scripts import calls as scripts
 
-NAMES = ("claim", "complete", "promote", "submit")
+NAMES = ("claim", "complete", "promote", "submit", "take")
+KEYS = 100  # the keyed jobs' concurrency keys: a take's turn starts one job of each
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,7 +65,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     clients = {v: Client(args.redis_url, f"ab{v}{int(time.time())}", shards=1) for v in sha}
     res: dict[str, dict[str, list[float]]] = {
         k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0",
-                                        "submit", "submit1", "submit_delayed")}
+                                        "submit", "submit1", "submit_delayed",
+                                        "submit_keyed", "take", "complete_keyed")}
 
     def usec(v: str, name: str, calls: list[scripts.Call]) -> tuple[float, list[Any]]:
         r.config_resetstat()
@@ -117,6 +120,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pre[v], now, 100_000, [(f"d{rnd}.{i}.{k}", "bench.noop", "default", later,
                                     ["payload", str(k), "kind", "delayed", "delay_ms", 10**9])
                                    for k in range(b)], fresh=True)], n // b, rnd)
+        # Keyed jobs, each variant's own submit (its slots as its take reads them), then taken
+        # and completed in batches; every slot is taken by the n // b takes of b.
+        keyed = {v: [(uuid.uuid4().hex, "bench.noop", "keyed", now,
+                      ["concurrency_key", f"k{k % KEYS}", "payload", str(k)]) for k in range(n)]
+                 for v in clients}
+        alternate("submit_keyed", "submit", b, lambda v, i: [scripts.submit(
+            pre[v], now, 100_000, keyed[v][i * b:(i + 1) * b], fresh=True)], n // b, rnd)
+        alternate("take", "take", b, lambda v, i: [scripts.take(
+            pre[v], now, "w", 30_000, "keyed", b)], n // b, rnd)
+        alternate("complete_keyed", "complete", b, lambda v, i: [scripts.complete(
+            pre[v], now, 100_000, "w", [scripts.Succeeded(f"{job[0]}:{now}", 1, now, now)
+                                        for job in keyed[v][i * b:(i + 1) * b]])], n // b, rnd)
         for c in clients.values():  # the group stays; the next round reads only new entries
             r.xtrim(c.keys.queue(0, "default"), maxlen=0)
             r.delete(c.keys.events(0))

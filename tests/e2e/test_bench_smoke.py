@@ -147,7 +147,8 @@ def test_script_ab_smoke(tmp_path: Path) -> None:
                            "--rounds", "1", "--jobs", "128", "--batch", "64")
     assert stdout.startswith("script_ab (us per entry")
     assert set(result["rows"]) == {"claim", "complete", "promote", "claim0", "complete0",
-                                   "submit", "submit_delayed", "submit1"}
+                                   "submit", "submit_delayed", "submit1", "submit_keyed",
+                                   "take", "complete_keyed"}
     assert all(row["A"] > 0 and row["B"] > 0 for row in result["rows"].values())
 
 

@@ -139,6 +139,7 @@ WHOLE_TEXT = MALFORMED + "test_the_scripts_store_whole_numbers_past_1e14"
 WHOLE_TEXT_1E17 = MALFORMED + "test_the_scripts_store_whole_numbers_past_1e17"
 UNREADABLE_SLOT = MALFORMED + "test_a_malformed_number_marks_the_slot_and_fails_no_read"
 BOUNDS_CLI = "tests/cli/test_bounds_cli.py::"
+KEYED_CARRY = "tests/lua/test_take.py::"
 
 @dataclass(frozen=True)
 class Mutant:
@@ -1876,5 +1877,56 @@ MUTANTS = [
            "        if proc is not None and proc.poll() is None:\n            pass\n",
            ("tests/e2e/test_verify_failover.py::test_a_run_that_ends_stops_its_restart_"
             "command_and_what_it_started",),
+           fast=True),
+    Mutant("keyed-take-keeps-its-copy", "a take leaves a keyed slot's copy of its job's "
+           "fields (_lib.lua's grant_copy) marked: the slot queued again after its run (a release, a "
+           "reclaim) is granted the job as it was at its first queueing, not as it is",
+           "scheduler/scripts/lua/take.lua",
+           "'lease_until', lease_s, 'grant', '')", "'lease_until', lease_s)",
+           (f"{KEYED_CARRY}test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_"
+            "reads_the_job",), fast=True),
+    Mutant("keyed-take-grants-an-emptied-copy", "a take reads a keyed slot's emptied copy "
+           "of its job's fields (a take started it before, and a release queued it again) "
+           "as a copy, not falling back to the job hash", "scheduler/scripts/lua/take.lua",
+           "local copy = st[6] and st[6] ~= '' and st[6]", "local copy = st[6] and st[6]",
+           (f"{KEYED_CARRY}test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_"
+            "reads_the_job",), fast=True),
+    Mutant("keyed-take-trusts-a-missing-copy", "a take grants a slot queued without a copy "
+           "of its job's fields (before slots carried one) from the copy it has not",
+           "scheduler/scripts/lua/take.lua", "          if copy and not trace then",
+           "          if not trace then",
+           (f"{KEYED_CARRY}test_a_slot_queued_without_the_copy_reads_its_job",), fast=True),
+    Mutant("keyed-slot-copies-past-64-bytes", "a keyed slot carries a copy of its job's "
+           "fields longer than 64 bytes: its hash turns from a listpack into a hash table for "
+           "good, three times a finished slot's memory", "scheduler/scripts/lua/_lib.lua",
+           "  if #copy > 64 then return nil end", "  if #copy > 4096 then return nil end",
+           (f"{KEYED_CARRY}test_a_copy_past_64_bytes_is_not_made",),
+           fast=True),
+    Mutant("keyed-promote-carries-nothing", "promote.lua queues a keyed slot without the "
+           "copy of its job's fields: its take reads the job hash",
+           "scheduler/scripts/lua/promote.lua",
+           "          if copy then\n            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'grant', copy)",
+           "          if false then\n            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'grant', copy)",
+           (f"{KEYED_CARRY}test_a_promoted_keyed_slot_carries_its_job_s_fields",), fast=True),
+    Mutant("keyed-ring-drops-keys-holding-slots", "when a round's one EXISTS finds a key "
+           "emptied, take.lua drops every key of the round that took its whole room from the "
+           "ring, those still holding slots too: they are never taken again",
+           "scheduler/scripts/lua/take.lua",
+           "    if not check[i] or redis.call('EXISTS', check[i]) == 1 then",
+           "    if not check[i] then",
+           (f"{KEYED_CARRY}test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_"
+            "hold_slots",), fast=True),
+    Mutant("keyed-ring-keeps-an-empty-key", "take.lua keeps a key whose turn emptied its "
+           "queue in the ring: a slot queued for it later puts it in a second time, and the "
+           "key takes two turns a round", "scheduler/scripts/lua/take.lua",
+           "  if present == #queues then return back, length end",
+           "  if true then return back, length end",
+           (f"{KEYED_CARRY}test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_"
+            "hold_slots",), fast=True),
+    Mutant("history-keeps-the-grant-copy", "the history store keeps a keyed slot's copy of "
+           "its job's fields: `sched recover` restores the slot with a copy that may be older "
+           "than its job, and its take grants that", "scheduler/history/store/rows.py",
+           '    if "grant" in h:\n', '    if False:\n',
+           ("tests/history/test_store.py::test_a_keyed_slot_s_copy_of_its_grant_is_not_kept",),
            fast=True),
 ]

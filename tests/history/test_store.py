@@ -58,6 +58,14 @@ def test_the_sql_status_check_names_the_same_states_as_the_enum() -> None:
         assert set(re.findall(r"'(\w+)'", listed.group(1))) == {s.value for s in SlotStatus}
 
 
+def test_a_keyed_slot_s_copy_of_its_grant_is_not_kept() -> None:
+    """The job row holds those fields; a slot restored from its row must not carry a copy
+    (take.lua would grant it) that may be older than its job."""
+    row, _ = slot("j1", DAY0, "queued", 1, concurrency_key="k", grant="::1")
+    state = json.loads(row.state)
+    assert "grant" not in state and state["concurrency_key"] == "k"
+
+
 def test_upgrade_is_idempotent_and_records_its_version(store: Any) -> None:
     assert store.schema_version() == SCHEMA_VERSION
     assert store.upgrade() == SCHEMA_VERSION

@@ -40,11 +40,13 @@ class Keyed:
         for _ in range(n):
             self._n += 1
             job_id = placed_id(f"j{self._n:05d}", SHARD, self.client.shards)
-            extra: list[Any] = ["concurrency_key", key, "payload", json.dumps(self._n)]
+            extra: list[Any] = ["concurrency_key", key, "payload",
+                                fields.get("payload", json.dumps(self._n))]
             if priority is not None:
                 extra += ["priority", priority]
             for name, value in fields.items():
-                extra += [name, value]
+                if name != "payload":
+                    extra += [name, value]
             rows.append((job_id, "t", self.queue, fire_ms or self.clock.now_ms(), extra))
         assert self.run(scripts.submit(self.prefix, self.clock.now_ms(), 1000, rows)) == \
             [replies.Code.OK] * n
@@ -354,3 +356,93 @@ def test_a_take_sent_again_is_granted_its_slots_again(
     late = replies.taken(k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, "again", 5,
                                             again=True)), "again")
     assert late[0] == []
+
+
+def _grants(k: Keyed, n: int) -> list[replies.Grant]:
+    reply = k.run(scripts.take(k.prefix, k.clock.now_ms(), W, LEASE, k.queue, n))
+    entries, flat, _, _, _ = replies.taken(reply, k.queue)
+    return [g for g in replies.claimed(flat, entries) if isinstance(g, replies.Grant)]
+
+
+def test_a_keyed_grant_reads_the_job_s_fields_from_its_slot(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """submit.lua copies the fields a take grants into the slot (_lib.lua's grant_copy): the take reads
+    no job hash, and empties the copy as it grants."""
+    k = make_keyed(r, client, clock, "carry")
+    [slot] = k.submit("a", 1, timeout_ms=2500, delivery="exactly_once",
+                      payload='{"at":"12:00"}')
+    job_key = f"{k.prefix}job:{slot.rsplit(':', 1)[0]}"
+    r.rename(job_key, job_key + ":away")  # a take that read the job would grant nothing
+    [grant] = _grants(k, 1)
+    assert (grant.task, grant.payload, grant.timeout_ms, grant.delivery) == \
+        ("t", b'{"at":"12:00"}', 2500, "exactly_once")
+    assert r.hget(k.keys.slot(SHARD, slot), "grant") == b""  # emptied
+
+
+def test_a_slot_queued_without_the_copy_reads_its_job(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A slot queued before slots carried the job's fields (or by a path that copies none)."""
+    k = make_keyed(r, client, clock, "old")
+    [slot] = k.submit("a", 1)
+    r.hdel(k.keys.slot(SHARD, slot), "grant")
+    r.hset(f"{k.prefix}job:{slot.rsplit(':', 1)[0]}", "payload", '"from the job"')
+    [grant] = _grants(k, 1)
+    assert (grant.task, grant.payload, grant.delivery) == \
+        ("t", b'"from the job"', "at_least_once")
+
+
+@pytest.mark.parametrize("payload", [json.dumps("x" * 52), json.dumps("x" * 5000)])
+def test_a_copy_past_64_bytes_is_not_made(
+        r: redis.Redis, client: Client, clock: ManualClock, payload: str) -> None:
+    """Its slot hash would stay a hash table (past Redis's hash-max-listpack-value): the
+    take reads the job. 54 bytes of payload with the timeout and delivery pass 64."""
+    k = make_keyed(r, client, clock, "big")
+    [slot] = k.submit("a", 1, payload=payload, timeout_ms=2500, delivery="exactly_once")
+    assert r.hget(k.keys.slot(SHARD, slot), "grant") is None
+    assert r.object("encoding", k.keys.slot(SHARD, slot)) == b"listpack"
+    [grant] = _grants(k, 1)
+    assert (grant.payload, grant.timeout_ms) == (payload.encode(), 2500)
+
+
+def test_a_keyed_grant_is_its_job_as_queued_and_a_slot_queued_again_reads_the_job(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """As claim.lua's for a carried entry: a change to the job after the slot was queued (a
+    redefinition) is not granted; once the run ends and its slot is queued again (here a
+    release), the next take grants the job as it is then."""
+    k = make_keyed(r, client, clock, "redefined")
+    [slot] = k.submit("a", 1)
+    job_key = f"{k.prefix}job:{slot.rsplit(':', 1)[0]}"
+    r.hset(job_key, "payload", '"new"')
+    [grant] = _grants(k, 1)
+    assert grant.payload == b"1"
+    now = clock.now_ms()
+    assert k.run(scripts.release(k.prefix, now, 1000, W, [scripts.Released(slot, 1, now)])) == \
+        [replies.Code.OK]
+    [grant] = _grants(k, 1)
+    assert grant.payload == b'"new"' and grant.token == 2
+
+
+def test_a_promoted_keyed_slot_carries_its_job_s_fields(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "promoted")
+    [slot] = k.submit("a", 1, fire_ms=clock.now_ms() + 1000, timeout_ms=700)
+    clock.advance(1)
+    k.run(scripts.promote(k.prefix, clock.now_ms(), 1000, 100))
+    job_key = f"{k.prefix}job:{slot.rsplit(':', 1)[0]}"
+    r.rename(job_key, job_key + ":away")
+    [grant] = _grants(k, 1)
+    assert (grant.task, grant.payload, grant.timeout_ms) == ("t", b"1", 700)
+
+
+def test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_hold_slots(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A round's keys are checked at its end (one EXISTS): the one whose turn emptied its
+    queue exactly leaves the ring, the others stay, in their order."""
+    k = make_keyed(r, client, clock, "room")
+    k.submit("a", 2)
+    k.submit("b", 1)
+    k.submit("c", 2)
+    assert [k.key_of(s) for s in k.take(3)] == ["a", "b", "c"]
+    assert k.ring() == ["a", "c"]
+    assert [k.key_of(s) for s in k.take(2)] == ["a", "c"]
+    assert k.ring() == []

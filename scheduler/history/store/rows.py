@@ -159,8 +159,14 @@ def job_row(namespace: str, job_id: str, h: dict[str, str]) -> JobRow:
                   _whole(h, "fire_ms"), _json.encode(h).decode())
 
 
+
+
 def slot_rows(namespace: str, slot_id: str, h: dict[str, str], version: int
               ) -> tuple[SlotRow, list[AttemptRow]]:
+    if "grant" in h:
+        # A keyed slot's copy of its job's fields for its take (grant_copy in lua/_lib.lua):
+        # the job row holds them, and a slot restored from its row must not carry a stale copy.
+        h = {k: v for k, v in h.items() if k != "grant"}
     status = h.get("status", "")
     attempt = _whole(h, "attempt")
     job_id = h.get("job_id", "")

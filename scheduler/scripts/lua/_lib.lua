@@ -97,15 +97,16 @@ end
 
 -- end_lease for a batch of attempts (complete.lua's): an entry is acked at once, the lease
 -- set and the keys' running sets are collected in `ends` ({leases = {}, runs = {}}) and left
--- by end_leases in one ZREM each, not one per slot.
-local function end_lease_later(prefix, slot_id, s, ends)
-  if s.msg and s.msg ~= '' then
-    ack(prefix, s.lane, s.msg)
+-- by end_leases in one ZREM each, not one per slot. The slot's fields as end_lease's `s`
+-- has them, but its priority for its lane (no table and no lane() for a slot without entry).
+local function end_lease_later(prefix, slot_id, msg, queue, priority, key, ends)
+  if msg and msg ~= '' then
+    ack(prefix, lane(queue, priority), msg)
   else
     ends.leases[#ends.leases + 1] = slot_id
   end
-  if s.key then
-    local running = key_running(prefix, s.queue, s.key)
+  if key then
+    local running = key_running(prefix, queue, key)
     local ids = ends.runs[running]
     if not ids then ids = {}; ends.runs[running] = ids end
     ids[#ids + 1] = slot_id
@@ -160,6 +161,22 @@ local function carry_entry(stream, slot_id, task, payload, timeout, delivery, nb
     'o', timeout or '', 'd', delivery or '')
 end
 
+-- A keyed slot's copy of the job fields its take grants (take.lua), so that the take reads
+-- no job hash: slot field `grant`, "<timeout_ms>:<delivery>:<payload>" ('' for each the job
+-- has not), written by the HSET that queues the slot, emptied by the take's. One field, not
+-- one per job field: every field more of a slot hash costs each later read and write of it.
+-- The task is the slot's own field: a caller whose slot's task may differ from the job's
+-- copies nothing. Nor is a copy longer than 64 bytes made (the take then reads the job):
+-- a longer value turns the slot hash from a listpack into a hash table for good (Redis's
+-- default hash-max-listpack-value), which would triple a finished slot's memory.
+local function grant_copy(payload, timeout, delivery)
+  if payload and #payload > 64 then return nil end
+  if type(timeout) == 'number' then timeout = string.format('%d', timeout) end
+  local copy = (timeout or '') .. ':' .. (delivery or '') .. ':' .. (payload or '')
+  if #copy > 64 then return nil end
+  return copy
+end
+
 -- Name a lane in the shard's index of lanes that may hold entries (`lanes`, scored by the
 -- last write). Every script that adds an entry to a lane calls this in the same call (the
 -- hot paths once per lane per call), so a lane holding anything is always indexed, whatever
@@ -194,7 +211,9 @@ local function key_enqueue(prefix, queue, key, priority, slot_id, now, seen)
 end
 
 -- Put a slot (back) into its lane's dispatch stream under a new entry, or, for a slot with a
--- concurrency key, into its key's queue (then the reply is '': no entry).
+-- concurrency key, into its key's queue (then the reply is '': no entry). Neither carries the
+-- job's fields (carry_entry, grant_copy; a slot's copy was emptied by the take that started
+-- it): the claim or take reads the job as it is then.
 local function dispatch(prefix, slot_key, slot_id, lane_name, now)
   local keyed = redis.call('HMGET', slot_key, 'concurrency_key', 'queue', 'priority')
   if keyed[1] then

@@ -104,8 +104,7 @@ for i = 0, n - 1 do
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if st then  -- its attempt ends here (a repeat XACK of an acked entry is a no-op)
-      end_lease_later(prefix, slot_id, {msg = st[3], lane = lane(st[4], st[5]), queue = st[4],
-        key = st[6]}, ends)
+      end_lease_later(prefix, slot_id, st[3], st[4], st[5], st[6], ends)
     end
     reply[i + 1] = R.OK
     done[#done + 1], tokens[#done + 1] = slot_id, token

@@ -28,7 +28,9 @@
   overlap = "debounce", from submit.lua: a repeated submit may still move it).
 
   Every entry carries the job fields its claim needs (_lib.lua's carry_entry: the job hash is
-  read here, before the fire time, instead of by the claim at it).
+  read here, before the fire time, instead of by the claim at it), and every keyed slot
+  those its take needs (_lib.lua's grant_copy, take.lua), unless its task is no longer its
+  job's.
 
   Overlap: a slot with field overlap = "skip" (an occurrence of a cron job with
   overlap="skip") is dispatched only if the job's last dispatched slot (job field `active`)
@@ -80,7 +82,7 @@ for i = 1, #ids, 2 do
   local slot_id, score = ids[i], ids[i + 1]
   local slot_key = prefix .. 'slot:' .. slot_id
   local st = redis.call('HMGET', slot_key, 'status', 'queue', 'overlap', 'priority', 'job_id',
-    'concurrency_key')
+    'concurrency_key', 'task')
   local early = tonumber(score) > now
   -- A keyed slot is never taken early either: its key's queue has no not-before guard.
   if early and st[1] == 'scheduled' and (st[3] == 'skip' or st[3] == 'debounce' or st[6]) then
@@ -98,7 +100,15 @@ for i = 1, #ids, 2 do
       else
         if st[6] then
           key_enqueue(prefix, st[2], st[6], st[4], slot_id, now, keyed)
-          redis.call('HSET', slot_key, 'status', 'queued', 'msg', '')
+          -- The job's fields go to the slot (grant_copy) for its take, as to an entry below;
+          -- not when the job's task is no longer the slot's (the take grants the slot's).
+          local job = redis.call('HMGET', job_key, 'task', 'payload', 'timeout_ms', 'delivery')
+          local copy = job[1] == st[7] and grant_copy(job[2] or nil, job[3] or nil, job[4] or nil)
+          if copy then
+            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '', 'grant', copy)
+          else
+            redis.call('HSET', slot_key, 'status', 'queued', 'msg', '')
+          end
         else
           -- The job's fields travel in the entry (carry_entry): read here, ahead of the
           -- fire time for an early slot, instead of by the claim at it.

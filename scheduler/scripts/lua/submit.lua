@@ -60,7 +60,8 @@
   Reply: one code per job, in order (R, replies.py)
      R.OK      created: job hash, slot hash, and a dispatch-stream entry (fire_ms <= now;
                a job with a concurrency_key field enters its key's queue instead, and its
-               slot copies the key: _lib.lua's key_enqueue, take.lua;
+               slot copies the key and the job fields its take needs: _lib.lua's
+               key_enqueue and grant_copy, take.lua;
                it carries the job fields a claim needs: _lib.lua's carry_entry)
                or a `due` entry (fire_ms > now); the entry goes to the lane of the job's
                priority (_lib.lua's lane(), named in the shard's `lanes` index: index_lane),
@@ -293,8 +294,17 @@ for i = 1, n do
     if kind == 'cron' then
       slot_id = nil
     elseif key then
-      redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
-        'status', status, 'queue', queue, 'task', task, 'msg', msg, 'concurrency_key', key)
+      -- queued now: it carries the job's fields to its take; due later, promote.lua copies
+      -- them as it queues it (a debounce may change the payload until then)
+      local copy = status == 'queued' and grant_copy(payload, timeout, delivery)
+      if copy then
+        redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
+          'status', status, 'queue', queue, 'task', task, 'msg', msg, 'concurrency_key', key,
+          'grant', copy)
+      else
+        redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,
+          'status', status, 'queue', queue, 'task', task, 'msg', msg, 'concurrency_key', key)
+      end
       if priority then redis.call('HSET', prefix .. 'slot:' .. slot_id, 'priority', priority) end
     elseif priority then
       redis.call('HSET', prefix .. 'slot:' .. slot_id, 'job_id', job_id, 'fire_ms', fire_ms,

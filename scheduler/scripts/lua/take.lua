@@ -53,8 +53,10 @@
   share of the call; fewer when its running set (`krun:<queue>:<key>`: its permits in use)
   would pass per_key, or the call's n would, or the worker's runs of the key would pass the
   spread (those it holds and those started in this call, over all its turns), or its
-  rate's bucket holds fewer tokens. A key
-  whose queue empties leaves the ring. Turns go on until n are claimed, or every key of the
+  rate's bucket holds fewer tokens. A key whose queue empties leaves the ring: a turn that
+  popped fewer than its room saw it empty; the keys of a round that started their whole room
+  are checked at the round's end, in one EXISTS of them all (then one each only when some
+  emptied). Turns go on until n are claimed, or every key of the
   ring had a turn in a row that started nothing (all at their limit), or the ring was walked
   once more than n: a call's work is bounded by the ring's length plus n. The turns are
   taken in rounds of keys read from the head at once (LRANGE), which then leave it (LTRIM)
@@ -73,6 +75,17 @@
   heartbeat.lua, expired by reclaim.lua), and its `msg` stays "" (commits and releases fence
   on the attempt alone). A slot popped from a key's queue that is no longer `queued` (it was
   cancelled, or deleted) is dropped.
+
+  A grant reads no job hash when the slot carries the job's fields (slot field `grant`,
+  _lib.lua's grant_copy: submit.lua and promote.lua write it as they queue the slot, as
+  carry_entry copies them into a stream entry): the grant is the job as it was when the
+  slot was queued, as claim.lua's for a carried entry, whatever changed the job since. The
+  copy serves one take: the claim's HSET empties it (its payload's bytes are freed for the
+  slot's remaining life with no command more), and a slot queued again by another path
+  (_lib.lua's dispatch) carries nothing, so its next grant reads the job as it is then. A
+  slot without the copy (queued by such a path, one whose copy would pass 64 bytes, or
+  queued before slots carried one), a grant sent again (`again`) and every grant of a take
+  with trace "1" (the copy has no traceparent) read the job hash, as before.
 
   Reply: {ids, grants, wait_ms, limited, keys}: ids the claimed slot ids in order; grants
   claim.lua's reply for them, one R.OK, attempt, task, payload, timeout_ms, delivery (with
@@ -105,6 +118,8 @@ local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until
 --- @include "_bucket.lua"
 
 local ring = prefix .. 'kring:' .. queue
+local kq_prefix = prefix .. 'kq:' .. queue .. ':'  -- a key's queue: this and the key
+local run_prefix = key_running(prefix, queue, '')  -- a key's running set: this and the key
 local weights = prefix .. 'kweight:' .. queue
 local leases = prefix .. 'leases'
 local job_fields = {'task', 'payload', 'timeout_ms', 'delivery'}
@@ -127,7 +142,8 @@ local weighted = redis.call('EXISTS', weights) == 1  -- else every key weighs 1
 local ids, grants, of = {}, {}, {}  -- of: each claimed slot's key
 local rate_wait = -1
 
--- Add slot_id's grant to the reply (claim.lua's R.OK form).
+-- Add slot_id's grant to the reply (claim.lua's R.OK form), its job's fields read from the
+-- job hash.
 local function grant(slot_id, attempt, job_id, key)
   local job = redis.call('HMGET', prefix .. 'job:' .. job_id, unpack(job_fields))
   ids[#ids + 1] = slot_id
@@ -166,6 +182,28 @@ local length = redis.call('LLEN', ring)
 -- length, at least 1), so a short ring is served in a few long turns, a long one in turns of
 -- the weight; the keys still share each call evenly.
 local share = math.max(1, math.floor(n / math.max(length, 1)))
+-- The keys of a round's `back` (in order) that still hold slots, and the ring's length less
+-- those that do not: check[i] is the key queue of back[i] when its turn may have emptied it.
+-- One EXISTS of them all answers when none did (a count short of theirs names no key).
+local function still_holding(back, check, length)
+  local queues = {}
+  for i = 1, #back do if check[i] then queues[#queues + 1] = check[i] end end
+  local present = 0
+  for i = 1, #queues, 1000 do  -- bounded: unpack puts every key on the Lua stack
+    present = present + redis.call('EXISTS', unpack(queues, i, math.min(i + 999, #queues)))
+  end
+  if present == #queues then return back, length end
+  local kept = {}
+  for i = 1, #back do
+    if not check[i] or redis.call('EXISTS', check[i]) == 1 then
+      kept[#kept + 1] = back[i]
+    else
+      length = length - 1
+    end
+  end
+  return kept, length
+end
+
 local leased = {}  -- ZADD leases' arguments, sent once at the end
 local turns, idle = 0, 0
 while granted < n and idle < length and turns < length + n do
@@ -174,13 +212,13 @@ while granted < n and idle < length and turns < length + n do
   -- slots go to the tail in the same order (what one LMOVE a turn would do, in two calls).
   local keys = redis.call('LRANGE', ring, 0, math.min(length, n - granted) - 1)
   if #keys == 0 then break end
-  local back, done = {}, 0
+  local back, check, done = {}, {}, 0
   for _, key in ipairs(keys) do
     if granted >= n or idle >= length or turns >= length + n then break end
     done = done + 1
     turns = turns + 1
-    local kq = prefix .. 'kq:' .. queue .. ':' .. key
-    local running = key_running(prefix, queue, key)
+    local kq = kq_prefix .. key
+    local running = run_prefix .. key
     local room = math.min(n - granted,
       share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))
     if spread >= 0 then room = math.min(room, spread - (spent[key] or 0)) end
@@ -205,14 +243,33 @@ while granted < n and idle < length and turns < length + n do
       for i = 1, #popped, 2 do
         local slot_id = popped[i]
         local slot_key = prefix .. 'slot:' .. slot_id
-        local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id')
+        local st = redis.call('HMGET', slot_key, 'status', 'msg', 'attempt', 'job_id',
+          'task', 'grant')
         if st[1] == 'queued' and (not st[2] or st[2] == '') then
           local attempt = string.format('%d', (tonumber(st[3]) or 0) + 1)
-          redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker',
-            worker, 'claimed_ms', now_s, 'lease_until', lease_s)
+          local copy = st[6] and st[6] ~= '' and st[6]  -- grant_copy's: emptied here
+          if copy then
+            redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker',
+              worker, 'claimed_ms', now_s, 'lease_until', lease_s, 'grant', '')
+          else
+            redis.call('HSET', slot_key, 'status', 'running', 'attempt', attempt, 'worker',
+              worker, 'claimed_ms', now_s, 'lease_until', lease_s)
+          end
           leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
           runs[#runs + 1], runs[#runs + 2] = now_s, slot_id
-          grant(slot_id, attempt, st[4], key)
+          if copy and not trace then  -- grant(), from the copy
+            ids[#ids + 1] = slot_id
+            of[#ids] = key
+            local a = string.find(copy, ':', 1, true)
+            local b = string.find(copy, ':', a + 1, true)
+            local g = #grants
+            grants[g + 1], grants[g + 2], grants[g + 3], grants[g + 4], grants[g + 5],
+              grants[g + 6] = R.OK, tonumber(attempt), st[5],
+              b < #copy and string.sub(copy, b + 1), a > 1 and string.sub(copy, 1, a - 1),
+              b > a + 1 and string.sub(copy, a + 1, b - 1)
+          else
+            grant(slot_id, attempt, st[4], key)
+          end
           started = started + 1
         end
       end
@@ -223,13 +280,15 @@ while granted < n and idle < length and turns < length + n do
     granted = granted + started
     if started > 0 then idle = 0 else idle = idle + 1 end
     -- A key that started nothing here had its queue untouched (it holds slots: it is in the
-    -- ring); one that started its whole room may have emptied it.
-    if emptied or (started > 0 and redis.call('EXISTS', kq) == 0) then
+    -- ring); one that started its whole room may have emptied it: checked after the round.
+    if emptied then
       length = length - 1
     else
       back[#back + 1] = key
+      if started > 0 then check[#back] = kq end
     end
   end
+  back, length = still_holding(back, check, length)
   redis.call('LTRIM', ring, done, -1)
   for i = 1, #back, 1000 do  -- bounded: unpack puts every key on the Lua stack
     redis.call('RPUSH', ring, unpack(back, i, math.min(i + 999, #back)))
