@@ -389,13 +389,25 @@ class KeyedClaims(Service):
         that worked, when a key enters one of the worker's rings; after an error, a pause."""
         if self._wake_ok:
             try:
-                await self.wake.wait(seconds, self.ended, self.claims.turns.yielded,
-                                     self._stop)
+                if await self.wake.wait(seconds, self.ended, self.claims.turns.yielded,
+                                        self._stop):
+                    self._entered()
                 return
             except Exception as exc:  # (a failed read: the next pass finds out the rest)
                 self._wake_ok = False
                 self.errors.error(exc, " (waiting for keys)")
         await pause_until(self.ended, self._stop, seconds)
+
+    def _entered(self) -> None:
+        """A key entered a ring of these queues: the next pass takes them without a probe
+        (its round trip would come before the take's: a free key's job would start a round
+        trip later than an unkeyed one), and asks every shard (the key's may be one read
+        empty)."""
+        mono = self.claims.clock.monotonic()
+        for q in self.wake.entered:
+            self._found[q] = mono
+            self._rings.pop(q, None)
+        self.wake.entered.clear()
 
     async def run(self) -> None:
         followers = [asyncio.create_task(KeyedFollower(self).run(), name=f"claim-keyed-{i}")

@@ -119,3 +119,46 @@ def test_keys_at_their_limit_leave_their_turn_to_the_unkeyed(
     keyed = sum(n for g, n in counts.items() if g != "plain")
     print("starts while all waited:", dict(sorted(counts.items())))
     assert counts["plain"] >= 2 * keyed, counts
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+@pytest.mark.slow  # a worker process, and 200 jobs one at a time
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+@pytest.mark.parametrize("load", [False, True], ids=["idle", "beside-load"])
+def test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one(
+        redis_url: str, ns: str, app_env: dict[str, str], tmp_path: Path, load: bool) -> None:
+    """Jobs submitted one at a time to a registered worker, in turn a free key's (a key of
+    its own) and an unkeyed one: their start lags (handler start less the job's fire time)
+    are alike, p50 and p99, on an idle worker and beside a plain load on another queue that
+    keeps some of its slots busy."""
+    out = tmp_path / "starts.txt"
+    worker = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
+                           "--queues", f"{QUEUE},load", "--concurrency", "20")
+    with running(worker), Client(redis_url, ns) as client:
+        def job(g: str, key: str | None, queue: str = QUEUE, seconds: float = 0) -> JobSpec:
+            return JobSpec(task=TASK, payload={"file": str(out), "g": g, "seconds": seconds},
+                           queue=queue, concurrency_key=key)
+
+        client.submit_many([job("warm", None), job("warm", "warm")])
+        _wait_for(out, 2, 30)
+        time.sleep(1.5)
+        n, loads = 100, 0
+        for i in range(n):
+            if load:  # about 5 of the 20 slots busy: 250 jobs a second of 20 ms
+                client.submit_many([job("load", None, "load", 0.02) for _ in range(5)])
+                loads += 5
+            client.submit(TASK, {"file": str(out), "g": "keyed", "seconds": 0}, queue=QUEUE,
+                          concurrency_key=f"free-{i}")
+            time.sleep(0.01)
+            client.submit(TASK, {"file": str(out), "g": "plain", "seconds": 0}, queue=QUEUE)
+            time.sleep(0.01)
+        starts = _wait_for(out, 2 + 2 * n + loads, 60)
+    lags = {g: [t * 1000 - f for gg, t, f in starts if gg == g] for g in ("keyed", "plain")}
+    figures = {g: (round(_pct(x, 0.5), 1), round(_pct(x, 0.99), 1)) for g, x in lags.items()}
+    print("start lag p50, p99 ms:", figures)
+    assert figures["keyed"][0] <= figures["plain"][0] + 5, figures
+    assert figures["keyed"][1] <= max(2 * figures["plain"][1], figures["plain"][1] + 20), figures
