@@ -6,15 +6,20 @@ test."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from helpers import running, sched_process
-from scheduler import Client, JobSpec
+from scheduler import AsyncClient, Client, Context, JobSpec, Registry
+from scheduler.redis.clients import async_redis
+from scheduler.worker.keyed import HOT_S
+from scheduler.worker.worker import Worker, WorkerConfig
 
 QUEUE = "turns"
 TASK = "test.start_then_sleep"
@@ -92,7 +97,7 @@ def test_unkeyed_jobs_take_a_turn_like_a_key(redis_url: str, ns: str, app_env: d
     if plain_first:
         kw = {"plain": 1500, "keys": 3, "per_key": 40}
     else:
-        kw = {"plain": 40, "keys": 3, "per_key": 500}
+        kw = {"plain": 300, "keys": 3, "per_key": 300}
     starts = _flood(redis_url, ns, app_env, tmp_path, seconds=0.05, concurrency=12,
                     plain_first=plain_first, **kw)
     counts, lags = _shares(starts)
@@ -162,3 +167,48 @@ def test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one(
     print("start lag p50, p99 ms:", figures)
     assert figures["keyed"][0] <= figures["plain"][0] + 5, figures
     assert figures["keyed"][1] <= max(2 * figures["plain"][1], figures["plain"][1] + 20), figures
+
+
+@pytest.mark.slow  # waits for the worker's queue to go cold
+@pytest.mark.parametrize("redis_url", ["single"], indirect=True)
+def test_a_woken_take_sends_no_probe_first(redis_url: str, ns: str) -> None:
+    """A free key's job on a worker idle for a while: the wake says which queue a key entered,
+    so the take goes at once, without the probe of the queue's rings (a round trip more than
+    an unkeyed job's start costs)."""
+    registry = Registry()
+    arrived = asyncio.Event()
+
+    @registry.task("mark")
+    async def mark(ctx: Context, payload: Any) -> None:
+        arrived.set()
+
+    async def main() -> list[int]:
+        async with AsyncClient(redis_url, ns) as sub:
+            await sub.submit("mark", "first", concurrency_key="k-first")
+            client = async_redis(redis_url)
+            worker = Worker(client, registry, namespace=ns, config=WorkerConfig(concurrency=5))
+            probes = 0
+            probe = worker.keyed._queued
+
+            async def counted(queues: Any) -> list[str]:
+                nonlocal probes
+                probes += 1
+                return await probe(queues)
+
+            worker.keyed._queued = counted  # type: ignore[method-assign]
+            run = asyncio.create_task(worker.run())
+            await asyncio.wait_for(arrived.wait(), 30)
+            before = []
+            for i in range(5):
+                await asyncio.sleep(HOT_S * 3)  # cold again, the loop in its wait
+                arrived.clear()
+                probes = 0
+                await sub.submit("mark", f"j{i}", concurrency_key=f"k{i}")
+                await asyncio.wait_for(arrived.wait(), 30)
+                before.append(probes)
+            worker.stop()
+            await run
+            await client.aclose()
+            return before
+
+    assert asyncio.run(main()) == [0] * 5
