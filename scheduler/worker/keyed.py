@@ -23,10 +23,20 @@ once and takes with permits from the next pass.
 A queue that started nothing keyed lately is first probed (an LLEN of its ring per shard,
 sent without holding a run slot or a permit, so the worker's other claims never wait on this
 loop and a rate loses no token to it). Between passes that started nothing the loop waits on
-the queues' wake streams (keywake.py: a key entering a ring ends the wait at once, so a free
-key's first job starts as soon as a plain job would), or a run of ours ending, for POLL_S
-while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says
-(a key's permit freed by another worker's run).
+the queues' wake streams (keywake.py: a key entering a ring ends the wait at once, and the
+next pass takes the queues it names without a probe, so a free key's first job starts a
+round trip after the wake, as a plain job starts a round trip after its read), a run of
+ours ending, or a slot the unkeyed jobs' turn left to the keys (turns.py), for POLL_S while
+keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says (a
+key's permit freed by another worker's run).
+
+A queue's unkeyed jobs take a turn among its keys as one more key (turns.py holds the rule):
+a take asks for no more of the free slots than their share leaves, and tells the turn
+whether the keys hold more (a shard gave all it was asked) or can start nothing more. While
+both kinds wait, the queue's rings are read (LLEN) every RING_S for the number of keys, and a
+take asks only the shards whose rings held keys then, rather than shards in turn that hold
+none (with a slot or two free at a time, most such takes would find nothing); a wake asks
+every shard again.
 
 A worker runs up to `pipelines` take loops, as its plain claims do, so that a take's round trip
 overlaps the runs the last one started (without it, the worker's and Redis's time per job
