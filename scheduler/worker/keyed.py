@@ -266,10 +266,11 @@ class KeyedClaims(Service):
         cold = [q for q in w.config.queues if q not in hot] if lead else []
         return hot + (await self._queued(cold) if cold else [])
 
-    async def _queued(self, queues: Sequence[str]) -> list[str]:
+    async def _queued(self, queues: Sequence[str], keep: bool = False) -> list[str]:
         """The queues whose ring holds a key on some shard: asked without holding run slots
         or permits, so that while a queue has no keyed slot the worker's other claims never
-        wait on this loop, nor does a rate lose tokens to it."""
+        wait on this loop, nor does a rate lose tokens to it. `keep`: note which shards hold
+        keys, for the takes that follow (_holding)."""
         w = self.claims
         pipe = transport.pipeline(w.redis)
         for q in queues:
@@ -280,7 +281,8 @@ class KeyedClaims(Service):
         found = []
         for i, q in enumerate(queues):
             each = lengths[i * self.shards:(i + 1) * self.shards]
-            self._rings[q] = (mono, each)
+            if keep:  # (_holding: only while the unkeyed jobs take their turn)
+                self._rings[q] = (mono, each)
             keys = sum(each)
             w.turns.rings_read(q, keys, mono)
             if keys:
@@ -288,8 +290,9 @@ class KeyedClaims(Service):
         return found
 
     async def _ring_lengths(self, queues: Sequence[str]) -> None:
-        """Read how many keys the queues' rings hold (what the unkeyed jobs' share counts)."""
-        await self._queued(queues)
+        """Read how many keys the queues' rings hold (what the unkeyed jobs' share counts),
+        and in which shards."""
+        await self._queued(queues, keep=True)
 
     async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]],
                     workers: int | None) -> tuple[int, int]:

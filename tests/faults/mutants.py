@@ -1885,4 +1885,9 @@ MUTANTS = [
            "            self._found[q] = mono\n            self._rings.pop(q, None)\n",
            "            self._rings.pop(q, None)\n",
            (TURN + "test_a_woken_take_sends_no_probe_first",)),
+    Mutant("free-key-waits-for-a-poll", "the keyed loop with nothing to take sleeps out its "
+           "poll instead of waiting on the wake streams: a free key's job starts up to a poll "
+           "later than an unkeyed one", "scheduler/worker/keyed.py",
+           "        if self._wake_ok:\n", "        if False:\n",
+           (TURN + "test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one",)),
 ]

@@ -138,7 +138,7 @@ def test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one(
         redis_url: str, ns: str, app_env: dict[str, str], tmp_path: Path, load: bool) -> None:
     """Jobs submitted one at a time to a registered worker, in turn a free key's (a key of
     its own) and an unkeyed one: their start lags (handler start less the job's fire time)
-    are alike, p50 and p99, on an idle worker and beside a plain load on another queue that
+    are alike, p50 and p90, on an idle worker and beside a plain load on another queue that
     keeps some of its slots busy."""
     out = tmp_path / "starts.txt"
     worker = sched_process(redis_url, ns, app_env, "worker", "--app", "app_tasks:registry",
@@ -163,10 +163,13 @@ def test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one(
             time.sleep(0.01)
         starts = _wait_for(out, 2 + 2 * n + loads, 60)
     lags = {g: [t * 1000 - f for gg, t, f in starts if gg == g] for g in ("keyed", "plain")}
-    figures = {g: (round(_pct(x, 0.5), 1), round(_pct(x, 0.99), 1)) for g, x in lags.items()}
-    print("start lag p50, p99 ms:", figures)
+    figures = {g: tuple(round(_pct(x, p), 1) for p in (0.5, 0.9, 0.99))
+               for g, x in lags.items()}
+    print("start lag p50, p90, p99 ms:", figures)
+    # Within a fraction of the keyed loop's shortest poll (50 ms) at p90 too: a start that
+    # waited for a poll rather than the wake shows there. (p99 is the box's noise.)
     assert figures["keyed"][0] <= figures["plain"][0] + 5, figures
-    assert figures["keyed"][1] <= max(2 * figures["plain"][1], figures["plain"][1] + 20), figures
+    assert figures["keyed"][1] <= figures["plain"][1] + 20, figures
 
 
 @pytest.mark.slow  # waits for the worker's queue to go cold
