@@ -191,3 +191,13 @@ async def span_to_file(ctx: Context, payload: Any) -> None:
     _append(payload["file"], f"{ctx.slot_id} start {time.time()!r}")
     await asyncio.sleep(float(payload["seconds"]))
     _append(payload["file"], f"{ctx.slot_id} end {time.time()!r}")
+
+
+@registry.task("test.start_then_sleep")
+async def start_then_sleep(ctx: Context, payload: Any) -> None:
+    """Appends "<group> <start> <fire_ms>" (wall clock, seconds) to the file payload["file"]
+    names, then sleeps payload["seconds"]: who started when, kept outside the Redis under
+    test."""
+    _append(payload["file"], f"{payload['g']} {time.time()!r} {ctx.fire_ms}")
+    if payload["seconds"]:
+        await asyncio.sleep(float(payload["seconds"]))

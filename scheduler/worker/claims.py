@@ -48,6 +48,7 @@ from scheduler.worker.inflight import Run
 from scheduler.worker.reader import Reader
 from scheduler.worker.registry import Registry
 from scheduler.worker.slots import Slots
+from scheduler.worker.turns import Turns
 
 if TYPE_CHECKING:
     from scheduler.worker.pool import ProcessPool
@@ -78,6 +79,7 @@ class Claims:
         self.slots = slots
         self.running = slots.running
         self.reader = reader
+        self.turns = Turns(slots, reader)  # the unkeyed jobs' turn among a queue's keys
         self.exchange = exchange  # its round trips, and the outcomes it holds
         self.execution = execution
         self.stopping = stopping
@@ -125,8 +127,18 @@ class Claims:
         # Another pipeline may have claimed while this one read: take only what still fits,
         # and no more than this pipeline's share of the run slots, so that at any
         # concurrency every pipeline has a claim in flight while the others' runs go.
-        take = reader.take(min(slots.free(), slots.share(self.config.batch,
-                                                         self.config.pipelines)))
+        n = min(slots.free(), slots.share(self.config.batch, self.config.pipelines))
+        turns = self.turns
+        if not turns.waiting:
+            take, counted, on_start = reader.take(n), None, None
+        else:  # a queue's keys wait: its entries take no more than their turn (turns.py)
+            take, counted, held = turns.take(n)
+            on_start = turns.on_start
+            if not take:
+                turns.claimed(counted)
+                if held:  # a run's end, or the keys' take, may give them room
+                    await self._until_a_run_ends(block_ms)
+                return 0
         if not take:
             return 0
         entries: dict[int, list[tuple[str, bytes, str]]] = {}
@@ -139,7 +151,7 @@ class Claims:
             self.read_ahead(slots.free(), len(take), mixed)
         prefetch = ahead > 0
         try:
-            return await self.claim(entries, ahead)
+            return await self.claim(entries, ahead, on_start)
         except BaseException:
             # The claim may or may not have run: put the entries back first in line. A claim
             # sent again by this worker for an entry it already holds is granted again
@@ -149,6 +161,8 @@ class Claims:
             raise
         finally:
             slots.claiming -= len(take)
+            if counted:
+                turns.claimed(counted)
 
     def read_ahead(self, free: int, taking: int = 0, mixed: bool = False) -> int:
         """How many entries a read may ask for, with `free` run slots and `taking` entries

@@ -23,10 +23,20 @@ once and takes with permits from the next pass.
 A queue that started nothing keyed lately is first probed (an LLEN of its ring per shard,
 sent without holding a run slot or a permit, so the worker's other claims never wait on this
 loop and a rate loses no token to it). Between passes that started nothing the loop waits on
-the queues' wake streams (keywake.py: a key entering a ring ends the wait at once, so a free
-key's first job starts as soon as a plain job would), or a run of ours ending, for POLL_S
-while keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says
-(a key's permit freed by another worker's run).
+the queues' wake streams (keywake.py: a key entering a ring ends the wait at once, and the
+next pass takes the queues it names without a probe, so a free key's first job starts a
+round trip after the wake, as a plain job starts a round trip after its read), a run of
+ours ending, or a slot the unkeyed jobs' turn left to the keys (turns.py), for POLL_S while
+keys wait at their limits, else IDLE_POLL_S: the polls only catch what no wake says (a
+key's permit freed by another worker's run).
+
+A queue's unkeyed jobs take a turn among its keys as one more key (turns.py holds the rule):
+a take asks for no more of the free slots than their share leaves, and tells the turn
+whether the keys hold more (a shard gave all it was asked) or can start nothing more. While
+both kinds wait, the queue's rings are read (LLEN) every RING_S for the number of keys, and a
+take asks only the shards whose rings held keys then, rather than shards in turn that hold
+none (with a slot or two free at a time, most such takes would find nothing); a wake asks
+every shard again.
 
 A worker runs up to `pipelines` take loops, as its plain claims do, so that a take's round trip
 overlaps the runs the last one started (without it, the worker's and Redis's time per job
@@ -62,6 +72,7 @@ from scheduler.worker.claims import Claims
 from scheduler.worker.inflight import Run
 from scheduler.worker.keywake import KeyWake
 from scheduler.worker.limiter import LimitedClaims
+from scheduler.worker.turns import RING_S
 
 log = logging.getLogger("scheduler.worker.worker")
 
@@ -69,6 +80,7 @@ POLL_S = 0.05  # a pass that found keys but started nothing waits this long (or 
 IDLE_POLL_S = 1.0  # ... and one that found no key this long: a key entering wakes it
 IDLE_AFTER_S = 5.0  # (only as "long ago": a queue never found is cold)
 HOT_S = 0.2  # a queue whose take started something this recently is taken without a probe
+FRESH_S = 2 * RING_S  # a read of a queue's rings tells which shards hold keys for this long
 
 
 class HeldKeys:
@@ -112,6 +124,7 @@ class KeyedClaims(Service):
         self._turn = 0  # which (shard, queue) asks first when the free slots are fewer
         self._found: dict[str, float] = {}  # queue -> when a take last started one (monotonic)
         self._again: set[tuple[int, str]] = set()  # (shard, queue) whose last take failed
+        self._rings: dict[str, tuple[float, list[int]]] = {}  # queue -> when read, lengths
         self._flying: Counter[tuple[int, str]] = Counter()  # takes in flight, by (shard, queue)
         self._asking: set[tuple[int, str]] = set()  # ... of them, those carrying a re-ask
         self.loops = max(1, claims.config.pipelines)  # this one and its followers
@@ -140,17 +153,30 @@ class KeyedClaims(Service):
         queues = queues[first:] + queues[:first]
         each, extra = divmod(free, len(queues))
         out = []
+        mono = self.claims.clock.monotonic()
         for i, q in enumerate(queues):
             budget = min(each + (i < extra), caps.get(q, free))
-            per, more = divmod(budget, self.shards)
-            for j in range(self.shards):
+            shards = self._holding(q, mono)
+            per, more = divmod(budget, len(shards))
+            for j in range(len(shards)):
                 n = per + (j < more)
                 if n > 0:
-                    out.append(((k + j) % self.shards, q, n))
+                    out.append((shards[(k + j) % len(shards)], q, n))
         return out
+
+    def _holding(self, queue: str, mono: float) -> list[int]:
+        """The shards a take of the queue asks: those whose ring held keys when read lately
+        (while its unkeyed entries wait: turns.py), else every one."""
+        at, lengths = self._rings.get(queue, (-FRESH_S, []))
+        if mono - at < FRESH_S:
+            held = [s for s, n in enumerate(lengths) if n]
+            if held:
+                return held
+        return list(range(self.shards))
 
     async def run_once(self) -> int:
         self.ended.clear()
+        self.claims.turns.yielded.clear()
         self._wake_ok = False
         started, self._sleep_s = await self.take_pass(lead=True)
         return started
@@ -180,14 +206,18 @@ class KeyedClaims(Service):
         if not queues:
             self.busy.clear()
             return 0, IDLE_POLL_S
+        rooms = await self._rooms(queues, free)
+        queues = [q for q in queues if rooms.get(q, free) > 0]
         wide = [q for q in queues if q in self.limited.limits]
         permits: dict[str, list[str]] = {}
         if wide:  # queue-wide permits first: take no more than were granted
-            got = await self.limited.acquire({q: free for q in wide})
+            got = await self.limited.acquire({q: rooms.get(q, free) for q in wide})
             permits = {q: list(g.members) for q, g in got.items() if g.granted}
+        caps = {q: room for q, room in rooms.items() if room < free}
+        caps.update({q: len(members) for q, members in permits.items()})
         asks = [(s, q, n) for s, q, n in self._asks(
-                    free, [q for q in queues if q not in wide or q in permits],
-                    {q: len(members) for q, members in permits.items()}) if self._may(s, q)]
+                    free, [q for q in queues if q not in wide or q in permits], caps)
+                if self._may(s, q)]
         try:
             started, rate_wait_ms = await self._take(asks, permits, workers)
         finally:
@@ -202,6 +232,22 @@ class KeyedClaims(Service):
         if rate_wait_ms >= 0:  # a key's rate: its next token, if sooner
             sleep_s = min(sleep_s, max(0.001, rate_wait_ms / 1000))
         return started, sleep_s
+
+    async def _rooms(self, queues: list[str], free: int) -> dict[str, int]:
+        """How many of the free slots each queue's take may ask for: those the turn of its
+        unkeyed entries (turns.py) does not keep for them."""
+        w = self.claims
+        if not w.reader.backlog:
+            return {}
+        stale = w.turns.stale(queues, w.clock.monotonic())
+        if stale:
+            await self._ring_lengths(stale)
+        if not w.turns.waiting:
+            return {}
+        rooms = {q: w.turns.keyed_room(q, free) for q in queues}
+        if any(room < free for room in rooms.values()):
+            w.slots.capacity.set()  # a plain claim held back for them may go
+        return rooms
 
     def _may(self, shard: int, queue: str) -> bool:
         """May a take of the queue on the shard go now? Not while a re-ask of it flies, nor
@@ -220,18 +266,33 @@ class KeyedClaims(Service):
         cold = [q for q in w.config.queues if q not in hot] if lead else []
         return hot + (await self._queued(cold) if cold else [])
 
-    async def _queued(self, queues: Sequence[str]) -> list[str]:
+    async def _queued(self, queues: Sequence[str], keep: bool = False) -> list[str]:
         """The queues whose ring holds a key on some shard: asked without holding run slots
         or permits, so that while a queue has no keyed slot the worker's other claims never
-        wait on this loop, nor does a rate lose tokens to it."""
+        wait on this loop, nor does a rate lose tokens to it. `keep`: note which shards hold
+        keys, for the takes that follow (_holding)."""
         w = self.claims
         pipe = transport.pipeline(w.redis)
         for q in queues:
             for s in range(self.shards):
                 pipe.llen(w.keys.key_ring(s, q))
         lengths = await transport.send(pipe)
-        return [q for i, q in enumerate(queues)
-                if any(lengths[i * self.shards:(i + 1) * self.shards])]
+        mono = w.clock.monotonic()
+        found = []
+        for i, q in enumerate(queues):
+            each = lengths[i * self.shards:(i + 1) * self.shards]
+            if keep:  # (_holding: only while the unkeyed jobs take their turn)
+                self._rings[q] = (mono, each)
+            keys = sum(each)
+            w.turns.rings_read(q, keys, mono)
+            if keys:
+                found.append(q)
+        return found
+
+    async def _ring_lengths(self, queues: Sequence[str]) -> None:
+        """Read how many keys the queues' rings hold (what the unkeyed jobs' share counts),
+        and in which shards."""
+        await self._queued(queues, keep=True)
 
     async def _take(self, asks: list[tuple[int, str, int]], permits: dict[str, list[str]],
                     workers: int | None) -> tuple[int, int]:
@@ -252,6 +313,10 @@ class KeyedClaims(Service):
                  for s, q, n in asks]
         deadline = w.clock.monotonic() + w.config.lease_s
         w.slots.claiming += sum(n for _, _, n in asks)
+        asked: Counter[str] = Counter()
+        for _, q, n in asks:
+            asked[q] += n
+        w.turns.keyed.update(asked)  # (its share counts the slots being taken)
         self._flying.update((s, q) for s, q, _ in asks)
         self._asking |= asking
         try:
@@ -265,6 +330,7 @@ class KeyedClaims(Service):
             # Slots held for the take and not used are free again: wake a loop that waited
             # on them.
             w.slots.claiming -= sum(n for _, _, n in asks)
+            w.turns.keyed.subtract(asked)
             self._flying.subtract((s, q) for s, q, _ in asks)
             self._flying = +self._flying
             self._asking -= asking
@@ -273,10 +339,12 @@ class KeyedClaims(Service):
         mono = w.clock.monotonic()
         refused = False
         keys_of: dict[str, tuple[str, str]] = {}  # slot id -> (queue, key), of this take
+        full: set[str] = set()  # queues a shard of which granted all it was asked
+        seen: dict[str, set[bytes]] = {}  # queue -> the keys granted
         # Only a take that carried the re-ask answers it: one sent before another take's
         # reply was lost did not ask again.
         self._again -= asking
-        for (s, q, _), reply in zip(asks, answers, strict=True):
+        for (s, q, n), reply in zip(asks, answers, strict=True):
             entries, flat, wait_ms, limited, keys = replies.taken(reply, q)
             refused = refused or limited
             if workers:  # (only a spread counts the runs of each key)
@@ -284,6 +352,9 @@ class KeyedClaims(Service):
                     keys_of[slot_id] = (q, key.decode())
             if entries:
                 self._found[q] = mono
+                seen.setdefault(q, set()).update(keys)
+                if len(entries) >= n:
+                    full.add(q)
             if wait_ms >= 0:
                 rate_wait_ms = min(wait_ms, rate_wait_ms) if rate_wait_ms >= 0 else wait_ms
             grants = replies.claimed(flat, entries) if tracer is None \
@@ -291,6 +362,7 @@ class KeyedClaims(Service):
             if len(set(keys)) > 1:
                 entries, grants = _alternate(keys, entries, grants)
             granted.append((s, entries, grants))
+        w.turns.took(asked, full, seen)
         started = w.start(granted, now, deadline, unconfirmed, w.reader,
                           on_start=lambda run: self._on_start(run, permits, keys_of))
         if refused:  # a queue-wide limit not read yet: read it, take with permits next pass
@@ -303,6 +375,7 @@ class KeyedClaims(Service):
         if key is not None:
             self.held.add(run.slot_id, *key)
         queue = run.lane
+        self.claims.turns.keyed_start(queue)
         held = permits.get(queue)
         if held:  # a queue-wide permit goes with it, given back when it ends
             run.permit = (queue, held.pop())
@@ -312,11 +385,13 @@ class KeyedClaims(Service):
 
     def _on_end(self, run: Run) -> None:
         self.held.remove(run.slot_id)
+        self.claims.turns.keyed_end(run.lane)
         self.ended.set()
 
     def _on_end_limited(self, run: Run) -> None:
         self.limited.on_end(run)
         self.held.remove(run.slot_id)
+        self.claims.turns.keyed_end(run.lane)
         self.ended.set()
 
     def delay(self, result: Any) -> float:
@@ -327,12 +402,25 @@ class KeyedClaims(Service):
         that worked, when a key enters one of the worker's rings; after an error, a pause."""
         if self._wake_ok:
             try:
-                await self.wake.wait(seconds, self.ended, self._stop)
+                if await self.wake.wait(seconds, self.ended, self.claims.turns.yielded,
+                                        self._stop):
+                    self._entered()
                 return
             except Exception as exc:  # (a failed read: the next pass finds out the rest)
                 self._wake_ok = False
                 self.errors.error(exc, " (waiting for keys)")
         await pause_until(self.ended, self._stop, seconds)
+
+    def _entered(self) -> None:
+        """A key entered a ring of these queues: the next pass takes them without a probe
+        (its round trip would come before the take's: a free key's job would start a round
+        trip later than an unkeyed one), and asks every shard (the key's may be one read
+        empty)."""
+        mono = self.claims.clock.monotonic()
+        for q in self.wake.entered:
+            self._found[q] = mono
+            self._rings.pop(q, None)
+        self.wake.entered.clear()
 
     async def run(self) -> None:
         followers = [asyncio.create_task(KeyedFollower(self).run(), name=f"claim-keyed-{i}")

@@ -41,11 +41,14 @@ class KeyWake:
         self._read: asyncio.Task[bool] | None = None
         self._reads: dict[int, asyncio.Task[Any]] = {}  # on a Cluster: shard -> its read
         self.woken = 0  # reads that brought an entry (for tests)
+        self.queue_of: dict[str, str] = {}  # stream key -> its queue
+        self.entered: set[str] = set()  # queues a key entered, as the reads brought them
 
     async def open(self, shards: int, queues: Iterable[str]) -> None:
         """Watch these queues' wake streams on every shard, from their newest entry on."""
         queues = list(queues)
         self._shards = {s: [self.keys.key_wake(s, q) for q in queues] for s in range(shards)}
+        self.queue_of = {self.keys.key_wake(s, q): q for s in range(shards) for q in queues}
         streams = [key for keys in self._shards.values() for key in keys]
         pipe = transport.pipeline(self.redis)
         for key in streams:
@@ -126,6 +129,7 @@ class KeyWake:
             if entries:
                 name = key.decode() if isinstance(key, bytes) else key
                 self.last[name] = entries[-1][0]
+                self.entered.add(self.queue_of.get(name, ""))
         self.woken += 1
         return True
 

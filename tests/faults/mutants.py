@@ -38,6 +38,7 @@ EXPIRER = "tests/node/test_expirer.py::"
 LIMITS = "tests/sdk/test_queue_limits.py"
 AT_ONCE = "tests/e2e/test_limits_apply_at_once.py::"
 IN_SCRIPTS = "tests/lua/test_limits_in_scripts.py::"
+TURN = "tests/worker/test_keyed_turn.py::"
 HELD_BACK = (f"{LIMITS}::test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_"
              "the_limit_cleared")
 EARLY = "tests/worker/test_early_dispatch.py"
@@ -1929,4 +1930,33 @@ MUTANTS = [
            '    if "grant" in h:\n', '    if False:\n',
            ("tests/history/test_store.py::test_a_keyed_slot_s_copy_of_its_grant_is_not_kept",),
            fast=True),
+    Mutant("unkeyed-take-no-turn", "the plain claims of a queue whose keys wait take every "
+           "free slot they find, not their turn: a flood of unkeyed jobs starts nearly all "
+           "the runs while the keys wait", "scheduler/worker/claims.py",
+           "        if not turns.waiting:\n", "        if True:\n",
+           (TURN + "test_unkeyed_jobs_take_a_turn_like_a_key",)),
+    Mutant("keyed-takes-leave-no-turn", "the keyed takes of a queue leave no slot for its "
+           "unkeyed entries' share: a flood of the keys' jobs starts ahead of them",
+           "scheduler/worker/turns.py",
+           "        if queue not in self.waiting or not self.plain_waits(queue):\n"
+           "            return free\n",
+           "        if True:\n            return free\n",
+           ("tests/worker/test_turns.py::test_the_unkeyed_jobs_share_is_one_keys",), fast=True),
+    Mutant("blocked-keys-keep-their-turn", "keys that can start nothing more (at their "
+           "per-key limit) keep their turn: the slots kept for them sit idle while unkeyed "
+           "jobs wait", "scheduler/worker/turns.py",
+           "        if self.waiting.pop(queue, None) is not None:\n",
+           "        if self.waiting.get(queue, None) is None:\n",
+           (TURN + "test_keys_at_their_limit_leave_their_turn_to_the_unkeyed",)),
+    Mutant("woken-take-probes-first", "a take woken by a key entering a cold queue's ring "
+           "probes the rings first: a free key's job starts a round trip later than an "
+           "unkeyed one", "scheduler/worker/keyed.py",
+           "            self._found[q] = mono\n            self._rings.pop(q, None)\n",
+           "            self._rings.pop(q, None)\n",
+           (TURN + "test_a_woken_take_sends_no_probe_first",)),
+    Mutant("free-key-waits-for-a-poll", "the keyed loop with nothing to take sleeps out its "
+           "poll instead of waiting on the wake streams: a free key's job starts up to a poll "
+           "later than an unkeyed one", "scheduler/worker/keyed.py",
+           "        if self._wake_ok:\n", "        if False:\n",
+           (TURN + "test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one",)),
 ]
