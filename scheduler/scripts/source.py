@@ -50,12 +50,21 @@ def _used(lib: str, code: str) -> str:
     found = list(_FUNCTION.finditer(lib))
     if not found:
         return lib
-    wanted = {m.group(1) for m in found if re.search(rf"\b{m.group(1)}\(", code)}
+    # One scan per text for every name it calls, not one search per function and text: the
+    # scripts are built at import, so this is part of every `sched` start.
+    wanted = {m.group(1) for m in found} & _called(code)
     for m in reversed(found):
         if m.group(1) in wanted:
-            body = _code(m.group(0))
-            wanted |= {n.group(1) for n in found if re.search(rf"\b{n.group(1)}\(", body)}
+            wanted |= _called(_code(m.group(0)))
     return lib[:found[0].start()] + "".join(m.group(0) for m in found if m.group(1) in wanted)
+
+
+_CALL = re.compile(r"\b(\w+)\(")
+
+
+def _called(code: str) -> set[str]:
+    """Every word of `code` right before a "(": the names it calls."""
+    return set(_CALL.findall(code))
 
 
 def header_keys(name: str) -> int:
@@ -97,22 +106,23 @@ def with_constants(source: str) -> str:
     by its value, so Lua and Python read one table each at no cost per call (a Lua table
     built on every call costs Redis on every call: bench script_ab). A name neither table has
     fails here, at import, not as a nil in Lua."""
-    def code(m: re.Match[str]) -> str:
-        return str(int(Code[m.group(1)]))
+    def value(m: re.Match[str]) -> str:
+        code, default, named = m.groups()
+        if code is not None:
+            return str(int(Code[code]))
+        if default is not None:
+            number = JOB_FIELD_DEFAULTS[default]
+            if not isinstance(number, int | float):
+                raise KeyError(f"DEFAULT.{default} is not a number")
+            return repr(number)
+        return _NAMED[named]
 
-    def default(m: re.Match[str]) -> str:
-        value = JOB_FIELD_DEFAULTS[m.group(1)]
-        if not isinstance(value, int | float):
-            raise KeyError(f"DEFAULT.{m.group(1)} is not a number")
-        return repr(value)
-
-    source = _DEFAULT.sub(default, _CODE.sub(code, source))
-    return _NAME.sub(lambda m: _NAMED[m.group(0)], source)
+    return _CONSTANT.sub(value, source)
 
 
-_CODE = re.compile(r"\bR\.([A-Z_]+)\b")
-_DEFAULT = re.compile(r"\bDEFAULT\.([a-z_]+)\b")
-_NAME = re.compile(r"\b(?:" + "|".join(_NAMED) + r")\b")
+# One pass over the text for all three kinds: the scripts are built at import, so this is
+# part of every `sched` start.
+_CONSTANT = re.compile(r"\b(?:R\.([A-Z_]+)|DEFAULT\.([a-z_]+)|(" + "|".join(_NAMED) + r"))\b")
 
 SOURCES = {
     n: _Source(n, t, hashlib.sha1(t.encode(), usedforsecurity=False).hexdigest())

@@ -14,6 +14,7 @@ from helpers import sched
 from scheduler import Client
 from scheduler.core import objective
 from scheduler.core.keys import Keys, shard_of
+from scheduler.redis.clock import ManualClock
 
 
 @pytest.mark.parametrize(("args", "says"), [
@@ -42,9 +43,14 @@ def test_bad_input_is_one_line(capsys: pytest.CaptureFixture[str], r: redis.Redi
 def test_explain_prints_a_line_per_fire_time_and_the_summary(
         capsys: pytest.CaptureFixture[str], redis_url: str, ns: str) -> None:
     with Client(redis_url, ns) as client:
+        now = client.now_ms()
+    # Submitted by a client whose clock is 3.5 s behind: three fire times have passed, and no
+    # node made them, without waiting for them.
+    with Client(redis_url, ns, clock=ManualClock(now - 3500)) as client:
         job_id = client.submit("t", cron="* * * * * *", on_time_within=0.5)
         first = client.get_job(job_id).fire_ms
-        while client.now_ms() < first + 2500:  # three fire times passed; no node made them
+    with Client(redis_url, ns) as client:
+        while client.now_ms() < first + 2500:
             time.sleep(0.1)
     code, out, _ = sched(capsys, redis_url, ns, "schedules", "explain", job_id, "--since", "5s")
     lines = out.splitlines()

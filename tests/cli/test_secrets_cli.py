@@ -82,10 +82,12 @@ def test_no_command_prints_a_postgres_password(capsys: pytest.CaptureFixture[str
 
 
 @pytest.mark.parametrize("dsn", [DSNS["malformed"], DSNS["unencoded @"], DSNS["keywords"]])
-def test_a_dsn_from_the_environment_is_masked_too(redis_url: str, ns: str, dsn: str) -> None:
-    done = run("--redis-url", redis_url, "--namespace", ns, "history",
-               env={"SCHED_POSTGRES_DSN": dsn})
-    assert done.returncode == 1 and not leaked(done.stdout + done.stderr), done.stderr
+def test_a_dsn_from_the_environment_is_masked_too(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   redis_url: str, ns: str, dsn: str) -> None:
+    monkeypatch.setenv("SCHED_POSTGRES_DSN", dsn)
+    code, out, err = sched(capsys, redis_url, ns, "history")
+    assert code == 1 and not leaked(out + err), err
 
 
 @pytest.mark.parametrize("url", list(URLS.values()), ids=list(URLS))

@@ -27,7 +27,7 @@ import redis
 from faults.mutants import MUTANTS
 
 from conftest import SCHED, TESTS, close_plain, drop_namespace, new_namespace, ns_keys
-from helpers import running, sched_process
+from helpers import running, sched, sched_process
 from scheduler import Client
 from scheduler.testing.verify import keeps_history
 
@@ -375,10 +375,11 @@ def test_verify_chaos_interrupted_stops_its_children_and_removes_its_keys(
     (("--chaos", "--app", "app_tasks:registry", "--kills", "0"), "'--kills'"),
 ])
 def test_verify_chaos_bad_options_say_so_in_one_line_and_change_nothing(
-        redis_url: str, ns: str, r: redis.Redis, args: tuple[str, ...], says: str) -> None:
+        capsys: pytest.CaptureFixture[str], redis_url: str, ns: str, r: redis.Redis,
+        args: tuple[str, ...], says: str) -> None:
     warm(redis_url, ns)
     before = ns_keys(r, ns)
-    code, out, err, _ = verify(redis_url, ns, "--duration", "5s", *args)
+    code, out, err = sched(capsys, redis_url, ns, "verify", "--duration", "5s", *args)
     assert code == 2 and out == "", out + err
     assert len(err.strip().splitlines()) == 1 and says in err, err
     assert ns_keys(r, ns) == before

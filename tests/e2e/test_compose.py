@@ -248,6 +248,7 @@ def test_every_metric_in_dashboards_and_alerts_is_declared() -> None:
         assert any(topic in e for e in dashboard_exprs()), topic
 
 
+@pytest.mark.slow  # real processes: a redis-server and a sentinel, seconds until it signs in
 def test_the_ha_profile_runs_two_replicas_and_three_sentinels_that_work(tmp_path: Path) -> None:
     """The sentinel config compose writes (its own shell line, run here as compose runs it)
     is run against a real primary that requires the password (hostnames swapped for loopback

@@ -19,7 +19,7 @@ from faults.harness import wait_for
 from faults.sentinel import sentinel_set
 
 from conftest import SCHED, ns_keys
-from helpers import running, sched_process
+from helpers import running, sched, sched_process
 from scheduler.core.keys import Keys
 from scheduler.testing import restart
 
@@ -119,10 +119,12 @@ def test_a_failing_restart_command_is_exit_2_naming_it_and_leaves_no_key(
     (["--redis-restart", "true", "--redis-restart-at", "95%"], "from 0% to 80% of --duration"),
     (["--redis-restart-at", "10%"], "--redis-restart-at is for --redis-restart"),
 ])
-def test_bad_restart_options_are_one_line_before_anything_runs(args: list[str],
-                                                               says: str) -> None:
-    # Nothing answers at this URL: the options are refused before Redis is asked.
-    code, out, err = verify("redis://127.0.0.1:1/0", NS, "--duration", "10s", *args)
+def test_bad_restart_options_are_one_line_before_anything_runs(
+        capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:
+    # Nothing answers at this URL: the options are refused before Redis is asked. (`sched`'s
+    # entry point in this process: the real process is the tests' above.)
+    code, out, err = sched(capsys, "redis://127.0.0.1:1/0", NS, "verify", "--duration", "10s",
+                           *args)
     assert code == 2 and out == "", out + err
     assert says in err and err.count("\n") <= 2 and "Traceback" not in err, err
 

@@ -1959,4 +1959,16 @@ MUTANTS = [
            "later than an unkeyed one", "scheduler/worker/keyed.py",
            "        if self._wake_ok:\n", "        if False:\n",
            (TURN + "test_a_free_keys_job_starts_as_fast_as_an_unkeyed_one",)),
+    Mutant("cli-start-loads-the-harness", "every `sched` start loads the testing mode's "
+           "harness and fakeredis with the testing package, for `sched verify`'s bounds",
+           "scheduler/testing/__init__.py",
+           "if TYPE_CHECKING:\n    from scheduler.testing.harness import",
+           "if True:\n    from scheduler.testing.harness import",
+           ("tests/cli/test_cli_start.py::test_the_cli_loads_neither_the_testing_harness_nor_"
+            "the_console_until_asked",)),
+    Mutant("lua-includes-drop-what-their-functions-call", "a script keeps the include's "
+           "functions it calls and drops those they call in turn: a nil function in Lua",
+           "scheduler/scripts/source.py",
+           "            wanted |= _called(_code(m.group(0)))\n", "            pass\n",
+           ("tests/lua/test_transitions.py",)),
 ]
