@@ -8,7 +8,9 @@ inside the call and inflates when the CPU is contended; alternation makes the ra
     python -m bench script_ab --a /tmp/main-copy --b . [--rounds 10] [--batch 64]
 
 Each tree's scripts are read as that tree's scripts/source.py builds them (its own _lib.lua
-inlining); both are called with this tree's argument builders (scripts/calls.py). Figures:
+inlining); both are called with this tree's argument builders (scripts/calls.py), and a
+keyed commit as that tree's worker sends it (its queue and key, which fence it, when the
+tree's complete.lua reads them: run_member). Figures:
 medians of usec per entry (per call for the empty calls) and the median of the per-call
 B/A ratios."""
 
@@ -60,8 +62,9 @@ def _jobs(k: int, now: int) -> list[tuple[str, str, str, int, tuple[()]]]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     r = redis.Redis.from_url(args.redis_url)
-    sha = {v: {n: r.script_load(t) for n, t in _texts(root).items()}
-           for v, root in (("A", args.a), ("B", args.b))}
+    texts = {v: _texts(root) for v, root in (("A", args.a), ("B", args.b))}
+    sha = {v: {n: r.script_load(t) for n, t in texts[v].items()} for v in texts}
+    fenced = {v: "run_member" in texts[v]["complete"] for v in texts}
     clients = {v: Client(args.redis_url, f"ab{v}{int(time.time())}", shards=1) for v in sha}
     res: dict[str, dict[str, list[float]]] = {
         k: {"A": [], "B": []} for k in ("claim", "complete", "promote", "claim0", "complete0",
@@ -130,8 +133,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         alternate("take", "take", b, lambda v, i: [scripts.take(
             pre[v], now, "w", 30_000, "keyed", b)], n // b, rnd)
         alternate("complete_keyed", "complete", b, lambda v, i: [scripts.complete(
-            pre[v], now, 100_000, "w", [scripts.Succeeded(f"{job[0]}:{now}", 1, now, now)
-                                        for job in keyed[v][i * b:(i + 1) * b]])], n // b, rnd)
+            pre[v], now, 100_000, "w", [scripts.Succeeded(
+                f"{job[0]}:{now}", 1, now, now, *(("keyed", "~" + job[4][1]) if fenced[v]
+                                                  else ()))
+                for job in keyed[v][i * b:(i + 1) * b]])], n // b, rnd)
         for c in clients.values():  # the group stays; the next round reads only new entries
             r.xtrim(c.keys.queue(0, "default"), maxlen=0)
             r.delete(c.keys.events(0))

@@ -80,9 +80,11 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           dispatch-stream entry: lua/take.lua claims it
     <ns>:{sNN}:kring:<queue>      list    the queue's concurrency keys with queued slots in
                                           this shard, in turn order (a key at most once)
-    <ns>:{sNN}:krun:<queue>:<ckey> zset   a concurrency key's running slots (its permits: one
-                                          per run, given back when the attempt ends: _lib.lua
-                                          end_lease), scored by when the run was claimed (ms)
+    <ns>:{sNN}:krun:<queue>:<ckey> zset   a concurrency key's running attempts (its permits:
+                                          one per run, "<slot id>#<attempt>", given back when
+                                          the attempt ends: _lib.lua end_lease; complete.lua
+                                          fences a commit by removing it), scored by when the
+                                          run was claimed (ms)
     <ns>:{sNN}:kbucket:<queue>:<ckey> hash the token bucket of a key's rate (per_key_rate), as
                                           acquire.lua's of a queue: tokens, at_ms
     <ns>:{sNN}:kwake:<queue>      stream  the last key to enter the queue's ring (one entry, MAXLEN

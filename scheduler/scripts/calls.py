@@ -121,7 +121,8 @@ class Succeeded(msgspec.Struct, gc=False):
     started_ms: int
     finished_ms: int
     # The claimed entry (its lane and id), which complete.lua acknowledges if no reader has
-    # yet: "" for none (a keyed slot, a run started from a sweep).
+    # yet: "" for none (a run started from a sweep); a keyed run's queue and "~<its key>",
+    # whose running set fences the commit instead.
     lane: str = ""
     msg_id: bytes | str = ""
     result: bytes | str | None = None  # the return value's JSON, stored with the slot

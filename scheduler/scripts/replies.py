@@ -134,14 +134,16 @@ def carried(fields: Sequence[bytes]) -> Carried:
 
 def taken(reply: Sequence[Any], lane: str
           ) -> tuple[list[tuple[str, bytes, str]], Any, int, bool, list[bytes]]:
-    """take.lua's reply for one shard: the entries it stands for ((lane, "", slot id): a
-    keyed slot has no stream entry; `lane` names the queue for the run's metrics), the
-    grants for them in claim.lua's form (claimed() or a tracer decodes them), how long
-    (ms) until a key its rate held back has a token (-1: none was), whether the take was
-    refused for want of queue-wide permits, and each entry's concurrency key."""
+    """take.lua's reply for one shard: the entries it stands for ((lane, b"~" + key, slot
+    id): a keyed slot has no stream entry; `lane` names the queue, for the run's metrics and
+    its commit, which the key after the mark fences: complete.lua), the grants for them in
+    claim.lua's form (claimed() or a tracer decodes them), how long (ms) until a key its rate
+    held back has a token (-1: none was), whether the take was refused for want of
+    queue-wide permits, and each entry's concurrency key."""
     try:
         ids, grants, wait, limited, keys = reply
-        entries = [(lane, b"", slot_id.decode()) for slot_id in ids]
+        entries = [(lane, b"~" + key, slot_id.decode())
+                   for slot_id, key in zip(ids, keys, strict=True)]
         return entries, grants, int(wait), bool(int(limited)), list(keys)
     except (TypeError, ValueError, AttributeError):
         raise ScriptError(f"unexpected reply from take.lua: {list(reply)[:4]!r}") from None

@@ -31,7 +31,8 @@ class Run:
         self.shard = shard
         self.slot_id = slot_id
         # The entry it was claimed from, pending until its outcome is committed ("" for an
-        # at_most_once slot, acked at claim): complete.lua's fence (scripts.complete).
+        # at_most_once slot, acked at claim; "~<key>" for a keyed one, its key's running set):
+        # complete.lua's fence (scripts.complete).
         self.lane = lane
         self.msg = msg
         self.announced = False  # a heartbeat told history it runs ("claimed", heartbeat.lua)

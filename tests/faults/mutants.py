@@ -946,7 +946,8 @@ MUTANTS = [
     Mutant("key-permit-never-given-back", "a keyed run's end (success, fail, release, "
            "reclaim) does not give its key's permit back: the key stalls at its limit for good",
            "scheduler/scripts/lua/_lib.lua",
-           "  if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end",
+           "  if s.key then\n    redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id,\n"
+           "      run_member(slot_id, string.format('%d', s.attempt)))\n  end\n",
            "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",
                 TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key"), fast=True),
     Mutant("key-turn-skipped", "the keys of a round go back to the ring's tail in reverse "
@@ -1971,4 +1972,54 @@ MUTANTS = [
            "scheduler/scripts/source.py",
            "            wanted |= _called(_code(m.group(0)))\n", "            pass\n",
            ("tests/lua/test_transitions.py",)),
+    Mutant("keyed-commit-unfenced", "complete.lua trusts a keyed run's commit whether its "
+           "member of its key's running set was there or not: a commit of an attempt that "
+           "lost its slot (reclaimed and taken again) or of a slot already committed passes",
+           "scheduler/scripts/lua/complete.lua",
+           "  fenced_run[running] = removed == #members\n", "  fenced_run[running] = true\n",
+           (TAKE + "test_a_stale_keyed_commit_is_refused_and_leaves_the_new_attempt_s_permit",
+            TAKE + "test_a_keyed_commit_sent_again_is_a_repeat"), fast=True),
+    Mutant("key-member-without-attempt", "a keyed run's member of its key's running set is "
+           "the slot id alone: the late commit of an attempt whose slot was taken again "
+           "removes the new attempt's member and commits without a read",
+           "scheduler/scripts/lua/_lib.lua",
+           "  return slot_id .. '#' .. attempt\n", "  return slot_id\n",
+           (TAKE + "test_a_stale_keyed_commit_is_refused_and_leaves_the_new_attempt_s_permit",),
+           fast=True),
+    Mutant("key-permit-old-form-kept", "the end of a keyed attempt removes only its member "
+           "of the attempt's form: a member written before (the slot id alone) stays, and "
+           "its key's permit is leaked", "scheduler/scripts/lua/_lib.lua",
+           "    redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id,\n",
+           "    redis.call('ZREM', key_running(prefix, s.queue, s.key),\n",
+           (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
+    Mutant("key-permit-old-form-kept-by-commit", "a commit read off the fence removes only "
+           "the run's member of the attempt's form: one written before (the slot id alone) "
+           "stays, and its key's permit is leaked", "scheduler/scripts/lua/_lib.lua",
+           "    ids[#ids + 1], ids[#ids + 2] = slot_id, run_member(slot_id, attempt)\n",
+           "    ids[#ids + 1] = run_member(slot_id, attempt)\n",
+           (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
+    Mutant("key-recount-ignores-attempt", "the recount of a key at its limit keeps a member "
+           "whose slot runs under another attempt: a lost give-back holds a permit while "
+           "the slot runs again", "scheduler/scripts/lua/take.lua",
+           "    if st[1] == 'running' and (not attempt or st[2] == attempt) then\n",
+           "    if st[1] == 'running' then\n",
+           (TAKE + "test_the_recount_drops_a_member_of_another_attempt",), fast=True),
+    Mutant("key-sweep-doubles-old-member", "the sweep adds a live keyed run's member beside "
+           "one of the older form: the run holds two of its key's permits",
+           "scheduler/scripts/lua/sweep.lua",
+           "      if not redis.call('ZSCORE', running, slot_id) then\n",
+           "      if true then\n",
+           (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
+    Mutant("key-member-kept-by-restore", "a running keyed slot restored from history keeps "
+           "its lost attempt's member of its key's running set: that attempt's late commit "
+           "passes the fence and commits a slot queued again", "scheduler/scripts/lua/restore.lua",
+           "      if st[12] then  -- the attempt ends here", "      if false then  --", (
+               TAKE + "test_a_restored_running_slot_leaves_no_member_of_its_lost_attempt",),
+           fast=True),
+    Mutant("keyed-commit-sent-unmarked",
+           "a take's entries carry no key: every keyed commit reads its slot (the fence by "
+           "the key's running set is never used)", "scheduler/scripts/replies.py",
+           'entries = [(lane, b"~" + key, slot_id.decode())',
+           'entries = [(lane, b"", slot_id.decode())',
+           (TAKE + "test_a_take_s_entries_carry_what_fences_their_commit",), fast=True),
 ]

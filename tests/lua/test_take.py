@@ -78,6 +78,25 @@ class Keyed:
         return self.run(scripts.complete(self.prefix, now, 1000, W,
                                          [scripts.Succeeded(slot_id, attempt, now, now, self.queue, "")]))
 
+    def commit(self, slot_id: str, token: int, worker: str = W, key: str | None = None) -> Any:
+        """complete.lua's codes for one keyed run presented as a worker presents it: its
+        queue and "~<key>" (the key's running set fences it)."""
+        now = self.clock.now_ms()
+        mark = "~" + (key if key is not None else self.key_of(slot_id))
+        return [int(c) for c in self.run(scripts.complete(self.prefix, now, 1000, worker, [
+            scripts.Succeeded(slot_id, token, now, now, self.queue, mark)]))]
+
+    def members(self, key: str) -> set[str]:
+        return {m.decode() for m in self.r.zrange(self.keys.key_running(SHARD, self.queue,
+                                                                         key), 0, -1)}
+
+    def old_form(self, slot_id: str, key: str) -> None:
+        """Its member as written before members named the attempt: the slot id alone."""
+        running = self.keys.key_running(SHARD, self.queue, key)
+        attempt = int(self.r.hget(self.keys.slot(SHARD, slot_id), "attempt"))
+        assert self.r.zrem(running, f"{slot_id}#{attempt}") == 1
+        self.r.zadd(running, {slot_id: 1})
+
     def ring(self) -> list[str]:
         return [k.decode() for k in self.r.lrange(self.keys.key_ring(SHARD, self.queue), 0, -1)]
 
@@ -446,3 +465,152 @@ def test_keys_that_took_their_whole_room_stay_in_the_ring_while_they_hold_slots(
     assert k.ring() == ["a", "c"]
     assert [k.key_of(s) for s in k.take(2)] == ["a", "c"]
     assert k.ring() == []
+
+
+def test_a_keyed_commit_is_fenced_by_its_member_without_a_read(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A run's member of its key's running set names its attempt; the commit removes it and,
+    found, commits the slot without reading its hash (one edited to another attempt by hand
+    still commits: nothing read it), its permit and lease given back."""
+    k = make_keyed(r, client, clock, "fence")
+    slot, other = k.submit("a", 2)
+    assert k.take(2) == [slot, other]
+    assert k.members("a") == {f"{slot}#1", f"{other}#1"}
+    r.hset(k.keys.slot(SHARD, slot), "attempt", "9")
+    assert k.commit(slot, 1) == [replies.Code.OK]
+    assert r.hget(k.keys.slot(SHARD, slot), "status") == b"succeeded"
+    assert k.members("a") == {f"{other}#1"} and k.running("a") == 1
+    assert r.zscore(k.keys.leases(SHARD), slot) is None
+    assert r.zscore(k.keys.leases(SHARD), other) is not None
+
+
+def test_a_keyed_commit_whose_member_is_missing_reads_its_slot(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """No member under the run's name: the slot hash decides, as for a run without an entry.
+    Running under the token, it commits; and a key whose batch lacks one member checks each
+    of its slots (the one found was removed by the commit, and commits)."""
+    k = make_keyed(r, client, clock, "unfenced")
+    slot, other = k.submit("a", 2)
+    k.take(2)
+    running = k.keys.key_running(SHARD, "unfenced", "a")
+    r.zrem(running, f"{slot}#1")
+    r.hset(k.keys.slot(SHARD, other), "attempt", "9")  # read: refused
+    now = clock.now_ms()
+    codes = k.run(scripts.complete(k.prefix, now, 1000, W, [
+        scripts.Succeeded(s, 1, now, now, k.queue, "~a") for s in (slot, other)]))
+    assert codes == [replies.Code.OK, replies.Code.STALE]
+    assert r.hget(k.keys.slot(SHARD, slot), "status") == b"succeeded"
+    assert r.hget(k.keys.slot(SHARD, other), "status") == b"running"
+    assert r.zscore(k.keys.leases(SHARD), slot) is None
+
+
+def test_a_stale_keyed_commit_is_refused_and_leaves_the_new_attempt_s_permit(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The slot's lease ran out, the reclaimer queued it again and it was taken under attempt
+    2: the late commit of attempt 1 finds no member of its own, is refused, and attempt 2's
+    member (its permit) stays."""
+    k = make_keyed(r, client, clock, "stale")
+    [slot] = k.submit("a", 1)
+    k.take(1, per_key=1)
+    clock.advance((LEASE + 1) / 1000)
+    k.run(scripts.reclaim(k.prefix, clock.now_ms(), 1000, 100, LEASE, []))
+    assert k.take(1, per_key=1, worker="worker-2") == [slot]
+    assert k.members("a") == {f"{slot}#2"}
+    assert k.commit(slot, 1) == [replies.Code.STALE]
+    assert r.hget(k.keys.slot(SHARD, slot), "status") == b"running"
+    assert k.members("a") == {f"{slot}#2"} and k.running("a") == 1
+    assert k.commit(slot, 2, worker="worker-2") == [replies.Code.OK]
+    assert k.running("a") == 0
+
+
+def test_a_keyed_commit_sent_again_is_a_repeat(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The first reply was lost: the commit sent again finds its member gone, reads the slot
+    and answers "already"; another worker's is refused."""
+    k = make_keyed(r, client, clock, "repeat")
+    [slot] = k.submit("a", 1)
+    k.take(1)
+    assert k.commit(slot, 1) == [replies.Code.OK]
+    assert k.commit(slot, 1) == [replies.Code.REPEAT]
+    assert k.commit(slot, 1, worker="other") == [replies.Code.STALE]
+    kinds = [f[b"type"] for _, f in r.xrange(k.keys.events(SHARD))]
+    assert kinds.count(b"succeeded") == 1 and kinds.count(b"refused") == 1
+
+
+def test_a_member_of_the_older_form_leaves_with_its_run(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """Members written before they named the attempt (the slot id alone): the commit does
+    not find the run's name, reads the slot, commits it and removes the old member; a
+    release removes one too, and the sweep adds no second member beside one."""
+    k = make_keyed(r, client, clock, "older")
+    done, released = k.submit("a", 2)
+    k.take(2)
+    k.old_form(done, "a")
+    k.old_form(released, "a")
+    k.run(scripts.sweep(k.prefix, clock.now_ms(), 1000, [done.encode(), released.encode()]))
+    assert k.members("a") == {done, released}
+    assert k.commit(done, 1) == [replies.Code.OK]
+    assert r.hget(k.keys.slot(SHARD, done), "status") == b"succeeded"
+    assert k.members("a") == {released}
+    now = clock.now_ms()
+    assert k.run(scripts.release(k.prefix, now, 1000, W, [scripts.Released(released, 1, now)])) \
+        == [replies.Code.OK]
+    assert k.running("a") == 0
+
+
+def test_the_sweep_gives_a_live_run_its_member_back(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    k = make_keyed(r, client, clock, "back")
+    [slot] = k.submit("a", 1)
+    k.take(1)
+    r.delete(k.keys.key_running(SHARD, "back", "a"))
+    k.run(scripts.sweep(k.prefix, clock.now_ms(), 1000, [slot.encode()]))
+    assert k.members("a") == {f"{slot}#1"}
+    assert k.commit(slot, 1) == [replies.Code.OK] and k.running("a") == 0
+
+
+def test_the_recount_drops_a_member_of_another_attempt(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A member naming an attempt the slot no longer runs (a lost give-back) is dropped
+    when its key reaches its limit, though the slot runs again."""
+    k = make_keyed(r, client, clock, "attempts")
+    first, second = k.submit("a", 2)
+    assert k.take(1, per_key=2) == [first]
+    r.zadd(k.keys.key_running(SHARD, "attempts", "a"), {f"{first}#7": 1})
+    assert k.take(5, per_key=2) == [second]
+    assert k.members("a") == {f"{first}#1", f"{second}#1"}
+
+
+def test_a_restored_running_slot_leaves_no_member_of_its_lost_attempt(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """A running slot's hash lost and restored from history: its attempt ends "lost", and a
+    member of it left in its key's running set goes, so the lost attempt's late commit is
+    refused rather than let through the fence."""
+    k = make_keyed(r, client, clock, "restored")
+    [slot] = k.submit("a", 1)
+    k.take(1)
+    slot_key = k.keys.slot(SHARD, slot)
+    fields = [str(x.decode() if isinstance(x, bytes) else x)
+              for kv in r.hgetall(slot_key).items() for x in kv]
+    r.delete(slot_key)
+    k.run(scripts.restore(k.prefix, clock.now_ms(), 1000, [], [(slot, fields)]))
+    assert r.hget(slot_key, "status") == b"queued"
+    assert k.members("a") == set()
+    assert k.commit(slot, 1) == [replies.Code.STALE]
+
+
+def test_a_take_s_entries_carry_what_fences_their_commit(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The worker commits a run with its entry's lane and msg (execution.py): for a keyed
+    run, its queue and the mark and key that complete.lua fences by (a hash edited to
+    another attempt still commits: the fence, not a read, let it through)."""
+    k = make_keyed(r, client, clock, "marked")
+    k.submit("a", 1)
+    reply = k.run(scripts.take(k.prefix, clock.now_ms(), W, LEASE, k.queue, 1))
+    [(lane, msg, slot)] = replies.taken(reply, k.queue)[0]
+    assert (lane, msg) == (k.queue, b"~a")
+    r.hset(k.keys.slot(SHARD, slot), "attempt", "9")
+    now = clock.now_ms()
+    assert k.run(scripts.complete(k.prefix, now, 1000, W, [
+        scripts.Succeeded(slot, 1, now, now, lane, msg)])) == [replies.Code.OK]
+    assert k.running("a") == 0

@@ -82,24 +82,37 @@ local function key_running(prefix, queue, key)
   return prefix .. 'krun:' .. queue .. ':' .. key
 end
 
+-- A running attempt's member of its key's running set, "<slot id>#<attempt>": it is there
+-- exactly while that attempt is the slot's running one, so removing it fences a commit as
+-- an entry's XACK does (complete.lua). Members written before the set named the attempt
+-- are the slot id alone; every end of an attempt removes both forms.
+local function run_member(slot_id, attempt)
+  return slot_id .. '#' .. attempt
+end
+
 -- The attempt is over: its stream entry is acked, or it leaves the shard's lease set (an
 -- at_most_once slot, acked at claim, and a keyed one, which has no entry); a keyed run gives
 -- its key's permit back. Every end of a running attempt passes here (complete.lua's too, off
--- its fenced path, where the entry's ack proved the attempt and it has no key).
+-- its fenced paths, where the entry's ack or the removal of the key's member proved the
+-- attempt and ended it).
 local function end_lease(prefix, slot_id, s)
   if s.msg and s.msg ~= '' then
     ack(prefix, s.lane, s.msg)
   else
     redis.call('ZREM', prefix .. 'leases', slot_id)
   end
-  if s.key then redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id) end
+  if s.key then
+    redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id,
+      run_member(slot_id, string.format('%d', s.attempt)))
+  end
 end
 
 -- end_lease for a batch of attempts (complete.lua's): an entry is acked at once, the lease
 -- set and the keys' running sets are collected in `ends` ({leases = {}, runs = {}}) and left
 -- by end_leases in one ZREM each, not one per slot. The slot's fields as end_lease's `s`
--- has them, but its priority for its lane (no table and no lane() for a slot without entry).
-local function end_lease_later(prefix, slot_id, msg, queue, priority, key, ends)
+-- has them, but its priority for its lane (no table and no lane() for a slot without entry),
+-- and its attempt as text.
+local function end_lease_later(prefix, slot_id, msg, queue, priority, key, attempt, ends)
   if msg and msg ~= '' then
     ack(prefix, lane(queue, priority), msg)
   else
@@ -109,7 +122,7 @@ local function end_lease_later(prefix, slot_id, msg, queue, priority, key, ends)
     local running = key_running(prefix, queue, key)
     local ids = ends.runs[running]
     if not ids then ids = {}; ends.runs[running] = ids end
-    ids[#ids + 1] = slot_id
+    ids[#ids + 1], ids[#ids + 2] = slot_id, run_member(slot_id, attempt)
   end
 end
 

@@ -9,7 +9,9 @@
                            claim returned, as a string), started_ms, finished_ms, lane and
                            msg_id (the dispatch-stream entry the worker claimed the slot
                            from, keys.lane; both "" when it holds none: at_most_once, or a
-                           caller that does not know it)
+                           caller that does not know it). A keyed run (take.lua's), which
+                           has no entry, may give its queue as lane and "~<concurrency key>"
+                           as msg_id (an entry id starts with a digit)
   ARGV[5]  results         "" or a msgpack array of pairs: item number (1-based), the
                            handler's return value as JSON, kept in the slot's `result`
   ARGV[6]  logs            "" or the same pairs with the lines the run logged (JSON), kept
@@ -25,6 +27,16 @@
   any other lane (one entry among them already acked: its slot was reclaimed, or this is a
   commit sent again), and those without an entry, are checked against the slot hash as
   before: status running under this token.
+
+  A keyed run is fenced the same way by its member of its key's running set,
+  "<slot id>#<attempt>" (_lib.lua's run_member): take.lua adds it as the attempt starts and
+  every end of the attempt removes it (end_lease), so it is there exactly while this attempt
+  is the slot's running one. The batch's members are removed, one ZREM per key: a key whose
+  every member was still there commits its slots without reading them (its permits given
+  back by that ZREM, their leases left below). The slots of any other key, including a
+  member of the older form (the slot id alone, written before members named the attempt:
+  not found under the new name), are checked against the slot hash as those without an
+  entry; a member this ZREM removed was its running attempt's, so its slot commits there.
 
   Reply: one code per slot, in order (R, replies.py)
      R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
@@ -63,14 +75,25 @@ local results, logs = by_item(ARGV[5]), by_item(ARGV[6])
 
 --- @include "_lib.lua"
 
--- The entries, acked lane by lane; `fenced[lane]`: every one of them was still pending.
-local by_lane = {}
+-- The entries, acked lane by lane; `fenced[lane]`: every one of them was still pending. The
+-- keyed runs' members, removed key by key; `fenced_run[running set]`: every one was there.
+-- (by_run and run_of, run_of[item] a keyed item's running set, only with a keyed item)
+local by_lane, by_run, run_of = {}, nil, nil
 for i = 0, n - 1 do
   local lane_name, msg = items[i * 6 + 5], items[i * 6 + 6]
   if msg ~= '' then
-    local ids = by_lane[lane_name]
-    if not ids then ids = {}; by_lane[lane_name] = ids end
-    ids[#ids + 1] = msg
+    if string.byte(msg) == 126 then  -- '~': a keyed run, its key after the mark
+      local running = key_running(prefix, lane_name, string.sub(msg, 2))
+      if not by_run then by_run, run_of = {}, {} end
+      run_of[i] = running
+      local members = by_run[running]
+      if not members then members = {}; by_run[running] = members end
+      members[#members + 1] = run_member(items[i * 6 + 1], items[i * 6 + 2])
+    else
+      local ids = by_lane[lane_name]
+      if not ids then ids = {}; by_lane[lane_name] = ids end
+      ids[#ids + 1] = msg
+    end
   end
 end
 local fenced = {}
@@ -82,6 +105,18 @@ for lane_name, ids in pairs(by_lane) do
   end
   fenced[lane_name] = acked == #ids
 end
+local fenced_run
+if by_run then
+  fenced_run = {}
+  for running, members in pairs(by_run) do
+    local removed = 0
+    for i = 1, #members, 1000 do
+      removed = removed + redis.call('ZREM', running, unpack(members, i,
+        math.min(i + 999, #members)))
+    end
+    fenced_run[running] = removed == #members
+  end
+end
 
 local reply = {}
 local ended = {}  -- "<finished_ms>:<slot id>" of each: the `done` list, in one RPUSH
@@ -91,8 +126,14 @@ for i = 0, n - 1 do
   local b = i * 6
   local slot_id, token = items[b + 1], items[b + 2]
   local slot_key = prefix .. 'slot:' .. slot_id
-  local st  -- read only off the fenced path: the worker is read only for a repeat
-  if items[b + 6] == '' or not fenced[items[b + 5]] then
+  local st  -- read only off the fenced paths: the worker is read only for a repeat
+  local running = run_of and run_of[i]
+  if running then
+    if not fenced_run[running] then
+      st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority',
+        'concurrency_key')
+    end
+  elseif items[b + 6] == '' or not fenced[items[b + 5]] then
     st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority',
       'concurrency_key')
   end
@@ -104,7 +145,9 @@ for i = 0, n - 1 do
     if results[i + 1] then redis.call('HSET', slot_key, 'result', results[i + 1]) end
     if logs[i + 1] then redis.call('HSET', slot_key, 'log:' .. token, logs[i + 1]) end
     if st then  -- its attempt ends here (a repeat XACK of an acked entry is a no-op)
-      end_lease_later(prefix, slot_id, st[3], st[4], st[5], st[6], ends)
+      end_lease_later(prefix, slot_id, st[3], st[4], st[5], st[6], token, ends)
+    elseif running then  -- its permit went with its member: its lease is left
+      ends.leases[#ends.leases + 1] = slot_id
     end
     reply[i + 1] = R.OK
     done[#done + 1], tokens[#done + 1] = slot_id, token

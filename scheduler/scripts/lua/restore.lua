@@ -14,8 +14,10 @@
   A job hash is written only when absent; a cron watermark only when the job has none
   (ZADD NX). A slot is written only when its hash is absent, then re-dispatched:
   scheduled -> `due` at its available time; queued -> a new dispatch-stream entry; running ->
-  its attempt is archived with outcome "lost" (the host that held its lease is gone) and the
-  slot is dispatched again, except at_most_once slots, which end `lost`, and slots whose
+  its attempt is archived with outcome "lost" (the host that held its lease is gone), its
+  member of its key's running set removed if one was left (_lib.lua's run_member: it would
+  let the lost attempt's commit through complete.lua's fence), and the slot is dispatched
+  again, except at_most_once slots, which end `lost`, and slots whose
   cancellation was requested, which end `cancelled`.
 
   Reply: {jobs restored, cron watermarks restored, slots scheduled, slots dispatched,
@@ -56,7 +58,8 @@ for _ = 1, tonumber(ARGV[b]) do
   if redis.call('EXISTS', slot_key) == 0 then
     redis.call('HSET', slot_key, unpack(ARGV, first, last))
     local st = redis.call('HMGET', slot_key, 'status', 'queue', 'available_ms', 'fire_ms',
-      'attempt', 'worker', 'claimed_ms', 'lease_until', 'job_id', 'cancel', 'priority')
+      'attempt', 'worker', 'claimed_ms', 'lease_until', 'job_id', 'cancel', 'priority',
+      'concurrency_key')
     local status = st[1]
     if status == 'scheduled' then
       redis.call('ZADD', prefix .. 'due', tonumber(st[3]) or tonumber(st[4]), slot_id)
@@ -70,6 +73,10 @@ for _ = 1, tonumber(ARGV[b]) do
       local record = attempt_record(s, 'lost', nil, now,
         'the queue host was lost during this attempt; recovered from history')
       redis.call('HSET', slot_key, 'a:' .. st[5], record)
+      if st[12] then  -- the attempt ends here: a member of it left over would fence it in
+        redis.call('ZREM', key_running(prefix, st[2], st[12]), slot_id,
+          run_member(slot_id, st[5]))
+      end
       local delivery = redis.call('HGET', prefix .. 'job:' .. st[9], 'delivery')
       if st[10] then
         redis.call('HSET', slot_key, 'status', 'cancelled', 'finished_ms', now)

@@ -64,11 +64,13 @@
   give, in two calls a round; the leases are written in one ZADD a call, a key's permits in
   one a turn.
 
-  The limit is exact: a key's running set holds one member per running attempt, added here
-  and removed when the attempt ends (_lib.lua's end_lease, complete.lua), whatever ends it.
-  A key at its limit has its set checked against its slots first: a member whose slot is not
-  running (a set left behind by a bug or a hand edit) is dropped, so a lost give-back costs
-  at most one such check.
+  The limit is exact: a key's running set holds one member per running attempt,
+  "<slot id>#<attempt>" (_lib.lua's run_member), added here and removed when the attempt
+  ends (_lib.lua's end_lease, complete.lua's fence), whatever ends it; a grant sent again
+  (`again`) keeps its attempt, so its member stands. A key at its limit has its set checked
+  against its slots first: a member whose slot is not running under its attempt (a set left
+  behind by a bug or a hand edit; a member of the older form, the slot id alone, whose slot
+  is not running) is dropped, so a lost give-back costs at most one such check.
 
   A claim is the same as claim.lua's for an entry-less slot (at_most_once's path): the slot
   becomes running under a new attempt, its lease is in the shard's `leases` zset (renewed by
@@ -125,14 +127,18 @@ local leases = prefix .. 'leases'
 local job_fields = {'task', 'payload', 'timeout_ms', 'delivery'}
 if trace then job_fields[5], job_fields[6] = 'traceparent', 'kind' end
 
--- A key at its limit: drop members of its running set whose slot is not running under them.
+-- A key at its limit: drop members of its running set whose slot is not running under them
+-- (_lib.lua's run_member; one of the older form, the slot id alone, names no attempt).
 local function recount(running)
   local count = 0
-  for _, slot_id in ipairs(redis.call('ZRANGE', running, 0, -1)) do
-    if redis.call('HGET', prefix .. 'slot:' .. slot_id, 'status') == 'running' then
+  for _, member in ipairs(redis.call('ZRANGE', running, 0, -1)) do
+    local slot_id, attempt = string.match(member, '^(.*)#(%d+)$')
+    if not slot_id then slot_id = member end
+    local st = redis.call('HMGET', prefix .. 'slot:' .. slot_id, 'status', 'attempt')
+    if st[1] == 'running' and (not attempt or st[2] == attempt) then
       count = count + 1
     else
-      redis.call('ZREM', running, slot_id)
+      redis.call('ZREM', running, member)
     end
   end
   return count
@@ -256,7 +262,7 @@ while granted < n and idle < length and turns < length + n do
               worker, 'claimed_ms', now_s, 'lease_until', lease_s)
           end
           leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
-          runs[#runs + 1], runs[#runs + 2] = now_s, slot_id
+          runs[#runs + 1], runs[#runs + 2] = now_s, run_member(slot_id, attempt)
           if copy and not trace then  -- grant(), from the copy
             ids[#ids + 1] = slot_id
             of[#ids] = key
