@@ -2022,4 +2022,12 @@ MUTANTS = [
            'entries = [(lane, b"~" + key, slot_id.decode())',
            'entries = [(lane, b"", slot_id.decode())',
            (TAKE + "test_a_take_s_entries_carry_what_fences_their_commit",), fast=True),
+    Mutant("keyed-take-keeps-the-last-attempt-s-member", "a take of a keyed slot's next "
+           "attempt leaves the last attempt's member that an older version's reclaim left in "
+           "the key's running set: that attempt's late commit passes the fence beside the new "
+           "one's (two successes of one slot while versions are mixed)",
+           "scheduler/scripts/lua/take.lua",
+           "    if #stale > 0 then redis.call('ZREM', running, unpack(stale)) end\n", "",
+           ("tests/lua/test_take.py::test_a_take_of_a_later_attempt_drops_the_member_an_older_"
+            "reclaim_left",), fast=True),
 ]

@@ -523,6 +523,25 @@ def test_a_stale_keyed_commit_is_refused_and_leaves_the_new_attempt_s_permit(
     assert k.running("a") == 0
 
 
+def test_a_take_of_a_later_attempt_drops_the_member_an_older_reclaim_left(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """An older version's reclaim removes only a member of the older form (the slot id
+    alone): attempt 1's `<slot>#1` stays behind. The take of attempt 2 removes it, so attempt
+    1's late commit finds no member, reads the slot and is refused: never a second success
+    beside attempt 2's."""
+    k = make_keyed(r, client, clock, "leftover")
+    [slot] = k.submit("a", 1)
+    k.take(1, per_key=2)
+    clock.advance((LEASE + 1) / 1000)
+    k.run(scripts.reclaim(k.prefix, clock.now_ms(), 1000, 100, LEASE, []))
+    r.zadd(f"{k.prefix}krun:{k.queue}:a", {f"{slot}#1": 1})  # what an older reclaim leaves
+    assert k.take(1, per_key=2, worker="worker-2") == [slot]
+    assert k.members("a") == {f"{slot}#2"}
+    assert k.commit(slot, 1) == [replies.Code.STALE]
+    assert k.commit(slot, 2, worker="worker-2") == [replies.Code.OK]
+    assert r.hget(k.keys.slot(SHARD, slot), "attempt") == b"2"
+
+
 def test_a_keyed_commit_sent_again_is_a_repeat(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
     """The first reply was lost: the commit sent again finds its member gone, reads the slot

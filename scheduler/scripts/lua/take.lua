@@ -67,7 +67,8 @@
   The limit is exact: a key's running set holds one member per running attempt,
   "<slot id>#<attempt>" (_lib.lua's run_member), added here and removed when the attempt
   ends (_lib.lua's end_lease, complete.lua's fence), whatever ends it; a grant sent again
-  (`again`) keeps its attempt, so its member stands. A key at its limit has its set checked
+  (`again`) keeps its attempt, so its member stands. The take of a later attempt removes the
+  last attempt's member too: an older version's end of it removes only the older form. A key at its limit has its set checked
   against its slots first: a member whose slot is not running under its attempt (a set left
   behind by a bug or a hand edit; a member of the older form, the slot id alone, whose slot
   is not running) is dropped, so a lost give-back costs at most one such check.
@@ -242,7 +243,7 @@ while granted < n and idle < length and turns < length + n do
       if wait >= 0 and (rate_wait < 0 or wait < rate_wait) then rate_wait = wait end
       room = got
     end
-    local started, emptied, runs = 0, false, {}
+    local started, emptied, runs, stale = 0, false, {}, {}
     while started < room do
       local want = room - started
       local popped = redis.call('ZPOPMIN', kq, want)
@@ -263,6 +264,10 @@ while granted < n and idle < length and turns < length + n do
           end
           leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
           runs[#runs + 1], runs[#runs + 2] = now_s, run_member(slot_id, attempt)
+          -- The attempt before this one ended; an older version's end of it (a reclaim)
+          -- removes only the older form of its member, and the one left would pass that
+          -- attempt's late commit through complete.lua's fence beside this attempt's.
+          if (tonumber(st[3]) or 0) > 0 then stale[#stale + 1] = run_member(slot_id, st[3]) end
           if copy and not trace then  -- grant(), from the copy
             ids[#ids + 1] = slot_id
             of[#ids] = key
@@ -282,6 +287,7 @@ while granted < n and idle < length and turns < length + n do
       if #popped < 2 * want then emptied = true; break end
     end
     if #runs > 0 then redis.call('ZADD', running, unpack(runs)) end
+    if #stale > 0 then redis.call('ZREM', running, unpack(stale)) end
     if spread >= 0 then spent[key] = (spent[key] or 0) + started end
     granted = granted + started
     if started > 0 then idle = 0 else idle = idle + 1 end
