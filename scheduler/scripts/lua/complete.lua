@@ -128,12 +128,10 @@ for i = 0, n - 1 do
   local slot_key = prefix .. 'slot:' .. slot_id
   local st  -- read only off the fenced paths: the worker is read only for a repeat
   local running = run_of and run_of[i]
-  if running then
-    if not fenced_run[running] then
-      st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority',
-        'concurrency_key')
-    end
-  elseif items[b + 6] == '' or not fenced[items[b + 5]] then
+  local proven
+  if running then proven = fenced_run[running]
+  else proven = items[b + 6] ~= '' and fenced[items[b + 5]] end
+  if not proven then
     st = redis.call('HMGET', slot_key, 'status', 'attempt', 'msg', 'queue', 'priority',
       'concurrency_key')
   end
