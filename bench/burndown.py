@@ -171,6 +171,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 # each command's count a job (the JSON's runs[].commands), by name
                 result["commands"] = {name.removeprefix("cmdstat_"): v["calls"] / args.jobs
                                       for name, v in stats.items()}
+                # and its Redis time a job in microseconds (a script's own commands count
+                # both in their rows and in evalsha's)
+                result["commands_us"] = {name.removeprefix("cmdstat_"): v["usec"] / args.jobs
+                                         for name, v in stats.items()}
             runs.append(result)
         finally:
             drop_namespace(r, ns)

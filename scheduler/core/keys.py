@@ -80,11 +80,16 @@ which only ever touches one shard, maps to a single Redis Cluster slot:
                                           dispatch-stream entry: lua/take.lua claims it
     <ns>:{sNN}:kring:<queue>      list    the queue's concurrency keys with queued slots in
                                           this shard, in turn order (a key at most once)
-    <ns>:{sNN}:krun:<queue>:<ckey> zset   a concurrency key's running attempts (its permits:
-                                          one per run, "<slot id>#<attempt>", given back when
-                                          the attempt ends: _lib.lua end_lease; complete.lua
-                                          fences a commit by removing it), scored by when the
-                                          run was claimed (ms)
+    <ns>:{sNN}:kruns:<queue>      zset    the queue's running keyed attempts (their keys'
+                                          permits: one per run, "<ckey> <slot id>#<attempt>",
+                                          given back when the attempt ends: _lib.lua end_lease;
+                                          complete.lua fences a commit by removing it), every
+                                          score 0, so a key's runs are one range by member
+                                          (ZLEXCOUNT "[<ckey> " "(<ckey>!")
+    <ns>:{sNN}:krun:<queue>:<ckey> zset   the older form of a key's permits, one set per key,
+                                          "<slot id>#<attempt>" or the slot id alone: written
+                                          by older versions' takes, still counted and given
+                                          back, never written
     <ns>:{sNN}:kbucket:<queue>:<ckey> hash the token bucket of a key's rate (per_key_rate), as
                                           acquire.lua's of a queue: tokens, at_ms
     <ns>:{sNN}:kwake:<queue>      stream  the last key to enter the queue's ring (one entry, MAXLEN
@@ -142,7 +147,8 @@ SUFFIX_SUBMITTED = "submitted:"
 SUFFIX_DEDUPE = "dedupe:"
 SUFFIX_KEY_QUEUE = "kq:"
 SUFFIX_KEY_RING = "kring:"
-SUFFIX_KEY_RUNNING = "krun:"
+SUFFIX_KEY_RUNS = "kruns:"
+SUFFIX_KEY_RUNNING = "krun:"  # the older form of kruns:, read and removed, never written
 SUFFIX_KEY_WEIGHT = "kweight:"
 SUFFIX_KEY_BUCKET = "kbucket:"
 SUFFIX_KEY_LIMIT = "klimit:"
@@ -158,8 +164,8 @@ DEFAULT_PRIORITY = 3
 SHARD_SUFFIXES = frozenset({SUFFIX_JOB, SUFFIX_SLOT, SUFFIX_QUEUE, SUFFIX_RUNS, SUFFIX_FIRES,
                             SUFFIX_ONTIME,
                             SUFFIX_SUBMITTED, SUFFIX_DEDUPE, SUFFIX_KEY_QUEUE,
-                            SUFFIX_KEY_RING, SUFFIX_KEY_RUNNING, SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET,
-                            SUFFIX_KEY_LIMIT, "limited", SUFFIX_KEY_WAKE, "kqueues", "due", "cron",
+                            SUFFIX_KEY_RING, SUFFIX_KEY_RUNS, SUFFIX_KEY_RUNNING,
+                            SUFFIX_KEY_WEIGHT, SUFFIX_KEY_BUCKET, SUFFIX_KEY_LIMIT, "limited", SUFFIX_KEY_WAKE, "kqueues", "due", "cron",
                             "jobs", "stats", "config", "events", "dlq", "leases", "owner",
                             "retain", "finished", "done", "lanes", "behind"})
 
@@ -360,7 +366,11 @@ class Keys:
     def key_ring(self, shard: int, queue: str) -> str:
         return f"{self.prefix(shard)}{SUFFIX_KEY_RING}{queue}"  # list
 
+    def queue_running(self, shard: int, queue: str) -> str:
+        return f"{self.prefix(shard)}{SUFFIX_KEY_RUNS}{queue}"  # zset
+
     def key_running(self, shard: int, queue: str, concurrency_key: str) -> str:
+        """A key's permits of the older form (queue_running holds them now)."""
         return f"{self.prefix(shard)}{SUFFIX_KEY_RUNNING}{queue}:{concurrency_key}"  # zset
 
     def key_bucket(self, shard: int, queue: str, concurrency_key: str) -> str:

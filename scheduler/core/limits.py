@@ -34,8 +34,8 @@ call to return decides only if the two do not overlap.
 
 Enforcement of the queue-wide parts is acquire.lua's: permits in
 `<ns>:{lim:<queue>}:permits`, one per run in flight, expiring with the workers' lease unless
-renewed. The per-key part is take.lua's: a key's running slots in its home shard
-(`krun:<queue>:<key>`, keys.py), each one given back when its attempt ends, whatever ends it.
+renewed. The per-key part is take.lua's: a key's running slots in its home shard (its members of
+`kruns:<queue>`, keys.py), each one given back when its attempt ends, whatever ends it.
 """
 
 from __future__ import annotations

@@ -946,8 +946,8 @@ MUTANTS = [
     Mutant("key-permit-never-given-back", "a keyed run's end (success, fail, release, "
            "reclaim) does not give its key's permit back: the key stalls at its limit for good",
            "scheduler/scripts/lua/_lib.lua",
-           "  if s.key then\n    redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id,\n"
-           "      run_member(slot_id, string.format('%d', s.attempt)))\n  end\n",
+           "    redis.call('ZREM', queue_running(prefix, s.queue), run_member(s.key, slot_id, attempt))\n"
+           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, slot_id .. '#' .. attempt)\n",
            "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",
                 TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key"), fast=True),
     Mutant("key-turn-skipped", "the keys of a round go back to the ring's tail in reverse "
@@ -1983,20 +1983,20 @@ MUTANTS = [
            "the slot id alone: the late commit of an attempt whose slot was taken again "
            "removes the new attempt's member and commits without a read",
            "scheduler/scripts/lua/_lib.lua",
-           "  return slot_id .. '#' .. attempt\n", "  return slot_id\n",
+           "  return key .. ' ' .. slot_id .. '#' .. attempt\n", "  return key .. ' ' .. slot_id\n",
            (TAKE + "test_a_stale_keyed_commit_is_refused_and_leaves_the_new_attempt_s_permit",),
            fast=True),
     Mutant("key-permit-old-form-kept", "the end of a keyed attempt removes only its member "
            "of the attempt's form: a member written before (the slot id alone) stays, and "
            "its key's permit is leaked", "scheduler/scripts/lua/_lib.lua",
-           "    redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id,\n",
-           "    redis.call('ZREM', key_running(prefix, s.queue, s.key),\n",
+           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, slot_id .. '#' .. attempt)\n",
+           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id .. '#' .. attempt)\n",
            (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
     Mutant("key-permit-old-form-kept-by-commit", "a commit read off the fence removes only "
            "the run's member of the attempt's form: one written before (the slot id alone) "
            "stays, and its key's permit is leaked", "scheduler/scripts/lua/_lib.lua",
-           "    ids[#ids + 1], ids[#ids + 2] = slot_id, run_member(slot_id, attempt)\n",
-           "    ids[#ids + 1] = run_member(slot_id, attempt)\n",
+           "    members[#members + 1], members[#members + 2] = slot_id, slot_id .. '#' .. attempt\n",
+           "    members[#members + 1] = slot_id .. '#' .. attempt\n",
            (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
     Mutant("key-recount-ignores-attempt", "the recount of a key at its limit keeps a member "
            "whose slot runs under another attempt: a lost give-back holds a permit while "
@@ -2007,7 +2007,7 @@ MUTANTS = [
     Mutant("key-sweep-doubles-old-member", "the sweep adds a live keyed run's member beside "
            "one of the older form: the run holds two of its key's permits",
            "scheduler/scripts/lua/sweep.lua",
-           "      if not redis.call('ZSCORE', running, slot_id) then\n",
+           "      if not older[1] and not older[2] then\n",
            "      if true then\n",
            (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
     Mutant("key-member-kept-by-restore", "a running keyed slot restored from history keeps "
@@ -2027,7 +2027,31 @@ MUTANTS = [
            "the key's running set: that attempt's late commit passes the fence beside the new "
            "one's (two successes of one slot while versions are mixed)",
            "scheduler/scripts/lua/take.lua",
-           "    if #stale > 0 then redis.call('ZREM', running, unpack(stale)) end\n", "",
+           "  redis.call('ZREM', running, unpack(stale, i, math.min(i + 999, #stale)))\n", "",
            ("tests/lua/test_take.py::test_a_take_of_a_later_attempt_drops_the_member_an_older_"
             "reclaim_left",), fast=True),
+    Mutant("keyed-take-keeps-the-last-attempt-s-older-permit", "a take of a keyed slot's next "
+           "attempt leaves the last attempt's permit of the older form (a key's own set) that "
+           "a still older reclaim left: an older worker's late commit of that attempt passes "
+           "its fence beside the new one's", "scheduler/scripts/lua/take.lua",
+           "            redis.call('ZREM', older_running(prefix, queue, key), slot_id .. '#' .. st[3])\n",
+           "", ("tests/lua/test_take.py::test_a_take_of_a_later_attempt_drops_the_member_an_older_"
+                "reclaim_left",), fast=True),
+    Mutant("keyed-take-forgets-the-call-s-runs", "a key's later turn in the same take does not "
+           "count the runs its earlier turns started (their permits are written at the call's "
+           "end): a key with a short ring passes its per-key limit",
+           "scheduler/scripts/lua/take.lua",
+           "      local held = key_held(prefix, queue, key) + (added[key] or 0)\n",
+           "      local held = key_held(prefix, queue, key)\n",
+           (TAKE + "test_a_call_s_runs_count_against_their_key_s_later_turns",), fast=True),
+    Mutant("key-held-ignores-the-older-form", "a key's permits of the older form (runs an older "
+           "version's take started) are not counted: the key runs past its limit while they "
+           "last", "scheduler/scripts/lua/_lib.lua",
+           "    + redis.call('ZCARD', older_running(prefix, queue, key))\n", "\n",
+           (TAKE + "test_a_permit_of_the_older_form_counts_against_the_limit",), fast=True),
+    Mutant("key-range-takes-in-longer-keys", "a key's range of the queue's running set ends "
+           "past the keys it is the start of: key \"a\" counts the runs of \"ab\" as its own "
+           "and stalls under another tenant's load", "scheduler/scripts/lua/_lib.lua",
+           "'(' .. key .. '!')\n", "'(' .. key .. '~')\n",
+           (TAKE + "test_a_key_s_runs_are_its_own_whatever_keys_it_prefixes",), fast=True),
 ]

@@ -86,22 +86,31 @@ class Keyed:
         return [int(c) for c in self.run(scripts.complete(self.prefix, now, 1000, worker, [
             scripts.Succeeded(slot_id, token, now, now, self.queue, mark)]))]
 
-    def members(self, key: str) -> set[str]:
-        return {m.decode() for m in self.r.zrange(self.keys.key_running(SHARD, self.queue,
-                                                                         key), 0, -1)}
+    @property
+    def kruns(self) -> str:
+        """The queue's running set: every key's permits, "<key> <slot id>#<attempt>"."""
+        return self.keys.queue_running(SHARD, self.queue)
 
-    def old_form(self, slot_id: str, key: str) -> None:
-        """Its member as written before members named the attempt: the slot id alone."""
-        running = self.keys.key_running(SHARD, self.queue, key)
+    def members(self, key: str) -> set[str]:
+        """The key's permits, of both forms: "<slot id>#<attempt>" from the queue's running
+        set (the key's prefix cut), and as the older form's set per key holds them."""
+        mine = self.r.zrange(self.kruns, f"[{key} ", f"({key}!", bylex=True)
+        older = self.r.zrange(self.keys.key_running(SHARD, self.queue, key), 0, -1)
+        return {m.decode().split(" ", 1)[1] for m in mine} | {m.decode() for m in older}
+
+    def old_form(self, slot_id: str, key: str, alone: bool = True) -> None:
+        """Its permit as an older version's take writes it: in the key's own set, the slot
+        id alone (before members named the attempt) or "<slot id>#<attempt>"."""
         attempt = int(self.r.hget(self.keys.slot(SHARD, slot_id), "attempt"))
-        assert self.r.zrem(running, f"{slot_id}#{attempt}") == 1
-        self.r.zadd(running, {slot_id: 1})
+        assert self.r.zrem(self.kruns, f"{key} {slot_id}#{attempt}") == 1
+        self.r.zadd(self.keys.key_running(SHARD, self.queue, key),
+                    {slot_id if alone else f"{slot_id}#{attempt}": 1})
 
     def ring(self) -> list[str]:
         return [k.decode() for k in self.r.lrange(self.keys.key_ring(SHARD, self.queue), 0, -1)]
 
     def running(self, key: str) -> int:
-        return self.r.zcard(self.keys.key_running(SHARD, self.queue, key))
+        return len(self.members(key))
 
 
 def make_keyed(r: redis.Redis, client: Client, clock: ManualClock, queue: str) -> Keyed:
@@ -204,6 +213,49 @@ def test_the_per_key_limit_holds_and_passes_over_a_full_key(
     assert k.running("a") == 2
 
 
+def test_a_call_s_runs_count_against_their_key_s_later_turns(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The permits of a call's runs are written at its end, in one ZADD: a key's second turn
+    in the same call still counts its first turn's runs (a of 20 gets 5, then 2 of its 7)."""
+    k = make_keyed(r, client, clock, "turns")
+    k.submit("a", 20)
+    for key in ("b", "c", "d"):
+        k.submit(key, 1)
+    taken = [k.key_of(s) for s in k.take(20, per_key=7)]
+    assert taken.count("a") == 7 and k.running("a") == 7
+
+
+def test_a_key_s_runs_are_its_own_whatever_keys_it_prefixes(
+        r: redis.Redis, client: Client, clock: ManualClock) -> None:
+    """The queue's running set holds every key's runs in byte order: a key's count is its
+    own range, not the runs of a key it is the start of ("a" and "ab", "a-"), as takes and
+    `sched status` (key_stats.lua) read it."""
+    k = make_keyed(r, client, clock, "prefixes")
+    for key in ("ab", "a-"):
+        k.submit(key, 2)
+    assert len(k.take(10, per_key=2)) == 4
+    k.submit("a", 2)
+    assert [k.key_of(s) for s in k.take(10, per_key=2)] == ["a", "a"]
+    [stats] = k.run(scripts.key_stats(k.prefix, 10, 100, k.queue))
+    running = {key.decode(): int(n) for key, _, n, _ in stats[5]}
+    assert running == {"a": 2, "ab": 2, "a-": 2}
+
+
+@pytest.mark.parametrize("alone", [True, False], ids=["slot-id", "attempt"])
+def test_a_permit_of_the_older_form_counts_against_the_limit(
+        r: redis.Redis, client: Client, clock: ManualClock, alone: bool) -> None:
+    """A run an older version's take started holds its permit in the key's own set: takes
+    count it, and its end gives it back."""
+    k = make_keyed(r, client, clock, "olderlimit")
+    first, _ = k.submit("a", 2)
+    assert k.take(1, per_key=1) == [first]
+    k.old_form(first, "a", alone=alone)
+    assert k.take(5, per_key=1) == []
+    assert k.complete(first) == [replies.Code.OK]
+    assert k.running("a") == 0
+    assert len(k.take(5, per_key=1)) == 1
+
+
 @pytest.mark.parametrize("per_key", [1, 2, 3])
 @pytest.mark.parametrize("weight", [1, 2, 5])
 def test_the_per_key_limit_holds_at_every_weight(
@@ -274,13 +326,16 @@ def test_a_cancelled_slot_is_dropped_from_its_key_s_queue(
 
 def test_a_set_left_behind_is_recounted_at_the_limit(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
-    """A member whose slot is not running (a lost give-back) blocks its key only until the
-    key reaches its limit: then the set is checked against the slots."""
+    """A member whose slot is not running (a lost give-back), of either form, blocks its key
+    only until the key reaches its limit: then its permits are checked against the slots.
+    Another key's member is left alone."""
     k = make_keyed(r, client, clock, "recount")
     k.submit("a", 2)
-    r.zadd(k.keys.key_running(SHARD, "recount", "a"), {"ghost:1": 1, "ghost:2": 2})
+    r.zadd(k.kruns, {"a ghost:1#1": 0, "ab ghost:3#1": 0, "a- ghost:4#1": 0})
+    r.zadd(k.keys.key_running(SHARD, "recount", "a"), {"ghost:2": 1})
     assert len(k.take(5, per_key=2)) == 2
     assert k.running("a") == 2
+    assert k.members("ab") == {"ghost:3#1"} and k.members("a-") == {"ghost:4#1"}
 
 
 def test_a_keyed_slot_due_later_is_promoted_into_its_key_s_queue_never_early(
@@ -492,8 +547,7 @@ def test_a_keyed_commit_whose_member_is_missing_reads_its_slot(
     k = make_keyed(r, client, clock, "unfenced")
     slot, other = k.submit("a", 2)
     k.take(2)
-    running = k.keys.key_running(SHARD, "unfenced", "a")
-    r.zrem(running, f"{slot}#1")
+    assert r.zrem(k.kruns, f"a {slot}#1") == 1
     r.hset(k.keys.slot(SHARD, other), "attempt", "9")  # read: refused
     now = clock.now_ms()
     codes = k.run(scripts.complete(k.prefix, now, 1000, W, [
@@ -525,8 +579,9 @@ def test_a_stale_keyed_commit_is_refused_and_leaves_the_new_attempt_s_permit(
 
 def test_a_take_of_a_later_attempt_drops_the_member_an_older_reclaim_left(
         r: redis.Redis, client: Client, clock: ManualClock) -> None:
-    """An older version's reclaim removes only a member of the older form (the slot id
-    alone): attempt 1's `<slot>#1` stays behind. The take of attempt 2 removes it, so attempt
+    """An older version's reclaim removes only a permit of the older form: attempt 1's
+    member stays behind (and an even older one's leaves `<slot>#1` in the key's own set,
+    which an older worker's commit fences by). The take of attempt 2 removes both, so attempt
     1's late commit finds no member, reads the slot and is refused: never a second success
     beside attempt 2's."""
     k = make_keyed(r, client, clock, "leftover")
@@ -534,8 +589,11 @@ def test_a_take_of_a_later_attempt_drops_the_member_an_older_reclaim_left(
     k.take(1, per_key=2)
     clock.advance((LEASE + 1) / 1000)
     k.run(scripts.reclaim(k.prefix, clock.now_ms(), 1000, 100, LEASE, []))
-    r.zadd(f"{k.prefix}krun:{k.queue}:a", {f"{slot}#1": 1})  # what an older reclaim leaves
-    assert k.take(1, per_key=2, worker="worker-2") == [slot]
+    r.zadd(k.kruns, {f"a {slot}#1": 0})  # what an older reclaim leaves
+    r.zadd(f"{k.prefix}krun:{k.queue}:a", {f"{slot}#1": 1})
+    # (room under the limit: a key at its limit would drop both in its recount)
+    assert k.take(1, per_key=3, worker="worker-2") == [slot]
+    assert r.zscore(f"{k.prefix}krun:{k.queue}:a", f"{slot}#1") is None  # an older commit's
     assert k.members("a") == {f"{slot}#2"}
     assert k.commit(slot, 1) == [replies.Code.STALE]
     assert k.commit(slot, 2, worker="worker-2") == [replies.Code.OK]
@@ -582,7 +640,7 @@ def test_the_sweep_gives_a_live_run_its_member_back(
     k = make_keyed(r, client, clock, "back")
     [slot] = k.submit("a", 1)
     k.take(1)
-    r.delete(k.keys.key_running(SHARD, "back", "a"))
+    r.delete(k.kruns)
     k.run(scripts.sweep(k.prefix, clock.now_ms(), 1000, [slot.encode()]))
     assert k.members("a") == {f"{slot}#1"}
     assert k.commit(slot, 1) == [replies.Code.OK] and k.running("a") == 0
@@ -595,7 +653,7 @@ def test_the_recount_drops_a_member_of_another_attempt(
     k = make_keyed(r, client, clock, "attempts")
     first, second = k.submit("a", 2)
     assert k.take(1, per_key=2) == [first]
-    r.zadd(k.keys.key_running(SHARD, "attempts", "a"), {f"{first}#7": 1})
+    r.zadd(k.kruns, {f"a {first}#7": 0})
     assert k.take(5, per_key=2) == [second]
     assert k.members("a") == {f"{first}#1", f"{second}#1"}
 

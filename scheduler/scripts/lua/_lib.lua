@@ -76,25 +76,42 @@ local function leased(slot_key, token)
     queue = st[4], key = st[10]}, st
 end
 
--- A concurrency key's running set (its permits in use: take.lua), from the slot's queue and
--- key; keys.py names it.
-local function key_running(prefix, queue, key)
+-- The queue's running keyed attempts, every key's (their permits): one zset, every score 0,
+-- so its members are in byte order and a key's are one range of it (key_held). One set a
+-- queue, not one a key: a take adds its runs in one ZADD, a commit gives them back in one
+-- ZREM, whatever their keys, and no key's set is made and dropped with its every run.
+local function queue_running(prefix, queue)
+  return prefix .. 'kruns:' .. queue
+end
+
+-- A running attempt's member of its queue's running set, "<key> <slot id>#<attempt>": it is
+-- there exactly while that attempt is the slot's running one, so removing it fences a commit
+-- as an entry's XACK does (complete.lua). A key holds no space (keys.py), and every
+-- character it may hold sorts after '!', so "<key> " up to "<key>!" is the key's range.
+local function run_member(key, slot_id, attempt)
+  return key .. ' ' .. slot_id .. '#' .. attempt
+end
+
+-- The older form of a key's permits: a set per key (`krun:<queue>:<key>`) whose members are
+-- "<slot id>#<attempt>", or the slot id alone before they named the attempt. Runs an older
+-- version's take started hold one there: counted against the key's limit and removed by every
+-- end of their attempt, until none is left.
+local function older_running(prefix, queue, key)
   return prefix .. 'krun:' .. queue .. ':' .. key
 end
 
--- A running attempt's member of its key's running set, "<slot id>#<attempt>": it is there
--- exactly while that attempt is the slot's running one, so removing it fences a commit as
--- an entry's XACK does (complete.lua). Members written before the set named the attempt
--- are the slot id alone; every end of an attempt removes both forms.
-local function run_member(slot_id, attempt)
-  return slot_id .. '#' .. attempt
+-- How many permits of its key's limit `key` holds: its members of the queue's running set,
+-- and those of the older form.
+local function key_held(prefix, queue, key)
+  return redis.call('ZLEXCOUNT', queue_running(prefix, queue), '[' .. key .. ' ', '(' .. key .. '!')
+    + redis.call('ZCARD', older_running(prefix, queue, key))
 end
 
 -- The attempt is over: its stream entry is acked, or it leaves the shard's lease set (an
 -- at_most_once slot, acked at claim, and a keyed one, which has no entry); a keyed run gives
--- its key's permit back. Every end of a running attempt passes here (complete.lua's too, off
--- its fenced paths, where the entry's ack or the removal of the key's member proved the
--- attempt and ended it).
+-- its key's permit back, in either form. Every end of a running attempt passes here
+-- (complete.lua's too, off its fenced paths, where the entry's ack or the removal of the
+-- run's member proved the attempt and ended it).
 local function end_lease(prefix, slot_id, s)
   if s.msg and s.msg ~= '' then
     ack(prefix, s.lane, s.msg)
@@ -102,16 +119,17 @@ local function end_lease(prefix, slot_id, s)
     redis.call('ZREM', prefix .. 'leases', slot_id)
   end
   if s.key then
-    redis.call('ZREM', key_running(prefix, s.queue, s.key), slot_id,
-      run_member(slot_id, string.format('%d', s.attempt)))
+    local attempt = string.format('%d', s.attempt)
+    redis.call('ZREM', queue_running(prefix, s.queue), run_member(s.key, slot_id, attempt))
+    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, slot_id .. '#' .. attempt)
   end
 end
 
 -- end_lease for a batch of attempts (complete.lua's): an entry is acked at once, the lease
--- set and the keys' running sets are collected in `ends` ({leases = {}, runs = {}}) and left
--- by end_leases in one ZREM each, not one per slot. The slot's fields as end_lease's `s`
--- has them, but its priority for its lane (no table and no lane() for a slot without entry),
--- and its attempt as text.
+-- set and the running sets are collected in `ends` ({leases = {}, runs = {}}) and left by
+-- end_leases in one ZREM each, not one per slot. The slot's fields as end_lease's `s` has
+-- them, but its priority for its lane (no table and no lane() for a slot without entry), and
+-- its attempt as text.
 local function end_lease_later(prefix, slot_id, msg, queue, priority, key, attempt, ends)
   if msg and msg ~= '' then
     ack(prefix, lane(queue, priority), msg)
@@ -119,10 +137,13 @@ local function end_lease_later(prefix, slot_id, msg, queue, priority, key, attem
     ends.leases[#ends.leases + 1] = slot_id
   end
   if key then
-    local running = key_running(prefix, queue, key)
-    local ids = ends.runs[running]
-    if not ids then ids = {}; ends.runs[running] = ids end
-    ids[#ids + 1], ids[#ids + 2] = slot_id, run_member(slot_id, attempt)
+    local running, older = queue_running(prefix, queue), older_running(prefix, queue, key)
+    local members = ends.runs[running]
+    if not members then members = {}; ends.runs[running] = members end
+    members[#members + 1] = run_member(key, slot_id, attempt)
+    members = ends.runs[older]
+    if not members then members = {}; ends.runs[older] = members end
+    members[#members + 1], members[#members + 2] = slot_id, slot_id .. '#' .. attempt
   end
 end
 
@@ -130,9 +151,9 @@ local function end_leases(prefix, ends)
   for i = 1, #ends.leases, 1000 do  -- bounded: unpack puts every id on the Lua stack
     redis.call('ZREM', prefix .. 'leases', unpack(ends.leases, i, math.min(i + 999, #ends.leases)))
   end
-  for running, ids in pairs(ends.runs) do
-    for i = 1, #ids, 1000 do
-      redis.call('ZREM', running, unpack(ids, i, math.min(i + 999, #ids)))
+  for running, members in pairs(ends.runs) do
+    for i = 1, #members, 1000 do
+      redis.call('ZREM', running, unpack(members, i, math.min(i + 999, #members)))
     end
   end
 end

@@ -28,15 +28,16 @@
   commit sent again), and those without an entry, are checked against the slot hash as
   before: status running under this token.
 
-  A keyed run is fenced the same way by its member of its key's running set,
-  "<slot id>#<attempt>" (_lib.lua's run_member): take.lua adds it as the attempt starts and
-  every end of the attempt removes it (end_lease), so it is there exactly while this attempt
-  is the slot's running one. The batch's members are removed, one ZREM per key: a key whose
-  every member was still there commits its slots without reading them (its permits given
-  back by that ZREM, their leases left below). The slots of any other key, including a
-  member of the older form (the slot id alone, written before members named the attempt:
-  not found under the new name), are checked against the slot hash as those without an
-  entry; a member this ZREM removed was its running attempt's, so its slot commits there.
+  A keyed run is fenced the same way by its member of its queue's running set,
+  "<key> <slot id>#<attempt>" (_lib.lua's run_member): take.lua adds it as the attempt
+  starts and every end of the attempt removes it (end_lease), so it is there exactly while
+  this attempt is the slot's running one. The batch's members are removed, one ZREM per
+  queue: a queue whose every member was still there commits its slots without reading them
+  (their permits given back by that ZREM, their leases left below). The slots of any other
+  queue, including a run whose permit is of the older form (a set per key, written by an
+  older version's take: not found in the queue's set), are checked against the slot hash as
+  those without an entry; a member this ZREM removed was its running attempt's, so its slot
+  commits there.
 
   Reply: one code per slot, in order (R, replies.py)
      R.OK      committed: status succeeded, the attempt's outcome and times in the slot's fields
@@ -76,19 +77,19 @@ local results, logs = by_item(ARGV[5]), by_item(ARGV[6])
 --- @include "_lib.lua"
 
 -- The entries, acked lane by lane; `fenced[lane]`: every one of them was still pending. The
--- keyed runs' members, removed key by key; `fenced_run[running set]`: every one was there.
+-- keyed runs' members, removed queue by queue; `fenced_run[running set]`: every one was there.
 -- (by_run and run_of, run_of[item] a keyed item's running set, only with a keyed item)
 local by_lane, by_run, run_of = {}, nil, nil
 for i = 0, n - 1 do
   local lane_name, msg = items[i * 6 + 5], items[i * 6 + 6]
   if msg ~= '' then
     if string.byte(msg) == 126 then  -- '~': a keyed run, its key after the mark
-      local running = key_running(prefix, lane_name, string.sub(msg, 2))
+      local running = queue_running(prefix, lane_name)
       if not by_run then by_run, run_of = {}, {} end
       run_of[i] = running
       local members = by_run[running]
       if not members then members = {}; by_run[running] = members end
-      members[#members + 1] = run_member(items[i * 6 + 1], items[i * 6 + 2])
+      members[#members + 1] = run_member(string.sub(msg, 2), items[i * 6 + 1], items[i * 6 + 2])
     else
       local ids = by_lane[lane_name]
       if not ids then ids = {}; by_lane[lane_name] = ids end

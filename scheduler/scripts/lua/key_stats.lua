@@ -1,4 +1,4 @@
---[[ key_stats: read one shard's concurrency keys (keys.py: kqueues, kring, kq, krun,
+--[[ key_stats: read one shard's concurrency keys (keys.py: kqueues, kring, kq, kruns, krun,
   kweight) for `sched status`, `sched queues`, the console and the exporter. Read-only: it
   changes nothing, so it is not a transition and emits no event. One call per shard, all
   pipelined (a key's queued and running slots are in its home shard, so a shard's call sees
@@ -23,8 +23,8 @@
      read       keys read from the ring
      truncated  1 when the budget left ring or lease entries unread, else 0
      top        up to `top` of {key, waiting, running, weight}, the busiest first:
-                waiting = ZCARD kq:<queue>:<key>, running = ZCARD krun:<queue>:<key> (its
-                permits in use), weight = its kweight:<queue> field (1 when absent)
+                waiting = ZCARD kq:<queue>:<key>, running = its permits in use (its
+                members of kruns:<queue>, and of krun:<queue>:<key>, the older form), weight = its kweight:<queue> field (1 when absent)
 ]]
 local prefix = KEYS[1]
 local want = tonumber(ARGV[1])
@@ -60,6 +60,8 @@ local function consider(q, key, w, r)
   end
 end
 
+--- @include "_lib.lua"
+
 local order, of = {}, {}
 for _, queue in ipairs(queues) do
   local ring = prefix .. 'kring:' .. queue
@@ -71,7 +73,7 @@ for _, queue in ipairs(queues) do
   if n > 0 then
     for _, key in ipairs(redis.call('LRANGE', ring, 0, n - 1)) do
       local w = redis.call('ZCARD', prefix .. 'kq:' .. queue .. ':' .. key)
-      local r = redis.call('ZCARD', prefix .. 'krun:' .. queue .. ':' .. key)
+      local r = key_held(prefix, queue, key)
       q.waiting = q.waiting + w
       q.seen[key] = true
       consider(q, key, w, r)
@@ -93,7 +95,7 @@ if #order > 0 and running > 0 then
       local key = f[2]
       if q and key and key ~= '' and not q.seen[key] then
         q.seen[key] = true
-        consider(q, key, 0, redis.call('ZCARD', prefix .. 'krun:' .. q.queue .. ':' .. key))
+        consider(q, key, 0, key_held(prefix, q.queue, key))
       end
     end
   end

@@ -15,8 +15,8 @@
   (ZADD NX). A slot is written only when its hash is absent, then re-dispatched:
   scheduled -> `due` at its available time; queued -> a new dispatch-stream entry; running ->
   its attempt is archived with outcome "lost" (the host that held its lease is gone), its
-  member of its key's running set removed if one was left (_lib.lua's run_member: it would
-  let the lost attempt's commit through complete.lua's fence), and the slot is dispatched
+  key's permit removed if one was left (_lib.lua's run_member, of either form: it would let
+  the lost attempt's commit through complete.lua's fence), and the slot is dispatched
   again, except at_most_once slots, which end `lost`, and slots whose
   cancellation was requested, which end `cancelled`.
 
@@ -74,8 +74,8 @@ for _ = 1, tonumber(ARGV[b]) do
         'the queue host was lost during this attempt; recovered from history')
       redis.call('HSET', slot_key, 'a:' .. st[5], record)
       if st[12] then  -- the attempt ends here: a member of it left over would fence it in
-        redis.call('ZREM', key_running(prefix, st[2], st[12]), slot_id,
-          run_member(slot_id, st[5]))
+        redis.call('ZREM', queue_running(prefix, st[2]), run_member(st[12], slot_id, st[5]))
+        redis.call('ZREM', older_running(prefix, st[2], st[12]), slot_id, slot_id .. '#' .. st[5])
       end
       local delivery = redis.call('HGET', prefix .. 'job:' .. st[9], 'delivery')
       if st[10] then

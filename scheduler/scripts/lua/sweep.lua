@@ -23,9 +23,10 @@
     sweep);
   - `running`, at_most_once, missing from the shard's `leases` set: put back in it at its
     lease_until ("reindexed"), or, lease over, ended as reclaim would ("lost").
-  - `running` with a concurrency key and a live lease: its member of the key's running set
-    ("<slot id>#<attempt>", _lib.lua's run_member) is added back when missing, unless one of
-    the older form (the slot id alone) stands for it. Not an orphan: no event, no count.
+  - `running` with a concurrency key and a live lease: its member of the queue's running set
+    ("<key> <slot id>#<attempt>", _lib.lua's run_member) is added back when missing, unless
+    one of the older form (_lib.lua's older_running) stands for it. Not an orphan: no event,
+    no count.
   - finished (not dead-lettered) but missing from the shard's `finished` index (ended before
     transitions indexed it, or by one that failed to): indexed at its finished_ms, so the
     namespace's retention (expire.lua) finds it. A success is looked for in the `done` list
@@ -139,10 +140,12 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
     local s = leased(slot_key, st[4])
     local amo = not s.msg or s.msg == ''
     if s.key and (s.lease_until or 0) > now then  -- a live keyed run holds its key's permit
-      -- (its member, unless one of the older form, the slot id alone, holds it)
-      local running = key_running(prefix, s.queue, s.key)
-      if not redis.call('ZSCORE', running, slot_id) then
-        redis.call('ZADD', running, 'NX', s.claimed_ms or now, run_member(slot_id, st[4]))
+      -- (its member, unless a permit of the older form holds it)
+      local older = redis.call('ZMSCORE', older_running(prefix, s.queue, s.key), slot_id,
+        slot_id .. '#' .. st[4])
+      if not older[1] and not older[2] then
+        redis.call('ZADD', queue_running(prefix, s.queue), 'NX', 0,
+          run_member(s.key, slot_id, st[4]))
       end
     end
     local lost_index

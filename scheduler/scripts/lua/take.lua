@@ -50,8 +50,8 @@
   quantum of its best queued slots: its weight (`kweight:<queue>`, 1 when absent) times the
   call's even share, n over the ring's length at the call's start (at least 1), so a long
   ring is served a weight a turn and a short one in a few long turns, each key getting its
-  share of the call; fewer when its running set (`krun:<queue>:<key>`: its permits in use)
-  would pass per_key, or the call's n would, or the worker's runs of the key would pass the
+  share of the call; fewer when its permits in use (its runs: its members of the queue's
+  running set, `kruns:<queue>`, _lib.lua's key_held) would pass per_key, or the call's n would, or the worker's runs of the key would pass the
   spread (those it holds and those started in this call, over all its turns), or its
   rate's bucket holds fewer tokens. A key whose queue empties leaves the ring: a turn that
   popped fewer than its room saw it empty; the keys of a round that started their whole room
@@ -61,17 +61,19 @@
   once more than n: a call's work is bounded by the ring's length plus n. The turns are
   taken in rounds of keys read from the head at once (LRANGE), which then leave it (LTRIM)
   and, those still holding slots, go to the tail (RPUSH): the order one move a turn would
-  give, in two calls a round; the leases are written in one ZADD a call, a key's permits in
-  one a turn.
+  give, in two calls a round; the leases are written in one ZADD a call, and so are the
+  permits (the runs started in the call count against their key's limit in its later turns).
 
-  The limit is exact: a key's running set holds one member per running attempt,
-  "<slot id>#<attempt>" (_lib.lua's run_member), added here and removed when the attempt
-  ends (_lib.lua's end_lease, complete.lua's fence), whatever ends it; a grant sent again
-  (`again`) keeps its attempt, so its member stands. The take of a later attempt removes the
-  last attempt's member too: an older version's end of it removes only the older form. A key at its limit has its set checked
-  against its slots first: a member whose slot is not running under its attempt (a set left
-  behind by a bug or a hand edit; a member of the older form, the slot id alone, whose slot
-  is not running) is dropped, so a lost give-back costs at most one such check.
+  The limit is exact: the queue's running set holds one member per running attempt,
+  "<key> <slot id>#<attempt>" (_lib.lua's run_member), added here and removed when the
+  attempt ends (_lib.lua's end_lease, complete.lua's fence), whatever ends it; a grant sent
+  again (`again`) keeps its attempt, so its member stands. Runs an older version's take
+  started hold a permit of the older form (a set per key, _lib.lua's older_running), counted
+  too. The take of a later attempt removes the last attempt's members of both forms: an older
+  version's end of it knows only the older form. A key at its limit has its permits checked
+  against its slots first: one whose slot is not running under its attempt (left behind by a
+  bug or a hand edit; of the older form, the slot id alone, whose slot is not running) is
+  dropped, so a lost give-back costs at most one such check.
 
   A claim is the same as claim.lua's for an entry-less slot (at_most_once's path): the slot
   becomes running under a new attempt, its lease is in the shard's `leases` zset (renewed by
@@ -122,25 +124,34 @@ local now_s, lease_s = string.format('%d', now), string.format('%d', lease_until
 
 local ring = prefix .. 'kring:' .. queue
 local kq_prefix = prefix .. 'kq:' .. queue .. ':'  -- a key's queue: this and the key
-local run_prefix = key_running(prefix, queue, '')  -- a key's running set: this and the key
+local running = queue_running(prefix, queue)
 local weights = prefix .. 'kweight:' .. queue
 local leases = prefix .. 'leases'
 local job_fields = {'task', 'payload', 'timeout_ms', 'delivery'}
 if trace then job_fields[5], job_fields[6] = 'traceparent', 'kind' end
 
--- A key at its limit: drop members of its running set whose slot is not running under them
--- (_lib.lua's run_member; one of the older form, the slot id alone, names no attempt).
-local function recount(running)
+-- A key at its limit: drop its permits whose slot is not running under them (_lib.lua's
+-- run_member; of the older form, "<slot id>#<attempt>" or the slot id alone, which names no
+-- attempt), and count those left.
+local function recount(key)
   local count = 0
-  for _, member in ipairs(redis.call('ZRANGE', running, 0, -1)) do
-    local slot_id, attempt = string.match(member, '^(.*)#(%d+)$')
-    if not slot_id then slot_id = member end
+  local function check(set, member, slot_id, attempt)
     local st = redis.call('HMGET', prefix .. 'slot:' .. slot_id, 'status', 'attempt')
     if st[1] == 'running' and (not attempt or st[2] == attempt) then
       count = count + 1
     else
-      redis.call('ZREM', running, member)
+      redis.call('ZREM', set, member)
     end
+  end
+  for _, member in ipairs(redis.call('ZRANGE', running, '[' .. key .. ' ', '(' .. key .. '!',
+      'BYLEX')) do
+    local slot_id, attempt = string.match(member, '^[^ ]* (.*)#(%d+)$')
+    check(running, member, slot_id or '', attempt or '')
+  end
+  local older = older_running(prefix, queue, key)
+  for _, member in ipairs(redis.call('ZRANGE', older, 0, -1)) do
+    local slot_id, attempt = string.match(member, '^(.*)#(%d+)$')
+    check(older, member, slot_id or member, attempt)
   end
   return count
 end
@@ -212,6 +223,8 @@ local function still_holding(back, check, length)
 end
 
 local leased = {}  -- ZADD leases' arguments, sent once at the end
+local runs, stale = {}, {}  -- the running set's members to add (ZADD's arguments) and remove
+local added = {}  -- key -> its runs started in this call (not yet in the running set)
 local turns, idle = 0, 0
 while granted < n and idle < length and turns < length + n do
   -- A round: the next keys from the head of the ring, read at once; each takes its turn in
@@ -225,14 +238,13 @@ while granted < n and idle < length and turns < length + n do
     done = done + 1
     turns = turns + 1
     local kq = kq_prefix .. key
-    local running = run_prefix .. key
     local room = math.min(n - granted,
       share * (weighted and tonumber(redis.call('HGET', weights, key)) or 1))
     if spread >= 0 then room = math.min(room, spread - (spent[key] or 0)) end
     if per_key >= 0 then
-      local held = redis.call('ZCARD', running)
+      local held = key_held(prefix, queue, key) + (added[key] or 0)
       if held + room > per_key then
-        if held >= per_key then held = recount(running) end
+        if held >= per_key then held = recount(key) + (added[key] or 0) end
         room = math.min(room, per_key - held)
       end
     end
@@ -243,7 +255,7 @@ while granted < n and idle < length and turns < length + n do
       if wait >= 0 and (rate_wait < 0 or wait < rate_wait) then rate_wait = wait end
       room = got
     end
-    local started, emptied, runs, stale = 0, false, {}, {}
+    local started, emptied = 0, false
     while started < room do
       local want = room - started
       local popped = redis.call('ZPOPMIN', kq, want)
@@ -263,11 +275,14 @@ while granted < n and idle < length and turns < length + n do
               worker, 'claimed_ms', now_s, 'lease_until', lease_s)
           end
           leased[#leased + 1], leased[#leased + 2] = lease_s, slot_id
-          runs[#runs + 1], runs[#runs + 2] = now_s, run_member(slot_id, attempt)
+          runs[#runs + 1], runs[#runs + 2] = 0, run_member(key, slot_id, attempt)
           -- The attempt before this one ended; an older version's end of it (a reclaim)
-          -- removes only the older form of its member, and the one left would pass that
+          -- knows only the older form of its permit, and a member left would pass that
           -- attempt's late commit through complete.lua's fence beside this attempt's.
-          if (tonumber(st[3]) or 0) > 0 then stale[#stale + 1] = run_member(slot_id, st[3]) end
+          if (tonumber(st[3]) or 0) > 0 then
+            stale[#stale + 1] = run_member(key, slot_id, st[3])
+            redis.call('ZREM', older_running(prefix, queue, key), slot_id .. '#' .. st[3])
+          end
           if copy and not trace then  -- grant(), from the copy
             ids[#ids + 1] = slot_id
             of[#ids] = key
@@ -286,8 +301,7 @@ while granted < n and idle < length and turns < length + n do
       end
       if #popped < 2 * want then emptied = true; break end
     end
-    if #runs > 0 then redis.call('ZADD', running, unpack(runs)) end
-    if #stale > 0 then redis.call('ZREM', running, unpack(stale)) end
+    if per_key >= 0 then added[key] = (added[key] or 0) + started end
     if spread >= 0 then spent[key] = (spent[key] or 0) + started end
     granted = granted + started
     if started > 0 then idle = 0 else idle = idle + 1 end
@@ -308,5 +322,11 @@ while granted < n and idle < length and turns < length + n do
 end
 for i = 1, #leased, 1000 do
   redis.call('ZADD', leases, unpack(leased, i, math.min(i + 999, #leased)))
+end
+for i = 1, #runs, 1000 do
+  redis.call('ZADD', running, unpack(runs, i, math.min(i + 999, #runs)))
+end
+for i = 1, #stale, 1000 do
+  redis.call('ZREM', running, unpack(stale, i, math.min(i + 999, #stale)))
 end
 return {ids, grants, rate_wait, 0, of}
