@@ -8,9 +8,10 @@ inside the call and inflates when the CPU is contended; alternation makes the ra
     python -m bench script_ab --a /tmp/main-copy --b . [--rounds 10] [--batch 64]
 
 Each tree's scripts are read as that tree's scripts/source.py builds them (its own _lib.lua
-inlining); both are called with this tree's argument builders (scripts/calls.py), and a
-keyed commit as that tree's worker sends it (its queue and key, which fence it, when the
-tree's complete.lua reads them: run_member). Figures:
+inlining); both are called with this tree's argument builders (scripts/calls.py), a plain
+commit with its entry's lane and id as a worker sends it (the ack fences it), and a keyed
+commit as that tree's worker sends it (its queue and key, which fence it, when the tree's
+complete.lua reads them: run_member). Figures:
 medians of usec per entry (per call for the empty calls) and the median of the per-call
 B/A ratios."""
 
@@ -103,9 +104,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         alternate("claim", "claim", b, lambda v, i: [scripts.claim(
             pre[v], now, "w", 30_000, entries[v][i * b:(i + 1) * b], trim=False)],
             n // b, rnd)
+        # As a worker commits a claimed entry: with its lane and entry id, which the ack fences
+        # (the acked path; without them a commit reads each slot).
         alternate("complete", "complete", b, lambda v, i: [scripts.complete(
-            pre[v], now, 100_000, "w", [scripts.Succeeded(s, 1, now, now) for _, _, s in
-                                        entries[v][i * b:(i + 1) * b]])], n // b, rnd)
+            pre[v], now, 100_000, "w", [scripts.Succeeded(s, 1, now, now, lane, m)
+                                        for lane, m, s in entries[v][i * b:(i + 1) * b]])],
+            n // b, rnd)
         alternate("promote", "promote", b, lambda v, i: [scripts.promote(
             pre[v], now + 10_000, 100_000, b)], n // b, rnd)
         alternate("claim0", "claim", 1, lambda v, i: [scripts.claim(
