@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -168,6 +169,20 @@ def app_env() -> dict[str, str]:
 
 
 SCHED = [sys.executable, "-m", "scheduler.cli"]
+
+
+# A module marked slow as a whole is not even imported by the fast set (`-m "not slow"`, the
+# expression .ci/run passes): each test process imported it, its asserts rewritten, only to
+# deselect every test in it.
+SLOW_MODULE = re.compile(r"^pytestmark = pytest\.mark\.slow\b", re.MULTILINE)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if (config.getoption("markexpr") == "not slow" and collection_path.suffix == ".py"
+            and collection_path.name.startswith("test_")
+            and SLOW_MODULE.search(collection_path.read_text(encoding="utf-8"))):
+        return True
+    return None
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

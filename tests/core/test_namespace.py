@@ -55,7 +55,7 @@ def test_a_worker_and_a_node_started_first_wait_for_the_first_submit(
         worker = Worker(conn, registry, namespace=ns, config=WorkerConfig(block_ms=50))
         node = SchedulerNode(conn, namespace=ns)
         tasks = [asyncio.create_task(worker.run()), asyncio.create_task(node.run())]
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(0.6)  # several setup tries, backing off from 50 ms
         assert not any(t.done() for t in tasks)
         assert r.hget(Keys(ns).meta, "shards") is None  # neither created it
         with Client(redis_url, ns, shards=16) as client:

@@ -17,7 +17,7 @@ from scheduler.core.keys import Keys
 from scheduler.history.retention import Retention, RetentionConfig
 from scheduler.history.snapshotter import Snapshotter, SnapshotterConfig
 from scheduler.redis.clients import async_redis
-from scheduler.redis.clock import ManualClock
+from scheduler.redis.clock import ManualClock, RedisClock
 from scheduler.scripts import calls as scripts
 
 
@@ -352,6 +352,21 @@ def test_a_held_back_slot_promoted_ahead_of_its_time_is_still_written_once(
     assert snap.store.conflicts == 0 and snap.rows == 6 + 6  # jobs, then each slot once
 
 
+class _SkippingClock(RedisClock):
+    """Redis time, moved on by `skip` with no wait: the snapshotter's deadlines pass."""
+
+    skipped_s = 0.0
+
+    def skip(self, seconds: float) -> None:
+        self.skipped_s += seconds
+
+    def now_ms(self) -> int:
+        return super().now_ms() + int(self.skipped_s * 1000)
+
+    def monotonic(self) -> float:
+        return super().monotonic() + self.skipped_s
+
+
 def test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_deadline(
         redis_url: str, ns: str, pg_dsn: str) -> None:
     """The promotion renews the hold; it must not drop the slot: with no worker to claim
@@ -363,10 +378,12 @@ def test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_dea
     with Client(redis_url, ns, shards=2) as client:
         ids = client.submit_many([{"task": "ok", "delay": 2} for _ in range(4)])
 
+    clock = _SkippingClock()
+
     async def scenario(client: Client) -> tuple[Snapshotter, list[Any]]:
         conn = async_redis(redis_url)
         snap = Snapshotter(conn, open_store(pg_dsn), namespace=ns, config=SnapshotterConfig(
-            retention_s=None, defer_s=3, settle_s=0))
+            retention_s=None, defer_s=3, settle_s=0), clock=clock)
         node = SchedulerNode(conn, namespace=ns)
         task = asyncio.create_task(node.run())
         try:
@@ -377,7 +394,7 @@ def test_a_held_back_slot_promoted_early_and_never_claimed_is_written_at_its_dea
             while await snap.run_once():
                 pass
             await snap.settle()
-            await asyncio.sleep(3.2)  # past every held slot's deadline
+            clock.skip(3.2)  # past every held slot's deadline
             await snap.run_once()
             await snap.settle()
             return snap, client.history(limit=100)
