@@ -52,6 +52,7 @@ from scheduler.node.queue_cleaner import IDLE_S, QueueCleaner
 from scheduler.node.reclaimer import Reclaimer
 from scheduler.node.sweeper import Sweeper
 from scheduler.redis.clock import Clock, RedisClock, resync
+from scheduler.redis.primary import PrimaryWatch
 from scheduler.redis.service import Backoff, ErrorLog
 
 log = logging.getLogger("scheduler.node.node")
@@ -193,8 +194,12 @@ class SchedulerNode:
             return
         assert self.leases is not None
         log.info("scheduler node %s started (%d shards)", self.node_id, self.leases.shards)
+        # Behind Sentinel: off an old primary the sentinels replaced, within a shard lease.
+        primary = PrimaryWatch(self.redis, min(self.config.shard_lease_s,
+                                               self.config.lease_s) / 3)
         services = (self.leases, self.promoter, self.materializer, self.reclaimer,
-                    self.cleaner, self.expirer, self.objectives, self.sweeper)
+                    self.cleaner, self.expirer, self.objectives, self.sweeper,
+                    *([primary] if primary.pool is not None else []))
         loops = [asyncio.create_task(s.run(), name=type(s).__name__) for s in services]
         stopped = asyncio.create_task(self._stop.wait())
         await asyncio.wait([stopped, *loops], return_when=asyncio.FIRST_COMPLETED)

@@ -280,6 +280,16 @@ class _Links:
 _LINKS: weakref.WeakKeyDictionary[Any, _Links] = weakref.WeakKeyDictionary()
 
 
+async def _take(links: _Links, conn: Any) -> Any:
+    """A kept connection about to be used, closed first (so that it connects anew) when it
+    talks to a server the sentinels no longer name the primary (primary.py)."""
+    address = getattr(links.pool, "master_address", None)
+    if address is not None and conn.is_connected and (conn.host, conn.port) != tuple(address):
+        await conn.disconnect()
+    links.busy += 1
+    return conn
+
+
 def enable(client: Any) -> None:
     """Make `client`'s asyncio script round trips (run_scripts_async...) go out on
     connections kept here. A Redis Cluster client, or anything but a plain redis-py asyncio
@@ -350,8 +360,7 @@ async def execute(client: Any, pipe: Any) -> list[Any]:
             for args, options in stack or ():
                 pipe.execute_command(*args, **options)
         return await send(pipe, raise_on_error=False)
-    conn = links.free.pop() if links.free else links.pool.make_connection()
-    links.busy += 1
+    conn = await _take(links, links.free.pop() if links.free else links.pool.make_connection())
     try:
         # The client's retry policy, as its pipelines apply it: the whole round trip again
         # on a fresh connection (a worker's client retries nothing: clients.py).
@@ -424,8 +433,7 @@ async def raw(client: Any, data: bytes, replies: int, encoding: str | None = Non
     error reply as a redis ResponseError in its place. Never retried: the caller's commands
     may have run."""
     links = _LINKS[client.connection_pool]
-    conn = links.raw_free.pop() if links.raw_free else links.make_raw()
-    links.busy += 1
+    conn = await _take(links, links.raw_free.pop() if links.raw_free else links.make_raw())
     try:
         if not conn.is_connected:
             await conn.connect()

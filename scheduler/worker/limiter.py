@@ -7,7 +7,9 @@ each entry is claimed only with a permit from acquire.lua (the one global count,
 node even in a Cluster: its keys share the hash tag `{lim:<queue>}`). Which queues are limited
 is read every REFRESH_S, and at once when a claim is refused for a limit not read yet (claim.lua
 and take.lua answer LIMITED: the scripts hold the limits, scheduler/core/limits.py has the
-rule); the limit itself is never this worker's copy: acquire.lua reads it. So:
+rule); the limit itself is never this worker's copy: acquire.lua reads it. A queue whose
+limit was cleared is read here for one more block beside the main loops (refresh()), so a
+job submitted after the clear starts at once. So:
 
   * slots over the limit stay queued in their streams or in this loop's hands, never failed;
     entries read but not granted a permit are handed back (requeue) after HOLD_S, so another
@@ -67,6 +69,9 @@ class LimitedClaims(Service):
         self.keys = claims.keys
         self.shards = 0
         self.limits: dict[str, limits.QueueLimit] = {}  # this worker's queues limited as a whole
+        # Queues whose limit was cleared, still read here until then (monotonic): refresh().
+        self.leaving: dict[str, float] = {}
+        self._reading: set[str] = set()  # the queues this loop's reader reads
         self.reader: Reader | None = None
         self.held: dict[str, set[str]] = {}  # queue -> permits of runs in flight
         self.returning: dict[str, list[str]] = {}  # queue -> permits to give back
@@ -118,34 +123,51 @@ class LimitedClaims(Service):
     async def refresh(self) -> bool:
         """Read the limits; True when the set of limited queues changed (the worker then
         reads them here, and no longer in its main loops). Also called by a claim refused
-        for a limit not read yet (Claims.on_limited, keyed.py)."""
+        for a limit not read yet (Claims.on_limited, keyed.py).
+
+        A queue whose limit was cleared moves to the main loops at once, but this loop's
+        reader goes on reading it for a block (`leaving`): the main loops' reads sent before
+        still block without it, and a job submitted meanwhile would wait for them to end.
+        Its entries read here get a permit at once (acquire.lua: no limit, no wait)."""
         async with self._refreshing:
             # The worker's clients decode nothing: keys and values are bytes.
             raw: Any = await transport.call(self.claims.redis, "hgetall", self.keys.limits)
             mine = {q: lim for q, lim in limits.parse(raw).items()
                     if q in self.claims.config.queues and lim.queue_wide}
+            now = self.claims.clock.monotonic()
             changed = set(mine) != set(self.limits)
+            for q in set(self.limits) - set(mine):
+                self.leaving[q] = now + self.claims.block_ms / 1000
+            self.leaving = {q: t for q, t in self.leaving.items() if q not in mine and t > now}
+            reading = set(mine) | set(self.leaving)
             self.limits = mine
-            self._refreshed = self.claims.clock.monotonic()
-            if changed:
-                await self._reopen()
+            self._refreshed = now
+            if changed or reading != self._reading:
+                await self._reopen(reading, changed)
                 self.ended.set()  # this loop may be asleep: the new reader starts now
             return changed
 
-    async def _reopen(self) -> None:
+    async def _reopen(self, reading: set[str], main: bool) -> None:
+        """This loop reads `reading` (the limited queues and those leaving); the main loops
+        read the rest when `main` (the limited queues changed)."""
         w = self.claims
-        if self.reader is not None:
-            await self.reader.settle()
-            if self.reader.in_hand():
-                await self.reader.requeue_backlog(w.clock.now_ms())
-        self.reader = None
-        if self.limits:
-            self.reader = Reader(w.redis, self.keys, w.worker_id, w.config.batch,
-                                 w.config.events_maxlen, w.clock, w.reader.hold_cap)
-            await self.reader.open(self.shards, sorted(self.limits))
+        if reading != self._reading:
+            if self.reader is not None:
+                await self.reader.settle()
+                if self.reader.in_hand():
+                    await self.reader.requeue_backlog(w.clock.now_ms())
+            self.reader = None
+            self._reading = reading
+            if reading:
+                self.reader = Reader(w.redis, self.keys, w.worker_id, w.config.batch,
+                                     w.config.events_maxlen, w.clock, w.reader.hold_cap)
+                await self.reader.open(self.shards, sorted(reading))
+        if main:
             log.info("queue limits: %s", "; ".join(f"{q} {lim.text()}"
-                                                   for q, lim in sorted(self.limits.items())))
-        await w.reader.open(self.shards, [q for q in w.config.queues if q not in self.limits])
+                                                   for q, lim in sorted(self.limits.items()))
+                     or "none")
+            await w.reader.open(self.shards,
+                                [q for q in w.config.queues if q not in self.limits])
 
     # --- permits ---------------------------------------------------------------------------
 

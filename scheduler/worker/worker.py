@@ -43,6 +43,7 @@ from scheduler.core.errors import NamespaceMissing
 from scheduler.core.keys import Keys
 from scheduler.redis.clients import socket_timeout
 from scheduler.redis.clock import Clock, RedisClock, resync
+from scheduler.redis.primary import PrimaryWatch
 from scheduler.redis.service import Backoff, ErrorLog, pause
 from scheduler.worker.autoscale import Autoscaler
 from scheduler.worker.canary import Canary
@@ -253,6 +254,9 @@ class Worker:
         scaler = asyncio.create_task(Autoscaler(self, auto, stop=self.stopping).run(),
                                      name="autoscale") if auto else None
         heartbeat = asyncio.create_task(self.heartbeat.run(), name="heartbeat")
+        # Behind Sentinel: off an old primary the sentinels replaced before its leases run out.
+        primary = PrimaryWatch(self.redis, self.heartbeat.interval_s)
+        watch = asyncio.create_task(primary.run(), name="primary")
         readers = [asyncio.create_task(ClaimLoop(self.claims, self.errors).run(),
                                        name=f"claim-{i}")
                    for i in range(self.config.pipelines)]
@@ -283,6 +287,8 @@ class Worker:
             await self._hand_back_limited()  # permits of the runs that ended meanwhile
             self.heartbeat.stop()
             await heartbeat
+            primary.stop()
+            await watch
             await self._leave()
             self.execution.close()
             await transport.close(self.redis)

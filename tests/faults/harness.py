@@ -62,13 +62,15 @@ def port_pings(port: int) -> bool:
             return False
 
 
-def stop_servers(procs: list[subprocess.Popen[bytes]], workdir: Path) -> None:
-    """SIGKILL every process of a test's server set, reap them, remove their directory."""
+def stop_servers(procs: list[subprocess.Popen[bytes]], workdir: Path | None) -> None:
+    """SIGKILL every process of a test's server set, reap them, remove their directory
+    (None: keep it)."""
     for p in procs:
         p.kill()
     for p in procs:
         p.wait()
-    shutil.rmtree(workdir, ignore_errors=True)
+    if workdir is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _stat(path: Path) -> list[str] | None:
@@ -355,11 +357,17 @@ class Processes:
 def processes(redis_url: str, ns: str, truth_url: str, truth: Truth,
               **kw: float) -> Iterator[Processes]:
     procs = Processes(redis_url, ns, truth_url, truth, **kw)
+    failed = False
     try:
         yield procs
+    except BaseException:
+        # A failure seen once in CI may not come back: its logs are the next person's lead.
+        failed = True
+        print(f"the processes' logs, at the failure:\n{procs.output()}")
+        raise
     finally:
         procs.stop_all()
-        if os.environ.get("SCHED_KEEP_FAULT_LOGS"):  # whole logs, for a failure to study
+        if failed or os.environ.get("SCHED_KEEP_FAULT_LOGS"):  # whole logs, to study
             print(f"process logs kept in {procs.logs}")
         else:
             shutil.rmtree(procs.logs, ignore_errors=True)

@@ -36,6 +36,8 @@ MIGRATING = ("tests/faults/test_cluster.py::"
 PRIORITIES = "tests/sdk/test_priorities.py"
 EXPIRER = "tests/node/test_expirer.py::"
 LIMITS = "tests/sdk/test_queue_limits.py"
+SENTINEL_SLOW = ("tests/faults/test_sentinel_failover.py::test_a_primary_the_sentinels_"
+                 "replaced_is_left_while_it_still_answers")
 AT_ONCE = "tests/e2e/test_limits_apply_at_once.py::"
 IN_SCRIPTS = "tests/lua/test_limits_in_scripts.py::"
 TURN = "tests/worker/test_keyed_turn.py::"
@@ -410,6 +412,24 @@ MUTANTS = [
            "        claims.on_limited = None",
            (f"{AT_ONCE}test_a_queue_wide_limit_holds_from_the_first_claim_after_the_call"
             "[single-client]",)),
+    Mutant("cleared-limit-waits-for-the-main-read", "a worker that reads a cleared limit "
+           "stops reading the queue in its limited loop at once: a job submitted then waits "
+           "for the main loop's read sent before, without the queue, to end",
+           "scheduler/worker/limiter.py",
+           "self.leaving[q] = now + self.claims.block_ms / 1000", "self.leaving[q] = now",
+           (f"{LIMITS}::test_a_cleared_limit_starts_the_next_job_at_once",)),
+    Mutant("kept-connections-stay-on-the-old-primary", "a round trip on a connection "
+           "transport.py keeps goes to the primary it connected to, though the sentinels "
+           "named another: a worker renews its leases on an old primary that still answers",
+           "scheduler/redis/transport.py",
+           "    if address is not None and conn.is_connected and (conn.host, conn.port) != "
+           "tuple(address):", "    if False:", (SENTINEL_SLOW,)),
+    Mutant("sentinels-not-asked-again", "a process learns of a new primary only when a "
+           "connection connects: its open connections stay on an old primary that still "
+           "answers", "scheduler/redis/primary.py",
+           "        address = await pool.get_master_address()",
+           "        address = await pool.sentinel_manager.discover_master(pool.service_name)",
+           (SENTINEL_SLOW,)),
     Mutant("permits-never-expire", "acquire.lua never drops expired permits: a crashed "
            "worker's permits hold the queue at its limit for good",
            "scheduler/scripts/lua/acquire.lua",

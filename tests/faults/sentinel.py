@@ -6,6 +6,8 @@ primary now."""
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -39,7 +41,7 @@ class SentinelSet:
         self.procs[name] = subprocess.Popen(
             ["redis-server", "--port", str(self.ports[name]), "--bind", "127.0.0.1",
              "--dir", str(data), "--save", "", "--appendonly", "no",
-             "--maxmemory-policy", "noeviction", *args],
+             "--maxmemory-policy", "noeviction", "--logfile", str(data / "redis.log"), *args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def start(self) -> SentinelSet:
@@ -52,6 +54,7 @@ class SentinelSet:
             conf = self.dir / f"sentinel-{i}.conf"
             conf.write_text(
                 f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                f"logfile {self.dir / f'sentinel-{i}.log'}\n"
                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports['a']} 2\n"
                 f"sentinel down-after-milliseconds {SERVICE} {self.down_after_ms}\n"
                 f"sentinel failover-timeout {SERVICE} 10000\n"
@@ -75,6 +78,22 @@ class SentinelSet:
         self.procs[name].kill()
         self.procs[name].wait()
         return port
+
+    def freeze_primary(self) -> int:
+        """SIGSTOP the current primary (a slow one, not a dead one: SIGCONT it with thaw());
+        returns its port."""
+        port = self.primary_port()
+        self.procs[next(n for n, p in self.ports.items() if p == port)].send_signal(
+            signal.SIGSTOP)
+        return port
+
+    def thaw(self, port: int) -> None:
+        self.procs[next(n for n, p in self.ports.items() if p == port)].send_signal(
+            signal.SIGCONT)
+
+    def role(self, port: int) -> str:
+        with contextlib.closing(redis.Redis(port=port, socket_timeout=2)) as r:
+            return str(r.info("replication")["role"])
 
     def wait_failover(self, old_port: int, timeout: float = 30) -> float:
         """Seconds until the sentinels name another primary that answers as one."""
@@ -111,15 +130,22 @@ class SentinelSet:
             except redis.exceptions.RedisError:
                 return False
 
-    def stop(self) -> None:
-        stop_servers(list(self.procs.values()), self.dir)
+    def stop(self, keep: bool = False) -> None:
+        """`keep`: leave the servers' and sentinels' logs (and their data) for study."""
+        stop_servers(list(self.procs.values()), None if keep else self.dir)
+        if keep:
+            print(f"redis and sentinel logs kept in {self.dir}")
 
 
 @contextlib.contextmanager
 def sentinel_set(down_after_ms: int = 1000, replicas: int = 2) -> Iterator[SentinelSet]:
     s = SentinelSet(down_after_ms, replicas)
+    failed = False
     try:
         yield s.start()
+    except BaseException:
+        failed = True  # what the sentinels did (elections, failovers) explains most failures
+        raise
     finally:
-        s.stop()
+        s.stop(keep=failed or bool(os.environ.get("SCHED_KEEP_FAULT_LOGS")))
 

@@ -9,15 +9,26 @@ from typing import Any
 
 import pytest
 
-from helpers import run_until, running, sched, sched_process
-from scheduler import Client, Context, JobSpec, Outcome, QueueLimit, Registry, SlotStatus
+from helpers import run_until, running, sched, sched_process, until
+from scheduler import (
+    AsyncClient,
+    Client,
+    Context,
+    JobSpec,
+    Outcome,
+    QueueLimit,
+    Registry,
+    SlotStatus,
+)
 from scheduler.core import limits
 from scheduler.core.errors import ValidationError
 from scheduler.core.keys import DISPATCH_GROUP, Keys
+from scheduler.redis.clients import async_redis
 from scheduler.scripts import calls as scripts
 from scheduler.scripts.replies import Acquired
 from scheduler.testing import TestScheduler
 from scheduler.worker import limiter
+from scheduler.worker.worker import Worker, WorkerConfig
 
 
 def _most_at_once(spans: list[tuple[float, float]]) -> int:
@@ -289,6 +300,54 @@ def test_a_worker_held_back_by_a_slow_rate_hands_back_on_time_and_sees_the_limit
             while not succeeded(second):
                 assert time.monotonic() - cleared < clear_bound, "the cleared limit still held"
                 time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_a_cleared_limit_starts_the_next_job_at_once(redis_url: str, ns: str) -> None:
+    """A worker whose limited loop has just read the cleared limit (at its refresh) while its
+    main claim loop still blocks in a read sent before, without the queue: the job submitted
+    then starts at once, not once that read ends. The read blocks BLOCK_MS here, so a job
+    left to it would wait seconds."""
+    registry = Registry()
+    started = asyncio.Event()
+
+    @registry.task("quick")
+    async def quick(ctx: Context, payload: Any) -> None:
+        started.set()
+
+    async def main() -> float:
+        # A socket timeout long enough for the worker to block BLOCK_MS (worker.py).
+        conn = async_redis(redis_url, timeout_s=4 * BLOCK_MS / 1000)
+        worker = Worker(conn, registry, namespace=ns,
+                        config=WorkerConfig(pipelines=1, block_ms=BLOCK_MS))
+        async with AsyncClient(redis_url, ns) as client:
+            await client.create_namespace()
+            await client.set_queue_limit("default", rate=100)
+            task = asyncio.create_task(worker.run())
+            try:
+                await until("the limited loop", lambda: _sees_a_limit(worker, True))
+                await asyncio.sleep(0.2)  # the main loop's first read is in flight
+                await client.set_queue_limit("default")
+                await until("the refresh", lambda: _sees_a_limit(worker, False), timeout=5)
+                began = time.monotonic()
+                await client.submit("quick")
+                await asyncio.wait_for(started.wait(), 2 * BLOCK_MS / 1000)
+                return time.monotonic() - began
+            finally:
+                worker.stop()
+                await task
+                await conn.aclose()
+
+    took = asyncio.run(main())
+    assert took < 1.0, took
+
+
+BLOCK_MS = 5000  # the main claim loop's blocking read: long, to tell it from a start at once
+
+
+async def _sees_a_limit(worker: Worker, limited: bool) -> bool:
+    """Whether the worker has read the default queue's limit (its last refresh saw one)."""
+    return ("default" in worker.limited.limits) is limited
 
 
 def test_the_testing_mode_holds_a_concurrency_limit() -> None:
