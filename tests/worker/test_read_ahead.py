@@ -7,6 +7,8 @@ import asyncio
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from helpers import running_workers, until
 from scheduler import Client, Context, Registry
 from scheduler.worker.slots import Pace
@@ -75,6 +77,7 @@ def test_a_burst_is_shared_by_the_workers_waiting_for_it(redis_url: str, ns: str
     assert max(most_held) < 2 * (4 + 40) + 4, most_held
 
 
+@pytest.mark.slow  # it starts the pools' child processes
 def test_a_worker_whose_tasks_run_in_its_process_pool_claims_what_its_children_can_start(
         redis_url: str, ns: str) -> None:
     """Two workers of 50 run slots and one process-pool child each: a burst of 30 runs of
