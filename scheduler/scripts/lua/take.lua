@@ -51,9 +51,9 @@
   call's even share, n over the ring's length at the call's start (at least 1), so a long
   ring is served a weight a turn and a short one in a few long turns, each key getting its
   share of the call; fewer when its permits in use (its runs: its members of the queue's
-  running set, `kruns:<queue>`, _lib.lua's key_held) would pass per_key, or the call's n would, or the worker's runs of the key would pass the
-  spread (those it holds and those started in this call, over all its turns), or its
-  rate's bucket holds fewer tokens. A key whose queue empties leaves the ring: a turn that
+  running set, `kruns:<queue>`, _lib.lua's key_held) would pass per_key, or the call's n
+  would, or the worker's runs of the key would pass the spread (those it holds and those
+  started in this call, over all its turns), or its rate's bucket holds fewer tokens. A key whose queue empties leaves the ring: a turn that
   popped fewer than its room saw it empty; the keys of a round that started their whole room
   are checked at the round's end, in one EXISTS of them all (then one each only when some
   emptied). Turns go on until n are claimed, or every key of the
