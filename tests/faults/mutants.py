@@ -967,7 +967,7 @@ MUTANTS = [
            "reclaim) does not give its key's permit back: the key stalls at its limit for good",
            "scheduler/scripts/lua/_lib.lua",
            "    redis.call('ZREM', queue_running(prefix, s.queue), run_member(s.key, slot_id, attempt))\n"
-           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, slot_id .. '#' .. attempt)\n",
+           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, older_member(slot_id, attempt))\n",
            "", (TAKE + "test_every_end_of_an_attempt_gives_the_permit_back",
                 TAKE + "test_the_per_key_limit_holds_and_passes_over_a_full_key"), fast=True),
     Mutant("key-turn-skipped", "the keys of a round go back to the ring's tail in reverse "
@@ -2009,14 +2009,14 @@ MUTANTS = [
     Mutant("key-permit-old-form-kept", "the end of a keyed attempt removes only its member "
            "of the attempt's form: a member written before (the slot id alone) stays, and "
            "its key's permit is leaked", "scheduler/scripts/lua/_lib.lua",
-           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, slot_id .. '#' .. attempt)\n",
-           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id .. '#' .. attempt)\n",
+           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, older_member(slot_id, attempt))\n",
+           "    redis.call('ZREM', older_running(prefix, s.queue, s.key), older_member(slot_id, attempt))\n",
            (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
     Mutant("key-permit-old-form-kept-by-commit", "a commit read off the fence removes only "
            "the run's member of the attempt's form: one written before (the slot id alone) "
            "stays, and its key's permit is leaked", "scheduler/scripts/lua/_lib.lua",
-           "    members[#members + 1], members[#members + 2] = slot_id, slot_id .. '#' .. attempt\n",
-           "    members[#members + 1] = slot_id .. '#' .. attempt\n",
+           "    members[#members + 1], members[#members + 2] = slot_id, older_member(slot_id, attempt)\n",
+           "    members[#members + 1] = older_member(slot_id, attempt)\n",
            (TAKE + "test_a_member_of_the_older_form_leaves_with_its_run",), fast=True),
     Mutant("key-recount-ignores-attempt", "the recount of a key at its limit keeps a member "
            "whose slot runs under another attempt: a lost give-back holds a permit while "
@@ -2054,7 +2054,7 @@ MUTANTS = [
            "attempt leaves the last attempt's permit of the older form (a key's own set) that "
            "a still older reclaim left: an older worker's late commit of that attempt passes "
            "its fence beside the new one's", "scheduler/scripts/lua/take.lua",
-           "            redis.call('ZREM', older_running(prefix, queue, key), slot_id .. '#' .. st[3])\n",
+           "            redis.call('ZREM', older_running(prefix, queue, key), older_member(slot_id, st[3]))\n",
            "", ("tests/lua/test_take.py::test_a_take_of_a_later_attempt_drops_the_member_an_older_"
                 "reclaim_left",), fast=True),
     Mutant("keyed-take-forgets-the-call-s-runs", "a key's later turn in the same take does not "

@@ -100,6 +100,11 @@ local function older_running(prefix, queue, key)
   return prefix .. 'krun:' .. queue .. ':' .. key
 end
 
+-- A run's permit of the older form that names its attempt (the other is the slot id alone).
+local function older_member(slot_id, attempt)
+  return slot_id .. '#' .. attempt
+end
+
 -- How many permits of its key's limit `key` holds: its members of the queue's running set,
 -- and those of the older form.
 local function key_held(prefix, queue, key)
@@ -121,7 +126,7 @@ local function end_lease(prefix, slot_id, s)
   if s.key then
     local attempt = string.format('%d', s.attempt)
     redis.call('ZREM', queue_running(prefix, s.queue), run_member(s.key, slot_id, attempt))
-    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, slot_id .. '#' .. attempt)
+    redis.call('ZREM', older_running(prefix, s.queue, s.key), slot_id, older_member(slot_id, attempt))
   end
 end
 
@@ -143,7 +148,7 @@ local function end_lease_later(prefix, slot_id, msg, queue, priority, key, attem
     members[#members + 1] = run_member(key, slot_id, attempt)
     members = ends.runs[older]
     if not members then members = {}; ends.runs[older] = members end
-    members[#members + 1], members[#members + 2] = slot_id, slot_id .. '#' .. attempt
+    members[#members + 1], members[#members + 2] = slot_id, older_member(slot_id, attempt)
   end
 end
 

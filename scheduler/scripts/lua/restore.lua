@@ -75,7 +75,8 @@ for _ = 1, tonumber(ARGV[b]) do
       redis.call('HSET', slot_key, 'a:' .. st[5], record)
       if st[12] then  -- the attempt ends here: a member of it left over would fence it in
         redis.call('ZREM', queue_running(prefix, st[2]), run_member(st[12], slot_id, st[5]))
-        redis.call('ZREM', older_running(prefix, st[2], st[12]), slot_id, slot_id .. '#' .. st[5])
+        redis.call('ZREM', older_running(prefix, st[2], st[12]), slot_id,
+          older_member(slot_id, st[5]))
       end
       local delivery = redis.call('HGET', prefix .. 'job:' .. st[9], 'delivery')
       if st[10] then

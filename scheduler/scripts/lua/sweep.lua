@@ -142,7 +142,7 @@ for slot_id in string.gmatch(ARGV[3], '%S+') do
     if s.key and (s.lease_until or 0) > now then  -- a live keyed run holds its key's permit
       -- (its member, unless a permit of the older form holds it)
       local older = redis.call('ZMSCORE', older_running(prefix, s.queue, s.key), slot_id,
-        slot_id .. '#' .. st[4])
+        older_member(slot_id, st[4]))
       if not older[1] and not older[2] then
         redis.call('ZADD', queue_running(prefix, s.queue), 'NX', 0,
           run_member(s.key, slot_id, st[4]))

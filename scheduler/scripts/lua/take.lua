@@ -281,7 +281,7 @@ while granted < n and idle < length and turns < length + n do
           -- attempt's late commit through complete.lua's fence beside this attempt's.
           if (tonumber(st[3]) or 0) > 0 then
             stale[#stale + 1] = run_member(key, slot_id, st[3])
-            redis.call('ZREM', older_running(prefix, queue, key), slot_id .. '#' .. st[3])
+            redis.call('ZREM', older_running(prefix, queue, key), older_member(slot_id, st[3]))
           end
           if copy and not trace then  -- grant(), from the copy
             ids[#ids + 1] = slot_id
